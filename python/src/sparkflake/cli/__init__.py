@@ -1,0 +1,67 @@
+"""The `sparkflake` command. The only module that prints.
+
+Each command group lives in its own module under ``sparkflake.cli`` and exposes
+``register(subparsers)``; each handler returns an exit code (0 ok, 1 a check failed,
+2 bad input or usage). ``SparkflakeError`` raised by a stage becomes its message on
+stderr and its exit code; no traceback reaches the operator.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+
+from ..errors import SparkflakeError
+
+EXIT_OK = 0
+EXIT_CHECK_FAILED = 1
+EXIT_BAD_INPUT = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # usage errors exit 2 with the usage line
+        self.print_usage(sys.stderr)
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(EXIT_BAD_INPUT)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="sparkflake",
+        description=(
+            "Reproducible build, verification, distribution and launch of GLM-5.3 "
+            "serving runtimes. Exit codes: 0 success, 1 a check failed, 2 bad input or usage."
+        ),
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    subparsers.required = True
+    package = importlib.import_module(__name__)
+    for module_info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+        if module_info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{__name__}.{module_info.name}")
+        register = getattr(module, "register", None)
+        if register is not None:
+            register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args) or 0)
+    except SparkflakeError as exc:
+        print(f"sparkflake: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("sparkflake: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())
