@@ -1,0 +1,61 @@
+"""`sparkflake lock validate FILE`: is this lock file well formed?
+
+The ``lock`` command reads its first word as a positional, not as a sub-parser choice, so
+that resolution, ``sparkflake lock PROFILE [--check | --update NAME]`` (``sparkflake.resolve``),
+can share the command: a first word found in ``ACTIONS`` runs that action, any other word
+is for the profile mode, which adds its options in ``register`` and its branch in ``run``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+from collections.abc import Callable
+
+from ..errors import InputError
+from ..lock import KINDS, load_lock, lock_to_dict
+from ._output import print_json, print_line
+
+EXIT_OK = 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "lock",
+        help="validate lock files",
+        description=(
+            "sparkflake lock validate FILE: check a lock file (schema, every pin's hashes, "
+            "URLs, sizes, unique names). Exit 0 valid, 2 invalid (the message names the file "
+            "and the place, e.g. inputs[3].sha256)."
+        ),
+    )
+    parser.add_argument("action", metavar="ACTION", help="validate")
+    parser.add_argument("file", metavar="FILE", nargs="?", help="the lock file (TOML)")
+    parser.add_argument("--json", action="store_true", help="print the parsed lock as JSON")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    action = ACTIONS.get(args.action)
+    if action is None:
+        raise InputError(
+            f"lock: unknown action {args.action!r} (expected one of: {', '.join(sorted(ACTIONS))}); "
+            "resolving a profile's lock is not part of this build"
+        )
+    return action(args)
+
+
+def run_validate(args: argparse.Namespace) -> int:
+    if args.file is None:
+        raise InputError("lock validate: missing FILE")
+    lock = load_lock(args.file)
+    if args.json:
+        print_json({"file": args.file, "valid": True, "lock": lock_to_dict(lock)})
+        return EXIT_OK
+    counts = Counter(pin.kind for pin in lock.inputs)
+    summary = ", ".join(f"{counts[kind]} {kind}" for kind in KINDS if counts[kind]) or "no inputs"
+    print_line(f"{args.file}: valid (schema {lock.schema}, {lock.target.platform}, {summary})")
+    return EXIT_OK
+
+
+ACTIONS: dict[str, Callable[[argparse.Namespace], int]] = {"validate": run_validate}
