@@ -1,0 +1,218 @@
+"""Build receipts: in-toto Statement v1 with a SLSA provenance v1 predicate.
+
+Two statements are made per image, because a file inside an image cannot name the digest
+of the manifest that contains it (the manifest hashes the layer that holds the file):
+
+- the *in-image receipt* (``/etc/sparkflake/receipt.json``, top layer) has as subjects
+  the diffIDs of every layer below the top layer, and as byproducts both manifests and
+  the patch set; it binds everything the image is built from except its own layer, whose
+  content the overlay manifest describes file by file;
+- the *full receipt* (``receipt.json`` next to the image) is the same predicate with the
+  image manifest digest as subject and, added to the byproducts, every layer's diffID and
+  blob digest, the config digest, the manifest digest and the sha256 of the in-image
+  receipt, so it can be re-checked against an image (``sparkflake receipt verify``).
+
+Labels live in the config, so neither the labels nor the in-image receipt contain the
+config digest; the full receipt does.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
+BUILD_TYPE = "https://sparkflake.dev/build/runtime-composition/v1"
+BUILDER_ID = "https://sparkflake.dev/builder/sparkflake-build"
+
+# byproduct names (stable: receipt verification looks them up by name)
+RETAINED_NATIVE = "retained-native-manifest"
+OVERLAY = "source-overlay-manifest"
+PATCH_SET = "patch-set"
+IN_IMAGE_RECEIPT = "in-image-receipt"
+CONFIG = "image-config"
+MANIFEST = "image-manifest"
+LAYER_PREFIX = "layer"
+
+
+@dataclass(frozen=True)
+class ResolvedDependency:
+    """One input of the build with its digest(s), e.g. ``{"sha256": "…"}``."""
+
+    name: str
+    uri: str
+    digest: Mapping[str, str]
+    annotations: Mapping[str, object] = field(default_factory=dict)
+
+    def as_descriptor(self) -> dict[str, object]:
+        descriptor: dict[str, object] = {"name": self.name, "digest": dict(sorted(self.digest.items()))}
+        if self.uri:
+            descriptor["uri"] = self.uri
+        if self.annotations:
+            descriptor["annotations"] = dict(self.annotations)
+        return descriptor
+
+
+@dataclass(frozen=True)
+class UpstreamClaim:
+    """An identity stated by the seeds (a commit, a tree, a file sha256, an image digest).
+
+    ``status`` says what this build knows about it: ``matches`` (an input of this build
+    has this identity), ``differs`` (the corresponding input has another one, named in
+    ``observed``), ``recorded`` (no input of this build can be compared with it).
+    """
+
+    name: str
+    kind: str
+    value: str
+    status: str
+    observed: str = ""
+
+    def as_record(self) -> dict[str, str]:
+        record = {"name": self.name, "kind": self.kind, "value": self.value, "status": self.status}
+        if self.observed:
+            record["observed"] = self.observed
+        return record
+
+
+CLAIM_STATUSES = ("matches", "differs", "recorded")
+
+
+def canonical_bytes(document: object) -> bytes:
+    """The receipt's stored bytes: sorted keys, 2-space indent, final newline (readable
+    and still byte-stable)."""
+    return (json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
+
+
+def sha256_hex(content: bytes) -> str:
+    return hashlib.sha256(content).hexdigest()
+
+
+def provenance_predicate(
+    *,
+    external_parameters: Mapping[str, object],
+    internal_parameters: Mapping[str, object],
+    resolved_dependencies: Sequence[ResolvedDependency],
+    byproducts: Sequence[Mapping[str, object]],
+    builder_version: str,
+) -> dict[str, object]:
+    return {
+        "buildDefinition": {
+            "buildType": BUILD_TYPE,
+            "externalParameters": dict(external_parameters),
+            "internalParameters": dict(internal_parameters),
+            "resolvedDependencies": [dep.as_descriptor() for dep in resolved_dependencies],
+        },
+        "runDetails": {
+            "builder": {"id": BUILDER_ID, "version": {"sparkflake": builder_version}},
+            "byproducts": [dict(item) for item in byproducts],
+        },
+    }
+
+
+def in_image_statement(
+    *, lower_diff_ids: Sequence[str], predicate: Mapping[str, object]
+) -> dict[str, object]:
+    """The statement stored inside the image: subjects are the lower layers' diffIDs."""
+    return {
+        "_type": STATEMENT_TYPE,
+        "subject": [
+            {"name": f"{LAYER_PREFIX}[{index}].diff_id", "digest": {"sha256": diff_id.removeprefix("sha256:")}}
+            for index, diff_id in enumerate(lower_diff_ids)
+        ],
+        "predicateType": PREDICATE_TYPE,
+        "predicate": copy.deepcopy(dict(predicate)),
+    }
+
+
+def full_statement(
+    in_image: Mapping[str, object],
+    *,
+    image_name: str,
+    manifest_digest: str,
+    config_digest: str,
+    layers: Sequence[Mapping[str, object]],
+) -> dict[str, object]:
+    """The statement written next to the image; subject = the image manifest digest."""
+    predicate = copy.deepcopy(dict(in_image["predicate"]))  # type: ignore[arg-type]
+    byproducts = predicate["runDetails"]["byproducts"]
+    byproducts.append(
+        {
+            "name": IN_IMAGE_RECEIPT,
+            "uri": "file:///etc/sparkflake/receipt.json",
+            "digest": {"sha256": sha256_hex(canonical_bytes(in_image))},
+        }
+    )
+    for index, layer in enumerate(layers):
+        byproducts.append(
+            {
+                "name": f"{LAYER_PREFIX}[{index}]",
+                "digest": {"sha256": str(layer["digest"]).removeprefix("sha256:")},
+                "mediaType": layer["media_type"],
+                "annotations": {
+                    "diff_id": layer["diff_id"],
+                    "size": layer["size"],
+                },
+            }
+        )
+    byproducts.append(
+        {
+            "name": CONFIG,
+            "digest": {"sha256": config_digest.removeprefix("sha256:")},
+            "mediaType": "application/vnd.oci.image.config.v1+json",
+        }
+    )
+    byproducts.append(
+        {
+            "name": MANIFEST,
+            "digest": {"sha256": manifest_digest.removeprefix("sha256:")},
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        }
+    )
+    return {
+        "_type": STATEMENT_TYPE,
+        "subject": [{"name": image_name, "digest": {"sha256": manifest_digest.removeprefix("sha256:")}}],
+        "predicateType": PREDICATE_TYPE,
+        "predicate": predicate,
+    }
+
+
+def byproduct(statement: Mapping[str, object], name: str) -> Mapping[str, object] | None:
+    for item in statement["predicate"]["runDetails"]["byproducts"]:  # type: ignore[index]
+        if item.get("name") == name:
+            return item
+    return None
+
+
+def layer_byproducts(statement: Mapping[str, object]) -> list[Mapping[str, object]]:
+    found = []
+    for item in statement["predicate"]["runDetails"]["byproducts"]:  # type: ignore[index]
+        name = str(item.get("name", ""))
+        if name.startswith(f"{LAYER_PREFIX}[") and name.endswith("]"):
+            found.append(item)
+    return found
+
+
+def in_image_from_full(full: Mapping[str, object]) -> dict[str, object]:
+    """Re-derive the in-image statement from a full one (drop what only the full adds).
+
+    The subjects of the in-image statement are the lower layers' diffIDs, taken from the
+    layer byproducts (all but the last layer).
+    """
+    predicate = copy.deepcopy(dict(full["predicate"]))  # type: ignore[arg-type]
+    added = {IN_IMAGE_RECEIPT, CONFIG, MANIFEST}
+    layers = []
+    kept = []
+    for item in predicate["runDetails"]["byproducts"]:
+        name = str(item.get("name", ""))
+        if name.startswith(f"{LAYER_PREFIX}["):
+            layers.append(item)
+        elif name not in added:
+            kept.append(item)
+    predicate["runDetails"]["byproducts"] = kept
+    lower = [str(item["annotations"]["diff_id"]) for item in layers[:-1]]
+    return in_image_statement(lower_diff_ids=lower, predicate=predicate)
