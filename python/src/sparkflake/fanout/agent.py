@@ -1,0 +1,155 @@
+"""The per-rank program the controller starts over SSH: ``python -m sparkflake.fanout.agent``.
+
+Its stdout is a machine protocol (one JSON object per line), not output for people: the
+controller reads the last line as the result. Exit 0 when the step succeeded, 1 when a check
+failed, 2 for bad input, 3 when a relay lost its controller.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from ..errors import SparkflakeError
+from . import download, engine, files, manifest, receive, relay
+
+
+def _emit(document: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(document, sort_keys=True) + "\n")
+    sys.stdout.flush()
+
+
+def _status(args: argparse.Namespace) -> int:
+    state = files.inspect_copy(Path(args.path), args.sha256, args.size, move_wrong=args.move_wrong)
+    report = state.as_dict()
+    parent = Path(args.path).parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    report["free_bytes"] = files.free_bytes(parent)
+    _emit(report)
+    return 0
+
+
+def _receive(args: argparse.Namespace) -> int:
+    result = receive.receive(Path(args.path), args.size, args.sha256, sys.stdin.buffer, _emit)
+    _emit(result)
+    return 0 if result["status"] == receive.OK else 1
+
+
+def _relay(args: argparse.Namespace) -> int:
+    downstream = json.loads(args.downstream_json)
+    if not isinstance(downstream, list) or not all(isinstance(a, str) for a in downstream):
+        _emit({"status": "failed", "message": "--downstream-json: expected a JSON array of strings"})
+        return 2
+    _exit_when_controller_leaves()
+    result = relay.relay(Path(args.source), args.size, downstream)
+    _emit(result)
+    return 0 if result["status"] == receive.OK else 1
+
+
+def _exit_when_controller_leaves() -> None:
+    """The controller keeps our stdin open; EOF means it is gone (or gave up on this hop),
+    so forwarding stops and the downstream ssh dies with us (its stdin closes)."""
+
+    def watch() -> None:
+        sys.stdin.buffer.read()
+        os._exit(3)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def _import(args: argparse.Namespace) -> int:
+    engine_args = json.loads(args.engine_args_json)
+    result = engine.import_archive(args.engine, engine_args, args.archive, args.image_id, args.tag)
+    _emit({"status": "ok", "engine": result.engine, "loaded": list(result.loaded),
+           "image_id": result.image_id, "tag": result.tag})
+    return 0
+
+
+def _image_status(args: argparse.Namespace) -> int:
+    engine_args = json.loads(args.engine_args_json)
+    found = engine.image_id_of(args.engine, engine_args, args.image_id)
+    _emit({"status": "ok", "present": found == args.image_id, "image_id": found})
+    return 0
+
+
+def _download(args: argparse.Namespace) -> int:
+    result = download.download(args.url, Path(args.path), args.sha256)
+    _emit(result)
+    return 0 if result["status"] == receive.OK else 1
+
+
+def _manifest(args: argparse.Namespace) -> int:
+    entries = manifest.build_manifest(Path(args.dir))
+    _emit({"status": "ok", "files": [entry.as_dict() for entry in entries]})
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sparkflake.fanout.agent")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    status = commands.add_parser("status")
+    status.add_argument("--path", required=True)
+    status.add_argument("--sha256", required=True)
+    status.add_argument("--size", type=int)
+    status.add_argument("--move-wrong", action="store_true")
+    status.set_defaults(handler=_status)
+
+    receiving = commands.add_parser("receive")
+    receiving.add_argument("--path", required=True)
+    receiving.add_argument("--size", type=int, required=True)
+    receiving.add_argument("--sha256", required=True)
+    receiving.set_defaults(handler=_receive)
+
+    relaying = commands.add_parser("relay")
+    relaying.add_argument("--source", required=True)
+    relaying.add_argument("--size", type=int, required=True)
+    relaying.add_argument("--downstream-json", required=True)
+    relaying.set_defaults(handler=_relay)
+
+    importing = commands.add_parser("import")
+    importing.add_argument("--archive", required=True)
+    importing.add_argument("--engine", required=True)
+    importing.add_argument("--image-id", required=True)
+    importing.add_argument("--tag")
+    importing.add_argument("--engine-args-json", default="[]")
+    importing.set_defaults(handler=_import)
+
+    image_status = commands.add_parser("image-status")
+    image_status.add_argument("--engine", required=True)
+    image_status.add_argument("--image-id", required=True)
+    image_status.add_argument("--engine-args-json", default="[]")
+    image_status.set_defaults(handler=_image_status)
+
+    downloading = commands.add_parser("download")
+    downloading.add_argument("--url", required=True)
+    downloading.add_argument("--path", required=True)
+    downloading.add_argument("--sha256", required=True)
+    downloading.set_defaults(handler=_download)
+
+    listing = commands.add_parser("manifest")
+    listing.add_argument("--dir", required=True)
+    listing.set_defaults(handler=_manifest)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.handler(args))
+    except SparkflakeError as exc:
+        _emit({"status": "failed", "message": str(exc), "check_id": exc.check_id})
+        return exc.exit_code
+    except OSError as exc:
+        _emit({"status": "failed", "message": f"{exc.filename or ''}: {exc.strerror or exc}"})
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,168 @@
+"""The sending end of one hop, run on rank i: stream rank i's copy to rank i+1's receiver.
+
+Rank i's copy may still be arriving (pipelining): the relay follows the partial file as it
+grows, so rank i forwards while it receives. It starts at the offset rank i+1 reports,
+which is how a hop resumes after a dropped connection. The bytes go through ``sendfile``
+into the ssh client's stdin: no copy through Python buffers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+from .files import partial_path
+
+# Statuses besides the receiver's own (see receive.py).
+CONNECT_FAILED = "connect-failed"  # no handshake from the receiver: ssh could not start it
+TRANSPORT_ERROR = "transport-error"  # the stream broke after the handshake: resumable
+SOURCE_WITHDRAWN = "source-withdrawn"  # rank i's partial copy was removed or stalled
+
+POLL_SECONDS = 0.02
+SEND_CHUNK = 4 << 20
+
+
+def relay(
+    source: Path, size: int, downstream_argv: list[str], *, stall_seconds: float = 600.0
+) -> dict[str, Any]:
+    started = time.monotonic()
+    process = subprocess.Popen(
+        downstream_argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    stderr_tail: deque[str] = deque(maxlen=20)
+    stderr_reader = threading.Thread(target=_drain, args=(process.stderr, stderr_tail), daemon=True)
+    stderr_reader.start()
+    assert process.stdin is not None and process.stdout is not None
+    handshake = _read_json_line(process.stdout)
+    if handshake is None or "offset" not in handshake:
+        with contextlib.suppress(OSError):
+            process.stdin.close()
+        returncode = process.wait()
+        stderr_reader.join(timeout=2)
+        if handshake is not None and "error" in handshake:
+            return {
+                "status": handshake["error"],
+                "message": handshake.get("message", ""),
+                "returncode": returncode,
+            }
+        return {
+            "status": CONNECT_FAILED,
+            "returncode": returncode,
+            "stderr": "\n".join(stderr_tail),
+        }
+    offset = int(handshake["offset"])
+    sent = 0
+    status = None
+    message = ""
+    try:
+        sent = _send(source, offset, size, process.stdin.fileno(), stall_seconds)
+    except _Withdrawn as exc:
+        status, message = SOURCE_WITHDRAWN, str(exc)
+        process.kill()
+    except (BrokenPipeError, ConnectionResetError):
+        status = TRANSPORT_ERROR
+    with contextlib.suppress(OSError):
+        process.stdin.close()
+    result = _read_last_json(process.stdout)
+    returncode = process.wait()
+    stderr_reader.join(timeout=2)
+    if status is None:
+        status = result.get("status", TRANSPORT_ERROR) if result else TRANSPORT_ERROR
+    return {
+        "status": status,
+        "message": message or (result or {}).get("message", ""),
+        "offset": offset,
+        "sent": sent,
+        "seconds": round(time.monotonic() - started, 6),
+        "downstream": result,
+        "returncode": returncode,
+        "stderr": "\n".join(stderr_tail),
+    }
+
+
+class _Withdrawn(Exception):
+    pass
+
+
+def _send(source: Path, offset: int, size: int, sink: int, stall_seconds: float) -> int:
+    if offset >= size:
+        return 0
+    handle = _open_growing(source, stall_seconds)
+    sent = 0
+    position = offset
+    last_progress = time.monotonic()
+    try:
+        while position < size:
+            count = os.sendfile(sink, handle.fileno(), position, min(SEND_CHUNK, size - position))
+            if count:
+                position += count
+                sent += count
+                last_progress = time.monotonic()
+                continue
+            if not _still_published(source, handle):
+                raise _Withdrawn(f"{source}: the copy being forwarded was removed")
+            if time.monotonic() - last_progress > stall_seconds:
+                raise _Withdrawn(f"{source}: no new bytes for {stall_seconds:.0f}s")
+            time.sleep(POLL_SECONDS)
+    finally:
+        handle.close()
+    return sent
+
+
+def _open_growing(source: Path, stall_seconds: float):  # type: ignore[no-untyped-def]
+    """The final copy if present, else the partial one that is arriving; the partial is
+    renamed to the final name once verified, which keeps the open handle valid."""
+    deadline = time.monotonic() + stall_seconds
+    partial = partial_path(source)
+    while True:
+        for candidate in (source, partial):
+            with contextlib.suppress(FileNotFoundError):
+                return open(candidate, "rb")
+        if time.monotonic() > deadline:
+            raise _Withdrawn(f"{source}: nothing arrived for {stall_seconds:.0f}s")
+        time.sleep(POLL_SECONDS)
+
+
+def _still_published(source: Path, handle) -> bool:  # type: ignore[no-untyped-def]
+    mine = os.fstat(handle.fileno())
+    if mine.st_nlink == 0:
+        return False
+    for candidate in (source, partial_path(source)):
+        with contextlib.suppress(FileNotFoundError):
+            found = os.stat(candidate)
+            if (found.st_dev, found.st_ino) == (mine.st_dev, mine.st_ino):
+                return True
+    return False
+
+
+def _drain(stream, tail: deque[str]) -> None:  # type: ignore[no-untyped-def]
+    for raw in stream:
+        tail.append(raw.decode("utf-8", "replace").rstrip())
+
+
+def _read_json_line(stream) -> dict[str, Any] | None:  # type: ignore[no-untyped-def]
+    line = stream.readline()
+    if not line:
+        return None
+    try:
+        parsed = json.loads(line)
+    except ValueError:
+        return None
+    return parsed if isinstance(parsed, dict) else None
+
+
+def _read_last_json(stream) -> dict[str, Any] | None:  # type: ignore[no-untyped-def]
+    last = None
+    for line in stream:
+        with contextlib.suppress(ValueError):
+            parsed = json.loads(line)
+            if isinstance(parsed, dict):
+                last = parsed
+    return last

@@ -1,0 +1,103 @@
+"""OpenSSH from argv lists: how the controller reaches a rank, and how rank i reaches rank
+i+1 over their shared link (``-b`` binds the client to rank i's address on that link).
+
+OpenSSH hands the remote command to the remote user's shell as one string; each argument
+is quoted with ``shlex.quote`` so the remote side receives exactly our argv.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .site import Hop, Rank, Site, SshOptions
+
+SSH_FAILED = 255  # OpenSSH's own exit status for connection and authentication failures
+
+
+def ssh_argv(
+    options: SshOptions, target: str, remote: Sequence[str], *, bind: str | None = None
+) -> list[str]:
+    argv = [
+        "ssh",
+        "-T",
+        "-e", "none",
+        "-o", "BatchMode=yes",
+        "-o", "Compression=no",
+        "-o", "LogLevel=ERROR",
+        "-o", f"StrictHostKeyChecking={options.strict_host_key_checking}",
+        "-o", f"ConnectTimeout={options.connect_timeout}",
+        "-o", f"ServerAliveInterval={options.server_alive_interval}",
+        "-o", f"ServerAliveCountMax={options.server_alive_count_max}",
+        "-p", str(options.port),
+    ]
+    if options.identity_file:
+        argv += ["-i", options.identity_file, "-o", "IdentitiesOnly=yes"]
+    if options.known_hosts_file:
+        argv += ["-o", f"UserKnownHostsFile={options.known_hosts_file}"]
+    if options.cipher:
+        argv += ["-c", options.cipher]
+    if options.user and "@" not in target:
+        argv += ["-l", options.user]
+    if bind:
+        argv += ["-b", bind]
+    argv += [target, shlex.join(remote)]
+    return argv
+
+
+def management_argv(site: Site, rank: Rank, agent_args: Sequence[str]) -> list[str]:
+    return ssh_argv(site.ssh, rank.ssh, [*site.agent_for(rank), *agent_args])
+
+
+def hop_argv(site: Site, hop: Hop, agent_args: Sequence[str]) -> list[str]:
+    """Run on ``hop.sender``: reach the receiver at its address on the shared link."""
+    return ssh_argv(
+        site.ssh,
+        hop.receiver_address,
+        [*site.agent_for(hop.receiver), *agent_args],
+        bind=hop.sender_address,
+    )
+
+
+@dataclass(frozen=True)
+class AgentReply:
+    returncode: int
+    result: dict[str, Any] | None
+    stderr: str
+
+    @property
+    def unreachable(self) -> bool:
+        return self.returncode == SSH_FAILED and self.result is None
+
+    def describe_failure(self) -> str:
+        if self.result and self.result.get("message"):
+            return str(self.result["message"])
+        text = self.stderr.strip().splitlines()
+        return text[-1] if text else f"exit status {self.returncode}"
+
+
+def last_json(text: str) -> dict[str, Any] | None:
+    found = None
+    for line in text.splitlines():
+        try:
+            parsed = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(parsed, dict):
+            found = parsed
+    return found
+
+
+def run_agent(site: Site, rank: Rank, agent_args: Sequence[str], *, timeout: float | None = None) -> AgentReply:
+    argv = management_argv(site, rank, agent_args)
+    try:
+        completed = subprocess.run(
+            argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired as exc:
+        return AgentReply(SSH_FAILED, None, f"timed out after {exc.timeout}s")
+    return AgentReply(completed.returncode, last_json(completed.stdout), completed.stderr)

@@ -1,0 +1,270 @@
+"""Four (or N) ranks on this machine: network namespaces chained by veth pairs, each with its
+own sshd on its own addresses. Traffic stays inside namespaces this fixture creates.
+
+Addresses (a private range this fixture owns):
+- management: a bridge ``sfkbr0`` in the root namespace at 10.231.200.1/24; rank i has
+  10.231.200.(10+i) on its ``mgmt0`` veth. The controller (the test process) reaches every
+  rank's sshd here; a registry started by a test can listen on 10.231.200.1.
+- fabric: link i joins rank i and rank i+1 with 10.231.(i+1).1/30 (rank i, device ``fNa``)
+  and 10.231.(i+1).2/30 (rank i+1, device ``fNb``).
+
+``NetnsRanks`` is usable from tests (the session fixture ``netns_ranks``) and from
+``bench/bench_fanout.py``. ``close()`` always kills the sshd processes it started, every
+process left inside its namespaces, and removes the namespaces and the bridge.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sparkflake.fanout.site import Link, Rank, Site, SshOptions, dump_site
+
+PREFIX = "sfk-r"
+BRIDGE = "sfkbr0"
+MGMT_GATEWAY = "10.231.200.1"
+AGENT = (sys.executable, "-m", "sparkflake.fanout.agent")
+
+
+def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(argv), check=check, capture_output=True, text=True)
+
+
+def mgmt_address(index: int) -> str:
+    return f"10.231.200.{10 + index}"
+
+
+def fabric_address(link_index: int, side: int) -> str:
+    return f"10.231.{link_index + 1}.{side + 1}"
+
+
+class NetnsRanks:
+    def __init__(self, root: Path, count: int = 4) -> None:
+        self.root = Path(root)
+        self.count = count
+        self.sshd: dict[int, subprocess.Popen[bytes]] = {}
+        self.key = self.root / "client_key"
+        self.known_hosts = self.root / "known_hosts"
+
+    # ---- lifecycle -------------------------------------------------------------------
+    def namespace(self, index: int) -> str:
+        return f"{PREFIX}{index}"
+
+    def start(self) -> NetnsRanks:
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._remove_network()
+        try:
+            self._make_network()
+            self._make_keys()
+            for index in range(self.count):
+                self.rank_dir(index).mkdir(parents=True, exist_ok=True)
+                self.data_dir(index).mkdir(parents=True, exist_ok=True)
+                self.start_sshd(index)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def close(self) -> None:
+        for index in list(self.sshd):
+            self.stop_sshd(index)
+        for index in range(self.count):
+            self._kill_namespace_processes(index)
+        self._remove_network()
+
+    def _make_network(self) -> None:
+        _run("ip", "link", "add", BRIDGE, "type", "bridge")
+        _run("ip", "addr", "add", f"{MGMT_GATEWAY}/24", "dev", BRIDGE)
+        _run("ip", "link", "set", BRIDGE, "up")
+        for index in range(self.count):
+            ns = self.namespace(index)
+            _run("ip", "netns", "add", ns)
+            _run("ip", "-n", ns, "link", "set", "lo", "up")
+            root_side = f"sfkm{index}"
+            _run("ip", "link", "add", root_side, "type", "veth", "peer", "name", "mgmt0", "netns", ns)
+            _run("ip", "link", "set", root_side, "master", BRIDGE)
+            _run("ip", "link", "set", root_side, "up")
+            _run("ip", "-n", ns, "addr", "add", f"{mgmt_address(index)}/24", "dev", "mgmt0")
+            _run("ip", "-n", ns, "link", "set", "mgmt0", "up")
+        for link in range(self.count - 1):
+            left, right = self.namespace(link), self.namespace(link + 1)
+            _run("ip", "-n", left, "link", "add", f"f{link}a", "type", "veth", "peer", "name", f"f{link}b", "netns", right)
+            _run("ip", "-n", left, "addr", "add", f"{fabric_address(link, 0)}/30", "dev", f"f{link}a")
+            _run("ip", "-n", right, "addr", "add", f"{fabric_address(link, 1)}/30", "dev", f"f{link}b")
+            _run("ip", "-n", left, "link", "set", f"f{link}a", "up")
+            _run("ip", "-n", right, "link", "set", f"f{link}b", "up")
+
+    def _remove_network(self) -> None:
+        for index in range(self.count):
+            _run("ip", "netns", "del", self.namespace(index), check=False)
+            _run("ip", "link", "del", f"sfkm{index}", check=False)
+        _run("ip", "link", "del", BRIDGE, check=False)
+
+    def _kill_namespace_processes(self, index: int) -> None:
+        listed = _run("ip", "netns", "pids", self.namespace(index), check=False)
+        for pid_text in listed.stdout.split():
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(pid_text), signal.SIGKILL)
+
+    def _make_keys(self) -> None:
+        host_key = self.root / "host_key"
+        for key in (self.key, host_key):
+            if not key.exists():
+                _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "sparkflake-test", "-f", str(key))
+        (self.root / "authorized_keys").write_text((self.root / "client_key.pub").read_text())
+        self.known_hosts.write_text("")
+
+    # ---- sshd per rank -----------------------------------------------------------------
+    def rank_dir(self, index: int) -> Path:
+        return self.root / f"rank{index}"
+
+    def data_dir(self, index: int) -> Path:
+        return self.rank_dir(index) / "data"
+
+    def addresses(self, index: int) -> list[str]:
+        found = [mgmt_address(index)]
+        if index > 0:
+            found.append(fabric_address(index - 1, 1))
+        if index < self.count - 1:
+            found.append(fabric_address(index, 0))
+        return found
+
+    def start_sshd(self, index: int) -> None:
+        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
+        config = self.rank_dir(index) / "sshd_config"
+        lines = [
+            "Port 22",
+            *[f"ListenAddress {address}" for address in self.addresses(index)],
+            f"HostKey {self.root / 'host_key'}",
+            f"PidFile {self.rank_dir(index) / 'sshd.pid'}",
+            f"AuthorizedKeysFile {self.root / 'authorized_keys'}",
+            "PermitRootLogin prohibit-password",
+            "StrictModes no",
+            "UsePAM no",
+            "PasswordAuthentication no",
+            "KbdInteractiveAuthentication no",
+            "PrintMotd no",
+            "LogLevel ERROR",
+            "MaxStartups 100",
+            "MaxSessions 100",
+            "Subsystem sftp internal-sftp",
+        ]
+        config.write_text("\n".join(lines) + "\n")
+        log = open(self.rank_dir(index) / "sshd.log", "ab")  # noqa: SIM115 - owned by the Popen
+        process = subprocess.Popen(
+            ["ip", "netns", "exec", self.namespace(index), "/usr/sbin/sshd", "-D", "-e", "-f", str(config)],
+            stdout=log,
+            stderr=log,
+        )
+        log.close()
+        self.sshd[index] = process
+        deadline = time.monotonic() + 10
+        while True:
+            with socket.socket() as probe:
+                probe.settimeout(0.5)
+                if probe.connect_ex((mgmt_address(index), 22)) == 0:
+                    return
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"sshd for rank {index} did not start: see {self.rank_dir(index) / 'sshd.log'}")
+            time.sleep(0.05)
+
+    def stop_sshd(self, index: int) -> None:
+        process = self.sshd.pop(index, None)
+        if process is None:
+            return
+        process.terminate()
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    # ---- faults and shaping -------------------------------------------------------------
+    def set_link(self, link: int, up: bool) -> None:
+        state = "up" if up else "down"
+        _run("ip", "-n", self.namespace(link), "link", "set", f"f{link}a", state)
+        _run("ip", "-n", self.namespace(link + 1), "link", "set", f"f{link}b", state)
+
+    def shape(self, rate: str | None) -> None:
+        """Limit every fabric link to ``rate`` (tc tbf, e.g. ``"400mbit"``); None removes it."""
+        for link in range(self.count - 1):
+            for ns, device in ((self.namespace(link), f"f{link}a"), (self.namespace(link + 1), f"f{link}b")):
+                if rate is None:
+                    _run("ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", device, "root", check=False)
+                else:
+                    _run(
+                        "ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", device, "root",
+                        "tbf", "rate", rate, "burst", "512kb", "latency", "100ms",
+                    )
+
+    # ---- the site file ------------------------------------------------------------------
+    def site(self, *, data_dirs: dict[int, Path] | None = None, topology: str = "chain") -> Site:
+        data_dirs = data_dirs or {}
+        ranks = []
+        for index in range(self.count):
+            fabric = {}
+            if index > 0:
+                fabric[f"l{index - 1}{index}"] = fabric_address(index - 1, 1)
+            if index < self.count - 1:
+                fabric[f"l{index}{index + 1}"] = fabric_address(index, 0)
+            podman = self.rank_dir(index) / "podman"
+            ranks.append(
+                Rank(
+                    name=f"rank{index}",
+                    ssh=f"root@{mgmt_address(index)}",
+                    management=mgmt_address(index),
+                    data_dir=str(data_dirs.get(index, self.data_dir(index))),
+                    fabric=fabric,
+                    engine_args=(
+                        "--root", str(podman / "root"),
+                        "--runroot", str(podman / "run"),
+                        "--storage-driver", "vfs",
+                        "--cgroup-manager", "cgroupfs",
+                        "--events-backend", "file",
+                    ),
+                )
+            )
+        links = tuple(
+            Link(name=f"l{index}{index + 1}", endpoints=(f"rank{index}", f"rank{index + 1}"))
+            for index in range(self.count - 1)
+        )
+        return Site(
+            ranks=tuple(ranks),
+            links=links,
+            order=tuple(f"rank{index}" for index in range(self.count)),
+            topology=topology,
+            ssh=SshOptions(
+                user=None,
+                identity_file=str(self.key),
+                known_hosts_file=str(self.known_hosts),
+                cipher="aes128-gcm@openssh.com",
+                connect_timeout=3,
+                server_alive_interval=1,
+                server_alive_count_max=3,
+                strict_host_key_checking="accept-new",
+            ),
+            agent=AGENT,
+        )
+
+    def write_site(self, path: Path, **kwargs: object) -> Path:
+        path.write_text(dump_site(self.site(**kwargs)))  # type: ignore[arg-type]
+        return path
+
+
+@pytest.fixture(scope="session")
+def netns_ranks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NetnsRanks]:
+    ranks = NetnsRanks(tmp_path_factory.mktemp("netns-ranks"))
+    ranks.start()
+    try:
+        yield ranks
+    finally:
+        ranks.close()
