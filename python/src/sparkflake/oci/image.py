@@ -1,0 +1,173 @@
+"""ImageSpec -> layers, config, manifest, index -> BuiltImage -> the output formats.
+
+The config, manifest and index bytes are made once here (canonical JSON) and the same
+bytes go into the layout, the oci-archive and the docker-archive; so the manifest digest
+is known before any push and the config digest (the image ID) is the same in every
+format.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..atomic_write import write_bytes_atomic
+from ..errors import InputError
+from . import media_types
+from .archive import write_docker_archive, write_oci_archive
+from .blob_store import BlobStore
+from .canonical_json import canonical_json_bytes
+from .compression import Compression
+from .config import Platform, RuntimeConfig, config_document, rfc3339
+from .digests import chain_id, sha256_digest
+from .image_model import BuiltImage
+from .layer import DEFAULT_SOURCE_DATE_EPOCH, Layer, LayerOptions, build_layer
+from .layer_cache import LayerCache
+from .layer_tree import LayerInput
+from .layout import write_oci_layout
+from .manifest import Descriptor, index_document, layer_descriptor, manifest_document
+
+ProgressCallback = Callable[[int, int, str], None]
+
+_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+_REPOSITORY = re.compile(
+    r"(?:[a-z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+    r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
+)
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    layer_input: LayerInput
+    created_by: str
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    layers: tuple[LayerSpec, ...]
+    platform: Platform = Platform()
+    runtime: RuntimeConfig = RuntimeConfig()
+    compression: Compression = Compression("gzip")
+    source_date_epoch: int = DEFAULT_SOURCE_DATE_EPOCH
+    tag: str = "latest"
+    repository: str = "localhost/sparkflake"
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.layers:
+            raise InputError("an image needs at least one layer")
+        if not _TAG.fullmatch(self.tag):
+            raise InputError(f"tag {self.tag!r} is not a valid tag ([A-Za-z0-9_][A-Za-z0-9_.-]*)")
+        if not _REPOSITORY.fullmatch(self.repository):
+            raise InputError(f"repository name {self.repository!r} is not a valid reference name")
+
+
+def default_source_date_epoch() -> int:
+    text = os.environ.get("SOURCE_DATE_EPOCH")
+    if text is None or text == "":
+        return DEFAULT_SOURCE_DATE_EPOCH
+    if not text.isdigit():
+        raise InputError(f"SOURCE_DATE_EPOCH={text!r} is not a non-negative integer")
+    return int(text)
+
+
+def build_image(
+    spec: ImageSpec,
+    store: BlobStore,
+    cache: LayerCache | None = None,
+    progress: ProgressCallback | None = None,
+) -> BuiltImage:
+    options = LayerOptions(spec.compression, spec.source_date_epoch)
+    layers: list[Layer] = []
+    count = len(spec.layers)
+    for position, layer_spec in enumerate(spec.layers, start=1):
+        label = f"layer {position}/{count}"
+
+        def layer_progress(done: int, total: int, what: str, label: str = label) -> None:
+            if progress is not None:
+                progress(done, total, f"{label} {what}")
+
+        layers.append(build_layer(layer_spec.layer_input, options, store, cache, layer_progress))
+    return assemble_image(spec, layers, store)
+
+
+def assemble_image(spec: ImageSpec, layers: list[Layer], store: BlobStore) -> BuiltImage:
+    """Config, manifest and index for already built layers (the composition stage may
+    build layers itself with ``build_layer`` and call this)."""
+    diff_ids = [layer.diff_id for layer in layers]
+    config_bytes = canonical_json_bytes(
+        config_document(
+            spec.platform,
+            spec.runtime,
+            diff_ids,
+            [layer_spec.created_by for layer_spec in spec.layers],
+            spec.source_date_epoch,
+        )
+    )
+    config_digest = sha256_digest(config_bytes)
+    annotations = {
+        media_types.CREATED_ANNOTATION: rfc3339(spec.source_date_epoch),
+        **spec.annotations,
+    }
+    manifest_bytes = canonical_json_bytes(
+        manifest_document(
+            Descriptor(media_types.OCI_CONFIG, config_digest, len(config_bytes)),
+            [layer_descriptor(layer) for layer in layers],
+            annotations,
+        )
+    )
+    manifest_digest = sha256_digest(manifest_bytes)
+    index_bytes = canonical_json_bytes(
+        index_document(
+            [
+                Descriptor(
+                    media_types.OCI_MANIFEST,
+                    manifest_digest,
+                    len(manifest_bytes),
+                    annotations={media_types.REF_NAME_ANNOTATION: spec.tag},
+                    platform=spec.platform,
+                )
+            ]
+        )
+    )
+    return BuiltImage(
+        platform=spec.platform,
+        repository=spec.repository,
+        tag=spec.tag,
+        source_date_epoch=spec.source_date_epoch,
+        layers=tuple(layers),
+        config_bytes=config_bytes,
+        config_digest=config_digest,
+        manifest_bytes=manifest_bytes,
+        manifest_digest=manifest_digest,
+        index_bytes=index_bytes,
+        index_digest=sha256_digest(index_bytes),
+        chain_id=chain_id(diff_ids),
+        store=store,
+    )
+
+
+@dataclass(frozen=True)
+class ImageOutputs:
+    layout: Path
+    oci_archive: Path
+    docker_archive: Path
+    digests_file: Path
+
+
+def write_image_outputs(image: BuiltImage, out_dir: str | os.PathLike[str]) -> ImageOutputs:
+    """``out_dir``/oci (layout), oci-archive.tar, docker-archive.tar, digests.json."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    layout = write_oci_layout(image, out / "oci")
+    oci_archive = write_oci_archive(image, out / "oci-archive.tar")
+    docker_archive = write_docker_archive(image, out / "docker-archive.tar")
+    digests_file = out / "digests.json"
+    write_bytes_atomic(
+        digests_file,
+        canonical_json_bytes(image.digests_record()) + b"\n",
+    )
+    return ImageOutputs(layout, oci_archive, docker_archive, digests_file)

@@ -1,0 +1,55 @@
+"""A built image: its layers, its canonical config/manifest/index bytes and digests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .blob_store import BlobStore
+from .config import Platform
+from .layer import Layer
+
+
+@dataclass(frozen=True)
+class BuiltImage:
+    platform: Platform
+    repository: str
+    tag: str
+    source_date_epoch: int
+    layers: tuple[Layer, ...]
+    config_bytes: bytes
+    config_digest: str
+    manifest_bytes: bytes
+    manifest_digest: str
+    index_bytes: bytes
+    index_digest: str
+    chain_id: str
+    store: BlobStore
+
+    @property
+    def reference(self) -> str:
+        return f"{self.repository}:{self.tag}"
+
+    def digests_record(self) -> dict[str, object]:
+        """``digests.json``: every digest with its kind as the key that names it."""
+        return {
+            "manifest": self.manifest_digest,
+            "index": self.index_digest,
+            "config": self.config_digest,
+            "image_id": self.config_digest,
+            "chain_id": self.chain_id,
+            "platform": str(self.platform),
+            "tag": self.tag,
+            "reference": self.reference,
+            "manifest_size": len(self.manifest_bytes),
+            "config_size": len(self.config_bytes),
+            "layers": [
+                {
+                    "digest": layer.digest,
+                    "diff_id": layer.diff_id,
+                    "size": layer.size,
+                    "media_type": layer.media_type,
+                    "uncompressed_size": layer.uncompressed_size,
+                }
+                for layer in self.layers
+            ],
+        }

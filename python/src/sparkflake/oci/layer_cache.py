@@ -1,0 +1,115 @@
+"""Content-addressed layer cache.
+
+The key of a layer is the sha256 of everything its tar stream is a function of: each
+entry's path, kind, normalized mode, size, link target and content sha256, in archive
+order, plus the layer options (compression, level, SOURCE_DATE_EPOCH) and a format
+version. So the key is the trees' content, not their location, mtimes or owners: a
+copy of a tree elsewhere hits the same cache entry, and a changed byte misses it.
+
+Computing a content sha256 of every file on each build would read every byte; instead a
+per-file table remembers the sha256 of a host file under its stat identity (device,
+inode, size, mtime_ns, ctime_ns), as git's index does, and only files whose identity
+changed are read again. ctime cannot be set by ordinary programs, so a file rewritten in
+place with its mtime restored is still noticed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from ..atomic_write import write_bytes_atomic
+from .canonical_json import canonical_json_bytes
+from .layer_tree import ScannedEntry
+from .tar_stream import EntryKind
+
+CACHE_FORMAT = "sparkflake-layer-cache-v1"
+HASH_CHUNK = 1 << 20
+
+ProgressCallback = Callable[[int, int, str], None]
+
+
+class LayerCache:
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+        self.layer_dir = self.root / "layers"
+        self._file_table_path = self.root / "file-sha256.json"
+        self._file_table: dict[str, list] | None = None
+        self._dirty = False
+
+    def _table(self) -> dict[str, list]:
+        if self._file_table is None:
+            try:
+                self._file_table = json.loads(self._file_table_path.read_bytes())
+            except (FileNotFoundError, ValueError):
+                self._file_table = {}
+        return self._file_table
+
+    def file_sha256(self, scanned: ScannedEntry) -> str:
+        entry = scanned.entry
+        if entry.content is not None:
+            return hashlib.sha256(entry.content).hexdigest()
+        assert entry.source is not None
+        table = self._table()
+        identity = list(scanned.stat_key or ())
+        remembered = table.get(entry.source)
+        if remembered is not None and remembered[:-1] == identity:
+            return remembered[-1]
+        hex_digest = _hash_host_file(entry.source)
+        table[entry.source] = identity + [hex_digest]
+        self._dirty = True
+        return hex_digest
+
+    def key(
+        self,
+        entries: Sequence[ScannedEntry],
+        options_record: dict[str, object],
+        progress: ProgressCallback | None = None,
+    ) -> str:
+        hasher = hashlib.sha256(canonical_json_bytes({"format": CACHE_FORMAT, **options_record}))
+        total = sum(s.entry.size for s in entries if s.entry.kind is EntryKind.FILE)
+        done = 0
+        for scanned in entries:
+            entry = scanned.entry
+            content = ""
+            if entry.kind is EntryKind.FILE:
+                content = self.file_sha256(scanned)
+                done += entry.size
+                if progress is not None:
+                    progress(done, total, "hashing trees")
+            record = f"{entry.kind.value}\0{entry.path}\0{entry.mode:o}\0{entry.size}\0"
+            record += f"{entry.link_target}\0{content}\n"
+            hasher.update(record.encode("utf-8"))
+        return hasher.hexdigest()
+
+    def lookup(self, key: str) -> dict | None:
+        try:
+            return json.loads((self.layer_dir / f"{key}.json").read_bytes())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def record(self, key: str, layer_record: dict) -> None:
+        write_bytes_atomic(self.layer_dir / f"{key}.json", canonical_json_bytes(layer_record))
+
+    def save(self) -> None:
+        if self._dirty and self._file_table is not None:
+            with contextlib.suppress(OSError):
+                write_bytes_atomic(self._file_table_path, canonical_json_bytes(self._file_table))
+            self._dirty = False
+
+
+def _hash_host_file(path: str) -> str:
+    from ..errors import InputError
+
+    hasher = hashlib.sha256()
+    try:
+        with open(path, "rb", buffering=0) as handle:
+            while chunk := handle.read(HASH_CHUNK):
+                hasher.update(chunk)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror}") from exc
+    return hasher.hexdigest()

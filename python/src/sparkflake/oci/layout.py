@@ -1,0 +1,32 @@
+"""Writer of an OCI image layout directory (OCI image spec image-layout.md).
+
+The directory is staged beside its final name and renamed into place (atomic); layer
+blobs are hardlinked from the blob store when it is on the same filesystem."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..atomic_write import atomic_directory
+from .blob_store import link_or_copy
+from .canonical_json import canonical_json_bytes
+from .digests import digest_hex
+from .image_model import BuiltImage
+from .media_types import OCI_LAYOUT_VERSION
+
+OCI_LAYOUT_BYTES = canonical_json_bytes({"imageLayoutVersion": OCI_LAYOUT_VERSION})
+
+
+def write_oci_layout(image: BuiltImage, out_dir: str | os.PathLike[str]) -> Path:
+    with atomic_directory(out_dir) as staging:
+        staging.chmod(0o755)  # mkdtemp makes it 0700; a layout is meant to be shared
+        blob_dir = staging / "blobs" / "sha256"
+        blob_dir.mkdir(parents=True)
+        for layer in image.layers:
+            link_or_copy(layer.blob_path, blob_dir / digest_hex(layer.digest))
+        (blob_dir / digest_hex(image.config_digest)).write_bytes(image.config_bytes)
+        (blob_dir / digest_hex(image.manifest_digest)).write_bytes(image.manifest_bytes)
+        (staging / "index.json").write_bytes(image.index_bytes)
+        (staging / "oci-layout").write_bytes(OCI_LAYOUT_BYTES)
+    return Path(out_dir)

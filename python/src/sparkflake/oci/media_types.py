@@ -1,0 +1,31 @@
+"""OCI and Docker media types, and the layer media type for each compression."""
+
+from __future__ import annotations
+
+OCI_LAYOUT_VERSION = "1.0.0"
+
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
+OCI_LAYER_TAR = "application/vnd.oci.image.layer.v1.tar"
+OCI_LAYER_GZIP = "application/vnd.oci.image.layer.v1.tar+gzip"
+OCI_LAYER_ZSTD = "application/vnd.oci.image.layer.v1.tar+zstd"
+
+DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
+DOCKER_MANIFEST_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
+DOCKER_CONFIG = "application/vnd.docker.container.image.v1+json"
+DOCKER_LAYER_GZIP = "application/vnd.docker.image.rootfs.diff.tar.gzip"
+DOCKER_LAYER_TAR = "application/vnd.docker.image.rootfs.diff.tar"
+
+LAYER_MEDIA_TYPES = {
+    "none": OCI_LAYER_TAR,
+    "gzip": OCI_LAYER_GZIP,
+    "zstd": OCI_LAYER_ZSTD,
+}
+
+INDEX_MEDIA_TYPES = frozenset({OCI_INDEX, DOCKER_MANIFEST_LIST})
+MANIFEST_MEDIA_TYPES = frozenset({OCI_MANIFEST, DOCKER_MANIFEST})
+
+REF_NAME_ANNOTATION = "org.opencontainers.image.ref.name"
+CREATED_ANNOTATION = "org.opencontainers.image.created"
+COMPRESSION_ANNOTATION = "io.sparkflake.layer.compression"

@@ -1,0 +1,348 @@
+"""Readers for the three image formats: OCI layout directory, oci-archive, docker-archive.
+
+``open_image`` finds the format and gives an ``ImageReader`` with the raw document bytes
+(index, manifest, config) and ``open_blob`` streams; nothing loads a layer in memory.
+An archive is indexed once by walking its tar headers (seeking over member data), then
+members are read in place as slices of the archive file.
+
+Errors: a file or blob that is absent, unparsable or not the expected format is
+``InputError`` (exit 2); bytes whose digest or size differ from what references them are
+``CheckFailed`` (exit 1), raised by ``verify``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tarfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from ..errors import InputError
+from . import media_types
+from .digests import digest_hex, is_digest
+
+MAX_DOCUMENT_BYTES = 4 << 20
+
+ProgressCallback = Callable[[int, int, str], None]
+
+
+class _Slice(io.RawIOBase):
+    """A read-only window [offset, offset+size) of an open file."""
+
+    def __init__(self, path: Path, offset: int, size: int) -> None:
+        self._handle = open(path, "rb", buffering=0)  # noqa: SIM115 - closed in close()
+        self._handle.seek(offset)
+        self._remaining = size
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        if self._remaining <= 0:
+            return b""
+        if size < 0 or size > self._remaining:
+            size = self._remaining
+        chunk = self._handle.read(size)
+        self._remaining -= len(chunk)
+        return chunk
+
+    def readinto(self, buffer) -> int:  # type: ignore[override]
+        chunk = self.read(len(buffer))
+        buffer[: len(chunk)] = chunk
+        return len(chunk)
+
+    def close(self) -> None:
+        self._handle.close()
+        super().close()
+
+
+class _DirectoryFiles:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def describe(self, name: str) -> str:
+        return str(self.root / name)
+
+    def size(self, name: str) -> int | None:
+        try:
+            return (self.root / name).stat().st_size
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+
+    def open(self, name: str) -> BinaryIO:
+        try:
+            return open(self.root / name, "rb")  # noqa: SIM115 - caller closes
+        except OSError as exc:
+            raise InputError(f"{self.root / name}: cannot read: {exc.strerror}") from exc
+
+
+class _TarFiles:
+    def __init__(self, archive: Path) -> None:
+        self.archive = archive
+        self.members: dict[str, tuple[int, int]] = {}
+        links: dict[str, str] = {}
+        try:
+            with tarfile.open(archive, "r:") as tar:
+                for member in tar:
+                    name = _clean_member_name(member.name)
+                    if member.isfile():
+                        self.members[name] = (member.offset_data, member.size)
+                    elif member.issym() or member.islnk():
+                        base = os.path.dirname(name) if member.issym() else ""
+                        links[name] = _clean_member_name(os.path.join(base, member.linkname))
+        except (tarfile.TarError, EOFError) as exc:
+            raise InputError(f"{archive}: not a readable tar archive: {exc}") from exc
+        except OSError as exc:
+            raise InputError(f"{archive}: cannot read: {exc.strerror}") from exc
+        for name, target in links.items():
+            if target in self.members:
+                self.members[name] = self.members[target]
+        archive_size = archive.stat().st_size
+        for name, (offset, size) in self.members.items():
+            if offset + size > archive_size:
+                raise InputError(f"{archive}: member {name} is truncated")
+
+    def describe(self, name: str) -> str:
+        return f"{self.archive}:{name}"
+
+    def size(self, name: str) -> int | None:
+        found = self.members.get(_clean_member_name(name))
+        return None if found is None else found[1]
+
+    def open(self, name: str) -> BinaryIO:
+        found = self.members.get(_clean_member_name(name))
+        if found is None:
+            raise InputError(f"{self.archive}: no member {name}")
+        return io.BufferedReader(_Slice(self.archive, *found), buffer_size=1 << 20)
+
+
+def _clean_member_name(name: str) -> str:
+    return os.path.normpath(name).lstrip("/").removeprefix("./")
+
+
+@dataclass(frozen=True)
+class BlobRef:
+    """A blob as referenced by a document: its digest (None when a docker-archive names
+    a file rather than a digest), the member/file name, the expected size if known."""
+
+    role: str
+    name: str
+    digest: str | None
+    size: int | None
+    media_type: str
+
+
+@dataclass
+class ImageReader:
+    format: str
+    path: Path
+    files: _DirectoryFiles | _TarFiles
+    index_bytes: bytes | None
+    manifest_bytes: bytes | None
+    manifest_ref: BlobRef | None
+    config_ref: BlobRef
+    config_bytes: bytes
+    layer_refs: list[BlobRef]
+    repo_tags: list[str]
+    ref_name: str | None
+
+    def open_blob(self, ref: BlobRef) -> BinaryIO:
+        if self.files.size(ref.name) is None:
+            raise InputError(
+                f"{ref.role} blob {ref.digest or ref.name} is missing: "
+                f"{self.files.describe(ref.name)} does not exist"
+            )
+        return self.files.open(ref.name)
+
+    @property
+    def config(self) -> dict:
+        return _parse_json(self.config_bytes, f"{self.files.describe(self.config_ref.name)}")
+
+    @property
+    def manifest(self) -> dict | None:
+        if self.manifest_bytes is None or self.manifest_ref is None:
+            return None
+        return _parse_json(self.manifest_bytes, self.files.describe(self.manifest_ref.name))
+
+
+def _parse_json(raw: bytes, where: str) -> dict:
+    try:
+        document = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InputError(f"{where}: not valid JSON: {exc}") from exc
+    if not isinstance(document, dict):
+        raise InputError(f"{where}: expected a JSON object")
+    return document
+
+
+def _read_document(files: _DirectoryFiles | _TarFiles, name: str, what: str) -> bytes:
+    size = files.size(name)
+    if size is None:
+        raise InputError(f"{what} missing: {files.describe(name)} does not exist")
+    if size > MAX_DOCUMENT_BYTES:
+        raise InputError(f"{files.describe(name)}: {what} is {size} bytes, too large")
+    with files.open(name) as handle:
+        return handle.read()
+
+
+def _blob_name(digest: object, where: str) -> str:
+    if not isinstance(digest, str) or ":" not in digest:
+        raise InputError(f"{where}: invalid digest {digest!r}")
+    algorithm, _, hex_part = digest.partition(":")
+    if algorithm != "sha256" or not is_digest(digest):
+        raise InputError(f"{where}: unsupported or malformed digest {digest!r}")
+    return f"blobs/sha256/{digest_hex(digest)}"
+
+
+def _descriptor(record: object, role: str, where: str) -> BlobRef:
+    if not isinstance(record, dict):
+        raise InputError(f"{where}: expected a descriptor object")
+    digest = record.get("digest")
+    size = record.get("size")
+    media_type = record.get("mediaType", "")
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        raise InputError(f"{where}.size: expected a non-negative integer, got {size!r}")
+    if not isinstance(media_type, str):
+        raise InputError(f"{where}.mediaType: expected a string")
+    return BlobRef(role, _blob_name(digest, f"{where}.digest"), str(digest), size, media_type)
+
+
+def open_image(path: str | os.PathLike[str], ref_name: str | None = None) -> ImageReader:
+    """Open an OCI layout directory, an oci-archive or a docker-archive."""
+    location = Path(path)
+    if location.is_dir():
+        return _open_oci(location, _DirectoryFiles(location), "oci-layout", ref_name)
+    if not location.exists():
+        raise InputError(f"{location}: no such file or directory")
+    files = _TarFiles(location)
+    if files.size("oci-layout") is not None:
+        return _open_oci(location, files, "oci-archive", ref_name)
+    if files.size("manifest.json") is not None:
+        return _open_docker_archive(location, files)
+    raise InputError(
+        f"{location}: neither an OCI layout (no oci-layout file) nor a docker-archive "
+        "(no manifest.json)"
+    )
+
+
+def _open_oci(
+    location: Path, files: _DirectoryFiles | _TarFiles, image_format: str, ref_name: str | None
+) -> ImageReader:
+    layout_where = files.describe("oci-layout")
+    layout_doc = _parse_json(_read_document(files, "oci-layout", "oci-layout file"), layout_where)
+    version = layout_doc.get("imageLayoutVersion")
+    if version != media_types.OCI_LAYOUT_VERSION:
+        raise InputError(
+            f"{layout_where}: imageLayoutVersion is {version!r}, expected "
+            f"{media_types.OCI_LAYOUT_VERSION!r}"
+        )
+    index_bytes = _read_document(files, "index.json", "index.json")
+    index_where = files.describe("index.json")
+    index = _parse_json(index_bytes, index_where)
+    manifest_ref, chosen_ref_name = _select_manifest(index, index_where, files, ref_name)
+    manifest_bytes = _read_document(files, manifest_ref.name, f"manifest {manifest_ref.digest}")
+    manifest_where = files.describe(manifest_ref.name)
+    manifest = _parse_json(manifest_bytes, manifest_where)
+    config_ref = _descriptor(manifest.get("config"), "config", f"{manifest_where}: config")
+    layers = manifest.get("layers")
+    if not isinstance(layers, list):
+        raise InputError(f"{manifest_where}: layers: expected a list")
+    layer_refs = [
+        _descriptor(record, f"layer {position}", f"{manifest_where}: layers[{position}]")
+        for position, record in enumerate(layers)
+    ]
+    config_bytes = _read_document(files, config_ref.name, f"config {config_ref.digest}")
+    return ImageReader(
+        format=image_format,
+        path=location,
+        files=files,
+        index_bytes=index_bytes,
+        manifest_bytes=manifest_bytes,
+        manifest_ref=manifest_ref,
+        config_ref=config_ref,
+        config_bytes=config_bytes,
+        layer_refs=layer_refs,
+        repo_tags=[],
+        ref_name=chosen_ref_name,
+    )
+
+
+def _select_manifest(
+    index: dict,
+    where: str,
+    files: _DirectoryFiles | _TarFiles,
+    ref_name: str | None,
+) -> tuple[BlobRef, str | None]:
+    manifests = index.get("manifests")
+    if not isinstance(manifests, list) or not manifests:
+        raise InputError(f"{where}: manifests: expected a non-empty list")
+    candidates = []
+    for position, record in enumerate(manifests):
+        ref = _descriptor(record, "manifest", f"{where}: manifests[{position}]")
+        annotations = record.get("annotations") or {}
+        name = (
+            annotations.get(media_types.REF_NAME_ANNOTATION)
+            if isinstance(annotations, dict)
+            else None
+        )
+        candidates.append((ref, name))
+    if ref_name is not None:
+        candidates = [c for c in candidates if c[1] == ref_name]
+        if not candidates:
+            raise InputError(f"{where}: no manifest is tagged {ref_name!r}")
+    if len(candidates) > 1:
+        names = ", ".join(repr(c[1]) for c in candidates)
+        raise InputError(f"{where}: holds {len(candidates)} manifests ({names}); name one")
+    ref, name = candidates[0]
+    if ref.media_type in media_types.INDEX_MEDIA_TYPES:
+        # A nested index (multi-platform image): follow its single or first linux manifest.
+        nested_where = files.describe(ref.name)
+        nested = _parse_json(_read_document(files, ref.name, f"index {ref.digest}"), nested_where)
+        nested_ref, _ = _select_manifest(nested, nested_where, files, None)
+        return nested_ref, name
+    return ref, name
+
+
+def _open_docker_archive(location: Path, files: _TarFiles) -> ImageReader:
+    where = files.describe("manifest.json")
+    try:
+        entries = json.loads(_read_document(files, "manifest.json", "manifest.json"))
+    except ValueError as exc:
+        raise InputError(f"{where}: not valid JSON: {exc}") from exc
+    if not isinstance(entries, list) or len(entries) != 1 or not isinstance(entries[0], dict):
+        raise InputError(f"{where}: expected a list with exactly one image")
+    entry = entries[0]
+    config_name = entry.get("Config")
+    layer_names = entry.get("Layers")
+    if not isinstance(config_name, str):
+        raise InputError(f"{where}: [0].Config: expected a file name")
+    if not isinstance(layer_names, list) or not all(isinstance(n, str) for n in layer_names):
+        raise InputError(f"{where}: [0].Layers: expected a list of file names")
+    config_bytes = _read_document(files, config_name, f"config {config_name}")
+    config_ref = BlobRef("config", config_name, None, len(config_bytes), media_types.DOCKER_CONFIG)
+    layer_refs = []
+    for position, name in enumerate(layer_names):
+        size = files.size(name)
+        if size is None:
+            raise InputError(f"{where}: [0].Layers[{position}]: {files.describe(name)} is missing")
+        layer_refs.append(BlobRef(f"layer {position}", name, None, size, ""))
+    repo_tags = entry.get("RepoTags") or []
+    if not isinstance(repo_tags, list):
+        raise InputError(f"{where}: [0].RepoTags: expected a list")
+    return ImageReader(
+        format="docker-archive",
+        path=location,
+        files=files,
+        index_bytes=None,
+        manifest_bytes=None,
+        manifest_ref=None,
+        config_ref=config_ref,
+        config_bytes=config_bytes,
+        layer_refs=layer_refs,
+        repo_tags=[str(tag) for tag in repo_tags],
+        ref_name=None,
+    )

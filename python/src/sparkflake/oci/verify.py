@@ -1,0 +1,285 @@
+"""Re-derive every digest of an image from its bytes and check each reference.
+
+Every blob is streamed once: hashed as stored (blob digest, size) and, for layers,
+decompressed and hashed again (diffID). The report names each digest by its kind.
+Mismatches raise ``CheckFailed`` naming the blob and both digests; a blob that cannot be
+read or decompressed raises ``InputError``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..errors import CheckFailed, InputError
+from . import media_types
+from .compression import Decompressor, detect_compression
+from .digests import chain_id, sha256_digest
+from .reader import BlobRef, ImageReader
+
+READ_CHUNK = 1 << 20
+
+ProgressCallback = Callable[[int, int, str], None]
+
+
+@dataclass(frozen=True)
+class LayerReport:
+    digest: str
+    diff_id: str
+    size: int
+    media_type: str
+    compression: str
+    uncompressed_size: int | None
+
+
+@dataclass(frozen=True)
+class ImageReport:
+    format: str
+    path: str
+    ref_name: str | None
+    repo_tags: tuple[str, ...]
+    index_digest: str | None
+    manifest_digest: str | None
+    manifest_media_type: str | None
+    config_digest: str
+    chain_id: str | None
+    platform: str
+    labels: dict[str, str]
+    layers: tuple[LayerReport, ...]
+    layers_verified: bool
+    docker_manifest_digest: str | None = None
+    annotations: dict[str, str] = field(default_factory=dict)
+
+    def as_record(self) -> dict[str, object]:
+        record: dict[str, object] = {
+            "format": self.format,
+            "path": self.path,
+            "ref_name": self.ref_name,
+            "repo_tags": list(self.repo_tags),
+            "digests": {
+                "index": self.index_digest,
+                "manifest": self.manifest_digest,
+                "config": self.config_digest,
+                "image_id": self.config_digest,
+                "chain_id": self.chain_id,
+            },
+            "manifest_media_type": self.manifest_media_type,
+            "platform": self.platform,
+            "labels": self.labels,
+            "annotations": self.annotations,
+            "layers_verified": self.layers_verified,
+            "layers": [
+                {
+                    "digest": layer.digest,
+                    "diff_id": layer.diff_id,
+                    "size": layer.size,
+                    "media_type": layer.media_type,
+                    "compression": layer.compression,
+                    "uncompressed_size": layer.uncompressed_size,
+                }
+                for layer in self.layers
+            ],
+        }
+        if self.docker_manifest_digest is not None:
+            record["digests"]["docker_archive_manifest"] = self.docker_manifest_digest  # type: ignore[index]
+        return record
+
+
+def _check_document(reader: ImageReader, ref: BlobRef, raw: bytes) -> str:
+    actual = sha256_digest(raw)
+    where = reader.files.describe(ref.name)
+    if ref.size is not None and len(raw) != ref.size:
+        raise CheckFailed(
+            f"{ref.role} {ref.digest or ref.name}: {where} is {len(raw)} bytes, "
+            f"the descriptor says {ref.size}",
+            check_id="oci.blob-size",
+        )
+    if ref.digest is not None and actual != ref.digest:
+        raise CheckFailed(
+            f"{ref.role} blob {where} has digest {actual}, expected {ref.digest}",
+            check_id="oci.blob-digest",
+        )
+    return actual
+
+
+def verify_image(
+    reader: ImageReader,
+    *,
+    verify_layers: bool = True,
+    progress: ProgressCallback | None = None,
+) -> ImageReport:
+    manifest_digest = None
+    manifest = reader.manifest
+    if reader.manifest_ref is not None and reader.manifest_bytes is not None:
+        manifest_digest = _check_document(reader, reader.manifest_ref, reader.manifest_bytes)
+    config_digest = _check_document(reader, reader.config_ref, reader.config_bytes)
+    config = reader.config
+    config_where = reader.files.describe(reader.config_ref.name)
+    if reader.format == "docker-archive":
+        _check_docker_config_name(reader, config_digest)
+    rootfs = config.get("rootfs")
+    diff_ids = rootfs.get("diff_ids") if isinstance(rootfs, dict) else None
+    if not isinstance(diff_ids, list) or not all(isinstance(d, str) for d in diff_ids):
+        raise InputError(f"{config_where}: rootfs.diff_ids: expected a list of digests")
+    if len(diff_ids) != len(reader.layer_refs):
+        raise CheckFailed(
+            f"{config_where}: rootfs.diff_ids lists {len(diff_ids)} layers, the "
+            f"{'manifest' if manifest else 'manifest.json'} {len(reader.layer_refs)}",
+            check_id="oci.layer-count",
+        )
+    total = sum(ref.size or 0 for ref in reader.layer_refs)
+    done = 0
+    layer_reports = []
+    for position, ref in enumerate(reader.layer_refs):
+        if verify_layers:
+            layer = _verify_layer(reader, ref, diff_ids[position], done, total, progress)
+        else:
+            if reader.files.size(ref.name) is None:
+                reader.open_blob(ref)  # raises the missing-blob error
+            layer = LayerReport(
+                ref.digest or "", diff_ids[position], ref.size or 0, ref.media_type, "", None
+            )
+        done += ref.size or 0
+        layer_reports.append(layer)
+    docker_manifest_digest = None
+    if reader.format == "docker-archive" and verify_layers:
+        docker_manifest_digest = sha256_digest(
+            containers_image_docker_archive_manifest(reader.config_bytes, layer_reports)
+        )
+    annotations = (manifest or {}).get("annotations") or {}
+    labels = (config.get("config") or {}).get("Labels") or {}
+    platform = "/".join(
+        str(part)
+        for part in (config.get("os"), config.get("architecture"), config.get("variant"))
+        if part
+    )
+    return ImageReport(
+        format=reader.format,
+        path=str(reader.path),
+        ref_name=reader.ref_name,
+        repo_tags=tuple(reader.repo_tags),
+        index_digest=sha256_digest(reader.index_bytes) if reader.index_bytes is not None else None,
+        manifest_digest=manifest_digest,
+        manifest_media_type=(manifest or {}).get("mediaType")
+        or (reader.manifest_ref.media_type if reader.manifest_ref else None),
+        config_digest=config_digest,
+        chain_id=chain_id(diff_ids) if diff_ids else None,
+        platform=platform,
+        labels=dict(labels),
+        layers=tuple(layer_reports),
+        layers_verified=verify_layers,
+        docker_manifest_digest=docker_manifest_digest,
+        annotations=dict(annotations),
+    )
+
+
+def _check_docker_config_name(reader: ImageReader, config_digest: str) -> None:
+    name = reader.config_ref.name
+    stem = name.rsplit("/", 1)[-1].removesuffix(".json")
+    if len(stem) == 64 and all(c in "0123456789abcdef" for c in stem):
+        if f"sha256:{stem}" != config_digest:
+            raise CheckFailed(
+                f"{reader.files.describe(name)}: config is named after sha256:{stem} "
+                f"but its digest is {config_digest}",
+                check_id="oci.blob-digest",
+            )
+
+
+def _verify_layer(
+    reader: ImageReader,
+    ref: BlobRef,
+    expected_diff_id: str,
+    done_before: int,
+    total: int,
+    progress: ProgressCallback | None,
+) -> LayerReport:
+    where = reader.files.describe(ref.name)
+    blob_hasher = hashlib.sha256()
+    diff_hasher = hashlib.sha256()
+    size = 0
+    uncompressed = 0
+    decompressor: Decompressor | None = None
+    decompress_error: str | None = None
+    with reader.open_blob(ref) as handle:
+        try:
+            while chunk := handle.read(READ_CHUNK):
+                if decompressor is None:
+                    decompressor = Decompressor(detect_compression(chunk))
+                blob_hasher.update(chunk)
+                size += len(chunk)
+                if decompress_error is None:
+                    try:
+                        plain = decompressor.decompress(chunk)
+                    except ValueError as exc:
+                        decompress_error = str(exc)
+                    else:
+                        diff_hasher.update(plain)
+                        uncompressed += len(plain)
+                if progress is not None:
+                    progress(min(total, done_before + size), total, "verifying layers")
+        except OSError as exc:
+            raise InputError(f"{where}: cannot read: {exc.strerror}") from exc
+    if decompressor is None:
+        decompressor = Decompressor("none")
+    if decompress_error is None:
+        try:
+            decompressor.finish()
+        except ValueError as exc:
+            decompress_error = str(exc)
+    blob_digest = "sha256:" + blob_hasher.hexdigest()
+    if ref.size is not None and ref.digest is not None and size != ref.size:
+        raise CheckFailed(
+            f"{ref.role} {ref.digest}: {where} is {size} bytes, the descriptor says {ref.size}",
+            check_id="oci.blob-size",
+        )
+    if ref.digest is not None and blob_digest != ref.digest:
+        raise CheckFailed(
+            f"{ref.role} blob {where} has digest {blob_digest}, expected {ref.digest}",
+            check_id="oci.blob-digest",
+        )
+    if decompress_error is not None:
+        raise InputError(f"{ref.role} blob {where}: {decompress_error}")
+    diff_id = "sha256:" + diff_hasher.hexdigest()
+    if diff_id != expected_diff_id:
+        raise CheckFailed(
+            f"{ref.role} {ref.digest or where}: uncompressed digest (diffID) is {diff_id}, "
+            f"the config says {expected_diff_id}",
+            check_id="oci.layer-diff-id",
+        )
+    return LayerReport(
+        digest=ref.digest or blob_digest,
+        diff_id=diff_id,
+        size=size,
+        media_type=ref.media_type,
+        compression=decompressor.algorithm,
+        uncompressed_size=uncompressed,
+    )
+
+
+def containers_image_docker_archive_manifest(
+    config_bytes: bytes, layers: list[LayerReport]
+) -> bytes:
+    """The docker schema2 manifest that containers/image (skopeo, podman) derives for a
+    docker-archive: layers by diffID with their uncompressed size, serialized as Go's
+    encoding/json writes its struct (field order schemaVersion, mediaType, config,
+    layers; no spaces). Its digest is what ``skopeo inspect docker-archive:…`` reports."""
+    document = {
+        "schemaVersion": 2,
+        "mediaType": media_types.DOCKER_MANIFEST,
+        "config": {
+            "mediaType": media_types.DOCKER_CONFIG,
+            "size": len(config_bytes),
+            "digest": sha256_digest(config_bytes),
+        },
+        "layers": [
+            {
+                "mediaType": media_types.DOCKER_LAYER_GZIP,
+                "size": layer.uncompressed_size,
+                "digest": layer.diff_id,
+            }
+            for layer in layers
+        ],
+    }
+    return json.dumps(document, separators=(",", ":")).encode("utf-8")
