@@ -1,0 +1,109 @@
+"""`sparkflake profile show NAME [--json]` and `sparkflake profile validate [NAME]`."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..profile import (
+    check_profiles_distinct,
+    dump_profile,
+    find_profiles_dir,
+    list_profiles,
+    load_all_profiles,
+    load_profile,
+    profile_to_dict,
+)
+from ._output import print_json, print_line
+
+EXIT_OK = 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "profile",
+        help="show and validate runtime profiles",
+        description=(
+            "Profiles live in profiles/<name>/profile.toml; NAME is a profile name (looked up "
+            "in --profiles-dir, $SPARKFLAKE_PROFILES_DIR, or the nearest profiles/ directory "
+            "upward from the working directory) or a path to a profile.toml."
+        ),
+    )
+    actions = parser.add_subparsers(dest="profile_action", metavar="ACTION")
+    actions.required = True
+
+    show = actions.add_parser("show", help="print a profile (canonical TOML, or --json)")
+    show.add_argument("name", metavar="NAME")
+    show.add_argument("--json", action="store_true", help="print the model as JSON")
+    show.add_argument("--profiles-dir", metavar="DIR")
+    show.set_defaults(handler=run_show)
+
+    validate = actions.add_parser(
+        "validate",
+        help="validate a profile (all profiles when NAME is omitted)",
+        description=(
+            "Checks the profile's structure, its roles and Debian seed against its lock files "
+            "when they exist, and that no two profiles of the directory share a served-model "
+            "name, cache root or JIT root. Exit 0 valid, 2 invalid."
+        ),
+    )
+    validate.add_argument("name", metavar="NAME", nargs="?")
+    validate.add_argument("--json", action="store_true", help="print the result as JSON")
+    validate.add_argument("--profiles-dir", metavar="DIR")
+    validate.set_defaults(handler=run_validate)
+
+    listing = actions.add_parser("list", help="list the profiles of the profiles directory")
+    listing.add_argument("--json", action="store_true")
+    listing.add_argument("--profiles-dir", metavar="DIR")
+    listing.set_defaults(handler=run_list)
+
+
+def run_show(args: argparse.Namespace) -> int:
+    profile = load_profile(args.name, args.profiles_dir)
+    if args.json:
+        print_json(profile_to_dict(profile))
+    else:
+        print_line(f"# {profile.path}")
+        print_line(dump_profile(profile).rstrip("\n"))
+    return EXIT_OK
+
+
+def run_validate(args: argparse.Namespace) -> int:
+    if args.name is None:
+        profiles = load_all_profiles(args.profiles_dir)
+    else:
+        profile = load_profile(args.name, args.profiles_dir)
+        siblings = [
+            load_profile(profile.directory.parent / name / "profile.toml", check_locks=False)
+            for name in list_profiles(profile.directory.parent)
+            if name != profile.name
+        ]
+        check_profiles_distinct([profile, *siblings])
+        profiles = [profile]
+    results = [
+        {
+            "name": profile.name,
+            "path": str(profile.path),
+            "status": profile.status,
+            "locks_checked": all(path.is_file() for path in profile.lock_paths()),
+            "valid": True,
+        }
+        for profile in profiles
+    ]
+    if args.json:
+        print_json({"profiles": results, "valid": True})
+        return EXIT_OK
+    for result in results:
+        locks = "roles checked against locks" if result["locks_checked"] else "locks not written yet"
+        print_line(f"{result['path']}: valid ({result['status']}; {locks})")
+    return EXIT_OK
+
+
+def run_list(args: argparse.Namespace) -> int:
+    directory = args.profiles_dir or find_profiles_dir()
+    names = list_profiles(directory)
+    if args.json:
+        print_json({"profiles_dir": str(directory), "profiles": names})
+    else:
+        for name in names:
+            print_line(name)
+    return EXIT_OK
