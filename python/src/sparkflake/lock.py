@@ -25,6 +25,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
+from packaging import tags as packaging_tags
 from packaging.tags import Tag
 from packaging.utils import (
     InvalidSdistFilename,
@@ -59,6 +60,8 @@ _OCI_REPOSITORY = re.compile(
     r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$"
 )
 _OCI_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+_WHEEL_ARCHITECTURES = {"arm64": "aarch64", "amd64": "x86_64", "386": "i686"}
+_LEGACY_MANYLINUX = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -229,6 +232,34 @@ class Target:
     def python_tag(self) -> str:
         major, minor = self.python.split(".")[:2]
         return f"cp{major}{minor}"
+
+    @property
+    def wheel_architecture(self) -> str:
+        """The machine name wheel platform tags use (``aarch64`` for linux/arm64)."""
+        return _WHEEL_ARCHITECTURES.get(self.architecture, self.architecture)
+
+    def supported_tags(self) -> list[str]:
+        """Wheel tags the target runs, most preferred first (as pip orders them): CPython
+        ABI tags, abi3, none, then pure-Python tags; platforms manylinux_2_<glibc> down to
+        the oldest manylinux for the architecture, with the legacy aliases."""
+        major, minor = (int(part) for part in self.python.split(".")[:2])
+        arch = self.wheel_architecture
+        oldest = 17 if arch in ("aarch64", "ppc64le", "s390x") else 5
+        glibc_minor = int(self.glibc.split(".")[1])
+        platforms: list[str] = []
+        for level in range(glibc_minor, oldest - 1, -1):
+            platforms.append(f"manylinux_2_{level}_{arch}")
+            legacy = _LEGACY_MANYLINUX.get(level)
+            if legacy is not None and (level == 17 or arch in ("x86_64", "i686")):
+                platforms.append(f"{legacy}_{arch}")
+        interpreter = f"cp{major}{minor}"
+        ordered = [
+            *packaging_tags.cpython_tags((major, minor), abis=[interpreter], platforms=platforms),
+            *packaging_tags.compatible_tags(
+                (major, minor), interpreter=interpreter, platforms=platforms
+            ),
+        ]
+        return list(dict.fromkeys(str(tag) for tag in ordered))
 
 
 @dataclass(frozen=True)
@@ -841,28 +872,34 @@ def _pylock_pins(
             sdist = _pylock_sdist(package["sdist"], f"{where}.sdist", name, version)
         if not wheels and sdist is None:
             raise InvalidField(where, "a package needs wheels or an sdist")
-        if len(wheels) > 1:
-            wheels = [_best_wheel(wheels, preference, f"{where}.wheels")]
+        if preference and wheels:
+            wheels = _best_wheels(wheels, preference)
+            if not wheels and sdist is None:
+                raise InvalidField(
+                    _join(where, "wheels"), "no wheel runs on the target and there is no sdist"
+                )
+        elif len(wheels) > 1:
+            raise InvalidField(
+                _join(where, "wheels"),
+                f"{len(wheels)} wheels for one package; pass the target's supported tags to choose one",
+            )
         pins.extend(wheels)
         if sdist is not None:
             pins.append(sdist)
     return pins
 
 
-def _best_wheel(wheels: list[WheelPin], preference: Mapping[str, int], where: str) -> WheelPin:
-    if not preference:
-        raise InvalidField(
-            where,
-            f"{len(wheels)} wheels for one package; pass the target's supported tags to choose one",
-        )
+def _best_wheels(wheels: list[WheelPin], preference: Mapping[str, int]) -> list[WheelPin]:
+    """The one most preferred wheel that runs on the target (first listed on a tie), or
+    none when no wheel does."""
     ranked = [
         (min(preference[tag] for tag in wheel.tags if tag in preference), position, wheel)
         for position, wheel in enumerate(wheels)
         if any(tag in preference for tag in wheel.tags)
     ]
     if not ranked:
-        raise InvalidField(where, "none of the wheels is compatible with the target's tags")
-    return min(ranked, key=lambda entry: (entry[0], entry[1]))[2]
+        return []
+    return [min(ranked, key=lambda entry: (entry[0], entry[1]))[2]]
 
 
 def _pylock_file(table: object, where: str) -> tuple[str, str, int, str]:
