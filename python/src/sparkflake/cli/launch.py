@@ -1,0 +1,128 @@
+"""`sparkflake launch-rank RANK ENVFILE`: verify and start one rank (or --dry-run)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import sys
+
+from ..errors import InputError
+from ..launch.contract import load_contract
+from ..launch.engine import detect_engine
+from ..launch.plan import plan_launch, prepare_state
+from ._output import print_json, print_line, warn
+
+_IMAGE_ID = re.compile(r"sha256:[0-9a-f]{64}\Z")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "launch-rank",
+        help="verify and start one rank from runtime.env and the profile's contract",
+        description=(
+            "Parse ENVFILE as data, resolve every setting (auto rules, compatibility and "
+            "coupling checks), verify the image, the checkpoints, the cache root and the "
+            "ports, then exec the container engine (replacing this process). Exit 0 ok, "
+            "1 a check failed (nothing started), 2 bad input."
+        ),
+    )
+    parser.add_argument("rank", metavar="RANK", help="this host's rank (0 is the master)")
+    parser.add_argument("env_file", metavar="ENVFILE", help="runtime.env of this rank")
+    parser.add_argument("--profile", default="glm53-dflash7", help="profile name or path (default glm53-dflash7)")
+    parser.add_argument("--engine", choices=("podman", "docker"), help="container engine (default: detected)")
+    parser.add_argument(
+        "--engine-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="global engine option, repeatable (also SPARKFLAKE_PODMAN_ARGS / SPARKFLAKE_DOCKER_ARGS)",
+    )
+    parser.add_argument("--image", metavar="sha256:ID", help="image ID to launch (default: the profile's pin)")
+    parser.add_argument("--digests", metavar="FILE", help="a build's digests.json: launch its config digest")
+    parser.add_argument("--dry-run", action="store_true", help="check and print, start nothing")
+    parser.add_argument("--json", action="store_true", help="print the launch report as JSON")
+    parser.add_argument("--explain", action="store_true", help="say where each value came from")
+    parser.add_argument("--rehash", action="store_true", help="ignore the verified-hash cache")
+    parser.add_argument("--detach", action="store_true", help="start the container detached")
+    parser.set_defaults(handler=run)
+
+
+def _image_from_args(args: argparse.Namespace) -> str | None:
+    if args.image and args.digests:
+        raise InputError("--image and --digests are exclusive")
+    if args.image:
+        if not _IMAGE_ID.match(args.image):
+            raise InputError(f"--image {args.image!r}: expected sha256:<64 lowercase hex>")
+        return args.image
+    if args.digests:
+        from ..evidence import load_built_image
+
+        built = load_built_image(args.digests)
+        if built is None:
+            raise InputError(f"--digests {args.digests}: no such file")
+        return built.config_digest
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    if not re.fullmatch(r"0|[1-9][0-9]{0,3}", args.rank):
+        raise InputError(f"RANK {args.rank!r}: expected a non-negative decimal integer")
+    rank = int(args.rank)
+    contract = load_contract(args.profile)
+    image = _image_from_args(args)
+    try:
+        engine = detect_engine(args.engine, args.engine_arg)
+    except InputError as exc:
+        if not args.dry_run:
+            raise
+        warn(f"sparkflake: {exc}")
+        engine = None
+    plan = plan_launch(
+        rank=rank,
+        env_file=args.env_file,
+        contract=contract,
+        engine=engine,
+        image_id=image,
+        rehash=args.rehash,
+    )
+    if args.detach:
+        argv = list(plan.argv)
+        argv.insert(argv.index("run") + 1, "--detach")
+        object.__setattr__(plan, "argv", argv)
+    report = plan.report(explain=args.explain)
+    if args.json:
+        print_json(report)
+    else:
+        _print_human(report, explain=args.explain)
+    if not plan.ok:
+        failed = ", ".join(c.id for c in plan.checks if c.status != "pass")
+        warn(f"sparkflake: refusing to start rank {rank}: failed check(s): {failed}")
+        return 1
+    if args.dry_run:
+        return 0
+    decisions = prepare_state(plan)
+    for decision in decisions:
+        if decision.action == "quarantined":
+            warn(f"sparkflake: {decision.path}: moved to {decision.quarantine} ({decision.reason}); cold start")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execv(plan.argv[0], plan.argv)
+    except OSError as exc:
+        raise InputError(f"cannot exec {plan.argv[0]}: {exc.strerror}") from None
+    return 0  # pragma: no cover - execv does not return
+
+
+def _print_human(report: dict, *, explain: bool) -> None:
+    print_line(f"profile {report['profile']} rank {report['rank']}: {report['qualification']['status']}")
+    for difference in report["qualification"]["differences"]:
+        print_line(f"  differs from qualified: {difference}")
+    print_line(f"runtime identity {report['identity_hash']} (namespace {report['namespace']})")
+    for check in report["checks"]:
+        print_line(f"  [{check['status']}] {check['id']}: {check['detail']}")
+    if explain:
+        for key, origin in report["explain"].items():
+            print_line(f"  {key}={report['resolved'][key]!r}  <- {origin}")
+    print_line(shlex.join(report["argv"]))

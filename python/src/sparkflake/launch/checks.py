@@ -1,0 +1,241 @@
+"""Checks before start, each with a stable id; all of them run and go into one report.
+
+Ids: ``engine.detected``, ``image.id``, ``image.labels``, ``container.name-free``,
+``checkpoint.target``, ``checkpoint.draft``, ``cache-root.dedicated``,
+``cache-root.local``, ``cache-root.state``, ``ports.free``.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import socket
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..identity import inspect_state
+from .contract import IdentityFile
+from .engine import Engine, container_exists, inspect_image
+from .hashcache import VerifiedHashCache
+
+PASS = "pass"
+FAIL = "fail"
+CACHE_ROOT_MARKER = ".sparkflake-cache-root.json"
+CACHE_ROOT_SCHEMA = "sparkflake.cache-root/v1"
+TOOL_DIR = ".sparkflake"
+QUARANTINE_DIR = "quarantine"
+NETWORK_FILESYSTEMS = frozenset(
+    {"nfs", "nfs4", "cifs", "smb3", "smbfs", "ceph", "glusterfs", "fuse.sshfs", "9p", "lustre",
+     "fuse.glusterfs", "afs", "beegfs", "gpfs"}
+)
+
+
+@dataclass(frozen=True)
+class Check:
+    id: str
+    status: str
+    detail: str
+
+    def as_json(self) -> dict[str, str]:
+        return {"id": self.id, "status": self.status, "detail": self.detail}
+
+
+def check_image(engine: Engine | None, image_id: str | None, expected_labels: Mapping[str, str]) -> list[Check]:
+    if engine is None:
+        return [
+            Check("image.id", FAIL, "no container engine available"),
+            Check("image.labels", FAIL, "no container engine available"),
+        ]
+    if image_id is None:
+        detail = "the profile pins no image ID; build the image or pass --image sha256:…"
+        return [Check("image.id", FAIL, detail), Check("image.labels", FAIL, detail)]
+    record = inspect_image(engine, image_id)
+    if record is None:
+        detail = f"{engine.name} has no image {image_id}"
+        return [Check("image.id", FAIL, detail), Check("image.labels", FAIL, detail)]
+    if record.image_id != image_id:
+        return [
+            Check("image.id", FAIL, f"{engine.name} resolved {image_id} to {record.image_id}"),
+            Check("image.labels", FAIL, "image ID mismatch; labels not compared"),
+        ]
+    checks = [Check("image.id", PASS, f"{engine.name} has {image_id}")]
+    wrong = [
+        f"{key}: expected {value!r}, found {record.labels.get(key)!r}"
+        for key, value in sorted(expected_labels.items())
+        if record.labels.get(key) != value
+    ]
+    if wrong:
+        checks.append(Check("image.labels", FAIL, "; ".join(wrong)))
+    else:
+        checks.append(Check("image.labels", PASS, f"{len(expected_labels)} profile labels equal"))
+    return checks
+
+
+def check_container_name(engine: Engine | None, name: str) -> Check:
+    if engine is None:
+        return Check("container.name-free", FAIL, "no container engine available")
+    if container_exists(engine, name):
+        return Check(
+            "container.name-free",
+            FAIL,
+            f"a container named {name} exists; remove it ({engine.name} rm {name}) before starting",
+        )
+    return Check("container.name-free", PASS, f"no container named {name}")
+
+
+def check_checkpoint(
+    check_id: str, directory: str, files: Sequence[IdentityFile], cache: VerifiedHashCache
+) -> Check:
+    if not files:
+        return Check(
+            check_id,
+            FAIL,
+            f"{directory}: the profile lists no identity-bearing files for this checkpoint; "
+            "record config.json, tokenizer files, the safetensors index (and draft weights) "
+            "with sha256 and size in the profile",
+        )
+    problems = []
+    verified = 0
+    for entry in files:
+        path = os.path.join(directory, entry.path)
+        try:
+            stat = os.stat(path)
+        except OSError as exc:
+            problems.append(f"{entry.path}: {exc.strerror}")
+            continue
+        if not os.path.isfile(path):
+            problems.append(f"{entry.path}: not a regular file")
+            continue
+        if stat.st_size != entry.size:
+            problems.append(f"{entry.path}: size {stat.st_size}, expected {entry.size}")
+            continue
+        try:
+            digest = cache.sha256(path, stat)
+        except Exception as exc:  # noqa: BLE001 - any read failure is this check's failure
+            problems.append(f"{entry.path}: {exc}")
+            continue
+        if digest != entry.sha256:
+            problems.append(f"{entry.path}: sha256 {digest}, expected {entry.sha256}")
+            continue
+        verified += 1
+    if problems:
+        return Check(check_id, FAIL, f"{directory}: " + "; ".join(problems))
+    return Check(check_id, PASS, f"{directory}: {verified} identity-bearing files match")
+
+
+def cache_root_marker(profile: str, rank: int, node_address: str) -> dict[str, Any]:
+    return {
+        "schema": CACHE_ROOT_SCHEMA,
+        "profile": profile,
+        "physical_rank": rank,
+        "node_address": node_address,
+    }
+
+
+def check_cache_root_dedicated(root: Path, marker: Mapping[str, Any], allowed: set[str]) -> Check:
+    if root.is_symlink() or (root.exists() and not root.is_dir()):
+        return Check("cache-root.dedicated", FAIL, f"{root} is not a directory")
+    if not root.exists():
+        parent = root.parent
+        if not parent.is_dir():
+            return Check("cache-root.dedicated", FAIL, f"{root}: parent {parent} does not exist")
+        return Check("cache-root.dedicated", PASS, f"{root} does not exist yet; it will be created")
+    marker_path = root / CACHE_ROOT_MARKER
+    if marker_path.exists():
+        try:
+            found = json.loads(marker_path.read_bytes())
+        except (OSError, ValueError) as exc:
+            return Check("cache-root.dedicated", FAIL, f"{marker_path}: unreadable ({exc})")
+        if found != dict(marker):
+            return Check(
+                "cache-root.dedicated",
+                FAIL,
+                f"{root} belongs to another identity: {_describe_marker(found)}; this launch is "
+                f"{_describe_marker(marker)}. Use a dedicated cache root per profile and rank",
+            )
+    try:
+        foreign = sorted(name for name in os.listdir(root) if name not in allowed)
+    except OSError as exc:
+        return Check("cache-root.dedicated", FAIL, f"{root}: {exc.strerror}")
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (" …" if len(foreign) > 5 else "")
+        return Check(
+            "cache-root.dedicated",
+            FAIL,
+            f"{root} is not dedicated to sparkflake: it holds {shown}",
+        )
+    return Check("cache-root.dedicated", PASS, f"{root} is dedicated to {_describe_marker(marker)}")
+
+
+def _describe_marker(marker: Any) -> str:
+    if not isinstance(marker, Mapping):
+        return "an unrecognised marker"
+    return (
+        f"profile {marker.get('profile')} rank {marker.get('physical_rank')} at "
+        f"{marker.get('node_address')}"
+    )
+
+
+def filesystem_type(path: Path) -> str | None:
+    """The filesystem type of the mount holding ``path`` (longest mountinfo prefix)."""
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    real = os.path.realpath(probe)
+    best, best_type = "", None
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                fields = line.split()
+                if "-" not in fields:
+                    continue
+                mount_point = fields[4].replace("\\040", " ")
+                fs_type = fields[fields.index("-") + 1]
+                if (real == mount_point or real.startswith(mount_point.rstrip("/") + "/")) and len(
+                    mount_point
+                ) >= len(best):
+                    best, best_type = mount_point, fs_type
+    except OSError:
+        return None
+    return best_type
+
+
+def check_cache_root_local(root: Path) -> Check:
+    fs_type = filesystem_type(root)
+    if fs_type in NETWORK_FILESYSTEMS:
+        return Check(
+            "cache-root.local", FAIL, f"{root} is on a network filesystem ({fs_type}); it must be rank-local"
+        )
+    return Check("cache-root.local", PASS, f"{root} is on {fs_type or 'an unknown filesystem'}")
+
+
+def check_cache_state(states: Mapping[str, tuple[Path, Mapping[str, Any]]]) -> Check:
+    parts = []
+    for label, (path, identity) in states.items():
+        action, reason = inspect_state(path, identity)
+        if action == "reused":
+            parts.append(f"{label}: reuse {path}")
+        elif action == "created":
+            parts.append(f"{label}: cold start in {path}")
+        else:
+            parts.append(f"{label}: {path} will be quarantined ({reason}); cold start")
+    return Check("cache-root.state", PASS, "; ".join(parts))
+
+
+def check_ports(rank: int, ports: Sequence[tuple[str, int]]) -> Check:
+    if rank != 0:
+        return Check("ports.free", PASS, f"rank {rank} runs headless and listens on no launcher port")
+    busy = []
+    for name, port in ports:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind(("0.0.0.0", port))
+            except OSError as exc:
+                reason = "in use" if exc.errno == errno.EADDRINUSE else exc.strerror
+                busy.append(f"{name}={port} {reason}")
+    if busy:
+        return Check("ports.free", FAIL, "; ".join(busy))
+    return Check("ports.free", PASS, ", ".join(f"{name}={port}" for name, port in ports) + " free")

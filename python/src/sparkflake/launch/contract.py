@@ -1,0 +1,177 @@
+"""What the launcher needs from a profile: its runtime contract, as plain frozen data.
+
+``contract_from_profile`` adapts the profile model (``sparkflake.profile``) to this
+shape, so the launcher's logic is tested against plain data and the profile file format
+can evolve behind one function.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from ..errors import InputError
+
+_SHA256 = re.compile(r"[0-9a-f]{64}\Z")
+_IMAGE_ID = re.compile(r"sha256:[0-9a-f]{64}\Z")
+
+
+@dataclass(frozen=True)
+class IdentityFile:
+    """One identity-bearing checkpoint file: path relative to the checkpoint directory."""
+
+    path: str
+    sha256: str
+    size: int
+
+    def __post_init__(self) -> None:
+        if not self.path or self.path.startswith("/") or ".." in self.path.split("/"):
+            raise InputError(f"identity file path {self.path!r} must be relative, without '..'")
+        if not _SHA256.match(self.sha256):
+            raise InputError(f"identity file {self.path}: sha256 must be 64 lowercase hex digits")
+        if self.size < 0:
+            raise InputError(f"identity file {self.path}: size must be non-negative")
+
+
+@dataclass(frozen=True)
+class LaunchContract:
+    profile: str
+    status: str  # the profile's status for its qualified configuration
+    served_model_name: str
+    container_name: str  # prefix; the rank is appended
+    container_cache_root: str  # SparkCache root inside the container (differs per profile)
+    container_jit_root: str  # JIT caches inside the container (differs per profile)
+    image_id: str | None  # docker/podman image ID = config digest, "sha256:<hex>"
+    image_labels: Mapping[str, str]
+    runtime_defaults: Mapping[str, str]  # [runtime]: catalog key -> env-file spelling
+    qualified: Mapping[str, str]  # [qualified]: catalog key -> env-file spelling
+    target_files: tuple[IdentityFile, ...]
+    draft_files: tuple[IdentityFile, ...]
+    components: Mapping[str, str] = field(default_factory=dict)  # vllm/b12x/sparkcache identities
+
+    def __post_init__(self) -> None:
+        if self.image_id is not None and not _IMAGE_ID.match(self.image_id):
+            raise InputError(
+                f"profile {self.profile}: image ID {self.image_id!r} is not sha256:<64 hex>"
+            )
+        for name in ("image_labels", "runtime_defaults", "qualified", "components"):
+            object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
+
+    def with_image(self, image_id: str, labels: Mapping[str, str] | None = None) -> LaunchContract:
+        """The same contract bound to another image (a locally built or test image)."""
+        from dataclasses import replace
+
+        return replace(
+            self, image_id=image_id, image_labels=dict(labels if labels is not None else self.image_labels)
+        )
+
+
+def identity_files_from_table(rows: Any, where: str) -> tuple[IdentityFile, ...]:
+    if not isinstance(rows, list | tuple):
+        raise InputError(f"{where}: expected a list of {{path, sha256, size}}")
+    files = []
+    for index, row in enumerate(rows):
+        if isinstance(row, IdentityFile):
+            files.append(row)
+            continue
+        if not isinstance(row, Mapping):
+            raise InputError(f"{where}[{index}]: expected a table with path, sha256, size")
+        try:
+            files.append(
+                IdentityFile(path=str(row["path"]), sha256=str(row["sha256"]), size=int(row["size"]))
+            )
+        except KeyError as exc:
+            raise InputError(f"{where}[{index}]: missing {exc.args[0]}") from None
+        except InputError as exc:
+            raise InputError(f"{where}[{index}]: {exc.message}") from None
+    return tuple(files)
+
+
+def _auto_equivalents(runtime: Mapping[str, str]) -> dict[str, str]:
+    """Profile defaults that restate an auto rule's result for the profile's own DCP.
+
+    ``CP_KV_INTERLEAVE = 1`` in a DCP1 profile is what the auto rule gives; taking it as
+    an explicit value would refuse a DCP2 env file that leaves the interleave to the rule.
+    Such restatements are read as ``auto``; any other value stays an explicit default.
+    """
+    from .resolve import DCP_FULL_CKV_GATHER, DCP_INTERLEAVE, DCP_KV_GIB
+
+    try:
+        dcp = int(runtime.get("DCP", "1"))
+    except ValueError:
+        return dict(runtime)
+    rules = {
+        "CP_KV_INTERLEAVE": str(DCP_INTERLEAVE.get(dcp)),
+        "FULL_CKV_GATHER": "1" if DCP_FULL_CKV_GATHER.get(dcp) else "0",
+        "KV_CACHE_GIB": str(DCP_KV_GIB.get(dcp)),
+    }
+    return {
+        key: ("auto" if rules.get(key) == value else value) for key, value in runtime.items()
+    }
+
+
+def contract_from_profile(profile: Any) -> LaunchContract:
+    """Adapt a ``sparkflake.profile.Profile`` to the launcher's contract."""
+    from .settings import table_value_text, validate_runtime_table
+
+    shown = profile._shown() if hasattr(profile, "_shown") else f"profile {profile.name}"
+    validate_runtime_table(profile.runtime, f"{shown}: runtime")
+    validate_runtime_table(profile.qualified.settings, f"{shown}: qualified.settings")
+    runtime = {key: table_value_text(value) or "" for key, value in profile.runtime.items()}
+    qualified = {key: table_value_text(value) or "" for key, value in profile.qualified.settings.items()}
+    checkpoints = profile.checkpoints
+    target = checkpoints.get("target")
+    draft = checkpoints.get("draft")
+    components: dict[str, str] = {}
+    for claim in profile.claims:
+        if claim.kind == "git":
+            text = f"git {claim.rev} tree {claim.tree}"
+            if claim.source_sha256:
+                text += f" sha256 {claim.source_sha256}"
+            role = {"vllm-composition": "vllm.source", "b12x": "b12x.source", "sparkcache": "sparkcache.source"}
+            if claim.name in role:
+                components[role[claim.name]] = text
+    try:
+        locks = profile.load_locks() if all(path.is_file() for path in profile.lock_paths()) else ()
+    except InputError:
+        locks = ()
+    for role, key in (("vllm_wheel", "vllm.wheel_sha256"), ("sparkcache", "sparkcache.version")):
+        if not locks or role not in profile.inputs:
+            continue
+        try:
+            pin = profile.input_for(role, locks)
+        except InputError:
+            continue
+        if key.endswith("sha256") and getattr(pin, "sha256", None):
+            components[key] = pin.sha256
+        elif getattr(pin, "version", None):
+            components[key] = str(pin.version)
+    config_digest = getattr(profile.qualified, "config_digest", None)
+    return LaunchContract(
+        profile=profile.name,
+        status=profile.status,
+        served_model_name=profile.served_model_name,
+        container_name=f"sparkflake-{profile.name}",
+        container_cache_root=profile.cache_root,
+        container_jit_root=profile.jit_root,
+        image_id=config_digest,
+        image_labels=dict(profile.labels),
+        runtime_defaults=_auto_equivalents(runtime),
+        qualified=qualified,
+        target_files=identity_files_from_table([_file_row(f) for f in target.files] if target else [], f"{shown}: checkpoints.target.files"),
+        draft_files=identity_files_from_table([_file_row(f) for f in draft.files] if draft else [], f"{shown}: checkpoints.draft.files"),
+        components=components,
+    )
+
+
+def _file_row(entry: Any) -> dict[str, Any]:
+    return {"path": entry.path, "sha256": entry.sha256, "size": entry.size}
+
+
+def load_contract(name_or_path: str) -> LaunchContract:
+    from ..profile import load_profile
+
+    return contract_from_profile(load_profile(name_or_path, check_locks=False))

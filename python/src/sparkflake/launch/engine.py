@@ -1,0 +1,93 @@
+"""The local container engine (podman or docker): detection, global options, inspection.
+
+Every call is an argv list; nothing goes through a shell. Global options (a private
+storage root for tests, a runtime) come from ``--engine-arg`` or from
+``SPARKFLAKE_PODMAN_ARGS`` / ``SPARKFLAKE_DOCKER_ARGS``, split like a shell would split
+words (``shlex``, which only tokenizes: no expansion, nothing executed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from ..errors import InputError
+
+ENGINES = ("podman", "docker")
+
+
+@dataclass(frozen=True)
+class Engine:
+    name: str  # podman | docker
+    binary: str
+    global_args: tuple[str, ...] = ()
+
+    def command(self, *args: str) -> list[str]:
+        return [self.binary, *self.global_args, *args]
+
+
+def engine_args_from_environment(name: str, environ: Mapping[str, str]) -> tuple[str, ...]:
+    variable = f"SPARKFLAKE_{name.upper()}_ARGS"
+    raw = environ.get(variable, "")
+    try:
+        return tuple(shlex.split(raw))
+    except ValueError as exc:
+        raise InputError(f"{variable}: {exc}") from None
+
+
+def detect_engine(
+    preferred: str | None = None,
+    extra_args: Sequence[str] = (),
+    environ: Mapping[str, str] | None = None,
+) -> Engine:
+    environ = os.environ if environ is None else environ
+    names = (preferred,) if preferred else ENGINES
+    for name in names:
+        if name not in ENGINES:
+            raise InputError(f"--engine {name!r}: expected podman or docker")
+        binary = shutil.which(name)
+        if binary:
+            return Engine(name, binary, (*engine_args_from_environment(name, environ), *extra_args))
+    wanted = preferred or "podman or docker"
+    raise InputError(f"no container engine found on PATH ({wanted})", check_id="engine.detected")
+
+
+@dataclass(frozen=True)
+class ImageRecord:
+    image_id: str  # sha256:<hex>
+    labels: Mapping[str, str]
+
+
+def _run(engine: Engine, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(engine.command(*args), capture_output=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise InputError(f"{engine.name} {' '.join(args[:2])}: {exc}", check_id="engine.detected") from None
+
+
+def inspect_image(engine: Engine, reference: str) -> ImageRecord | None:
+    """The image's ID and labels, or None when the engine does not have it."""
+    result = _run(engine, "image", "inspect", reference)
+    if result.returncode != 0:
+        return None
+    try:
+        records = json.loads(result.stdout)
+        record = records[0]
+        image_id = str(record["Id"])
+        config = record.get("Config") or {}
+        labels = config.get("Labels") or record.get("Labels") or {}
+    except (ValueError, LookupError, TypeError, AttributeError):
+        return None
+    if not image_id.startswith("sha256:"):
+        image_id = "sha256:" + image_id
+    return ImageRecord(image_id=image_id, labels={str(k): str(v) for k, v in labels.items()})
+
+
+def container_exists(engine: Engine, name: str) -> bool:
+    result = _run(engine, "container", "inspect", name)
+    return result.returncode == 0

@@ -1,0 +1,70 @@
+"""A small verified-hash cache for checkpoint files, kept under the rank's cache root.
+
+Trust model: a file's sha256 is reused only while its stat key is unchanged — device,
+inode, size, mtime_ns and ctime_ns. Rewriting a file in place changes mtime and ctime;
+resetting mtime afterwards (``touch -d``) still changes ctime, which user space cannot
+set; replacing it changes the inode. So any content change made through the filesystem
+is re-hashed. What the cache does not defend against is someone who can write the block
+device or the cache file itself — that person can also edit the profile; ``--rehash``
+ignores the cache and hashes every file again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from ..atomic_write import write_bytes_atomic
+from ..digest import sha256_file
+
+SCHEMA = "sparkflake.verified-hashes/v1"
+
+
+def stat_key(stat: os.stat_result) -> list[int]:
+    return [stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns]
+
+
+class VerifiedHashCache:
+    def __init__(self, path: Path | None, *, rehash: bool = False) -> None:
+        self.path = path
+        self.rehash = rehash
+        self.entries: dict[str, dict] = {}
+        self.dirty = False
+        self.hits = 0
+        self.misses = 0
+        if path is not None and not rehash:
+            try:
+                document = json.loads(path.read_bytes())
+                if document.get("schema") == SCHEMA and isinstance(document.get("entries"), dict):
+                    self.entries = document["entries"]
+            except (OSError, ValueError, AttributeError):
+                self.entries = {}
+
+    def sha256(self, file_path: str, stat: os.stat_result, hasher: Callable[[str], str] = sha256_file) -> str:
+        real = os.path.realpath(file_path)
+        key = stat_key(stat)
+        entry = self.entries.get(real)
+        if not self.rehash and isinstance(entry, dict) and entry.get("stat") == key and isinstance(entry.get("sha256"), str):
+            self.hits += 1
+            return entry["sha256"]
+        self.misses += 1
+        digest = hasher(file_path)
+        # Stat again: a file changed while it was hashed must not be cached under
+        # the old key.
+        if stat_key(os.stat(file_path)) == key:
+            self.entries[real] = {"stat": key, "sha256": digest}
+            self.dirty = True
+        return digest
+
+    def save(self) -> None:
+        if self.path is None or not self.dirty:
+            return
+        document = {"schema": SCHEMA, "entries": self.entries}
+        try:
+            write_bytes_atomic(self.path, json.dumps(document, sort_keys=True).encode() + b"\n")
+        except OSError:
+            # The cache is an optimisation; failing to store it must not fail a launch.
+            return
+        self.dirty = False

@@ -1,0 +1,239 @@
+"""One rank's launch, end to end as data: parse, resolve, identify, check, spec, argv.
+
+``plan_launch`` never starts anything and never changes stored state (it may refresh the
+verified-hash cache under a dedicated cache root). ``prepare_state`` is the one step of a
+real launch that writes: it marks the cache root and accepts or quarantines state.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..atomic_write import write_bytes_atomic
+from ..errors import InputError
+from ..identity import (
+    StateDecision,
+    accept_state,
+    checkpoint_identity,
+    identity_hash,
+    namespace,
+    runtime_identity,
+)
+from .checks import (
+    CACHE_ROOT_MARKER,
+    PASS,
+    QUARANTINE_DIR,
+    TOOL_DIR,
+    Check,
+    cache_root_marker,
+    check_cache_root_dedicated,
+    check_cache_root_local,
+    check_cache_state,
+    check_checkpoint,
+    check_container_name,
+    check_image,
+    check_ports,
+)
+from .contract import LaunchContract
+from .engine import Engine
+from .envfile import read_env_file
+from .hashcache import VerifiedHashCache
+from .qualification import Qualification, qualify
+from .resolve import Resolution, resolve
+from .spec import LABEL_PREFIX, ContainerSpec, build_spec, engine_argv
+
+REPORT_SCHEMA = "sparkflake.launch-plan/v1"
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    contract: LaunchContract
+    resolution: Resolution
+    identity: dict[str, Any]
+    identity_hash: str
+    namespace: str
+    qualification: Qualification
+    spec: ContainerSpec
+    argv: list[str]
+    checks: list[Check]
+    engine: Engine | None
+    cache_root: Path
+    sparkcache_dir: Path
+    jit_dir: Path
+    hash_cache_stats: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return all(check.status == PASS for check in self.checks)
+
+    def report(self, *, explain: bool = False) -> dict[str, Any]:
+        document: dict[str, Any] = {
+            "schema": REPORT_SCHEMA,
+            "profile": self.contract.profile,
+            "rank": self.resolution.rank,
+            "env_file": self.resolution.source,
+            "engine": self.engine.name if self.engine else None,
+            "argv": self.argv,
+            "resolved": self.resolution.as_json(),
+            "labels": dict(sorted(self.spec.labels.items())),
+            "qualification": self.qualification.as_json(),
+            "identity": self.identity,
+            "identity_hash": self.identity_hash,
+            "namespace": self.namespace,
+            "container": self.spec.as_json(),
+            "checks": [check.as_json() for check in self.checks],
+            "ok": self.ok,
+        }
+        if explain:
+            document["explain"] = dict(sorted(self.resolution.origins.items()))
+        return document
+
+
+def _require_directory(resolution: Resolution, key: str) -> None:
+    path = resolution.values[key]
+    if path and not os.path.isdir(path):
+        line = resolution.origins.get(key, "")
+        where = line[len("env:") :] if line.startswith("env:") else resolution.source
+        what = "does not exist" if not os.path.exists(path) else "is not a directory"
+        raise InputError(f"{where}: {key}={path} {what}")
+
+
+def plan_launch(
+    *,
+    rank: int,
+    env_file: str | os.PathLike[str],
+    contract: LaunchContract,
+    engine: Engine | None,
+    image_id: str | None = None,
+    rehash: bool = False,
+    check_engine: bool = True,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> LaunchPlan:
+    source = os.fspath(env_file)
+    assignments = read_env_file(source)
+    return plan_from_assignments(
+        rank=rank,
+        assignments=assignments,
+        source=source,
+        contract=contract,
+        engine=engine,
+        image_id=image_id,
+        rehash=rehash,
+        check_engine=check_engine,
+    )
+
+
+def plan_from_assignments(
+    *,
+    rank: int,
+    assignments: Sequence[Any],
+    source: str,
+    contract: LaunchContract,
+    engine: Engine | None,
+    image_id: str | None = None,
+    rehash: bool = False,
+    check_engine: bool = True,
+) -> LaunchPlan:
+    resolution = resolve(assignments, contract, rank, source)
+    values = resolution.values
+    image = image_id or contract.image_id
+    target_id = checkpoint_identity(contract.target_files)
+    draft_id = checkpoint_identity(contract.draft_files) if values["SPECULATIVE_METHOD"] == "dflash" else None
+    identity = runtime_identity(
+        profile=contract.profile,
+        values=values,
+        rank=rank,
+        target_checkpoint=target_id,
+        draft_checkpoint=draft_id,
+        components=contract.components,
+    )
+    digest = identity_hash(identity)
+    name_space = namespace(identity)
+    cache_root = Path(values["CACHE_ROOT"])
+    sparkcache_dir = cache_root / contract.profile / "sparkcache" / name_space
+    jit_dir = cache_root / contract.profile / "jit" / name_space
+    qualification = qualify(resolution, contract, image)
+    labels = dict(contract.image_labels)
+    labels.update(
+        {
+            f"{LABEL_PREFIX}profile": contract.profile,
+            f"{LABEL_PREFIX}rank": str(rank),
+            f"{LABEL_PREFIX}status": qualification.status,
+            f"{LABEL_PREFIX}settings-hash": qualification.settings_hash,
+            f"{LABEL_PREFIX}runtime-identity": "sha256:" + digest,
+            f"{LABEL_PREFIX}image-id": image or "",
+        }
+    )
+    spec = build_spec(
+        resolution=resolution,
+        contract=contract,
+        image_id=image or "",
+        target_checkpoint=target_id,
+        draft_checkpoint=draft_id,
+        sparkcache_dir=str(sparkcache_dir),
+        jit_dir=str(jit_dir),
+        labels=labels,
+    )
+    argv = engine_argv(spec, engine.name if engine else "podman", engine.command() if engine else ["podman"])
+
+    # Checks. Paths that are not directories are bad input (exit 2), not failed checks.
+    _require_directory(resolution, "TARGET_MODEL_PATH")
+    _require_directory(resolution, "DRAFT_MODEL_PATH")
+    checks: list[Check] = []
+    if check_engine:
+        checks += check_image(engine, image, contract.image_labels)
+        checks.append(check_container_name(engine, spec.name))
+    marker = cache_root_marker(contract.profile, rank, values["NODE_ADDRESS"])
+    allowed = {CACHE_ROOT_MARKER, TOOL_DIR, QUARANTINE_DIR, contract.profile}
+    dedicated = check_cache_root_dedicated(cache_root, marker, allowed)
+    checks.append(dedicated)
+    checks.append(check_cache_root_local(cache_root))
+    hash_cache_path = cache_root / TOOL_DIR / "verified-hashes.json" if dedicated.status == PASS else None
+    hash_cache = VerifiedHashCache(hash_cache_path, rehash=rehash)
+    checks.append(check_checkpoint("checkpoint.target", values["TARGET_MODEL_PATH"], contract.target_files, hash_cache))
+    if draft_id is not None:
+        checks.append(check_checkpoint("checkpoint.draft", values["DRAFT_MODEL_PATH"], contract.draft_files, hash_cache))
+    if dedicated.status == PASS and cache_root.exists():
+        hash_cache.save()
+    states = {"jit": (jit_dir, identity)}
+    if values["SPARKCACHE_ENABLED"]:
+        states = {"sparkcache": (sparkcache_dir, identity), **states}
+    checks.append(check_cache_state(states))
+    checks.append(check_ports(rank, [("API_PORT", values["API_PORT"]), ("MASTER_PORT", values["MASTER_PORT"])]))
+    return LaunchPlan(
+        contract=contract,
+        resolution=resolution,
+        identity=identity,
+        identity_hash=digest,
+        namespace=name_space,
+        qualification=qualification,
+        spec=spec,
+        argv=argv,
+        checks=checks,
+        engine=engine,
+        cache_root=cache_root,
+        sparkcache_dir=sparkcache_dir,
+        jit_dir=jit_dir,
+        hash_cache_stats={"hits": hash_cache.hits, "misses": hash_cache.misses},
+    )
+
+
+def prepare_state(plan: LaunchPlan) -> list[StateDecision]:
+    """Mark the cache root and accept (reuse) or quarantine (move aside) stored state."""
+    root = plan.cache_root
+    root.mkdir(parents=True, exist_ok=True)
+    marker = cache_root_marker(plan.contract.profile, plan.resolution.rank, plan.resolution.values["NODE_ADDRESS"])
+    marker_path = root / CACHE_ROOT_MARKER
+    if not marker_path.exists():
+        write_bytes_atomic(marker_path, json.dumps(marker, indent=2, sort_keys=True).encode() + b"\n")
+    quarantine_root = root / QUARANTINE_DIR
+    decisions = []
+    if plan.resolution.values["SPARKCACHE_ENABLED"]:
+        decisions.append(accept_state(plan.sparkcache_dir, plan.identity, quarantine_root))
+    decisions.append(accept_state(plan.jit_dir, plan.identity, quarantine_root))
+    return decisions

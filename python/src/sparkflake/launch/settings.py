@@ -1,0 +1,344 @@
+"""The settings catalog: every key a runtime.env may set, its type, range and default.
+
+This module owns the vocabulary. The profile's ``[runtime]`` table (defaults) and
+``[qualified]`` table (the qualified configuration) may only use keys of this catalog;
+``validate_runtime_table`` is the hook the profile model calls to enforce that.
+
+Values are parsed from strings with one strict grammar per kind: integers are plain
+decimal digits (``26GiB``, ``-1``, ``0x10``, ``1e3`` are refused), sizes are plain byte
+counts, booleans are ``0``/``1``. ``auto`` is accepted only by settings that have an auto
+rule (see ``resolve``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import InputError
+
+GiB = 1 << 30
+AUTO = "auto"
+
+_DECIMAL = re.compile(r"(0|[1-9][0-9]*)\Z")
+_FLOAT = re.compile(r"(0|[1-9][0-9]*)(\.[0-9]+)?\Z")
+_IFNAME = re.compile(r"[A-Za-z0-9_.:@^!=-]{1,64}(,[A-Za-z0-9_.:@^!=-]{1,64})*\Z")
+_TOKEN = re.compile(r"[A-Za-z0-9_.:-]{1,128}\Z")
+_ULIMIT = re.compile(r"[a-z]+=(-1|[0-9]+)(:(-1|[0-9]+))?\Z")
+
+
+@dataclass(frozen=True)
+class Setting:
+    key: str
+    kind: str  # int | bytes | float | bool | enum | path | address | token | ifname | ulimits
+    group: str
+    doc: str
+    default: str | None = None  # None = required (no default)
+    choices: tuple[str, ...] = ()
+    minimum: float | None = None
+    maximum: float | None = None
+    auto: bool = False  # "auto" is allowed and resolved by a rule
+    allow_empty: bool = False  # "" means: leave the engine's own default
+    identity: bool = False  # changes stored state (part of the runtime identity)
+    site: bool = False  # a site value (addresses, paths): not part of qualification
+    refused: Mapping[str, str] = field(default_factory=dict)  # value -> reason
+
+    @property
+    def required(self) -> bool:
+        return self.default is None
+
+
+def _s(key: str, kind: str, group: str, doc: str, **kwargs: Any) -> Setting:
+    return Setting(key=key, kind=kind, group=group, doc=doc, **kwargs)
+
+
+CATALOG_LIST: tuple[Setting, ...] = (
+    # --- site: the five values every rank must supply ---------------------------------
+    _s("NODE_ADDRESS", "address", "site", "this rank's address on the serving fabric", site=True),
+    _s("MASTER_ADDRESS", "address", "site", "rank 0's address (rendezvous)", site=True),
+    _s("TARGET_MODEL_PATH", "path", "site", "host directory of the target checkpoint", site=True),
+    _s(
+        "DRAFT_MODEL_PATH", "path", "site",
+        "host directory of the external draft checkpoint (required for SPECULATIVE_METHOD=dflash)",
+        default="", allow_empty=True, site=True,
+    ),
+    _s("CACHE_ROOT", "path", "site", "dedicated rank-local cache root (SparkCache, JIT)", site=True),
+    # --- topology -------------------------------------------------------------------
+    _s("NODE_COUNT", "int", "topology", "number of hosts (one GB10 GPU each)", default="4",
+       minimum=1, maximum=64, identity=True),
+    _s("TP", "int", "topology", "tensor-parallel size", default="4", minimum=1,
+       maximum=64, identity=True),
+    _s("PP", "int", "topology", "pipeline-parallel size", default="1", minimum=1,
+       maximum=64, identity=True),
+    _s("DCP", "int", "topology", "decode-context-parallel size (1, 2 or 4)",
+       default="1", choices=("1", "2", "4"), identity=True),
+    _s("CP_KV_INTERLEAVE", "int", "topology",
+       "KV interleave in tokens; auto: 1 for DCP1, 4 for DCP2/DCP4", default=AUTO, auto=True,
+       choices=("1", "4"), identity=True),
+    _s("FULL_CKV_GATHER", "bool", "topology",
+       "B12X full-CKV gather; auto: off for DCP1, on for DCP2/DCP4", default=AUTO, auto=True,
+       identity=True),
+    # --- capacity and batching --------------------------------------------------------
+    _s("KV_CACHE_GIB", "int", "capacity",
+       "FP8 KV cache per rank in GiB; auto: 26 for DCP1, 30 for DCP2/DCP4",
+       default=AUTO, auto=True, minimum=1, maximum=1024),
+    _s("MAX_MODEL_LEN", "int", "capacity", "request token limit", default="1048576",
+       minimum=256, maximum=1 << 22),
+    _s("MAX_NUM_BATCHED_TOKENS", "int", "capacity", "tokens per scheduler step",
+       default="8192", minimum=16, maximum=1 << 20),
+    _s("MAX_NUM_SEQS", "int", "capacity", "concurrent sequences", default="4", minimum=1,
+       maximum=1024),
+    _s("GPU_MEMORY_UTILIZATION", "float", "capacity", "fraction of GPU memory vLLM may use",
+       default="0.86", minimum=0.05, maximum=0.99),
+    _s("KV_CACHE_DTYPE", "enum", "kv", "KV cache element type", default="fp8",
+       choices=("fp8", "fp8_e4m3", "bfloat16"), identity=True),
+    _s("KV_BLOCK_SIZE", "int", "kv", "KV block size in tokens", default="64",
+       choices=("16", "32", "64", "128", "256"), identity=True),
+    _s("KV_RECORD_BYTES_PER_TOKEN", "int", "kv",
+       "bytes of one token's KV record over all attention layers at KV_CACHE_DTYPE",
+       default="24576", minimum=1, maximum=1 << 24, identity=True),
+    # --- speculation ------------------------------------------------------------------
+    _s("SPECULATIVE_METHOD", "enum", "speculation", "speculative decoding method",
+       default="dflash", choices=("dflash", "mtp", "none"), identity=True),
+    _s("SPECULATIVE_TOKENS", "int", "speculation", "speculative depth", default="7",
+       minimum=1, maximum=16, identity=True),
+    _s("SPECULATIVE_ADAPTIVE", "bool", "speculation",
+       "acceptance-based draft depth up to SPECULATIVE_TOKENS (embedded MTP only)", default="0",
+       identity=True),
+    _s("DRAFT_TP", "int", "speculation",
+       "draft model tensor-parallel size; auto: TP", default=AUTO, auto=True,
+       minimum=1, maximum=64),
+    # --- backends ---------------------------------------------------------------------
+    _s("ATTENTION_BACKEND", "token", "backends",
+       "vLLM attention backend; empty: vLLM selects", default="", allow_empty=True,
+       identity=True),
+    _s("MOE_BACKEND", "token", "backends", "MoE kernel backend; empty: vLLM selects",
+       default="", allow_empty=True, identity=True),
+    _s("ALL2ALL_BACKEND", "enum", "backends", "expert all-to-all backend",
+       default="allgather_reducescatter",
+       choices=("allgather_reducescatter", "naive", "deepep_high_throughput",
+                "deepep_low_latency"),
+       refused={
+           "deepep_high_throughput": "the image contains no DeepEP (removed as unused)",
+           "deepep_low_latency": "the image contains no DeepEP (removed as unused)",
+       }),
+    _s("LOAD_FORMAT", "enum", "backends", "checkpoint loader", default="fastsafetensors",
+       choices=("fastsafetensors", "safetensors", "auto")),
+    _s("ALLREDUCE_SYMM_MEM", "bool", "backends", "symmetric-memory all-reduce probe",
+       default="0"),
+    _s("FLASHINFER_ALLREDUCE", "bool", "backends", "FlashInfer all-reduce probe", default="0"),
+    _s("ALLREDUCE_RMS_FUSION", "bool", "backends", "all-reduce + RMSNorm fusion pass",
+       default="0"),
+    _s("LANGUAGE_MODEL_ONLY", "bool", "backends", "serve the language model only",
+       default="1"),
+    # --- CUDA graphs ------------------------------------------------------------------
+    _s("CUDA_GRAPH_MODE", "enum", "cuda-graphs", "CUDA graph capture mode",
+       default="FULL_AND_PIECEWISE",
+       choices=("FULL_AND_PIECEWISE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "NONE")),
+    _s("MAX_CUDA_GRAPH_CAPTURE_SIZE", "int", "cuda-graphs", "largest captured batch",
+       default="32", minimum=1, maximum=1024),
+    # --- SparkCache -------------------------------------------------------------------
+    _s("SPARKCACHE_ENABLED", "bool", "sparkcache",
+       "persistent SparkCache; 0 keeps vLLM prefix caching only", default="1"),
+    _s("SPARKCACHE_ACCESS_MODE", "enum", "sparkcache", "publish and/or restore",
+       default="read-write", choices=("read-write", "read-only", "write-only")),
+    _s("SPARKCACHE_NAMESPACE", "enum", "sparkcache", "SparkCache namespace",
+       default="manager-pages-v2", choices=("manager-pages-v2",), identity=True),
+    _s("SPARKCACHE_PUBLICATION", "enum", "sparkcache", "publication schema",
+       default="snapshot-v1", choices=("snapshot-v1",), identity=True),
+    _s("SPARKCACHE_MODEL_PROFILE", "enum", "sparkcache",
+       "SparkCache model profile (persistent record layout)", default="glm52-nvfp4",
+       choices=("glm52-nvfp4",), identity=True),
+    _s("SPARKCACHE_DRAFT_KV_POLICY", "enum", "sparkcache",
+       "draft KV persistence; auto: separate for an external draft, colocated_target otherwise",
+       default=AUTO, auto=True, choices=("separate", "colocated_target"), identity=True),
+    _s("SPARKCACHE_MAX_BYTES", "bytes", "sparkcache", "disk budget; 0 = unlimited",
+       default="0", minimum=0, maximum=1 << 50),
+    _s("SPARKCACHE_TTL_SECONDS", "int", "sparkcache", "entry lifetime; 0 = unlimited",
+       default="0", minimum=0, maximum=1 << 31),
+    _s("SPARKCACHE_MIN_SPAN_TOKENS", "int", "sparkcache", "shortest published span",
+       default="1024", minimum=1, maximum=1 << 22),
+    _s("SPARKCACHE_MAX_SPAN_TOKENS", "int", "sparkcache",
+       "longest published span; auto: MAX_MODEL_LEN", default=AUTO, auto=True, minimum=1,
+       maximum=1 << 22),
+    # --- ports ------------------------------------------------------------------------
+    _s("API_PORT", "int", "ports", "OpenAI API port (rank 0)", default="8000", minimum=1,
+       maximum=65535),
+    _s("MASTER_PORT", "int", "ports", "rendezvous port on rank 0", default="29501",
+       minimum=1, maximum=65535),
+    # --- transport --------------------------------------------------------------------
+    _s("SOCKET_IFNAME", "ifname", "transport",
+       "NCCL/Gloo socket interface; empty: NCCL selects", default="", allow_empty=True),
+    _s("NCCL_IB_HCA", "ifname", "transport", "RDMA devices; empty: NCCL selects",
+       default="", allow_empty=True),
+    _s("NCCL_IB_GID_INDEX", "int", "transport", "RoCE GID index; auto: NCCL detects",
+       default=AUTO, auto=True, minimum=0, maximum=255),
+    _s("NCCL_MIN_NCHANNELS", "int", "transport", "minimum NCCL channels; auto: NCCL",
+       default=AUTO, auto=True, minimum=1, maximum=64),
+    _s("NCCL_MAX_NCHANNELS", "int", "transport", "maximum NCCL channels; auto: NCCL",
+       default=AUTO, auto=True, minimum=1, maximum=64),
+    # --- host -------------------------------------------------------------------------
+    _s("OMP_NUM_THREADS", "int", "host", "host threads per rank", default="8", minimum=1,
+       maximum=256),
+    # --- container --------------------------------------------------------------------
+    _s("GPU_DEVICES", "enum", "container",
+       "GPUs passed to the container (none: a GPU-free test run, never qualified)",
+       default="all", choices=("all", "none")),
+    _s("IPC_MODE", "enum", "container", "container IPC namespace", default="host",
+       choices=("host", "private")),
+    _s("SHM_SIZE", "bytes", "container",
+       "/dev/shm size for IPC_MODE=private; auto: omitted with host IPC, 32 GiB otherwise",
+       default=AUTO, auto=True, minimum=1 << 20, maximum=1 << 40),
+    _s("CONTAINER_ULIMITS", "ulimits", "container", "ulimits, comma-separated name=soft[:hard]",
+       default="memlock=-1,stack=67108864"),
+)
+
+CATALOG: Mapping[str, Setting] = {setting.key: setting for setting in CATALOG_LIST}
+REQUIRED_SITE_KEYS = tuple(s.key for s in CATALOG_LIST if s.required)
+
+
+def suggest_key(key: str) -> str | None:
+    matches = difflib.get_close_matches(key.upper(), list(CATALOG), n=1, cutoff=0.6)
+    return matches[0] if matches else None
+
+
+def unknown_key_message(key: str) -> str:
+    suggestion = suggest_key(key)
+    hint = f"; did you mean {suggestion}?" if suggestion else ""
+    return f"unknown setting {key}{hint}"
+
+
+def parse_value(setting: Setting, raw: str) -> Any:
+    """Typed value of ``raw`` for ``setting``; ``AUTO`` stays the string ``"auto"``.
+
+    Raises ValueError with a message (no location: the caller adds file:line).
+    """
+    if raw == AUTO:
+        if setting.auto:
+            return AUTO
+        raise ValueError(f"{setting.key} has no auto rule; give a value")
+    if raw == "":
+        if setting.allow_empty:
+            return ""
+        raise ValueError(f"{setting.key} is empty; remove the line to use the default")
+    kind = setting.kind
+    if kind in ("int", "bytes"):
+        if not _DECIMAL.match(raw):
+            unit = " in bytes" if kind == "bytes" else ""
+            raise ValueError(
+                f"{setting.key}={raw!r}: expected a non-negative decimal integer{unit} "
+                "(no sign, unit, exponent or 0x prefix)"
+            )
+        value: Any = int(raw)
+    elif kind == "float":
+        if not _FLOAT.match(raw):
+            raise ValueError(f"{setting.key}={raw!r}: expected a decimal number like 0.86")
+        value = float(raw)
+    elif kind == "bool":
+        if raw not in ("0", "1"):
+            raise ValueError(f"{setting.key}={raw!r}: expected 0 or 1")
+        return raw == "1"
+    elif kind == "enum":
+        value = raw
+    elif kind == "path":
+        if not raw.startswith("/"):
+            raise ValueError(f"{setting.key}={raw!r}: expected an absolute path")
+        if "\n" in raw or "\x00" in raw or any(part == ".." for part in raw.split("/")):
+            raise ValueError(f"{setting.key}={raw!r}: path must not contain '..' or newlines")
+        if ":" in raw or "," in raw:
+            raise ValueError(
+                f"{setting.key}={raw!r}: ':' and ',' cannot appear in a mounted path"
+            )
+        return raw.rstrip("/") or "/"
+    elif kind == "address":
+        try:
+            return str(ipaddress.ip_address(raw))
+        except ValueError:
+            raise ValueError(f"{setting.key}={raw!r}: expected an IPv4 or IPv6 address") from None
+    elif kind == "token":
+        if not _TOKEN.match(raw):
+            raise ValueError(f"{setting.key}={raw!r}: expected letters, digits, '_', '.', ':', '-'")
+        return raw
+    elif kind == "ifname":
+        if not _IFNAME.match(raw):
+            raise ValueError(f"{setting.key}={raw!r}: expected comma-separated interface names")
+        return raw
+    elif kind == "ulimits":
+        items = raw.split(",")
+        names = []
+        for item in items:
+            if not _ULIMIT.match(item):
+                raise ValueError(
+                    f"{setting.key}: {item!r} is not name=soft[:hard] (decimal or -1)"
+                )
+            names.append(item.split("=")[0])
+        if len(set(names)) != len(names):
+            raise ValueError(f"{setting.key}: a ulimit is given twice")
+        return raw
+    else:  # pragma: no cover - the catalog only uses the kinds above
+        raise ValueError(f"{setting.key}: unknown kind {kind}")
+    if setting.choices and str(raw) not in setting.choices:
+        raise ValueError(
+            f"{setting.key}={raw!r}: expected one of {', '.join(setting.choices)}"
+        )
+    if raw in setting.refused:
+        raise ValueError(f"{setting.key}={raw}: refused: {setting.refused[raw]}")
+    if setting.minimum is not None and value < setting.minimum:
+        raise ValueError(f"{setting.key}={raw}: below the minimum {_num(setting.minimum)}")
+    if setting.maximum is not None and value > setting.maximum:
+        raise ValueError(f"{setting.key}={raw}: above the maximum {_num(setting.maximum)}")
+    return value
+
+
+def render_value(value: Any) -> str:
+    """The env-file spelling of a typed value (inverse of ``parse_value``)."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def _num(number: float) -> str:
+    return str(int(number)) if float(number).is_integer() else str(number)
+
+
+def validate_runtime_table(table: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The hook for the profile model: check a ``[runtime]`` or ``[qualified]`` table.
+
+    Every key must be in the catalog and every value must parse (TOML integers, floats
+    and booleans are accepted in their natural form). Returns the typed values. Errors
+    name ``where`` (e.g. ``profiles/glm53-dflash7/profile.toml: runtime.DCP``).
+    """
+    typed: dict[str, Any] = {}
+    for key, raw in table.items():
+        setting = CATALOG.get(key)
+        if setting is None:
+            raise InputError(f"{where}.{key}: {unknown_key_message(key)}")
+        text = table_value_text(raw)
+        if text is None:
+            raise InputError(
+                f"{where}.{key}: expected a string, integer, float or boolean, got "
+                f"{type(raw).__name__}"
+            )
+        try:
+            typed[key] = parse_value(setting, text)
+        except ValueError as exc:
+            raise InputError(f"{where}.{key}: {exc}") from None
+    return typed
+
+
+def table_value_text(raw: Any) -> str | None:
+    if isinstance(raw, bool):
+        return "1" if raw else "0"
+    if isinstance(raw, int):
+        return str(raw)
+    if isinstance(raw, float):
+        return repr(raw)
+    if isinstance(raw, str):
+        return raw
+    return None

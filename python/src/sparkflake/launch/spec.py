@@ -1,0 +1,250 @@
+"""The container spec of one rank and the exact engine argv that starts it.
+
+The image's entrypoint is ``vllm serve``; the launcher supplies only serving arguments.
+Checkpoints are mounted read-only; the rank's SparkCache root and JIT root (both named by
+the runtime identity's namespace) are the only writable mounts.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .contract import LaunchContract
+from .resolve import Resolution
+
+CONTAINER_TARGET = "/models/target"
+CONTAINER_DRAFT = "/models/draft"
+SPARKCACHE_CONNECTOR = "SparkContextCacheConnector"
+SPARKCACHE_CONNECTOR_MODULE = "sparkcache.spark_context_cache_connector"
+LABEL_PREFIX = "org.sparkflake."
+
+
+@dataclass(frozen=True)
+class Mount:
+    source: str
+    target: str
+    read_only: bool
+
+    def flag(self) -> str:
+        return f"{self.source}:{self.target}:{'ro' if self.read_only else 'rw'}"
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    name: str
+    image: str
+    mounts: tuple[Mount, ...]
+    env: Mapping[str, str]
+    labels: Mapping[str, str]
+    gpus: str  # all | none
+    ipc: str
+    shm_size: int | None
+    ulimits: tuple[str, ...]
+    serve_args: tuple[str, ...]  # after the image: arguments of the entrypoint `vllm serve`
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "image": self.image,
+            "network": "host",
+            "ipc": self.ipc,
+            "gpus": self.gpus,
+            "shm_size": self.shm_size,
+            "ulimits": list(self.ulimits),
+            "mounts": [
+                {"source": m.source, "target": m.target, "read_only": m.read_only} for m in self.mounts
+            ],
+            "env": dict(sorted(self.env.items())),
+            "labels": dict(sorted(self.labels.items())),
+            "entrypoint": ["vllm", "serve"],
+            "serve_args": list(self.serve_args),
+        }
+
+
+def _json(document: Any) -> str:
+    return json.dumps(document, sort_keys=True, separators=(",", ":"))
+
+
+def speculative_config(values: Mapping[str, Any]) -> dict[str, Any] | None:
+    method = values["SPECULATIVE_METHOD"]
+    if method == "none":
+        return None
+    config: dict[str, Any] = {"method": method, "num_speculative_tokens": values["SPECULATIVE_TOKENS"]}
+    if values["SPECULATIVE_ADAPTIVE"]:
+        config["adaptive_num_speculative_tokens"] = True
+    if method == "dflash":
+        config["model"] = CONTAINER_DRAFT
+        config["draft_tensor_parallel_size"] = values["DRAFT_TP"]
+    return config
+
+
+def kv_transfer_config(
+    values: Mapping[str, Any], target_checkpoint: str, draft_checkpoint: str | None, cache_root: str
+) -> dict[str, Any]:
+    """SparkCache's KV-connector configuration (read by ``parse_connector_config``)."""
+    mode = values["SPARKCACHE_ACCESS_MODE"]
+    extra: dict[str, Any] = {
+        "spark_cache_root": cache_root,
+        "spark_cache_model_profile": values["SPARKCACHE_MODEL_PROFILE"],
+        "spark_cache_namespace": values["SPARKCACHE_NAMESPACE"],
+        "spark_cache_publication": values["SPARKCACHE_PUBLICATION"],
+        "spark_cache_target_checkpoint_sha256": target_checkpoint,
+        "spark_cache_draft_policy": values["SPARKCACHE_DRAFT_KV_POLICY"],
+        "spark_cache_max_bytes": values["SPARKCACHE_MAX_BYTES"],
+        "spark_cache_ttl_seconds": values["SPARKCACHE_TTL_SECONDS"],
+        "spark_cache_min_span_tokens": values["SPARKCACHE_MIN_SPAN_TOKENS"],
+        "spark_cache_max_span_tokens": values["SPARKCACHE_MAX_SPAN_TOKENS"],
+        "spark_cache_store": "1" if mode in ("read-write", "write-only") else "0",
+        "spark_cache_restore": "1" if mode in ("read-write", "read-only") else "0",
+    }
+    if values["SPARKCACHE_DRAFT_KV_POLICY"] == "separate" and draft_checkpoint:
+        extra["spark_cache_draft_checkpoint_sha256"] = draft_checkpoint
+    return {
+        "kv_connector": SPARKCACHE_CONNECTOR,
+        "kv_connector_module_path": SPARKCACHE_CONNECTOR_MODULE,
+        "kv_role": "kv_both",
+        "kv_load_failure_policy": "recompute",
+        "kv_connector_extra_config": extra,
+    }
+
+
+def serve_args(
+    resolution: Resolution,
+    contract: LaunchContract,
+    target_checkpoint: str,
+    draft_checkpoint: str | None,
+) -> tuple[str, ...]:
+    v = resolution.values
+    rank = resolution.rank
+    args: list[str] = [
+        CONTAINER_TARGET,
+        "--served-model-name", contract.served_model_name,
+        "--host", "0.0.0.0",
+        "--port", str(v["API_PORT"]),
+        "--tensor-parallel-size", str(v["TP"]),
+        "--pipeline-parallel-size", str(v["PP"]),
+        "--decode-context-parallel-size", str(v["DCP"]),
+        "--cp-kv-cache-interleave-size", str(v["CP_KV_INTERLEAVE"]),
+        "--distributed-executor-backend", "mp",
+        "--nnodes", str(v["NODE_COUNT"]),
+        "--node-rank", str(rank),
+        "--master-addr", v["MASTER_ADDRESS"],
+        "--master-port", str(v["MASTER_PORT"]),
+    ]
+    if rank != 0:
+        args.append("--headless")
+    args += [
+        "--max-model-len", str(v["MAX_MODEL_LEN"]),
+        "--max-num-batched-tokens", str(v["MAX_NUM_BATCHED_TOKENS"]),
+        "--max-num-seqs", str(v["MAX_NUM_SEQS"]),
+        "--gpu-memory-utilization", repr(v["GPU_MEMORY_UTILIZATION"]),
+        "--kv-cache-dtype", v["KV_CACHE_DTYPE"],
+        "--block-size", str(v["KV_BLOCK_SIZE"]),
+        "--kv-cache-memory-bytes", str(v["KV_CACHE_GIB"] << 30),
+        "--enable-prefix-caching",
+        "--enable-chunked-prefill",
+        "--load-format", v["LOAD_FORMAT"],
+        "--all2all-backend", v["ALL2ALL_BACKEND"],
+    ]
+    if v["ATTENTION_BACKEND"]:
+        args += ["--attention-backend", v["ATTENTION_BACKEND"]]
+    if v["MOE_BACKEND"]:
+        args += ["--moe-backend", v["MOE_BACKEND"]]
+    if v["LANGUAGE_MODEL_ONLY"]:
+        args.append("--language-model-only")
+    compilation: dict[str, Any] = {
+        "cudagraph_mode": v["CUDA_GRAPH_MODE"],
+        "max_cudagraph_capture_size": v["MAX_CUDA_GRAPH_CAPTURE_SIZE"],
+        "pass_config": {"fuse_allreduce_rms": bool(v["ALLREDUCE_RMS_FUSION"])},
+    }
+    args += ["--compilation-config", _json(compilation)]
+    speculative = speculative_config(v)
+    if speculative is not None:
+        args += ["--speculative-config", _json(speculative)]
+    if v["SPARKCACHE_ENABLED"]:
+        args += ["--kv-transfer-config", _json(kv_transfer_config(v, target_checkpoint, draft_checkpoint, contract.container_cache_root))]
+    return tuple(args)
+
+
+def container_env(resolution: Resolution, jit_root: str) -> dict[str, str]:
+    v = resolution.values
+    env = {
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "OMP_NUM_THREADS": str(v["OMP_NUM_THREADS"]),
+        "VLLM_ALLREDUCE_USE_SYMM_MEM": "1" if v["ALLREDUCE_SYMM_MEM"] else "0",
+        "VLLM_ALLREDUCE_USE_FLASHINFER": "1" if v["FLASHINFER_ALLREDUCE"] else "0",
+        "VLLM_HOST_IP": v["NODE_ADDRESS"],
+        "B12X_FULL_CKV_GATHER": "1" if v["FULL_CKV_GATHER"] else "0",
+        "VLLM_CACHE_ROOT": f"{jit_root}/vllm",
+        "TRITON_CACHE_DIR": f"{jit_root}/triton",
+        "TORCHINDUCTOR_CACHE_DIR": f"{jit_root}/inductor",
+        "FLASHINFER_WORKSPACE_BASE": f"{jit_root}/flashinfer",
+        "CUDA_CACHE_PATH": f"{jit_root}/cuda",
+    }
+    if v["SOCKET_IFNAME"]:
+        env["NCCL_SOCKET_IFNAME"] = v["SOCKET_IFNAME"]
+        env["GLOO_SOCKET_IFNAME"] = v["SOCKET_IFNAME"]
+    if v["NCCL_IB_HCA"]:
+        env["NCCL_IB_HCA"] = v["NCCL_IB_HCA"]
+    for key in ("NCCL_IB_GID_INDEX", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS"):
+        if v[key] is not None:
+            env[key] = str(v[key])
+    return env
+
+
+def build_spec(
+    *,
+    resolution: Resolution,
+    contract: LaunchContract,
+    image_id: str,
+    target_checkpoint: str,
+    draft_checkpoint: str | None,
+    sparkcache_dir: str,
+    jit_dir: str,
+    labels: Mapping[str, str],
+) -> ContainerSpec:
+    v = resolution.values
+    mounts = [Mount(v["TARGET_MODEL_PATH"], CONTAINER_TARGET, True)]
+    if v["DRAFT_MODEL_PATH"]:
+        mounts.append(Mount(v["DRAFT_MODEL_PATH"], CONTAINER_DRAFT, True))
+    if v["SPARKCACHE_ENABLED"]:
+        mounts.append(Mount(sparkcache_dir, contract.container_cache_root, False))
+    mounts.append(Mount(jit_dir, contract.container_jit_root, False))
+    return ContainerSpec(
+        name=f"{contract.container_name}-rank{resolution.rank}",
+        image=image_id,
+        mounts=tuple(mounts),
+        env=container_env(resolution, contract.container_jit_root),
+        labels=dict(labels),
+        gpus=v["GPU_DEVICES"],
+        ipc=v["IPC_MODE"],
+        shm_size=v["SHM_SIZE"],
+        ulimits=tuple(v["CONTAINER_ULIMITS"].split(",")),
+        serve_args=serve_args(resolution, contract, target_checkpoint, draft_checkpoint),
+    )
+
+
+def engine_argv(spec: ContainerSpec, engine_name: str, engine_command: list[str], *, detach: bool = False) -> list[str]:
+    """``podman run`` / ``docker run`` argv for ``spec`` (``engine_command``: binary + globals)."""
+    argv = [*engine_command, "run", "--name", spec.name, "--network", "host", "--ipc", spec.ipc]
+    if detach:
+        argv.append("--detach")
+    if spec.gpus == "all":
+        argv += ["--device", "nvidia.com/gpu=all"] if engine_name == "podman" else ["--gpus", "all"]
+    if spec.shm_size is not None:
+        argv += ["--shm-size", f"{spec.shm_size}b" if engine_name == "podman" else str(spec.shm_size)]
+    for ulimit in spec.ulimits:
+        argv += ["--ulimit", ulimit]
+    for mount in spec.mounts:
+        argv += ["--volume", mount.flag()]
+    for key, value in sorted(spec.labels.items()):
+        argv += ["--label", f"{key}={value}"]
+    for key, value in sorted(spec.env.items()):
+        argv += ["--env", f"{key}={value}"]
+    argv.append(spec.image)
+    argv += list(spec.serve_args)
+    return argv
