@@ -10,18 +10,12 @@ import stat
 from pathlib import Path
 
 import pytest
-from oci_fixtures import (  # noqa: F401 - fixtures
-    PodmanStore,
-    RegistryServer,
-    podman_store,
-    registry_server,
-    run_tool,
-)
+from oci_fixtures import PodmanStore, RegistryServer, podman_store, registry_server, run_tool  # noqa: F401 - pytest fixtures
 
 from sparkflake.cli import main as cli_main
 from sparkflake.oci import open_image, verify_image
 
-LONG_DIR = "deep/" + "/".join(["segment-with-a-long-name-%02d" % i for i in range(6)])
+LONG_DIR = "deep/" + "/".join([f"segment-with-a-long-name-{i:02d}" for i in range(6)])
 LONG_NAME = "n" * 120
 
 
@@ -124,7 +118,7 @@ def test_skopeo_reads_layout_and_archives(built):
     assert config["config"]["ExposedPorts"] == {"8000/tcp": {}}
 
 
-def test_registry_push_preserves_manifest_digest(built, registry_server: RegistryServer):
+def test_registry_push_preserves_manifest_digest(built, registry_server: RegistryServer):  # noqa: F811
     out, digests = built["out"], built["digests"]
     target = f"docker://{registry_server.host}/sparkflake/test:latest"
     run_tool(
@@ -195,7 +189,7 @@ def test_umoci_unpack_gives_the_source_trees(built, tmp_path):
     ).stat().st_ino
 
 
-def test_podman_load_gives_our_image_id(built, podman_store: PodmanStore):
+def test_podman_load_gives_our_image_id(built, podman_store: PodmanStore):  # noqa: F811
     out, digests = built["out"], built["digests"]
     assert podman_store.load(out / "docker-archive.tar") == digests["config"]
     assert podman_store.load(out / "oci-archive.tar") == digests["config"]
@@ -245,7 +239,7 @@ def test_peer_images_from_skopeo_conversions_are_read(built, tmp_path):
     for source in (f"oci:{out}/oci:latest", f"docker-archive:{out}/docker-archive.tar"):
         for kind, (reference, path) in conversions.items():
             run_tool(["skopeo", "copy", source, reference])
-            ours = _our_inspect(str(path))
+            ours = _our_inspect(str(path), *(() if kind == "docker-archive" else ("v1",)))
             assert ours["format"] == kind
             raw = _raw_digest(reference)
             if kind == "docker-archive":
@@ -254,7 +248,10 @@ def test_peer_images_from_skopeo_conversions_are_read(built, tmp_path):
             else:
                 assert ours["digests"]["manifest"] == raw
             assert ours["digests"]["config"] == _raw_digest(reference, "--config")
-            assert ours["digests"]["config"] == built["digests"]["config"]
+            if source.startswith("oci:") or kind == "docker-archive":
+                # skopeo keeps the config bytes unless it converts docker -> OCI, where it
+                # re-serializes the config (a new image ID); the layers stay the same
+                assert ours["digests"]["config"] == built["digests"]["config"]
             assert ours["digests"]["chain_id"] == built["digests"]["chain_id"]
             for name in ("peer-docker.tar", "peer-oci.tar"):
                 (tmp_path / name).unlink(missing_ok=True)
