@@ -1,0 +1,340 @@
+"""The OS base tree from .deb files, without dpkg and without running any target binary.
+
+Each package's data member is unpacked into the staging tree (symlinks and permission
+bits kept; owners other than root recorded in the manifest, since the image layer writer
+sets owners). Maintainer scripts are not run. What they would have done that a container
+needs is done here, declaratively, in this order (docs/inputs.md lists the same steps):
+
+1. merged /usr: ``bin``, ``sbin``, ``lib`` are symlinks into ``usr/`` before unpacking, as
+   debootstrap makes them for bookworm;
+2. ``/etc/passwd``, ``/etc/group`` copied from base-passwd's masters (base-passwd's
+   postinst), ``/etc/shadow`` and ``/etc/gshadow`` with locked passwords;
+3. ``/etc/ld.so.conf`` (libc-bin's content) and ``/etc/ld.so.cache`` generated in Python;
+4. ca-certificates: ``/etc/ca-certificates.conf``, ``/etc/ssl/certs/*.pem`` links and the
+   ``ca-certificates.crt`` bundle (update-ca-certificates);
+5. tzdata: ``/etc/localtime`` → ``/usr/share/zoneinfo/Etc/UTC``, ``/etc/timezone``;
+6. the ``python3`` alternative ``/usr/bin/python3`` (shipped by python3-minimal; checked);
+7. dpkg's database: ``/var/lib/dpkg/status`` and ``info/<package>.list`` / ``.md5sums``,
+   so package scanners and ``dpkg -l`` in the container see what is installed.
+
+Bytecode for the Debian Python stdlib is not compiled (python3.11-minimal's postinst would):
+absent bytecode is deterministic; see docs/inputs.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import stat
+import tarfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..atomic_write import atomic_directory
+from ..errors import CheckFailed
+from .deb_archive import ARCHIVE_ERRORS, ar_members, find_member, open_tar_member, read_control
+from .elf import EM_AARCH64, PLATFORM_MACHINE, check_machine
+from .ld_so_cache import write_ld_so_cache
+from .tree_paths import check_link_target, image_path, normalize_member, resolve_parent
+
+ProgressCallback = Callable[[int, int, str], None]
+
+MERGED_USR = (("bin", "usr/bin"), ("sbin", "usr/sbin"), ("lib", "usr/lib"))
+DEFAULT_TIMEZONE = "Etc/UTC"
+LD_SO_CONF = "include /etc/ld.so.conf.d/*.conf\n\n"
+SHADOW_LASTCHANGE = "19000"  # fixed day number: the tree must not depend on the build date
+
+DECLARATIVE_STEPS = (
+    "merged-usr symlinks bin, sbin, lib -> usr/*",
+    "/etc/passwd, /etc/group from base-passwd masters; /etc/shadow, /etc/gshadow locked",
+    "/etc/ld.so.conf and /etc/ld.so.cache generated (no ldconfig run)",
+    "ca-certificates: /etc/ca-certificates.conf, /etc/ssl/certs/*.pem, ca-certificates.crt",
+    "tzdata: /etc/localtime -> /usr/share/zoneinfo/Etc/UTC, /etc/timezone",
+    "python3 alternative /usr/bin/python3 -> python3.11 (checked)",
+    "dpkg database: /var/lib/dpkg/status, info/*.list, info/*.md5sums",
+)
+
+
+@dataclass(frozen=True)
+class DebInput:
+    """One locked package and the verified file holding it."""
+
+    package: str
+    version: str
+    architecture: str
+    path: Path
+
+
+@dataclass
+class BaseManifest:
+    packages: list[dict[str, object]] = field(default_factory=list)
+    ownership: list[dict[str, object]] = field(default_factory=list)  # non-root owners
+    ld_so_cache_entries: int = 0
+    elf_files: int = 0
+    steps: tuple[str, ...] = DECLARATIVE_STEPS
+
+
+@dataclass
+class _Owner:
+    package: str
+    sha256: str | None  # None for directories and symlinks
+    link: str | None = None
+
+
+def _copy_hashing(stream, destination: Path, mode: int) -> str:  # noqa: ANN001 (tar stream)
+    hasher = hashlib.sha256()
+    with open(destination, "wb") as out:
+        while chunk := stream.read(1 << 20):
+            hasher.update(chunk)
+            out.write(chunk)
+    os.chmod(destination, mode)
+    return hasher.hexdigest()
+
+
+def unpack_deb(
+    deb: DebInput,
+    root: Path,
+    owners: dict[str, _Owner],
+    manifest: BaseManifest,
+    *,
+    architecture: str,
+) -> list[str]:
+    """Unpack one package's data member into ``root``; returns its dpkg file list."""
+    source = f"{deb.package} ({deb.path.name})"
+    control = read_control(deb.path)
+    if control.architecture not in (architecture, "all"):
+        raise CheckFailed(
+            f"{source}: built for {control.architecture!r}, the image is {architecture}",
+            check_id="deb-architecture",
+        )
+    if control.package != deb.package or control.version != deb.version:
+        raise CheckFailed(
+            f"{source}: control says {control.package} {control.version}, lock says "
+            f"{deb.package} {deb.version}",
+            check_id="deb-identity",
+        )
+    file_list: list[str] = []
+    with open(deb.path, "rb") as handle:
+        member = find_member(ar_members(handle, source=source), "data.tar", source=source)
+        try:
+            with open_tar_member(handle, member, source=source) as archive:
+                for entry in archive:
+                    _unpack_entry(archive, entry, root, owners, manifest, deb, file_list, source)
+        except ARCHIVE_ERRORS as exc:
+            raise CheckFailed(f"{source}: {member.name} is damaged: {exc}", check_id="deb-archive") from exc
+    return file_list
+
+
+def _unpack_entry(
+    archive: tarfile.TarFile,
+    entry: tarfile.TarInfo,
+    root: Path,
+    owners: dict[str, _Owner],
+    manifest: BaseManifest,
+    deb: DebInput,
+    file_list: list[str],
+    source: str,
+) -> None:
+    relative = normalize_member(entry.name, source=source)
+    file_list.append("/" + relative if relative else "/.")
+    if not relative:
+        return
+    if entry.uid != 0 or entry.gid != 0:
+        manifest.ownership.append(
+            {"path": "/" + relative, "uid": entry.uid, "gid": entry.gid, "user": entry.uname, "group": entry.gname, "package": deb.package}
+        )
+    target = image_path(root, relative, source=source)
+    mode = entry.mode & 0o7777
+    previous = owners.get(relative)
+    existing = os.lstat(target) if os.path.lexists(target) else None
+    if entry.isdir():
+        if existing is None:
+            os.mkdir(target, mode)
+            os.chmod(target, mode)
+            owners[relative] = _Owner(deb.package, None)
+        elif stat.S_ISLNK(existing.st_mode):
+            if not target.is_dir():
+                raise CheckFailed(f"{source}: directory {relative!r} is a dangling symlink in the tree", check_id="path-conflict")
+        elif not stat.S_ISDIR(existing.st_mode):
+            raise CheckFailed(
+                f"{source}: directory {relative!r} collides with a file from {previous.package if previous else 'the tree'}",
+                check_id="path-conflict",
+            )
+        return
+    if entry.issym():
+        check_link_target(relative, entry.linkname, source=source)
+        if existing is not None:
+            if stat.S_ISLNK(existing.st_mode) and os.readlink(target) == entry.linkname:
+                return
+            raise CheckFailed(
+                f"{source}: symlink {relative!r} -> {entry.linkname!r} collides with "
+                f"{'a different entry' if previous is None else previous.package}",
+                check_id="path-conflict",
+            )
+        os.symlink(entry.linkname, target)
+        owners[relative] = _Owner(deb.package, None, entry.linkname)
+        return
+    if entry.islnk():
+        linked = normalize_member(entry.linkname, source=source)
+        linked_path = image_path(root, linked, source=source)
+        if not linked_path.is_file() or linked_path.is_symlink():
+            raise CheckFailed(f"{source}: hardlink {relative!r} -> {linked!r}: no such regular file in the tree", check_id="path-escape")
+        if existing is not None:
+            raise CheckFailed(f"{source}: hardlink {relative!r} collides with an existing entry", check_id="path-conflict")
+        os.link(linked_path, target)
+        owners[relative] = owners.get(linked, _Owner(deb.package, None))
+        return
+    if not entry.isreg():
+        raise CheckFailed(
+            f"{source}: member {entry.name!r} is a device, FIFO or other special file; refused",
+            check_id="deb-special-file",
+        )
+    stream = archive.extractfile(entry)
+    if stream is None:
+        raise CheckFailed(f"{source}: cannot read member {entry.name!r}", check_id="deb-archive")
+    if existing is not None:
+        if not stat.S_ISREG(existing.st_mode):
+            raise CheckFailed(f"{source}: file {relative!r} collides with a non-file entry", check_id="path-conflict")
+        staging = target.with_name(target.name + ".sparkflake-new")
+        digest = _copy_hashing(stream, staging, mode)
+        if previous is not None and previous.sha256 == digest:
+            staging.unlink()
+            return
+        staging.unlink()
+        raise CheckFailed(
+            f"{source}: /{relative} differs from the copy {previous.package if previous else 'already in the tree'} installed",
+            check_id="path-conflict",
+        )
+    digest = _copy_hashing(stream, target, mode)
+    owners[relative] = _Owner(deb.package, digest)
+
+
+def _write_text(root: Path, relative: str, text: str, mode: int = 0o644) -> None:
+    target = image_path(root, relative, source="declarative step")
+    if os.path.lexists(target):
+        os.unlink(target)
+    target.write_text(text, encoding="utf-8")
+    os.chmod(target, mode)
+
+
+def _symlink(root: Path, relative: str, link: str) -> None:
+    target = image_path(root, relative, source="declarative step")
+    if os.path.lexists(target):
+        os.unlink(target)
+    os.symlink(link, target)
+
+
+def _accounts(root: Path) -> None:
+    masters = root / "usr/share/base-passwd"
+    passwd_master = masters / "passwd.master"
+    group_master = masters / "group.master"
+    passwd = passwd_master.read_text(encoding="utf-8") if passwd_master.is_file() else "root:x:0:0:root:/root:/bin/sh\n"
+    group = group_master.read_text(encoding="utf-8") if group_master.is_file() else "root:x:0:\n"
+    _write_text(root, "etc/passwd", passwd)
+    _write_text(root, "etc/group", group)
+    users = [line.split(":", 1)[0] for line in passwd.splitlines() if line]
+    groups = [line.split(":", 1)[0] for line in group.splitlines() if line]
+    _write_text(root, "etc/shadow", "".join(f"{u}:*:{SHADOW_LASTCHANGE}:0:99999:7:::\n" for u in users), 0o640)
+    _write_text(root, "etc/gshadow", "".join(f"{g}:*::\n" for g in groups), 0o640)
+
+
+def _ca_certificates(root: Path) -> int:
+    certs_dir = root / "usr/share/ca-certificates"
+    if not certs_dir.is_dir():
+        return 0
+    names = sorted(
+        str(path.relative_to(certs_dir)).replace(os.sep, "/")
+        for path in certs_dir.rglob("*.crt")
+        if path.is_file()
+    )
+    _write_text(
+        root,
+        "etc/ca-certificates.conf",
+        "# Generated by sparkflake (ca-certificates postinst equivalent): every certificate enabled.\n"
+        + "".join(f"{name}\n" for name in names),
+    )
+    bundle = bytearray()
+    for name in names:
+        content = (certs_dir / name).read_bytes()
+        bundle += content if content.endswith(b"\n") else content + b"\n"
+        pem = os.path.basename(name)[: -len(".crt")].replace(" ", "_").replace("(", "=").replace(")", "=").replace(",", "_")
+        _symlink(root, f"etc/ssl/certs/{pem}.pem", f"/usr/share/ca-certificates/{name}")
+    target = image_path(root, "etc/ssl/certs/ca-certificates.crt", source="ca-certificates")
+    target.write_bytes(bytes(bundle))
+    os.chmod(target, 0o644)
+    return len(names)
+
+
+def _dpkg_database(root: Path, installed: Sequence[tuple[DebInput, dict[str, str], str, list[str]]]) -> None:
+    info = resolve_parent(root, "var/lib/dpkg/info/x", source="dpkg database")
+    stanzas = []
+    for deb, fields, md5sums, file_list in sorted(installed, key=lambda item: item[0].package):
+        ordered = {"Package": fields.get("Package", deb.package), "Status": "install ok installed"}
+        for key, value in fields.items():
+            if key not in ordered:
+                ordered[key] = value
+        stanzas.append("".join(f"{k}: {v.replace(chr(10), chr(10) + ' ')}\n" for k, v in ordered.items()))
+        list_name = deb.package if deb.architecture == "all" or fields.get("Multi-Arch") != "same" else f"{deb.package}:{deb.architecture}"
+        (info / f"{list_name}.list").write_text("".join(f"{path.rstrip('/')}\n" if path != "/." else "/.\n" for path in file_list), encoding="utf-8")
+        if md5sums:
+            (info / f"{list_name}.md5sums").write_text(md5sums, encoding="utf-8")
+    status = resolve_parent(root, "var/lib/dpkg/status", source="dpkg database") / "status"
+    status.write_text("\n".join(stanzas), encoding="utf-8")
+    for name in ("available", "diversions", "statoverride"):
+        path = root / "var/lib/dpkg" / name
+        if not path.exists():
+            path.write_text("", encoding="utf-8")
+
+
+def assemble_base(
+    debs: Sequence[DebInput],
+    output: str | os.PathLike[str],
+    *,
+    platform: str = "linux/arm64",
+    architecture: str = "arm64",
+    progress: ProgressCallback | None = None,
+) -> BaseManifest:
+    """Build the OS base tree at ``output`` (atomically: all or nothing)."""
+    manifest = BaseManifest()
+    machine = PLATFORM_MACHINE.get(platform, EM_AARCH64)
+    ordered = sorted(debs, key=lambda d: d.package)
+    with atomic_directory(output) as root:
+        os.chmod(root, 0o755)
+        for link, target in MERGED_USR:
+            (root / target).mkdir(parents=True, exist_ok=True)
+            os.symlink(target, root / link)
+        owners: dict[str, _Owner] = {}
+        installed = []
+        for position, deb in enumerate(ordered):
+            if progress:
+                progress(position, len(ordered), deb.package)
+            files = unpack_deb(deb, root, owners, manifest, architecture=architecture)
+            control = read_control(deb.path)
+            installed.append((deb, control.fields, control.md5sums, files))
+            manifest.packages.append(
+                {"package": deb.package, "version": deb.version, "architecture": deb.architecture, "files": len(files)}
+            )
+        if progress:
+            progress(len(ordered), len(ordered), "declarative steps")
+        _accounts(root)
+        conf = root / "etc/ld.so.conf"
+        if not conf.exists():
+            _write_text(root, "etc/ld.so.conf", LD_SO_CONF)
+        manifest.ld_so_cache_entries = len(write_ld_so_cache(root, machine))
+        _ca_certificates(root)
+        if (root / "usr/share/zoneinfo" / DEFAULT_TIMEZONE).exists():
+            _symlink(root, "etc/localtime", f"/usr/share/zoneinfo/{DEFAULT_TIMEZONE}")
+            _write_text(root, "etc/timezone", DEFAULT_TIMEZONE + "\n")
+        python3 = root / "usr/bin/python3"
+        if not os.path.lexists(python3) and (root / "usr/bin/python3.11").exists():
+            os.symlink("python3.11", python3)
+        _dpkg_database(root, installed)
+        manifest.elf_files = check_machine(root, platform)
+        manifest.ownership.sort(key=lambda o: str(o["path"]))
+    return manifest
+
+
+def remove_tree(path: str | os.PathLike[str]) -> None:
+    shutil.rmtree(path, ignore_errors=True)

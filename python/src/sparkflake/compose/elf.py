@@ -1,0 +1,192 @@
+"""ELF headers read as data: machine, class, and the DT_SONAME of shared objects.
+
+Nothing here executes the file; the image's target binaries are never run on the build
+machine. Only the ELF header, the section headers and the dynamic section are read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import CheckFailed
+
+ELF_MAGIC = b"\x7fELF"
+
+# e_machine values (System V ABI, elf.h) for the architectures an image may target.
+EM_386 = 3
+EM_ARM = 40
+EM_X86_64 = 62
+EM_AARCH64 = 183
+EM_RISCV = 243
+MACHINE_NAMES = {
+    EM_386: "i386",
+    EM_ARM: "arm",
+    EM_X86_64: "x86_64",
+    EM_AARCH64: "aarch64",
+    EM_RISCV: "riscv",
+    8: "mips",
+    20: "ppc",
+    21: "ppc64",
+    22: "s390",
+}
+PLATFORM_MACHINE = {"linux/arm64": EM_AARCH64, "linux/amd64": EM_X86_64}
+
+_SHT_DYNAMIC = 6
+_DT_NULL = 0
+_DT_SONAME = 14
+
+
+@dataclass(frozen=True)
+class ElfHeader:
+    machine: int
+    elf_class: int  # 1 = 32-bit, 2 = 64-bit
+    little_endian: bool
+    elf_type: int  # 2 = executable, 3 = shared object / PIE
+
+    @property
+    def machine_name(self) -> str:
+        return MACHINE_NAMES.get(self.machine, f"e_machine={self.machine}")
+
+
+@dataclass(frozen=True)
+class ElfFile:
+    """An ELF file inside a tree: its path relative to the tree root and its header."""
+
+    path: str
+    size: int
+    sha256: str
+    machine: int
+
+    @property
+    def machine_name(self) -> str:
+        return MACHINE_NAMES.get(self.machine, f"e_machine={self.machine}")
+
+
+def parse_header(prefix: bytes) -> ElfHeader | None:
+    """The ELF header from a file's first 20 bytes, or None if it is not ELF."""
+    if len(prefix) < 20 or not prefix.startswith(ELF_MAGIC):
+        return None
+    elf_class = prefix[4]
+    encoding = prefix[5]
+    if elf_class not in (1, 2) or encoding not in (1, 2):
+        return None
+    little = encoding == 1
+    elf_type, machine = struct.unpack("<HH" if little else ">HH", prefix[16:20])
+    return ElfHeader(machine=machine, elf_class=elf_class, little_endian=little, elf_type=elf_type)
+
+
+def read_header(path: str | os.PathLike[str]) -> ElfHeader | None:
+    with open(path, "rb") as handle:
+        return parse_header(handle.read(20))
+
+
+def read_soname(path: str | os.PathLike[str]) -> str | None:
+    """DT_SONAME of a shared object, read from its section headers; None if absent."""
+    with open(path, "rb") as handle:
+        ident = handle.read(64)
+        header = parse_header(ident)
+        if header is None:
+            return None
+        end = "<" if header.little_endian else ">"
+        if header.elf_class == 2:
+            if len(ident) < 64:
+                return None
+            shoff, = struct.unpack(end + "Q", ident[40:48])
+            shentsize, shnum = struct.unpack(end + "HH", ident[58:62])
+            sh_fmt, dyn_fmt = end + "IIQQQQIIQQ", end + "qQ"
+        else:
+            if len(ident) < 52:
+                return None
+            shoff, = struct.unpack(end + "I", ident[32:36])
+            shentsize, shnum = struct.unpack(end + "HH", ident[46:50])
+            sh_fmt, dyn_fmt = end + "IIIIIIIIII", end + "iI"
+        if shoff == 0 or shnum == 0 or shentsize < struct.calcsize(sh_fmt) or shnum > 65535:
+            return None
+        handle.seek(shoff)
+        table = handle.read(shentsize * shnum)
+        if len(table) < shentsize * shnum:
+            return None
+        sections = [
+            struct.unpack_from(sh_fmt, table, index * shentsize) for index in range(shnum)
+        ]
+        for section in sections:
+            _name, sh_type, _flags, _addr, sh_offset, sh_size, sh_link = section[:7]
+            if sh_type != _SHT_DYNAMIC or sh_link >= shnum:
+                continue
+            strtab = sections[sh_link]
+            handle.seek(sh_offset)
+            dynamic = handle.read(sh_size)
+            entry_size = struct.calcsize(dyn_fmt)
+            for offset in range(0, len(dynamic) - entry_size + 1, entry_size):
+                tag, value = struct.unpack_from(dyn_fmt, dynamic, offset)
+                if tag == _DT_NULL:
+                    break
+                if tag == _DT_SONAME:
+                    handle.seek(strtab[4] + value)
+                    raw = handle.read(4096)
+                    return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
+    return None
+
+
+def iter_elf_files(root: str | os.PathLike[str], *, with_sha256: bool = False) -> Iterator[ElfFile]:
+    """Every regular ELF file under ``root`` (symlinks not followed), sorted by path.
+
+    ``with_sha256`` also hashes each ELF file (the retained-native manifest needs it);
+    otherwise ``sha256`` is the empty string.
+    """
+    base = Path(root)
+    for dirpath, dirnames, filenames in os.walk(base):
+        dirnames.sort()
+        for filename in sorted(filenames):
+            full = os.path.join(dirpath, filename)
+            status = os.lstat(full)
+            if not stat.S_ISREG(status.st_mode) or status.st_size < 20:
+                continue
+            with open(full, "rb") as handle:
+                header = parse_header(handle.read(20))
+                if header is None:
+                    continue
+                digest = ""
+                if with_sha256:
+                    handle.seek(0)
+                    hasher = hashlib.sha256()
+                    while chunk := handle.read(1 << 20):
+                        hasher.update(chunk)
+                    digest = hasher.hexdigest()
+            yield ElfFile(
+                path=os.path.relpath(full, base).replace(os.sep, "/"),
+                size=status.st_size,
+                sha256=digest,
+                machine=header.machine,
+            )
+
+
+def check_machine(root: str | os.PathLike[str], platform: str = "linux/arm64") -> int:
+    """Refuse any ELF file under ``root`` whose machine is not the platform's.
+
+    Returns the number of ELF files checked. The error names every mismatching file.
+    """
+    expected = PLATFORM_MACHINE.get(platform)
+    if expected is None:
+        raise CheckFailed(f"no ELF machine known for platform {platform!r}", check_id="elf-machine")
+    mismatches: list[str] = []
+    count = 0
+    for elf in iter_elf_files(root):
+        count += 1
+        if elf.machine != expected:
+            mismatches.append(f"{elf.path} ({elf.machine_name})")
+    if mismatches:
+        shown = ", ".join(mismatches[:20])
+        more = f" and {len(mismatches) - 20} more" if len(mismatches) > 20 else ""
+        raise CheckFailed(
+            f"{root}: {len(mismatches)} ELF file(s) are not {MACHINE_NAMES[expected]} "
+            f"for {platform}: {shown}{more}",
+            check_id="elf-machine",
+        )
+    return count

@@ -1,0 +1,241 @@
+"""``/etc/ld.so.cache`` written from the tree's shared objects, without running ldconfig.
+
+The target's ldconfig is an arm64 binary and is never run on the build machine. This
+writes the format glibc ≥ 2.32 reads (``glibc-ld.so.cache1.1``, new format only, no
+extension section), laid out as glibc's ``elf/dl-cache.h`` documents it:
+
+    header (48 bytes): magic "glibc-ld.so.cache" "1.1", nlibs u32, len_strings u32,
+                       flags u8 (2 = little endian), 3 pad, extension_offset u32, 3×u32
+    nlibs entries (24 bytes): flags i32, key u32, value u32, osversion u32, hwcap u64
+    string table: NUL-terminated sonames and paths; offsets count from the file start
+
+Entries are sorted the way ld.so's binary search expects (descending by glibc's
+``_dl_cache_libcmp``, which compares digit runs numerically). Which directories are
+scanned follows ldconfig: the ``/etc/ld.so.conf`` directories (``include`` globs
+expanded), then the multiarch system directories; the first directory that has a soname
+wins. Like ldconfig, a missing soname symlink is created beside the library.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import os
+import stat
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .elf import EM_AARCH64, EM_X86_64, read_header, read_soname
+from .tree_paths import resolve_parent
+
+CACHE_MAGIC = b"glibc-ld.so.cache" + b"1.1"
+FLAG_ELF_LIBC6 = 0x0003
+ARCH_FLAGS = {EM_AARCH64: 0x0A00, EM_X86_64: 0x0300}
+ARCH_LABELS = {EM_AARCH64: "AArch64", EM_X86_64: "x86-64"}
+MULTIARCH = {EM_AARCH64: "aarch64-linux-gnu", EM_X86_64: "x86_64-linux-gnu"}
+_ENDIAN_LITTLE = 2
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    soname: str
+    path: str  # absolute path inside the image
+    flags: int
+
+
+def libcmp(left: str, right: str) -> int:
+    """glibc's _dl_cache_libcmp: digit runs compare as numbers, the rest bytewise."""
+    a, b = left.encode(), right.encode()
+    i = j = 0
+    while i < len(a):
+        ca = a[i]
+        cb = b[j] if j < len(b) else 0
+        if 48 <= ca <= 57:
+            if 48 <= cb <= 57:
+                start = i
+                while i < len(a) and 48 <= a[i] <= 57:
+                    i += 1
+                value_a = int(a[start:i])
+                start = j
+                while j < len(b) and 48 <= b[j] <= 57:
+                    j += 1
+                value_b = int(b[start:j])
+                if value_a != value_b:
+                    return value_a - value_b
+            else:
+                return 1
+        elif 48 <= cb <= 57:
+            return -1
+        elif ca != cb:
+            return ca - cb
+        else:
+            i += 1
+            j += 1
+    return 0 - (b[j] if j < len(b) else 0)
+
+
+def serialize_cache(entries: Sequence[CacheEntry]) -> bytes:
+    """The cache file bytes for ``entries`` (sorted here; input order does not matter)."""
+    ordered = sorted(
+        entries,
+        key=functools.cmp_to_key(lambda x, y: libcmp(y.soname, x.soname) or (x.flags - y.flags) or ((x.path > y.path) - (x.path < y.path))),
+    )
+    header_size = 48
+    entries_size = 24 * len(ordered)
+    strings = bytearray()
+    offsets: dict[str, int] = {}
+
+    def intern(text: str) -> int:
+        if text not in offsets:
+            offsets[text] = header_size + entries_size + len(strings)
+            strings.extend(text.encode() + b"\0")
+        return offsets[text]
+
+    records = bytearray()
+    for entry in ordered:
+        key = intern(entry.soname)
+        value = intern(entry.path)
+        records += struct.pack("<iIIIQ", entry.flags, key, value, 0, 0)
+    header = CACHE_MAGIC + struct.pack("<IIB3xI12x", len(ordered), len(strings), _ENDIAN_LITTLE, 0)
+    assert len(header) == header_size
+    return bytes(header + records + strings)
+
+
+def parse_cache(blob: bytes) -> list[CacheEntry]:
+    """Read back a cache written by ``serialize_cache`` (or ldconfig's new format part)."""
+    if not blob.startswith(CACHE_MAGIC) or len(blob) < 48:
+        raise ValueError("not a glibc-ld.so.cache1.1 file")
+    nlibs, _len_strings = struct.unpack_from("<II", blob, 20)
+    entries = []
+    for index in range(nlibs):
+        flags, key, value, _os, _hwcap = struct.unpack_from("<iIIIQ", blob, 48 + 24 * index)
+        soname = blob[key : blob.index(b"\0", key)].decode()
+        path = blob[value : blob.index(b"\0", value)].decode()
+        entries.append(CacheEntry(soname, path, flags))
+    return entries
+
+
+def configured_dirs(root: Path) -> list[str]:
+    """Directories from /etc/ld.so.conf (with ``include`` globs), in file order."""
+    found: list[str] = []
+    _read_conf(root, "/etc/ld.so.conf", found, depth=0)
+    return found
+
+
+def _read_conf(root: Path, image_file: str, found: list[str], *, depth: int) -> None:
+    if depth > 8:
+        return
+    host = _host_path(root, image_file)
+    if host is None or not host.is_file():
+        return
+    for raw in host.read_text(encoding="utf-8", errors="replace").splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        if line.startswith("include"):
+            pattern = line.split(None, 1)[1] if len(line.split(None, 1)) > 1 else ""
+            if not pattern.startswith("/"):
+                pattern = os.path.join(os.path.dirname(image_file), pattern)
+            directory, glob = os.path.split(pattern)
+            host_dir = _host_path(root, directory)
+            if host_dir is None or not host_dir.is_dir():
+                continue
+            for name in sorted(os.listdir(host_dir)):
+                if fnmatch.fnmatch(name, glob):
+                    _read_conf(root, f"{directory}/{name}", found, depth=depth + 1)
+        elif line.startswith("hwcap"):
+            continue
+        else:
+            for directory in line.replace(",", " ").split():
+                if directory.startswith("/") and directory not in found:
+                    found.append(directory.rstrip("/") or "/")
+
+
+def _host_path(root: Path, image_path: str) -> Path | None:
+    relative = image_path.strip("/")
+    if not relative:
+        return root
+    try:
+        parent = resolve_parent(root, relative, source="ld.so.cache", create=False)
+    except (FileNotFoundError, Exception):  # a dangling or escaping path is simply not scanned
+        return None
+    return parent / relative.split("/")[-1]
+
+
+def collect_entries(root: Path, machine: int) -> list[CacheEntry]:
+    multiarch = MULTIARCH[machine]
+    system_dirs = [f"/lib/{multiarch}", f"/usr/lib/{multiarch}", "/lib", "/usr/lib"]
+    directories = configured_dirs(root) + [d for d in system_dirs]
+    flags = FLAG_ELF_LIBC6 | ARCH_FLAGS[machine]
+    seen_dirs: set[tuple[int, int]] = set()
+    by_soname: dict[str, CacheEntry] = {}
+    for directory in directories:
+        host_dir = _host_path(root, directory)
+        if host_dir is None or not host_dir.is_dir():
+            continue
+        real = os.stat(host_dir)
+        identity = (real.st_dev, real.st_ino)
+        if identity in seen_dirs:
+            continue
+        seen_dirs.add(identity)
+        for name in sorted(os.listdir(host_dir)):
+            if not (name.startswith("lib") or name.startswith("ld-")) or ".so" not in name:
+                continue
+            host_file = host_dir / name
+            target = _follow(root, directory, name)
+            if target is None:
+                continue
+            header = read_header(target)
+            if header is None or header.machine != machine or header.elf_class != 2 or header.elf_type != 3:
+                continue
+            soname = read_soname(target) or name
+            if soname in by_soname:
+                continue
+            soname_host = host_dir / soname
+            if not os.path.lexists(soname_host):
+                os.symlink(name, soname_host)
+            elif not _same_file(soname_host, host_file):
+                # ldconfig keys the cache by soname; a soname link to another file wins.
+                pass
+            by_soname[soname] = CacheEntry(soname, f"{directory}/{soname}", flags)
+    return list(by_soname.values())
+
+
+def _same_file(left: Path, right: Path) -> bool:
+    try:
+        return os.path.samefile(left, right)
+    except OSError:
+        return False
+
+
+def _follow(root: Path, directory: str, name: str) -> Path | None:
+    """The regular file an image path names, following symlinks inside the image."""
+    image = f"{directory}/{name}"
+    for _ in range(40):
+        host = _host_path(root, image)
+        if host is None:
+            return None
+        try:
+            status = os.lstat(host)
+        except FileNotFoundError:
+            return None
+        if stat.S_ISREG(status.st_mode):
+            return host
+        if not stat.S_ISLNK(status.st_mode):
+            return None
+        link = os.readlink(host)
+        image = link if link.startswith("/") else os.path.normpath(os.path.join(os.path.dirname(image), link))
+        if image.startswith(".."):
+            return None
+    return None
+
+
+def write_ld_so_cache(root: Path, machine: int = EM_AARCH64) -> list[CacheEntry]:
+    """Scan ``root`` and write ``etc/ld.so.cache``; returns the entries written."""
+    entries = collect_entries(root, machine)
+    target = resolve_parent(root, "etc/ld.so.cache", source="ld.so.cache") / "ld.so.cache"
+    target.write_bytes(serialize_cache(entries))
+    os.chmod(target, 0o644)
+    return sorted(entries, key=lambda e: e.soname)
