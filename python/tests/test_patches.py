@@ -99,7 +99,7 @@ def test_already_applied_is_detected(tmp_path: Path) -> None:
     patch_set = load_patch_set(write_set(tmp_path / "set", [("edit", {"pkg/mod.py": (ORIGINAL, CHANGED)})]))
     with pytest.raises(CheckFailed) as error:
         apply_patch_set(patch_set, FileReader(tree))
-    assert error.value.check_id == "patch.already-applied"
+    assert error.value.check_id == "patches.already-applied"
     assert "pkg/mod.py" in str(error.value)
 
 
@@ -110,7 +110,7 @@ def test_pre_image_mismatch_names_file(tmp_path: Path) -> None:
     patch_set = load_patch_set(write_set(tmp_path / "set", [("edit", {"pkg/mod.py": (ORIGINAL, CHANGED)})]))
     with pytest.raises(CheckFailed) as error:
         apply_patch_set(patch_set, FileReader(tree))
-    assert error.value.check_id == "patch.pre-image"
+    assert error.value.check_id == "patches.pre-image"
     assert "pkg/mod.py" in str(error.value) and sha(ORIGINAL) in str(error.value)
 
 
@@ -127,7 +127,7 @@ def test_hunk_that_no_longer_applies_names_file_and_hunk(tmp_path: Path) -> None
     with pytest.raises(CheckFailed) as error:
         apply_patch_set(patch_set, FileReader(tree))
     message = str(error.value)
-    assert error.value.check_id == "patch.hunk"
+    assert error.value.check_id == "patches.hunk"
     assert "pkg/mod.py" in message and "hunk 2" in message and diff.name in message
 
 
@@ -143,7 +143,7 @@ def test_no_fuzz_shifted_context_refused(tmp_path: Path) -> None:
     (patch_dir / "patches.toml").write_text(toml)
     with pytest.raises(CheckFailed) as error:
         apply_patch_set(load_patch_set(patch_dir), FileReader(tree))
-    assert error.value.check_id == "patch.hunk"
+    assert error.value.check_id == "patches.hunk"
     assert "hunk 1" in str(error.value) and "no fuzz" in str(error.value)
 
 

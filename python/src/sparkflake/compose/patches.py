@@ -353,13 +353,13 @@ def apply_hunks(original: bytes, file_diff: FileDiff, *, patch: Patch) -> bytes:
         where = f"patch {patch.name} ({patch.diff_file}:{hunk.diff_line}), {file_diff.path}, hunk {number}"
         start = hunk.old_start - 1 if hunk.old_count else hunk.old_start
         if start < cursor:
-            raise CheckFailed(f"{where}: hunks overlap or are out of order", check_id="patch.hunk")
+            raise CheckFailed(f"{where}: hunks overlap or are out of order", check_id="patches.hunk")
         expected_new_start = (start + offset + 1) if hunk.new_count else (start + offset)
         if hunk.new_start != expected_new_start:
             raise CheckFailed(
                 f"{where}: new-side start {hunk.new_start} inconsistent with earlier hunks "
                 f"(expected {expected_new_start})",
-                check_id="patch.hunk",
+                check_id="patches.hunk",
             )
         old = hunk.old_lines
         actual = source_lines[start : start + len(old)]
@@ -374,7 +374,7 @@ def apply_hunks(original: bytes, file_diff: FileDiff, *, patch: Patch) -> bytes:
                 f"{where}: does not apply at line {start + mismatch + 1}: expected "
                 f"{_shown_line(wanted)}, found {_shown_line(found)} "
                 "(exact application, no fuzz)",
-                check_id="patch.hunk",
+                check_id="patches.hunk",
             )
         output.extend(source_lines[cursor:start])
         output.extend(hunk.new_lines)
@@ -417,12 +417,12 @@ def apply_patch_set(
                 raise CheckFailed(
                     f"patch {patch.name}: {anchor.path} is already at its post-image "
                     f"sha256 {actual}: the patch was applied before (refusing to apply twice)",
-                    check_id="patch.already-applied",
+                    check_id="patches.already-applied",
                 )
             raise CheckFailed(
                 f"patch {patch.name}: {anchor.path}: pre-image sha256 expected "
                 f"{anchor.pre_sha256 or 'absent'}, found {actual or 'absent'}",
-                check_id="patch.pre-image",
+                check_id="patches.pre-image",
             )
         for file_diff, anchor in zip(patch.file_diffs, patch.anchors, strict=True):
             original = content_of(anchor.path)
@@ -431,7 +431,7 @@ def apply_patch_set(
                 if patched:
                     raise CheckFailed(
                         f"patch {patch.name}: {anchor.path}: deletion hunk leaves {len(patched)} bytes",
-                        check_id="patch.hunk",
+                        check_id="patches.hunk",
                     )
                 current[anchor.path] = None
             else:
@@ -442,7 +442,7 @@ def apply_patch_set(
                 raise CheckFailed(
                     f"patch {patch.name}: {anchor.path}: post-image sha256 expected "
                     f"{anchor.post_sha256 or 'absent'}, got {actual or 'absent'}",
-                    check_id="patch.post-image",
+                    check_id="patches.post-image",
                 )
     outcome: dict[str, PatchedFile] = {}
     for path in sorted(current):
@@ -469,7 +469,7 @@ class FileReader:
         for root in self.roots:
             candidate = root / path
             if candidate.is_symlink():
-                raise CheckFailed(f"{candidate}: patches do not apply to symlinks", check_id="patch.pre-image")
+                raise CheckFailed(f"{candidate}: patches do not apply to symlinks", check_id="patches.pre-image")
             if candidate.is_file():
                 return candidate.read_bytes()
         return None

@@ -1,0 +1,101 @@
+"""`sparkflake build PROFILE`: the runtime composition, verified, as an OCI image."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+from ..compose.build import BuildRequest, ImageOptions, build_profile, default_output_dir
+from ..errors import InputError
+from ..oci.compression import Compression
+from ..oci.image import default_source_date_epoch
+from ._output import Progress, print_json, print_line
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "build",
+        help="build a profile's image: fetch, assemble, verify, write result/PROFILE/",
+        description=(
+            "Fetch what is missing from the cache, assemble the OS base, the Python environment, "
+            "the vLLM source overlay and its anchored patches, run the verification chain, and "
+            "write the OCI layout, oci-archive, docker-archive, receipt.json and digests.json. "
+            "Nothing is written when a check fails."
+        ),
+    )
+    parser.add_argument("profile", metavar="PROFILE", help="profile name (profiles/NAME) or path")
+    parser.add_argument("-o", "--output", metavar="DIR", help="output directory (default result/PROFILE)")
+    parser.add_argument("--cache", metavar="DIR", help="cache root for inputs, layers and work trees (default $XDG_CACHE_HOME/sparkflake)")
+    parser.add_argument("--from", dest="from_dirs", action="append", default=[], metavar="DIR",
+                        help="import operator-supplied inputs from DIR (matched by sha256); repeatable")
+    parser.add_argument("--offline", action="store_true", help="no network: inputs come from the cache, inputs/ and --from")
+    parser.add_argument("--compression", choices=("gzip", "zstd", "none"), default="gzip")
+    parser.add_argument("--level", type=int, default=None, help="compression level (default: the engine's)")
+    parser.add_argument("--no-layer-cache", action="store_true", help="re-tar and re-compress every layer")
+    parser.add_argument("--repository", default="localhost/sparkflake", help="image repository name in the outputs")
+    parser.add_argument("--tag", default=None, help="image tag (default: the profile name)")
+    parser.add_argument("--profiles-dir", metavar="DIR", help="where profiles live (default: ./profiles upward)")
+    parser.add_argument("--keep-work", action="store_true", help="keep the assembled trees (printed)")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    compression = Compression(args.compression) if args.level is None else Compression(args.compression, args.level)
+    options = ImageOptions(
+        compression=compression,
+        source_date_epoch=default_source_date_epoch(),
+        repository=args.repository,
+        tag=args.tag,
+    )
+    for directory in args.from_dirs:
+        if not os.path.isdir(directory):
+            raise InputError(f"--from {directory}: not a directory")
+    request = BuildRequest(
+        profile=args.profile,
+        output_dir=Path(args.output) if args.output else None,
+        cache_root=Path(args.cache) if args.cache else None,
+        from_dirs=tuple(Path(d) for d in args.from_dirs),
+        offline=args.offline,
+        options=options,
+        use_layer_cache=not args.no_layer_cache,
+        keep_work=args.keep_work,
+        profiles_dir=Path(args.profiles_dir) if args.profiles_dir else None,
+    )
+    started = time.monotonic()
+    result = build_profile(request, Progress("build"))
+    elapsed = time.monotonic() - started
+    image = result.image
+    out_dir = request.output_dir or default_output_dir(result.profile)
+    record = {
+        "profile": result.profile,
+        "output": str(out_dir),
+        "manifest": image.manifest_digest,
+        "config": image.config_digest,
+        "image_id": image.config_digest,
+        "index": image.index_digest,
+        "chain_id": image.chain_id,
+        "layers": [
+            {"name": name, "digest": layer.digest, "diff_id": layer.diff_id, "size": layer.size, "cached": cached}
+            for name, layer, cached in zip(result.layer_names, image.layers, result.layers_from_cache, strict=True)
+        ],
+        "verification": [link.as_record() for link in result.chain],
+        "seconds": round(elapsed, 3),
+    }
+    if result.assembly is not None:
+        record["work_dir"] = str(result.assembly.work_dir)
+    if args.json:
+        print_json(record)
+        return 0
+    for link in result.chain:
+        print_line(f"verified {link.link}: {link.detail}")
+    for name, layer, cached in zip(result.layer_names, image.layers, result.layers_from_cache, strict=True):
+        print_line(f"layer {name:<12} {layer.digest}  diffID {layer.diff_id}  {layer.size} bytes{' (cached)' if cached else ''}")
+    print_line(f"manifest digest  {image.manifest_digest}")
+    print_line(f"config digest    {image.config_digest}  (image ID)")
+    print_line(f"index digest     {image.index_digest}")
+    print_line(f"chain ID         {image.chain_id}")
+    print_line(f"wrote {out_dir}/ (oci/, oci-archive.tar, docker-archive.tar, receipt.json, digests.json) in {elapsed:.1f}s")
+    return 0

@@ -1,0 +1,936 @@
+"""`sparkflake build PROFILE`: fetch what is missing, assemble, verify, write the image.
+
+Stages (each a function over plain data, so tests can stop between them):
+
+1. ``load_composition`` — the profile, its locks, the input that plays each role, the
+   patch set; a role naming an input the lock lacks is refused here.
+2. ``fetch_inputs`` — missing inputs fetched (or imported from the profile's ``inputs/``
+   and ``--from`` directories); every input re-hashed from the cache (link ``inputs``).
+3. ``assemble`` — layer trees: OS base, the Python environment split in groups (CUDA
+   libraries, torch, the rest, vLLM), the source overlay with its anchored patches;
+   both manifests.
+4. ``build_lower_layers`` — the layer blobs below the top layer (layer cache: an
+   unchanged tree is never re-tarred or re-compressed).
+5. ``prepare_top`` — labels, the in-image receipt, ``/etc/sparkflake/*``.
+6. ``verify_composition`` — the verification chain (``compose.verification``); refuses
+   before anything is written.
+7. ``finish`` — top layer, config, manifest, full receipt; ``write_outputs`` writes
+   ``result/PROFILE/`` atomically.
+
+Layer order puts the big, stable parts below (OS base, CUDA libraries, torch), so a
+change of the source overlay or a patch rebuilds only the top layer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import tempfile
+import urllib.error
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from packaging.utils import canonicalize_name
+
+from .. import __version__
+from ..atomic_write import atomic_directory, write_bytes_atomic
+from ..digest import git_tree_id, nar_hash, sha256_file
+from ..errors import CheckFailed, InputError, SparkflakeError
+from ..fetch import Artifact, BlobCache, default_cache_root, fetch_all
+from ..lock import DebPin, GitPin, Lock, Pin, SdistPin, WheelPin
+from ..oci.blob_store import BlobStore
+from ..oci.compression import Compression
+from ..oci.config import Platform, RuntimeConfig, rfc3339
+from ..oci.image import ImageSpec, LayerSpec, assemble_image, write_image_outputs
+from ..oci.image_model import BuiltImage
+from ..oci.layer import Layer, LayerOptions, build_layer
+from ..oci.layer_cache import LayerCache
+from ..oci.layer_tree import LayerInput, TreeSource
+from ..profile import Profile, check_against_locks, profile_path, profile_to_dict, read_profile
+from ..resolve.target import Target
+from . import generated, receipt
+from .debian_base import DebInput, assemble_base
+from .elf import check_machine
+from .patches import PatchSet, load_patch_set
+from .python_env import DEFAULT_PREFIX, WheelInput, assemble_python_env
+from .source_overlay import (
+    compare_overlay,
+    compare_retained_native,
+    extract_sdist_package,
+    overlay_manifest,
+    package_tree_hashes,
+    plan_overlay,
+    retained_native_manifest,
+    wheel_native_files,
+    write_overlay_tree,
+    write_patched_source,
+)
+from .verification import PASSED, Link, LinkResult, require_no_problems, run_chain
+
+ProgressCallback = Callable[[int, int, str], None]
+
+OVERLAY_PACKAGE = "vllm"
+REPO_PATCH_SET = ("overlays", "vllm")
+PROFILE_PATCH_SET = "patches"
+PROFILE_INPUTS = "inputs"
+LICENSES = "Apache-2.0"
+DEFAULT_REPOSITORY = "localhost/sparkflake"
+DEFAULT_ENV = (
+    f"PATH={DEFAULT_PREFIX}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    f"VIRTUAL_ENV={DEFAULT_PREFIX}",
+    "LANG=C.UTF-8",
+    "PYTHONDONTWRITEBYTECODE=1",
+)
+
+# Python environment layers, bottom to top: name, predicate over a normalized name.
+PYTHON_GROUPS: tuple[tuple[str, Callable[[str], bool]], ...] = (
+    ("python-cuda", lambda name: name.startswith(("nvidia-", "cuda-"))),
+    ("python-torch", lambda name: name in ("torch", "triton")),
+    ("python-env", lambda name: name != OVERLAY_PACKAGE),
+    ("vllm", lambda name: name == OVERLAY_PACKAGE),
+)
+
+
+# --------------------------------------------------------------------------- stage 1
+
+
+@dataclass(frozen=True)
+class Composition:
+    profile: Profile
+    locks: tuple[Lock, ...]
+    lock_paths: tuple[Path, ...]
+    roles: Mapping[str, Pin]
+    wheels: tuple[WheelPin, ...]
+    debs: tuple[DebPin, ...]
+    source: SdistPin | GitPin
+    patch_set: PatchSet
+    patch_set_dir: Path
+    repo_root: Path
+
+    @property
+    def platform(self) -> str:
+        return self.profile.platform
+
+
+def find_repo_root(start: Path) -> Path:
+    for directory in (start, *start.parents):
+        if (directory / Path(*REPO_PATCH_SET) / "patches.toml").is_file():
+            return directory
+    raise InputError(f"no {'/'.join(REPO_PATCH_SET)}/patches.toml above {start}: not inside a sparkflake checkout")
+
+
+def load_composition(name_or_path: str | os.PathLike[str], profiles_dir: str | os.PathLike[str] | None = None) -> Composition:
+    """The profile, its locks and every input it builds from, checked against each other."""
+    path = profile_path(name_or_path, profiles_dir)
+    profile = read_profile(path)
+    locks = profile.load_locks()
+    check_against_locks(profile, locks)
+    roles = {role: profile.input_for(role, locks) for role in profile.inputs}
+    for role in ("vllm_wheel", "vllm_source", *{r for r in generated.ROLE_LABELS.values()}):
+        if role not in roles:
+            raise InputError(f"{path}: inputs.{role}: the composition needs this role")
+    vllm_wheel = roles["vllm_wheel"]
+    source = roles["vllm_source"]
+    if not isinstance(vllm_wheel, WheelPin):
+        raise InputError(f"{path}: inputs.vllm_wheel: {vllm_wheel.name} is a {vllm_wheel.kind} input, expected a wheel")
+    if not isinstance(source, (SdistPin, GitPin)):
+        raise InputError(f"{path}: inputs.vllm_source: {source.name} is a {source.kind} input, expected an sdist or git input")
+    if isinstance(source, SdistPin) and source.version != vllm_wheel.version:
+        raise InputError(
+            f"{path}: inputs.vllm_source: sdist version {source.version} differs from the wheel's {vllm_wheel.version}"
+        )
+    wheels: dict[str, WheelPin] = {}
+    debs: dict[str, DebPin] = {}
+    for lock in locks:
+        for pin in lock.inputs:
+            if isinstance(pin, WheelPin):
+                wheels.setdefault(str(canonicalize_name(pin.name)), pin)
+            elif isinstance(pin, DebPin):
+                debs.setdefault(pin.package, pin)
+    absent = {str(canonicalize_name(name)) for name in profile.absent.distributions}
+    locked_absent = sorted(absent & set(wheels))
+    if locked_absent:
+        raise CheckFailed(
+            f"{path}: absent.distributions names {', '.join(locked_absent)} but the lock pins "
+            "them; the image would contain them",
+            check_id="absences",
+        )
+    profile_dir = path.parent if path.is_file() else path
+    local_patches = profile_dir / PROFILE_PATCH_SET
+    repo_root = find_repo_root(profile_dir.resolve())
+    patch_set_dir = local_patches if (local_patches / "patches.toml").is_file() else repo_root.joinpath(*REPO_PATCH_SET)
+    return Composition(
+        profile=profile,
+        locks=locks,
+        lock_paths=profile.lock_paths(),
+        roles=roles,
+        wheels=tuple(sorted(wheels.values(), key=lambda w: w.name)),
+        debs=tuple(sorted(debs.values(), key=lambda d: d.package)),
+        source=source,
+        patch_set=load_patch_set(patch_set_dir),
+        patch_set_dir=patch_set_dir,
+        repo_root=repo_root,
+    )
+
+
+# --------------------------------------------------------------------------- stage 2
+
+
+def _artifact(pin: Pin) -> Artifact:
+    if isinstance(pin, WheelPin | SdistPin):
+        return Artifact(pin.name, pin.filename, pin.sha256, pin.size, tuple(pin.urls))
+    if isinstance(pin, DebPin):
+        filename = f"{pin.package}_{pin.version.split(':')[-1]}_{pin.architecture}.deb"
+        return Artifact(pin.name, filename, pin.sha256, pin.size, tuple(pin.urls))
+    raise InputError(f"{pin.name}: {pin.kind} inputs are not fetched as files by the build")
+
+
+def _offline_opener(request, timeout):  # noqa: ANN001, ANN202 (fetch's opener signature)
+    raise urllib.error.URLError("offline build (--offline): no network access")
+
+
+@dataclass(frozen=True)
+class FetchedInputs:
+    paths: Mapping[str, Path]  # input name -> verified cache path
+    downloaded: int
+    imported: int
+    link: LinkResult
+
+
+def fetch_inputs(
+    composition: Composition,
+    cache: BlobCache,
+    *,
+    from_dirs: Sequence[Path] = (),
+    offline: bool = False,
+    progress: ProgressCallback | None = None,
+) -> FetchedInputs:
+    """Every file input in the cache, then re-hashed (link ``inputs``)."""
+    pins: list[Pin] = [*composition.debs, *composition.wheels]
+    if isinstance(composition.source, SdistPin):
+        pins.append(composition.source)
+    else:
+        raise InputError(
+            f"{composition.source.name}: git sources are built from a checkout supplied with "
+            "--source-tree (no git fetch in the CLI build)"
+        )
+    artifacts = [_artifact(pin) for pin in pins]
+    missing = [a for a in artifacts if not cache.contains(a.sha256)]
+    directories = list(from_dirs)
+    profile_inputs = composition.profile.directory / PROFILE_INPUTS
+    if profile_inputs.is_dir():
+        directories.append(profile_inputs)
+    downloaded = imported = 0
+    if missing:
+        kwargs = {"opener": _offline_opener} if offline else {}
+        try:
+            report = fetch_all(missing, cache, from_dirs=directories, progress=progress, **kwargs)
+        except SparkflakeError as exc:
+            raise type(exc)(exc.message, check_id="inputs") from exc
+        downloaded = sum(1 for o in report.outcomes if o.source == "download")
+        imported = sum(1 for o in report.outcomes if o.source == "import")
+    paths: dict[str, Path] = {}
+    problems: list[str] = []
+    for position, artifact in enumerate(artifacts):
+        if progress:
+            progress(position, len(artifacts), f"verify {artifact.name}")
+        try:
+            paths[artifact.name] = cache.verified_path(artifact)
+        except SparkflakeError as exc:
+            problems.append(exc.message)
+    if problems:
+        raise CheckFailed("; ".join(problems), check_id="inputs")
+    total = sum(a.size or 0 for a in artifacts)
+    link = LinkResult("inputs", PASSED, f"{len(artifacts)} inputs ({total} bytes) re-hashed from the cache, all equal to the lock")
+    return FetchedInputs(paths, downloaded, imported, link)
+
+
+# --------------------------------------------------------------------------- stage 3
+
+
+@dataclass(frozen=True)
+class LayerTree:
+    name: str
+    layer_input: LayerInput
+    created_by: str
+    roots: tuple[Path, ...]  # host trees (for ELF checks)
+
+
+@dataclass(frozen=True)
+class Assembly:
+    work_dir: Path
+    base_tree: Path
+    python_trees: Mapping[str, Path]  # group name -> tree whose root stands for "/"
+    site_packages: str  # image path, e.g. /opt/venv/lib/python3.11/site-packages
+    vllm_tree: Path
+    source_root: Path  # holds vllm/ as extracted from the source
+    patched_source: Path  # the patched source package tree (vllm/)
+    overlay_tree: Path  # site-packages-relative files the overlay adds/replaces
+    overlay_deletions: tuple[str, ...]
+    retained_native: Mapping[str, object]
+    retained_native_bytes: bytes
+    overlay: Mapping[str, object]
+    overlay_bytes: bytes
+    source_identity: Mapping[str, object]
+    nccl_library_sha256: str
+    env_distributions: tuple[Mapping[str, object], ...]
+
+    def lower_layers(self) -> list[LayerTree]:
+        layers = [LayerTree("os-base", LayerInput(sources=(TreeSource(str(self.base_tree), "/"),)),
+                            "sparkflake: OS base from Debian packages", (self.base_tree,))]
+        for name, tree in self.python_trees.items():
+            layers.append(
+                LayerTree(name, LayerInput(sources=(TreeSource(str(tree), "/"),)),
+                          f"sparkflake: Python environment ({name})", (tree,))
+            )
+        return layers
+
+
+def _target_for(lock: Lock) -> Target:
+    machine = {"arm64": "aarch64", "amd64": "x86_64"}.get(lock.target.architecture, lock.target.architecture)
+    major, minor = (int(part) for part in lock.target.python.split(".")[:2])
+    glibc = tuple(int(part) for part in lock.target.glibc.split("."))
+    full = lock.target.python if lock.target.python.count(".") == 2 else Target().python_full_version
+    if (major, minor) != Target().python_version:
+        full = f"{major}.{minor}"
+    return Target(
+        platform=lock.target.platform,
+        machine=machine,
+        debian_architecture=lock.target.architecture,
+        python_version=(major, minor),
+        python_full_version=full,
+        glibc=(glibc[0], glibc[1]),
+    )
+
+
+def python_group(name: str) -> str:
+    normalized = str(canonicalize_name(name))
+    for group, member in PYTHON_GROUPS:
+        if member(normalized):
+            return group
+    raise InputError(f"{name}: no Python layer group")
+
+
+def assemble(
+    composition: Composition,
+    fetched: FetchedInputs,
+    work_dir: Path,
+    *,
+    progress: ProgressCallback | None = None,
+) -> Assembly:
+    """All layer trees and both manifests, in ``work_dir`` (created fresh)."""
+    profile = composition.profile
+    target = _target_for(composition.locks[0])
+    work_dir.mkdir(parents=True, exist_ok=True)
+    base_tree = work_dir / "os-base"
+    assemble_base(
+        [DebInput(d.package, d.version, d.architecture, fetched.paths[d.name]) for d in composition.debs],
+        base_tree,
+        platform=profile.platform,
+        architecture=composition.debs[0].architecture if composition.debs else "arm64",
+        progress=progress,
+    )
+    groups: dict[str, list[WheelInput]] = {}
+    for pin in composition.wheels:
+        groups.setdefault(python_group(pin.name), []).append(
+            WheelInput(pin.name, pin.version, pin.filename, fetched.paths[pin.name])
+        )
+    python_trees: dict[str, Path] = {}
+    owners: dict[str, tuple[str, str]] = {}
+    distributions: list[Mapping[str, object]] = []
+    for group, _member in PYTHON_GROUPS:
+        if group not in groups:
+            continue
+        tree = work_dir / group
+        manifest = assemble_python_env(groups[group], tree, target=target, progress=progress)
+        distributions.extend(manifest.distributions)
+        for image_path, wheel in manifest.owners.items():
+            previous = owners.get(image_path)
+            if previous is not None:
+                other_tree = python_trees[previous[1]]
+                same = sha256_file(other_tree / image_path.lstrip("/")) == sha256_file(tree / image_path.lstrip("/"))
+                if not same:
+                    raise CheckFailed(
+                        f"{image_path} is written by {previous[0]} and by {wheel} with different bytes",
+                        check_id="path-conflict",
+                    )
+            owners[image_path] = (wheel, group)
+        python_trees[group] = tree
+    site_packages = f"{DEFAULT_PREFIX}/lib/python{target.python_minor}/site-packages"
+    vllm_tree = python_trees["vllm"]
+    vllm_site = vllm_tree / site_packages.lstrip("/")
+
+    # The overlay source and its patches.
+    source = composition.source
+    source_root = work_dir / "source"
+    assert isinstance(source, SdistPin)
+    extract_sdist_package(fetched.paths[source.name], OVERLAY_PACKAGE, source_root)
+    source_identity: dict[str, object] = {
+        "kind": "sdist",
+        "name": source.name,
+        "filename": source.filename,
+        "version": source.version,
+        "sha256": source.sha256,
+        "uri": source.urls[0],
+    }
+    plan = plan_overlay(vllm_site, source_root, OVERLAY_PACKAGE, composition.patch_set)
+    patched_root = work_dir / "patched-source"
+    patched_package = write_patched_source(source_root, OVERLAY_PACKAGE, plan, patched_root)
+    overlay_tree = work_dir / "overlay"
+    overlay_tree.mkdir()
+    deleted = write_overlay_tree(plan, overlay_tree)
+
+    wheel_pin = composition.roles["vllm_wheel"]
+    assert isinstance(wheel_pin, WheelPin)
+    retained = retained_native_manifest(
+        vllm_site, OVERLAY_PACKAGE, wheel_filename=wheel_pin.filename, wheel_sha256=wheel_pin.sha256
+    )
+    overlay = overlay_manifest(
+        plan,
+        source_identity=source_identity,
+        patch_set_sha256=composition.patch_set.patch_set_sha256,
+        patched_tree_git=git_tree_id(patched_package),
+        patched_tree_nar_hash=nar_hash(patched_package).sri,
+        install_prefix=site_packages,
+    )
+    nccl_library = _nccl_library_sha256(composition, fetched)
+    return Assembly(
+        work_dir=work_dir,
+        base_tree=base_tree,
+        python_trees=python_trees,
+        site_packages=site_packages,
+        vllm_tree=vllm_tree,
+        source_root=source_root,
+        patched_source=patched_package,
+        overlay_tree=overlay_tree,
+        overlay_deletions=tuple(deleted),
+        retained_native=retained,
+        retained_native_bytes=generated.json_file_bytes(retained),
+        overlay=overlay,
+        overlay_bytes=generated.json_file_bytes(overlay),
+        source_identity=source_identity,
+        nccl_library_sha256=nccl_library,
+        env_distributions=tuple(distributions),
+    )
+
+
+def _nccl_library_sha256(composition: Composition, fetched: FetchedInputs) -> str:
+    """sha256 of ``libnccl.so*`` shipped by the input playing the ``nccl`` role."""
+    pin = composition.roles["nccl"]
+    if not isinstance(pin, WheelPin):
+        return pin.sha256  # type: ignore[union-attr]  # a file input is the library itself
+    libraries = {
+        path: digest
+        for path, (_size, digest) in wheel_native_files(fetched.paths[pin.name], "nvidia").items()
+        if PurePosixPath(path).name.startswith("libnccl.so")
+    }
+    if len(libraries) != 1:
+        raise InputError(f"{pin.filename}: expected exactly one libnccl.so* under nvidia/, found {sorted(libraries)}")
+    return next(iter(libraries.values()))
+
+
+# --------------------------------------------------------------------------- stage 4
+
+
+@dataclass(frozen=True)
+class ImageOptions:
+    compression: Compression = Compression("gzip")
+    source_date_epoch: int = 1
+    repository: str = DEFAULT_REPOSITORY
+    tag: str | None = None  # default: the profile name
+
+
+def build_lower_layers(
+    assembly: Assembly,
+    options: ImageOptions,
+    store: BlobStore,
+    layer_cache: LayerCache | None,
+    progress: ProgressCallback | None = None,
+) -> list[Layer]:
+    layer_options = LayerOptions(options.compression, options.source_date_epoch)
+    built = []
+    for tree in assembly.lower_layers():
+        def layer_progress(done: int, total: int, what: str, name: str = tree.name) -> None:
+            if progress:
+                progress(done, total, f"{name}: {what}")
+
+        built.append(build_layer(tree.layer_input, layer_options, store, layer_cache, layer_progress))
+    return built
+
+
+# --------------------------------------------------------------------------- stage 5
+
+
+@dataclass(frozen=True)
+class PreparedTop:
+    labels: Mapping[str, str]
+    in_image_receipt: Mapping[str, object]
+    in_image_receipt_bytes: bytes
+    profile_bytes: bytes
+    top_input: LayerInput
+    base_digest: str
+    resolved: tuple[receipt.ResolvedDependency, ...]
+
+
+def _platform(profile: Profile) -> Platform:
+    platform = Platform.parse(profile.platform)
+    if platform.architecture == "arm64" and not platform.variant:
+        platform = Platform.parse("linux/arm64/v8")
+    return platform
+
+
+def _spec(profile: Profile, options: ImageOptions, layers: Sequence[LayerTree], runtime: RuntimeConfig) -> ImageSpec:
+    return ImageSpec(
+        layers=tuple(LayerSpec(tree.layer_input, tree.created_by) for tree in layers),
+        platform=_platform(profile),
+        runtime=runtime,
+        compression=options.compression,
+        source_date_epoch=options.source_date_epoch,
+        tag=options.tag or profile.name,
+        repository=options.repository,
+    )
+
+
+def resolved_dependencies(composition: Composition, assembly: Assembly) -> tuple[receipt.ResolvedDependency, ...]:
+    role_of = {pin.name: role for role, pin in composition.roles.items()}
+    dependencies: list[receipt.ResolvedDependency] = []
+    pins: list[Pin] = [*composition.debs, *composition.wheels, composition.source]
+    for pin in sorted(pins, key=lambda p: (p.kind, p.name)):
+        annotations: dict[str, object] = {"kind": pin.kind}
+        if pin.name in role_of:
+            annotations["role"] = role_of[pin.name]
+        version = getattr(pin, "version", None)
+        if version:
+            annotations["version"] = version
+        dependencies.append(
+            receipt.ResolvedDependency(
+                name=pin.name,
+                uri=pin.urls[0] if getattr(pin, "urls", ()) else "",  # type: ignore[union-attr]
+                digest={"sha256": pin.sha256},  # type: ignore[union-attr]
+                annotations=annotations,
+            )
+        )
+    relative = composition.patch_set_dir.resolve().relative_to(composition.repo_root.resolve()).as_posix()
+    dependencies.append(
+        receipt.ResolvedDependency(
+            name=f"patch-set:{relative}",
+            uri="",
+            digest={"sha256": composition.patch_set.patch_set_sha256},
+            annotations={"kind": "patch-set", "patches": [p.name for p in composition.patch_set.patches]},
+        )
+    )
+    return tuple(dependencies)
+
+
+def claim_records(profile: Profile) -> list[dict[str, object]]:
+    records = []
+    for claim in profile.claims:
+        record: dict[str, object] = {
+            "name": claim.name,
+            "kind": claim.kind,
+            "subject": claim.subject,
+            "status": claim.status,
+            "source": claim.source,
+        }
+        for key in ("rev", "tree", "source_sha256", "sha256", "reference", "manifest_digest", "config_digest"):
+            value = getattr(claim, key)
+            if value is not None:
+                record[key] = value
+        records.append(record)
+    return records
+
+
+def _file_sha256(path: Path) -> str:
+    return sha256_file(path)
+
+
+def prepare_top(
+    composition: Composition,
+    assembly: Assembly,
+    lower: Sequence[Layer],
+    options: ImageOptions,
+    store: BlobStore,
+) -> PreparedTop:
+    profile = composition.profile
+    lower_trees = assembly.lower_layers()
+    # base.digest: the manifest digest of the OS base layer alone as an image.
+    base_image = assemble_image(
+        _spec(profile, options, lower_trees[:1], RuntimeConfig()), [lower[0]], store
+    )
+    role_sha = {role: getattr(pin, "sha256", "") for role, pin in composition.roles.items()}
+    source = assembly.source_identity
+    facts = generated.LabelFacts(
+        profile_name=profile.name,
+        status=profile.status,
+        served_model_name=profile.served_model_name,
+        cache_root=profile.cache_root,
+        jit_root=profile.jit_root,
+        source_url=str(source["uri"]),
+        revision=f"sha256:{source['sha256']}",
+        version=str(source["version"]),
+        created=rfc3339(options.source_date_epoch),
+        licenses=LICENSES,
+        base_digest=base_image.manifest_digest,
+        role_sha256=role_sha,
+        vllm_source_identity=f"sdist:{source['filename']}:sha256:{source['sha256']}",
+        nccl_library_sha256=assembly.nccl_library_sha256,
+        patch_set_sha256=composition.patch_set.patch_set_sha256,
+        retained_native_sha256=receipt.sha256_hex(assembly.retained_native_bytes),
+        overlay_sha256=receipt.sha256_hex(assembly.overlay_bytes),
+    )
+    labels = generated.composition_labels(facts, profile.labels)
+    resolved = resolved_dependencies(composition, assembly)
+    profile_document = profile_to_dict(profile)
+    profile_bytes = generated.json_file_bytes(profile_document)
+    byproducts = [
+        {
+            "name": receipt.RETAINED_NATIVE,
+            "uri": f"file://{generated.RETAINED_NATIVE_PATH}",
+            "digest": {"sha256": receipt.sha256_hex(assembly.retained_native_bytes)},
+            "mediaType": "application/json",
+        },
+        {
+            "name": receipt.OVERLAY,
+            "uri": f"file://{generated.OVERLAY_PATH}",
+            "digest": {"sha256": receipt.sha256_hex(assembly.overlay_bytes)},
+            "mediaType": "application/json",
+        },
+        {
+            "name": receipt.PATCH_SET,
+            "digest": {"sha256": composition.patch_set.patch_set_sha256},
+            "annotations": composition.patch_set.identity(),
+        },
+        {
+            "name": "profile",
+            "uri": f"file://{generated.PROFILE_PATH}",
+            "digest": {"sha256": receipt.sha256_hex(profile_bytes)},
+            "mediaType": "application/json",
+        },
+    ]
+    predicate = receipt.provenance_predicate(
+        external_parameters={
+            "profile": profile.name,
+            "platform": profile.platform,
+            "compression": options.compression.as_record(),
+            "source_date_epoch": options.source_date_epoch,
+            "locks": {
+                path.name: sha256_file(path) for path in composition.lock_paths
+            },
+        },
+        internal_parameters={
+            "status": profile.status,
+            "labels": labels,
+            "entrypoint": list(generated.ENTRYPOINT),
+            "env": list(DEFAULT_ENV),
+            "layers": [tree.name for tree in lower_trees] + ["composition"],
+            "upstreamClaims": claim_records(profile),
+            "patchedSource": assembly.overlay["patched_source"],
+        },
+        resolved_dependencies=resolved,
+        byproducts=byproducts,
+        builder_version=__version__,
+    )
+    in_image = receipt.in_image_statement(lower_diff_ids=[layer.diff_id for layer in lower], predicate=predicate)
+    in_image_bytes = receipt.canonical_bytes(in_image)
+    top_input = _top_input(assembly, in_image_bytes, profile_bytes)
+    return PreparedTop(labels, in_image, in_image_bytes, profile_bytes, top_input, base_image.manifest_digest, resolved)
+
+
+def _top_input(assembly: Assembly, in_image_bytes: bytes, profile_bytes: bytes) -> LayerInput:
+    files = generated.generated_files(
+        receipt=in_image_bytes,
+        profile_document=profile_bytes,
+        retained_native=assembly.retained_native_bytes,
+        overlay=assembly.overlay_bytes,
+    )
+    deletions = tuple(f"{assembly.site_packages}/{path}" for path in assembly.overlay_deletions)
+    sources = (TreeSource(str(assembly.overlay_tree), assembly.site_packages),) if any(assembly.overlay_tree.iterdir()) else ()
+    return LayerInput(sources=sources, files=files, deletions=deletions)
+
+
+# --------------------------------------------------------------------------- stage 6
+
+
+def verification_links(
+    composition: Composition,
+    fetched: FetchedInputs,
+    assembly: Assembly,
+    prepared: PreparedTop,
+) -> list[Link]:
+    profile = composition.profile
+    site = assembly.site_packages.lstrip("/")
+    vllm_site = assembly.vllm_tree / site
+
+    def retained_native() -> str:
+        wheel = composition.roles["vllm_wheel"]
+        shipped = wheel_native_files(fetched.paths[wheel.name], OVERLAY_PACKAGE)
+        current = retained_native_manifest(
+            vllm_site, OVERLAY_PACKAGE, wheel_filename=wheel.filename, wheel_sha256=wheel.sha256  # type: ignore[union-attr]
+        )
+        require_no_problems(compare_retained_native(current, shipped), "retained native files differ from the wheel", "retained-native")
+        require_no_problems(
+            compare_retained_native(assembly.retained_native, shipped),
+            "retained-native manifest differs from the wheel",
+            "retained-native",
+        )
+        overlaid_elf = [
+            entry["path"] for entry in assembly.overlay["entries"]  # type: ignore[index, union-attr]
+            if entry["path"] in shipped
+        ]
+        require_no_problems([f"{p}: overlaid" for p in overlaid_elf], "overlay touches compiled extensions", "retained-native")
+        return f"{len(shipped)} ELF files of {wheel.filename} retained byte for byte"  # type: ignore[union-attr]
+
+    def overlay() -> str:
+        before = {f"{OVERLAY_PACKAGE}/{p}": h for p, h in package_tree_hashes(vllm_site / OVERLAY_PACKAGE).items()}
+        after = dict(before)
+        overlay_package = assembly.overlay_tree / OVERLAY_PACKAGE
+        if overlay_package.is_dir():
+            for path, digest in package_tree_hashes(overlay_package).items():
+                after[f"{OVERLAY_PACKAGE}/{path}"] = digest
+        for path in assembly.overlay_deletions:
+            after.pop(path, None)
+        require_no_problems(compare_overlay(assembly.overlay, before, after), "overlay differs from its manifest", "overlay")
+        entries = assembly.overlay["entries"]  # type: ignore[index]
+        return f"{len(entries)} overlay changes equal the manifest; every other file of {OVERLAY_PACKAGE}/ unchanged"
+
+    def patches() -> str:
+        problems = []
+        source_files = package_tree_hashes(assembly.source_root / OVERLAY_PACKAGE)
+        base_files = package_tree_hashes(vllm_site / OVERLAY_PACKAGE)
+        final: dict[str, str] = {}
+        first: dict[str, str] = {}
+        for patch in composition.patch_set.patches:
+            for anchor in patch.anchors:
+                first.setdefault(anchor.path, anchor.pre_sha256)
+                final[anchor.path] = anchor.post_sha256
+        for path, pre in first.items():
+            relative = path.removeprefix(f"{OVERLAY_PACKAGE}/")
+            actual = source_files.get(relative, base_files.get(relative, ""))
+            if actual != pre:
+                problems.append(f"{path}: pre-image sha256 expected {pre or 'absent'}, source has {actual or 'absent'}")
+        patched = package_tree_hashes(assembly.patched_source)
+        overlay_by_path = {e["path"]: e for e in assembly.overlay["entries"]}  # type: ignore[index, union-attr]
+        for path, post in final.items():
+            relative = path.removeprefix(f"{OVERLAY_PACKAGE}/")
+            actual = patched.get(relative, "")
+            if actual != post:
+                problems.append(f"{path}: post-image sha256 expected {post or 'absent'}, patched source has {actual or 'absent'}")
+            entry = overlay_by_path.get(path)
+            if entry is not None and entry["target_sha256"] != post:
+                problems.append(f"{path}: overlay target {entry['target_sha256']} is not the post-image {post}")
+        require_no_problems(problems, "patch anchors", "patches")
+        tree = git_tree_id(assembly.patched_source)
+        nar = nar_hash(assembly.patched_source).sri
+        recorded = assembly.overlay["patched_source"]  # type: ignore[index]
+        if recorded != {"git_tree": tree, "nar_hash": nar}:
+            raise CheckFailed(f"patched source tree is git {tree} / {nar}, manifest records {recorded}", check_id="patches")
+        count = sum(len(p.anchors) for p in composition.patch_set.patches)
+        return f"{len(composition.patch_set.patches)} patches, {count} anchors: pre- and post-images match; patched tree git {tree}"
+
+    def absences() -> str:
+        wanted = {str(canonicalize_name(name)) for name in profile.absent.distributions}
+        found = []
+        for group, tree in assembly.python_trees.items():
+            site_dir = tree / site
+            if not site_dir.is_dir():
+                continue
+            for entry in sorted(site_dir.iterdir()):
+                stem = entry.name
+                if stem.endswith(".dist-info"):
+                    stem = stem[: -len(".dist-info")].rsplit("-", 1)[0]
+                if str(canonicalize_name(stem)) in wanted:
+                    found.append(f"{group}: {assembly.site_packages}/{entry.name}")
+        require_no_problems(found, "required absences present", "absences")
+        return f"absent: {', '.join(sorted(wanted)) or 'nothing required'}"
+
+    def elf_machine() -> str:
+        count = check_machine(assembly.base_tree, profile.platform)
+        for tree in assembly.python_trees.values():
+            count += check_machine(tree, profile.platform)
+        count += check_machine(assembly.overlay_tree, profile.platform)
+        return f"{count} ELF files, all for {profile.platform}"
+
+    def labels() -> str:
+        current = dict(prepared.labels)
+        missing = generated.missing_labels(current)
+        require_no_problems([f"{key}: missing or empty" for key in missing], "labels incomplete", "labels")
+        recorded = prepared.in_image_receipt["predicate"]["buildDefinition"]["internalParameters"]["labels"]  # type: ignore[index]
+        problems = [
+            f"{key}: label {current.get(key)!r}, receipt {recorded.get(key)!r}"
+            for key in sorted(set(current) | set(recorded))
+            if current.get(key) != recorded.get(key)
+        ]
+        deps = {dep.name: dep for dep in prepared.resolved}
+        for key, role in generated.ROLE_LABELS.items():
+            pin = composition.roles[role]
+            if deps[pin.name].digest.get("sha256") != current.get(key):
+                problems.append(f"{key}: {current.get(key)} != resolved dependency {pin.name} sha256")
+        checks = {
+            generated.RETAINED_NATIVE_LABEL: receipt.sha256_hex(assembly.retained_native_bytes),
+            generated.OVERLAY_LABEL: receipt.sha256_hex(assembly.overlay_bytes),
+            generated.PATCH_SET_LABEL: composition.patch_set.patch_set_sha256,
+            generated.STATUS_LABEL: profile.status,
+            generated.PROFILE_LABEL: profile.name,
+            generated.NCCL_LIBRARY_LABEL: assembly.nccl_library_sha256,
+            f"{generated.OCI}.base.digest": prepared.base_digest,
+        }
+        for key, expected in checks.items():
+            if current.get(key) != expected:
+                problems.append(f"{key}: label {current.get(key)!r}, expected {expected!r}")
+        require_no_problems(problems, "labels differ from the receipt", "labels")
+        return f"{len(current)} labels complete and equal to the receipt"
+
+    def claims() -> str:
+        recorded = prepared.in_image_receipt["predicate"]["buildDefinition"]["internalParameters"]["upstreamClaims"]  # type: ignore[index]
+        expected = claim_records(profile)
+        problems = []
+        if recorded != expected:
+            problems.append("receipt's upstreamClaims differ from the profile's claims")
+        from ..profile import CLAIM_STATUSES
+
+        problems += [f"{c['name']}: status {c.get('status')!r} not in {CLAIM_STATUSES}" for c in recorded if c.get("status") not in CLAIM_STATUSES]
+        require_no_problems(problems, "upstream claims", "claims")
+        summary = ", ".join(f"{c['name']}={c['status']}" for c in recorded)
+        return f"{len(recorded)} upstream identities recorded as claims: {summary}"
+
+    return [
+        Link("retained-native", "retained native manifest equals what the wheel shipped", retained_native),
+        Link("overlay", "the overlay changed exactly what its manifest says", overlay),
+        Link("patches", "patch pre- and post-images", patches),
+        Link("absences", "required absences", absences),
+        Link("elf-machine", "ELF architecture of every file", elf_machine),
+        Link("labels", "labels complete and equal to the receipt", labels),
+        Link("claims", "the seeds' upstream identities recorded as claims", claims),
+    ]
+
+
+def verify_composition(
+    composition: Composition, fetched: FetchedInputs, assembly: Assembly, prepared: PreparedTop
+) -> list[LinkResult]:
+    results = run_chain(verification_links(composition, fetched, assembly, prepared))
+    return [fetched.link, *results]
+
+
+# --------------------------------------------------------------------------- stage 7
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    profile: str
+    image: BuiltImage
+    full_receipt: Mapping[str, object]
+    chain: tuple[LinkResult, ...]
+    layer_names: tuple[str, ...]
+    layers_from_cache: tuple[bool, ...]
+    assembly: Assembly | None = None
+    extra: Mapping[str, object] = field(default_factory=dict)
+
+
+def finish(
+    composition: Composition,
+    assembly: Assembly,
+    lower: Sequence[Layer],
+    prepared: PreparedTop,
+    chain: Sequence[LinkResult],
+    options: ImageOptions,
+    store: BlobStore,
+    layer_cache: LayerCache | None,
+) -> BuildResult:
+    profile = composition.profile
+    top_tree = LayerTree("composition", prepared.top_input,
+                         "sparkflake: vLLM source overlay, anchored patches, generated files", (assembly.overlay_tree,))
+    top = build_layer(prepared.top_input, LayerOptions(options.compression, options.source_date_epoch), store, layer_cache)
+    layers = [*lower, top]
+    runtime = RuntimeConfig(
+        env=DEFAULT_ENV,
+        entrypoint=generated.ENTRYPOINT,
+        labels=prepared.labels,
+        working_dir="/",
+    )
+    trees = [*assembly.lower_layers(), top_tree]
+    image = assemble_image(_spec(profile, options, trees, runtime), layers, store)
+    full = receipt.full_statement(
+        prepared.in_image_receipt,
+        image_name=f"{image.repository}:{image.tag}",
+        manifest_digest=image.manifest_digest,
+        config_digest=image.config_digest,
+        layers=[layer.as_record() for layer in layers],
+    )
+    full["predicate"]["runDetails"]["metadata"] = {  # type: ignore[index]
+        "verification": [result.as_record() for result in chain],
+    }
+    return BuildResult(
+        profile=profile.name,
+        image=image,
+        full_receipt=full,
+        chain=tuple(chain),
+        layer_names=tuple(tree.name for tree in trees),
+        layers_from_cache=tuple(layer.from_cache for layer in layers),
+        assembly=assembly,
+    )
+
+
+def write_outputs(result: BuildResult, out_dir: Path) -> Path:
+    """``out_dir``: oci/, oci-archive.tar, docker-archive.tar, digests.json, receipt.json,
+    retained-native.json, source-overlay.json; written beside and swapped in at once."""
+    with atomic_directory(out_dir) as staging:
+        write_image_outputs(result.image, staging)
+        write_bytes_atomic(staging / "receipt.json", receipt.canonical_bytes(result.full_receipt))
+        if result.assembly is not None:
+            write_bytes_atomic(staging / "retained-native.json", result.assembly.retained_native_bytes)
+            write_bytes_atomic(staging / "source-overlay.json", result.assembly.overlay_bytes)
+        digests = result.image.digests_record()
+        digests["profile"] = result.profile
+        digests["layer_names"] = list(result.layer_names)
+        write_bytes_atomic(staging / "digests.json", (json.dumps(digests, indent=2, sort_keys=True) + "\n").encode())
+    return out_dir
+
+
+# --------------------------------------------------------------------------- all stages
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    profile: str
+    output_dir: Path | None = None
+    cache_root: Path | None = None
+    from_dirs: tuple[Path, ...] = ()
+    offline: bool = False
+    options: ImageOptions = ImageOptions()
+    use_layer_cache: bool = True
+    keep_work: bool = False
+    profiles_dir: Path | None = None
+
+
+def default_output_dir(profile_name: str) -> Path:
+    return Path("result") / profile_name
+
+
+def build_profile(request: BuildRequest, progress: ProgressCallback | None = None) -> BuildResult:
+    """All stages; nothing is written to the output unless the chain passed."""
+    composition = load_composition(request.profile, request.profiles_dir)
+    root = request.cache_root or default_cache_root()
+    cache = BlobCache(root)
+    store = BlobStore(root / "oci")
+    layer_cache = LayerCache(root / "oci") if request.use_layer_cache else None
+    fetched = fetch_inputs(composition, cache, from_dirs=request.from_dirs, offline=request.offline, progress=progress)
+    work_parent = root / "work"
+    work_parent.mkdir(parents=True, exist_ok=True)
+    work_dir = Path(tempfile.mkdtemp(prefix=f"{composition.profile.name}.", dir=work_parent))
+    try:
+        assembly = assemble(composition, fetched, work_dir / "trees", progress=progress)
+        lower = build_lower_layers(assembly, request.options, store, layer_cache, progress)
+        prepared = prepare_top(composition, assembly, lower, request.options, store)
+        chain = verify_composition(composition, fetched, assembly, prepared)
+        result = finish(composition, assembly, lower, prepared, chain, request.options, store, layer_cache)
+        out_dir = request.output_dir or default_output_dir(composition.profile.name)
+        write_outputs(result, out_dir)
+        if not request.keep_work:
+            result = dataclasses.replace(result, assembly=None)
+        return result
+    finally:
+        if not request.keep_work:
+            shutil.rmtree(work_dir, ignore_errors=True)
