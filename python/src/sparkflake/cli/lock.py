@@ -29,19 +29,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "and the place, e.g. inputs[3].sha256)."
         ),
     )
-    parser.add_argument("action", metavar="ACTION", help="validate")
+    parser.add_argument("action", metavar="ACTION", help="validate, or a PROFILE to resolve its lock")
     parser.add_argument("file", metavar="FILE", nargs="?", help="the lock file (TOML)")
     parser.add_argument("--json", action="store_true", help="print the parsed lock as JSON")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--check", action="store_true", help="PROFILE mode: verify offline that the lock is complete and matches the profile")
+    mode.add_argument("--update", metavar="NAME", help="PROFILE mode: refresh one input, keep every other pin")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     action = ACTIONS.get(args.action)
     if action is None:
-        raise InputError(
-            f"lock: unknown action {args.action!r} (expected one of: {', '.join(sorted(ACTIONS))}); "
-            "resolving a profile's lock is not part of this build"
-        )
+        from .lock_profile import run_profile  # resolution: sparkflake.resolve
+
+        return run_profile(args)
     return action(args)
 
 

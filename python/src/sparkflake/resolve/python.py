@@ -65,6 +65,7 @@ def compile_pylock(
     index_url: str = PYPI_INDEX,
     exclude_newer: str | None = None,
     uv: str | None = None,
+    extra_args: Sequence[str] = (),
 ) -> str:
     """Run uv for the target and return the pylock.toml text it wrote."""
     with tempfile.TemporaryDirectory(prefix="sparkflake-uv-") as scratch:
@@ -92,6 +93,7 @@ def compile_pylock(
         ]
         if exclude_newer:
             argv += ["--exclude-newer", exclude_newer]
+        argv += list(extra_args)
         environment = {k: v for k, v in os.environ.items() if not k.startswith(("UV_", "PIP_"))}
         result = subprocess.run(argv, capture_output=True, text=True, check=False, env=environment, cwd=scratch)
         if result.returncode != 0:
