@@ -1,0 +1,260 @@
+"""Layers from trees: refusals with the path, whiteouts, hardlinks, cache behaviour."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import socket
+import stat
+import subprocess
+import tarfile
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from sparkflake.errors import InputError
+from sparkflake.oci import (
+    BlobStore,
+    Compression,
+    GeneratedFile,
+    LayerCache,
+    LayerInput,
+    LayerOptions,
+    TreeSource,
+    build_layer,
+)
+from sparkflake.oci.layer_tree import scan_layer
+
+
+def _tree(root: Path) -> Path:
+    (root / "bin").mkdir(parents=True)
+    (root / "bin" / "run").write_bytes(b"#!/bin/sh\n")
+    (root / "bin" / "run").chmod(0o4775)
+    (root / "etc").mkdir()
+    (root / "etc" / "conf").write_bytes(b"conf")
+    (root / "etc" / "conf").chmod(0o664)
+    return root
+
+
+def _members(blob: Path) -> list[tarfile.TarInfo]:
+    with tarfile.open(blob) as tar:
+        return tar.getmembers()
+
+
+def _build(layer_input: LayerInput, store_root: Path, compression: str = "gzip", cache=True):
+    cache_obj = LayerCache(store_root) if cache else None
+    return build_layer(
+        layer_input, LayerOptions(Compression(compression)), BlobStore(store_root), cache_obj
+    )
+
+
+def test_modes_normalized_and_parents_first(tmp_path):
+    tree = _tree(tmp_path / "t")
+    layer = _build(LayerInput(sources=(TreeSource(str(tree), "/srv/x"),)), tmp_path / "s")
+    members = {m.name: m for m in _members(layer.blob_path)}
+    assert list(members) == [
+        "srv",
+        "srv/x",
+        "srv/x/bin",
+        "srv/x/bin/run",
+        "srv/x/etc",
+        "srv/x/etc/conf",
+    ]
+    assert members["srv/x/bin/run"].mode == 0o755  # setuid and group write dropped
+    assert members["srv/x/etc/conf"].mode == 0o644
+    assert members["srv/x"].mode == 0o755
+
+
+def test_whiteouts_and_opaque_directories(tmp_path):
+    layer = _build(
+        LayerInput(deletions=("/usr/share/doc", "/etc/passwd"), opaque_dirs=("/var/cache",)),
+        tmp_path / "s",
+    )
+    names = [m.name for m in _members(layer.blob_path)]
+    assert names == [
+        "etc",
+        "etc/.wh.passwd",
+        "usr",
+        "usr/share",
+        "usr/share/.wh.doc",
+        "var",
+        "var/cache",
+        "var/cache/.wh..wh..opq",
+    ]
+
+
+def test_hardlinks_inside_a_layer_are_kept(tmp_path):
+    tree = tmp_path / "t"
+    tree.mkdir()
+    (tree / "b").write_bytes(b"shared")
+    os.link(tree / "b", tree / "a")
+    layer = _build(LayerInput(sources=(TreeSource(str(tree)),)), tmp_path / "s")
+    members = _members(layer.blob_path)
+    assert [(m.name, m.type) for m in members] == [("a", tarfile.REGTYPE), ("b", tarfile.LNKTYPE)]
+    assert members[1].linkname == "a"
+
+
+def test_generated_files_and_duplicates(tmp_path):
+    tree = _tree(tmp_path / "t")
+    layer = _build(
+        LayerInput(
+            sources=(TreeSource(str(tree)),),
+            files=(GeneratedFile("/etc/generated", b"g", 0o600),),
+        ),
+        tmp_path / "s",
+    )
+    members = {m.name: m for m in _members(layer.blob_path)}
+    assert members["etc/generated"].mode == 0o600
+    with pytest.raises(InputError, match="duplicate target path /etc/conf"):
+        scan_layer(
+            LayerInput(sources=(TreeSource(str(tree)),), files=(GeneratedFile("/etc/conf", b"x"),))
+        )
+    with pytest.raises(InputError, match="both deleted and added"):
+        scan_layer(LayerInput(sources=(TreeSource(str(tree)),), deletions=("/etc/conf",)))
+
+
+def test_special_files_refused_with_their_path(tmp_path):
+    fifo_tree = tmp_path / "fifo"
+    fifo_tree.mkdir()
+    os.mkfifo(fifo_tree / "pipe")
+    with pytest.raises(InputError, match=r"fifo/pipe: FIFO cannot be stored"):
+        scan_layer(LayerInput(sources=(TreeSource(str(fifo_tree)),)))
+    sock_tree = tmp_path / "sock"
+    sock_tree.mkdir()
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(sock_tree / "s"))
+    try:
+        with pytest.raises(InputError, match=r"sock/s: socket cannot be stored"):
+            scan_layer(LayerInput(sources=(TreeSource(str(sock_tree)),)))
+    finally:
+        server.close()
+    dev_tree = tmp_path / "dev"
+    dev_tree.mkdir()
+    os.mknod(dev_tree / "null", 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+    with pytest.raises(InputError, match=r"dev/null: character device cannot be stored"):
+        scan_layer(LayerInput(sources=(TreeSource(str(dev_tree)),)))
+
+
+def test_names_that_cannot_be_stored_are_refused(tmp_path):
+    tree = tmp_path / "t"
+    tree.mkdir()
+    fd = os.open(os.fsencode(tree) + b"/bad\xff", os.O_CREAT | os.O_WRONLY)
+    os.close(fd)
+    with pytest.raises(InputError, match=r"not valid UTF-8"):
+        scan_layer(LayerInput(sources=(TreeSource(str(tree)),)))
+
+
+def test_missing_tree_refused(tmp_path):
+    with pytest.raises(InputError, match="does not exist"):
+        scan_layer(LayerInput(sources=(TreeSource(str(tmp_path / "nope")),)))
+
+
+@pytest.fixture
+def world_traversable_dir():
+    # pytest's tmp_path lives under a 0700 directory that an unprivileged user cannot enter
+    path = Path(tempfile.mkdtemp(prefix="sparkflake-oci-", dir="/tmp"))
+    path.chmod(0o777)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_unreadable_file_refused_for_an_unprivileged_user(world_traversable_dir):
+    work = world_traversable_dir / "w"
+    tree = work / "tree"
+    tree.mkdir(parents=True)
+    (tree / "secret").write_bytes(b"s")
+    (tree / "secret").chmod(0o000)
+    spec = work / "spec.json"
+    spec.write_text('{"layers": [{"tree": "tree"}]}')
+    spec.chmod(0o644)
+    for path in (work, tree):
+        path.chmod(0o777)
+    completed = subprocess.run(
+        [
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            str(Path(os.sys.executable)),
+            "-m",
+            "sparkflake.cli",
+            "image",
+            "build",
+            str(spec),
+            "-o",
+            str(work / "out"),
+            "--cache",
+            str(work / "cache"),
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HOME": str(work)},
+        check=False,
+    )
+    assert completed.returncode == 2, completed.stderr
+    assert f"{tree / 'secret'}: file is not readable" in completed.stderr
+    assert "Traceback" not in completed.stderr
+
+
+def test_cache_hit_skips_tar_and_compression(tmp_path, monkeypatch):
+    tree = _tree(tmp_path / "t")
+    copy = tmp_path / "copy"
+    subprocess.run(["cp", "-a", str(tree), str(copy)], check=True)
+    store = tmp_path / "s"
+    first = _build(LayerInput(sources=(TreeSource(str(tree)),)), store)
+    assert not first.from_cache
+
+    import sparkflake.oci.layer as layer_module
+
+    def no_tar(*args, **kwargs):
+        raise AssertionError("an unchanged tree must not be re-tarred")
+
+    monkeypatch.setattr(layer_module, "write_layer_blob", no_tar)
+    again = _build(LayerInput(sources=(TreeSource(str(tree)),)), store)
+    elsewhere = _build(LayerInput(sources=(TreeSource(str(copy)),)), store)
+    assert again.from_cache and elsewhere.from_cache
+    assert again.digest == elsewhere.digest == first.digest
+    monkeypatch.undo()
+
+    (tree / "etc" / "conf").write_bytes(b"changed")
+    changed = _build(LayerInput(sources=(TreeSource(str(tree)),)), store)
+    assert not changed.from_cache and changed.digest != first.digest
+    other_options = _build(LayerInput(sources=(TreeSource(str(copy)),)), store, "zstd")
+    assert not other_options.from_cache
+
+
+def test_same_length_rewrite_with_restored_mtime_is_noticed(tmp_path):
+    tree = _tree(tmp_path / "t")
+    store = tmp_path / "s"
+    first = _build(LayerInput(sources=(TreeSource(str(tree)),)), store)
+    conf = tree / "etc" / "conf"
+    before = conf.stat()
+    conf.write_bytes(b"CONF")
+    os.utime(conf, ns=(before.st_atime_ns, before.st_mtime_ns))
+    second = _build(LayerInput(sources=(TreeSource(str(tree)),)), store)
+    assert second.diff_id != first.diff_id
+
+
+def test_layer_digests_match_the_blob(tmp_path):
+    import hashlib
+
+    tree = _tree(tmp_path / "t")
+    for compression in ("gzip", "zstd", "none"):
+        layer = _build(
+            LayerInput(sources=(TreeSource(str(tree)),)), tmp_path / "s", compression, cache=False
+        )
+        blob = layer.blob_path.read_bytes()
+        assert layer.digest == "sha256:" + hashlib.sha256(blob).hexdigest()
+        assert layer.size == len(blob)
+        plain = subprocess.run(
+            {"gzip": ["gzip", "-dc"], "zstd": ["zstd", "-dc"], "none": ["cat"]}[compression]
+            + [str(layer.blob_path)],
+            capture_output=True,
+            check=True,
+        ).stdout
+        assert layer.diff_id == "sha256:" + hashlib.sha256(plain).hexdigest()
+        assert layer.uncompressed_size == len(plain)
+        with tarfile.open(fileobj=io.BytesIO(plain)) as tar:
+            assert [m.name for m in tar.getmembers()][:2] == ["bin", "bin/run"]
