@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,6 +55,8 @@ class NetnsRanks:
         self.count = count
         self.sshd: dict[int, subprocess.Popen[bytes]] = {}
         self.key = self.root / "client_key"
+        # podman refuses a runroot path longer than 50 characters
+        self.runroot = Path(tempfile.mkdtemp(prefix="sfk-run-", dir="/tmp"))
         self.known_hosts = self.root / "known_hosts"
 
     # ---- lifecycle -------------------------------------------------------------------
@@ -80,6 +84,7 @@ class NetnsRanks:
         for index in range(self.count):
             self._kill_namespace_processes(index)
         self._remove_network()
+        shutil.rmtree(self.runroot, ignore_errors=True)
 
     def _make_network(self) -> None:
         _run("ip", "link", "add", BRIDGE, "type", "bridge")
@@ -189,6 +194,21 @@ class NetnsRanks:
             process.wait()
 
     # ---- faults and shaping -------------------------------------------------------------
+    def _in_rank_mounts(self, index: int, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """``ip netns exec`` gives each sshd its own mount namespace, so a disk for rank i is
+        mounted (and looked at) from inside it."""
+        return _run("nsenter", "-t", str(self.sshd[index].pid), "-m", *argv, check=check)
+
+    def mount_tmpfs(self, index: int, path: Path, size: str) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        self._in_rank_mounts(index, "mount", "-t", "tmpfs", "-o", f"size={size}", "sfk-test-disk", str(path))
+
+    def unmount(self, index: int, path: Path) -> None:
+        self._in_rank_mounts(index, "umount", str(path), check=False)
+
+    def rank_sees(self, index: int, path: Path) -> bool:
+        return self._in_rank_mounts(index, "test", "-e", str(path), check=False).returncode == 0
+
     def set_link(self, link: int, up: bool) -> None:
         state = "up" if up else "down"
         _run("ip", "-n", self.namespace(link), "link", "set", f"f{link}a", state)
@@ -226,7 +246,7 @@ class NetnsRanks:
                     fabric=fabric,
                     engine_args=(
                         "--root", str(podman / "root"),
-                        "--runroot", str(podman / "run"),
+                        "--runroot", str(self.runroot / f"r{index}"),
                         "--storage-driver", "vfs",
                         "--cgroup-manager", "cgroupfs",
                         "--events-backend", "file",

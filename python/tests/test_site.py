@@ -1,0 +1,232 @@
+"""The site file: parsing, canonical writing, and the refusals that keep traffic on the right
+wires (broken ring, duplicate addresses, unknown ranks, one-ended links)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sparkflake.errors import InputError
+from sparkflake.fanout.site import (
+    SCHEMA,
+    Link,
+    Rank,
+    Site,
+    SshOptions,
+    dump_site,
+    load_site,
+    parse_site,
+    validate_site,
+)
+
+FOUR_RING = f"""
+schema = "{SCHEMA}"
+topology = "ring"
+order = ["spark0", "spark1", "spark2", "spark3"]
+
+[ssh]
+user = "root"
+identity_file = "/etc/sparkflake/id_ed25519"
+cipher = "aes128-gcm@openssh.com"
+
+[[ranks]]
+name = "spark0"
+ssh = "spark0.mgmt"
+management = "192.0.2.10"
+data_dir = "/var/lib/sparkflake"
+fabric = {{ l01 = "10.0.1.1", l30 = "10.0.4.2" }}
+
+[[ranks]]
+name = "spark1"
+ssh = "spark1.mgmt"
+management = "192.0.2.11"
+data_dir = "/var/lib/sparkflake"
+fabric = {{ l01 = "10.0.1.2", l12 = "10.0.2.1" }}
+
+[[ranks]]
+name = "spark2"
+ssh = "spark2.mgmt"
+management = "192.0.2.12"
+data_dir = "/var/lib/sparkflake"
+fabric = {{ l12 = "10.0.2.2", l23 = "10.0.3.1" }}
+
+[[ranks]]
+name = "spark3"
+ssh = "spark3.mgmt"
+management = "192.0.2.13"
+data_dir = "/var/lib/sparkflake"
+fabric = {{ l23 = "10.0.3.2", l30 = "10.0.4.1" }}
+
+[[links]]
+name = "l01"
+endpoints = ["spark0", "spark1"]
+
+[[links]]
+name = "l12"
+endpoints = ["spark1", "spark2"]
+
+[[links]]
+name = "l23"
+endpoints = ["spark2", "spark3"]
+
+[[links]]
+name = "l30"
+endpoints = ["spark3", "spark0"]
+"""
+
+
+def test_four_rank_ring_parses_and_gives_three_hops() -> None:
+    site = parse_site(FOUR_RING)
+    assert site.topology == "ring"
+    hops = site.hops()
+    assert [(h.sender.name, h.receiver.name, h.link.name) for h in hops] == [
+        ("spark0", "spark1", "l01"),
+        ("spark1", "spark2", "l12"),
+        ("spark2", "spark3", "l23"),
+    ]
+    assert (hops[1].sender_address, hops[1].receiver_address) == ("10.0.2.1", "10.0.2.2")
+    assert site.ssh.user == "root" and site.ssh.strict_host_key_checking == "yes"
+
+
+def test_load_site_reads_a_file(tmp_path) -> None:
+    path = tmp_path / "site.toml"
+    path.write_text(FOUR_RING)
+    assert load_site(path) == parse_site(FOUR_RING)
+    with pytest.raises(InputError, match="cannot read site file"):
+        load_site(tmp_path / "missing.toml")
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        # a declared ring that is not closed
+        (lambda t: t.replace('[[links]]\nname = "l30"\nendpoints = ["spark3", "spark0"]\n', "").replace(
+            ', l30 = "10.0.4.2"', "").replace(', l30 = "10.0.4.1"', ""), "the ring is not closed"),
+        # duplicate addresses
+        (lambda t: t.replace('management = "192.0.2.13"', 'management = "192.0.2.10"'),
+         "address 192.0.2.10 is already used by ranks\\[0\\].management"),
+        (lambda t: t.replace('l12 = "10.0.2.2"', 'l12 = "10.0.1.1"'), "address 10.0.1.1 is already used"),
+        # unknown ranks
+        (lambda t: t.replace('endpoints = ["spark2", "spark3"]', 'endpoints = ["spark2", "spark9"]'),
+         "links\\[2\\].endpoints: unknown rank 'spark9'"),
+        (lambda t: t.replace('order = ["spark0", "spark1", "spark2", "spark3"]',
+                             'order = ["spark0", "spark1", "spark2", "spark7"]'),
+         "order\\[3\\]: unknown rank 'spark7'"),
+        # a link with one endpoint, or the same one twice
+        (lambda t: t.replace('endpoints = ["spark0", "spark1"]', 'endpoints = ["spark0"]'),
+         "links\\[0\\].endpoints: a link has exactly two endpoints, got 1"),
+        (lambda t: t.replace('endpoints = ["spark0", "spark1"]', 'endpoints = ["spark0", "spark0"]'),
+         "two distinct endpoints"),
+        # an endpoint without an address on its link
+        (lambda t: t.replace('l01 = "10.0.1.2", ', ""), "rank 'spark1' declares no fabric address for link 'l01'"),
+        (lambda t: t.replace('schema = "sparkflake.site/v1"', 'schema = "sparkflake.site/v9"'), "schema: expected"),
+        (lambda t: t.replace('topology = "ring"', 'topology = "mesh"'), "topology: expected one of"),
+        (lambda t: t.replace('cipher = "aes128', 'colour = "blue"\ncipher = "aes128'), "ssh.colour: unknown key"),
+        (lambda t: t.replace('management = "192.0.2.11"', 'management = "spark1"'), "expected an IPv4 or IPv6 address"),
+        (lambda t: t.replace('order = ["spark0", "spark1", "spark2", "spark3"]',
+                             'order = ["spark0", "spark2", "spark1", "spark3"]'), "no link joins 'spark0' and 'spark2'"),
+        (lambda t: t.replace('order = ["spark0", "spark1", "spark2", "spark3"]',
+                             'order = ["spark0", "spark1", "spark2"]'), "not in the order"),
+        (lambda t: t.replace('data_dir = "/var/lib/sparkflake"', 'data_dir = "relative"', 1), "expected an absolute path"),
+        (lambda t: t + "\n[[links]]\nname = \"l01\"\nendpoints = [\"spark0\", \"spark1\"]\n", "links\\[\\].name: duplicate"),
+        (lambda t: t.replace("[ssh]", "[ssh\n"), "not valid TOML"),
+    ],
+)
+def test_bad_site_files_are_refused_with_the_place(edit, message) -> None:
+    with pytest.raises(InputError, match=message):
+        parse_site(edit(FOUR_RING), origin="site.toml")
+
+
+def test_the_cli_refuses_a_broken_site_before_any_connection(tmp_path) -> None:
+    site = tmp_path / "site.toml"
+    site.write_text(FOUR_RING.replace('management = "192.0.2.13"', 'management = "192.0.2.10"'))
+    archive = tmp_path / "a.tar"
+    archive.write_bytes(b"x")
+    completed = subprocess.run(
+        [sys.executable, "-m", "sparkflake.cli", "fanout", str(archive), "--site", str(site), "--sha256", "0" * 64],
+        capture_output=True,
+        text=True,
+    )
+    assert completed.returncode == 2
+    assert "already used" in completed.stderr and "Traceback" not in completed.stderr
+
+
+# ---- property tests: canonical writing round-trips, validation invariants --------------
+
+_names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-_.", min_size=1, max_size=12)
+_free_text = st.text(
+    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), min_size=1, max_size=30
+)
+
+
+@st.composite
+def chains(draw) -> Site:
+    count = draw(st.integers(min_value=1, max_value=6))
+    names = draw(st.lists(_names, min_size=count, max_size=count, unique=True))
+    ring = count >= 3 and draw(st.booleans())
+    pairs = [(names[i], names[i + 1]) for i in range(count - 1)]
+    if ring:
+        pairs.append((names[-1], names[0]))
+    links = tuple(Link(name=f"link{i}", endpoints=pair) for i, pair in enumerate(pairs))
+    fabric: dict[str, dict[str, str]] = {name: {} for name in names}
+    for i, (left, right) in enumerate(pairs):
+        fabric[left][f"link{i}"] = f"10.{i // 200}.{i % 200}.1"
+        fabric[right][f"link{i}"] = f"10.{i // 200}.{i % 200}.2"
+    ranks = tuple(
+        Rank(
+            name=name,
+            ssh=draw(_free_text),
+            management=f"192.168.{index}.{draw(st.integers(1, 254))}",
+            data_dir="/" + draw(_free_text),
+            fabric=fabric[name],
+            engine_args=tuple(draw(st.lists(_free_text, max_size=3))),
+            agent=draw(st.none() | st.lists(_free_text, min_size=1, max_size=3).map(tuple)),
+        )
+        for index, name in enumerate(names)
+    )
+    ssh = SshOptions(
+        user=draw(st.none() | _free_text),
+        port=draw(st.integers(1, 65535)),
+        identity_file=draw(st.none() | _free_text),
+        cipher=draw(st.none() | _free_text),
+        connect_timeout=draw(st.integers(1, 100)),
+        strict_host_key_checking=draw(st.sampled_from(["yes", "accept-new"])),
+    )
+    order = tuple(names)
+    return Site(ranks=ranks, links=links, order=order, topology="ring" if ring else "chain", ssh=ssh)
+
+
+@given(chains())
+def test_dump_then_parse_is_identity(site: Site) -> None:
+    validate_site(site)
+    text = dump_site(site)
+    assert parse_site(text) == site
+    assert dump_site(parse_site(text)) == text
+
+
+@given(chains(), st.data())
+def test_dropping_any_link_of_the_order_is_refused(site: Site, data) -> None:
+    if len(site.links) == 0:
+        return
+    victim = data.draw(st.sampled_from(site.links))
+    ranks = tuple(
+        Rank(r.name, r.ssh, r.management, r.data_dir, {k: v for k, v in r.fabric.items() if k != victim.name},
+             r.engine_args, r.agent)
+        for r in site.ranks
+    )
+    broken = Site(ranks=ranks, links=tuple(link for link in site.links if link != victim), order=site.order,
+                  topology=site.topology, ssh=site.ssh, agent=site.agent)
+    with pytest.raises(InputError, match="no link joins|ring is not closed"):
+        parse_site(dump_site(broken))
+
+
+@given(st.text(max_size=300))
+def test_arbitrary_text_never_escapes_as_another_exception(text: str) -> None:
+    try:
+        parse_site(text)
+    except InputError:
+        pass
