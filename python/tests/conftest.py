@@ -1,6 +1,7 @@
 import os
 
 from hypothesis import HealthCheck, settings
+from netns_ranks import netns_ranks  # noqa: F401 - session fixture: four ranks in network namespaces
 
 settings.register_profile(
     "ci",
