@@ -11,7 +11,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sparkflake.errors import InputError
-from sparkflake.launch.envfile import parse_env_bytes, parse_env_text, read_env_file, render_env_value
+from sparkflake.launch.envfile import (
+    parse_env_bytes,
+    parse_env_text,
+    read_env_file,
+    render_env_value,
+)
 
 
 def parse(text: str):

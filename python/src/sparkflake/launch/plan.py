@@ -138,7 +138,9 @@ def plan_from_assignments(
     image_id: str | None = None,
     rehash: bool = False,
     check_engine: bool = True,
+    run_checks: bool = True,
 ) -> LaunchPlan:
+    """``run_checks=False`` computes the spec alone (golden specs, recipes): no file is read."""
     resolution = resolve(assignments, contract, rank, source)
     values = resolution.values
     image = image_id or contract.image_id
@@ -181,10 +183,36 @@ def plan_from_assignments(
     )
     argv = engine_argv(spec, engine.name if engine else "podman", engine.command() if engine else ["podman"])
 
-    # Checks. Paths that are not directories are bad input (exit 2), not failed checks.
+    checks: list[Check] = []
+    hash_cache = VerifiedHashCache(None)
+    if run_checks:
+        hash_cache = _run_checks(checks, resolution, contract, engine, image, spec, draft_id, identity,
+                                 cache_root, sparkcache_dir, jit_dir, rehash, check_engine)
+    return LaunchPlan(
+        contract=contract,
+        resolution=resolution,
+        identity=identity,
+        identity_hash=digest,
+        namespace=name_space,
+        qualification=qualification,
+        spec=spec,
+        argv=argv,
+        checks=checks,
+        engine=engine,
+        cache_root=cache_root,
+        sparkcache_dir=sparkcache_dir,
+        jit_dir=jit_dir,
+        hash_cache_stats={"hits": hash_cache.hits, "misses": hash_cache.misses},
+    )
+
+
+def _run_checks(checks, resolution, contract, engine, image, spec, draft_id, identity,
+                cache_root, sparkcache_dir, jit_dir, rehash, check_engine) -> VerifiedHashCache:
+    values = resolution.values
+    rank = resolution.rank
+    # Paths that are not directories are bad input (exit 2), not failed checks.
     _require_directory(resolution, "TARGET_MODEL_PATH")
     _require_directory(resolution, "DRAFT_MODEL_PATH")
-    checks: list[Check] = []
     if check_engine:
         checks += check_image(engine, image, contract.image_labels)
         checks.append(check_container_name(engine, spec.name))
@@ -205,22 +233,7 @@ def plan_from_assignments(
         states = {"sparkcache": (sparkcache_dir, identity), **states}
     checks.append(check_cache_state(states))
     checks.append(check_ports(rank, [("API_PORT", values["API_PORT"]), ("MASTER_PORT", values["MASTER_PORT"])]))
-    return LaunchPlan(
-        contract=contract,
-        resolution=resolution,
-        identity=identity,
-        identity_hash=digest,
-        namespace=name_space,
-        qualification=qualification,
-        spec=spec,
-        argv=argv,
-        checks=checks,
-        engine=engine,
-        cache_root=cache_root,
-        sparkcache_dir=sparkcache_dir,
-        jit_dir=jit_dir,
-        hash_cache_stats={"hits": hash_cache.hits, "misses": hash_cache.misses},
-    )
+    return hash_cache
 
 
 def prepare_state(plan: LaunchPlan) -> list[StateDecision]:
