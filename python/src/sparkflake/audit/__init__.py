@@ -1,0 +1,150 @@
+"""Image digest audit: is this image exactly what the lock, the receipt and the profile say?
+
+``open_target`` turns a target string into an ``ImageSource``; ``audit_image`` runs the
+checks; ``expectations_from`` gathers what the image must be from a profile, a lock, a
+receipt, an expected-digests file and ``--expect`` digests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..atomic_write import write_bytes_atomic
+from ..errors import InputError
+from ..lock import GitPin, OciPin, load_lock
+from .checks import AuditReport, CheckResult, Expectations, audit_image, parse_expectation
+from .sources import ImageSource, open_engine_source, open_file_source
+
+__all__ = [
+    "AuditReport",
+    "CheckResult",
+    "Expectations",
+    "ImageSource",
+    "audit_image",
+    "expectations_from",
+    "open_target",
+    "parse_expectation",
+    "write_record",
+]
+
+
+def open_target(
+    target: str,
+    *,
+    platform: str | None = None,
+    insecure: bool = False,
+    engine_args: Sequence[str] = (),
+    credentials: tuple[str, str] | None = None,
+) -> ImageSource:
+    """``oci:DIR[:TAG]``, ``oci-archive:FILE``, ``docker-archive:FILE``, a plain path,
+    ``docker://HOST[:PORT]/REPO:TAG|@sha256:…``, ``podman:NAME|ID``, ``docker:NAME|ID``."""
+    if target.startswith("docker://"):
+        from .registry_source import open_registry_source
+
+        return open_registry_source(target, platform=platform, insecure=insecure, credentials=credentials)
+    for engine in ("podman", "docker"):
+        if target.startswith(f"{engine}:"):
+            return open_engine_source(engine, target[len(engine) + 1 :], engine_args)
+    if target.startswith("oci:"):
+        rest = target[4:]
+        directory, tag = rest, None
+        if not Path(rest).is_dir() and ":" in rest:
+            directory, _, tag = rest.rpartition(":")
+        return open_file_source(directory, tag, platform)
+    for prefix in ("oci-archive:", "docker-archive:"):
+        if target.startswith(prefix):
+            return open_file_source(target[len(prefix) :], None, platform)
+    return open_file_source(target, None, platform)
+
+
+def _lock_digests(path: str | os.PathLike[str]) -> dict[str, str]:
+    lock = load_lock(path)
+    digests: dict[str, str] = {}
+    for pin in lock.inputs:
+        if isinstance(pin, GitPin):
+            digests[pin.name] = f"gitCommit:{pin.rev}"
+        elif isinstance(pin, OciPin):
+            if pin.manifest_digest:
+                digests[pin.name] = pin.manifest_digest
+        else:
+            digests[pin.name] = f"sha256:{pin.sha256}"
+    return digests
+
+
+def _read_json(path: str | os.PathLike[str], what: str) -> Any:
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read {what}: {exc.strerror}") from exc
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: {what} is not valid JSON: {exc}", check_id="document.parse") from exc
+
+
+def expectations_from(
+    *,
+    expect: Sequence[str] = (),
+    expect_file: str | None = None,
+    profile_name: str | None = None,
+    lock_file: str | None = None,
+    receipt_file: str | None = None,
+    max_uncompressed_bytes: int | None = None,
+) -> Expectations:
+    digests = [parse_expectation(text) for text in expect]
+    expected_layers = None
+    if expect_file is not None:
+        document = _read_json(expect_file, "expected digests")
+        if not isinstance(document, dict):
+            raise InputError(f"{expect_file}: $: expected an object like digests.json")
+        for key, kind in (("manifest", "manifest"), ("config", "config"), ("chain_id", "chain-id")):
+            if key in document:
+                digests.append(parse_expectation(f"{document[key]}@{kind}"))
+        if "layers" in document:
+            if not isinstance(document["layers"], list):
+                raise InputError(f"{expect_file}: $.layers: expected a list")
+            expected_layers = document["layers"]
+    platform = None
+    labels: dict[str, str] = {}
+    lock_path = lock_file
+    if profile_name is not None:
+        from ..profile import load_profile
+
+        profile = load_profile(profile_name, check_locks=False)
+        platform = profile.platform
+        labels = dict(profile.labels)
+        labels["org.sparkflake.profile"] = profile.name
+        if lock_path is None and profile.locks:
+            first = profile.lock_paths()[0]
+            if first.is_file():
+                lock_path = str(first)
+    receipt = None
+    if receipt_file is not None:
+        receipt = _read_json(receipt_file, "receipt")
+        if not isinstance(receipt, dict):
+            raise InputError(f"{receipt_file}: $: expected an in-toto Statement object")
+    kwargs: dict[str, Any] = {}
+    if max_uncompressed_bytes is not None:
+        kwargs["max_uncompressed_bytes"] = max_uncompressed_bytes
+    return Expectations(
+        digests=tuple(digests),
+        expected_layers=expected_layers,
+        platform=platform,
+        labels=labels,
+        receipt=receipt,
+        receipt_where=receipt_file or "",
+        lock_digests=_lock_digests(lock_path) if lock_path else None,
+        lock_where=lock_path or "",
+        **kwargs,
+    )
+
+
+def write_record(path: str | os.PathLike[str], report: AuditReport, profile: str | None = None) -> None:
+    record = report.as_record()
+    record["kind"] = "sparkflake.digest-verification"
+    record["profile"] = profile
+    write_bytes_atomic(path, (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())

@@ -1,0 +1,667 @@
+"""The audit: re-derive every digest of an image from its bytes and compare each with
+what the documents, the lock, the receipt, the profile or the operator expect.
+
+Every check has a stable id and ends as ``pass``, ``fail`` (a mismatch: exit 1) or
+``error`` (could not be read: exit 2); checks that do not apply to a source are ``skip``.
+The audit goes on after a failure where it can, so one run names every failing check and
+the digest involved.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import InputError
+from ..oci import media_types
+from ..oci.digests import chain_id, sha256_digest
+from .layer_scan import ELF_MACHINE_BY_ARCHITECTURE, ELF_MACHINE_NAMES, ElfFile, scan_layer
+from .sources import ImageSource, platform_string
+
+REPORT_SCHEMA = 1
+DIGEST_PATTERN = re.compile(r"^sha256:[0-9a-f]{64}$")
+IN_IMAGE_RECEIPT_PATH = "etc/sparkflake/receipt.json"
+EXPECT_KINDS = ("manifest", "config", "image-id", "index", "chain-id", "layer", "diff-id")
+DEFAULT_MAX_UNCOMPRESSED = 1 << 40
+_OCI_LAYER_TYPES = {media_types.OCI_LAYER_TAR, media_types.OCI_LAYER_GZIP, media_types.OCI_LAYER_ZSTD}
+_DOCKER_LAYER_TYPES = {media_types.DOCKER_LAYER_GZIP, media_types.DOCKER_LAYER_TAR}
+_COMPRESSION_OF_TYPE = {
+    media_types.OCI_LAYER_TAR: "none",
+    media_types.OCI_LAYER_GZIP: "gzip",
+    media_types.OCI_LAYER_ZSTD: "zstd",
+    media_types.DOCKER_LAYER_GZIP: "gzip",
+    media_types.DOCKER_LAYER_TAR: "none",
+}
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    id: str
+    status: str
+    detail: str
+    digest: str | None = None
+
+    def as_record(self) -> dict[str, Any]:
+        return {"id": self.id, "status": self.status, "detail": self.detail, "digest": self.digest}
+
+
+@dataclass(frozen=True)
+class Expectations:
+    """What the image must be, from the operator (``--expect``), an expected-digests file,
+    a profile, a receipt and a lock. Everything optional."""
+
+    digests: Sequence[tuple[str, str]] = ()
+    expected_layers: Sequence[Mapping[str, Any]] | None = None
+    platform: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    receipt: Mapping[str, Any] | None = None
+    receipt_where: str = ""
+    lock_digests: Mapping[str, str] | None = None
+    lock_where: str = ""
+    max_uncompressed_bytes: int = DEFAULT_MAX_UNCOMPRESSED
+
+
+@dataclass(frozen=True)
+class LayerFinding:
+    digest: str | None
+    diff_id: str | None
+    size: int
+    uncompressed_size: int
+    media_type: str
+    elf_machines: Mapping[str, int]
+
+
+@dataclass
+class AuditReport:
+    target: str
+    source_kind: str
+    checks: list[CheckResult] = field(default_factory=list)
+    manifest_digest: str | None = None
+    index_digest: str | None = None
+    config_digest: str | None = None
+    chain_id: str | None = None
+    engine_image_id: str | None = None
+    platform: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    layers: list[LayerFinding] = field(default_factory=list)
+
+    def add(self, check_id: str, status: str, detail: str, digest: str | None = None) -> None:
+        self.checks.append(CheckResult(check_id, status, detail, digest))
+
+    @property
+    def exit_code(self) -> int:
+        if any(c.status == "error" for c in self.checks):
+            return 2
+        if any(c.status == "fail" for c in self.checks):
+            return 1
+        return 0
+
+    @property
+    def failures(self) -> list[CheckResult]:
+        return [c for c in self.checks if c.status in ("fail", "error")]
+
+    def as_record(self) -> dict[str, Any]:
+        return {
+            "schema": REPORT_SCHEMA,
+            "kind": "sparkflake.audit",
+            "target": self.target,
+            "source": self.source_kind,
+            "passed": self.exit_code == 0,
+            "digests": {
+                "manifest": {"kind": "manifest", "digest": self.manifest_digest},
+                "index": {"kind": "index", "digest": self.index_digest},
+                "config": {"kind": "config", "digest": self.config_digest},
+                "image_id": {"kind": "config (local image ID)", "digest": self.engine_image_id or self.config_digest},
+                "chain_id": {"kind": "chainID", "digest": self.chain_id},
+            },
+            "platform": self.platform,
+            "labels": dict(sorted(self.labels.items())),
+            "layers": [
+                {
+                    "digest": layer.digest,
+                    "diff_id": layer.diff_id,
+                    "size": layer.size,
+                    "uncompressed_size": layer.uncompressed_size,
+                    "media_type": layer.media_type,
+                    "elf_machines": dict(sorted(layer.elf_machines.items())),
+                }
+                for layer in self.layers
+            ],
+            "checks": [c.as_record() for c in self.checks],
+        }
+
+
+def parse_expectation(text: str) -> tuple[str, str]:
+    """``sha256:<hex>@KIND`` → (kind, digest), strict."""
+    digest, at, kind = text.rpartition("@")
+    if not at:
+        raise InputError(f"--expect {text!r}: expected sha256:<64 lowercase hex>@KIND", check_id="digest.well-formed")
+    if kind not in EXPECT_KINDS:
+        raise InputError(f"--expect {text!r}: unknown kind {kind!r} (expected one of {', '.join(EXPECT_KINDS)})")
+    if not DIGEST_PATTERN.match(digest):
+        raise InputError(
+            f"--expect {text!r}: expected sha256:<64 lowercase hex digits>, got {digest!r}",
+            check_id="digest.well-formed",
+        )
+    return ("config" if kind == "image-id" else kind, digest)
+
+
+ProgressCallback = Callable[[int, int, str], None]
+
+
+def audit_image(
+    source: ImageSource, expectations: Expectations, progress: ProgressCallback | None = None
+) -> AuditReport:
+    report = AuditReport(target=source.location, source_kind=source.kind)
+    report.engine_image_id = source.engine_image_id
+    _check_documents(source, report)
+    _check_digest_forms(source, report)
+    if report.exit_code == 2:
+        return report
+    config = _config_or_error(source, report)
+    if config is None:
+        return report
+    diff_ids = _config_diff_ids(config, report)
+    _check_media_types(source, report)
+    total = sum(d.size or 0 for d in source.layers)
+    done = 0
+    captured: dict[str, bytes] = {}
+    elf_files: list[ElfFile] = []
+    computed_diff_ids: list[str | None] = []
+    for position, descriptor in enumerate(source.layers):
+        stored_size = source.blob_size(descriptor)
+        label = descriptor.digest or descriptor.locator
+        if stored_size is None:
+            report.add("layer.present", "fail", f"layer {position} {label} is missing from {source.location}", descriptor.digest)
+            computed_diff_ids.append(None)
+            continue
+        if descriptor.size is not None and descriptor.digest is not None and stored_size != descriptor.size:
+            report.add(
+                "layer.size", "fail",
+                f"layer {position} {label}: stored size {stored_size} bytes, descriptor says {descriptor.size} (not hashed)",
+                descriptor.digest,
+            )
+            computed_diff_ids.append(None)
+            done += descriptor.size or 0
+            continue
+
+        def tick(count: int, _base: int = done) -> None:
+            if progress is not None:
+                tick.seen += count  # type: ignore[attr-defined]
+                progress(min(total, _base + tick.seen), total, "auditing layers")  # type: ignore[attr-defined]
+
+        tick.seen = 0  # type: ignore[attr-defined]
+        try:
+            with source.open_blob(descriptor) as handle:
+                scan = scan_layer(
+                    handle,
+                    max_uncompressed_bytes=expectations.max_uncompressed_bytes,
+                    capture_paths=frozenset({IN_IMAGE_RECEIPT_PATH}),
+                    on_bytes=tick,
+                )
+        except InputError as exc:
+            report.add("layer.present", "error", f"layer {position} {label}: {exc.message}", descriptor.digest)
+            computed_diff_ids.append(None)
+            continue
+        done += stored_size
+        if descriptor.digest is not None:
+            if scan.blob_digest == descriptor.digest:
+                report.add("layer.digest", "pass", f"layer {position} hashes to its digest", descriptor.digest)
+            else:
+                report.add(
+                    "layer.digest", "fail",
+                    f"layer {position}: blob hashes to {scan.blob_digest}, the manifest says {descriptor.digest}",
+                    descriptor.digest,
+                )
+        if scan.error is not None:
+            check = "layer.decompressed-bound" if "bound" in scan.error else "layer.decompress"
+            report.add(check, "fail", f"layer {position} {label}: {scan.error}", descriptor.digest)
+        expected_compression = _COMPRESSION_OF_TYPE.get(descriptor.media_type)
+        if expected_compression is not None and scan.size and scan.compression != expected_compression and scan.error is None:
+            report.add(
+                "media-type.consistent", "fail",
+                f"layer {position} {label}: media type {descriptor.media_type} but the blob is {scan.compression}",
+                descriptor.digest,
+            )
+        computed_diff_ids.append(scan.diff_id)
+        captured.update(scan.captured_files)
+        elf_files.extend(scan.elf_files)
+        machines: dict[str, int] = {}
+        for elf in scan.elf_files:
+            name = ELF_MACHINE_NAMES.get(elf.machine, f"e_machine {elf.machine}")
+            machines[name] = machines.get(name, 0) + 1
+        report.layers.append(
+            LayerFinding(
+                descriptor.digest or scan.blob_digest, scan.diff_id, scan.size,
+                scan.uncompressed_size, descriptor.media_type, machines,
+            )
+        )
+    _check_diff_ids(diff_ids, computed_diff_ids, source, report)
+    _check_platform(source, config, elf_files, expectations, report)
+    report.labels = _labels(config)
+    _check_expectations(expectations, report)
+    _check_receipt(expectations, report, captured, source)
+    return report
+
+
+def _check_digest_forms(source: ImageSource, report: AuditReport) -> None:
+    found: list[tuple[str, str]] = []
+    if source.manifest_descriptor is not None and source.manifest_descriptor.digest is not None:
+        found.append(("manifest descriptor", source.manifest_descriptor.digest))
+    if source.config_descriptor.digest is not None:
+        found.append(("config descriptor", source.config_descriptor.digest))
+    for position, layer in enumerate(source.layers):
+        if layer.digest is not None:
+            found.append((f"layers[{position}]", layer.digest))
+    config_trusted = not any(c.id == "config.digest" and c.status == "fail" for c in report.checks)
+    try:
+        # a config that fails its own digest is reported as such; its contents are not graded
+        config = json.loads(source.config_bytes) if config_trusted else {}
+        diff_ids = config.get("rootfs", {}).get("diff_ids", []) if isinstance(config, dict) else []
+        if isinstance(diff_ids, list):
+            found.extend((f"rootfs.diff_ids[{i}]", d) for i, d in enumerate(diff_ids) if isinstance(d, str))
+    except (ValueError, UnicodeDecodeError, AttributeError):
+        pass
+    bad = [(where, digest) for where, digest in found if not DIGEST_PATTERN.match(digest)]
+    if bad:
+        where, digest = bad[0]
+        report.add(
+            "digest.well-formed", "error",
+            f"{source.location}: {where}: expected sha256:<64 lowercase hex digits>, got {digest!r}"
+            + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""),
+            digest,
+        )
+    else:
+        report.add("digest.well-formed", "pass", f"{len(found)} digests are sha256 with 64 lowercase hex digits")
+
+
+def _check_documents(source: ImageSource, report: AuditReport) -> None:
+    if source.index_bytes is not None:
+        report.index_digest = sha256_digest(source.index_bytes)
+    if source.manifest_bytes is not None:
+        report.manifest_digest = sha256_digest(source.manifest_bytes)
+        expected = source.manifest_descriptor
+        if expected is not None and expected.size is not None and expected.size != len(source.manifest_bytes):
+            report.add(
+                "manifest.digest", "fail",
+                f"manifest is {len(source.manifest_bytes)} bytes, its descriptor says {expected.size}",
+                expected.digest,
+            )
+        elif expected is not None and expected.digest is not None and expected.digest != report.manifest_digest:
+            report.add(
+                "manifest.digest", "fail",
+                f"manifest bytes hash to {report.manifest_digest}, the reference says {expected.digest}",
+                expected.digest,
+            )
+        else:
+            report.add("manifest.digest", "pass", "manifest bytes hash to the referenced digest", report.manifest_digest)
+    else:
+        report.add("manifest.digest", "skip", f"{source.kind} stores no manifest")
+    report.config_digest = sha256_digest(source.config_bytes)
+    descriptor = source.config_descriptor
+    if descriptor.size is not None and descriptor.size != len(source.config_bytes):
+        report.add(
+            "config.digest", "fail",
+            f"config is {len(source.config_bytes)} bytes, its descriptor says {descriptor.size}",
+            descriptor.digest,
+        )
+    elif descriptor.digest is not None and descriptor.digest != report.config_digest:
+        report.add(
+            "config.digest", "fail",
+            f"config bytes hash to {report.config_digest}, the manifest says {descriptor.digest}",
+            descriptor.digest,
+        )
+    else:
+        report.add("config.digest", "pass", "config bytes hash to the referenced digest", report.config_digest)
+    if source.engine_image_id is not None:
+        if source.engine_image_id == report.config_digest:
+            report.add("engine.image-id", "pass", f"{source.kind} image ID equals the config digest", source.engine_image_id)
+        else:
+            report.add(
+                "engine.image-id", "fail",
+                f"{source.kind} reports image ID {source.engine_image_id}, the stored config hashes to {report.config_digest}",
+                source.engine_image_id,
+            )
+
+
+def _config_or_error(source: ImageSource, report: AuditReport) -> dict[str, Any] | None:
+    try:
+        return source.config
+    except InputError as exc:
+        report.add("document.parse", "fail", exc.message, report.config_digest)
+        return None
+
+
+def _config_diff_ids(config: Mapping[str, Any], report: AuditReport) -> list[str]:
+    rootfs = config.get("rootfs")
+    diff_ids = rootfs.get("diff_ids") if isinstance(rootfs, dict) else None
+    if not isinstance(diff_ids, list) or not all(isinstance(d, str) for d in diff_ids):
+        report.add("layer.diff-id", "fail", "config rootfs.diff_ids is not a list of digests", report.config_digest)
+        return []
+    report.chain_id = chain_id(diff_ids) if diff_ids else None
+    return list(diff_ids)
+
+
+def _check_media_types(source: ImageSource, report: AuditReport) -> None:
+    manifest = source.manifest
+    if manifest is None:
+        report.add("media-type.consistent", "skip", "docker-archive has no media types")
+        return
+    problems = []
+    manifest_type = manifest.get("mediaType")
+    if source.manifest_descriptor is not None and manifest_type and source.manifest_descriptor.media_type:
+        if manifest_type != source.manifest_descriptor.media_type:
+            problems.append(f"manifest says {manifest_type}, its descriptor {source.manifest_descriptor.media_type}")
+    if manifest_type is None and source.manifest_descriptor is not None:
+        manifest_type = source.manifest_descriptor.media_type
+    docker = manifest_type == media_types.DOCKER_MANIFEST
+    if manifest_type not in media_types.MANIFEST_MEDIA_TYPES:
+        problems.append(f"unknown manifest media type {manifest_type!r}")
+    config_type = source.config_descriptor.media_type
+    wanted_config = media_types.DOCKER_CONFIG if docker else media_types.OCI_CONFIG
+    if config_type != wanted_config:
+        problems.append(f"config media type {config_type!r}, expected {wanted_config!r} in a {manifest_type}")
+    allowed_layers = _DOCKER_LAYER_TYPES if docker else _OCI_LAYER_TYPES
+    for position, layer in enumerate(source.layers):
+        if layer.media_type not in allowed_layers:
+            problems.append(f"layers[{position}] media type {layer.media_type!r} is not a layer type of {manifest_type}")
+    if problems:
+        report.add("media-type.consistent", "fail", "; ".join(problems), report.manifest_digest)
+    else:
+        report.add("media-type.consistent", "pass", f"{manifest_type} with matching config and layer types")
+
+
+def _check_diff_ids(
+    declared: Sequence[str], computed: Sequence[str | None], source: ImageSource, report: AuditReport
+) -> None:
+    if len(declared) != len(source.layers):
+        report.add(
+            "layer.diff-id", "fail",
+            f"config rootfs.diff_ids lists {len(declared)} layers, the manifest {len(source.layers)}",
+            report.config_digest,
+        )
+        return
+    mismatches = []
+    for position, (want, got) in enumerate(zip(declared, computed, strict=True)):
+        if got is not None and got != want:
+            mismatches.append((position, want, got))
+    if mismatches:
+        position, want, got = mismatches[0]
+        report.add(
+            "layer.diff-id", "fail",
+            f"layer {position} decompresses to {got}, the config lists {want} at that position"
+            + (f" (and {len(mismatches) - 1} more)" if len(mismatches) > 1 else ""),
+            want,
+        )
+    elif any(c is None for c in computed):
+        report.add("layer.diff-id", "skip", "some layers could not be decompressed (see above)")
+    else:
+        report.add("layer.diff-id", "pass", f"{len(declared)} layers decompress to the config's diffIDs in order")
+    if report.chain_id is not None:
+        report.add("chain-id", "pass", "chainID derived from the config's diffIDs", report.chain_id)
+
+
+def _check_platform(
+    source: ImageSource,
+    config: Mapping[str, Any],
+    elf_files: Sequence[ElfFile],
+    expectations: Expectations,
+    report: AuditReport,
+) -> None:
+    config_platform = platform_string(config)
+    report.platform = config_platform
+    if source.index_platform is not None:
+        index_platform = platform_string(source.index_platform)
+        if index_platform == config_platform:
+            report.add("platform.index", "pass", f"config and index both say {config_platform}")
+        else:
+            report.add(
+                "platform.index", "fail",
+                f"config says {config_platform}, the index says {index_platform}", report.config_digest,
+            )
+    else:
+        report.add("platform.index", "skip", "no index platform to compare")
+    if expectations.platform is not None:
+        if _platform_matches(config_platform, expectations.platform):
+            report.add("platform.expected", "pass", f"platform {config_platform}")
+        else:
+            report.add(
+                "platform.expected", "fail",
+                f"config says {config_platform}, expected {expectations.platform}", report.config_digest,
+            )
+    expected_machine = ELF_MACHINE_BY_ARCHITECTURE.get(str(config.get("architecture")))
+    if expected_machine is None:
+        report.add("platform.elf", "fail", f"unknown architecture {config.get('architecture')!r} in the config", report.config_digest)
+        return
+    wrong = [elf for elf in elf_files if elf.machine != expected_machine]
+    if wrong:
+        shown = ", ".join(
+            f"{elf.path} ({ELF_MACHINE_NAMES.get(elf.machine, elf.machine)})" for elf in wrong[:5]
+        )
+        report.add(
+            "platform.elf", "fail",
+            f"{len(wrong)} of {len(elf_files)} ELF files are not {ELF_MACHINE_NAMES[expected_machine]}: {shown}",
+            report.config_digest,
+        )
+    else:
+        report.add(
+            "platform.elf", "pass",
+            f"{len(elf_files)} ELF files, all {ELF_MACHINE_NAMES[expected_machine]}",
+        )
+
+
+def _platform_matches(actual: str, expected: str) -> bool:
+    if actual == expected:
+        return True
+    # linux/arm64 names the same platform as linux/arm64/v8
+    return actual.removesuffix("/v8") == expected.removesuffix("/v8") and "arm64" in actual
+
+
+def _labels(config: Mapping[str, Any]) -> dict[str, str]:
+    inner = config.get("config")
+    labels = inner.get("Labels") if isinstance(inner, dict) else None
+    return {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
+
+
+def _check_expectations(expectations: Expectations, report: AuditReport) -> None:
+    actual = {
+        "manifest": report.manifest_digest,
+        "config": report.config_digest,
+        "index": report.index_digest,
+        "chain-id": report.chain_id,
+    }
+    for kind, want in expectations.digests:
+        if kind in ("layer", "diff-id"):
+            field_name = "digest" if kind == "layer" else "diff_id"
+            present = [getattr(layer, field_name) for layer in report.layers]
+            if want in present:
+                report.add(f"expect.{kind}", "pass", f"a layer has {kind} {want}", want)
+            else:
+                report.add(f"expect.{kind}", "fail", f"no layer has {kind} {want}", want)
+            continue
+        got = actual.get(kind)
+        if got == want:
+            report.add(f"expect.{kind}", "pass", f"{kind} digest is {want}", want)
+        else:
+            report.add(f"expect.{kind}", "fail", f"{kind} digest is {got}, expected {want}", want)
+    if expectations.expected_layers is not None:
+        got_layers = [{"digest": layer.digest, "diff_id": layer.diff_id, "size": layer.size} for layer in report.layers]
+        want_layers = [
+            {"digest": layer.get("digest"), "diff_id": layer.get("diff_id"), "size": layer.get("size")}
+            for layer in expectations.expected_layers
+        ]
+        if got_layers == want_layers:
+            report.add("expect.layers", "pass", f"{len(got_layers)} layers as expected")
+        else:
+            first = next(
+                (i for i, (g, w) in enumerate(zip(got_layers, want_layers, strict=False)) if g != w),
+                min(len(got_layers), len(want_layers)),
+            )
+            report.add(
+                "expect.layers", "fail",
+                f"layers differ from the expected list at position {first}: "
+                f"got {got_layers[first] if first < len(got_layers) else 'none'}, "
+                f"expected {want_layers[first] if first < len(want_layers) else 'none'}",
+                report.manifest_digest,
+            )
+    if expectations.labels:
+        differing = [
+            f"{key}={report.labels.get(key)!r} (expected {value!r})"
+            for key, value in sorted(expectations.labels.items())
+            if report.labels.get(key) != value
+        ]
+        if differing:
+            report.add("labels.expected", "fail", "labels differ: " + "; ".join(differing), report.config_digest)
+        else:
+            report.add("labels.expected", "pass", f"{len(expectations.labels)} expected labels present and equal")
+
+
+def _check_receipt(
+    expectations: Expectations, report: AuditReport, captured: Mapping[str, bytes], source: ImageSource
+) -> None:
+    receipt = expectations.receipt
+    where = expectations.receipt_where
+    in_image = captured.get(IN_IMAGE_RECEIPT_PATH)
+    if receipt is None and in_image is not None:
+        # without a full receipt, the one inside the image still binds the lower layers
+        try:
+            statement = json.loads(in_image)
+        except (ValueError, UnicodeDecodeError):
+            report.add("receipt.in-image", "fail", f"/{IN_IMAGE_RECEIPT_PATH} is not valid JSON", report.config_digest)
+            return
+        _check_in_image_subjects(statement, report)
+        _check_dependencies(statement, f"/{IN_IMAGE_RECEIPT_PATH}", expectations, report)
+        return
+    if receipt is None:
+        if expectations.lock_digests is not None:
+            report.add(
+                "receipt.dependencies", "error",
+                f"{expectations.lock_where}: a lock was given but the image has no /{IN_IMAGE_RECEIPT_PATH} "
+                "and no --receipt was given to compare it with",
+            )
+        return
+    subjects = receipt.get("subject") if isinstance(receipt, dict) else None
+    subject_digests = [
+        "sha256:" + str(s.get("digest", {}).get("sha256"))
+        for s in subjects or []
+        if isinstance(s, dict) and isinstance(s.get("digest"), dict)
+    ]
+    if report.manifest_digest is None:
+        report.add("receipt.subject", "skip", f"{source.kind} has no manifest digest to compare")
+    elif report.manifest_digest in subject_digests:
+        report.add("receipt.subject", "pass", f"{where}: subject is the manifest digest", report.manifest_digest)
+    else:
+        report.add(
+            "receipt.subject", "fail",
+            f"{where}: subject {', '.join(subject_digests) or 'none'}, the image manifest is {report.manifest_digest}",
+            report.manifest_digest,
+        )
+    byproducts = _byproducts(receipt)
+    config_entry = byproducts.get("image-config")
+    if config_entry is not None:
+        want = "sha256:" + str(config_entry.get("digest", {}).get("sha256"))
+        status = "pass" if want == report.config_digest else "fail"
+        report.add(
+            "receipt.byproducts", status,
+            f"{where}: image-config {want}, image {report.config_digest}", want,
+        )
+    layer_entries = [v for k, v in sorted(byproducts.items(), key=lambda kv: _layer_index(kv[0])) if k.startswith("layer[")]
+    if layer_entries:
+        for position, entry in enumerate(layer_entries):
+            want_digest = "sha256:" + str(entry.get("digest", {}).get("sha256"))
+            want_diff = (entry.get("annotations") or {}).get("diff_id")
+            got = report.layers[position] if position < len(report.layers) else None
+            if got is None or got.digest != want_digest or (want_diff and got.diff_id != want_diff):
+                report.add(
+                    "receipt.byproducts", "fail",
+                    f"{where}: layer[{position}] is {want_digest} (diffID {want_diff}), the image has "
+                    f"{got.digest if got else 'no layer'} (diffID {got.diff_id if got else None})",
+                    want_digest,
+                )
+                break
+        else:
+            if len(layer_entries) != len(report.layers):
+                report.add("receipt.byproducts", "fail", f"{where}: {len(layer_entries)} layers, the image has {len(report.layers)}", report.manifest_digest)
+            else:
+                report.add("receipt.byproducts", "pass", f"{where}: {len(layer_entries)} layers equal")
+    external = (receipt.get("predicate") or {}).get("buildDefinition", {}).get("externalParameters", {})
+    receipt_labels = external.get("labels") if isinstance(external, dict) else None
+    if isinstance(receipt_labels, dict):
+        differing = sorted(k for k, v in receipt_labels.items() if report.labels.get(k) != v)
+        missing = sorted(k for k in report.labels if k.startswith("org.sparkflake.") and k not in receipt_labels)
+        if differing or missing:
+            report.add(
+                "labels.receipt", "fail",
+                f"{where}: labels differ from the receipt: {', '.join(differing + missing)}",
+                report.config_digest,
+            )
+        else:
+            report.add("labels.receipt", "pass", f"{where}: {len(receipt_labels)} labels equal the receipt")
+    _check_dependencies(receipt, where, expectations, report)
+
+
+def _check_in_image_subjects(statement: Mapping[str, Any], report: AuditReport) -> None:
+    subjects = statement.get("subject") if isinstance(statement, dict) else None
+    wanted = [
+        "sha256:" + str(s.get("digest", {}).get("sha256"))
+        for s in subjects or []
+        if isinstance(s, dict) and isinstance(s.get("digest"), dict)
+    ]
+    below = [layer.diff_id for layer in report.layers[: len(wanted)]]
+    if wanted == below:
+        report.add("receipt.in-image", "pass", f"in-image receipt binds the {len(wanted)} lower layers' diffIDs")
+    else:
+        report.add(
+            "receipt.in-image", "fail",
+            f"in-image receipt binds diffIDs {wanted}, the image's lower layers are {below}",
+            report.config_digest,
+        )
+
+
+def _check_dependencies(
+    statement: Mapping[str, Any], where: str, expectations: Expectations, report: AuditReport
+) -> None:
+    if expectations.lock_digests is None:
+        return
+    dependencies = (statement.get("predicate") or {}).get("buildDefinition", {}).get("resolvedDependencies", [])
+    recorded: dict[str, set[str]] = {}
+    for dependency in dependencies if isinstance(dependencies, list) else []:
+        if isinstance(dependency, dict) and isinstance(dependency.get("digest"), dict):
+            recorded.setdefault(str(dependency.get("name")), set()).update(
+                f"{algo}:{value}" for algo, value in dependency["digest"].items()
+            )
+    missing = []
+    for name, digest in sorted(expectations.lock_digests.items()):
+        if digest not in recorded.get(name, set()):
+            missing.append(f"{name} ({digest}; receipt has {sorted(recorded.get(name, set())) or 'nothing'})")
+    extra = sorted(
+        name for name in recorded if name not in expectations.lock_digests and not name.startswith("patch-set:")
+    )
+    missing.extend(f"{name} (in the receipt, not in the lock)" for name in extra)
+    if missing:
+        report.add(
+            "receipt.dependencies", "fail",
+            f"{where}: resolvedDependencies differ from {expectations.lock_where}: " + "; ".join(missing[:5])
+            + (f" and {len(missing) - 5} more" if len(missing) > 5 else ""),
+            report.manifest_digest,
+        )
+    else:
+        report.add(
+            "receipt.dependencies", "pass",
+            f"{where}: the {len(expectations.lock_digests)} locked inputs are exactly the resolved dependencies, digests equal",
+        )
+
+
+def _byproducts(statement: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    items = (statement.get("predicate") or {}).get("runDetails", {}).get("byproducts", [])
+    return {str(item.get("name")): item for item in items if isinstance(item, dict)} if isinstance(items, list) else {}
+
+
+def _layer_index(name: str) -> int:
+    try:
+        return int(name.removeprefix("layer[").removesuffix("]"))
+    except ValueError:
+        return -1

@@ -1,0 +1,290 @@
+"""One streaming pass over a layer blob: blob digest, diffID, decompressed size, and the
+ELF machine of every regular file in the tar stream.
+
+The tar scanner reads only header blocks and the first 20 bytes of each regular file
+(ELF ``e_ident`` + ``e_type`` + ``e_machine``); file contents are counted, not copied.
+Decompression runs in a worker thread (zlib and zstd release the GIL, and so does sha256
+on large buffers), so on two cores the compressed and uncompressed hashing overlap like
+``gzip -dc | sha256sum`` does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+from ..oci.compression import Decompressor, detect_compression
+
+READ_CHUNK = 1 << 20
+BLOCK = 512
+
+# e_machine values (System V ABI) for the architectures an OCI config can name
+ELF_MACHINE_BY_ARCHITECTURE = {
+    "arm64": 183,
+    "amd64": 62,
+    "arm": 40,
+    "386": 3,
+    "ppc64le": 21,
+    "s390x": 22,
+    "riscv64": 243,
+}
+ELF_MACHINE_NAMES = {
+    183: "AArch64",
+    62: "x86-64",
+    40: "ARM",
+    3: "i386",
+    21: "PowerPC64",
+    22: "S/390",
+    243: "RISC-V",
+}
+_REGULAR_TYPES = (b"0", b"\x00", b"7")
+
+
+@dataclass(frozen=True)
+class ElfFile:
+    path: str
+    machine: int
+
+
+@dataclass
+class TarElfScanner:
+    """Incremental tar reader that records ``ElfFile`` for every ELF regular file."""
+
+    capture_paths: frozenset[str] = frozenset()
+    capture_limit: int = 4 << 20
+    elf_files: list[ElfFile] = field(default_factory=list)
+    captured_files: dict[str, bytes] = field(default_factory=dict)
+    members: int = 0
+    error: str | None = None
+    _header: bytearray = field(default_factory=bytearray)
+    _skip: int = 0
+    _capture: bytearray | None = None
+    _capture_need: int = 0
+    _member_type: bytes = b""
+    _member_name: str = ""
+    _next_name: str | None = None
+    _next_size: int | None = None
+    _ended: bool = False
+
+    def feed(self, chunk: bytes) -> None:
+        if self._ended or self.error is not None:
+            return
+        view = memoryview(chunk)
+        position = 0
+        length = len(view)
+        while position < length and not self._ended and self.error is None:
+            if self._skip:
+                take = min(self._skip, length - position)
+                if self._capture is not None and len(self._capture) < self._capture_need:
+                    wanted = min(self._capture_need - len(self._capture), take)
+                    self._capture += view[position : position + wanted]
+                position += take
+                self._skip -= take
+                if self._skip == 0:
+                    self._finish_member()
+                continue
+            take = min(BLOCK - len(self._header), length - position)
+            self._header += view[position : position + take]
+            position += take
+            if len(self._header) == BLOCK:
+                header = bytes(self._header)
+                self._header.clear()
+                self._start_member(header)
+
+    def _start_member(self, header: bytes) -> None:
+        if header == bytes(BLOCK):
+            self._ended = True
+            return
+        try:
+            size = _header_size(header)
+        except ValueError as exc:
+            self.error = f"tar member {self.members}: {exc}"
+            return
+        if self._next_size is not None:
+            size = self._next_size
+        name = _header_name(header)
+        if self._next_name is not None:
+            name = self._next_name
+        self._member_type = header[156:157]
+        self.members += 1
+        if self._member_type in (b"x", b"L", b"g"):
+            self._capture = bytearray()
+            self._capture_need = size
+        elif self._member_type in _REGULAR_TYPES:
+            self._capture = bytearray()
+            self._capture_need = min(size, 20)
+            if _clean(name) in self.capture_paths and size <= self.capture_limit:
+                self._capture_need = size
+            self._next_name = None
+            self._next_size = None
+        else:
+            self._capture = None
+            self._next_name = None
+            self._next_size = None
+        self._member_name = name
+        self._skip = (size + BLOCK - 1) // BLOCK * BLOCK
+        if self._skip == 0:
+            self._finish_member()
+
+    def _finish_member(self) -> None:
+        captured = bytes(self._capture) if self._capture is not None else b""
+        self._capture = None
+        kind = self._member_type
+        if kind == b"x":
+            for key, value in _pax_records(captured):
+                if key == "path":
+                    self._next_name = value
+                elif key == "size":
+                    try:
+                        self._next_size = int(value)
+                    except ValueError:
+                        self.error = f"tar PAX header: bad size {value!r}"
+        elif kind == b"L":
+            self._next_name = captured.rstrip(b"\x00").decode("utf-8", "surrogateescape")
+        elif kind in _REGULAR_TYPES and _clean(self._member_name) in self.capture_paths:
+            self.captured_files[_clean(self._member_name)] = captured
+        if kind in _REGULAR_TYPES and captured[:4] == b"\x7fELF" and len(captured) >= 20:
+            byteorder = "big" if captured[5] == 2 else "little"
+            machine = int.from_bytes(captured[18:20], byteorder)
+            self.elf_files.append(ElfFile(self._member_name, machine))
+
+
+def _clean(name: str) -> str:
+    return name.removeprefix("./").lstrip("/")
+
+
+def _header_size(header: bytes) -> int:
+    field_bytes = header[124:136]
+    if field_bytes[0] & 0x80:
+        return int.from_bytes(field_bytes[1:], "big")
+    text = field_bytes.rstrip(b"\x00 ").lstrip(b" ")
+    if not text:
+        return 0
+    try:
+        return int(text, 8)
+    except ValueError as exc:
+        raise ValueError(f"bad size field {field_bytes!r}") from exc
+
+
+def _header_name(header: bytes) -> str:
+    name = header[0:100].split(b"\x00", 1)[0]
+    if header[257:262] == b"ustar":
+        prefix = header[345:500].split(b"\x00", 1)[0]
+        if prefix:
+            name = prefix + b"/" + name
+    return name.decode("utf-8", "surrogateescape")
+
+
+def _pax_records(payload: bytes) -> list[tuple[str, str]]:
+    records = []
+    position = 0
+    while position < len(payload):
+        space = payload.find(b" ", position)
+        if space < 0:
+            break
+        try:
+            length = int(payload[position:space])
+        except ValueError:
+            break
+        if length <= 0:
+            break
+        record = payload[space + 1 : position + length - 1]
+        key, _, value = record.partition(b"=")
+        records.append((key.decode("utf-8", "replace"), value.decode("utf-8", "surrogateescape")))
+        position += length
+    return records
+
+
+@dataclass(frozen=True)
+class LayerScan:
+    blob_digest: str
+    size: int
+    diff_id: str | None
+    uncompressed_size: int
+    compression: str
+    elf_files: tuple[ElfFile, ...]
+    captured_files: dict[str, bytes]
+    error: str | None
+
+
+ProgressCallback = Callable[[int], None]
+
+
+def scan_layer(
+    handle: BinaryIO,
+    *,
+    max_uncompressed_bytes: int | None = None,
+    capture_paths: frozenset[str] = frozenset(),
+    on_bytes: ProgressCallback | None = None,
+) -> LayerScan:
+    """Hash, decompress and scan a layer blob in one pass.
+
+    ``error`` (blob unreadable, corrupt stream, decompressed size over the bound, broken
+    tar) is reported, not raised, so the caller can still name the blob digest.
+    """
+    blob_hasher = hashlib.sha256()
+    plain_chunks: queue.Queue[bytes | None] = queue.Queue(maxsize=8)
+    state: dict[str, object] = {"size": 0, "compression": "none", "error": None}
+
+    def produce() -> None:
+        decompressor: Decompressor | None = None
+        plain_total = 0
+        try:
+            while chunk := handle.read(READ_CHUNK):
+                if decompressor is None:
+                    decompressor = Decompressor(detect_compression(chunk))
+                    state["compression"] = decompressor.algorithm
+                blob_hasher.update(chunk)
+                state["size"] = int(state["size"]) + len(chunk)  # type: ignore[call-overload]
+                if on_bytes is not None:
+                    on_bytes(len(chunk))
+                if state["error"] is not None:
+                    continue
+                try:
+                    plain = decompressor.decompress(chunk)
+                except ValueError as exc:
+                    state["error"] = str(exc)
+                    continue
+                plain_total += len(plain)
+                if max_uncompressed_bytes is not None and plain_total > max_uncompressed_bytes:
+                    state["error"] = (
+                        f"decompresses to more than the bound of {max_uncompressed_bytes} bytes"
+                    )
+                    continue
+                if plain:
+                    plain_chunks.put(plain)
+            if decompressor is not None and state["error"] is None:
+                try:
+                    decompressor.finish()
+                except ValueError as exc:
+                    state["error"] = str(exc)
+        except OSError as exc:
+            state["error"] = f"cannot read: {exc.strerror or exc}"
+        finally:
+            plain_chunks.put(None)
+
+    worker = threading.Thread(target=produce, name="layer-decompress", daemon=True)
+    worker.start()
+    diff_hasher = hashlib.sha256()
+    scanner = TarElfScanner(capture_paths=capture_paths)
+    uncompressed = 0
+    while (plain := plain_chunks.get()) is not None:
+        diff_hasher.update(plain)
+        uncompressed += len(plain)
+        scanner.feed(plain)
+    worker.join()
+    error = state["error"] or (f"tar stream: {scanner.error}" if scanner.error else None)
+    return LayerScan(
+        blob_digest="sha256:" + blob_hasher.hexdigest(),
+        size=int(state["size"]),  # type: ignore[call-overload]
+        diff_id=None if state["error"] else "sha256:" + diff_hasher.hexdigest(),
+        uncompressed_size=uncompressed,
+        compression=str(state["compression"]),
+        elf_files=tuple(scanner.elf_files),
+        captured_files=dict(scanner.captured_files),
+        error=str(error) if error else None,
+    )

@@ -1,0 +1,94 @@
+"""`sparkflake audit TARGET`: re-derive every digest of an image and compare."""
+
+from __future__ import annotations
+
+import argparse
+
+from .. import audit
+from ..audit import checks as audit_checks
+from ..errors import InputError
+from ._output import Progress, print_json, print_line
+
+_SYMBOL = {"pass": "ok  ", "fail": "FAIL", "error": "ERR ", "skip": "skip"}
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "audit",
+        help="is this image exactly what the lock, receipt and profile say?",
+        description=(
+            "Re-derive every digest of an image from its bytes and compare it with the "
+            "documents, the lock, the receipt, the profile and --expect. TARGET: oci:DIR[:TAG], "
+            "oci-archive:FILE, docker-archive:FILE (or a plain path), "
+            "docker://HOST[:PORT]/REPO:TAG or docker://HOST/REPO@sha256:..., podman:NAME|ID, "
+            "docker:NAME|ID. Exit 0 every check passed, 1 a mismatch, 2 unreadable."
+        ),
+    )
+    parser.add_argument("target", metavar="TARGET")
+    parser.add_argument("--profile", help="expect this profile's platform and labels (and its lock)")
+    parser.add_argument("--lock", help="the receipt's dependencies must equal this lock")
+    parser.add_argument("--receipt", help="the full receipt (in-toto statement) written next to the image")
+    parser.add_argument(
+        "--expect", action="append", default=[], metavar="sha256:HEX@KIND",
+        help="expected digest; KIND: manifest, config (= image-id), index, chain-id, layer, diff-id",
+    )
+    parser.add_argument("--expect-file", help="expected digests (digests.json shape)")
+    parser.add_argument("--platform", help="platform to pick from an index (default: the profile's)")
+    parser.add_argument("--insecure", action="store_true", help="plain HTTP to a registry on loopback")
+    parser.add_argument("--engine-arg", action="append", default=[], help="extra argument for podman/docker (repeat)")
+    parser.add_argument("--max-layer-bytes", type=int, help="refuse a layer that decompresses to more")
+    parser.add_argument("--record", metavar="FILE", help="write the digest-verification record (JSON)")
+    parser.add_argument("--json", action="store_true", help="machine-readable report (schema versioned)")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    expectations = audit.expectations_from(
+        expect=args.expect,
+        expect_file=args.expect_file,
+        profile_name=args.profile,
+        lock_file=args.lock,
+        receipt_file=args.receipt,
+        max_uncompressed_bytes=args.max_layer_bytes,
+    )
+    try:
+        source = audit.open_target(
+            args.target,
+            platform=args.platform or expectations.platform,
+            insecure=args.insecure,
+            engine_args=args.engine_arg,
+        )
+    except InputError as exc:
+        if args.json:
+            print_json({
+                "schema": audit_checks.REPORT_SCHEMA, "kind": "sparkflake.audit", "target": args.target,
+                "passed": False, "checks": [{"id": exc.check_id or "image.readable", "status": "error", "detail": exc.message, "digest": None}],
+            })
+        raise
+    try:
+        report = audit.audit_image(source, expectations, progress=Progress("audit"))
+    finally:
+        if source.cleanup is not None:
+            source.cleanup()
+    if args.record:
+        audit.write_record(args.record, report, args.profile)
+    if args.json:
+        print_json(report.as_record())
+        return report.exit_code
+    print_line(f"audit of {report.target} ({report.source_kind})")
+    for check in report.checks:
+        digest = f"  [{check.digest}]" if check.digest and check.status in ("fail", "error") else ""
+        print_line(f"  {_SYMBOL[check.status]} {check.id:<24} {check.detail}{digest}")
+    print_line("digests:")
+    print_line(f"  manifest (published digest)   {report.manifest_digest or '-'}")
+    if report.index_digest:
+        print_line(f"  index                         {report.index_digest}")
+    print_line(f"  config (local image ID)       {report.config_digest or '-'}")
+    if report.engine_image_id:
+        print_line(f"  engine image ID               {report.engine_image_id}")
+    print_line(f"  chainID                       {report.chain_id or '-'}")
+    for position, layer in enumerate(report.layers):
+        print_line(f"  layer {position}: {layer.digest}  diffID {layer.diff_id}  {layer.size} bytes")
+    verdict = {0: "PASS", 1: "MISMATCH", 2: "UNREADABLE"}[report.exit_code]
+    print_line(f"result: {verdict} ({len(report.failures)} failing of {len(report.checks)} checks)")
+    return report.exit_code
