@@ -329,7 +329,10 @@ def _open_docker_archive(location: Path, files: _TarFiles) -> ImageReader:
         size = files.size(name)
         if size is None:
             raise InputError(f"{where}: [0].Layers[{position}]: {files.describe(name)} is missing")
-        layer_refs.append(BlobRef(f"layer {position}", name, None, size, ""))
+        # docker save, skopeo and we name layer files after their digest: check it then
+        stem = name.rsplit("/", 1)[-1].removesuffix(".tar").removesuffix(".gz")
+        named_digest = f"sha256:{stem}" if is_digest(f"sha256:{stem}") else None
+        layer_refs.append(BlobRef(f"layer {position}", name, named_digest, size, ""))
     repo_tags = entry.get("RepoTags") or []
     if not isinstance(repo_tags, list):
         raise InputError(f"{where}: [0].RepoTags: expected a list")

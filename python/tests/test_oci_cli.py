@@ -1,0 +1,110 @@
+"""`sparkflake image build` / `inspect` end to end through the CLI entry point."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from sparkflake.cli import main as cli_main
+
+
+def _spec(tmp_path, **extra):
+    tree = tmp_path / "rootfs"
+    (tree / "usr" / "bin").mkdir(parents=True, exist_ok=True)
+    (tree / "usr" / "bin" / "serve").write_bytes(b"#!/bin/sh\nexec true\n")
+    (tree / "usr" / "bin" / "serve").chmod(0o755)
+    spec = {
+        "platform": "linux/arm64",
+        "compression": "gzip",
+        "layers": [{"tree": "rootfs"}],
+        "config": {"Entrypoint": ["/usr/bin/serve"], "Env": ["A=1"], "Labels": {"x": "y"}},
+        "tag": "latest",
+        **extra,
+    }
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def test_build_writes_every_output_and_digests_json(tmp_path, capsys):
+    spec = _spec(tmp_path)
+    out = tmp_path / "out"
+    assert (
+        cli_main(
+            ["image", "build", str(spec), "-o", str(out), "--cache", str(tmp_path / "c"), "--json"]
+        )
+        == 0
+    )
+    printed = json.loads(capsys.readouterr().out)
+    digests = json.loads((out / "digests.json").read_text())
+    assert printed == digests
+    assert sorted(p.name for p in out.iterdir()) == [
+        "digests.json",
+        "docker-archive.tar",
+        "oci",
+        "oci-archive.tar",
+    ]
+    assert set(digests) >= {"manifest", "config", "chain_id", "layers", "index"}
+    assert set(digests["layers"][0]) >= {"digest", "diff_id", "size"}
+    assert digests["chain_id"] == digests["layers"][0]["diff_id"]  # one layer
+
+
+def test_human_output_and_cache_report(tmp_path, capsys):
+    spec = _spec(tmp_path, compression="zstd")
+    args = [
+        "image",
+        "build",
+        str(spec),
+        "-o",
+        str(tmp_path / "out"),
+        "--cache",
+        str(tmp_path / "c"),
+    ]
+    assert cli_main(args) == 0
+    first = capsys.readouterr().out
+    assert "(built)" in first and "manifest  sha256:" in first
+    assert cli_main(args) == 0
+    assert "(cached)" in capsys.readouterr().out
+    assert cli_main(["image", "inspect", str(tmp_path / "out" / "docker-archive.tar")]) == 0
+    inspected = capsys.readouterr().out
+    assert "format    docker-archive" in inspected and "label     x=y" in inspected
+
+
+def test_bad_spec_exit_2_without_traceback(tmp_path):
+    spec = _spec(tmp_path, surprise=True)
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sparkflake.cli",
+            "image",
+            "build",
+            str(spec),
+            "-o",
+            str(tmp_path / "o"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert completed.returncode == 2
+    assert "unknown key 'surprise'" in completed.stderr
+    assert "Traceback" not in completed.stderr
+
+
+def test_progress_bar_is_drawn_when_asked(tmp_path, capsys):
+    spec = _spec(tmp_path)
+    args = [
+        "image",
+        "build",
+        str(spec),
+        "-o",
+        str(tmp_path / "o"),
+        "--no-cache",
+        "--progress",
+        "--cache",
+        str(tmp_path / "c"),
+    ]
+    assert cli_main(args) == 0
+    assert "layer 1/1" in capsys.readouterr().err
