@@ -108,7 +108,7 @@ class Composition:
     source: SdistPin | GitPin
     patch_set: PatchSet
     patch_set_dir: Path
-    repo_root: Path
+    patch_set_name: str  # e.g. overlays/vllm or profiles/fixture/patches (location-free)
 
     @property
     def platform(self) -> str:
@@ -158,10 +158,13 @@ def load_composition(name_or_path: str | os.PathLike[str], profiles_dir: str | o
             "them; the image would contain them",
             check_id="absences",
         )
-    profile_dir = path.parent if path.is_file() else path
+    profile_dir = profile.directory
     local_patches = profile_dir / PROFILE_PATCH_SET
-    repo_root = find_repo_root(profile_dir.resolve())
-    patch_set_dir = local_patches if (local_patches / "patches.toml").is_file() else repo_root.joinpath(*REPO_PATCH_SET)
+    if (local_patches / "patches.toml").is_file():
+        patch_set_dir, patch_set_name = local_patches, f"profiles/{profile.name}/{PROFILE_PATCH_SET}"
+    else:
+        patch_set_dir = find_repo_root(profile_dir.resolve()).joinpath(*REPO_PATCH_SET)
+        patch_set_name = "/".join(REPO_PATCH_SET)
     return Composition(
         profile=profile,
         locks=locks,
@@ -172,7 +175,7 @@ def load_composition(name_or_path: str | os.PathLike[str], profiles_dir: str | o
         source=source,
         patch_set=load_patch_set(patch_set_dir),
         patch_set_dir=patch_set_dir,
-        repo_root=repo_root,
+        patch_set_name=patch_set_name,
     )
 
 
@@ -513,10 +516,9 @@ def resolved_dependencies(composition: Composition, assembly: Assembly) -> tuple
                 annotations=annotations,
             )
         )
-    relative = composition.patch_set_dir.resolve().relative_to(composition.repo_root.resolve()).as_posix()
     dependencies.append(
         receipt.ResolvedDependency(
-            name=f"patch-set:{relative}",
+            name=f"patch-set:{composition.patch_set_name}",
             uri="",
             digest={"sha256": composition.patch_set.patch_set_sha256},
             annotations={"kind": "patch-set", "patches": [p.name for p in composition.patch_set.patches]},

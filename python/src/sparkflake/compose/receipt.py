@@ -214,5 +214,8 @@ def in_image_from_full(full: Mapping[str, object]) -> dict[str, object]:
         elif name not in added:
             kept.append(item)
     predicate["runDetails"]["byproducts"] = kept
+    # The chain's results are added to the full receipt only (they are made after the
+    # in-image receipt is written into the top layer).
+    predicate["runDetails"].pop("metadata", None)
     lower = [str(item["annotations"]["diff_id"]) for item in layers[:-1]]
     return in_image_statement(lower_diff_ids=lower, predicate=predicate)
