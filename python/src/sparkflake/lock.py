@@ -311,7 +311,7 @@ class WheelPin:
                 f"expected the normalized distribution name of the file, {describe(str(dist))}, "
                 f"got {describe(name)}",
             )
-        if file_version != version:
+        if str(file_version) != str(version):
             raise InvalidField(
                 "version",
                 f"file name says {describe(str(file_version))}, got {describe(self.version)}",
@@ -363,7 +363,7 @@ class SdistPin:
                 "name",
                 f"expected {describe(sdist_input_name(dist))} for this file, got {describe(name)}",
             )
-        if file_version != version:
+        if str(file_version) != str(version):
             raise InvalidField(
                 "version",
                 f"file name says {describe(str(file_version))}, got {describe(self.version)}",
@@ -697,9 +697,7 @@ def _join(where: str, key: str) -> str:
 
 
 def _prefixed(where: str, error: InvalidField) -> InvalidField:
-    return InvalidField(
-        _join(where, error.field_path) if where else error.field_path, error.problem
-    )
+    return InvalidField(f"{where}.{error.field_path}" if where else error.field_path, error.problem)
 
 
 def pin_from_dict(table: Mapping[str, Any], where: str = "") -> Pin:
@@ -916,10 +914,10 @@ def _pylock_file(table: object, where: str) -> tuple[str, str, int, str]:
     size = require_size(_join(where, "size"), table["size"])
     hashes = require_table(_join(where, "hashes"), table["hashes"])
     if "sha256" not in hashes:
-        raise InvalidField(_join(where, "hashes.sha256"), "missing required key")
-    sha256 = require_sha256_hex(_join(where, "hashes.sha256"), hashes["sha256"])
+        raise InvalidField(_join(_join(where, "hashes"), "sha256"), "missing required key")
+    sha256 = require_sha256_hex(_join(_join(where, "hashes"), "sha256"), hashes["sha256"])
     for algorithm, value in hashes.items():
-        require_str(_join(where, f"hashes.{algorithm}"), value)
+        require_str(_join(_join(where, "hashes"), algorithm), value)
     if "name" in table:
         filename = require_filename(_join(where, "name"), table["name"])
     else:
