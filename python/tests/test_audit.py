@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from oci_fixtures import podman_store, run_tool  # noqa: F401
+from oci_fixtures import podman_store, registry_server, run_tool  # noqa: F401
 
 from sparkflake import audit
 from sparkflake.audit.layer_scan import TarElfScanner
@@ -335,3 +335,42 @@ def test_tar_scanner_finds_elf_across_chunk_boundaries(tmp_path):
         for offset in range(0, len(raw), step):
             scanner.feed(raw[offset : offset + step])
         assert [(e.path, e.machine) for e in scanner.elf_files] == [("a", 183), (long_name, 62)]
+
+
+def test_registry_audit_by_tag_and_digest_then_moved_tag(built: Path, tmp_path, registry_server, capsys):  # noqa: F811
+    host = registry_server.host
+    digests = json.loads((built / "digests.json").read_text())
+    run_tool(["skopeo", "copy", "--preserve-digests", "--dest-tls-verify=false",
+              f"oci:{built / 'oci'}:latest", f"docker://{host}/sparkflake/audit:v1"])
+    by_tag = main(["audit", f"docker://{host}/sparkflake/audit:v1", "--insecure",
+                   "--expect", f"{digests['manifest']}@manifest", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert by_tag == 0, report["failures"] if "failures" in report else report["checks"]
+    assert report["digests"]["manifest"]["digest"] == digests["manifest"]
+    assert report["digests"]["config"]["digest"] == digests["config"]
+    by_digest = main(["audit", f"docker://{host}/sparkflake/audit@{digests['manifest']}", "--insecure"])
+    assert by_digest == 0
+    capsys.readouterr()
+    other = build_image(tmp_path / "other", labels={"org.sparkflake.profile": "other"})
+    other_manifest = json.loads((other / "digests.json").read_text())["manifest"]
+    run_tool(["skopeo", "copy", "--preserve-digests", "--dest-tls-verify=false",
+              f"oci:{other / 'oci'}:latest", f"docker://{host}/sparkflake/audit:v1"])
+    moved = main(["audit", f"docker://{host}/sparkflake/audit:v1", "--insecure",
+                  "--expect", f"{digests['manifest']}@manifest"])
+    out = capsys.readouterr().out
+    assert moved == 1
+    assert "expect.manifest" in out and digests["manifest"] in out and other_manifest in out
+
+
+def test_registry_unreachable_and_missing(registry_server, capsys):  # noqa: F811
+    from oci_fixtures import free_port
+
+    port = free_port()
+    assert main(["audit", f"docker://127.0.0.1:{port}/sparkflake/none:v1", "--insecure"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot reach registry" in err and "Traceback" not in err
+    assert main(["audit", f"docker://{registry_server.host}/sparkflake/none:v1", "--insecure"]) == 1
+    err = capsys.readouterr().err
+    assert "registry.not-found" in err and "404" in err
+    assert main(["audit", "docker://example.org/sparkflake/none:v1", "--insecure"]) == 2
+    assert "plain HTTP is allowed only to a loopback registry" in capsys.readouterr().err

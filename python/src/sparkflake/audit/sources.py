@@ -178,7 +178,7 @@ def _oci_source(
         )
     manifest_bytes = _read_small(files, descriptor.locator, f"manifest {descriptor.digest}")
     refuse_unreadable_mismatch(manifest_bytes, descriptor, location)
-    return _from_manifest(
+    return source_from_manifest(
         kind,
         location,
         manifest_bytes,
@@ -236,7 +236,7 @@ def platform_string(platform: dict[str, Any]) -> str:
     return "/".join(str(p) for p in parts if p)
 
 
-def _from_manifest(
+def source_from_manifest(
     kind: str,
     location: str,
     manifest_bytes: bytes,
