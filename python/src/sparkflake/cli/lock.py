@@ -1,4 +1,5 @@
-"""`sparkflake lock validate FILE`: is this lock file well formed?
+"""`sparkflake lock validate FILE`: is this lock file well formed? (and the dispatch to
+`sparkflake lock PROFILE`, which lives in ``cli/lock_profile.py``)
 
 The ``lock`` command reads its first word as a positional, not as a sub-parser choice, so
 that resolution, ``sparkflake lock PROFILE [--check | --update NAME]`` (``sparkflake.resolve``),
@@ -50,6 +51,8 @@ def run(args: argparse.Namespace) -> int:
 def run_validate(args: argparse.Namespace) -> int:
     if args.file is None:
         raise InputError("lock validate: missing FILE")
+    if getattr(args, "check", False) or getattr(args, "update", None):
+        raise InputError("lock validate: --check and --update belong to `sparkflake lock PROFILE`")
     lock = load_lock(args.file)
     if args.json:
         print_json({"file": args.file, "valid": True, "lock": lock_to_dict(lock)})
