@@ -213,7 +213,7 @@ class _Resolver:
                     "draft; remove it",
                     "DRAFT_MODEL_PATH",
                 )
-            if "DRAFT_TP" in self.explicit:
+            if self.explicit.get("DRAFT_TP", AUTO) != AUTO:
                 raise self.refuse(
                     f"DRAFT_TP applies only to an external draft "
                     f"(SPECULATIVE_METHOD={method})",
