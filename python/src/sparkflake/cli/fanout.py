@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from ..atomic_write import write_bytes_atomic
+from ..errors import InputError
 from ..fanout.distribute import FanoutRequest, fanout
+from ..fanout.registry_mode import RegistryFanoutRequest, registry_fanout
 from ..fanout.site import load_site
 from ._output import Progress, print_json, print_line, warn
 
@@ -22,9 +25,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "moved aside. Exit 0 all ranks verified (and imported), 1 a rank failed, 2 bad input."
         ),
     )
-    parser.add_argument("archive", metavar="ARCHIVE")
+    parser.add_argument("archive", metavar="ARCHIVE", nargs="?")
     parser.add_argument("--site", required=True, type=Path, help="site file (TOML)")
-    parser.add_argument("--sha256", required=True, help="expected sha256 of the archive (hex)")
+    parser.add_argument("--sha256", help="expected sha256 of the archive (hex); required with ARCHIVE")
+    parser.add_argument("--from-registry", metavar="REGISTRY/REPO@sha256:…",
+                        help="registry mode: every rank pulls this digest-pinned image instead")
+    parser.add_argument("--platform", default="linux/arm64", help="registry mode: platform (default linux/arm64)")
+    parser.add_argument("--insecure-registry", action="store_true",
+                        help="registry mode: plain HTTP (loopback registries only)")
+    parser.add_argument("--ca-file", help="registry mode: CA certificate path on every rank")
+    parser.add_argument("--auth-file", help="registry mode: credentials JSON path on every rank")
     parser.add_argument("--image-id", help="expected image ID (sha256:…), checked before tagging")
     parser.add_argument("--import", dest="engine", choices=("podman", "docker"),
                         help="load the verified archive into this engine on every rank")
@@ -38,6 +48,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.from_registry:
+        if args.archive or args.sha256 or args.verify:
+            raise InputError("--from-registry replaces ARCHIVE and --sha256 (and has no --verify)")
+        site = load_site(args.site)
+        report = registry_fanout(site, RegistryFanoutRequest(
+            reference=args.from_registry, platform=args.platform, image_id=args.image_id,
+            engine=args.engine, tag=args.tag, insecure=args.insecure_registry,
+            ca_file=args.ca_file, auth_file=args.auth_file,
+        ))
+        return _report(args, report)
+    if not args.archive or not args.sha256:
+        raise InputError("fanout needs ARCHIVE and --sha256 (or --from-registry)")
     site = load_site(args.site)
     request = FanoutRequest(
         archive=args.archive,
@@ -49,9 +71,11 @@ def run(args: argparse.Namespace) -> int:
         retry_seconds=args.retry_seconds,
     )
     report = fanout(site, request, progress=Progress("fanout"))
-    if args.evidence_dir:
-        import json
+    return _report(args, report)
 
+
+def _report(args: argparse.Namespace, report: dict) -> int:
+    if args.evidence_dir:
         for record in report["ranks"]:
             write_bytes_atomic(
                 args.evidence_dir / f"{record['rank']}.json",
@@ -64,8 +88,9 @@ def run(args: argparse.Namespace) -> int:
             line = f"{record['rank']}: {record['status']}"
             if record.get("reused"):
                 line += " (reused)"
-            if record.get("bytes_received"):
-                line += f", {record['bytes_received']} bytes received"
+            received = record.get("bytes_received", record.get("bytes"))
+            if received:
+                line += f", {received} bytes received"
             if record.get("imported"):
                 line += f", image {record['image_id']}"
             print_line(line)

@@ -90,6 +90,18 @@ def _manifest(args: argparse.Namespace) -> int:
     return 0
 
 
+def _pull(args: argparse.Namespace) -> int:
+    from .. import registry
+
+    source = registry.parse_reference(args.reference)
+    credentials = registry.load_credentials(args.auth_file) if args.auth_file else None
+    client = registry.RegistryClient(source.registry, insecure=args.insecure, ca_file=args.ca_file,
+                                     credentials=credentials)
+    result = registry.pull_to_layout(client, source, Path(args.layout), registry.parse_platform(args.platform))
+    _emit({"status": "ok", **result.as_dict()})
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sparkflake.fanout.agent")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -132,6 +144,15 @@ def build_parser() -> argparse.ArgumentParser:
     downloading.add_argument("--path", required=True)
     downloading.add_argument("--sha256", required=True)
     downloading.set_defaults(handler=_download)
+
+    pulling = commands.add_parser("pull")
+    pulling.add_argument("--reference", required=True)
+    pulling.add_argument("--layout", required=True)
+    pulling.add_argument("--platform", required=True)
+    pulling.add_argument("--insecure", action="store_true")
+    pulling.add_argument("--ca-file")
+    pulling.add_argument("--auth-file")
+    pulling.set_defaults(handler=_pull)
 
     listing = commands.add_parser("manifest")
     listing.add_argument("--dir", required=True)
