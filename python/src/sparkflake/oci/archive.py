@@ -29,7 +29,7 @@ from .digests import digest_hex
 from .image_model import BuiltImage
 from .layer import Layer
 from .layout import OCI_LAYOUT_BYTES
-from .tar_stream import EntryKind, TarEntry, iter_tar_chunks
+from .tar_stream import EntryKind, TarEntry, write_tar_file
 
 
 def _bytes_entry(path: str, content: bytes) -> TarEntry:
@@ -48,8 +48,7 @@ def _dir_entry(path: str) -> TarEntry:
 
 def _write_tar(entries: list[TarEntry], out_path: str | os.PathLike[str], mtime: int) -> Path:
     with atomic_file(out_path) as handle:
-        for chunk in iter_tar_chunks(entries, mtime):
-            handle.write(chunk)
+        write_tar_file(entries, handle, mtime)
     return Path(out_path)
 
 

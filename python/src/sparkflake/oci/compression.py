@@ -14,6 +14,16 @@ size (the stream length is unknown when the frame starts). Single-threaded on pu
 libzstd's multi-threaded mode (threads>=1) cuts the input into jobs and produces
 different bytes from single-threaded mode, so the thread count would become part of the
 image identity.
+
+Block mode (the default for both): the tar stream is cut into fixed-size blocks (gzip
+1 MiB, zstd 4 MiB) that are compressed independently on every core and concatenated in
+order, as pigz does. gzip blocks are raw deflate primed with the previous block's last
+32 KiB (the whole deflate window, so matches across the cut are still found), each ended
+by a sync flush (an empty stored block) and the last by the final block; one gzip header
+and one CRC32/ISIZE trailer wrap them, so the result is one ordinary gzip member. zstd
+blocks are independent frames with their content size, concatenated (decoders read a
+sequence of frames as one stream). The bytes depend on the block size, which is fixed and
+recorded, never on the number of threads, so any machine gives the same blob.
 """
 
 from __future__ import annotations
@@ -32,10 +42,17 @@ DEFAULT_LEVELS = {"gzip": 6, "zstd": 3, "none": 0}
 GZIP_HEADER = bytes.fromhex("1f8b0800000000000003")
 
 
+DEFAULT_BLOCK_SIZES = {"gzip": 1 << 20, "zstd": 4 << 20, "none": 0}
+DEFLATE_WINDOW = 32 * 1024
+
+
 @dataclass(frozen=True)
 class Compression:
+    """Algorithm, level and block size (0: one single-threaded stream)."""
+
     algorithm: str = "gzip"
     level: int | None = None
+    block_size: int | None = None
 
     def __post_init__(self) -> None:
         if self.algorithm not in COMPRESSIONS:
@@ -44,13 +61,17 @@ class Compression:
             )
         if self.level is None:
             object.__setattr__(self, "level", DEFAULT_LEVELS[self.algorithm])
+        if self.block_size is None:
+            object.__setattr__(self, "block_size", DEFAULT_BLOCK_SIZES[self.algorithm])
         bounds = {"gzip": (1, 9), "zstd": (1, 19), "none": (0, 0)}[self.algorithm]
-        assert self.level is not None
+        assert self.level is not None and self.block_size is not None
         if not bounds[0] <= self.level <= bounds[1]:
             raise InputError(
                 f"compression level {self.level} out of range {bounds[0]}..{bounds[1]} "
                 f"for {self.algorithm}"
             )
+        if self.block_size and (self.algorithm == "none" or self.block_size < 64 * 1024):
+            raise InputError(f"block size {self.block_size} invalid for {self.algorithm}")
 
     @property
     def media_type(self) -> str:
@@ -59,14 +80,39 @@ class Compression:
     @property
     def description(self) -> str:
         """What produced the bytes, recorded in the manifest: implementation + level."""
+        blocks = f";blocks={self.block_size}" if self.block_size else ""
         if self.algorithm == "gzip":
-            return f"gzip;implementation=zlib;level={self.level};wbits=31;memlevel=8"
+            return f"gzip;implementation=zlib;level={self.level};memlevel=8{blocks}"
         if self.algorithm == "zstd":
-            return f"zstd;implementation=libzstd;level={self.level};threads=0"
+            return f"zstd;implementation=libzstd;level={self.level}{blocks}"
         return "none"
 
     def as_record(self) -> dict[str, object]:
-        return {"algorithm": self.algorithm, "level": self.level}
+        return {"algorithm": self.algorithm, "level": self.level, "block_size": self.block_size}
+
+
+def deflate_block(block: bytes, dictionary: bytes, level: int, final: bool) -> bytes:
+    """One block of a block-mode gzip member: raw deflate, primed, sync- or final-flushed."""
+    if dictionary:
+        compressor = zlib.compressobj(
+            level, zlib.DEFLATED, -15, 8, zlib.Z_DEFAULT_STRATEGY, zdict=dictionary
+        )
+    else:
+        compressor = zlib.compressobj(level, zlib.DEFLATED, -15, 8, zlib.Z_DEFAULT_STRATEGY)
+    return compressor.compress(block) + compressor.flush(
+        zlib.Z_FINISH if final else zlib.Z_SYNC_FLUSH
+    )
+
+
+def gzip_trailer(crc: int, size: int) -> bytes:
+    return crc.to_bytes(4, "little") + (size & 0xFFFFFFFF).to_bytes(4, "little")
+
+
+def zstd_block(block: bytes, level: int) -> bytes:
+    """One block of a block-mode zstd stream: an independent frame with its size."""
+    return zstandard.ZstdCompressor(
+        level=level, threads=0, write_checksum=False, write_content_size=True
+    ).compress(block)
 
 
 class Compressor:
