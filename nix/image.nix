@@ -1,0 +1,127 @@
+# Runtime-composition images and environments, built by the same builder as the CLI:
+# `sparkflake build PROFILE` runs inside the derivation over fixed-output fetches of the same
+# lock (./fetch-locked.nix: Nix's built-in fetchurl, every file bound by its sha256), with
+# --offline, so both routes give the same digests (docs/compositions.md).
+#
+#   <profile>            result: oci/, oci-archive.tar, docker-archive.tar, receipt.json,
+#                        digests.json, retained-native.json, source-overlay.json
+#   <profile>-env        the assembled linux/aarch64 Python environment tree (python/) and
+#                        its manifest of distributions and hashes (python-manifest.json)
+#   <profile>-os-base    the OS base tree (base/) and its manifest (base-manifest.json)
+#   fixture-image        the fixture profile, from the stand-in inputs in profiles/fixture/inputs
+#   fixture-digests      a check: the fixture image's digests equal profiles/fixture/expected-digests.json
+#
+# Self-contained: flake.nix merges the set into packages.<system> (and fixture-digests into
+# checks.<system>) with
+#   packages = forAllSystems ({ pkgs, system }: rec { … } // import ./nix/image.nix {
+#     inherit pkgs fetchLocked; sparkflake = self.packages.${system}.sparkflake; src = self; });
+{
+  pkgs,
+  sparkflake,
+  fetchLocked,
+  src,
+}:
+let
+  profilesDir = src + "/profiles";
+  readToml = path: builtins.fromTOML (builtins.readFile path);
+  profileOf = name: readToml (profilesDir + "/${name}/profile.toml");
+  locksOf =
+    name: map (reference: readToml (profilesDir + "/${name}/${reference}")) (profileOf name).locks;
+
+  # Every file input of the profile's locks as a fixed-output fetch, linked by sha256 into
+  # one directory that `--from` imports (matched by sha256, so names do not matter).
+  fileKinds = [
+    "wheel"
+    "sdist"
+    "deb"
+  ];
+  lockedFiles =
+    name:
+    builtins.filter (input: builtins.elem input.kind fileKinds) (
+      builtins.concatLists (map (lock: lock.inputs) (locksOf name))
+    );
+  fetchedInputs =
+    name:
+    pkgs.runCommand "sparkflake-inputs-${name}" { } (
+      "mkdir -p $out\n"
+      + builtins.concatStringsSep "\n" (
+        map (
+          # The store name comes from the URL: lock names such as "libc6:arm64" hold a ":".
+          input: "ln -s ${fetchLocked (builtins.removeAttrs input [ "name" ])} $out/${input.sha256}"
+        ) (lockedFiles name)
+      )
+    );
+
+  # What every builder run shares: no network, fixed time, a private cache.
+  prelude = ''
+    export HOME=$TMPDIR SOURCE_DATE_EPOCH=1 XDG_CACHE_HOME=$TMPDIR/cache
+  '';
+
+  image =
+    {
+      name,
+      fromRepository ? false,
+    }:
+    let
+      from = if fromRepository then "" else "--from ${fetchedInputs name}";
+    in
+    pkgs.runCommand "sparkflake-image-${name}" { nativeBuildInputs = [ sparkflake ]; } ''
+      ${prelude}
+      sparkflake build ${profilesDir}/${name} --offline ${from} --cache $TMPDIR/cache -o $TMPDIR/result --json > $TMPDIR/build.json
+      cp -r $TMPDIR/result $out
+      cp $TMPDIR/build.json $out/build.json
+    '';
+
+  assembled =
+    { name, only }:
+    pkgs.runCommand "sparkflake-${name}-${only}" { nativeBuildInputs = [ sparkflake ]; } ''
+      ${prelude}
+      sparkflake fetch ${profilesDir}/${name} --from ${fetchedInputs name} --cache $TMPDIR/cache --json > $TMPDIR/fetch.json
+      sparkflake assemble ${profilesDir}/${name} --only ${only} --cache $TMPDIR/cache -o $TMPDIR/tree --json > $TMPDIR/manifest.json
+      mkdir -p $out
+      cp -a $TMPDIR/tree/${only} $out/${only}
+      cp $TMPDIR/manifest.json $out/${only}-manifest.json
+    '';
+
+  realProfiles = [
+    "glm53-dflash7"
+    "glm53-mtp5"
+  ];
+  perProfile =
+    name:
+    [
+      {
+        inherit name;
+        value = image { inherit name; };
+      }
+      {
+        name = "${name}-env";
+        value = assembled {
+          inherit name;
+          only = "python";
+        };
+      }
+      {
+        name = "${name}-os-base";
+        value = assembled {
+          inherit name;
+          only = "base";
+        };
+      }
+    ];
+
+  fixtureImage = image {
+    name = "fixture";
+    fromRepository = true;
+  };
+  expected = builtins.fromJSON (builtins.readFile (profilesDir + "/fixture/expected-digests.json"));
+in
+builtins.listToAttrs (builtins.concatMap perProfile realProfiles)
+// {
+  fixture-image = fixtureImage;
+  fixture-digests = pkgs.runCommand "sparkflake-fixture-digests" { } ''
+    grep -F '"manifest": "${expected.manifest}"' ${fixtureImage}/digests.json
+    grep -F '"config": "${expected.config}"' ${fixtureImage}/digests.json
+    touch $out
+  '';
+}
