@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -112,7 +112,7 @@ def plan_launch(
     image_id: str | None = None,
     rehash: bool = False,
     check_engine: bool = True,
-    progress: Callable[[int, int, str], None] | None = None,
+    run_checks: bool = True,
 ) -> LaunchPlan:
     source = os.fspath(env_file)
     assignments = read_env_file(source)
@@ -125,6 +125,7 @@ def plan_launch(
         image_id=image_id,
         rehash=rehash,
         check_engine=check_engine,
+        run_checks=run_checks,
     )
 
 

@@ -1,0 +1,78 @@
+"""`sparkflake recipe import|export`: TOML launch recipes to and from profile + env file."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .. import canonical_toml
+from ..atomic_write import write_bytes_atomic
+from ..launch.contract import load_contract
+from ..launch.engine import Engine
+from ..launch.plan import plan_launch
+from ..launch.recipe import dump_recipe, export_recipe, import_recipe, read_recipe, summarize
+from ._output import print_json, print_line
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("recipe", help="import or export TOML launch recipes")
+    commands = parser.add_subparsers(dest="recipe_command", metavar="COMMAND")
+    commands.required = True
+    importer = commands.add_parser(
+        "import",
+        help="recipe -> profile fragment (profile.toml) + runtime.env",
+        description=(
+            "Map a TOML launch recipe onto the settings catalog. Writes OUT/profile.toml "
+            "([runtime] and everything without a setting, verbatim, under [recipe]) and "
+            "OUT/runtime.env. Unknown fields and unmapped arguments are reported, never dropped."
+        ),
+    )
+    importer.add_argument("recipe", metavar="FILE.toml")
+    importer.add_argument("-o", "--output", required=True, metavar="DIR")
+    importer.add_argument("--json", action="store_true")
+    importer.set_defaults(handler=run_import)
+    exporter = commands.add_parser("export", help="write the recipe of one rank's launch")
+    exporter.add_argument("rank", metavar="RANK")
+    exporter.add_argument("env_file", metavar="ENVFILE")
+    exporter.add_argument("--profile", default="glm53-dflash7")
+    exporter.add_argument("--image", metavar="sha256:ID")
+    exporter.add_argument("-o", "--output", required=True, metavar="FILE.toml")
+    exporter.set_defaults(handler=run_export)
+
+
+def run_import(args: argparse.Namespace) -> int:
+    imported = import_recipe(read_recipe(args.recipe), args.recipe)
+    out = Path(args.output)
+    write_bytes_atomic(out / "profile.toml", canonical_toml.dumps(imported.profile_document()).encode())
+    write_bytes_atomic(out / "runtime.env", imported.env_text(args.recipe).encode())
+    if args.json:
+        print_json(imported.report())
+        return 0
+    print_line(f"wrote {out / 'profile.toml'} and {out / 'runtime.env'}")
+    print_line(f"settings: {summarize(sorted(imported.runtime))}")
+    print_line(f"unknown fields (kept under [recipe]): {summarize(imported.unknown_fields)}")
+    print_line(f"unmapped arguments (kept under [recipe]): {summarize(imported.unmapped_args)}")
+    for note in imported.notes:
+        print_line(f"note: {note}")
+    return 0
+
+
+def run_export(args: argparse.Namespace) -> int:
+    from ..errors import InputError
+    from .launch import _IMAGE_ID
+
+    if not args.rank.isdigit():
+        raise InputError(f"RANK {args.rank!r}: expected a non-negative decimal integer")
+    if args.image and not _IMAGE_ID.match(args.image):
+        raise InputError(f"--image {args.image!r}: expected sha256:<64 lowercase hex>")
+    plan = plan_launch(
+        rank=int(args.rank),
+        env_file=args.env_file,
+        contract=load_contract(args.profile),
+        engine=Engine("podman", "podman"),
+        image_id=args.image,
+        run_checks=False,
+    )
+    write_bytes_atomic(args.output, dump_recipe(export_recipe(plan)).encode())
+    print_line(f"wrote {args.output}")
+    return 0
