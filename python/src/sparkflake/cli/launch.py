@@ -126,3 +126,27 @@ def _print_human(report: dict, *, explain: bool) -> None:
         for key, origin in report["explain"].items():
             print_line(f"  {key}={report['resolved'][key]!r}  <- {origin}")
     print_line(shlex.join(report["argv"]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`launch-rank` alone, without importing every other command group (a launcher
+    started on every rank should not pay for the build stages' imports)."""
+    from ..errors import SparkflakeError
+    from . import _Parser
+
+    parser = _Parser(prog="sparkflake-launch-rank")
+    subparsers = parser.add_subparsers(dest="command", parser_class=_Parser)
+    register(subparsers)
+    args = parser.parse_args(["launch-rank", *(sys.argv[1:] if argv is None else argv)])
+    try:
+        return int(args.handler(args) or 0)
+    except SparkflakeError as exc:
+        print(f"sparkflake: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("sparkflake: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
