@@ -111,8 +111,8 @@ def setup(work: Path, draft_bytes: int) -> dict:
     )
     (work / "cache").mkdir()
     # the peer: the same checks as a hand-written launch script would do them
-    checks = [f'test "$(podman {" ".join(podman_args)} image inspect --format "{{{{.Id}}}}" {image_id})" = '
-              f'"{image_id.removeprefix("sha256:")}" || {{ echo "image ID mismatch"; exit 1; }}']
+    checks = [(f'test "$(podman {" ".join(podman_args)} image inspect --format "{{{{.Id}}}}" {image_id})" = '
+              f'"{image_id.removeprefix("sha256:")}" || {{ echo "image ID mismatch"; exit 1; }}')]
     for key, value in labels.items():
         checks.append(f'test "$(podman {" ".join(podman_args)} image inspect --format '
                       f"'{{{{index .Labels \"{key}\"}}}}' {image_id})\" = '{value}' || {{ echo label; exit 1; }}")
