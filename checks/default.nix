@@ -1,0 +1,87 @@
+# checks.<system>: `nix flake check` builds every attribute of this set.
+#
+# Each other checks/<name>.nix file is a check too, named after its file: a function of the
+# attribute set below (take what you need, end with `...`). The digest-verification records of
+# the profiles go here as checks/digest-verification-<profile>.nix.
+{
+  pkgs,
+  src,
+  sparkflake,
+  fetchLocked,
+}:
+let
+  arguments = {
+    inherit
+      pkgs
+      src
+      sparkflake
+      fetchLocked
+      ;
+  };
+
+  # Globs under python/; a glob that matches nothing is left out, and no module at all makes
+  # pytest exit 5, which fails the check.
+  unitTestModules = [
+    "tests/test_digest_forms.py"
+    "tests/test_lock_*.py"
+    "tests/test_profile*.py"
+    "tests/test_launch_envfile.py"
+    "tests/test_oci_spec.py"
+    "tests/test_oci_compression.py"
+    "tests/test_patches.py"
+    "tests/test_repo_layout.py"
+  ];
+
+  testPython = pkgs.python3.withPackages (
+    ps:
+    import ../nix/python-dependencies.nix ps
+    ++ [
+      ps.pytest
+      ps.hypothesis
+      (ps.toPythonModule sparkflake)
+    ]
+  );
+
+  builtIn = {
+    # The unit tests of the pure stages (hashes, lock and profile models, parsers), run against
+    # the package Nix built rather than the source tree, as the unprivileged build user.
+    # ./bin/test runs the whole suite directly, as root, with the real tools (umoci, podman,
+    # network namespaces, nested nix), which a Nix build cannot offer.
+    pytest = pkgs.runCommand "sparkflake-pytest" { nativeBuildInputs = [ testPython ]; } ''
+      cp -r ${src} source
+      chmod -R u+w source
+      cd source/python
+      export HOME=$TMPDIR
+      python -c 'import sparkflake, sys; sys.exit(not sparkflake.__file__.startswith("${sparkflake}/"))'
+      unit_tests=()
+      for module in ${builtins.concatStringsSep " " unitTestModules}; do
+        if [ -e "$module" ]; then unit_tests+=("$module"); fi
+      done
+      python -m pytest -p no:cacheprovider --basetemp="$TMPDIR/t" -m "not slow and not network" "''${unit_tests[@]}"
+      touch $out
+    '';
+
+    ruff = pkgs.runCommand "sparkflake-ruff" { nativeBuildInputs = [ pkgs.ruff ]; } ''
+      cd ${src}
+      ruff check --no-cache .
+      touch $out
+    '';
+
+    nix-parse = pkgs.runCommand "sparkflake-nix-parse" { nativeBuildInputs = [ pkgs.nix ]; } ''
+      export NIX_STATE_DIR=$TMPDIR/state NIX_LOG_DIR=$TMPDIR/log
+      find ${src} -name '*.nix' -exec nix-instantiate --parse --store dummy:// {} + > /dev/null
+      touch $out
+    '';
+  };
+
+  checkFiles = builtins.filter (name: name != "default.nix" && builtins.match ".*\\.nix" name != null) (
+    builtins.attrNames (builtins.readDir ./.)
+  );
+  fileChecks = builtins.listToAttrs (
+    map (file: {
+      name = builtins.head (builtins.match "(.*)\\.nix" file);
+      value = import (./. + "/${file}") arguments;
+    }) checkFiles
+  );
+in
+builtIn // fileChecks

@@ -1,0 +1,81 @@
+# sparkflake's flake: thin wiring. Python does the work (python/); Nix pins nixpkgs, builds the
+# CLI with nixpkgs' own Python builders, fetches locked artifacts with the built-in fetchurl
+# (nix/fetch-locked.nix) and runs the checks (checks/).
+#
+# nixpkgs is the one input. Where it cannot be fetched, a stand-in kept in this repository
+# replaces it (see docs/architecture.md):
+#   nix flake check --override-input nixpkgs path:./nix/offline-nixpkgs
+{
+  description = "sparkflake: reproducible build, verification, distribution and launch of GLM-5.3 serving runtimes";
+
+  inputs.nixpkgs.url = "github:NixOS/nixpkgs/nixos-unstable";
+
+  outputs =
+    { self, nixpkgs }:
+    let
+      systems = [
+        "x86_64-linux"
+        "aarch64-linux"
+      ];
+      forAllSystems =
+        f:
+        nixpkgs.lib.genAttrs systems (
+          system:
+          f {
+            inherit system;
+            pkgs = nixpkgs.legacyPackages.${system};
+          }
+        );
+      fetchLocked = import ./nix/fetch-locked.nix;
+    in
+    {
+      lib = {
+        inherit fetchLocked;
+      };
+
+      overlays.default = import ./overlays;
+
+      packages = forAllSystems (
+        { pkgs, ... }:
+        rec {
+          sparkflake = pkgs.callPackage ./nix/package.nix { };
+          default = sparkflake;
+        }
+      );
+
+      apps = forAllSystems (
+        { system, ... }: import ./nix/apps.nix { inherit (self.packages.${system}) sparkflake; }
+      );
+
+      checks = forAllSystems (
+        { pkgs, system }:
+        import ./checks {
+          inherit pkgs fetchLocked;
+          inherit (self.packages.${system}) sparkflake;
+          src = self;
+        }
+      );
+
+      devShells = forAllSystems (
+        { pkgs, ... }:
+        {
+          default = pkgs.mkShell {
+            packages = [
+              (pkgs.python3.withPackages (
+                ps:
+                import ./nix/python-dependencies.nix ps
+                ++ [
+                  ps.pytest
+                  ps.hypothesis
+                ]
+              ))
+              pkgs.ruff
+              pkgs.nixfmt-rfc-style
+            ];
+          };
+        }
+      );
+
+      formatter = forAllSystems ({ pkgs, ... }: pkgs.nixfmt-rfc-style);
+    };
+}
