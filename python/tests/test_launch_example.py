@@ -30,3 +30,12 @@ def test_example_is_current_and_resolves(profile):
     uncommented = "\n".join(line for line in uncommented.splitlines() if not re.match(r"^[A-Z_]+=$", line))
     everything = resolve(parse_env_text(uncommented, str(path)), contract, 0, str(path))
     assert everything.values == as_written.values
+
+
+def test_operator_guide_documents_every_setting_and_check():
+    guide = (PROFILES.parent / "docs" / "operator-guide.md").read_text()
+    for key in CATALOG:
+        assert f"`{key}`" in guide, key
+    for check_id in ("image.id", "image.labels", "container.name-free", "checkpoint.target", "checkpoint.draft",
+                     "cache-root.dedicated", "cache-root.local", "cache-root.state", "ports.free"):
+        assert f"`{check_id}`" in guide, check_id
