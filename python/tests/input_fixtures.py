@@ -16,6 +16,7 @@ import io
 import os
 import struct
 import subprocess
+import tarfile
 import threading
 import zipfile
 from collections.abc import Iterator, Mapping
@@ -271,7 +272,7 @@ def fixture_server() -> Iterator[FixtureServer]:
     routes: dict[str, tuple[str, bytes]] = {}
     handler = type("FixtureHandler", (_Handler,), {"routes": routes})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
     thread.start()
     try:
         yield FixtureServer(f"http://127.0.0.1:{server.server_address[1]}", routes, [])
@@ -302,3 +303,80 @@ def zip_bytes(members: Mapping[str, bytes]) -> bytes:
         for name, content in members.items():
             archive.writestr(zipfile.ZipInfo(name, FIXED_ZIP_TIME), content)
     return buffer.getvalue()
+
+
+@dataclass(frozen=True)
+class RawMember:
+    """A tar member for ``make_raw_deb``: kind file, dir, symlink or hardlink."""
+
+    name: str
+    kind: str = "file"
+    content: bytes = b""
+    link: str = ""
+    mode: int = 0o644
+
+
+def _ar_entry(name: str, content: bytes) -> bytes:
+    header = f"{name:<16}{0:<12}{0:<6}{0:<6}{0o100644:<8o}{len(content):<10}`\n".encode()
+    return header + content + (b"\n" if len(content) % 2 else b"")
+
+
+def make_raw_deb(
+    directory: Path,
+    package: str,
+    version: str,
+    members: list[RawMember],
+    *,
+    architecture: str = "arm64",
+    corrupt_data: bool = False,
+) -> DebFile:
+    """A .deb written member by member (ar + gzip tars), for inputs dpkg-deb refuses to build:
+    absolute or ``..`` member names, symlinks out of the tree, damaged data members."""
+
+    def tar_of(entries: list[tarfile.TarInfo], contents: dict[str, bytes]) -> bytes:
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w:gz", format=tarfile.GNU_FORMAT) as archive:
+            for info in entries:
+                archive.addfile(info, io.BytesIO(contents[info.name]) if info.isreg() else None)
+        return buffer.getvalue()
+
+    control_text = (
+        f"Package: {package}\nVersion: {version}\nArchitecture: {architecture}\n"
+        "Maintainer: sparkflake tests <tests@example.invalid>\nDescription: raw fixture\n"
+    ).encode()
+    control_info = tarfile.TarInfo("./control")
+    control_info.size = len(control_text)
+    control_tar = tar_of([control_info], {"./control": control_text})
+    infos = []
+    contents: dict[str, bytes] = {}
+    for member in members:
+        info = tarfile.TarInfo(member.name)
+        info.mode = member.mode
+        info.mtime = 1_600_000_000
+        if member.kind == "dir":
+            info.type = tarfile.DIRTYPE
+        elif member.kind == "symlink":
+            info.type = tarfile.SYMTYPE
+            info.linkname = member.link
+        elif member.kind == "hardlink":
+            info.type = tarfile.LNKTYPE
+            info.linkname = member.link
+        elif member.kind == "fifo":
+            info.type = tarfile.FIFOTYPE
+        else:
+            info.size = len(member.content)
+            contents[member.name] = member.content
+        infos.append(info)
+    data_tar = tar_of(infos, contents)
+    if corrupt_data:
+        middle = len(data_tar) // 2
+        data_tar = data_tar[:middle] + bytes(b ^ 0x5A for b in data_tar[middle : middle + 64]) + data_tar[middle + 64 :]
+    content = (
+        b"!<arch>\n"
+        + _ar_entry("debian-binary", b"2.0\n")
+        + _ar_entry("control.tar.gz", control_tar)
+        + _ar_entry("data.tar.gz", data_tar)
+    )
+    output = directory / f"{package}_{version}_{architecture}.deb"
+    output.write_bytes(content)
+    return DebFile(output, package, version, architecture, hashlib.sha256(content).hexdigest(), len(content))

@@ -102,6 +102,10 @@ def open_tar_member(handle: BinaryIO, member: ArMember, *, source: str) -> Itera
         raise CheckFailed(f"{source}: unsupported member compression {name!r}", check_id="deb-archive")
     with stream, tarfile.open(fileobj=stream, mode="r|") as archive:
         yield archive
+        # tar stops at its end-of-archive blocks; read the compressed stream to its end so
+        # the gzip CRC / xz check / zstd checksum of the whole member is verified too.
+        while stream.read(1 << 20):
+            pass
 
 
 @dataclass(frozen=True)

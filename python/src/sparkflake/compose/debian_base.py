@@ -83,14 +83,35 @@ class _Owner:
     link: str | None = None
 
 
-def _copy_hashing(stream, destination: Path, mode: int) -> str:  # noqa: ANN001 (tar stream)
+def _copy_hashing(stream, destination: Path, mode: int) -> tuple[str, str]:  # noqa: ANN001 (tar stream)
+    """Write the member, returning (sha256, md5) of its bytes from the same pass."""
     hasher = hashlib.sha256()
+    md5 = hashlib.md5()  # noqa: S324 (dpkg's md5sums format, an integrity check, not security)
     with open(destination, "wb") as out:
         while chunk := stream.read(1 << 20):
             hasher.update(chunk)
+            md5.update(chunk)
             out.write(chunk)
     os.chmod(destination, mode)
-    return hasher.hexdigest()
+    return hasher.hexdigest(), md5.hexdigest()
+
+
+def parse_md5sums(text: str) -> dict[str, str]:
+    sums: dict[str, str] = {}
+    for line in text.splitlines():
+        digest, _, path = line.partition("  ")
+        if digest and path:
+            sums[path.removeprefix("./").lstrip("/")] = digest
+    return sums
+
+
+def _check_md5(md5sums: dict[str, str], relative: str, md5: str, source: str) -> None:
+    expected = md5sums.get(relative)
+    if expected is not None and expected != md5:
+        raise CheckFailed(
+            f"{source}: member /{relative} is corrupt (md5 {md5}, the package's md5sums say {expected})",
+            check_id="deb-archive",
+        )
 
 
 def unpack_deb(
@@ -116,12 +137,13 @@ def unpack_deb(
             check_id="deb-identity",
         )
     file_list: list[str] = []
+    md5sums = parse_md5sums(control.md5sums)
     with open(deb.path, "rb") as handle:
         member = find_member(ar_members(handle, source=source), "data.tar", source=source)
         try:
             with open_tar_member(handle, member, source=source) as archive:
                 for entry in archive:
-                    _unpack_entry(archive, entry, root, owners, manifest, deb, file_list, source)
+                    _unpack_entry(archive, entry, root, owners, manifest, deb, file_list, source, md5sums)
         except ARCHIVE_ERRORS as exc:
             raise CheckFailed(f"{source}: {member.name} is damaged: {exc}", check_id="deb-archive") from exc
     return file_list
@@ -136,6 +158,7 @@ def _unpack_entry(
     deb: DebInput,
     file_list: list[str],
     source: str,
+    md5sums: dict[str, str],
 ) -> None:
     relative = normalize_member(entry.name, source=source)
     file_list.append("/" + relative if relative else "/.")
@@ -198,7 +221,8 @@ def _unpack_entry(
         if not stat.S_ISREG(existing.st_mode):
             raise CheckFailed(f"{source}: file {relative!r} collides with a non-file entry", check_id="path-conflict")
         staging = target.with_name(target.name + ".sparkflake-new")
-        digest = _copy_hashing(stream, staging, mode)
+        digest, md5 = _copy_hashing(stream, staging, mode)
+        _check_md5(md5sums, relative, md5, source)
         if previous is not None and previous.sha256 == digest:
             staging.unlink()
             return
@@ -207,7 +231,8 @@ def _unpack_entry(
             f"{source}: /{relative} differs from the copy {previous.package if previous else 'already in the tree'} installed",
             check_id="path-conflict",
         )
-    digest = _copy_hashing(stream, target, mode)
+    digest, md5 = _copy_hashing(stream, target, mode)
+    _check_md5(md5sums, relative, md5, source)
     owners[relative] = _Owner(deb.package, digest)
 
 

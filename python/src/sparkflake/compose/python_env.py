@@ -23,6 +23,7 @@ import io
 import os
 import shutil
 import stat
+import warnings
 import zipfile
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -197,7 +198,11 @@ def install_wheel(wheel_path: str, filename: str, stage: str, prefix: str, targe
                     raise CheckFailed(f"{filename}: member {info.filename!r} escapes the target", check_id="path-escape")
             source = _CheckedWheel(archive)
             source.validate_record(validate_contents=False)
-            install(source, destination, {"INSTALLER": INSTALLER_NAME})
+            with warnings.catch_warnings():
+                # installer skips __pycache__ members a wheel ships (numpy does) and warns;
+                # skipping is what we want, and only the CLI prints.
+                warnings.simplefilter("ignore", RuntimeWarning)
+                install(source, destination, {"INSTALLER": INSTALLER_NAME})
     except CheckFailed:
         raise
     except (InstallerError, zipfile.BadZipFile, ValueError, KeyError, OSError, EOFError) as exc:
