@@ -211,6 +211,11 @@ def test_missing_path_and_wrong_kinds_exit_2(sample_tree: Path) -> None:
     readme = sample_tree / "README"
     assert_refused(sparkflake("hash", "path", "--git", str(readme)), str(readme), "not a directory")
     assert_refused(sparkflake("hash", "path", "/dev/null"), "/dev/null", "character device")
+    # a FIFO would block a plain open() forever; a device would never end
+    fifo = sample_tree / "pipe"
+    os.mkfifo(fifo)
+    assert_refused(sparkflake("hash", "file", str(fifo)), str(fifo), "FIFO")
+    assert_refused(sparkflake("hash", "file", "/dev/zero"), "/dev/zero", "character device")
 
 
 @pytest.mark.parametrize(

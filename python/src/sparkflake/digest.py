@@ -69,20 +69,28 @@ class FileDigest:
 
 
 def file_digest(path: str | os.PathLike[str] | bytes, algorithm: str = "sha256") -> FileDigest:
-    """Digest and size of a file's bytes in one streamed pass."""
+    """Digest and size of a regular file's bytes in one streamed pass. A symlink is
+    followed; anything but a regular file (a FIFO would block, a device never ends) is
+    refused with its path."""
     hasher = _new_hasher(algorithm)
-    shown = os.fsdecode(path)
+    encoded = os.fsencode(path)
+    try:
+        fd = os.open(encoded, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise _unreadable(encoded, exc) from exc
     buffer = memoryview(bytearray(READ_CHUNK))
     size = 0
     try:
-        with open(path, "rb", buffering=0) as handle:
-            while count := handle.readinto(buffer):
-                hasher.update(buffer[:count])
-                size += count
-    except IsADirectoryError as exc:
-        raise InputError(f"{shown}: is a directory, expected a file") from exc
-    except OSError as exc:
-        raise InputError(f"{shown}: cannot read: {exc.strerror}") from exc
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise InputError(f"{os.fsdecode(encoded)}: is a directory, expected a file")
+        if not stat.S_ISREG(mode):
+            raise _unsupported(encoded, mode)
+        while count := _readv(fd, buffer, encoded):
+            hasher.update(buffer[:count])
+            size += count
+    finally:
+        os.close(fd)
     return FileDigest(Hash(algorithm, hasher.digest()), size)
 
 
