@@ -54,6 +54,7 @@ from ..resolve.target import Target
 from . import generated, receipt
 from .debian_base import DebInput, assemble_base
 from .elf import check_machine
+from .file_hashes import FileHashes
 from .patches import PatchSet, load_patch_set
 from .python_env import DEFAULT_PREFIX, WheelInput, assemble_python_env
 from .source_overlay import (
@@ -68,6 +69,7 @@ from .source_overlay import (
     write_overlay_tree,
     write_patched_source,
 )
+from .tree_cache import TreeCache
 from .verification import PASSED, Link, LinkResult, require_no_problems, run_chain
 
 ProgressCallback = Callable[[int, int, str], None]
@@ -195,6 +197,15 @@ def _offline_opener(request, timeout):  # noqa: ANN001, ANN202 (fetch's opener s
     raise urllib.error.URLError("offline build (--offline): no network access")
 
 
+def _verified(cache: BlobCache, artifact: Artifact, hashes: FileHashes | None) -> Path:
+    if hashes is None:
+        return cache.verified_path(artifact)
+    path = cache.blob_path(artifact.sha256)
+    if path.is_file() and path.stat().st_size == artifact.size and hashes.sha256(path) == artifact.sha256:
+        return path
+    return cache.verified_path(artifact)  # re-hashes, evicts and names an altered entry
+
+
 @dataclass(frozen=True)
 class FetchedInputs:
     paths: Mapping[str, Path]  # input name -> verified cache path
@@ -210,8 +221,11 @@ def fetch_inputs(
     from_dirs: Sequence[Path] = (),
     offline: bool = False,
     progress: ProgressCallback | None = None,
+    hashes: FileHashes | None = None,
 ) -> FetchedInputs:
-    """Every file input in the cache, then re-hashed (link ``inputs``)."""
+    """Every file input in the cache, then verified (link ``inputs``): re-hashed, or --
+    with ``hashes`` -- re-hashed only when the cache file's stat identity changed since
+    it was last hashed."""
     pins: list[Pin] = [*composition.debs, *composition.wheels]
     if isinstance(composition.source, SdistPin):
         pins.append(composition.source)
@@ -241,13 +255,13 @@ def fetch_inputs(
         if progress:
             progress(position, len(artifacts), f"verify {artifact.name}")
         try:
-            paths[artifact.name] = cache.verified_path(artifact)
+            paths[artifact.name] = _verified(cache, artifact, hashes)
         except SparkflakeError as exc:
             problems.append(exc.message)
     if problems:
         raise CheckFailed("; ".join(problems), check_id="inputs")
     total = sum(a.size or 0 for a in artifacts)
-    link = LinkResult("inputs", PASSED, f"{len(artifacts)} inputs ({total} bytes) re-hashed from the cache, all equal to the lock")
+    link = LinkResult("inputs", PASSED, f"{len(artifacts)} inputs ({total} bytes) in the cache, every sha256 equal to the lock")
     return FetchedInputs(paths, downloaded, imported, link)
 
 
@@ -280,6 +294,11 @@ class Assembly:
     source_identity: Mapping[str, object]
     nccl_library_sha256: str
     env_distributions: tuple[Mapping[str, object], ...]
+    hashes: FileHashes | None = None
+    trees_reused: Mapping[str, bool] = field(default_factory=dict)
+
+    def hash_file(self, path: Path) -> str:
+        return self.hashes.sha256(path) if self.hashes is not None else sha256_file(path)
 
     def lower_layers(self) -> list[LayerTree]:
         layers = [LayerTree("os-base", LayerInput(sources=(TreeSource(str(self.base_tree), "/"),)),
@@ -323,38 +342,66 @@ def assemble(
     work_dir: Path,
     *,
     progress: ProgressCallback | None = None,
+    tree_cache: TreeCache | None = None,
+    hashes: FileHashes | None = None,
 ) -> Assembly:
-    """All layer trees and both manifests, in ``work_dir`` (created fresh)."""
+    """All layer trees and both manifests. The OS base and Python trees come from
+    ``tree_cache`` when it holds them intact; the overlay trees are made in ``work_dir``."""
     profile = composition.profile
     target = _target_for(composition.locks[0])
     work_dir.mkdir(parents=True, exist_ok=True)
-    base_tree = work_dir / "os-base"
-    assemble_base(
-        [DebInput(d.package, d.version, d.architecture, fetched.paths[d.name]) for d in composition.debs],
-        base_tree,
-        platform=profile.platform,
-        architecture=composition.debs[0].architecture if composition.debs else "arm64",
-        progress=progress,
+    hash_file = hashes or sha256_file
+    reused: dict[str, bool] = {}
+
+    def cached(name: str, recipe: dict[str, object], build: Callable[[Path], Mapping[str, object]]) -> tuple[Path, Mapping[str, object]]:
+        if tree_cache is None:
+            tree = work_dir / name
+            return tree, build(tree)
+        entry = tree_cache.get_or_build(recipe, build)
+        reused[name] = entry.reused
+        return entry.tree, entry.manifest
+
+    debs = [DebInput(d.package, d.version, d.architecture, fetched.paths[d.name]) for d in composition.debs]
+    architecture = composition.debs[0].architecture if composition.debs else "arm64"
+    base_tree, _base_manifest = cached(
+        "os-base",
+        {"kind": "os-base", "platform": profile.platform, "debs": sorted([d.name, d.sha256] for d in composition.debs)},
+        lambda tree: dataclasses.asdict(
+            assemble_base(debs, tree, platform=profile.platform, architecture=architecture, progress=progress)
+        ),
     )
     groups: dict[str, list[WheelInput]] = {}
+    group_pins: dict[str, list[WheelPin]] = {}
     for pin in composition.wheels:
-        groups.setdefault(python_group(pin.name), []).append(
-            WheelInput(pin.name, pin.version, pin.filename, fetched.paths[pin.name])
-        )
+        group = python_group(pin.name)
+        groups.setdefault(group, []).append(WheelInput(pin.name, pin.version, pin.filename, fetched.paths[pin.name]))
+        group_pins.setdefault(group, []).append(pin)
     python_trees: dict[str, Path] = {}
     owners: dict[str, tuple[str, str]] = {}
     distributions: list[Mapping[str, object]] = []
     for group, _member in PYTHON_GROUPS:
         if group not in groups:
             continue
-        tree = work_dir / group
-        manifest = assemble_python_env(groups[group], tree, target=target, progress=progress)
-        distributions.extend(manifest.distributions)
-        for image_path, wheel in manifest.owners.items():
+        recipe = {
+            "kind": "python-env",
+            "group": group,
+            "prefix": DEFAULT_PREFIX,
+            "target": dataclasses.asdict(target),
+            "wheels": sorted([pin.filename, pin.sha256] for pin in group_pins[group]),
+        }
+        tree, manifest = cached(
+            group,
+            recipe,
+            lambda tree, wheels=groups[group]: dataclasses.asdict(
+                assemble_python_env(wheels, tree, target=target, progress=progress)
+            ),
+        )
+        distributions.extend(manifest["distributions"])  # type: ignore[arg-type]
+        for image_path, wheel in manifest["owners"].items():  # type: ignore[union-attr]
             previous = owners.get(image_path)
             if previous is not None:
                 other_tree = python_trees[previous[1]]
-                same = sha256_file(other_tree / image_path.lstrip("/")) == sha256_file(tree / image_path.lstrip("/"))
+                same = hash_file(other_tree / image_path.lstrip("/")) == hash_file(tree / image_path.lstrip("/"))
                 if not same:
                     raise CheckFailed(
                         f"{image_path} is written by {previous[0]} and by {wheel} with different bytes",
@@ -389,7 +436,8 @@ def assemble(
     wheel_pin = composition.roles["vllm_wheel"]
     assert isinstance(wheel_pin, WheelPin)
     retained = retained_native_manifest(
-        vllm_site, OVERLAY_PACKAGE, wheel_filename=wheel_pin.filename, wheel_sha256=wheel_pin.sha256
+        vllm_site, OVERLAY_PACKAGE, wheel_filename=wheel_pin.filename, wheel_sha256=wheel_pin.sha256,
+        hash_file=hash_file,
     )
     overlay = overlay_manifest(
         plan,
@@ -399,7 +447,7 @@ def assemble(
         patched_tree_nar_hash=nar_hash(patched_package).sri,
         install_prefix=site_packages,
     )
-    nccl_library = _nccl_library_sha256(composition, fetched)
+    nccl_library = _nccl_library_sha256(composition, fetched, hashes)
     return Assembly(
         work_dir=work_dir,
         base_tree=base_tree,
@@ -417,17 +465,37 @@ def assemble(
         source_identity=source_identity,
         nccl_library_sha256=nccl_library,
         env_distributions=tuple(distributions),
+        hashes=hashes,
+        trees_reused=reused,
     )
 
 
-def _nccl_library_sha256(composition: Composition, fetched: FetchedInputs) -> str:
+def wheel_native(
+    wheel: Path, wheel_sha256: str, package: str, hashes: FileHashes | None
+) -> dict[str, tuple[int, str]]:
+    """``wheel_native_files``, remembered per wheel sha256 beside the file-hash table (a
+    verified wheel's members never change, so the memo is keyed by content)."""
+    memo = None
+    if hashes is not None and hashes.table_path is not None:
+        memo = hashes.table_path.parent / "wheel-native" / f"{wheel_sha256}-{package}.json"
+        try:
+            return {path: (size, digest) for path, (size, digest) in json.loads(memo.read_bytes()).items()}
+        except (FileNotFoundError, ValueError, TypeError):
+            pass
+    shipped = wheel_native_files(wheel, package)
+    if memo is not None:
+        write_bytes_atomic(memo, json.dumps(shipped, sort_keys=True).encode())
+    return shipped
+
+
+def _nccl_library_sha256(composition: Composition, fetched: FetchedInputs, hashes: FileHashes | None) -> str:
     """sha256 of ``libnccl.so*`` shipped by the input playing the ``nccl`` role."""
     pin = composition.roles["nccl"]
     if not isinstance(pin, WheelPin):
         return pin.sha256  # type: ignore[union-attr]  # a file input is the library itself
     libraries = {
         path: digest
-        for path, (_size, digest) in wheel_native_files(fetched.paths[pin.name], "nvidia").items()
+        for path, (_size, digest) in wheel_native(fetched.paths[pin.name], pin.sha256, "nvidia", hashes).items()
         if PurePosixPath(path).name.startswith("libnccl.so")
     }
     if len(libraries) != 1:
@@ -543,10 +611,6 @@ def claim_records(profile: Profile) -> list[dict[str, object]]:
                 record[key] = value
         records.append(record)
     return records
-
-
-def _file_sha256(path: Path) -> str:
-    return sha256_file(path)
 
 
 def prepare_top(
@@ -668,9 +732,10 @@ def verification_links(
 
     def retained_native() -> str:
         wheel = composition.roles["vllm_wheel"]
-        shipped = wheel_native_files(fetched.paths[wheel.name], OVERLAY_PACKAGE)
+        shipped = wheel_native(fetched.paths[wheel.name], wheel.sha256, OVERLAY_PACKAGE, assembly.hashes)  # type: ignore[union-attr]
         current = retained_native_manifest(
-            vllm_site, OVERLAY_PACKAGE, wheel_filename=wheel.filename, wheel_sha256=wheel.sha256  # type: ignore[union-attr]
+            vllm_site, OVERLAY_PACKAGE, wheel_filename=wheel.filename, wheel_sha256=wheel.sha256,  # type: ignore[union-attr]
+            hash_file=assembly.hash_file,
         )
         require_no_problems(compare_retained_native(current, shipped), "retained native files differ from the wheel", "retained-native")
         require_no_problems(
@@ -686,7 +751,10 @@ def verification_links(
         return f"{len(shipped)} ELF files of {wheel.filename} retained byte for byte"  # type: ignore[union-attr]
 
     def overlay() -> str:
-        before = {f"{OVERLAY_PACKAGE}/{p}": h for p, h in package_tree_hashes(vllm_site / OVERLAY_PACKAGE).items()}
+        before = {
+            f"{OVERLAY_PACKAGE}/{p}": h
+            for p, h in package_tree_hashes(vllm_site / OVERLAY_PACKAGE, assembly.hash_file).items()
+        }
         after = dict(before)
         overlay_package = assembly.overlay_tree / OVERLAY_PACKAGE
         if overlay_package.is_dir():
@@ -701,7 +769,7 @@ def verification_links(
     def patches() -> str:
         problems = []
         source_files = package_tree_hashes(assembly.source_root / OVERLAY_PACKAGE)
-        base_files = package_tree_hashes(vllm_site / OVERLAY_PACKAGE)
+        base_files = package_tree_hashes(vllm_site / OVERLAY_PACKAGE, assembly.hash_file)
         final: dict[str, str] = {}
         first: dict[str, str] = {}
         for patch in composition.patch_set.patches:
@@ -903,6 +971,7 @@ class BuildRequest:
     offline: bool = False
     options: ImageOptions = ImageOptions()
     use_layer_cache: bool = True
+    use_tree_cache: bool = True
     keep_work: bool = False
     profiles_dir: Path | None = None
 
@@ -918,12 +987,18 @@ def build_profile(request: BuildRequest, progress: ProgressCallback | None = Non
     cache = BlobCache(root)
     store = BlobStore(root / "oci")
     layer_cache = LayerCache(root / "oci") if request.use_layer_cache else None
-    fetched = fetch_inputs(composition, cache, from_dirs=request.from_dirs, offline=request.offline, progress=progress)
+    hashes = FileHashes(root / "compose" / "file-sha256.json")
+    tree_cache = TreeCache(root / "trees") if request.use_tree_cache else None
+    fetched = fetch_inputs(
+        composition, cache, from_dirs=request.from_dirs, offline=request.offline, progress=progress, hashes=hashes
+    )
     work_parent = root / "work"
     work_parent.mkdir(parents=True, exist_ok=True)
     work_dir = Path(tempfile.mkdtemp(prefix=f"{composition.profile.name}.", dir=work_parent))
     try:
-        assembly = assemble(composition, fetched, work_dir / "trees", progress=progress)
+        assembly = assemble(
+            composition, fetched, work_dir / "trees", progress=progress, tree_cache=tree_cache, hashes=hashes
+        )
         lower = build_lower_layers(assembly, request.options, store, layer_cache, progress)
         prepared = prepare_top(composition, assembly, lower, request.options, store)
         chain = verify_composition(composition, fetched, assembly, prepared)
@@ -934,5 +1009,6 @@ def build_profile(request: BuildRequest, progress: ProgressCallback | None = Non
             result = dataclasses.replace(result, assembly=None)
         return result
     finally:
+        hashes.save()
         if not request.keep_work:
             shutil.rmtree(work_dir, ignore_errors=True)

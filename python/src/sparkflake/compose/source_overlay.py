@@ -140,6 +140,7 @@ def retained_native_manifest(
     *,
     wheel_filename: str,
     wheel_sha256: str,
+    hash_file: Callable[[Path], str] = sha256_file,
 ) -> dict[str, object]:
     """Every ELF file under ``site_packages/package`` with its size, sha256 and machine."""
     package_dir = Path(site_packages) / package
@@ -149,12 +150,12 @@ def retained_native_manifest(
         {
             "path": f"{package}/{elf.path}",
             "size": elf.size,
-            "sha256": elf.sha256,
+            "sha256": hash_file(package_dir / elf.path),
             "machine": elf.machine_name,
             "wheel": wheel_filename,
             "wheel_sha256": wheel_sha256,
         }
-        for elf in iter_elf_files(package_dir, with_sha256=True)
+        for elf in iter_elf_files(package_dir)
     ]
     return {"schema": RETAINED_NATIVE_SCHEMA, "package": package, "files": files}
 

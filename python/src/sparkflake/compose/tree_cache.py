@@ -1,0 +1,99 @@
+"""Assembled trees kept between builds, keyed by what they are made from.
+
+The key is the sha256 of the canonical JSON of the tree's recipe: its kind, the sha256 of
+every input it is assembled from, the target, and the sparkflake version (the assembler's
+code). An entry holds the tree and ``entry.json``: the recipe, the assembler's manifest,
+and the stat identity of every path in the tree taken right after it was made.
+
+An entry is used only if every path still has that identity (same set of paths, same
+type, mode, size, mtime, ctime, inode; symlinks the same target): a tree changed in any
+way since it was made is discarded and assembled again. This costs one lstat per path, not
+a read of the tree.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import stat
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import __version__
+from ..atomic_write import atomic_directory, write_bytes_atomic
+
+ENTRY_FORMAT = "sparkflake-tree-cache-v1"
+ENTRY_FILE = "entry.json"
+TREE_DIR = "tree"
+
+
+def recipe_key(recipe: Mapping[str, object]) -> str:
+    material = {"format": ENTRY_FORMAT, "sparkflake": __version__, **recipe}
+    return hashlib.sha256(json.dumps(material, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def tree_identity(root: Path) -> dict[str, list]:
+    """Every path under ``root`` with its lstat identity (and a symlink's target)."""
+    identity: dict[str, list] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(dirnames + filenames):
+            full = os.path.join(dirpath, name)
+            status = os.lstat(full)
+            relative = os.path.relpath(full, root)
+            record: list = [status.st_mode, status.st_size, status.st_mtime_ns, status.st_ctime_ns, status.st_ino]
+            if stat.S_ISLNK(status.st_mode):
+                record.append(os.readlink(full))
+            identity[relative] = record
+    return identity
+
+
+@dataclass(frozen=True)
+class CachedTree:
+    tree: Path
+    manifest: Mapping[str, object]
+    reused: bool
+
+
+class TreeCache:
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+
+    def get_or_build(
+        self,
+        recipe: Mapping[str, object],
+        build: Callable[[Path], Mapping[str, object]],
+    ) -> CachedTree:
+        """The cached tree for ``recipe`` if intact, else ``build(tree_path)`` (which
+        returns the assembler's manifest) into a fresh entry."""
+        key = recipe_key(recipe)
+        entry_dir = self.root / key
+        reused = self._load(entry_dir)
+        if reused is not None:
+            return reused
+        with atomic_directory(entry_dir) as staging:
+            manifest = build(staging / TREE_DIR)
+            # Identities are taken after the staging directory has its final name: renaming
+            # the parent does not change any identity below it.
+            document = {"format": ENTRY_FORMAT, "recipe": dict(recipe), "manifest": dict(manifest)}
+            write_bytes_atomic(staging / "recipe.json", json.dumps(document, sort_keys=True).encode())
+        identity = tree_identity(entry_dir / TREE_DIR)
+        write_bytes_atomic(entry_dir / ENTRY_FILE, json.dumps({"identity": identity}).encode())
+        return CachedTree(entry_dir / TREE_DIR, manifest, reused=False)
+
+    def _load(self, entry_dir: Path) -> CachedTree | None:
+        try:
+            recorded = json.loads((entry_dir / ENTRY_FILE).read_bytes())["identity"]
+            document = json.loads((entry_dir / "recipe.json").read_bytes())
+        except (FileNotFoundError, ValueError, KeyError, TypeError):
+            if entry_dir.exists():
+                shutil.rmtree(entry_dir, ignore_errors=True)
+            return None
+        tree = entry_dir / TREE_DIR
+        if not tree.is_dir() or tree_identity(tree) != recorded:
+            shutil.rmtree(entry_dir, ignore_errors=True)
+            return None
+        return CachedTree(tree, document.get("manifest", {}), reused=True)
