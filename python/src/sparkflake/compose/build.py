@@ -55,8 +55,9 @@ from . import generated, receipt
 from .debian_base import DebInput, assemble_base
 from .elf import check_machine
 from .file_hashes import FileHashes
+from .locked_inputs import load_record_waivers, waivers_path_for
 from .patches import PatchSet, load_patch_set
-from .python_env import DEFAULT_PREFIX, WheelInput, assemble_python_env
+from .python_env import DEFAULT_PREFIX, RecordWaiver, WheelInput, assemble_python_env
 from .source_overlay import (
     compare_overlay,
     compare_retained_native,
@@ -111,6 +112,7 @@ class Composition:
     patch_set: PatchSet
     patch_set_dir: Path
     patch_set_name: str  # e.g. overlays/vllm or profiles/fixture/patches (location-free)
+    waivers: tuple[RecordWaiver, ...] = ()  # upstream RECORD defects accepted for exact bytes
 
     @property
     def platform(self) -> str:
@@ -178,6 +180,11 @@ def load_composition(name_or_path: str | os.PathLike[str], profiles_dir: str | o
         patch_set=load_patch_set(patch_set_dir),
         patch_set_dir=patch_set_dir,
         patch_set_name=patch_set_name,
+        waivers=tuple(
+            waiver
+            for lock, lock_path in zip(locks, profile.lock_paths(), strict=True)
+            for waiver in load_record_waivers(waivers_path_for(lock_path), lock)
+        ),
     )
 
 
@@ -388,12 +395,13 @@ def assemble(
             "prefix": DEFAULT_PREFIX,
             "target": dataclasses.asdict(target),
             "wheels": sorted([pin.filename, pin.sha256] for pin in group_pins[group]),
+            "waivers": sorted(dataclasses.astuple(w) for w in composition.waivers),
         }
         tree, manifest = cached(
             group,
             recipe,
             lambda tree, wheels=groups[group]: dataclasses.asdict(
-                assemble_python_env(wheels, tree, target=target, progress=progress)
+                assemble_python_env(wheels, tree, target=target, progress=progress, waivers=composition.waivers)
             ),
         )
         distributions.extend(manifest["distributions"])  # type: ignore[arg-type]
