@@ -222,3 +222,26 @@ def test_parse_value_never_raises_other_than_valueerror(raw):
             parse_value(setting, raw)
         except ValueError:
             pass
+
+
+_KEYS = st.sampled_from(sorted(CATALOG) + ["MAX_MODEL_LENGTH", "export", "tp"])
+_VALUES = st.one_of(
+    st.sampled_from(["auto", "0", "1", "2", "4", "-1", "0x10", "26GiB", "1e3", "0.86", "", "fp8", "dflash", "mtp",
+                     "/srv/x", "relative", "10.0.0.1", "::1", "$(id)", "`id`", "a;b", "'quoted value'",
+                     "\"dq\"", "é", "nofile=1:2"]),
+    st.text(max_size=12),
+)
+
+
+@given(st.lists(st.tuples(_KEYS, _VALUES), max_size=12), st.integers(0, 5))
+def test_fuzz_resolution_only_input_errors_naming_the_file(entries, rank):
+    import re
+
+    text = env(rank=min(rank, 3)) + "".join(f"{key}={value}\n" for key, value in entries)
+    try:
+        resolution = run(text, rank=rank)
+    except InputError as exc:
+        assert re.match(r"(r\.env(:\d+| \(profile [^)]*\))?: |rank \d+ is outside)", str(exc)), str(exc)
+    else:
+        assert set(resolution.values) == set(CATALOG)
+        assert "auto" not in resolution.values.values()
