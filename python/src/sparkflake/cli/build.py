@@ -28,6 +28,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("profile", metavar="PROFILE", help="profile name (profiles/NAME) or path")
     parser.add_argument("-o", "--output", metavar="DIR", help="output directory (default result/PROFILE)")
     parser.add_argument("--cache", metavar="DIR", help="cache root for inputs, layers and work trees (default $XDG_CACHE_HOME/sparkflake)")
+    parser.add_argument("--layer-cache", metavar="DIR", help="blob store and layer cache (default CACHE/oci)")
+    parser.add_argument("--no-tree-cache", action="store_true", help="assemble the OS base and Python trees again")
     parser.add_argument("--from", dest="from_dirs", action="append", default=[], metavar="DIR",
                         help="import operator-supplied inputs from DIR (matched by sha256); repeatable")
     parser.add_argument("--offline", action="store_true", help="no network: inputs come from the cache, inputs/ and --from")
@@ -57,6 +59,8 @@ def run(args: argparse.Namespace) -> int:
         profile=args.profile,
         output_dir=Path(args.output) if args.output else None,
         cache_root=Path(args.cache) if args.cache else None,
+        layer_cache_root=Path(args.layer_cache) if args.layer_cache else None,
+        use_tree_cache=not args.no_tree_cache,
         from_dirs=tuple(Path(d) for d in args.from_dirs),
         offline=args.offline,
         options=options,

@@ -975,6 +975,7 @@ class BuildRequest:
     profile: str
     output_dir: Path | None = None
     cache_root: Path | None = None
+    layer_cache_root: Path | None = None  # blob store + layer cache (default CACHE/oci)
     from_dirs: tuple[Path, ...] = ()
     offline: bool = False
     options: ImageOptions = ImageOptions()
@@ -993,8 +994,9 @@ def build_profile(request: BuildRequest, progress: ProgressCallback | None = Non
     composition = load_composition(request.profile, request.profiles_dir)
     root = request.cache_root or default_cache_root()
     cache = BlobCache(root)
-    store = BlobStore(root / "oci")
-    layer_cache = LayerCache(root / "oci") if request.use_layer_cache else None
+    oci_root = request.layer_cache_root or root / "oci"
+    store = BlobStore(oci_root)
+    layer_cache = LayerCache(oci_root) if request.use_layer_cache else None
     hashes = FileHashes(root / "compose" / "file-sha256.json")
     tree_cache = TreeCache(root / "trees") if request.use_tree_cache else None
     fetched = fetch_inputs(

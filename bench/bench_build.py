@@ -1,0 +1,204 @@
+"""Benchmark of `sparkflake build PROFILE`, ours vs the physical lower bound, same run.
+
+1. Full build from a warm cache: inputs fetched and the OS base / Python trees assembled
+   (the sparkflake cache), layer cache and blob store empty. Ours: `sparkflake build`
+   (every layer tarred, compressed and hashed, the verification chain, the receipt, the
+   OCI layout, oci-archive and docker-archive written). Lower bound on this machine, over
+   the same trees: for every layer, `tar --sort=name … -c | tee >(sha256sum) | gzip -n -6 |
+   sha256sum` (GNU tar + the same compressor + sha256 of both streams, nothing written).
+   Goal: ours <= 1.2x the lower bound.
+2. Rebuild after a source-overlay change (one line of the vLLM patch set changed, its
+   post-image re-anchored): the same build with the layer cache of a full build. Goal: at
+   most 10% of the full build.
+
+Runs are interleaved (ours, bound, ours, bound, …); medians and ratios are printed and
+written to bench/results/build.json.
+
+    .venv/bin/python bench/bench_build.py                  # glm53-dflash7 (needs its inputs)
+    .venv/bin/python bench/bench_build.py --small          # the fixture profile (seconds)
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "bench" / "results" / "build.json"
+SPARKFLAKE = [sys.executable, "-m", "sparkflake.cli"]
+
+
+def run_ours(profile: str, cache: Path, layer_cache: Path, out: Path) -> tuple[float, dict]:
+    start = time.perf_counter()
+    completed = subprocess.run(
+        [*SPARKFLAKE, "build", profile, "--cache", str(cache), "--layer-cache", str(layer_cache), "-o", str(out), "--json", "--offline"],
+        check=False,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "SOURCE_DATE_EPOCH": "1"},
+    )
+    elapsed = time.perf_counter() - start
+    if completed.returncode != 0:
+        raise SystemExit(f"sparkflake build failed ({completed.returncode}):\n{completed.stderr[-4000:]}")
+    return elapsed, json.loads(completed.stdout)
+
+
+def reference_pipeline(tree: Path) -> tuple[float, str, str]:
+    """tar ... | tee >(sha256sum) | gzip -n -6 | sha256sum, wired without a shell."""
+    start = time.perf_counter()
+    tar = subprocess.Popen(
+        ["tar", "--sort=name", "--mtime=@1", "--owner=0", "--group=0", "--numeric-owner", "-C", str(tree), "-c", "."],
+        stdout=subprocess.PIPE,
+    )
+    read_end, write_end = os.pipe()
+    diff_sum = subprocess.Popen(["sha256sum"], stdin=read_end, stdout=subprocess.PIPE)
+    os.close(read_end)
+    tee = subprocess.Popen(["tee", f"/dev/fd/{write_end}"], stdin=tar.stdout, stdout=subprocess.PIPE, pass_fds=[write_end])
+    os.close(write_end)
+    assert tar.stdout is not None and tee.stdout is not None
+    tar.stdout.close()
+    compress = subprocess.Popen(["gzip", "-n", "-6"], stdin=tee.stdout, stdout=subprocess.PIPE)
+    tee.stdout.close()
+    blob_sum = subprocess.Popen(["sha256sum"], stdin=compress.stdout, stdout=subprocess.PIPE)
+    assert compress.stdout is not None
+    compress.stdout.close()
+    blob_digest = blob_sum.communicate()[0].split()[0].decode()
+    diff_digest = diff_sum.communicate()[0].split()[0].decode()
+    for process in (tar, tee, compress):
+        process.wait()
+    return time.perf_counter() - start, diff_digest, blob_digest
+
+
+def layer_trees(profile: str, cache: Path, scratch: Path) -> list[Path]:
+    """The trees the build layers (from the tree cache), plus the overlay tree."""
+    from sparkflake.compose.build import BuildRequest, build_profile
+
+    result = build_profile(
+        BuildRequest(profile=profile, output_dir=scratch / "prepare-out", cache_root=cache,
+                     layer_cache_root=scratch / "prepare-oci", offline=True, keep_work=True)
+    )
+    assert result.assembly is not None
+    trees = [result.assembly.base_tree, *result.assembly.python_trees.values()]
+    keep = scratch / "overlay"
+    shutil.copytree(result.assembly.overlay_tree, keep)
+    shutil.rmtree(result.assembly.work_dir, ignore_errors=True)
+    shutil.rmtree(scratch / "prepare-oci", ignore_errors=True)
+    shutil.rmtree(scratch / "prepare-out", ignore_errors=True)
+    return [*trees, keep]
+
+
+def changed_profile(profile: str, scratch: Path) -> str:
+    """A copy of the profile whose patch set has one more patch: it adds one Python file
+    to the overlay (anchored: absent before, its sha256 after)."""
+    from sparkflake.compose.build import load_composition
+    from sparkflake.compose.patches import load_patch_set
+
+    composition = load_composition(profile)
+    source = composition.profile.directory
+    target = scratch / "profiles" / composition.profile.name
+    shutil.copytree(source, target, ignore=shutil.ignore_patterns("evidence"))
+    for lock_path in composition.lock_paths:
+        for sibling in lock_path.parent.glob(lock_path.stem + "*"):
+            if sibling.is_file() and not (target.parent / sibling.name).exists():
+                shutil.copy2(sibling, target.parent / sibling.name)
+    patches = target / "patches"
+    if patches.exists():
+        shutil.rmtree(patches)
+    shutil.copytree(composition.patch_set_dir, patches)
+    content = b'"""Added by bench/bench_build.py: a source-overlay change."""\nBENCHMARK = True\n'
+    diff = b"--- /dev/null\n+++ b/vllm/_sparkflake_bench.py\n@@ -0,0 +1,2 @@\n" + b"".join(
+        b"+" + line for line in content.splitlines(keepends=True)
+    )
+    (patches / "9999-bench.diff").write_bytes(diff)
+    with (patches / "patches.toml").open("a") as handle:
+        handle.write(
+            '\n[[patches]]\nname = "bench-overlay-change"\ndiff = "9999-bench.diff"\n'
+            f'files = [{{ path = "vllm/_sparkflake_bench.py", pre = "", post = "{hashlib.sha256(content).hexdigest()}" }}]\n'
+        )
+    load_patch_set(patches)
+    return str(target)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--small", action="store_true", help="the fixture profile (quick)")
+    parser.add_argument("--profile", default=None)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--cache", default=None, help="sparkflake cache with the inputs (default the user cache)")
+    args = parser.parse_args()
+    profile = args.profile or (str(REPO / "profiles" / "fixture") if args.small else "glm53-dflash7")
+    cache = Path(args.cache) if args.cache else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sparkflake"
+    scratch = Path(tempfile.mkdtemp(prefix="sparkflake-bench-build-", dir=cache.parent if cache.exists() else None))
+    try:
+        trees = layer_trees(profile, cache, scratch)
+        tree_bytes = sum(
+            os.lstat(os.path.join(d, f)).st_size for t in trees for d, _, fs in os.walk(t) for f in fs
+        )
+        ours: list[float] = []
+        bound: list[float] = []
+        record: dict = {}
+        for run in range(args.runs):
+            layer_cache = scratch / f"oci-{run}"
+            elapsed, record = run_ours(profile, cache, layer_cache, scratch / f"out-{run}")
+            ours.append(elapsed)
+            shutil.rmtree(scratch / f"out-{run}")
+            if run + 1 < args.runs:
+                shutil.rmtree(layer_cache)
+            bound.append(sum(reference_pipeline(tree)[0] for tree in trees))
+            print(f"run {run + 1}: ours {ours[-1]:.2f}s  lower bound {bound[-1]:.2f}s", file=sys.stderr)
+        warm_cache = scratch / f"oci-{args.runs - 1}"
+        edited = changed_profile(profile, scratch)
+        rebuild: list[float] = []
+        for run in range(args.runs):
+            cache_copy = scratch / f"oci-rebuild-{run}"
+            shutil.copytree(warm_cache, cache_copy, copy_function=os.link)
+            elapsed, rebuilt = run_ours(edited, cache, cache_copy, scratch / f"rebuild-out-{run}")
+            rebuild.append(elapsed)
+            cached = [layer["cached"] for layer in rebuilt["layers"]]
+            assert cached[:-1] == [True] * (len(cached) - 1) and not cached[-1], cached
+            shutil.rmtree(cache_copy)
+            shutil.rmtree(scratch / f"rebuild-out-{run}")
+        full, lower, again = statistics.median(ours), statistics.median(bound), statistics.median(rebuild)
+        result = {
+            "profile": Path(profile).name,
+            "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "load": os.getloadavg()},
+            "runs": args.runs,
+            "tree_bytes": tree_bytes,
+            "layers": len(record.get("layers", [])),
+            "manifest": record.get("manifest"),
+            "config": record.get("config"),
+            "full_build_s": ours,
+            "lower_bound_s": bound,
+            "rebuild_after_overlay_change_s": rebuild,
+            "median_full_build_s": full,
+            "median_lower_bound_s": lower,
+            "ratio_full_vs_lower_bound": full / lower,
+            "goal_full_vs_lower_bound": 1.2,
+            "median_rebuild_s": again,
+            "ratio_rebuild_vs_full": again / full,
+            "goal_rebuild_vs_full": 0.10,
+        }
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+        print(f"{'measure':<40} {'median s':>10} {'ratio':>8} {'goal':>6}")
+        print(f"{'full build, warm cache (ours)':<40} {full:>10.2f}")
+        print(f"{'GNU tar + gzip -6 + sha256 (bound)':<40} {lower:>10.2f} {full / lower:>8.2f} {'<=1.2':>6}")
+        print(f"{'rebuild after overlay change':<40} {again:>10.2f} {again / full:>8.2%} {'<=10%':>6}")
+        print(f"trees: {tree_bytes / 1e9:.2f} GB in {len(trees)} layers; results in {RESULTS.relative_to(REPO)}")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
