@@ -195,6 +195,8 @@ def chains(draw) -> Site:
         cipher=draw(st.none() | _free_text),
         connect_timeout=draw(st.integers(1, 100)),
         strict_host_key_checking=draw(st.sampled_from(["yes", "accept-new"])),
+        options=tuple(draw(st.lists(st.sampled_from(["KexAlgorithms=curve25519-sha256", "IPQoS=throughput"]),
+                                    max_size=2))),
     )
     order = tuple(names)
     return Site(ranks=ranks, links=links, order=order, topology="ring" if ring else "chain", ssh=ssh)

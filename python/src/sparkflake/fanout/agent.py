@@ -102,6 +102,20 @@ def _pull(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_manifest(args: argparse.Namespace) -> int:
+    entries = manifest.manifest_from_document(json.loads(sys.stdin.read()), "manifest (stdin)")
+    report = manifest.compare_directory(Path(args.dir), entries, sizes_only=args.sizes_only)
+    if args.record:
+        if report["missing"] or report["mismatch"]:
+            _emit({"status": "failed", **report,
+                   "message": f"{args.dir}: {len(report['missing'])} files missing, "
+                              f"{len(report['mismatch'])} differ; manifest not recorded"})
+            return 1
+        manifest.record_manifest(Path(args.dir), entries)
+    _emit({"status": "ok", **report})
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sparkflake.fanout.agent")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -153,6 +167,12 @@ def build_parser() -> argparse.ArgumentParser:
     pulling.add_argument("--ca-file")
     pulling.add_argument("--auth-file")
     pulling.set_defaults(handler=_pull)
+
+    checking = commands.add_parser("check-manifest")
+    checking.add_argument("--dir", required=True)
+    checking.add_argument("--sizes-only", action="store_true")
+    checking.add_argument("--record", action="store_true")
+    checking.set_defaults(handler=_check_manifest)
 
     listing = commands.add_parser("manifest")
     listing.add_argument("--dir", required=True)

@@ -13,8 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from ..atomic_write import write_bytes_atomic
 from ..digest import sha256_file
 from ..errors import InputError
+
+RECORD_NAME = ".sparkflake-manifest.json"
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -38,7 +41,8 @@ def build_manifest(root: Path) -> list[FileEntry]:
         for name in sorted(names):
             path = Path(directory) / name
             relative = path.relative_to(root).as_posix()
-            if relative.split("/")[-1].startswith(".") and relative.endswith(".partial"):
+            base = relative.split("/")[-1]
+            if relative == RECORD_NAME or (base.startswith(".") and base.endswith((".partial", ".lock"))):
                 continue
             if path.is_symlink() or not path.is_file():
                 raise InputError(f"{path}: only regular files can be replicated")
@@ -80,3 +84,42 @@ def safe_relative(path: str) -> bool:
         return False
     parts = PurePosixPath(path).parts
     return all(part not in ("..", ".", "") for part in parts) and "/".join(parts) == path
+
+
+def compare_directory(root: Path, entries: list[FileEntry], *, sizes_only: bool = False) -> dict[str, Any]:
+    """Which manifest files ``root`` already holds correctly (size, then sha256), which are
+    missing or differ, and which files it has that the manifest does not list."""
+    matching, missing, mismatch = [], [], []
+    for entry in entries:
+        path = root / entry.path
+        if not path.is_file():
+            missing.append(entry.path)
+        elif path.stat().st_size != entry.size or (not sizes_only and sha256_file(path) != entry.sha256):
+            mismatch.append(entry.path)
+        else:
+            matching.append(entry.path)
+    listed = {entry.path for entry in entries}
+    extra = []
+    if root.is_dir():
+        extra = [entry.path for entry in build_manifest_paths(root) if entry.path not in listed]
+    return {"matching": matching, "missing": missing, "mismatch": mismatch, "extra": extra}
+
+
+def build_manifest_paths(root: Path) -> list[FileEntry]:
+    """Like build_manifest, without hashing (sizes only): for listing what a copy holds."""
+    found = []
+    for directory, subdirs, names in os.walk(root):
+        subdirs.sort()
+        for name in sorted(names):
+            path = Path(directory) / name
+            relative = path.relative_to(root).as_posix()
+            if relative == RECORD_NAME or (name.startswith(".") and name.endswith((".partial", ".lock"))):
+                continue
+            if ".mismatch-" in name:
+                continue
+            found.append(FileEntry(relative, path.lstat().st_size, ""))
+    return found
+
+
+def record_manifest(root: Path, entries: list[FileEntry]) -> None:
+    write_bytes_atomic(root / RECORD_NAME, manifest_bytes(entries))

@@ -38,6 +38,8 @@ class SshOptions:
     server_alive_count_max: int = 3
     # "yes" refuses unknown host keys; "accept-new" records a first-seen key (test sites).
     strict_host_key_checking: str = "yes"
+    # more ``-o Key=Value`` settings, e.g. "KexAlgorithms=curve25519-sha256"
+    options: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -233,6 +235,8 @@ def dump_site(site: Site) -> str:
         value = getattr(site.ssh, key)
         if value is not None:
             lines.append(f"{key} = {_toml(value)}")
+    if site.ssh.options:
+        lines.append(f"options = {_toml(list(site.ssh.options))}")
     for rank in site.ranks:
         lines += ["", "[[ranks]]", f"name = {_toml(rank.name)}", f"ssh = {_toml(rank.ssh)}"]
         lines.append(f"management = {_toml(rank.management)}")
@@ -279,6 +283,13 @@ def _ssh_options(reader: _Reader, raw: Any) -> SshOptions:
     for key in ("user", "identity_file", "known_hosts_file", "cipher", "strict_host_key_checking"):
         if key in table:
             kwargs[key] = reader.string(table[key], f"ssh.{key}")
+    if "options" in table:
+        options = reader.strings(table["options"], "ssh.options")
+        for index, option in enumerate(options):
+            key, equals, value = option.partition("=")
+            if not equals or not key.isalnum() or not value or "\n" in option:
+                raise reader.fail(f"ssh.options[{index}]", "Key=Value (an OpenSSH option)", option)
+        kwargs["options"] = tuple(options)
     policy = kwargs.get("strict_host_key_checking", "yes")
     if policy not in ("yes", "accept-new"):
         raise reader.fail("ssh.strict_host_key_checking", '"yes" or "accept-new"', policy)

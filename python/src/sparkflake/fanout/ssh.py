@@ -39,6 +39,8 @@ def ssh_argv(
         argv += ["-i", options.identity_file, "-o", "IdentitiesOnly=yes"]
     if options.known_hosts_file:
         argv += ["-o", f"UserKnownHostsFile={options.known_hosts_file}"]
+    for option in options.options:
+        argv += ["-o", option]
     if options.cipher:
         argv += ["-c", options.cipher]
     if options.user and "@" not in target:
@@ -92,11 +94,23 @@ def last_json(text: str) -> dict[str, Any] | None:
     return found
 
 
-def run_agent(site: Site, rank: Rank, agent_args: Sequence[str], *, timeout: float | None = None) -> AgentReply:
+def run_agent(
+    site: Site,
+    rank: Rank,
+    agent_args: Sequence[str],
+    *,
+    input_text: str | None = None,
+    timeout: float | None = None,
+) -> AgentReply:
     argv = management_argv(site, rank, agent_args)
     try:
         completed = subprocess.run(
-            argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout
+            argv,
+            input=input_text,
+            stdin=subprocess.DEVNULL if input_text is None else None,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
     except subprocess.TimeoutExpired as exc:
         return AgentReply(SSH_FAILED, None, f"timed out after {exc.timeout}s")

@@ -1,0 +1,55 @@
+"""``sparkflake replicate MODEL_DIR --site SITE``: a checkpoint to every rank, verified."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from ..atomic_write import write_bytes_atomic
+from ..fanout.replicate import ReplicateRequest, replicate
+from ..fanout.site import load_site
+from ._output import Progress, print_json, print_line, warn
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "replicate",
+        help="copy a checkpoint directory from rank 0 to every rank, verified per file",
+        description=(
+            "MODEL_DIR (a directory on rank 0) is listed once into a manifest of per-file size "
+            "and sha256; every other rank reuses the files it already holds correctly and "
+            "receives the rest over the chain, each file verified before it takes its name. "
+            "Exit 0 every rank complete, 1 a rank failed, 2 bad input."
+        ),
+    )
+    parser.add_argument("model_dir", metavar="MODEL_DIR")
+    parser.add_argument("--site", required=True, type=Path, help="site file (TOML)")
+    parser.add_argument("--dest", help="directory on every other rank (default DATA_DIR/models/NAME)")
+    parser.add_argument("--retry-seconds", type=float, default=120.0)
+    parser.add_argument("--evidence-dir", type=Path, help="write one JSON evidence record per rank here")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    site = load_site(args.site)
+    report = replicate(
+        site,
+        ReplicateRequest(model_dir=args.model_dir, dest=args.dest, retry_seconds=args.retry_seconds),
+        progress=Progress("replicate"),
+    )
+    if args.evidence_dir:
+        for record in report["ranks"]:
+            write_bytes_atomic(args.evidence_dir / f"{record['rank']}.json",
+                               (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
+    if args.json:
+        print_json(report)
+    else:
+        for record in report["ranks"]:
+            print_line(f"{record['rank']}: {record['status']}, {record['files_reused']} reused, "
+                       f"{record['files_copied']} copied ({record['bytes_copied']} bytes)")
+    for record in report["ranks"]:
+        if record.get("error"):
+            warn(f"sparkflake: error: {record['error']}")
+    return 0 if report["complete"] else 1

@@ -1,0 +1,116 @@
+"""``sparkflake replicate MODEL_DIR --site SITE``: a checkpoint directory from rank 0 to the
+other ranks over the same chain transport as ``fanout``.
+
+The manifest (path, size, sha256 of every file) is computed once, at rank 0. Each rank says
+which files it already holds correctly; only the others travel, one file at a time, each
+pipelined down the chain and verified by its receiver before it takes its final name. A
+rank that holds every file gets the manifest recorded beside them
+(``.sparkflake-manifest.json``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Any
+
+from ..errors import InputError
+from .chain import FAILED, ChainTransfer, Progress, Transfer
+from .manifest import manifest_bytes, manifest_from_document
+from .site import Rank, Site
+from .ssh import run_agent
+
+
+@dataclass(frozen=True)
+class ReplicateRequest:
+    model_dir: str  # absolute path on rank 0
+    dest: str | None = None  # absolute path on every other rank; default DATA_DIR/models/NAME
+    retry_seconds: float = 120.0
+
+
+def destination(rank: Rank, request: ReplicateRequest) -> str:
+    if request.dest:
+        return request.dest
+    return str(PurePosixPath(rank.data_dir) / "models" / PurePosixPath(request.model_dir).name)
+
+
+def replicate(site: Site, request: ReplicateRequest, *, progress: Progress | None = None) -> dict[str, Any]:
+    if not request.model_dir.startswith("/") or PurePosixPath(request.model_dir).name in ("", ".", ".."):
+        raise InputError(f"{request.model_dir}: expected an absolute directory path on rank 0")
+    if request.dest is not None and not request.dest.startswith("/"):
+        raise InputError(f"--dest: expected an absolute path, got {request.dest!r}")
+    started = time.monotonic()
+    ranks = site.ordered_ranks()
+    first = ranks[0]
+    listed = run_agent(site, first, ["manifest", "--dir", request.model_dir])
+    if listed.result is None or listed.result.get("status") != "ok":
+        raise InputError(f"rank {first.name}: cannot list {request.model_dir}: {listed.describe_failure()}")
+    entries = manifest_from_document(listed.result, f"rank {first.name} manifest of {request.model_dir}")
+    manifest_text = manifest_bytes(entries).decode()
+    dirs = {first.name: request.model_dir}
+    dirs.update({rank.name: destination(rank, request) for rank in ranks[1:]})
+
+    records: dict[str, dict[str, Any]] = {
+        rank.name: {"rank": rank.name, "dir": dirs[rank.name], "status": "pending", "error": None,
+                    "files": len(entries), "files_reused": 0, "files_copied": 0, "bytes_copied": 0}
+        for rank in ranks
+    }
+    records[first.name].update(status="verified", role="source", files_reused=len(entries))
+
+    def check(rank: Rank) -> Any:
+        return run_agent(site, rank, ["check-manifest", "--dir", dirs[rank.name]], input_text=manifest_text)
+
+    with ThreadPoolExecutor(max_workers=len(ranks)) as pool:
+        replies = dict(zip([r.name for r in ranks[1:]], pool.map(check, ranks[1:]), strict=True))
+    failed: dict[str, str] = {}
+    holds: dict[str, set[str]] = {}
+    for rank in ranks[1:]:
+        reply = replies[rank.name]
+        if reply.result is None or reply.result.get("status") != "ok":
+            failed[rank.name] = f"rank {rank.name} ({rank.ssh}): cannot check {dirs[rank.name]}: {reply.describe_failure()}"
+            continue
+        holds[rank.name] = set(reply.result["matching"])
+        records[rank.name]["files_reused"] = len(holds[rank.name])
+        records[rank.name]["extra"] = reply.result.get("extra", [])
+
+    for position, entry in enumerate(entries):
+        needs = {name for name, held in holds.items() if entry.path not in held and name not in failed}
+        if not needs:
+            continue
+        paths = {name: str(PurePosixPath(directory) / entry.path) for name, directory in dirs.items()}
+        chain = ChainTransfer(site, Transfer(sha256=entry.sha256, size=entry.size, paths=paths),
+                              needs=needs, failed=dict(failed), retry_seconds=request.retry_seconds)
+        outcomes = chain.run()
+        for name in needs:
+            outcome = outcomes[name]
+            if outcome.status == FAILED:
+                failed[name] = f"{entry.path}: {outcome.error}"
+            else:
+                records[name]["files_copied"] += 1
+                records[name]["bytes_copied"] += outcome.bytes_received
+        if progress:
+            progress(position + 1, len(entries), entry.path)
+
+    for rank in ranks[1:]:
+        record = records[rank.name]
+        if rank.name in failed:
+            record.update(status="failed", error=failed[rank.name])
+            continue
+        final = run_agent(site, rank, ["check-manifest", "--dir", dirs[rank.name], "--sizes-only", "--record"],
+                          input_text=manifest_text)
+        if final.result is None or final.result.get("status") != "ok":
+            record.update(status="failed", error=f"rank {rank.name}: {final.describe_failure()}")
+        else:
+            record["status"] = "verified"
+    ordered = [records[rank.name] for rank in ranks]
+    return {
+        "model_dir": request.model_dir,
+        "manifest": json.loads(manifest_text),
+        "complete": all(record["status"] == "verified" for record in ordered),
+        "seconds": round(time.monotonic() - started, 6),
+        "ranks": ordered,
+    }
+
