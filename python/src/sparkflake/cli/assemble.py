@@ -6,7 +6,12 @@ import argparse
 import time
 from pathlib import Path
 
-from ..compose.locked_inputs import assemble_base_from_lock, assemble_env_from_lock
+from ..compose.locked_inputs import (
+    assemble_base_from_lock,
+    assemble_env_from_lock,
+    load_record_waivers,
+    waivers_path_for,
+)
 from ..fetch import BlobCache
 from ..resolve.profile_lock import default_cache, load_profile_lock, profile_from_arg
 from ._output import Progress, print_json, print_line
@@ -53,7 +58,10 @@ def run(args: argparse.Namespace) -> int:
         }
     if args.only in (None, "python"):
         started = time.monotonic()
-        env = assemble_env_from_lock(lock, cache, output / "python", workers=args.jobs, progress=Progress("python"))
+        waivers = load_record_waivers(waivers_path_for(profile.lock_paths()[0]), lock)
+        env = assemble_env_from_lock(
+            lock, cache, output / "python", workers=args.jobs, progress=Progress("python"), waivers=waivers
+        )
         result["python"] = {
             "path": str(output / "python"),
             "prefix": env.prefix,
@@ -61,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
             "files": len(env.owners),
             "elf_files": env.elf_files,
             "identical_shared_paths": len(env.shared_identical),
+            "record_waivers_used": env.waived,
             "seconds": round(time.monotonic() - started, 3),
         }
     if args.json:

@@ -144,7 +144,7 @@ def compare_versions(left: DebVersion | str, right: DebVersion | str) -> int:
 
 _RELATION_RE = re.compile(
     r"^\s*(?P<name>[a-z0-9][a-z0-9+.-]*)(?::(?P<arch>[a-z0-9-]+))?\s*"
-    r"(?:\(\s*(?P<op><<|<=|=|>=|>>|<|>)\s*(?P<version>[^)\s]+)\s*\))?\s*"
+    r"(?:\(\s*(?P<op><<|<=|=|>=|>>|<|>)\s*(?P<version>[0-9A-Za-z][^)\s]*)\s*\))?\s*"
     r"(?:\[[^\]]*\])?\s*(?:<[^>]*>\s*)*$"
 )
 

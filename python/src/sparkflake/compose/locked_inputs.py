@@ -7,16 +7,64 @@ altered after it was fetched is refused here, by name, and never assembled.
 from __future__ import annotations
 
 import os
+import re
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
+from ..errors import CheckFailed, InputError
 from ..fetch import Artifact, BlobCache
 from ..lock import Lock
 from ..resolve.target import DEBIAN_BOOKWORM_ARM64, Target
 from .debian_base import BaseManifest, DebInput, assemble_base
-from .python_env import DEFAULT_PREFIX, EnvManifest, WheelInput, assemble_python_env
+from .python_env import DEFAULT_PREFIX, EnvManifest, RecordWaiver, WheelInput, assemble_python_env
 
 ProgressCallback = Callable[[int, int, str], None]
+
+
+def waivers_path_for(lock_path: str | os.PathLike[str]) -> Path:
+    """``profiles/glm53.lock`` → ``profiles/glm53.record-waivers.toml``."""
+    path = Path(lock_path)
+    return path.with_name(path.stem + ".record-waivers.toml")
+
+
+def load_record_waivers(path: str | os.PathLike[str], lock: Lock) -> tuple[RecordWaiver, ...]:
+    """Waivers for upstream RECORD defects; each bound to a locked wheel by its sha256."""
+    source = Path(path)
+    if not source.is_file():
+        return ()
+    try:
+        document = tomllib.loads(source.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise InputError(f"{source}: cannot read: {exc}") from exc
+    wheels = {pin.filename: pin for pin in lock.of_kind("wheel")}  # type: ignore[union-attr]
+    waivers = []
+    for index, table in enumerate(document.get("waiver", [])):
+        where = f"{source}: waiver[{index}]"
+        keys = {"wheel", "wheel_sha256", "path", "actual_sha256", "actual_size", "reason"}
+        if not isinstance(table, dict) or set(table) - keys or not {"wheel", "wheel_sha256", "path", "actual_sha256", "actual_size"} <= set(table):
+            raise InputError(f"{where}: expected keys {', '.join(sorted(keys))}")
+        for key in ("wheel_sha256", "actual_sha256"):
+            if not re.fullmatch(r"[0-9a-f]{64}", str(table[key])):
+                raise InputError(f"{where}.{key}: expected 64 lowercase hex digits")
+        pin = wheels.get(table["wheel"])
+        if pin is not None and pin.sha256 != table["wheel_sha256"]:
+            raise CheckFailed(
+                f"{where}: {table['wheel']} is locked with sha256 {pin.sha256}, the waiver names "
+                f"{table['wheel_sha256']}; a waiver never carries over to other bytes",
+                check_id="wheel-record",
+            )
+        waivers.append(
+            RecordWaiver(
+                wheel=str(table["wheel"]),
+                wheel_sha256=str(table["wheel_sha256"]),
+                path=str(table["path"]),
+                actual_sha256=str(table["actual_sha256"]),
+                actual_size=int(table["actual_size"]),
+                reason=str(table.get("reason", "")),
+            )
+        )
+    return tuple(waivers)
 
 
 def deb_inputs(lock: Lock, cache: BlobCache) -> list[DebInput]:
@@ -54,7 +102,10 @@ def assemble_env_from_lock(
     workers: int | None = None,
     progress: ProgressCallback | None = None,
     exclude: frozenset[str] = frozenset(),
+    waivers: tuple[RecordWaiver, ...] = (),
 ) -> EnvManifest:
     """The Python env of every wheel in the lock (``exclude``: distribution names left out)."""
     wheels = [w for w in wheel_inputs(lock, cache) if w.name not in exclude]
-    return assemble_python_env(wheels, Path(output), target=target, prefix=prefix, workers=workers, progress=progress)
+    return assemble_python_env(
+        wheels, Path(output), target=target, prefix=prefix, workers=workers, progress=progress, waivers=waivers
+    )

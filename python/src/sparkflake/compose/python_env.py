@@ -18,6 +18,7 @@ at all.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import io
 import os
@@ -60,12 +61,26 @@ class WheelInput:
     path: Path
 
 
+@dataclass(frozen=True)
+class RecordWaiver:
+    """An upstream wheel whose RECORD is wrong for one member, accepted for exact bytes only:
+    the wheel (by sha256), the member, and the member's actual sha256 and size."""
+
+    wheel: str
+    wheel_sha256: str
+    path: str
+    actual_sha256: str
+    actual_size: int
+    reason: str = ""
+
+
 @dataclass
 class EnvManifest:
     prefix: str
     distributions: list[dict[str, object]] = field(default_factory=list)
     owners: dict[str, str] = field(default_factory=dict)  # image path -> wheel filename
     shared_identical: list[dict[str, object]] = field(default_factory=list)
+    waived: list[dict[str, object]] = field(default_factory=list)
     elf_files: int = 0
 
 
@@ -102,11 +117,13 @@ def check_wheel_fits(wheel: WheelInput, target: Target) -> None:
 class _RecordCheckedStream(io.RawIOBase):
     """Passes a member's bytes through and refuses at EOF if they disagree with RECORD."""
 
-    def __init__(self, stream: BinaryIO, record: RecordEntry, wheel: str) -> None:
+    def __init__(self, stream: BinaryIO, record: RecordEntry, wheel: str, waiver: RecordWaiver | None = None) -> None:
         self._stream = stream
         self._record = record
         self._wheel = wheel
+        self._waiver = waiver
         self._hasher = hashlib.new(record.hash_.name) if record.hash_ else None
+        self._sha256 = hashlib.sha256() if waiver is not None else None
         self._size = 0
         self._checked = False
 
@@ -119,6 +136,8 @@ class _RecordCheckedStream(io.RawIOBase):
             self._size += len(chunk)
             if self._hasher is not None:
                 self._hasher.update(chunk)
+            if self._sha256 is not None:
+                self._sha256.update(chunk)
         if not chunk or size is None or size < 0:
             self._verify()
         return chunk
@@ -132,27 +151,37 @@ class _RecordCheckedStream(io.RawIOBase):
             raise CheckFailed(
                 f"{self._wheel}: RECORD has no hash/size for {record.path}", check_id="wheel-record"
             )
-        import base64
-
         digest = base64.urlsafe_b64encode(self._hasher.digest()).decode("ascii").rstrip("=")
-        if digest != record.hash_.value or self._size != record.size:
-            raise CheckFailed(
-                f"{self._wheel}: {record.path} does not match its RECORD entry "
-                f"({record.hash_.name}={record.hash_.value}, size {record.size}; "
-                f"content has {digest}, size {self._size})",
-                check_id="wheel-record",
-            )
+        if digest == record.hash_.value and self._size == record.size:
+            return
+        waiver = self._waiver
+        if waiver is not None and self._sha256 is not None:
+            if self._sha256.hexdigest() == waiver.actual_sha256 and self._size == waiver.actual_size:
+                return
+        actual = self._sha256.hexdigest() if self._sha256 is not None else None
+        raise CheckFailed(
+            f"{self._wheel}: {record.path} does not match its RECORD entry "
+            f"({record.hash_.name}={record.hash_.value}, size {record.size}; "
+            f"content has {record.hash_.name}={digest}, size {self._size})"
+            + (f"; the waiver expects sha256 {waiver.actual_sha256} size {waiver.actual_size}, content has {actual}" if waiver else "")
+            + "; an upstream defect can be accepted for these exact bytes with a [[waiver]] "
+            "in the lock's .record-waivers.toml (docs/inputs.md)",
+            check_id="wheel-record",
+        )
 
 
 class _CheckedWheel(WheelFile):
+    waivers: dict[str, RecordWaiver] = {}  # member path -> waiver, for this wheel
+
     def get_contents(self):  # noqa: ANN201 (installer's iterator type)
         record_path = f"{self.dist_info_dir}/RECORD"
+        wheel = Path(self._zipfile.filename or "").name
         for elements, stream, is_executable in super().get_contents():
             if elements[0] == record_path:
                 yield elements, stream, is_executable
                 continue
             entry = RecordEntry.from_elements(*elements)
-            yield elements, _RecordCheckedStream(stream, entry, Path(self._zipfile.filename or "").name), is_executable
+            yield elements, _RecordCheckedStream(stream, entry, wheel, self.waivers.get(entry.path)), is_executable
 
 
 class _TreeDestination(SchemeDictionaryDestination):
@@ -180,7 +209,14 @@ class _TreeDestination(SchemeDictionaryDestination):
         return super().write_file(scheme, path, stream, is_executable)
 
 
-def install_wheel(wheel_path: str, filename: str, stage: str, prefix: str, target: Target) -> str:
+def install_wheel(
+    wheel_path: str,
+    filename: str,
+    stage: str,
+    prefix: str,
+    target: Target,
+    waivers: tuple[RecordWaiver, ...] = (),
+) -> str:
     """Install one wheel into ``stage`` (an empty directory standing for the image root)."""
     name = parse_wheel_filename(filename)[0]
     destination = _TreeDestination(
@@ -197,6 +233,7 @@ def install_wheel(wheel_path: str, filename: str, stage: str, prefix: str, targe
                 if info.filename.startswith("/") or ".." in info.filename.split("/"):
                     raise CheckFailed(f"{filename}: member {info.filename!r} escapes the target", check_id="path-escape")
             source = _CheckedWheel(archive)
+            source.waivers = {w.path: w for w in waivers if w.wheel == filename}
             source.validate_record(validate_contents=False)
             with warnings.catch_warnings():
                 # installer skips __pycache__ members a wheel ships (numpy does) and warns;
@@ -280,8 +317,13 @@ def assemble_python_env(
     python_home: str = "/usr/bin",
     workers: int | None = None,
     progress: ProgressCallback | None = None,
+    waivers: Sequence[RecordWaiver] = (),
 ) -> EnvManifest:
-    """Install ``wheels`` into a tree at ``output`` whose root stands for the image root."""
+    """Install ``wheels`` into a tree at ``output`` whose root stands for the image root.
+
+    ``waivers`` accept named upstream RECORD defects for exact member bytes (and are listed
+    in the manifest); everything else that disagrees with RECORD is refused.
+    """
     ordered = sorted(wheels, key=lambda w: canonicalize_name(w.name))
     for wheel in ordered:
         check_wheel_fits(wheel, target)
@@ -301,7 +343,7 @@ def assemble_python_env(
         if workers > 1 and len(ordered) > 1:
             with ProcessPoolExecutor(max_workers=workers) as pool:
                 futures = [
-                    pool.submit(install_wheel, str(w.path), w.filename, str(stages[w.filename]), prefix, target)
+                    pool.submit(install_wheel, str(w.path), w.filename, str(stages[w.filename]), prefix, target, tuple(waivers))
                     for w in schedule
                 ]
                 for future in futures:
@@ -311,7 +353,7 @@ def assemble_python_env(
                         progress(done, total, finished)
         else:
             for wheel in schedule:
-                install_wheel(str(wheel.path), wheel.filename, str(stages[wheel.filename]), prefix, target)
+                install_wheel(str(wheel.path), wheel.filename, str(stages[wheel.filename]), prefix, target, tuple(waivers))
                 done += sizes[wheel.filename]
                 if progress:
                     progress(done, total, wheel.filename)
@@ -321,6 +363,12 @@ def assemble_python_env(
                 {"name": canonicalize_name(wheel.name), "version": wheel.version, "wheel": wheel.filename, "files": files}
             )
         shutil.rmtree(staging)
+        installed = {w.filename for w in ordered}
+        manifest.waived = [
+            {"wheel": w.wheel, "path": w.path, "actual_sha256": w.actual_sha256, "reason": w.reason}
+            for w in waivers
+            if w.wheel in installed
+        ]
         _venv_skeleton(root, prefix, target, python_home)
         manifest.elf_files = check_machine(root, target.platform)
     return manifest
