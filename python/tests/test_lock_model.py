@@ -173,8 +173,28 @@ def test_nar_hash_check_agrees_with_the_digest_module(sri: str) -> None:
     assert parse_hash(pin.nar_hash).sri == sri
 
 
+_base64ish = st.text(st.sampled_from("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=-_ !"), max_size=46)
+
+
+@given(st.one_of(sri_sha256, sri_sha256.map(lambda sri: sri[:-2] + "A="), _base64ish.map(lambda text: "sha256-" + text)))
+def test_sri_acceptance_is_exactly_the_digest_modules(text: str) -> None:
+    try:
+        parse_hash(text, "sha256")
+        digest_accepts = text.startswith("sha256-")
+    except InputError:
+        digest_accepts = False
+    try:
+        GitPin(name="g", url="https://h/r.git", rev="a" * 40, tree="b" * 40, nar_hash=text)
+        lock_accepts = True
+    except InputError as error:
+        assert str(error).startswith("nar_hash: expected an SRI hash")
+        lock_accepts = False
+    assert lock_accepts == digest_accepts
+
+
 @given(pins)
-def test_records_are_hashable_free_and_frozen(pin) -> None:
+def test_records_are_frozen_and_hashable(pin) -> None:
+    assert hash(pin) == hash(type(pin)(**pin.__dict__))
     with pytest.raises(AttributeError):
         pin.name = "other"  # type: ignore[misc]
 

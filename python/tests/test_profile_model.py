@@ -218,8 +218,8 @@ def profiles(draw: st.DrawFn) -> Profile:
     cache_root = draw(_abs_path)
     jit_root = draw(_abs_path.filter(lambda path: path != cache_root))
     qualified = draw(st.builds(
-        Qualification, settings=_env_table, scope=st.lists(free_text, max_size=2).map(tuple),
-        limits=st.lists(free_text, max_size=2).map(tuple), source=st.one_of(st.none(), free_text),
+        Qualification, settings=_env_table, scope=st.lists(free_text, max_size=2, unique=True).map(tuple),
+        limits=st.lists(free_text, max_size=2, unique=True).map(tuple), source=st.one_of(st.none(), free_text),
         manifest_digest=st.one_of(st.none(), oci_digest), config_digest=st.one_of(st.none(), oci_digest)))
     statuses = [status for status in STATUSES if status != "qualified"]
     if qualified.settings and qualified.manifest_digest is not None:
