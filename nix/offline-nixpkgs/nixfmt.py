@@ -47,12 +47,12 @@ def main(argv: list[str]) -> int:
     check_only = "--check" in argv
     would_change: list[pathlib.Path] = []
     for path in nix_files([a for a in argv if a != "--check"]):
-        original = path.read_text(encoding="utf-8")
+        original = path.read_bytes().decode("utf-8")  # bytes: keep "\r\n" visible
         formatted = normalized(original)
         if formatted == original:
             continue
-        with tempfile.NamedTemporaryFile("w", suffix=".nix", dir=path.parent, delete=False) as tmp:
-            tmp.write(formatted)
+        with tempfile.NamedTemporaryFile(suffix=".nix", dir=path.parent, delete=False) as tmp:
+            tmp.write(formatted.encode("utf-8"))
         candidate = pathlib.Path(tmp.name)
         try:
             if parsed(candidate) != parsed(path):

@@ -202,6 +202,8 @@ let
       in
       derivation {
         inherit name system shellHook;
+        # get-env.sh of `nix develop` writes the environment to each of $outputs.
+        outputs = [ "out" ];
         builder = host.bash;
         args = [
           "-e"
@@ -210,6 +212,13 @@ let
         ];
         PATH = shellPath;
       };
+
+    # The interactive shell of `nix develop`.
+    bashInteractive = hostPrograms {
+      name = "bash-host";
+      programs.bash = host.bash;
+      mainProgram = "bash";
+    };
 
     ruff = hostPrograms {
       name = "ruff-host";

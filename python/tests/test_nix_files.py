@@ -1,0 +1,174 @@
+"""The Nix side of the repository: every .nix file parses, flake.lock pins exactly nixpkgs,
+python/uv.lock and the host-tool venv agree, python dependencies map onto nixpkgs."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+HOST_VENV_PYTHON = Path("/opt/sparkflake/venv/bin/python")
+
+
+def nix_files() -> list[Path]:
+    listed = subprocess.run(
+        ["git", "-C", str(REPO), "ls-files", "--cached", "--others", "--exclude-standard", "*.nix"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    return sorted(REPO / name for name in listed if (REPO / name).is_file())
+
+
+def parse(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["nix-instantiate", "--parse", "--store", "dummy://", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def nix_eval_json(expression: str) -> object:
+    completed = subprocess.run(
+        ["nix-instantiate", "--eval", "--strict", "--json", "--expr", expression],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO,
+    )
+    assert completed.returncode == 0, completed.stderr
+    return json.loads(completed.stdout)
+
+
+def test_every_nix_file_parses() -> None:
+    files = nix_files()
+    names = {path.relative_to(REPO).as_posix() for path in files}
+    assert {"flake.nix", "nix/fetch-locked.nix", "checks/default.nix", "overlays/default.nix"} <= names
+    assert "nix/offline-nixpkgs/flake.nix" in names
+    failures = {str(path): parse(path).stderr for path in files if parse(path).returncode != 0}
+    assert failures == {}
+
+
+def test_the_parse_check_catches_a_broken_file(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.nix"
+    broken.write_text("{ a = 1; b = ; }\n")
+    completed = parse(broken)
+    assert completed.returncode != 0
+    assert "broken.nix" in completed.stderr
+
+
+def test_flake_lock_pins_exactly_nixpkgs_by_rev_and_nar_hash() -> None:
+    lock = json.loads((REPO / "flake.lock").read_text())
+    assert lock["version"] == 7
+    assert lock["root"] == "root"
+    assert set(lock["nodes"]) == {"root", "nixpkgs"}
+    assert lock["nodes"]["root"] == {"inputs": {"nixpkgs": "nixpkgs"}}
+    locked = lock["nodes"]["nixpkgs"]["locked"]
+    assert set(locked) == {"lastModified", "narHash", "owner", "repo", "rev", "type"}
+    assert locked["type"] == "github"
+    assert locked["owner"].lower() == "nixos"
+    assert locked["repo"] == "nixpkgs"
+    assert re.fullmatch(r"[0-9a-f]{40}", locked["rev"])
+    assert locked["narHash"].startswith("sha256-")
+    assert len(base64.b64decode(locked["narHash"].removeprefix("sha256-"), validate=True)) == 32
+    # 2024-01-01 .. 2030-01-01: a real commit time, not a placeholder
+    assert 1_704_067_200 < locked["lastModified"] < 1_893_456_000
+
+
+def test_flake_has_one_input_and_the_lock_records_its_reference() -> None:
+    inputs = nix_eval_json("(import ./flake.nix).inputs")
+    assert inputs == {"nixpkgs": {"url": "github:NixOS/nixpkgs/nixos-unstable"}}
+    original = json.loads((REPO / "flake.lock").read_text())["nodes"]["nixpkgs"]["original"]
+    assert original == {"owner": "NixOS", "ref": "nixos-unstable", "repo": "nixpkgs", "type": "github"}
+
+
+def test_python_dependencies_come_from_the_package_set_or_the_uv_lock_wheel() -> None:
+    # A package set without sparkcache: that dependency is built from the wheel uv.lock pins,
+    # fetched by builtin fetchurl; the others are taken from the set as they are.
+    evaluated = nix_eval_json(
+        """
+        let
+          ps = {
+            zstandard = "ps.zstandard";
+            installer = "ps.installer";
+            packaging = "ps.packaging";
+            buildPythonPackage = attrs: attrs;
+          };
+          describe = dependency:
+            if builtins.isString dependency then dependency
+            else {
+              inherit (dependency) pname version format;
+              inherit (dependency.src) url outputHash builder;
+            };
+        in map describe (import ./nix/python-dependencies.nix ps)
+        """
+    )
+    pyproject = tomllib.loads((REPO / "python/pyproject.toml").read_text())
+    names = [re.match(r"\s*([A-Za-z0-9._-]+)", r).group(1) for r in pyproject["project"]["dependencies"]]
+    assert len(evaluated) == len(names)
+    uv_lock = tomllib.loads((REPO / "python/uv.lock").read_text())
+    locked = {package["name"]: package for package in uv_lock["package"]}
+    for name, dependency in zip(names, evaluated, strict=True):
+        if name in {"zstandard", "installer", "packaging"}:
+            assert dependency == f"ps.{name}"
+            continue
+        (wheel,) = [w for w in locked[name]["wheels"] if w["url"].endswith("-none-any.whl")]
+        assert dependency == {
+            "pname": name,
+            "version": locked[name]["version"],
+            "format": "wheel",
+            "url": wheel["url"],
+            "outputHash": wheel["hash"].removeprefix("sha256:"),
+            "builder": "builtin:fetchurl",
+        }
+
+
+def test_every_runtime_dependency_is_in_the_offline_stand_in() -> None:
+    pyproject = tomllib.loads((REPO / "python/pyproject.toml").read_text())
+    names = [re.match(r"\s*([A-Za-z0-9._-]+)", r).group(1) for r in pyproject["project"]["dependencies"]]
+    provided = nix_eval_json(
+        "builtins.attrNames (import ./nix/offline-nixpkgs/pkgs.nix "
+        '{ lib = import ./nix/offline-nixpkgs/lib.nix; system = "x86_64-linux"; }).python3Packages'
+    )
+    assert set(names) <= set(provided)
+
+
+def test_host_venv_holds_exactly_the_locked_versions() -> None:
+    uv_lock = tomllib.loads((REPO / "python/uv.lock").read_text())
+    locked = {p["name"]: p["version"] for p in uv_lock["package"] if p["name"] != "sparkflake"}
+    installed = json.loads(
+        subprocess.run(
+            [
+                str(HOST_VENV_PYTHON),
+                "-c",
+                "import importlib.metadata as m, json; "
+                "print(json.dumps({d.metadata['Name'].lower(): d.version for d in m.distributions()}))",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
+    # The venv is the test extra and the build group; every one of them at its locked version.
+    for name in ["pytest", "hypothesis", "ruff", "setuptools", "zstandard", "installer", "packaging"]:
+        assert installed[name] == locked[name], name
+    assert {name: version for name, version in installed.items() if name in locked} == {
+        name: locked[name] for name in installed if name in locked
+    }
+    assert set(installed) <= set(locked)
+
+
+@pytest.mark.parametrize("relative", ["flake.nix", "nix", "checks", "overlays/default.nix", "bin", ".ci/run"])
+def test_nothing_points_into_a_checkout(relative: str) -> None:
+    # CI runs in a fresh clone elsewhere: no file may name this checkout's absolute path.
+    target = REPO / relative
+    files = [target] if target.is_file() else [p for p in target.rglob("*") if p.is_file()]
+    offenders = [str(p) for p in files if "/work/" in p.read_text(encoding="utf-8", errors="replace")]
+    assert files and offenders == []
