@@ -86,11 +86,8 @@ def run(args: argparse.Namespace) -> int:
         engine=engine,
         image_id=image,
         rehash=args.rehash,
+        detach=args.detach,
     )
-    if args.detach:
-        argv = list(plan.argv)
-        argv.insert(argv.index("run") + 1, "--detach")
-        object.__setattr__(plan, "argv", argv)
     report = plan.report(explain=args.explain)
     if args.json:
         print_json(report)

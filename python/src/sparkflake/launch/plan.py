@@ -113,6 +113,7 @@ def plan_launch(
     rehash: bool = False,
     check_engine: bool = True,
     run_checks: bool = True,
+    detach: bool = False,
 ) -> LaunchPlan:
     source = os.fspath(env_file)
     assignments = read_env_file(source)
@@ -126,6 +127,7 @@ def plan_launch(
         rehash=rehash,
         check_engine=check_engine,
         run_checks=run_checks,
+        detach=detach,
     )
 
 
@@ -140,6 +142,7 @@ def plan_from_assignments(
     rehash: bool = False,
     check_engine: bool = True,
     run_checks: bool = True,
+    detach: bool = False,
 ) -> LaunchPlan:
     """``run_checks=False`` computes the spec alone (golden specs, recipes): no file is read."""
     resolution = resolve(assignments, contract, rank, source)
@@ -182,7 +185,9 @@ def plan_from_assignments(
         jit_dir=str(jit_dir),
         labels=labels,
     )
-    argv = engine_argv(spec, engine.name if engine else "podman", engine.command() if engine else ["podman"])
+    argv = engine_argv(
+        spec, engine.name if engine else "podman", engine.command() if engine else ["podman"], detach=detach
+    )
 
     checks: list[Check] = []
     hash_cache = VerifiedHashCache(None)
