@@ -23,25 +23,40 @@ EXIT_OK = 0
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "lock",
-        help="validate lock files",
+        help="validate a lock file, or resolve a profile's lock",
         description=(
-            "sparkflake lock validate FILE: check a lock file (schema, every pin's hashes, "
-            "URLs, sizes, unique names). Exit 0 valid, 2 invalid (the message names the file "
-            "and the place, e.g. inputs[3].sha256)."
+            "sparkflake lock validate FILE [--json]: check a lock file (schema, every pin's "
+            "hashes, URLs, sizes, unique names); exit 0 valid, 2 invalid, the message names the "
+            "file and the place (e.g. inputs[3].sha256). "
+            "sparkflake lock PROFILE [--check | --update NAME]: resolve the profile's inputs "
+            "into its lock, verify the lock offline (--check), or refresh one input. "
+            "Format: docs/lock-format.md."
         ),
     )
-    parser.add_argument("action", metavar="ACTION", help="validate, or a PROFILE to resolve its lock")
+    parser.add_argument(
+        "action", metavar="ACTION", help="validate, or a PROFILE to resolve its lock"
+    )
     parser.add_argument("file", metavar="FILE", nargs="?", help="the lock file (TOML)")
     parser.add_argument("--json", action="store_true", help="print the parsed lock as JSON")
     mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--check", action="store_true", help="PROFILE mode: verify offline that the lock is complete and matches the profile")
-    mode.add_argument("--update", metavar="NAME", help="PROFILE mode: refresh one input, keep every other pin")
+    mode.add_argument(
+        "--check",
+        action="store_true",
+        help="PROFILE mode: verify offline that the lock is complete and matches the profile",
+    )
+    mode.add_argument(
+        "--update", metavar="NAME", help="PROFILE mode: refresh one input, keep every other pin"
+    )
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     action = ACTIONS.get(args.action)
     if action is None:
+        if args.file is not None:
+            raise InputError(
+                f"lock {args.action}: unexpected argument {args.file!r} (FILE goes with `lock validate`)"
+            )
         from .lock_profile import run_profile  # resolution: sparkflake.resolve
 
         return run_profile(args)

@@ -93,7 +93,9 @@ def run_validate(args: argparse.Namespace) -> int:
         print_json({"profiles": results, "valid": True})
         return EXIT_OK
     for result in results:
-        locks = "roles checked against locks" if result["locks_checked"] else "locks not written yet"
+        locks = (
+            "roles checked against locks" if result["locks_checked"] else "locks not written yet"
+        )
         print_line(f"{result['path']}: valid ({result['status']}; {locks})")
     return EXIT_OK
 
