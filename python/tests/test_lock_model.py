@@ -455,3 +455,10 @@ def test_wheel_with_compressed_tags_lists_them_expanded() -> None:
         urls=("https://files.pythonhosted.org/six-1.16.0-py2.py3-none-any.whl",),
     )
     assert {str(tag) for tag in pin.tag_set()} == {"py2-none-any", "py3-none-any"}
+
+
+def test_the_committed_shared_lock_is_valid_and_canonical() -> None:
+    path = Path(__file__).resolve().parents[2] / "profiles" / "glm53.lock"
+    lock = load_lock(path)
+    assert dump_lock(lock) == path.read_text(encoding="utf-8")
+    assert {"vllm", "vllm-sdist", "torch", "nvidia-nccl-cu13"} <= {pin.name for pin in lock.inputs}

@@ -506,3 +506,48 @@ def test_mutated_profiles_never_escape_as_tracebacks(at: int, insert: str, delet
         return
     assert parse_profile(dump_profile(profile)) == profile
 
+
+
+_strange = st.one_of(
+    st.booleans(), st.integers(-5, 5), st.floats(allow_nan=False), st.text(max_size=8),
+    st.lists(st.text(max_size=3), max_size=2), st.lists(st.integers(0, 2), max_size=2),
+    st.dictionaries(st.text(max_size=4), st.text(max_size=4), max_size=2),
+    st.lists(st.dictionaries(st.sampled_from(["name", "kind", "path", "x"]), st.text(max_size=3), max_size=2),
+             min_size=1, max_size=2),
+)
+
+
+def _value_paths(node: object, prefix: tuple = ()) -> list[tuple]:
+    found = [prefix] if prefix else []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            found.extend(_value_paths(value, (*prefix, key)))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            found.extend(_value_paths(value, (*prefix, index)))
+    return found
+
+
+@given(st.sampled_from([DFLASH7_TEXT, MTP5_TEXT]), st.data())
+def test_structural_mutations_give_input_errors(text: str, data: st.DataObject) -> None:
+    from sparkflake import canonical_toml
+
+    document = tomllib.loads(text)
+    path = data.draw(st.sampled_from(_value_paths(document)))
+    parent = document
+    for step in path[:-1]:
+        parent = parent[step]
+    if data.draw(st.booleans()):
+        del parent[path[-1]]
+    else:
+        parent[path[-1]] = data.draw(_strange)
+    try:
+        mutated = canonical_toml.dumps(document)
+    except TypeError:
+        return
+    try:
+        profile = parse_profile(mutated, "fuzz.toml")
+    except InputError as error:
+        assert str(error).startswith("fuzz.toml: ")
+        return
+    assert parse_profile(dump_profile(profile)) == profile
