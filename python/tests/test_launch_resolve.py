@@ -245,3 +245,18 @@ def test_fuzz_resolution_only_input_errors_naming_the_file(entries, rank):
     else:
         assert set(resolution.values) == set(CATALOG)
         assert "auto" not in resolution.values.values()
+
+
+@given(st.sampled_from(sorted(CATALOG)), st.data())
+def test_render_parse_round_trip(key, data):
+    setting = CATALOG[key]
+    candidates = [c for c in setting.choices if c not in setting.refused] or [setting.default or ""]
+    if setting.kind in ("int", "bytes") and not setting.choices and setting.minimum is not None:
+        candidates.append(str(data.draw(st.integers(int(setting.minimum), int(setting.maximum)))))
+    raw = data.draw(st.sampled_from(candidates))
+    if raw in ("", "auto") or setting.required:
+        return
+    value = parse_value(setting, raw)
+    from sparkflake.launch.settings import render_value
+
+    assert parse_value(setting, render_value(value)) == value

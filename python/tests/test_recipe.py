@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from launch_fixtures import PROFILES, site_env
 
 from sparkflake.launch.envfile import parse_env_text
-from sparkflake.launch.recipe import import_recipe
+from sparkflake.launch.recipe import dump_recipe, import_recipe
+from sparkflake.launch.settings import render_value
 
 SEED_RECIPE = Path(__file__).parent / "golden" / "launch" / "recipes" / "kindling-2x.recipe.toml"
 
@@ -94,3 +95,39 @@ def test_import_never_drops_an_argument(args):
     accounted = set(imported.unmapped_args) | {a for a in args if a.startswith("--")}
     assert all(a in accounted or any(a in n for n in imported.notes) or a in imported.runtime.values()
                or a.startswith("{") for a in args)
+
+
+@given(
+    st.sampled_from([1, 2, 4]),
+    st.booleans(),
+    st.integers(1, 64),
+    st.integers(1, 8),
+    st.sampled_from(["fastsafetensors", "safetensors"]),
+)
+def test_export_import_round_trip_property(dcp, sparkcache, seqs, depth, load_format):
+    import dataclasses
+    import hashlib
+
+    from launch_fixtures import DRAFT_FILES, TARGET_FILES, real_contract
+
+    from sparkflake.launch.contract import IdentityFile
+    from sparkflake.launch.engine import Engine
+    from sparkflake.launch.plan import plan_from_assignments
+    from sparkflake.launch.recipe import export_recipe
+
+    def rows(files):
+        return tuple(IdentityFile(n, hashlib.sha256(c).hexdigest(), len(c)) for n, c in sorted(files.items()))
+
+    contract = dataclasses.replace(real_contract("glm53-dflash7"), target_files=rows(TARGET_FILES),
+                                   draft_files=rows(DRAFT_FILES))
+    text = site_env(Path("/srv/p"), 0, DCP=str(dcp), SPARKCACHE_ENABLED=str(int(sparkcache)), MAX_NUM_SEQS=str(seqs),
+                    SPECULATIVE_TOKENS=str(depth), MAX_NUM_BATCHED_TOKENS="8192", LOAD_FORMAT=load_format)
+    plan = plan_from_assignments(rank=0, assignments=parse_env_text(text, "r.env"), source="r.env", contract=contract,
+                                 engine=Engine("podman", "podman"), image_id="sha256:" + "7" * 64, run_checks=False)
+    document = tomllib.loads(dump_recipe(export_recipe(plan)))
+    imported = import_recipe(document, "exported.toml")
+    values = plan.resolution.values
+    for key, raw in imported.runtime.items():
+        assert raw == render_value(values[key]), key
+    for key in ("DCP", "MAX_NUM_SEQS", "SPECULATIVE_TOKENS", "SPARKCACHE_ENABLED", "LOAD_FORMAT", "KV_CACHE_GIB"):
+        assert key in imported.runtime, key
