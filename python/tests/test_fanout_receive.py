@@ -1,0 +1,174 @@
+"""The two ends of a hop without the network: the receiver (resume, verify, move aside, full
+disk, takeover of an orphaned receiver) and the relay (following a copy that is still
+arriving), plus the ssh argv they are started with."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shlex
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sparkflake.fanout import receive as receive_module
+from sparkflake.fanout.files import inspect_copy, partial_path
+from sparkflake.fanout.receive import MISMATCH, NO_SPACE, OK, receive
+from sparkflake.fanout.relay import CONNECT_FAILED, relay
+from sparkflake.fanout.site import SshOptions
+from sparkflake.fanout.ssh import ssh_argv
+
+AGENT = [sys.executable, "-m", "sparkflake.fanout.agent"]
+
+
+def sha(content: bytes) -> str:
+    return hashlib.sha256(content).hexdigest()
+
+
+def run_receive(final: Path, content: bytes, stream: bytes | None = None) -> tuple[list[dict], dict]:
+    replies: list[dict] = []
+    result = receive(final, len(content), sha(content), io.BytesIO(content if stream is None else stream),
+                     replies.append)
+    return replies, result
+
+
+@given(st.binary(max_size=3000), st.data())
+def test_a_resumed_copy_is_byte_identical(tmp_path_factory, content: bytes, data) -> None:
+    final = tmp_path_factory.mktemp("resume") / "archive.tar"
+    cut = data.draw(st.integers(0, len(content)))
+    partial_path(final).write_bytes(content[:cut])
+    replies, result = run_receive(final, content, content[cut:])
+    assert replies == [{"offset": cut}]
+    assert result["status"] == OK and result["received"] == len(content) - cut
+    assert final.read_bytes() == content and not partial_path(final).exists()
+
+
+@given(st.binary(min_size=1, max_size=2000), st.data())
+def test_a_wrong_stream_never_takes_the_final_name(tmp_path_factory, content: bytes, data) -> None:
+    final = tmp_path_factory.mktemp("wrong") / "archive.tar"
+    position = data.draw(st.integers(0, len(content) - 1))
+    corrupted = bytearray(content)
+    corrupted[position] ^= 0x01
+    _, result = run_receive(final, content, bytes(corrupted))
+    assert result["status"] == MISMATCH
+    assert not final.exists() and not partial_path(final).exists()
+    assert Path(result["moved_aside"]).read_bytes() == bytes(corrupted)
+
+
+def test_an_early_end_keeps_the_partial_for_resume(tmp_path: Path) -> None:
+    final = tmp_path / "a.tar"
+    content = os.urandom(5000)
+    _, result = run_receive(final, content, content[:1234])
+    assert result["status"] == "incomplete" and partial_path(final).stat().st_size == 1234
+    replies, result = run_receive(final, content, content[1234:])
+    assert replies == [{"offset": 1234}] and result["status"] == OK
+
+
+def test_existing_copies_are_reused_or_moved_aside(tmp_path: Path) -> None:
+    final = tmp_path / "a.tar"
+    content = os.urandom(4096)
+    final.write_bytes(content)
+    replies, result = run_receive(final, content, b"")
+    assert replies == [{"offset": len(content)}] and result["reused"] is True
+    final.write_bytes(b"something else entirely")
+    replies, result = run_receive(final, content)
+    assert result["status"] == OK and final.read_bytes() == content
+    assert [p.read_bytes() for p in tmp_path.glob("a.tar.mismatch-*")] == [b"something else entirely"]
+    # the read-only inspection reports without moving anything
+    final.write_bytes(b"x" * 4096)
+    state = inspect_copy(final, sha(content), len(content), move_wrong=False)
+    assert state.exists and not state.matches and state.moved_aside is None and final.exists()
+
+
+def test_the_free_space_check_refuses_before_any_byte(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(receive_module, "free_bytes", lambda directory: 10)
+    replies, result = run_receive(tmp_path / "a.tar", os.urandom(100))
+    assert replies[0]["error"] == NO_SPACE and "needs 100 more bytes, 10 free" in replies[0]["message"]
+    assert result["status"] == NO_SPACE and not list(tmp_path.glob("*a.tar*partial"))
+
+
+def test_a_disk_filling_up_mid_copy_leaves_nothing_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "sfk-test-enospc", str(disk)], check=True)
+    try:
+        # the space was there when the copy started; something else took it meanwhile
+        monkeypatch.setattr(receive_module, "free_bytes", lambda directory: 1 << 40)
+        _, result = run_receive(disk / "a.tar", os.urandom(3 << 20))
+        assert result["status"] == NO_SPACE and "no space left on device" in result["message"]
+        assert os.listdir(disk) == [".a.tar.lock"]
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+
+
+def test_a_new_receiver_takes_over_from_an_orphaned_one(tmp_path: Path) -> None:
+    final = tmp_path / "a.tar"
+    content = os.urandom(3 << 20)
+    args = ["receive", "--path", str(final), "--size", str(len(content)), "--sha256", sha(content)]
+    orphan = subprocess.Popen([*AGENT, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert json.loads(orphan.stdout.readline()) == {"offset": 0}
+    orphan.stdin.write(content[: 1 << 20])
+    orphan.stdin.flush()
+    deadline = time.monotonic() + 10
+    while partial_path(final).stat().st_size < 1 << 20:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    # the orphan's connection is gone but it still holds the lock (stdin stays open)
+    successor = subprocess.Popen([*AGENT, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    handshake = json.loads(successor.stdout.readline())
+    assert handshake == {"offset": 1 << 20}
+    assert orphan.wait(timeout=10) != 0
+    successor.stdin.write(content[1 << 20:])
+    successor.stdin.close()
+    assert json.loads(successor.stdout.read().splitlines()[-1])["status"] == OK
+    assert successor.wait() == 0 and final.read_bytes() == content
+
+
+def test_the_relay_forwards_a_copy_while_it_is_still_arriving(tmp_path: Path) -> None:
+    upstream = tmp_path / "rank1" / "a.tar"
+    downstream = tmp_path / "rank2" / "a.tar"
+    upstream.parent.mkdir()
+    content = os.urandom(2 << 20)
+
+    def arrive() -> None:
+        time.sleep(0.3)  # the relay starts before the first byte exists
+        with open(partial_path(upstream), "wb") as sink:
+            for start in range(0, len(content), 256 << 10):
+                sink.write(content[start:start + (256 << 10)])
+                sink.flush()
+                time.sleep(0.05)
+        os.replace(partial_path(upstream), upstream)
+
+    writer = threading.Thread(target=arrive)
+    writer.start()
+    result = relay(upstream, len(content),
+                   [*AGENT, "receive", "--path", str(downstream), "--size", str(len(content)),
+                    "--sha256", sha(content)])
+    writer.join()
+    assert result["status"] == OK and result["sent"] == len(content)
+    assert downstream.read_bytes() == content
+
+
+def test_the_relay_reports_a_receiver_it_cannot_start(tmp_path: Path) -> None:
+    result = relay(tmp_path / "x", 10, [sys.executable, "-c", "import sys; sys.stderr.write('ssh: connect to host "
+                                                             "10.0.0.9 port 22: Connection refused\\n'); sys.exit(255)"])
+    assert result["status"] == CONNECT_FAILED and result["returncode"] == 255
+    assert "Connection refused" in result["stderr"]
+
+
+@given(st.lists(st.text(alphabet=st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)),
+                        max_size=20), min_size=1, max_size=6))
+def test_remote_argv_survives_the_remote_shell(remote: list[str]) -> None:
+    argv = ssh_argv(SshOptions(identity_file="/k", known_hosts_file="/kh", cipher="aes128-gcm@openssh.com"),
+                    "10.0.0.2", remote, bind="10.0.0.1")
+    assert argv[0] == "ssh" and "BatchMode=yes" in argv and argv[argv.index("-b") + 1] == "10.0.0.1"
+    assert argv[-2] == "10.0.0.2"
+    assert shlex.split(argv[-1]) == remote
