@@ -161,10 +161,19 @@ def _prepare_source(site: Site, first: Rank, request: FanoutRequest, record: dic
     began = time.monotonic()
     if request.is_url:
         path = archive_path(first, request.name)
-        reply = run_agent(site, first, ["download", "--url", request.archive, "--path", path,
-                                        "--sha256", request.sha256])
+        deadline = time.monotonic() + request.retry_seconds
+        received = 0
+        attempts = 0
+        while True:
+            attempts += 1
+            reply = run_agent(site, first, ["download", "--url", request.archive, "--path", path,
+                                            "--sha256", request.sha256])
+            received += int((reply.result or {}).get("received", 0) or 0)
+            if (reply.result or {}).get("status") != "incomplete" or time.monotonic() > deadline:
+                break
+            time.sleep(1.0)
         _require_source(first, reply, request)
-        record["bytes_received"] = reply.result["received"]  # type: ignore[index]
+        record.update(bytes_received=received, attempts=attempts)
     else:
         path = request.archive
         reply = run_agent(site, first, ["status", "--path", path, "--sha256", request.sha256])
@@ -190,6 +199,9 @@ def _require_source(first: Rank, reply: AgentReply, request: FanoutRequest) -> N
         raise InputError(f"rank {first.name} ({first.ssh}): cannot reach rank 0: {reply.describe_failure()}; "
                          "nothing transferred")
     status = reply.result.get("status")
+    if status == "incomplete":
+        raise CheckFailed(f"rank {first.name}: {reply.result.get('message')}; gave up after --retry-seconds",
+                          check_id="fanout.download")
     if status == "sha256-mismatch":
         raise CheckFailed(f"rank {first.name}: {reply.result.get('message')}; nothing transferred",
                           check_id="fanout.source-sha256")

@@ -4,6 +4,7 @@ size), hashed in the same pass, published under the final name only when sha256 
 from __future__ import annotations
 
 import hashlib
+import http.client
 import os
 import re
 import time
@@ -15,7 +16,7 @@ from typing import Any
 from ..digest import READ_CHUNK
 from ..errors import InputError
 from .files import fsync_directory, hash_prefix, move_aside, partial_path
-from .receive import MISMATCH, OK
+from .receive import INCOMPLETE, MISMATCH, OK
 
 _CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
 
@@ -46,6 +47,8 @@ def download(url: str, final: Path, sha256: str, *, timeout: float = 60.0) -> di
     except (urllib.error.URLError, OSError) as exc:
         raise InputError(f"{url}: cannot connect: {getattr(exc, 'reason', exc)}") from exc
     received = 0
+    expected_total = None
+    interrupted = False
     if response is not None:
         with response:
             if offset and response.status == 206:
@@ -53,14 +56,24 @@ def download(url: str, final: Path, sha256: str, *, timeout: float = 60.0) -> di
                 if not match or int(match.group(1)) != offset:
                     raise InputError(f"{url}: server answered Range bytes={offset}- with "
                                      f"Content-Range {response.headers.get('Content-Range')!r}")
+                expected_total = None if match.group(3) == "*" else int(match.group(3))
                 hasher = hash_prefix(partial, offset)
                 mode = "ab"
             else:
                 offset = 0  # the server ignored Range: start over
+                length = response.headers.get("Content-Length")
+                expected_total = int(length) if length and length.isdigit() else None
                 hasher = hashlib.sha256()
                 mode = "wb"
             with open(partial, mode) as sink:
-                while chunk := response.read(READ_CHUNK):
+                while True:
+                    try:
+                        chunk = response.read(READ_CHUNK)
+                    except (http.client.IncompleteRead, ConnectionError, TimeoutError):
+                        interrupted = True
+                        break
+                    if not chunk:
+                        break
                     sink.write(chunk)
                     hasher.update(chunk)
                     received += len(chunk)
@@ -68,8 +81,12 @@ def download(url: str, final: Path, sha256: str, *, timeout: float = 60.0) -> di
                 os.fsync(sink.fileno())
     else:
         hasher = hash_prefix(partial, offset)
-    digest = hasher.hexdigest()
     size = offset + received
+    if interrupted or (expected_total is not None and size < expected_total):
+        return {"status": INCOMPLETE, "path": str(final), "size": size, "offset": offset,
+                "received": received, "reused": False, "seconds": round(time.monotonic() - started, 6),
+                "message": f"{url}: connection ended after {size} of {expected_total} bytes; resumable"}
+    digest = hasher.hexdigest()
     result: dict[str, Any] = {"path": str(final), "size": size, "offset": offset,
                               "received": received, "sha256": digest, "reused": False,
                               "seconds": round(time.monotonic() - started, 6)}
