@@ -82,10 +82,9 @@ def setup(work: Path, draft_bytes: int) -> dict:
     tree.mkdir()
     (work / "echo.c").write_text(ECHO_C)
     run(["gcc", "-static", "-O2", "-o", str(tree / "entrypoint"), str(work / "echo.c")])
-    profile_text = (REPO / "profiles" / "glm53-dflash7" / "profile.toml").read_text()
     import tomllib
 
-    labels = tomllib.loads(profile_text)["labels"]
+    labels = tomllib.loads((REPO / "profiles" / "glm53-dflash7" / "profile.toml").read_text())["labels"]
     spec = {"platform": "linux/amd64", "compression": "gzip", "repository": "localhost/bench-launch",
             "tag": "latest", "layers": [{"tree": "tree"}],
             "config": {"Entrypoint": ["/entrypoint"], "Labels": labels}}
@@ -96,13 +95,19 @@ def setup(work: Path, draft_bytes: int) -> dict:
                    "--cgroup-manager", "cgroupfs", "--events-backend", "file", "--runtime", "runc"]
     run(["podman", *podman_args, "load", "-q", "-i", str(work / "out" / "docker-archive.tar")])
     image_id = json.loads((work / "out" / "digests.json").read_text())["config"]
-    # a profile whose contract pins these files
-    parts = profile_text.split("files = []")
-    inline = ["files = [" + ", ".join(f'{{path = "{r["path"]}", sha256 = "{r["sha256"]}", size = {r["size"]}}}'
-                                      for r in rows[k]) + "]" for k in ("target", "draft")]
+    # a profile whose contract pins these files, written by the profile model's serializer
+    import dataclasses
+
+    from sparkflake.profile import CheckpointFile, dump_profile, load_profile
+
+    profile = load_profile(REPO / "profiles" / "glm53-dflash7" / "profile.toml", check_locks=False)
+    checkpoints = {
+        role: dataclasses.replace(profile.checkpoints[role], files=tuple(CheckpointFile(**r) for r in rows[role]))
+        for role in ("target", "draft")
+    }
     profile_dir = work / "profiles" / "glm53-dflash7"
     profile_dir.mkdir(parents=True)
-    (profile_dir / "profile.toml").write_text(parts[0] + inline[0] + parts[1] + inline[1] + parts[2])
+    (profile_dir / "profile.toml").write_text(dump_profile(dataclasses.replace(profile, checkpoints=checkpoints)))
     env_file = work / "runtime.env"
     env_file.write_text(
         "NODE_ADDRESS=127.0.0.1\nMASTER_ADDRESS=127.0.0.1\n"

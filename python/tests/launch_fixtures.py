@@ -67,3 +67,23 @@ def write_env(root: Path, text: str, name: str = "runtime.env") -> Path:
     path = root / name
     path.write_text(text)
     return path
+
+
+def write_bound_profile(directory: Path, name: str, target, draft) -> Path:
+    """A copy of the real profile ``name`` whose checkpoints list ``target``/``draft`` files.
+
+    Written with the profile model's own serializer, into ``directory/profiles/<name>/``.
+    """
+    from sparkflake.profile import CheckpointFile, dump_profile
+
+    profile = load_profile(PROFILES / name / "profile.toml", check_locks=False)
+    checkpoints = dict(profile.checkpoints)
+    for role, rows in (("target", target), ("draft", draft)):
+        if role in checkpoints and rows is not None:
+            checkpoints[role] = dataclasses.replace(
+                checkpoints[role], files=tuple(CheckpointFile(f.path, f.sha256, f.size) for f in rows)
+            )
+    path = directory / "profiles" / name / "profile.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(dump_profile(dataclasses.replace(profile, checkpoints=checkpoints)))
+    return path

@@ -18,7 +18,13 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from launch_fixtures import DRAFT_FILES, PROFILES, TARGET_FILES, real_contract, write_checkpoint
+from launch_fixtures import (
+    DRAFT_FILES,
+    TARGET_FILES,
+    real_contract,
+    write_bound_profile,
+    write_checkpoint,
+)
 from oci_fixtures import free_port
 
 ECHO_C = r"""
@@ -88,21 +94,12 @@ def world(tmp_path_factory):
         # A profile directory whose contract lists the fixture checkpoints' identity files.
         target = write_checkpoint(base / "target", TARGET_FILES)
         draft = write_checkpoint(base / "draft", DRAFT_FILES)
-        text = (PROFILES / "glm53-dflash7" / "profile.toml").read_text()
-        rows = [
-            "files = [" + ", ".join(f'{{path = "{f.path}", sha256 = "{f.sha256}", size = {f.size}}}' for f in files) + "]"
-            for files in (target, draft)
-        ]
-        parts = text.split("files = []")
-        assert len(parts) == 3, "profile layout changed: expected two empty checkpoint file lists"
-        profile_dir = base / "profiles" / "glm53-dflash7"
-        profile_dir.mkdir(parents=True)
-        (profile_dir / "profile.toml").write_text(parts[0] + rows[0] + parts[1] + rows[1] + parts[2])
+        profile_path = write_bound_profile(base, "glm53-dflash7", target, draft)
         yield {
             "base": base,
             "podman": podman,
             "image_id": image_id,
-            "profile": str(profile_dir / "profile.toml"),
+            "profile": str(profile_path),
         }
     finally:
         podman.cleanup()
