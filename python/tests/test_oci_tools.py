@@ -255,3 +255,23 @@ def test_peer_images_from_skopeo_conversions_are_read(built, tmp_path):
             assert ours["digests"]["chain_id"] == built["digests"]["chain_id"]
             for name in ("peer-docker.tar", "peer-oci.tar"):
                 (tmp_path / name).unlink(missing_ok=True)
+
+
+def test_zstd_image_is_read_by_skopeo_and_podman(built, tmp_path, podman_store: PodmanStore):  # noqa: F811
+    spec = json.loads((built["root"] / "spec.json").read_text())
+    spec["compression"] = "zstd"
+    spec_path = built["root"] / "spec-zstd.json"
+    spec_path.write_text(json.dumps(spec))
+    out = tmp_path / "zstd-out"
+    cache = str(built["root"] / "cache")
+    assert cli_main(["image", "build", str(spec_path), "-o", str(out), "--cache", cache]) == 0
+    digests = json.loads((out / "digests.json").read_text())
+    assert digests["layers"][0]["media_type"].endswith("tar+zstd")
+    # the same trees give the same diffIDs and chain ID whatever the compression
+    assert digests["chain_id"] == built["digests"]["chain_id"]
+    layout = _skopeo_inspect(f"oci:{out}/oci:latest")
+    assert layout["Digest"] == digests["manifest"]
+    assert podman_store.load(out / "oci-archive.tar") == digests["config"]
+    assert podman_store.load(out / "docker-archive.tar") == digests["config"]
+    docker = _skopeo_inspect(f"docker-archive:{out}/docker-archive.tar")
+    assert docker["Layers"] == [layer["diff_id"] for layer in digests["layers"]]
