@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -127,8 +128,13 @@ def tree_stats(root: Path) -> dict[str, int]:
     return {"files": files, "bytes": size, "files_of_100MB_or_more": big}
 
 
-def timed_child(argv: list[str], **kwargs) -> tuple[float, int, str]:
-    """Wall seconds, peak RSS in bytes, stdout of one child process."""
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed_child(argv: list[str], **kwargs) -> tuple[float, int, str, float]:
+    """Wall seconds, peak RSS in bytes, stdout, CPU seconds of one child process."""
     start = time.perf_counter()
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, **kwargs)
     stdout = process.stdout.read() if process.stdout else b""
@@ -137,7 +143,12 @@ def timed_child(argv: list[str], **kwargs) -> tuple[float, int, str]:
     process.returncode = os.waitstatus_to_exitcode(status)
     if process.returncode != 0:
         raise RuntimeError(f"{argv[:4]} exited {process.returncode}")
-    return elapsed, usage.ru_maxrss * 1024, stdout.decode()
+    return (
+        elapsed,
+        usage.ru_maxrss * 1024,
+        stdout.decode(),
+        usage.ru_utime + usage.ru_stime,
+    )
 
 
 def reference_pipeline(tree: Path, compressor: list[str]) -> tuple[float, str, str]:
@@ -219,18 +230,21 @@ def main() -> int:
         ("gzip", ["gzip", "-n", "-6"]),
         ("zstd", ["zstd", "-3", "-T0", "-q", "-c"]),
     ):
-        ours_times, ref_times = [], []
+        ours_times, ref_times, ours_cpu, ref_cpu = [], [], [], []
         ours_size = ref_size = 0
         for _ in range(args.runs):
             store = Path(tempfile.mkdtemp(prefix="store-", dir=work))
-            seconds, rss, out = timed_child(
+            seconds, rss, out, cpu = timed_child(
                 [python, "-c", _OURS_LAYER, str(tree), str(store), algorithm], env=env
             )
             ours_size = json.loads(out)["size"]
             shutil.rmtree(store)
             ours_times.append(seconds)
+            ours_cpu.append(cpu)
             peak_rss.append(rss)
+            before = children_cpu()
             seconds, _diff, _blob = reference_pipeline(tree, compressor)
+            ref_cpu.append(children_cpu() - before)
             ref_times.append(seconds)
         ref_size = _reference_size(tree, compressor)
         row = {
@@ -239,6 +253,8 @@ def main() -> int:
             "ratio": median(ours_times) / median(ref_times),
             "ours_runs": ours_times,
             "reference_runs": ref_times,
+            "ours_cpu_s": median(ours_cpu),
+            "reference_cpu_s": median(ref_cpu),
             "ours_blob_bytes": ours_size,
             "reference_blob_bytes": ref_size,
         }
@@ -265,21 +281,23 @@ def main() -> int:
             env=env,
             check=True,
         )
-    ours_times, skopeo_times = [], []
+    ours_times, skopeo_times, ours_cpu, skopeo_cpu = [], [], [], []
     for _ in range(args.runs):
         store = Path(tempfile.mkdtemp(prefix="store-", dir=work))
         out = work / "ours-layout"
-        seconds, rss, _ = timed_child(
+        seconds, rss, _, cpu = timed_child(
             [python, "-c", _OURS_LAYOUT, str(tree), str(store), str(out), "gzip"],
             env=env,
         )
         ours_times.append(seconds)
+        ours_cpu.append(cpu)
         peak_rss.append(rss)
         shutil.rmtree(store)
         shutil.rmtree(out)
         target = work / "skopeo-layout"
         shutil.rmtree(target, ignore_errors=True)
         start = time.perf_counter()
+        before = children_cpu()
         subprocess.run(
             [
                 "skopeo",
@@ -294,6 +312,7 @@ def main() -> int:
             check=True,
         )
         skopeo_times.append(time.perf_counter() - start)
+        skopeo_cpu.append(children_cpu() - before)
         shutil.rmtree(target)
     row = {
         "ours_s": median(ours_times),
@@ -301,6 +320,8 @@ def main() -> int:
         "ratio": median(ours_times) / median(skopeo_times),
         "ours_runs": ours_times,
         "skopeo_runs": skopeo_times,
+        "ours_cpu_s": median(ours_cpu),
+        "skopeo_cpu_s": median(skopeo_cpu),
     }
     results["layout_vs_skopeo_copy"] = row
     print(
@@ -342,11 +363,11 @@ def main() -> int:
                 "--cache",
                 str(cache),
             ]
-            seconds, rss, _ = timed_child(cli, env=env)
+            seconds, rss, _, _cpu = timed_child(cli, env=env)
             full_times.append(seconds)
             peak_rss.append(rss)
             victim.write_bytes(original + f"changed {run}\n".encode())
-            seconds, rss, _ = timed_child(cli, env=env)
+            seconds, rss, _, _cpu = timed_child(cli, env=env)
             rebuild_times.append(seconds)
             peak_rss.append(rss)
             victim.write_bytes(original)
