@@ -204,3 +204,30 @@ def test_damaged_archives(image_dir, tmp_path, capsys):
     assert code == 2 and "neither an OCI layout" in err
     code, err = _inspect(tmp_path / "absent", capsys)
     assert code == 2 and "no such file" in err
+
+
+def test_nested_index_picks_linux_arm64(image_dir, tmp_path, capsys):
+    import hashlib
+
+    layout, digests = _copy_layout(image_dir, tmp_path)
+    outer = json.loads((layout / "index.json").read_text())
+    arm64 = dict(outer["manifests"][0])
+    arm64.pop("annotations")
+    amd64 = {**arm64, "platform": {"architecture": "amd64", "os": "linux"}}
+    inner = json.dumps({"schemaVersion": 2, "manifests": [amd64, arm64]}).encode()
+    inner_digest = "sha256:" + hashlib.sha256(inner).hexdigest()
+    _blob(layout, inner_digest).write_bytes(inner)
+    outer["manifests"] = [
+        {
+            "mediaType": "application/vnd.oci.image.index.v1+json",
+            "digest": inner_digest,
+            "size": len(inner),
+            "annotations": {"org.opencontainers.image.ref.name": "multi"},
+        }
+    ]
+    (layout / "index.json").write_text(json.dumps(outer))
+    code = cli_main(["image", "inspect", str(layout), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert report["digests"]["manifest"] == digests["manifest"]
+    assert report["ref_name"] == "multi"
