@@ -202,6 +202,11 @@ def main() -> int:
     parser.add_argument("--small", action="store_true", help="~120 MB tree, quick run")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--work", default="/tmp/sparkflake-bench-oci")
+    parser.add_argument(
+        "--source",
+        default=str(REPO / "python" / "src"),
+        help="the sparkflake source to measure (a snapshot keeps a long run consistent)",
+    )
     args = parser.parse_args()
     work = Path(args.work)
     if args.small:
@@ -211,7 +216,7 @@ def main() -> int:
         tree = work / "tree"
         make_tree(tree, 1200 << 20, 12000, 3, 120 << 20)
     stats = tree_stats(tree)
-    env = {**os.environ, "PYTHONPATH": str(REPO / "python" / "src")}
+    env = {**os.environ, "PYTHONPATH": args.source}
     python = sys.executable
     results: dict[str, object] = {
         "machine": {

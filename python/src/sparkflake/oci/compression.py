@@ -28,6 +28,7 @@ recorded, never on the number of threads, so any machine gives the same blob.
 
 from __future__ import annotations
 
+import threading
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -108,11 +109,22 @@ def gzip_trailer(crc: int, size: int) -> bytes:
     return crc.to_bytes(4, "little") + (size & 0xFFFFFFFF).to_bytes(4, "little")
 
 
+_thread_compressors = threading.local()
+
+
 def zstd_block(block: bytes, level: int) -> bytes:
-    """One block of a block-mode zstd stream: an independent frame with its size."""
-    return zstandard.ZstdCompressor(
-        level=level, threads=0, write_checksum=False, write_content_size=True
-    ).compress(block)
+    """One block of a block-mode zstd stream: an independent frame with its size.
+    Each thread reuses one compressor context (a one-shot compress resets the session,
+    so reuse changes speed, not bytes)."""
+    compressors = getattr(_thread_compressors, "by_level", None)
+    if compressors is None:
+        compressors = _thread_compressors.by_level = {}
+    compressor = compressors.get(level)
+    if compressor is None:
+        compressor = compressors[level] = zstandard.ZstdCompressor(
+            level=level, threads=0, write_checksum=False, write_content_size=True
+        )
+    return compressor.compress(block)
 
 
 class Compressor:

@@ -287,9 +287,10 @@ class _BlockSink:
         if len(buffer) < size:
             return
         start = 0
-        while len(buffer) - start >= size:
-            self._submit(bytes(buffer[start : start + size]), final=False)
-            start += size
+        with memoryview(buffer) as view:  # one copy per block, not two
+            while len(buffer) - start >= size:
+                self._submit(bytes(view[start : start + size]), final=False)
+                start += size
         del buffer[:start]
 
     def finish(self) -> tuple[str, int]:
