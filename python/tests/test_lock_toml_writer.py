@@ -6,7 +6,7 @@ import math
 import tomllib
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from sparkflake import canonical_toml
@@ -38,6 +38,7 @@ documents = st.recursive(
 
 
 @given(documents)
+@example({"0\n": 1, "sub": {"key\n": {"x": [{"y\n": "z\n"}]}}})
 def test_tomllib_reads_back_what_was_written(document: dict) -> None:
     text = canonical_toml.dumps(document)
     assert tomllib.loads(text) == document

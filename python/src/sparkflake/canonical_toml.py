@@ -67,7 +67,7 @@ def quote_string(text: str) -> str:
 def format_key(key: str) -> str:
     if not isinstance(key, str):
         raise TypeError(f"TOML keys are strings, got {type(key).__name__}")
-    return key if _BARE_KEY.match(key) else quote_string(key)
+    return key if _BARE_KEY.fullmatch(key) else quote_string(key)
 
 
 def format_scalar(value: Scalar) -> str:

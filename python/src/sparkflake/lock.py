@@ -115,7 +115,7 @@ def require_str(
 
 def require_match(path: str, value: object, pattern: re.Pattern[str], expected: str) -> str:
     text = require_str(path, value, allow_empty=True)
-    if not pattern.match(text):
+    if not pattern.fullmatch(text):
         raise InvalidField(path, f"expected {expected}, got {describe(text)}")
     return text
 
@@ -471,7 +471,9 @@ class OciPin:
                 f"put digests in index_digest/manifest_digest, not in the reference; got {describe(reference)}",
             )
         repository, tag = _split_oci_tag(reference)
-        if not _OCI_REPOSITORY.match(repository) or (tag is not None and not _OCI_TAG.match(tag)):
+        if not _OCI_REPOSITORY.fullmatch(repository) or (
+            tag is not None and not _OCI_TAG.fullmatch(tag)
+        ):
             raise InvalidField(
                 "reference",
                 f"expected an image reference like registry/name[:tag], got {describe(reference)}",
@@ -678,11 +680,11 @@ def check_keys(
     for key in table:
         if key not in known:
             raise InvalidField(
-                _join(where, key), f"unknown key (expected one of: {', '.join(sorted(known))})"
+                join_path(where, key), f"unknown key (expected one of: {', '.join(sorted(known))})"
             )
     for key in required:
         if key not in table:
-            raise InvalidField(_join(where, key), "missing required key")
+            raise InvalidField(join_path(where, key), "missing required key")
 
 
 def require_table(path: str, value: object) -> Mapping[str, Any]:
@@ -691,8 +693,9 @@ def require_table(path: str, value: object) -> Mapping[str, Any]:
     return value
 
 
-def _join(where: str, key: str) -> str:
-    shown_key = key if re.match(r"^[A-Za-z0-9_-]+$", key) else json.dumps(key, ensure_ascii=False)
+def join_path(where: str, key: str) -> str:
+    """``where.key``; a key that is not bare TOML is shown quoted (JSON escapes)."""
+    shown_key = key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key, ensure_ascii=False)
     return f"{where}.{shown_key}" if where else shown_key
 
 
@@ -705,10 +708,10 @@ def pin_from_dict(table: Mapping[str, Any], where: str = "") -> Pin:
     table = require_table(where or "input", table)
     kind = table.get("kind")
     if kind is None:
-        raise InvalidField(_join(where, "kind"), "missing required key")
+        raise InvalidField(join_path(where, "kind"), "missing required key")
     if not isinstance(kind, str) or kind not in PIN_TYPES:
         raise InvalidField(
-            _join(where, "kind"), f"expected one of {', '.join(KINDS)}, got {describe(kind)}"
+            join_path(where, "kind"), f"expected one of {', '.join(KINDS)}, got {describe(kind)}"
         )
     cls = PIN_TYPES[kind]
     optional = {
@@ -835,7 +838,7 @@ def _pylock_pins(
 ) -> list[WheelPin | SdistPin]:
     check_keys(document, "", ("lock-version", "created-by", "packages"), _PYLOCK_TOP_KEYS)
     lock_version = document["lock-version"]
-    if not isinstance(lock_version, str) or not re.match(r"^1\.[0-9]+$", lock_version):
+    if not isinstance(lock_version, str) or not re.fullmatch(r"1\.[0-9]+", lock_version):
         raise InvalidField("lock-version", f'expected "1.x", got {describe(lock_version)}')
     packages = document["packages"]
     if not isinstance(packages, list):
@@ -849,17 +852,18 @@ def _pylock_pins(
         for unsupported in ("vcs", "directory", "archive"):
             if unsupported in package:
                 raise InvalidField(
-                    _join(where, unsupported),
+                    join_path(where, unsupported),
                     "only index wheels and sdists can be pinned (no file hash for this source)",
                 )
-        name = canonicalize_name(require_str(_join(where, "name"), package["name"]))
+        name = canonicalize_name(require_str(join_path(where, "name"), package["name"]))
         if "version" not in package:
-            raise InvalidField(_join(where, "version"), "missing required key")
-        version = require_str(_join(where, "version"), package["version"])
+            raise InvalidField(join_path(where, "version"), "missing required key")
+        version = require_str(join_path(where, "version"), package["version"])
         wheels_raw = package.get("wheels", [])
         if not isinstance(wheels_raw, list):
             raise InvalidField(
-                _join(where, "wheels"), f"expected an array of tables, got {describe(wheels_raw)}"
+                join_path(where, "wheels"),
+                f"expected an array of tables, got {describe(wheels_raw)}",
             )
         wheels = [
             _pylock_wheel(entry, f"{where}.wheels[{w}]", name, version)
@@ -874,11 +878,11 @@ def _pylock_pins(
             wheels = _best_wheels(wheels, preference)
             if not wheels and sdist is None:
                 raise InvalidField(
-                    _join(where, "wheels"), "no wheel runs on the target and there is no sdist"
+                    join_path(where, "wheels"), "no wheel runs on the target and there is no sdist"
                 )
         elif len(wheels) > 1:
             raise InvalidField(
-                _join(where, "wheels"),
+                join_path(where, "wheels"),
                 f"{len(wheels)} wheels for one package; pass the target's supported tags to choose one",
             )
         pins.extend(wheels)
@@ -906,24 +910,24 @@ def _pylock_file(table: object, where: str) -> tuple[str, str, int, str]:
     check_keys(table, where, ("hashes",), _PYLOCK_FILE_KEYS)
     if "url" not in table:
         raise InvalidField(
-            _join(where, "url"), "missing required key (local paths cannot be pinned)"
+            join_path(where, "url"), "missing required key (local paths cannot be pinned)"
         )
-    url = require_url(_join(where, "url"), table["url"])
+    url = require_url(join_path(where, "url"), table["url"])
     if "size" not in table:
-        raise InvalidField(_join(where, "size"), "missing required key")
-    size = require_size(_join(where, "size"), table["size"])
-    hashes = require_table(_join(where, "hashes"), table["hashes"])
+        raise InvalidField(join_path(where, "size"), "missing required key")
+    size = require_size(join_path(where, "size"), table["size"])
+    hashes = require_table(join_path(where, "hashes"), table["hashes"])
     if "sha256" not in hashes:
-        raise InvalidField(_join(_join(where, "hashes"), "sha256"), "missing required key")
-    sha256 = require_sha256_hex(_join(_join(where, "hashes"), "sha256"), hashes["sha256"])
+        raise InvalidField(join_path(join_path(where, "hashes"), "sha256"), "missing required key")
+    sha256 = require_sha256_hex(join_path(join_path(where, "hashes"), "sha256"), hashes["sha256"])
     for algorithm, value in hashes.items():
-        require_str(_join(_join(where, "hashes"), algorithm), value)
+        require_str(join_path(join_path(where, "hashes"), algorithm), value)
     if "name" in table:
-        filename = require_filename(_join(where, "name"), table["name"])
+        filename = require_filename(join_path(where, "name"), table["name"])
     else:
         filename = url.rsplit("/", 1)[-1].split("#", 1)[0].split("?", 1)[0]
     if "upload-time" in table and not isinstance(table["upload-time"], datetime.datetime):
-        raise InvalidField(_join(where, "upload-time"), "expected a TOML datetime")
+        raise InvalidField(join_path(where, "upload-time"), "expected a TOML datetime")
     return filename, url, size, sha256
 
 
@@ -932,7 +936,9 @@ def _pylock_wheel(table: object, where: str, name: str, version: str) -> WheelPi
     try:
         _dist, _version, _build, tags = parse_wheel_filename(filename)
     except (InvalidWheelFilename, InvalidVersion) as exc:
-        raise InvalidField(_join(where, "name"), f"not a valid wheel file name: {exc}") from None
+        raise InvalidField(
+            join_path(where, "name"), f"not a valid wheel file name: {exc}"
+        ) from None
     try:
         return WheelPin(
             name=name,

@@ -34,6 +34,7 @@ from .lock import (
     Pin,
     check_keys,
     describe,
+    join_path,
     load_lock,
     parse_toml_text,
     read_toml,
@@ -134,8 +135,8 @@ def _require_runtime_value(path: str, value: object) -> RuntimeValue:
 def _require_env_table(path: str, value: object) -> Mapping[str, RuntimeValue]:
     table = _require_mapping(path, value)
     for key, item in table.items():
-        key_path = f"{path}.{key}" if re.match(r"^[A-Za-z0-9_-]+$", key) else f'{path}."{key}"'
-        if not _ENV_KEY.match(key):
+        key_path = join_path(path, key)
+        if not _ENV_KEY.fullmatch(key):
             raise InvalidField(key_path, f"expected an UPPER_SNAKE_CASE key, got {describe(key)}")
         _require_runtime_value(key_path, item)
     return _frozen_mapping(table)
@@ -462,12 +463,12 @@ class Profile:
         if not inputs:
             raise InvalidField("inputs", "expected at least one role")
         for role, input_name in inputs.items():
-            if not _ROLE.match(role):
+            if not _ROLE.fullmatch(role):
                 raise InvalidField(
-                    f"inputs.{role}",
+                    join_path("inputs", role),
                     f"expected a lowercase role name of [a-z0-9_], got {describe(role)}",
                 )
-            require_input_name(f"inputs.{role}", input_name)
+            require_input_name(join_path("inputs", role), input_name)
         _freeze(self, "inputs", _frozen_mapping(inputs))
 
         for key, cls in (
@@ -502,8 +503,8 @@ class Profile:
 
         labels = _require_mapping("labels", self.labels)
         for key, value in labels.items():
-            shown = f'labels."{key}"'
-            if not _LABEL_KEY.match(key):
+            shown = join_path("labels", key)
+            if not _LABEL_KEY.fullmatch(key):
                 raise InvalidField(
                     shown,
                     f"expected a reverse-DNS label key like org.opencontainers.image.title, got {describe(key)}",
@@ -769,13 +770,13 @@ def profile_path(
     text = os.fspath(name_or_path)
     candidate = Path(text)
     looks_like_path = "/" in text or text.endswith(".toml") or text in (".", "..")
-    if looks_like_path or (not _PROFILE_NAME.match(text) and candidate.exists()):
+    if looks_like_path or (not _PROFILE_NAME.fullmatch(text) and candidate.exists()):
         if candidate.is_dir():
             candidate = candidate / PROFILE_FILE
         if not candidate.is_file():
             raise InputError(f"{text}: no such profile file")
         return candidate
-    if not _PROFILE_NAME.match(text):
+    if not _PROFILE_NAME.fullmatch(text):
         raise InputError(f"{text!r}: not a profile name ([a-z0-9-]) nor a path to a profile.toml")
     directory = Path(profiles_dir) if profiles_dir is not None else find_profiles_dir()
     path = directory / text / PROFILE_FILE
