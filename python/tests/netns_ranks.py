@@ -1,12 +1,14 @@
 """Four (or N) ranks on this machine: network namespaces chained by veth pairs, each with its
 own sshd on its own addresses. Traffic stays inside namespaces this fixture creates.
 
-Addresses (a private range this fixture owns):
-- management: a bridge ``sfkbr0`` in the root namespace at 10.231.200.1/24; rank i has
-  10.231.200.(10+i) on its ``mgmt0`` veth. The controller (the test process) reaches every
-  rank's sshd here; a registry started by a test can listen on 10.231.200.1.
-- fabric: link i joins rank i and rank i+1 with 10.231.(i+1).1/30 (rank i, device ``fNa``)
-  and 10.231.(i+1).2/30 (rank i+1, device ``fNb``).
+Addresses (private ranges this fixture owns; S is the instance slot, 0..7, so that two
+runs on one machine never share a name or a subnet):
+- management: a bridge ``sfkbrS`` in the root namespace at 10.231.(200+S).1/24; rank i
+  has 10.231.(200+S).(10+i) on its ``mgmt0`` veth. The controller (the test process)
+  reaches every rank's sshd here; a server started by a test can listen on the bridge
+  address (``mgmt_gateway``).
+- fabric: link i joins rank i and rank i+1 with 10.(232+S).(i+1).1/30 (rank i, device
+  ``fNa``) and 10.(232+S).(i+1).2/30 (rank i+1, device ``fNb``).
 
 ``NetnsRanks`` is usable from tests (the session fixture ``netns_ranks``) and from
 ``bench/bench_fanout.py``. ``close()`` always kills the sshd processes it started, every
@@ -16,6 +18,7 @@ process left inside its namespaces, and removes the namespaces and the bridge.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import signal
@@ -31,28 +34,35 @@ import pytest
 
 from sparkflake.fanout.site import Link, Rank, Site, SshOptions, dump_site
 
-PREFIX = "sfk-r"
-BRIDGE = "sfkbr0"
-MGMT_GATEWAY = "10.231.200.1"
 AGENT = (sys.executable, "-m", "sparkflake.fanout.agent")
+INSTANCES = 8  # concurrent fixtures (e.g. a CI run beside a developer's run) get distinct slots
 
 
 def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(list(argv), check=check, capture_output=True, text=True)
 
 
-def mgmt_address(index: int) -> str:
-    return f"10.231.200.{10 + index}"
-
-
-def fabric_address(link_index: int, side: int) -> str:
-    return f"10.231.{link_index + 1}.{side + 1}"
+def _claim_slot() -> tuple[int, int]:
+    """A free instance slot, held by an flock for the fixture's lifetime; a crashed run's
+    leftovers in that slot are removed by the next holder."""
+    Path("/run/sparkflake-test").mkdir(parents=True, exist_ok=True)
+    for slot in range(INSTANCES):
+        fd = os.open(f"/run/sparkflake-test/netns-{slot}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return slot, fd
+        except BlockingIOError:
+            os.close(fd)
+    raise RuntimeError(f"all {INSTANCES} netns fixture slots are in use")
 
 
 class NetnsRanks:
     def __init__(self, root: Path, count: int = 4) -> None:
         self.root = Path(root)
         self.count = count
+        self.slot, self._slot_lock = _claim_slot()
+        self.bridge = f"sfkbr{self.slot}"
+        self.mgmt_gateway = f"10.231.{200 + self.slot}.1"
         self.sshd: dict[int, subprocess.Popen[bytes]] = {}
         self.key = self.root / "client_key"
         # podman refuses a runroot path longer than 50 characters
@@ -61,7 +71,16 @@ class NetnsRanks:
 
     # ---- lifecycle -------------------------------------------------------------------
     def namespace(self, index: int) -> str:
-        return f"{PREFIX}{index}"
+        return f"sfk{self.slot}-r{index}"
+
+    def mgmt_address(self, index: int) -> str:
+        return f"10.231.{200 + self.slot}.{10 + index}"
+
+    def fabric_address(self, link_index: int, side: int) -> str:
+        return f"10.{232 + self.slot}.{link_index + 1}.{side + 1}"
+
+    def _root_veth(self, index: int) -> str:
+        return f"sfk{self.slot}m{index}"
 
     def start(self) -> NetnsRanks:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -85,34 +104,37 @@ class NetnsRanks:
             self._kill_namespace_processes(index)
         self._remove_network()
         shutil.rmtree(self.runroot, ignore_errors=True)
+        if self._slot_lock is not None:
+            os.close(self._slot_lock)
+            self._slot_lock = None
 
     def _make_network(self) -> None:
-        _run("ip", "link", "add", BRIDGE, "type", "bridge")
-        _run("ip", "addr", "add", f"{MGMT_GATEWAY}/24", "dev", BRIDGE)
-        _run("ip", "link", "set", BRIDGE, "up")
+        _run("ip", "link", "add", self.bridge, "type", "bridge")
+        _run("ip", "addr", "add", f"{self.mgmt_gateway}/24", "dev", self.bridge)
+        _run("ip", "link", "set", self.bridge, "up")
         for index in range(self.count):
             ns = self.namespace(index)
             _run("ip", "netns", "add", ns)
             _run("ip", "-n", ns, "link", "set", "lo", "up")
-            root_side = f"sfkm{index}"
+            root_side = self._root_veth(index)
             _run("ip", "link", "add", root_side, "type", "veth", "peer", "name", "mgmt0", "netns", ns)
-            _run("ip", "link", "set", root_side, "master", BRIDGE)
+            _run("ip", "link", "set", root_side, "master", self.bridge)
             _run("ip", "link", "set", root_side, "up")
-            _run("ip", "-n", ns, "addr", "add", f"{mgmt_address(index)}/24", "dev", "mgmt0")
+            _run("ip", "-n", ns, "addr", "add", f"{self.mgmt_address(index)}/24", "dev", "mgmt0")
             _run("ip", "-n", ns, "link", "set", "mgmt0", "up")
         for link in range(self.count - 1):
             left, right = self.namespace(link), self.namespace(link + 1)
             _run("ip", "-n", left, "link", "add", f"f{link}a", "type", "veth", "peer", "name", f"f{link}b", "netns", right)
-            _run("ip", "-n", left, "addr", "add", f"{fabric_address(link, 0)}/30", "dev", f"f{link}a")
-            _run("ip", "-n", right, "addr", "add", f"{fabric_address(link, 1)}/30", "dev", f"f{link}b")
+            _run("ip", "-n", left, "addr", "add", f"{self.fabric_address(link, 0)}/30", "dev", f"f{link}a")
+            _run("ip", "-n", right, "addr", "add", f"{self.fabric_address(link, 1)}/30", "dev", f"f{link}b")
             _run("ip", "-n", left, "link", "set", f"f{link}a", "up")
             _run("ip", "-n", right, "link", "set", f"f{link}b", "up")
 
     def _remove_network(self) -> None:
         for index in range(self.count):
             _run("ip", "netns", "del", self.namespace(index), check=False)
-            _run("ip", "link", "del", f"sfkm{index}", check=False)
-        _run("ip", "link", "del", BRIDGE, check=False)
+            _run("ip", "link", "del", self._root_veth(index), check=False)
+        _run("ip", "link", "del", self.bridge, check=False)
 
     def _kill_namespace_processes(self, index: int) -> None:
         listed = _run("ip", "netns", "pids", self.namespace(index), check=False)
@@ -136,11 +158,11 @@ class NetnsRanks:
         return self.rank_dir(index) / "data"
 
     def addresses(self, index: int) -> list[str]:
-        found = [mgmt_address(index)]
+        found = [self.mgmt_address(index)]
         if index > 0:
-            found.append(fabric_address(index - 1, 1))
+            found.append(self.fabric_address(index - 1, 1))
         if index < self.count - 1:
-            found.append(fabric_address(index, 0))
+            found.append(self.fabric_address(index, 0))
         return found
 
     def start_sshd(self, index: int) -> None:
@@ -179,7 +201,7 @@ class NetnsRanks:
         while True:
             with socket.socket() as probe:
                 probe.settimeout(0.5)
-                if probe.connect_ex((mgmt_address(index), 22)) == 0:
+                if probe.connect_ex((self.mgmt_address(index), 22)) == 0:
                     return
             if process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"sshd for rank {index} did not start: see {self.rank_dir(index) / 'sshd.log'}")
@@ -236,15 +258,15 @@ class NetnsRanks:
         for index in range(self.count):
             fabric = {}
             if index > 0:
-                fabric[f"l{index - 1}{index}"] = fabric_address(index - 1, 1)
+                fabric[f"l{index - 1}{index}"] = self.fabric_address(index - 1, 1)
             if index < self.count - 1:
-                fabric[f"l{index}{index + 1}"] = fabric_address(index, 0)
+                fabric[f"l{index}{index + 1}"] = self.fabric_address(index, 0)
             podman = self.rank_dir(index) / "podman"
             ranks.append(
                 Rank(
                     name=f"rank{index}",
-                    ssh=f"root@{mgmt_address(index)}",
-                    management=mgmt_address(index),
+                    ssh=f"root@{self.mgmt_address(index)}",
+                    management=self.mgmt_address(index),
                     data_dir=str(data_dirs.get(index, self.data_dir(index))),
                     fabric=fabric,
                     engine_args=(

@@ -14,13 +14,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from netns_ranks import MGMT_GATEWAY, NetnsRanks
+from netns_ranks import NetnsRanks
 
 
 class FlakyRangeServer:
     """Serves one file; the first full GET is cut off halfway, Range requests are honoured."""
 
-    def __init__(self, content: bytes) -> None:
+    def __init__(self, content: bytes, address: str) -> None:
         self.content = content
         self.requests: list[str | None] = []
         served = self
@@ -51,8 +51,8 @@ class FlakyRangeServer:
                     return
                 self.wfile.write(served.content)
 
-        self.server = ThreadingHTTPServer((MGMT_GATEWAY, 0), Handler)
-        self.url = f"http://{MGMT_GATEWAY}:{self.server.server_address[1]}/glm53.tar"
+        self.server = ThreadingHTTPServer((address, 0), Handler)
+        self.url = f"http://{address}:{self.server.server_address[1]}/glm53.tar"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def close(self) -> None:
@@ -62,7 +62,7 @@ class FlakyRangeServer:
 
 @pytest.fixture
 def flaky_server(netns_ranks: NetnsRanks) -> Iterator[FlakyRangeServer]:
-    served = FlakyRangeServer(os.urandom(6 << 20))
+    served = FlakyRangeServer(os.urandom(6 << 20), netns_ranks.mgmt_gateway)
     try:
         yield served
     finally:

@@ -9,30 +9,31 @@ import subprocess
 import sys
 from pathlib import Path
 
-from netns_ranks import MGMT_GATEWAY, NetnsRanks
+from netns_ranks import NetnsRanks
 from test_registry import build_image, free_port, start_registry
 
 
 def test_publish_then_every_rank_pulls_by_digest(netns_ranks: NetnsRanks, tmp_path: Path) -> None:
+    gateway = netns_ranks.mgmt_gateway
     certificate, key = tmp_path / "registry.crt", tmp_path / "registry.key"
     subprocess.run(
         ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
          "-keyout", str(key), "-out", str(certificate), "-days", "1", "-subj", "/CN=sparkflake-test-registry",
-         "-addext", f"subjectAltName=IP:{MGMT_GATEWAY}"],
+         "-addext", f"subjectAltName=IP:{gateway}"],
         check=True, capture_output=True,
     )
     port = free_port()
-    registry = start_registry(tmp_path, MGMT_GATEWAY, port, tls=(certificate, key))
+    registry = start_registry(tmp_path, gateway, port, tls=(certificate, key))
     try:
         digests = build_image(tmp_path / "image", seed=21)
         published = subprocess.run(
             [sys.executable, "-m", "sparkflake.cli", "publish", str(tmp_path / "image" / "out"),
-             f"{MGMT_GATEWAY}:{port}/sparkflake/glm53:r8", "--ca-file", str(certificate), "--json"],
+             f"{gateway}:{port}/sparkflake/glm53:r8", "--ca-file", str(certificate), "--json"],
             capture_output=True, text=True,
         )
         assert published.returncode == 0, published.stderr
         pinned = json.loads(published.stdout)["pinned"]
-        assert pinned == f"{MGMT_GATEWAY}:{port}/sparkflake/glm53@{digests['manifest']}"
+        assert pinned == f"{gateway}:{port}/sparkflake/glm53@{digests['manifest']}"
 
         site = netns_ranks.write_site(tmp_path / "site.toml")
         done = subprocess.run(
