@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import random
+import resource
 import shutil
 import statistics
 import subprocess
@@ -63,12 +64,8 @@ class TreeShape:
         )
 
 
-FULL = TreeShape(
-    small_files=10_000, small_max_bytes=64 << 10, large_files=7, large_bytes=100 << 20
-)
-SMALL = TreeShape(
-    small_files=1_000, small_max_bytes=64 << 10, large_files=1, large_bytes=20 << 20
-)
+FULL = TreeShape(small_files=10_000, small_max_bytes=64 << 10, large_files=7, large_bytes=100 << 20)
+SMALL = TreeShape(small_files=1_000, small_max_bytes=64 << 10, large_files=1, large_bytes=20 << 20)
 
 
 def make_tree(shape: TreeShape) -> Path:
@@ -115,48 +112,57 @@ def tree_stats(root: Path) -> tuple[int, int]:
     return files, total
 
 
-def run_timed(
-    argv: list[str], *, env: dict[str, str] | None = None
-) -> tuple[float, str]:
+@dataclass(frozen=True)
+class Measurement:
+    wall_s: float
+    cpu_s: float  # user + system time of the work: steadier than wall time on a busy host
+    printed: str
+
+
+def _cpu(who: int) -> float:
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_timed(argv: list[str], *, env: dict[str, str] | None = None) -> Measurement:
+    cpu_before = _cpu(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     completed = subprocess.run(
-        argv,
-        check=True,
-        capture_output=True,
-        text=True,
-        env={**os.environ, **(env or {})},
+        argv, check=True, capture_output=True, text=True, env={**os.environ, **(env or {})}
     )
-    return time.perf_counter() - started, completed.stdout.strip()
+    wall = time.perf_counter() - started
+    cpu = _cpu(resource.RUSAGE_CHILDREN) - cpu_before
+    return Measurement(wall, cpu, completed.stdout.strip())
 
 
-def git_write_tree(root: Path, object_format: str) -> tuple[float, str]:
-    """`git init` a fresh repository outside the tree, then time `add -A` + `write-tree`
-    (the init is timed too; it takes a few milliseconds)."""
+def git_write_tree(root: Path, object_format: str) -> Measurement:
+    """`git init` a fresh repository outside the tree, then `add -A` + `write-tree`; all
+    three are timed (the init takes a few milliseconds)."""
     with tempfile.TemporaryDirectory(prefix="bench-git-") as scratch:
-        git = [
-            "git",
-            *GIT_SETTINGS,
-            f"--git-dir={scratch}/repo.git",
-            f"--work-tree={root}",
-        ]
+        git = ["git", *GIT_SETTINGS, f"--git-dir={scratch}/repo.git", f"--work-tree={root}"]
         env = {**os.environ, **GIT_ENV}
+        cpu_before = _cpu(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
-        subprocess.run(
-            [*git, "init", "-q", f"--object-format={object_format}"],
-            check=True,
-            env=env,
-        )
+        init = [*git, "init", "-q", f"--object-format={object_format}"]
+        subprocess.run(init, check=True, env=env)
         subprocess.run([*git, "add", "-A"], check=True, env=env)
         tree = subprocess.run(
             [*git, "write-tree"], check=True, capture_output=True, text=True, env=env
         ).stdout.strip()
-        return time.perf_counter() - started, tree
+        wall = time.perf_counter() - started
+        cpu = _cpu(resource.RUSAGE_CHILDREN) - cpu_before
+        return Measurement(wall, cpu, tree)
 
 
-def in_process(function, *args) -> tuple[float, str]:
+def in_process(function, *args) -> Measurement:
+    cpu_before = _cpu(resource.RUSAGE_SELF)
     started = time.perf_counter()
     value = function(*args)
-    return time.perf_counter() - started, str(value)
+    wall = time.perf_counter() - started
+    return Measurement(wall, _cpu(resource.RUSAGE_SELF) - cpu_before, str(value))
+
+
+FAMILIES = (("nar", "nix"), ("git-sha1", "git"), ("git-sha256", "git"))
 
 
 def main() -> int:
@@ -167,105 +173,95 @@ def main() -> int:
     args = parser.parse_args()
     shape = SMALL if args.small else FULL
     runs = args.runs or (3 if args.small else 5)
+    output = args.output or (RESULTS.with_name("digest-small.json") if args.small else RESULTS)
 
     from sparkflake.digest import git_tree_id, nar_hash
 
     print(f"preparing tree {shape.name} under {CACHE} …", flush=True)
     root = make_tree(shape)
     files, total = tree_stats(root)
+    load_at_start = os.getloadavg()
     print(
-        f"tree: {files} files, {total / 1e9:.3f} GB, {os.cpu_count()} CPUs", flush=True
+        f"tree: {files} files, {total / 1e9:.3f} GB; {os.cpu_count()} CPUs, "
+        f"load average {load_at_start[0]:.2f}",
+        flush=True,
     )
 
-    # name -> zero-argument callable giving (seconds, printed value)
+    ours_git = [*SPARKFLAKE, "hash", "path", "--git"]
     contenders = {
         "nar/ours-cli": lambda: run_timed([*SPARKFLAKE, "hash", "path", str(root)]),
         "nar/ours-api": lambda: in_process(lambda: nar_hash(root).sri),
         "nar/nix": lambda: run_timed([*NIX, "hash", "path", str(root)]),
-        "git-sha1/ours-cli": lambda: run_timed(
-            [*SPARKFLAKE, "hash", "path", "--git", str(root)]
-        ),
+        "git-sha1/ours-cli": lambda: run_timed([*ours_git, str(root)]),
         "git-sha1/ours-api": lambda: in_process(git_tree_id, root, "sha1"),
         "git-sha1/git": lambda: git_write_tree(root, "sha1"),
         "git-sha256/ours-cli": lambda: run_timed(
-            [
-                *SPARKFLAKE,
-                "hash",
-                "path",
-                "--git",
-                "--object-format",
-                "sha256",
-                str(root),
-            ]
+            [*ours_git, "--object-format", "sha256", str(root)]
         ),
         "git-sha256/ours-api": lambda: in_process(git_tree_id, root, "sha256"),
         "git-sha256/git": lambda: git_write_tree(root, "sha256"),
     }
-    timings: dict[str, list[float]] = {name: [] for name in contenders}
-    outputs: dict[str, set[str]] = {name: set() for name in contenders}
-    # One untimed round warms the page cache and checks every contender agrees.
-    for name, contender in contenders.items():
-        outputs[name].add(contender()[1])
+    measured: dict[str, list[Measurement]] = {name: [] for name in contenders}
+    # One untimed round warms the page cache; every round checks that all agree.
+    for contender in contenders.values():
+        contender()
     for run in range(runs):
         for name, contender in contenders.items():
-            seconds, printed = contender()
-            timings[name].append(seconds)
-            outputs[name].add(printed)
+            measured[name].append(contender())
         print(f"run {run + 1}/{runs} done", flush=True)
 
     agreement = {}
-    for family, peer in (("nar", "nix"), ("git-sha1", "git"), ("git-sha256", "git")):
-        values = (
-            outputs[f"{family}/ours-cli"]
-            | outputs[f"{family}/ours-api"]
-            | outputs[f"{family}/{peer}"]
-        )
+    for family, peer in FAMILIES:
+        values = {
+            measurement.printed
+            for variant in ("ours-cli", "ours-api", peer)
+            for measurement in measured[f"{family}/{variant}"]
+        }
         agreement[family] = sorted(values)
         if len(values) != 1:
             print(f"MISMATCH in {family}: {sorted(values)}", file=sys.stderr)
             return 1
 
-    medians = {name: statistics.median(values) for name, values in timings.items()}
+    def median(name: str, field: str) -> float:
+        return statistics.median(getattr(m, field) for m in measured[name])
+
     rows = []
-    for family, peer in (("nar", "nix"), ("git-sha1", "git"), ("git-sha256", "git")):
-        peer_median = medians[f"{family}/{peer}"]
+    for family, peer in FAMILIES:
         for variant in ("ours-cli", "ours-api"):
-            ours = medians[f"{family}/{variant}"]
+            ours, theirs = f"{family}/{variant}", f"{family}/{peer}"
             rows.append(
                 {
                     "measure": family,
                     "ours": variant,
                     "peer": peer,
-                    "ours_median_s": round(ours, 4),
-                    "peer_median_s": round(peer_median, 4),
-                    "ratio": round(ours / peer_median, 3),
+                    "ours_wall_s": round(median(ours, "wall_s"), 4),
+                    "peer_wall_s": round(median(theirs, "wall_s"), 4),
+                    "wall_ratio": round(median(ours, "wall_s") / median(theirs, "wall_s"), 3),
+                    "ours_cpu_s": round(median(ours, "cpu_s"), 4),
+                    "peer_cpu_s": round(median(theirs, "cpu_s"), 4),
+                    "cpu_ratio": round(median(ours, "cpu_s") / median(theirs, "cpu_s"), 3),
                 }
             )
 
     print()
     print(
         f"{'measure':<11} {'ours':<9} {'peer':<4} {'ours s':>8} {'peer s':>8} {'ratio':>6}"
+        f" | {'ours cpu':>8} {'peer cpu':>8} {'ratio':>6}"
     )
     for row in rows:
         print(
             f"{row['measure']:<11} {row['ours']:<9} {row['peer']:<4} "
-            f"{row['ours_median_s']:>8.3f} {row['peer_median_s']:>8.3f} {row['ratio']:>6.3f}"
+            f"{row['ours_wall_s']:>8.3f} {row['peer_wall_s']:>8.3f} {row['wall_ratio']:>6.3f}"
+            f" | {row['ours_cpu_s']:>8.3f} {row['peer_cpu_s']:>8.3f} {row['cpu_ratio']:>6.3f}"
         )
     report = {
-        "tree": {
-            "shape": shape.name,
-            "files": files,
-            "bytes": total,
-            "path": str(root),
-        },
+        "tree": {"shape": shape.name, "files": files, "bytes": total, "path": str(root)},
         "runs": runs,
         "cpus": os.cpu_count(),
+        "load_average_at_start": load_at_start,
         "load_average_at_end": os.getloadavg(),
-        "timings_s": {
-            name: [round(value, 4) for value in values]
-            for name, values in timings.items()
-        },
-        "medians_s": {name: round(value, 4) for name, value in medians.items()},
+        "wall_s": {n: [round(m.wall_s, 4) for m in ms] for n, ms in measured.items()},
+        "cpu_s": {n: [round(m.cpu_s, 4) for m in ms] for n, ms in measured.items()},
         "rows": rows,
         "agreed_values": agreement,
         "nix_version": subprocess.run(
@@ -275,11 +271,9 @@ def main() -> int:
             ["git", "--version"], capture_output=True, text=True, check=False
         ).stdout.strip(),
     }
-    if args.output is None:
-        args.output = RESULTS.with_name("digest-small.json") if args.small else RESULTS
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"\nwrote {args.output}")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"\nwrote {output}")
     return 0
 
 
