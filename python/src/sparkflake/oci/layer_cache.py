@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..atomic_write import write_bytes_atomic
+from ..errors import InputError
 from .canonical_json import canonical_json_bytes
 from .layer_tree import ScannedEntry
 from .tar_stream import EntryKind
@@ -103,8 +104,6 @@ class LayerCache:
 
 
 def _hash_host_file(path: str) -> str:
-    from ..errors import InputError
-
     hasher = hashlib.sha256()
     try:
         with open(path, "rb", buffering=0) as handle:
