@@ -27,7 +27,9 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_BAD_INPUT)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole CLI; with ``command`` naming a group module, only that group (importing
+    every group pulls in every stage, which costs more than a quick command's work)."""
     parser = _Parser(
         prog="sparkflake",
         description=(
@@ -38,18 +40,26 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     subparsers.required = True
     package = importlib.import_module(__name__)
-    for module_info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
-        if module_info.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"{__name__}.{module_info.name}")
+    names = sorted(
+        module_info.name
+        for module_info in pkgutil.iter_modules(package.__path__)
+        if not module_info.name.startswith("_")
+    )
+    if command in names:
+        names = [command]
+    for name in names:
+        module = importlib.import_module(f"{__name__}.{name}")
         register = getattr(module, "register", None)
         if register is not None:
             register(subparsers)
+    if command is not None and names == [command] and command not in subparsers.choices:
+        return build_parser()
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(argv[0] if argv else None)
     args = parser.parse_args(argv)
     try:
         return int(args.handler(args) or 0)
