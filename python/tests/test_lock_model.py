@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 import tomllib
 from pathlib import Path
@@ -422,6 +423,12 @@ def test_load_lock_unreadable_files(tmp_path: Path) -> None:
         load_lock(tmp_path / "missing.lock")
     with pytest.raises(InputError, match=r": is a directory, expected a TOML file"):
         load_lock(tmp_path)
+    fifo = tmp_path / "fifo.lock"
+    os.mkfifo(fifo)
+    with pytest.raises(InputError, match=r"fifo\.lock: not a regular file, expected a TOML file"):
+        load_lock(fifo)
+    with pytest.raises(InputError, match=r"null: not a regular file"):
+        load_lock("/dev/null")
 
 
 def test_direct_construction_validates_too() -> None:

@@ -19,10 +19,10 @@ import datetime
 import json
 import os
 import re
+import stat
 import tomllib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields
-from pathlib import Path
 from typing import Any, ClassVar
 
 from packaging import tags as packaging_tags
@@ -637,11 +637,24 @@ def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
     """tomllib with errors that name the file (and line/column for syntax errors)."""
     shown = os.fspath(path)
     try:
-        raw = Path(path).read_bytes()
+        # O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except IsADirectoryError:
         raise InputError(f"{shown}: is a directory, expected a TOML file") from None
     except OSError as exc:
         raise InputError(f"{shown}: cannot read: {exc.strerror or exc}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        if stat.S_ISDIR(mode):
+            raise InputError(f"{shown}: is a directory, expected a TOML file")
+        raise InputError(f"{shown}: not a regular file, expected a TOML file")
+    os.set_blocking(fd, True)
+    with os.fdopen(fd, "rb") as handle:
+        try:
+            raw = handle.read()
+        except OSError as exc:
+            raise InputError(f"{shown}: cannot read: {exc.strerror or exc}") from None
     return parse_toml_text(raw, shown)
 
 
