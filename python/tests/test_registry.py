@@ -376,3 +376,16 @@ def test_registry_answers_on_v2(registry: str) -> None:
     RegistryClient(registry, insecure=True).ping()
     with urllib.request.urlopen(f"http://{registry}/v2/") as response:
         assert response.status == 200
+
+
+def test_iter_blob_streams_and_checks_at_the_end(emulator: Emulator) -> None:
+    client = RegistryClient(emulator.address, insecure=True, credentials=Credentials(*emulator.credentials))
+    descriptor = emulator.add_blob(b"layer bytes " * 50000)
+    streamed = b"".join(client.iter_blob("x", descriptor["digest"], size=descriptor["size"]))
+    assert streamed == emulator.blobs[descriptor["digest"]]
+    emulator.blobs[descriptor["digest"]] = b"L" + streamed[1:]
+    with pytest.raises(CheckFailed, match="registry.blob-digest"):
+        b"".join(client.iter_blob("x", descriptor["digest"]))
+    with pytest.raises(InputError, match="registry.digest"):
+        client.iter_blob("x", "sha256:" + "A" * 64).__next__()
+    assert parse_reference("docker://127.0.0.1:5000/a/b:c").repository == "a/b"

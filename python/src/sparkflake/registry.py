@@ -78,11 +78,13 @@ class Reference:
 
 
 def parse_reference(text: str) -> Reference:
-    remainder, digest = text, None
+    """Parse ``REGISTRY/REPO[:TAG][@sha256:HEX]``; a leading ``docker://`` is accepted."""
+    remainder, digest = text.removeprefix("docker://"), None
     if "@" in remainder:
         remainder, digest = remainder.split("@", 1)
         if not _DIGEST.match(digest):
-            raise InputError(f"{text}: digest: expected sha256: and 64 lowercase hex digits, got {digest!r}")
+            raise InputError(f"{text}: digest: expected sha256: and 64 lowercase hex digits, got {digest!r}",
+                             check_id="registry.digest")
     if "/" not in remainder:
         raise InputError(f"{text}: expected REGISTRY/REPOSITORY[:TAG][@DIGEST]")
     registry, path = remainder.split("/", 1)
@@ -429,6 +431,13 @@ class RegistryClient:
         chunks = list(self._blob_chunks(repository, digest, limit=limit))
         return b"".join(chunks)
 
+    def iter_blob(self, repository: str, digest: str, *, size: int | None = None) -> Iterator[bytes]:
+        """Stream a blob's bytes for a consumer that works in the same pass (decompress,
+        hash); the digest (and ``size``, if given) are checked when the stream ends, and a
+        mismatch raises from the final ``next()``, so a consumer that reads to the end never
+        accepts bad bytes."""
+        return self._blob_chunks(repository, digest, size=size)
+
     def fetch_blob(self, repository: str, digest: str, destination: Path, *, size: int | None = None,
                    progress: Progress | None = None) -> int:
         """Stream a blob to ``destination`` (atomic); nothing lands there unless it verified."""
@@ -622,18 +631,25 @@ class PullResult:
                 "bytes": self.bytes, "layout": self.layout}
 
 
+def resolve_manifest(client: RegistryClient, source: Reference, platform: Platform) -> tuple[Manifest, Manifest]:
+    """(what the reference names, the image manifest for ``platform``): the same object
+    twice when the reference names an image manifest, else the index and its entry."""
+    top = client.get_manifest(source.repository, source.reference)
+    if top.media_type not in INDEX_TYPES:
+        return top, top
+    descriptor = select_platform(top.document(), platform, f"{source}")
+    digest, _, _ = _descriptor(descriptor, f"{source} platform manifest")
+    manifest = client.get_manifest(source.repository, digest)
+    if manifest.media_type in INDEX_TYPES:
+        raise CheckFailed(f"{source}: platform entry {digest} is itself an index", check_id="registry.media-type")
+    return top, manifest
+
+
 def pull_to_layout(client: RegistryClient, source: Reference, layout: Path, platform: Platform,
                    progress: Progress | None = None) -> PullResult:
     """Fetch an image into an OCI layout directory, every byte verified; an index is
     resolved to the platform's manifest. The layout appears atomically."""
-    top = client.get_manifest(source.repository, source.reference)
-    manifest = top
-    if top.media_type in INDEX_TYPES:
-        descriptor = select_platform(top.document(), platform, f"{source}")
-        digest, _, _ = _descriptor(descriptor, f"{source} platform manifest")
-        manifest = client.get_manifest(source.repository, digest)
-        if manifest.media_type in INDEX_TYPES:
-            raise CheckFailed(f"{source}: platform entry {digest} is itself an index")
+    _, manifest = resolve_manifest(client, source, platform)
     blobs = image_blobs(manifest.document(), f"{source} manifest {manifest.digest}")
     total = sum(size for _, _, size in blobs)
     fetched = 0
@@ -672,7 +688,8 @@ def _netloc(host: str, port: int | None) -> str:
 
 def _check_digest(digest: str) -> None:
     if not _DIGEST.match(digest):
-        raise InputError(f"digest: expected sha256: and 64 lowercase hex digits, got {digest!r}")
+        raise InputError(f"digest: expected sha256: and 64 lowercase hex digits, got {digest!r}",
+                         check_id="registry.digest")
 
 
 def _error_detail(response: http.client.HTTPResponse) -> str:
