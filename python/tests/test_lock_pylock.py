@@ -119,6 +119,17 @@ def test_invalid_pylock_names_the_place(tmp_path: Path, old: str, new: str, wher
     assert str(caught.value).startswith(f"{path}: {where}: {problem}")
 
 
+def test_one_distribution_twice_is_refused(tmp_path: Path) -> None:
+    second = SIX[SIX.index("[[packages]]\nname = \"six\""):SIX.index("[[packages]]\nname = \"Torch\"")]
+    path = _write(tmp_path, SIX + "\n" + second.replace('name = "six"', 'name = "Six"'))
+    with pytest.raises(InputError) as caught:
+        read_pylock(path, supported_tags=TARGET.supported_tags())
+    assert str(caught.value) == (
+        f'{path}: packages[2].name: "six" again (first at packages[0]): markers are not evaluated, '
+        "resolve the pylock for one target"
+    )
+
+
 def test_truncated_pylock_names_line_and_column(tmp_path: Path) -> None:
     path = _write(tmp_path, SIX[: SIX.index("wheels = [") + 14])
     with pytest.raises(InputError, match=r"pylock\.toml: invalid TOML: .*\(at line \d+, column \d+"):

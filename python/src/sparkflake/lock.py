@@ -858,6 +858,7 @@ def _pylock_pins(
         raise InvalidField("packages", f"expected an array of tables, got {describe(packages)}")
     preference = {tag: rank for rank, tag in enumerate(supported_tags or ())}
     pins: list[WheelPin | SdistPin] = []
+    first_index: dict[str, int] = {}
     for index, package in enumerate(packages):
         where = f"packages[{index}]"
         package = require_table(where, package)
@@ -869,6 +870,13 @@ def _pylock_pins(
                     "only index wheels and sdists can be pinned (no file hash for this source)",
                 )
         name = canonicalize_name(require_str(join_path(where, "name"), package["name"]))
+        if name in first_index:
+            raise InvalidField(
+                join_path(where, "name"),
+                f"{describe(name)} again (first at packages[{first_index[name]}]): markers are "
+                "not evaluated, resolve the pylock for one target",
+            )
+        first_index[name] = index
         if "version" not in package:
             raise InvalidField(join_path(where, "version"), "missing required key")
         version = require_str(join_path(where, "version"), package["version"])
