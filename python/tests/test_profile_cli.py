@@ -132,3 +132,21 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
         main(["profile", "show"])
     assert caught.value.code == 2
     assert "usage:" in capsys.readouterr().err
+
+
+def test_validate_refuses_a_runtime_key_the_launcher_does_not_know(tmp_path, capsys):
+    import shutil
+
+    from sparkflake.cli import main as cli_main
+    from sparkflake.profile import find_profiles_dir
+
+    source = find_profiles_dir()
+    profiles = tmp_path / "profiles"
+    shutil.copytree(source / "glm53-mtp5", profiles / "glm53-mtp5")
+    shutil.copy(source / "glm53.lock", profiles / "glm53.lock")
+    path = profiles / "glm53-mtp5" / "profile.toml"
+    path.write_text(path.read_text().replace("[runtime]\n", "[runtime]\nMAX_MODEL_LENGTH = 5\n", 1))
+    code = cli_main(["profile", "validate", "glm53-mtp5", "--profiles-dir", str(profiles)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "runtime.MAX_MODEL_LENGTH" in err and "MAX_MODEL_LEN" in err and "Traceback" not in err

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..launch.settings import validate_runtime_table
 from ..profile import (
     check_profiles_distinct,
     dump_profile,
@@ -79,6 +80,10 @@ def run_validate(args: argparse.Namespace) -> int:
         ]
         check_profiles_distinct([profile, *siblings])
         profiles = [profile]
+    for profile in profiles:
+        # the launcher owns the catalog of runtime keys; a profile may only use known keys
+        validate_runtime_table(profile.runtime, f"{profile.path}: runtime")
+        validate_runtime_table(profile.qualified.settings, f"{profile.path}: qualified.settings")
     results = [
         {
             "name": profile.name,
