@@ -3,8 +3,8 @@ own sshd on its own addresses. Traffic stays inside namespaces this fixture crea
 
 Addresses (private ranges this fixture owns; S is the instance slot, 0..7, so that two
 runs on one machine never share a name or a subnet):
-- management: a bridge ``sfkbrS`` in the root namespace at 10.231.(200+S).1/24; rank i
-  has 10.231.(200+S).(10+i) on its ``mgmt0`` veth. The controller (the test process)
+- management: a bridge ``sfkmbS`` in the root namespace at 10.231.(210+S).1/24; rank i
+  has 10.231.(210+S).(10+i) on its ``mgmt0`` veth. The controller (the test process)
   reaches every rank's sshd here; a server started by a test can listen on the bridge
   address (``mgmt_gateway``).
 - fabric: link i joins rank i and rank i+1 with 10.(232+S).(i+1).1/30 (rank i, device
@@ -39,7 +39,10 @@ INSTANCES = 8  # concurrent fixtures (e.g. a CI run beside a developer's run) ge
 
 
 def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(list(argv), check=check, capture_output=True, text=True)
+    completed = subprocess.run(list(argv), capture_output=True, text=True)
+    if check and completed.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)}: exit {completed.returncode}: {completed.stderr.strip()}")
+    return completed
 
 
 def _claim_slot() -> tuple[int, int]:
@@ -61,8 +64,8 @@ class NetnsRanks:
         self.root = Path(root)
         self.count = count
         self.slot, self._slot_lock = _claim_slot()
-        self.bridge = f"sfkbr{self.slot}"
-        self.mgmt_gateway = f"10.231.{200 + self.slot}.1"
+        self.bridge = f"sfkmb{self.slot}"
+        self.mgmt_gateway = f"10.231.{210 + self.slot}.1"
         self.sshd: dict[int, subprocess.Popen[bytes]] = {}
         self.key = self.root / "client_key"
         # podman refuses a runroot path longer than 50 characters
@@ -74,7 +77,7 @@ class NetnsRanks:
         return f"sfk{self.slot}-r{index}"
 
     def mgmt_address(self, index: int) -> str:
-        return f"10.231.{200 + self.slot}.{10 + index}"
+        return f"10.231.{210 + self.slot}.{10 + index}"
 
     def fabric_address(self, link_index: int, side: int) -> str:
         return f"10.{232 + self.slot}.{link_index + 1}.{side + 1}"
