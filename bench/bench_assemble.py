@@ -27,8 +27,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "python" / "src"))
 
 from sparkflake.compose.locked_inputs import (
-    load_record_waivers,
-    waivers_path_for,
+    AssemblyPolicy,
+    load_policy,
+    policy_path_for,
     wheel_inputs,
 )
 from sparkflake.compose.python_env import WheelInput, assemble_python_env
@@ -46,10 +47,10 @@ def count_files(root: Path) -> tuple[int, int]:
     return files, size
 
 
-def run_ours(wheels: list[WheelInput], scratch: Path, waivers) -> tuple[float, int, int]:
+def run_ours(wheels: list[WheelInput], scratch: Path, policy: AssemblyPolicy) -> tuple[float, int, int]:
     output = scratch / "ours"
     started = time.perf_counter()
-    assemble_python_env(wheels, output, waivers=waivers)
+    assemble_python_env(wheels, output, waivers=policy.waivers, collisions=policy.collisions)
     elapsed = time.perf_counter() - started
     files, size = count_files(output)
     shutil.rmtree(output)
@@ -93,14 +94,14 @@ def main() -> int:
     wheels = wheel_inputs(lock, cache)
     if args.small:
         wheels = [w for w in wheels if w.path.stat().st_size < 20_000_000]
-    waivers = load_record_waivers(waivers_path_for(lock_path), lock)
+    policy = load_policy(policy_path_for(lock_path), lock)
     wheel_bytes = sum(w.path.stat().st_size for w in wheels)
     ours, pip = [], []
     trees = {}
     with tempfile.TemporaryDirectory(prefix="bench-assemble-", dir=os.environ.get("BENCH_TMP")) as scratch_name:
         scratch = Path(scratch_name)
         for run in range(args.runs):
-            seconds, files, size = run_ours(wheels, scratch, waivers)
+            seconds, files, size = run_ours(wheels, scratch, policy)
             ours.append(seconds)
             trees["ours"] = {"files": files, "bytes": size}
             seconds, files, size = run_pip(wheels, scratch)

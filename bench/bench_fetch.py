@@ -34,7 +34,7 @@ from sparkflake.resolve.target import Target
 def choose(target_bytes: int) -> list[Artifact]:
     lock = load_lock(REPO / "profiles" / "glm53.lock")
     wheels = sorted(
-        (pin for pin in lock.of_kind("wheel") if pin.name != "torch" and pin.size <= 400_000_000),
+        (pin for pin in lock.of_kind("wheel") if pin.name != "torch" and pin.size <= target_bytes // 3),
         key=lambda pin: (-pin.size, pin.name),
     )
     chosen: list[Artifact] = []

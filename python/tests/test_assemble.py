@@ -4,6 +4,7 @@ and leaves nothing behind."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 from pathlib import Path
@@ -22,12 +23,20 @@ from input_fixtures import (
 from sparkflake.compose.debian_base import DebInput, assemble_base
 from sparkflake.compose.elf import check_machine, iter_elf_files
 from sparkflake.compose.ld_so_cache import parse_cache
-from sparkflake.compose.python_env import WheelInput, assemble_python_env
+from sparkflake.compose.locked_inputs import load_policy, policy_path_for
+from sparkflake.compose.python_env import (
+    CollisionRule,
+    RecordWaiver,
+    WheelInput,
+    assemble_python_env,
+)
 from sparkflake.compose.tree_paths import image_path
 from sparkflake.digest import nar_hash
 from sparkflake.errors import CheckFailed
+from sparkflake.lock import load_lock
 
 MULTIARCH = "usr/lib/aarch64-linux-gnu"
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _deb_input(deb) -> DebInput:  # noqa: ANN001 (fixture record)
@@ -343,3 +352,59 @@ def test_member_disagreeing_with_md5sums(tmp_path: Path) -> None:
     subprocess.run(["dpkg-deb", "--root-owner-group", "--build", str(tree), str(deb.path)], check=True, capture_output=True)
     out = tmp_path / "base"
     _refused(lambda: assemble_base([_deb_input(deb)], out), r"rotten .*/usr/share/rotten/data is corrupt", out)
+
+
+def test_collision_rule_keeps_the_named_wheel(tmp_path: Path) -> None:
+    first = make_wheel(tmp_path, "first", "1.0", files={"common/data.txt": b"first\n", "junk.py": b"a"})
+    second = make_wheel(tmp_path, "second", "1.0", files={"common/data.txt": b"second\n", "junk.py": b"b"})
+    site = "/opt/venv/lib/python3.11/site-packages"
+    rules = (
+        CollisionRule(f"{site}/common/data.txt", keep=second.filename, drop=(first.filename,), reason="test"),
+        CollisionRule(f"{site}/junk.py", keep=None, drop=(first.filename, second.filename)),
+    )
+    manifest = assemble_python_env([_wheel_input(first), _wheel_input(second)], tmp_path / "env", collisions=rules)
+    assert (tmp_path / f"env{site}/common/data.txt").read_bytes() == b"second\n"
+    assert not (tmp_path / f"env{site}/junk.py").exists()
+    assert manifest.owners[f"{site}/common/data.txt"] == second.filename
+    assert [c["path"] for c in manifest.collisions] == [f"{site}/common/data.txt", f"{site}/junk.py"]
+    stale = (CollisionRule(f"{site}/other.txt", keep=first.filename, drop=(second.filename,)),)
+    out = tmp_path / "stale"
+    _refused(
+        lambda: assemble_python_env([_wheel_input(first), _wheel_input(second)], out, collisions=rules + stale),
+        r"collision rule for .*/other.txt names .* but none of them wrote it",
+        out,
+    )
+
+
+def test_record_waiver_accepts_exact_bytes_only(tmp_path: Path) -> None:
+    content = b"print('real')\n"
+    wheel = make_wheel(
+        tmp_path,
+        "liar",
+        "1.0",
+        files={"liar/__init__.py": content},
+        record_override={"liar/__init__.py": "liar/__init__.py,sha256=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA,3"},
+    )
+    exact = RecordWaiver(wheel.filename, wheel.sha256, "liar/__init__.py", hashlib.sha256(content).hexdigest(), len(content))
+    manifest = assemble_python_env([_wheel_input(wheel)], tmp_path / "env", waivers=(exact,), workers=1)
+    assert manifest.waived[0]["path"] == "liar/__init__.py"
+    record = (tmp_path / "env/opt/venv/lib/python3.11/site-packages/liar-1.0.dist-info/RECORD").read_text()
+    assert "AAAAAAAA" not in record  # the installed RECORD describes the installed bytes
+    other = RecordWaiver(wheel.filename, wheel.sha256, "liar/__init__.py", "0" * 64, len(content))
+    out = tmp_path / "refused"
+    _refused(lambda: assemble_python_env([_wheel_input(wheel)], out, waivers=(other,), workers=1), r"the waiver expects sha256 0{64}", out)
+
+
+def test_policy_file_is_bound_to_the_lock(tmp_path: Path) -> None:
+    lock = load_lock(REPO / "profiles" / "glm53.lock")
+    policy = load_policy(policy_path_for(REPO / "profiles" / "glm53.lock"), lock)
+    assert {w.path.rsplit("/", 1)[-1] for w in policy.waivers} == {
+        "PyNvVideoCodec_121.cpython-311-aarch64-linux-gnu.so",
+        "PyNvVideoCodec_130.cpython-311-aarch64-linux-gnu.so",
+    }
+    assert any(rule.keep and rule.keep.startswith("b12x-") for rule in policy.collisions)
+    text = policy_path_for(REPO / "profiles" / "glm53.lock").read_text()
+    moved = tmp_path / "glm53.assembly-policy.toml"
+    moved.write_text(text.replace(policy.waivers[0].wheel_sha256, "1" * 64, 1))
+    with pytest.raises(CheckFailed, match="a waiver never carries over to other bytes"):
+        load_policy(moved, lock)

@@ -9,8 +9,8 @@ from pathlib import Path
 from ..compose.locked_inputs import (
     assemble_base_from_lock,
     assemble_env_from_lock,
-    load_record_waivers,
-    waivers_path_for,
+    load_policy,
+    policy_path_for,
 )
 from ..fetch import BlobCache
 from ..resolve.profile_lock import default_cache, load_profile_lock, profile_from_arg
@@ -58,9 +58,9 @@ def run(args: argparse.Namespace) -> int:
         }
     if args.only in (None, "python"):
         started = time.monotonic()
-        waivers = load_record_waivers(waivers_path_for(profile.lock_paths()[0]), lock)
+        policy = load_policy(policy_path_for(profile.lock_paths()[0]), lock)
         env = assemble_env_from_lock(
-            lock, cache, output / "python", workers=args.jobs, progress=Progress("python"), waivers=waivers
+            lock, cache, output / "python", workers=args.jobs, progress=Progress("python"), policy=policy
         )
         result["python"] = {
             "path": str(output / "python"),
@@ -70,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
             "elf_files": env.elf_files,
             "identical_shared_paths": len(env.shared_identical),
             "record_waivers_used": env.waived,
+            "collision_rules_used": env.collisions,
             "seconds": round(time.monotonic() - started, 3),
         }
     if args.json:

@@ -10,6 +10,7 @@ import os
 import re
 import tomllib
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import CheckFailed, InputError
@@ -17,30 +18,68 @@ from ..fetch import Artifact, BlobCache
 from ..lock import Lock
 from ..resolve.target import DEBIAN_BOOKWORM_ARM64, Target
 from .debian_base import BaseManifest, DebInput, assemble_base
-from .python_env import DEFAULT_PREFIX, EnvManifest, RecordWaiver, WheelInput, assemble_python_env
+from .python_env import (
+    DEFAULT_PREFIX,
+    CollisionRule,
+    EnvManifest,
+    RecordWaiver,
+    WheelInput,
+    assemble_python_env,
+)
 
 ProgressCallback = Callable[[int, int, str], None]
 
 
-def waivers_path_for(lock_path: str | os.PathLike[str]) -> Path:
-    """``profiles/glm53.lock`` → ``profiles/glm53.record-waivers.toml``."""
+def policy_path_for(lock_path: str | os.PathLike[str]) -> Path:
+    """``profiles/glm53.lock`` → ``profiles/glm53.assembly-policy.toml``."""
     path = Path(lock_path)
-    return path.with_name(path.stem + ".record-waivers.toml")
+    return path.with_name(path.stem + ".assembly-policy.toml")
 
 
-def load_record_waivers(path: str | os.PathLike[str], lock: Lock) -> tuple[RecordWaiver, ...]:
-    """Waivers for upstream RECORD defects; each bound to a locked wheel by its sha256."""
+@dataclass(frozen=True)
+class AssemblyPolicy:
+    """Named answers to upstream packaging defects, each bound to exact locked wheels."""
+
+    waivers: tuple[RecordWaiver, ...] = ()
+    collisions: tuple[CollisionRule, ...] = ()
+
+
+def load_policy(path: str | os.PathLike[str], lock: Lock) -> AssemblyPolicy:
     source = Path(path)
     if not source.is_file():
-        return ()
+        return AssemblyPolicy()
     try:
         document = tomllib.loads(source.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise InputError(f"{source}: cannot read: {exc}") from exc
+    unknown = set(document) - {"record_waiver", "collision"}
+    if unknown:
+        raise InputError(f"{source}: unknown tables {', '.join(sorted(unknown))} (expected record_waiver, collision)")
+    wheel_names = {pin.filename for pin in lock.of_kind("wheel")}  # type: ignore[union-attr]
+    collisions = []
+    for index, table in enumerate(document.get("collision", [])):
+        where = f"{source}: collision[{index}]"
+        if not isinstance(table, dict) or set(table) - {"path", "keep", "drop", "reason"} or "path" not in table or "drop" not in table:
+            raise InputError(f"{where}: expected path, keep (optional), drop, reason")
+        rule = CollisionRule(
+            path=str(table["path"]),
+            keep=str(table["keep"]) if table.get("keep") else None,
+            drop=tuple(str(d) for d in table["drop"]),
+            reason=str(table.get("reason", "")),
+        )
+        missing = [w for w in rule.wheels if w not in wheel_names]
+        if missing:
+            raise CheckFailed(f"{where}: {', '.join(missing)} not in the lock; the rule is stale", check_id="path-conflict")
+        collisions.append(rule)
+    return AssemblyPolicy(load_record_waivers(document, source, lock), tuple(collisions))
+
+
+def load_record_waivers(document: dict, source: Path, lock: Lock) -> tuple[RecordWaiver, ...]:
+    """Waivers for upstream RECORD defects; each bound to a locked wheel by its sha256."""
     wheels = {pin.filename: pin for pin in lock.of_kind("wheel")}  # type: ignore[union-attr]
     waivers = []
-    for index, table in enumerate(document.get("waiver", [])):
-        where = f"{source}: waiver[{index}]"
+    for index, table in enumerate(document.get("record_waiver", [])):
+        where = f"{source}: record_waiver[{index}]"
         keys = {"wheel", "wheel_sha256", "path", "actual_sha256", "actual_size", "reason"}
         if not isinstance(table, dict) or set(table) - keys or not {"wheel", "wheel_sha256", "path", "actual_sha256", "actual_size"} <= set(table):
             raise InputError(f"{where}: expected keys {', '.join(sorted(keys))}")
@@ -102,10 +141,18 @@ def assemble_env_from_lock(
     workers: int | None = None,
     progress: ProgressCallback | None = None,
     exclude: frozenset[str] = frozenset(),
-    waivers: tuple[RecordWaiver, ...] = (),
+    policy: AssemblyPolicy | None = None,
 ) -> EnvManifest:
     """The Python env of every wheel in the lock (``exclude``: distribution names left out)."""
     wheels = [w for w in wheel_inputs(lock, cache) if w.name not in exclude]
+    policy = policy or AssemblyPolicy()
     return assemble_python_env(
-        wheels, Path(output), target=target, prefix=prefix, workers=workers, progress=progress, waivers=waivers
+        wheels,
+        Path(output),
+        target=target,
+        prefix=prefix,
+        workers=workers,
+        progress=progress,
+        waivers=policy.waivers,
+        collisions=policy.collisions,
     )

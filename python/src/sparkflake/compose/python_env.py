@@ -74,6 +74,21 @@ class RecordWaiver:
     reason: str = ""
 
 
+@dataclass(frozen=True)
+class CollisionRule:
+    """Two wheels ship one path with different bytes (an upstream packaging defect): the
+    profile decides which wheel's file the image keeps (``keep`` None: neither)."""
+
+    path: str  # image path, e.g. /opt/venv/lib/python3.11/site-packages/b12x/__init__.py
+    keep: str | None
+    drop: tuple[str, ...]
+    reason: str = ""
+
+    @property
+    def wheels(self) -> tuple[str, ...]:
+        return ((self.keep,) if self.keep else ()) + self.drop
+
+
 @dataclass
 class EnvManifest:
     prefix: str
@@ -81,6 +96,7 @@ class EnvManifest:
     owners: dict[str, str] = field(default_factory=dict)  # image path -> wheel filename
     shared_identical: list[dict[str, object]] = field(default_factory=list)
     waived: list[dict[str, object]] = field(default_factory=list)
+    collisions: list[dict[str, object]] = field(default_factory=list)
     elf_files: int = 0
 
 
@@ -165,7 +181,7 @@ class _RecordCheckedStream(io.RawIOBase):
             f"content has {record.hash_.name}={digest}, size {self._size})"
             + (f"; the waiver expects sha256 {waiver.actual_sha256} size {waiver.actual_size}, content has {actual}" if waiver else "")
             + "; an upstream defect can be accepted for these exact bytes with a [[waiver]] "
-            "in the lock's .record-waivers.toml (docs/inputs.md)",
+            "in the lock's .assembly-policy.toml (docs/inputs.md)",
             check_id="wheel-record",
         )
 
@@ -261,7 +277,14 @@ def _sha256(path: Path) -> str:
     return hasher.hexdigest()
 
 
-def _merge(stage: Path, root: Path, wheel: str, manifest: EnvManifest) -> int:
+def _merge(
+    stage: Path,
+    root: Path,
+    wheel: str,
+    manifest: EnvManifest,
+    rules: dict[str, CollisionRule],
+    seen: dict[str, set[str]],
+) -> int:
     count = 0
     for dirpath, dirnames, filenames in os.walk(stage):
         dirnames.sort()
@@ -272,12 +295,23 @@ def _merge(stage: Path, root: Path, wheel: str, manifest: EnvManifest) -> int:
             source = Path(dirpath) / filename
             destination = destination_dir / filename
             image = "/" + (filename if relative_dir == "." else f"{relative_dir}/{filename}").replace(os.sep, "/")
+            rule = rules.get(image)
+            if rule is not None and wheel in rule.wheels:
+                seen.setdefault(image, set()).add(wheel)
+                if wheel != rule.keep:
+                    continue
+                os.replace(source, destination)
+                manifest.owners[image] = wheel
+                count += 1
+                continue
             if os.path.lexists(destination):
                 if _same_bytes(source, destination) and stat.S_IMODE(source.stat().st_mode) == stat.S_IMODE(destination.stat().st_mode):
                     manifest.shared_identical.append({"path": image, "wheels": [manifest.owners[image], wheel]})
                     continue
                 raise CheckFailed(
-                    f"{image} is written by {manifest.owners.get(image, 'another input')} and by {wheel} with different bytes",
+                    f"{image} is written by {manifest.owners.get(image, 'another input')} and by {wheel} with different bytes; "
+                    "if this is an upstream packaging defect, name the wheel to keep with a [[collision]] "
+                    "in the lock's .assembly-policy.toml (docs/inputs.md)",
                     check_id="path-conflict",
                 )
             os.replace(source, destination)
@@ -318,6 +352,7 @@ def assemble_python_env(
     workers: int | None = None,
     progress: ProgressCallback | None = None,
     waivers: Sequence[RecordWaiver] = (),
+    collisions: Sequence[CollisionRule] = (),
 ) -> EnvManifest:
     """Install ``wheels`` into a tree at ``output`` whose root stands for the image root.
 
@@ -357,12 +392,23 @@ def assemble_python_env(
                 done += sizes[wheel.filename]
                 if progress:
                     progress(done, total, wheel.filename)
+        rules = {rule.path: rule for rule in collisions}
+        seen: dict[str, set[str]] = {}
         for wheel in ordered:
-            files = _merge(stages[wheel.filename], root, wheel.filename, manifest)
+            files = _merge(stages[wheel.filename], root, wheel.filename, manifest, rules, seen)
             manifest.distributions.append(
                 {"name": canonicalize_name(wheel.name), "version": wheel.version, "wheel": wheel.filename, "files": files}
             )
         shutil.rmtree(staging)
+        for rule in collisions:
+            if seen.get(rule.path, set()) != set(rule.wheels):
+                raise CheckFailed(
+                    f"collision rule for {rule.path} names {', '.join(rule.wheels)}, but "
+                    f"{', '.join(sorted(seen.get(rule.path, ()))) or 'none of them'} wrote it; "
+                    "a rule must match the locked wheels exactly (remove or update it)",
+                    check_id="path-conflict",
+                )
+            manifest.collisions.append({"path": rule.path, "keep": rule.keep, "drop": list(rule.drop), "reason": rule.reason})
         installed = {w.filename for w in ordered}
         manifest.waived = [
             {"wheel": w.wheel, "path": w.path, "actual_sha256": w.actual_sha256, "reason": w.reason}
