@@ -54,3 +54,30 @@ def test_real_subset_locks_fetches_and_assembles_identically(tmp_path: Path) -> 
     assert hashes[0] == hashes[1]
     assert (tmp_path / "first/base/usr/bin/python3.11").is_file()
     assert (tmp_path / "first/python/opt/venv/lib/python3.11/site-packages/sparkcache").is_dir()
+
+
+@pytest.mark.network
+@pytest.mark.slow
+def test_update_refreshes_one_input_and_keeps_the_rest(tmp_path: Path) -> None:
+    import shutil
+
+    from sparkflake.lock import Lock, load_lock
+    from sparkflake.profile import load_profile
+    from sparkflake.resolve.profile_lock import update_input
+
+    repo_profiles = Path(__file__).resolve().parents[2] / "profiles"
+    profiles = tmp_path / "profiles"
+    for name in ("glm53-dflash7", "glm53-mtp5"):
+        (profiles / name).mkdir(parents=True)
+        shutil.copy(repo_profiles / name / "profile.toml", profiles / name / "profile.toml")
+    lock = load_lock(repo_profiles / "glm53.lock")
+    # pretend sparkcache and tzdata were locked long ago: drop them, then update each
+    aged = Lock(target=lock.target, inputs=tuple(p for p in lock.inputs if p.name not in ("idna",)))
+    aged = aged.replace_input(lock.by_name("sparkcache"))
+    profile = load_profile(profiles / "glm53-dflash7" / "profile.toml", check_locks=False)
+    updated = update_input(profile, aged, "sparkcache", cache=BlobCache(tmp_path / "cache"))
+    kept = {p.name for p in aged.inputs} - {"sparkcache"}
+    assert all(updated.get(name) == aged.get(name) for name in kept)
+    assert updated.get("idna") is not None  # a missing dependency comes back
+    updated_deb = update_input(profile, aged, "tzdata:all", cache=BlobCache(tmp_path / "cache"))
+    assert all(updated_deb.get(p.name) == p for p in aged.inputs if p.name != "tzdata:all")
