@@ -55,9 +55,9 @@ from . import generated, receipt
 from .debian_base import DebInput, assemble_base
 from .elf import check_machine
 from .file_hashes import FileHashes
-from .locked_inputs import load_record_waivers, waivers_path_for
+from .locked_inputs import load_policy, policy_path_for
 from .patches import PatchSet, load_patch_set
-from .python_env import DEFAULT_PREFIX, RecordWaiver, WheelInput, assemble_python_env
+from .python_env import DEFAULT_PREFIX, CollisionRule, RecordWaiver, WheelInput, assemble_python_env
 from .source_overlay import (
     compare_overlay,
     compare_retained_native,
@@ -113,6 +113,7 @@ class Composition:
     patch_set_dir: Path
     patch_set_name: str  # e.g. overlays/vllm or profiles/fixture/patches (location-free)
     waivers: tuple[RecordWaiver, ...] = ()  # upstream RECORD defects accepted for exact bytes
+    collisions: tuple[CollisionRule, ...] = ()  # upstream path collisions and the wheel kept
 
     @property
     def platform(self) -> str:
@@ -162,6 +163,8 @@ def load_composition(name_or_path: str | os.PathLike[str], profiles_dir: str | o
             "them; the image would contain them",
             check_id="absences",
         )
+    # The lock's assembly policy (docs/inputs.md): RECORD waivers and collision rules.
+    policies = [load_policy(policy_path_for(lock_path), lock) for lock, lock_path in zip(locks, profile.lock_paths(), strict=True)]
     profile_dir = profile.directory
     local_patches = profile_dir / PROFILE_PATCH_SET
     if (local_patches / "patches.toml").is_file():
@@ -180,11 +183,8 @@ def load_composition(name_or_path: str | os.PathLike[str], profiles_dir: str | o
         patch_set=load_patch_set(patch_set_dir),
         patch_set_dir=patch_set_dir,
         patch_set_name=patch_set_name,
-        waivers=tuple(
-            waiver
-            for lock, lock_path in zip(locks, profile.lock_paths(), strict=True)
-            for waiver in load_record_waivers(waivers_path_for(lock_path), lock)
-        ),
+        waivers=tuple(waiver for policy in policies for waiver in policy.waivers),
+        collisions=tuple(rule for policy in policies for rule in policy.collisions),
     )
 
 
@@ -335,6 +335,27 @@ def _target_for(lock: Lock) -> Target:
     )
 
 
+def _collision_rules_by_group(
+    collisions: Sequence[CollisionRule], group_pins: Mapping[str, Sequence[WheelPin]]
+) -> dict[str, tuple[CollisionRule, ...]]:
+    """Each collision rule goes to the Python layer group holding all of its wheels; a rule
+    whose wheels sit in different layers cannot be applied by one group's merge."""
+    group_of = {pin.filename: group for group, pins in group_pins.items() for pin in pins}
+    by_group: dict[str, list[CollisionRule]] = {group: [] for group in group_pins}
+    for rule in collisions:
+        groups = {group_of.get(wheel) for wheel in rule.wheels}
+        if None in groups:
+            continue  # the rule names a wheel this composition does not install
+        if len(groups) != 1:
+            raise InputError(
+                f"collision rule for {rule.path} names wheels in different layers "
+                f"({', '.join(f'{w}: {group_of[w]}' for w in rule.wheels)}); the build layers "
+                "the Python environment by group and cannot apply it"
+            )
+        by_group[groups.pop()].append(rule)  # type: ignore[index]
+    return {group: tuple(found) for group, found in by_group.items()}
+
+
 def python_group(name: str) -> str:
     normalized = str(canonicalize_name(name))
     for group, member in PYTHON_GROUPS:
@@ -383,6 +404,7 @@ def assemble(
         group = python_group(pin.name)
         groups.setdefault(group, []).append(WheelInput(pin.name, pin.version, pin.filename, fetched.paths[pin.name]))
         group_pins.setdefault(group, []).append(pin)
+    rules = _collision_rules_by_group(composition.collisions, group_pins)
     python_trees: dict[str, Path] = {}
     owners: dict[str, tuple[str, str]] = {}
     distributions: list[Mapping[str, object]] = []
@@ -396,12 +418,15 @@ def assemble(
             "target": dataclasses.asdict(target),
             "wheels": sorted([pin.filename, pin.sha256] for pin in group_pins[group]),
             "waivers": sorted(dataclasses.astuple(w) for w in composition.waivers),
+            "collisions": sorted(json.dumps(dataclasses.asdict(r), sort_keys=True) for r in rules[group]),
         }
         tree, manifest = cached(
             group,
             recipe,
-            lambda tree, wheels=groups[group]: dataclasses.asdict(
-                assemble_python_env(wheels, tree, target=target, progress=progress, waivers=composition.waivers)
+            lambda tree, wheels=groups[group], group_rules=rules[group]: dataclasses.asdict(
+                assemble_python_env(
+                    wheels, tree, target=target, progress=progress, waivers=composition.waivers, collisions=group_rules
+                )
             ),
         )
         distributions.extend(manifest["distributions"])  # type: ignore[arg-type]
