@@ -149,6 +149,16 @@ def test_a_flipped_byte_is_detected_refetched_and_never_imported(netns_ranks: Ne
     # the other ranks reused their good copies
     assert all(r.get("reused") for r in json.loads(fixed.stdout)["ranks"][2:])
 
+    # --verify with --import also asks each rank's engine for the image ID, read-only
+    verified = cli("fanout", image["archive"], *common, "--verify", "--image-id", image["image_id"],
+                   "--import", "podman", "--json")
+    assert verified.returncode == 0, verified.stderr
+    assert all(r["imported"] and r["image_id"] == image["image_id"] for r in json.loads(verified.stdout)["ranks"])
+    missing = cli("fanout", image["archive"], *common, "--verify", "--image-id", "sha256:" + "d" * 64,
+                  "--import", "podman", "--json")
+    assert missing.returncode == 1
+    assert not any(r["imported"] for r in json.loads(missing.stdout)["ranks"])
+
 
 def test_a_cut_link_to_rank_2_resumes_mid_transfer(netns_ranks: NetnsRanks, tmp_path: Path) -> None:
     archive = tmp_path / "cut.bin"

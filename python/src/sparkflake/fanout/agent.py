@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SparkflakeError
-from . import download, engine, files, manifest, receive, relay
+from . import engine, files, manifest, receive, relay
 
 
 def _emit(document: dict[str, Any]) -> None:
@@ -57,7 +57,10 @@ def _exit_when_controller_leaves() -> None:
     so forwarding stops and the downstream ssh dies with us (its stdin closes)."""
 
     def watch() -> None:
-        sys.stdin.buffer.read()
+        # the raw fd, not sys.stdin: a daemon thread blocked inside the buffered reader holds
+        # its lock, and interpreter shutdown would wait a second for it, then abort
+        while os.read(0, 65536):
+            pass
         os._exit(3)
 
     threading.Thread(target=watch, daemon=True).start()
@@ -79,6 +82,8 @@ def _image_status(args: argparse.Namespace) -> int:
 
 
 def _download(args: argparse.Namespace) -> int:
+    from . import download  # urllib and http.client only where a rank downloads
+
     result = download.download(args.url, Path(args.path), args.sha256)
     _emit(result)
     return 0 if result["status"] == receive.OK else 1

@@ -13,6 +13,7 @@ import contextlib
 import errno
 import fcntl
 import hashlib
+import io
 import os
 import signal
 import time
@@ -65,16 +66,12 @@ def receive(
         reply({"offset": offset})
         received = 0
         try:
-            with open(partial, "ab") as sink:
-                while offset + received < size:
-                    chunk = source.read(min(READ_CHUNK, size - offset - received))
-                    if not chunk:
-                        break
-                    sink.write(chunk)
-                    hasher.update(chunk)
-                    received += len(chunk)
-                sink.flush()
-                os.fsync(sink.fileno())
+            sink = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            try:
+                received = _copy_hashing(source, sink, size - offset, hasher)
+                os.fsync(sink)
+            finally:
+                os.close(sink)
         except OSError as exc:
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):
                 with contextlib.suppress(FileNotFoundError):
@@ -94,6 +91,33 @@ def receive(
         os.replace(partial, final)
         fsync_directory(final.parent)
         return _result(OK, final, size, offset, received, started, digest)
+
+
+def _copy_hashing(source: BinaryIO, sink: int, limit: int, hasher: Any) -> int:
+    """Up to ``limit`` bytes from ``source`` to the ``sink`` fd, hashed on the way, through
+    one reused buffer (no per-chunk allocation); a short count means the stream ended."""
+    try:
+        fd = source.fileno()
+    except (AttributeError, OSError, io.UnsupportedOperation):
+        fd = None
+    if fd is not None:
+        with contextlib.suppress(OSError):
+            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, READ_CHUNK)  # fewer wakeups when stdin is a pipe
+    buffer = bytearray(READ_CHUNK)
+    view = memoryview(buffer)
+    copied = 0
+    while copied < limit:
+        window = view[: min(READ_CHUNK, limit - copied)]
+        count = os.readv(fd, [window]) if fd is not None else source.readinto(window)
+        if count == 0:
+            break
+        chunk = view[:count]
+        written = 0
+        while written < count:
+            written += os.write(sink, chunk[written:])
+        hasher.update(chunk)
+        copied += count
+    return copied
 
 
 def _result(

@@ -9,6 +9,7 @@ into the ssh client's stdin: no copy through Python buffers.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import subprocess
@@ -40,6 +41,8 @@ def relay(
     stderr_reader = threading.Thread(target=_drain, args=(process.stderr, stderr_tail), daemon=True)
     stderr_reader.start()
     assert process.stdin is not None and process.stdout is not None
+    with contextlib.suppress(OSError):
+        fcntl.fcntl(process.stdin.fileno(), fcntl.F_SETPIPE_SZ, SEND_CHUNK)  # larger sendfile bursts
     handshake = _read_json_line(process.stdout)
     if handshake is None or "offset" not in handshake:
         with contextlib.suppress(OSError):
