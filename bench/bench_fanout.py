@@ -1,8 +1,9 @@
 """Chain fan-out to four ranks vs the physical bound and the peer tools, in one run.
 
 Four network namespaces chained by veth pairs (python/tests/netns_ranks.py), one sshd each,
-links shaped with tc tbf (default 1gbit) so that the link, not this machine's two cores, is
-the bottleneck, as on the real fabric. Measured, several runs each, medians:
+links shaped with tc tbf (default: 1gbit, then 400mbit): on this machine's two cores three
+concurrent encrypted hops at 1 Gbit/s are CPU-bound, so the lower rate shows what pipelining
+does when the link is the bottleneck, as on the real fabric. Measured, several runs each, medians:
 
 - chain: ``sparkflake`` fan-out rank0 -> rank1 -> rank2 -> rank3, pipelined, every rank
   hashing and verifying as it receives;
@@ -14,7 +15,7 @@ the bottleneck, as on the real fabric. Measured, several runs each, medians:
 
 Ratios: chain / single hop (goal <= 1.3 thanks to pipelining), sequential scp / chain, and
 the chain's throughput against the raw link rate. Writes bench/results/fanout.json.
-Usage: .venv/bin/python bench/bench_fanout.py [--small] [--runs N] [--rate 1gbit|none]
+Usage: .venv/bin/python bench/bench_fanout.py [--small] [--runs N] [--rates 1gbit,400mbit]
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -138,52 +140,23 @@ def run_raw_link(ranks: NetnsRanks, site: Site, size: int) -> float:
                                    hop_ssh(site, 0, ["dd", "of=/dev/null", "bs=1M", "status=none"])))
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--small", action="store_true", help="32 MiB archive, 2 runs")
-    parser.add_argument("--size-mib", type=int, default=256)
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--rate", default="1gbit", help="tc tbf rate per link, or 'none'")
-    parser.add_argument("--output", type=Path, default=HERE / "results" / "fanout.json")
-    args = parser.parse_args()
-    size = (32 if args.small else args.size_mib) * MIB
-    runs = 2 if args.small else args.runs
-
-    workdir = Path(tempfile.mkdtemp(prefix="sfk-bench-fanout-"))
-    ranks = NetnsRanks(workdir / "ranks")
-    ranks.start()
-    try:
-        ranks.shape(None if args.rate == "none" else args.rate)
-        site = ranks.site()
-        archive = workdir / "archive.bin"
-        digest = make_archive(archive, size)
-        # warm up host keys and page cache so the first measured run is not special
-        run_single_hop_ours(ranks, site, archive, digest)
-
-        measurements: dict[str, list[float]] = {
-            "chain_4_ranks": [], "single_hop_ours": [], "single_hop_raw": [],
-            "sequential_scp": [], "raw_link": [],
-        }
-        for _ in range(runs):
-            measurements["chain_4_ranks"].append(run_chain(ranks, site, archive, digest))
-            measurements["single_hop_ours"].append(run_single_hop_ours(ranks, site, archive, digest))
-            measurements["single_hop_raw"].append(run_single_hop_raw(ranks, site, archive))
-            measurements["sequential_scp"].append(run_sequential_scp(ranks, site, archive))
-            measurements["raw_link"].append(run_raw_link(ranks, site, size))
-        clear_copies(ranks, archive.name)
-    finally:
-        ranks.close()
-        for leftover in workdir.rglob("*"):
-            if leftover.is_file():
-                leftover.unlink()
-
+def measure(ranks: NetnsRanks, site: Site, archive: Path, digest: str, size: int, runs: int) -> dict:
+    measurements: dict[str, list[float]] = {
+        "chain_4_ranks": [], "single_hop_ours": [], "single_hop_raw": [],
+        "sequential_scp": [], "raw_link": [],
+    }
+    # warm up host keys and the page cache so the first measured run is not special
+    run_single_hop_ours(ranks, site, archive, digest)
+    for _ in range(runs):
+        measurements["chain_4_ranks"].append(run_chain(ranks, site, archive, digest))
+        measurements["single_hop_ours"].append(run_single_hop_ours(ranks, site, archive, digest))
+        measurements["single_hop_raw"].append(run_single_hop_raw(ranks, site, archive))
+        measurements["sequential_scp"].append(run_sequential_scp(ranks, site, archive))
+        measurements["raw_link"].append(run_raw_link(ranks, site, size))
+    clear_copies(ranks, archive.name)
     median = {name: statistics.median(values) for name, values in measurements.items()}
     mb = size / 1e6
-    result = {
-        "machine": {"cores": os.cpu_count(), "load_before": os.getloadavg()},
-        "archive_bytes": size,
-        "link_rate": args.rate,
-        "runs": runs,
+    return {
         "seconds": measurements,
         "median_seconds": median,
         "throughput_mb_s": {name: mb / seconds for name, seconds in median.items()},
@@ -194,15 +167,56 @@ def main() -> int:
             "chain_throughput_over_raw_link": median["raw_link"] / median["chain_4_ranks"],
         },
     }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--small", action="store_true", help="32 MiB archive, 2 runs")
+    parser.add_argument("--size-mib", type=int, default=256)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--rates", default="1gbit,400mbit",
+                        help="comma-separated tc tbf rates per link ('none' = unshaped)")
+    parser.add_argument("--output", type=Path, default=HERE / "results" / "fanout.json")
+    args = parser.parse_args()
+    size = (32 if args.small else args.size_mib) * MIB
+    runs = 2 if args.small else args.runs
+    rates = [rate.strip() for rate in args.rates.split(",") if rate.strip()]
+
+    load_before = os.getloadavg()
+    workdir = Path(tempfile.mkdtemp(prefix="sfk-bench-fanout-"))
+    ranks = NetnsRanks(workdir / "ranks")
+    ranks.start()
+    by_rate = {}
+    try:
+        site = ranks.site()
+        archive = workdir / "archive.bin"
+        digest = make_archive(archive, size)
+        for rate in rates:
+            ranks.shape(None if rate == "none" else rate)
+            by_rate[rate] = measure(ranks, site, archive, digest, size, runs)
+    finally:
+        ranks.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    result = {
+        "machine": {"cores": os.cpu_count(), "load_before": load_before, "load_after": os.getloadavg()},
+        "archive_bytes": size,
+        "runs": runs,
+        "by_link_rate": by_rate,
+    }
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
 
-    print(f"archive {size / MIB:.0f} MiB, links shaped to {args.rate}, {runs} runs each, medians")
-    print(f"{'measurement':<22}{'seconds':>10}{'MB/s':>10}")
-    for name, seconds in median.items():
-        print(f"{name:<22}{seconds:>10.2f}{mb / seconds:>10.1f}")
-    for name, ratio in result["ratios"].items():
-        print(f"{name:<34}{ratio:>8.2f}")
+    print(f"archive {size / MIB:.0f} MiB, {runs} runs each, medians; load average before "
+          f"{load_before[0]:.1f}, after {result['machine']['load_after'][0]:.1f} on {os.cpu_count()} cores")
+    mb = size / 1e6
+    for rate, figures in by_rate.items():
+        print(f"\nlinks shaped to {rate}")
+        print(f"{'measurement':<22}{'seconds':>10}{'MB/s':>10}")
+        for name, seconds in figures["median_seconds"].items():
+            print(f"{name:<22}{seconds:>10.2f}{mb / seconds:>10.1f}")
+        for name, ratio in figures["ratios"].items():
+            print(f"{name:<34}{ratio:>8.2f}")
     print(f"wrote {args.output}")
     return 0
 
