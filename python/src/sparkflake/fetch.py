@@ -233,7 +233,8 @@ def _download_once(
             raise _DownloadRefused(f"HTTP {exc.code} {exc.reason}") from exc
     except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
-        raise _DownloadRefused(f"{type(exc).__name__}: {reason}", resumable=True) from exc
+        # A host that cannot be reached is not retried; the next mirror is.
+        raise _DownloadRefused(f"{type(exc).__name__}: {reason}") from exc
 
     hasher = hashlib.sha256()
     if response is not None:
@@ -381,7 +382,7 @@ def import_from_dirs(
                 if artifact is None:
                     continue
                 cache.import_file(path, artifact)
-                outcomes.append(FetchOutcome(artifact.name, digest, size, "import", path.as_uri()))
+                outcomes.append(FetchOutcome(artifact.name, digest, size, "import", path.resolve().as_uri()))
     return outcomes
 
 
