@@ -4,6 +4,7 @@ Layout under the cache root (``$XDG_CACHE_HOME/sparkflake``, default ``~/.cache/
 
     blobs/sha256/<hex>          complete, verified blobs (read-only by convention)
     partial/<hex>.partial       downloads in progress; resumed with an HTTP Range request
+    locks/<hex>                 advisory locks: one fetch per blob at a time, across processes
 
 A blob is renamed into ``blobs/`` only after its size and sha256 matched the lock in the
 same pass that wrote it, so a truncated, oversized or altered download never becomes a
@@ -14,6 +15,7 @@ cache entry. An entry altered later (disk fault, a hand edit) is detected when i
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import os
 import re
@@ -303,8 +305,26 @@ def fetch_artifact(
     timeout: float = 60.0,
     attempts_per_url: int = 3,
 ) -> FetchOutcome:
-    """Make ``artifact`` a verified cache entry, trying each mirror URL in order."""
+    """Make ``artifact`` a verified cache entry, trying each mirror URL in order.
+
+    An advisory lock per blob keeps two fetches (two processes) off one partial file.
+    """
     meter = meter or _ByteMeter(0, None)
+    lock_dir = cache.root / "locks"
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    with open(lock_dir / artifact.sha256, "wb") as lock_file:
+        fcntl.flock(lock_file, fcntl.LOCK_EX)
+        return _fetch_locked(artifact, cache, meter, opener, timeout, attempts_per_url)
+
+
+def _fetch_locked(
+    artifact: Artifact,
+    cache: BlobCache,
+    meter: _ByteMeter,
+    opener: Opener,
+    timeout: float,
+    attempts_per_url: int,
+) -> FetchOutcome:
     evicted = False
     if cache.contains(artifact.sha256):
         if cache.verify_entry(artifact.sha256, artifact.size):
