@@ -307,8 +307,8 @@ def main() -> int:
 
 
 def compare_with_skopeo(args, work, tree, python, env, results, peak_rss) -> None:
-    plain_store = work / "plain-store"
-    plain_layout = work / "plain-layout"
+    plain_store = work / f"plain-store-{tree.name}"
+    plain_layout = work / f"plain-layout-{tree.name}"
     if not (plain_layout / "index.json").exists():
         subprocess.run(
             [
