@@ -25,7 +25,7 @@ def _emit(document: dict[str, Any]) -> None:
 
 
 def _status(args: argparse.Namespace) -> int:
-    state = files.inspect_copy(Path(args.path), args.sha256, args.size, move_wrong=args.move_wrong)
+    state = files.inspect_copy(Path(args.path), args.sha256, args.size)
     report = state.as_dict()
     parent = Path(args.path).parent
     while not parent.exists() and parent != parent.parent:
@@ -129,7 +129,6 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--path", required=True)
     status.add_argument("--sha256", required=True)
     status.add_argument("--size", type=int)
-    status.add_argument("--move-wrong", action="store_true")
     status.set_defaults(handler=_status)
 
     receiving = commands.add_parser("receive")

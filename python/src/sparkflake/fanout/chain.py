@@ -53,6 +53,7 @@ class HopOutcome:
     seconds: float = 0.0
     error: str | None = None
     upstream: str | None = None
+    moved_aside: str | None = None  # a wrong copy the receiver found under the final name
 
 
 class ChainTransfer:
@@ -124,6 +125,8 @@ class ChainTransfer:
             outcome.bytes_received += int(downstream.get("received", 0) or 0)
             if downstream.get("offset"):
                 outcome.resumed_from.append(int(downstream["offset"]))
+            if downstream.get("moved_aside_final"):
+                outcome.moved_aside = str(downstream["moved_aside_final"])
             status = (result or {}).get("status", relay.TRANSPORT_ERROR)
             if reach_error is not None:
                 status = relay.TRANSPORT_ERROR

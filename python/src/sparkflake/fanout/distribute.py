@@ -81,19 +81,21 @@ def fanout(site: Site, request: FanoutRequest, *, progress: Progress | None = No
         for rank in ranks
     }
 
-    source_path = _prepare_source(site, first, request, evidence[first.name])
+    paths = {rank.name: archive_path(rank, request.name) for rank in ranks[1:]}
+    # Rank 0's check and the others' (read-only) status run together; nothing anywhere is
+    # changed before rank 0's archive has verified. A wrong copy is moved aside later, by
+    # the receiver that replaces it.
+    with ThreadPoolExecutor(max_workers=len(ranks)) as pool:
+        source_future = pool.submit(_prepare_source, site, first, request, evidence[first.name])
+        status_futures = {rank.name: pool.submit(_status, site, rank, paths[rank.name], request)
+                          for rank in ranks[1:]}
+        source_path = source_future.result()
+        replies = {name: future.result() for name, future in status_futures.items()}
     size = int(evidence[first.name]["bytes"])
-    paths = {first.name: source_path}
-    paths.update({rank.name: archive_path(rank, request.name) for rank in ranks[1:]})
+    paths[first.name] = source_path
 
     needs: set[str] = set()
     unreachable: dict[str, str] = {}
-    with ThreadPoolExecutor(max_workers=len(ranks)) as pool:
-        replies = dict(zip(
-            [rank.name for rank in ranks[1:]],
-            pool.map(lambda rank: _status(site, rank, paths[rank.name], request, size), ranks[1:]),
-            strict=True,
-        ))
     for rank in ranks[1:]:
         reply = replies[rank.name]
         record = evidence[rank.name]
@@ -104,8 +106,8 @@ def fanout(site: Site, request: FanoutRequest, *, progress: Progress | None = No
             record.update(status="failed", error=message)
             continue
         state = reply.result
-        record["moved_aside"] = state.get("moved_aside")
-        if state.get("matches"):
+        record["moved_aside"] = None
+        if state.get("matches") and state.get("size") == size:
             record.update(status="verified", reused=True, sha256=request.sha256, bytes=size, seconds=0.0)
         else:
             record.update(status="missing" if not state.get("exists") else "mismatch")
@@ -150,6 +152,8 @@ def fanout(site: Site, request: FanoutRequest, *, progress: Progress | None = No
         record = evidence[name]
         record.update(attempts=outcome.attempts, bytes_received=outcome.bytes_received,
                       resumed_from=outcome.resumed_from, upstream=outcome.upstream)
+        if outcome.moved_aside:
+            record["moved_aside"] = outcome.moved_aside
         if outcome.status == FAILED:
             record.update(status="failed", error=outcome.error or record.get("error"))
         else:
@@ -209,11 +213,8 @@ def _require_source(first: Rank, reply: AgentReply, request: FanoutRequest) -> N
         raise InputError(f"rank {first.name}: {reply.result.get('message')}; nothing transferred")
 
 
-def _status(site: Site, rank: Rank, path: str, request: FanoutRequest, size: int) -> AgentReply:
-    args = ["status", "--path", path, "--sha256", request.sha256, "--size", str(size)]
-    if not request.verify_only:
-        args.append("--move-wrong")
-    return run_agent(site, rank, args)
+def _status(site: Site, rank: Rank, path: str, request: FanoutRequest) -> AgentReply:
+    return run_agent(site, rank, ["status", "--path", path, "--sha256", request.sha256])
 
 
 def _import(site: Site, rank: Rank, path: str, request: FanoutRequest, record: dict[str, Any]) -> None:

@@ -74,7 +74,6 @@ class CopyState:
     sha256: str | None
     matches: bool
     partial_size: int
-    moved_aside: str | None
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -84,27 +83,20 @@ class CopyState:
             "sha256": self.sha256,
             "matches": self.matches,
             "partial_size": self.partial_size,
-            "moved_aside": self.moved_aside,
         }
 
 
-def inspect_copy(
-    final: Path, expected_sha256: str, expected_size: int | None, *, move_wrong: bool
-) -> CopyState:
-    """Hash the copy under the final name (if any); a wrong one is moved aside when
-    ``move_wrong`` (``--verify`` passes False: read-only)."""
+def inspect_copy(final: Path, expected_sha256: str, expected_size: int | None) -> CopyState:
+    """Hash the copy under the final name (if any), read-only: a wrong copy is moved aside
+    only by the receiver that replaces it, so a check never changes what a rank holds."""
     exists = final.is_file()
     size = digest = None
     matches = False
-    moved = None
     if exists:
         size = final.stat().st_size
         if expected_size is None or size == expected_size:
-            hasher = hash_prefix(final, size)
-            digest = hasher.hexdigest()
+            digest = hash_prefix(final, size).hexdigest()
             matches = digest == expected_sha256
-        if not matches and move_wrong:
-            moved = str(move_aside(final, "mismatch"))
     partial = partial_path(final)
     partial_size = partial.stat().st_size if partial.is_file() else 0
     return CopyState(
@@ -114,5 +106,4 @@ def inspect_copy(
         sha256=digest,
         matches=matches,
         partial_size=partial_size,
-        moved_aside=moved,
     )

@@ -45,11 +45,12 @@ def receive(
     final.parent.mkdir(parents=True, exist_ok=True)
     with _exclusive(lock_path(final)):
         partial = partial_path(final)
+        moved_aside = None
         if final.is_file():
             if final.stat().st_size == size and hash_prefix(final, size).hexdigest() == sha256:
                 reply({"offset": size})
                 return _result(OK, final, size, 0, 0, started, sha256, reused=True)
-            move_aside(final, "mismatch")
+            moved_aside = str(move_aside(final, "mismatch"))
         offset = partial.stat().st_size if partial.is_file() else 0
         if offset > size:
             move_aside(partial, "oversize")
@@ -90,7 +91,10 @@ def receive(
             return result
         os.replace(partial, final)
         fsync_directory(final.parent)
-        return _result(OK, final, size, offset, received, started, digest)
+        result = _result(OK, final, size, offset, received, started, digest)
+        if moved_aside:
+            result["moved_aside_final"] = moved_aside
+        return result
 
 
 def _copy_hashing(source: BinaryIO, sink: int, limit: int, hasher: Any) -> int:
