@@ -146,6 +146,15 @@ class _RecordCheckedStream(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
+    @property
+    def algorithm(self) -> str | None:
+        return self._record.hash_.name if self._record.hash_ else None
+
+    def content_digest(self) -> tuple[str, int]:
+        """(urlsafe base64 digest, size) of the bytes read, in RECORD's algorithm."""
+        assert self._hasher is not None
+        return base64.urlsafe_b64encode(self._hasher.digest()).decode("ascii").rstrip("="), self._size
+
     def read(self, size: int = -1) -> bytes:
         chunk = self._stream.read(size)
         if chunk:
@@ -201,21 +210,54 @@ class _CheckedWheel(WheelFile):
 
 
 class _TreeDestination(SchemeDictionaryDestination):
-    """installer's scheme destination with fixed modes and named refusals."""
+    """installer's scheme destination with fixed modes, named refusals, one hash per file.
+
+    Paths are joined as strings and checked against the scheme root (installer's pathlib
+    version costs more than the write for small files); directories made are remembered;
+    files are created exclusively (O_EXCL), so a path written twice is an error, not a
+    silent overwrite.
+    """
 
     wheel_name: str = ""
 
+    def prepare(self, wheel_name: str) -> None:
+        self.wheel_name = wheel_name
+        self.written: list[str] = []  # image paths, in write order
+        self._made: set[str] = set()
+        self._roots = {
+            scheme: os.path.normpath(str(self.destdir) + "/" + root.lstrip("/"))
+            for scheme, root in self.scheme_dict.items()
+        }
+        self._stage = os.path.normpath(str(self.destdir))
+        umask = os.umask(0)
+        os.umask(umask)
+        self._umask_keeps_modes = (0o755 & ~umask) == 0o755
+
     def write_to_fs(self, scheme, path, stream, is_executable):  # noqa: ANN001, ANN201
+        root = self._roots[scheme]
+        target = os.path.normpath(os.path.join(root, path))
+        if not target.startswith(root + "/"):
+            raise CheckFailed(f"{self.wheel_name}: member {path!r} escapes the target", check_id="path-escape")
+        parent = os.path.dirname(target)
+        if parent not in self._made:
+            os.makedirs(parent, mode=0o755, exist_ok=True)
+            self._made.add(parent)
+        mode = 0o755 if is_executable else 0o644
         try:
-            target_path = self._path_with_destdir(scheme, path)
-        except ValueError as exc:
-            raise CheckFailed(f"{self.wheel_name}: member {path!r} escapes the target: {exc}", check_id="path-escape") from exc
-        if os.path.lexists(target_path):
-            raise CheckFailed(f"{self.wheel_name}: {path} is written twice", check_id="path-conflict")
-        target_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(target_path, "wb") as handle:
-            digest, size = copyfileobj_with_hashing(stream, handle, self.hash_algorithm)
-        os.chmod(target_path, 0o755 if is_executable else 0o644)
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
+        except FileExistsError:
+            raise CheckFailed(f"{self.wheel_name}: {path} is written twice", check_id="path-conflict") from None
+        with open(fd, "wb", closefd=True) as handle:
+            if isinstance(stream, _RecordCheckedStream) and stream.algorithm == self.hash_algorithm:
+                # the RECORD check already hashes these bytes: reuse that digest
+                while chunk := stream.read(_CHUNK):
+                    handle.write(chunk)
+                digest, size = stream.content_digest()
+            else:
+                digest, size = copyfileobj_with_hashing(stream, handle, self.hash_algorithm)
+            if not self._umask_keeps_modes:
+                os.fchmod(handle.fileno(), mode)
+        self.written.append(target[len(self._stage) :])
         return RecordEntry(path, Hash(self.hash_algorithm, digest), size)
 
     def write_file(self, scheme, path, stream, is_executable):  # noqa: ANN001, ANN201
@@ -225,6 +267,9 @@ class _TreeDestination(SchemeDictionaryDestination):
         return super().write_file(scheme, path, stream, is_executable)
 
 
+_CHUNK = 1 << 20
+
+
 def install_wheel(
     wheel_path: str,
     filename: str,
@@ -232,8 +277,9 @@ def install_wheel(
     prefix: str,
     target: Target,
     waivers: tuple[RecordWaiver, ...] = (),
-) -> str:
-    """Install one wheel into ``stage`` (an empty directory standing for the image root)."""
+) -> tuple[str, list[str]]:
+    """Install one wheel into ``stage`` (an empty directory standing for the image root);
+    returns the wheel's name and the image paths it wrote."""
     name = parse_wheel_filename(filename)[0]
     destination = _TreeDestination(
         scheme_dict=scheme_for(prefix, target, str(name)),
@@ -241,7 +287,7 @@ def install_wheel(
         script_kind="posix",
         destdir=stage,
     )
-    destination.wheel_name = filename
+    destination.prepare(filename)
     try:
         with zipfile.ZipFile(wheel_path) as archive:
             archive.filename = filename  # blobs are named by hash; installer reads the name
@@ -260,7 +306,7 @@ def install_wheel(
         raise
     except (InstallerError, zipfile.BadZipFile, ValueError, KeyError, OSError, EOFError) as exc:
         raise CheckFailed(f"{filename}: cannot install: {exc}", check_id="wheel-install") from exc
-    return filename
+    return filename, destination.written
 
 
 def _same_bytes(left: Path, right: Path) -> bool:
@@ -277,47 +323,82 @@ def _sha256(path: Path) -> str:
     return hasher.hexdigest()
 
 
-def _merge(
-    stage: Path,
-    root: Path,
-    wheel: str,
+def _resolve_shared_paths(
+    written: dict[str, list[str]],
+    stages: dict[str, Path],
+    order: Sequence[str],
+    rules: Sequence[CollisionRule],
     manifest: EnvManifest,
-    rules: dict[str, CollisionRule],
-    seen: dict[str, set[str]],
-) -> int:
-    count = 0
-    for dirpath, dirnames, filenames in os.walk(stage):
-        dirnames.sort()
-        relative_dir = os.path.relpath(dirpath, stage)
-        destination_dir = root if relative_dir == "." else root / relative_dir
-        destination_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
-        for filename in sorted(filenames):
-            source = Path(dirpath) / filename
-            destination = destination_dir / filename
-            image = "/" + (filename if relative_dir == "." else f"{relative_dir}/{filename}").replace(os.sep, "/")
-            rule = rules.get(image)
-            if rule is not None and wheel in rule.wheels:
-                seen.setdefault(image, set()).add(wheel)
+) -> None:
+    """Decide every path more than one wheel wrote, before any tree is merged.
+
+    Identical bytes (and mode): the first wheel by name keeps it. Different bytes: only a
+    collision rule naming exactly those wheels decides; otherwise both wheels are named.
+    Losing copies are deleted from their staging trees, so the merge never overwrites.
+    """
+    writers: dict[str, list[str]] = {}
+    for wheel in order:
+        for path in written[wheel]:
+            writers.setdefault(path, []).append(wheel)
+            manifest.owners.setdefault(path, wheel)
+    by_path = {rule.path: rule for rule in rules}
+    for rule in rules:
+        actual = writers.get(rule.path, [])
+        if set(actual) != set(rule.wheels) or len(actual) < 2:
+            raise CheckFailed(
+                f"collision rule for {rule.path} names {', '.join(rule.wheels)}, but "
+                f"{', '.join(sorted(actual)) or 'none of them'} wrote it; "
+                "a rule must match the locked wheels exactly (remove or update it)",
+                check_id="path-conflict",
+            )
+    for path, wheels in writers.items():
+        if len(wheels) < 2:
+            continue
+        copies = {wheel: Path(str(stages[wheel]) + path) for wheel in wheels}
+        rule = by_path.get(path)
+        if rule is not None:
+            for wheel in wheels:
                 if wheel != rule.keep:
-                    continue
-                os.replace(source, destination)
-                manifest.owners[image] = wheel
-                count += 1
-                continue
-            if os.path.lexists(destination):
-                if _same_bytes(source, destination) and stat.S_IMODE(source.stat().st_mode) == stat.S_IMODE(destination.stat().st_mode):
-                    manifest.shared_identical.append({"path": image, "wheels": [manifest.owners[image], wheel]})
-                    continue
+                    copies[wheel].unlink()
+            if rule.keep is None:
+                del manifest.owners[path]
+            else:
+                manifest.owners[path] = rule.keep
+            manifest.collisions.append({"path": rule.path, "keep": rule.keep, "drop": list(rule.drop), "reason": rule.reason})
+            continue
+        first = wheels[0]
+        for other in wheels[1:]:
+            same_mode = stat.S_IMODE(copies[first].stat().st_mode) == stat.S_IMODE(copies[other].stat().st_mode)
+            if not (same_mode and _same_bytes(copies[first], copies[other])):
                 raise CheckFailed(
-                    f"{image} is written by {manifest.owners.get(image, 'another input')} and by {wheel} with different bytes; "
+                    f"{path} is written by {first} and by {other} with different bytes; "
                     "if this is an upstream packaging defect, name the wheel to keep with a [[collision]] "
                     "in the lock's .assembly-policy.toml (docs/inputs.md)",
                     check_id="path-conflict",
                 )
-            os.replace(source, destination)
-            manifest.owners[image] = wheel
-            count += 1
-    return count
+            copies[other].unlink()
+        manifest.shared_identical.append({"path": path, "wheels": wheels})
+
+
+def _merge_tree(source: str, destination: str, wheel: str, stage_root: str) -> None:
+    """Move a staging tree into the image tree: a directory the image lacks moves whole
+    (one rename), a directory it has is merged entry by entry."""
+    with os.scandir(source) as entries:
+        for entry in sorted(entries, key=lambda e: e.name):
+            target = os.path.join(destination, entry.name)
+            try:
+                existing = os.lstat(target)
+            except FileNotFoundError:
+                os.rename(entry.path, target)
+                continue
+            if entry.is_dir(follow_symlinks=False) and stat.S_ISDIR(existing.st_mode):
+                _merge_tree(entry.path, target, wheel, stage_root)
+                continue
+            raise CheckFailed(
+                f"{entry.path[len(stage_root):]} from {wheel} collides with a "
+                f"{'directory' if stat.S_ISDIR(existing.st_mode) else 'file'} another wheel installed",
+                check_id="path-conflict",
+            )
 
 
 def _venv_skeleton(root: Path, prefix: str, target: Target, python_home: str) -> None:
@@ -371,6 +452,7 @@ def assemble_python_env(
         for stage in stages.values():
             stage.mkdir(parents=True)
         done = 0
+        written: dict[str, list[str]] = {}
         total = sum(w.path.stat().st_size for w in ordered)
         sizes = {w.filename: w.path.stat().st_size for w in ordered}
         # Larger wheels first so the pool's last task is small.
@@ -382,33 +464,34 @@ def assemble_python_env(
                     for w in schedule
                 ]
                 for future in futures:
-                    finished = future.result()
+                    finished, paths = future.result()
+                    written[finished] = paths
                     done += sizes[finished]
                     if progress:
                         progress(done, total, finished)
         else:
             for wheel in schedule:
-                install_wheel(str(wheel.path), wheel.filename, str(stages[wheel.filename]), prefix, target, tuple(waivers))
+                finished, paths = install_wheel(
+                    str(wheel.path), wheel.filename, str(stages[wheel.filename]), prefix, target, tuple(waivers)
+                )
+                written[finished] = paths
                 done += sizes[wheel.filename]
                 if progress:
                     progress(done, total, wheel.filename)
-        rules = {rule.path: rule for rule in collisions}
-        seen: dict[str, set[str]] = {}
+        order = [w.filename for w in ordered]
+        _resolve_shared_paths(written, stages, order, collisions, manifest)
         for wheel in ordered:
-            files = _merge(stages[wheel.filename], root, wheel.filename, manifest, rules, seen)
+            stage = stages[wheel.filename]
+            _merge_tree(str(stage), str(root), wheel.filename, str(stage))
             manifest.distributions.append(
-                {"name": canonicalize_name(wheel.name), "version": wheel.version, "wheel": wheel.filename, "files": files}
+                {
+                    "name": canonicalize_name(wheel.name),
+                    "version": wheel.version,
+                    "wheel": wheel.filename,
+                    "files": len(written[wheel.filename]),
+                }
             )
         shutil.rmtree(staging)
-        for rule in collisions:
-            if seen.get(rule.path, set()) != set(rule.wheels):
-                raise CheckFailed(
-                    f"collision rule for {rule.path} names {', '.join(rule.wheels)}, but "
-                    f"{', '.join(sorted(seen.get(rule.path, ()))) or 'none of them'} wrote it; "
-                    "a rule must match the locked wheels exactly (remove or update it)",
-                    check_id="path-conflict",
-                )
-            manifest.collisions.append({"path": rule.path, "keep": rule.keep, "drop": list(rule.drop), "reason": rule.reason})
         installed = {w.filename for w in ordered}
         manifest.waived = [
             {"wheel": w.wheel, "path": w.path, "actual_sha256": w.actual_sha256, "reason": w.reason}
