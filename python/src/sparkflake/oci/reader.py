@@ -361,3 +361,9 @@ def _open_docker_archive(location: Path, files: _TarFiles) -> ImageReader:
         repo_tags=[str(tag) for tag in repo_tags],
         ref_name=None,
     )
+
+
+# Public names for the file access of a layout directory or an archive (the audit uses
+# them to read blobs of formats it has already identified).
+DirectoryFiles = _DirectoryFiles
+TarFiles = _TarFiles
