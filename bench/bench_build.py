@@ -84,15 +84,13 @@ def layer_trees(profile: str, cache: Path, scratch: Path) -> list[Path]:
     from sparkflake.compose.build import BuildRequest, build_profile
 
     result = build_profile(
-        BuildRequest(profile=profile, output_dir=scratch / "prepare-out", cache_root=cache,
-                     layer_cache_root=scratch / "prepare-oci", offline=True, keep_work=True)
+        BuildRequest(profile=profile, output_dir=scratch / "prepare-out", cache_root=cache, offline=True, keep_work=True)
     )
     assert result.assembly is not None
     trees = [result.assembly.base_tree, *result.assembly.python_trees.values()]
     keep = scratch / "overlay"
     shutil.copytree(result.assembly.overlay_tree, keep)
     shutil.rmtree(result.assembly.work_dir, ignore_errors=True)
-    shutil.rmtree(scratch / "prepare-oci", ignore_errors=True)
     shutil.rmtree(scratch / "prepare-out", ignore_errors=True)
     return [*trees, keep]
 
