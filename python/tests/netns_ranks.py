@@ -295,7 +295,7 @@ class NetnsRanks:
                 identity_file=str(self.key),
                 known_hosts_file=str(self.known_hosts),
                 cipher="aes128-gcm@openssh.com",
-                connect_timeout=3,
+                connect_timeout=10,
                 server_alive_interval=1,
                 server_alive_count_max=3,
                 strict_host_key_checking="accept-new",
