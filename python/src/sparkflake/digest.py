@@ -31,9 +31,10 @@ from .errors import InputError
 
 READ_CHUNK = 1 << 20
 
-# Files up to this size are read with one read() and handed to the hasher together with
-# their NAR framing in one update call; above it, the pieces go separately to avoid
-# copying the content into a concatenated buffer.
+# Files up to this size are read with one read(); larger ones in READ_CHUNK pieces into
+# one reused buffer. Framing and content go to the hasher as separate pieces: joining
+# them would copy every file's bytes once more. Files are read, not mapped: a file
+# truncated while mapped kills the process with SIGBUS instead of raising an error.
 _SMALL_FILE = 64 << 10
 
 HASH_SIZES: dict[str, int] = {"md5": 16, "sha1": 20, "sha256": 32, "sha512": 64}
@@ -431,10 +432,11 @@ class _NarWalker:
             header = _NAR_EXECUTABLE if status.st_mode & stat.S_IXUSR else _NAR_REGULAR
             header += size.to_bytes(8, "little")
             trailer = _PADDING[: -size % 8] + _NAR_CLOSE
-            if size <= _SMALL_FILE:
-                write(header + _read_exactly(fd, size, path) + trailer)
-                return
             write(header)
+            if size <= _SMALL_FILE:
+                write(_read_exactly(fd, size, path))
+                write(trailer)
+                return
             buffer = self._buffer
             remaining = size
             while remaining:
@@ -620,9 +622,10 @@ def _git_file_blob(
             raise _unsupported(path, status.st_mode)
         size = status.st_size
         mode = _GIT_MODE_EXECUTABLE if status.st_mode & stat.S_IXUSR else _GIT_MODE_FILE
-        if size <= _SMALL_FILE:
-            return mode, new_hasher(b"blob %d\0" % size + _read_exactly(fd, size, path)).digest()
         hasher = new_hasher(b"blob %d\0" % size)
+        if size <= _SMALL_FILE:
+            hasher.update(_read_exactly(fd, size, path))
+            return mode, hasher.digest()
         remaining = size
         while remaining:
             view = buffer[: min(remaining, READ_CHUNK)]
