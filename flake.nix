@@ -27,6 +27,13 @@
           }
         );
       fetchLocked = import ./nix/fetch-locked.nix;
+      images =
+        pkgs: system:
+        import ./nix/image.nix {
+          inherit pkgs fetchLocked;
+          inherit (self.packages.${system}) sparkflake;
+          src = self;
+        };
     in
     {
       lib = {
@@ -35,12 +42,15 @@
 
       overlays.default = import ./overlays;
 
+      # The CLI, and the images of the profiles with their environment and OS-base trees
+      # (nix/image.nix: the CLI's builder over fixed-output fetches of the locks).
       packages = forAllSystems (
-        { pkgs, ... }:
+        { pkgs, system }:
         rec {
           sparkflake = pkgs.callPackage ./nix/package.nix { };
           default = sparkflake;
         }
+        // builtins.removeAttrs (images pkgs system) [ "fixture-digests" ]
       );
 
       apps = forAllSystems (
@@ -53,6 +63,9 @@
           inherit pkgs fetchLocked;
           inherit (self.packages.${system}) sparkflake;
           src = self;
+        }
+        // {
+          inherit (images pkgs system) fixture-digests;
         }
       );
 

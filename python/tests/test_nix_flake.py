@@ -47,9 +47,9 @@ def test_flake_outputs_for_both_systems() -> None:
     outputs = json.loads(completed.stdout)
     assert set(outputs["packages"]) == SYSTEMS
     for system in SYSTEMS:
-        assert set(outputs["packages"][system]) >= {"sparkflake", "default"}
+        assert set(outputs["packages"][system]) >= {"sparkflake", "default", "glm53-dflash7", "glm53-mtp5"}
         assert set(outputs["apps"][system]) >= {"default", "launch-rank"}
-        assert set(outputs["checks"][system]) >= {"pytest", "ruff", "nix-parse"}
+        assert set(outputs["checks"][system]) >= {"pytest", "ruff", "nix-parse", "fixture-digests"}
         assert set(outputs["devShells"][system]) == {"default"}
         assert outputs["formatter"][system]["type"] == "derivation"
         assert outputs["packages"][system]["sparkflake"]["name"] == "sparkflake-0.1.0"
