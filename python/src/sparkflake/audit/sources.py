@@ -23,7 +23,7 @@ from typing import Any, BinaryIO
 from ..errors import CheckFailed, InputError
 from ..oci import media_types
 from ..oci.digests import sha256_digest
-from ..oci.reader import _DirectoryFiles, _TarFiles
+from ..oci.reader import DirectoryFiles, TarFiles
 
 MAX_DOCUMENT_BYTES = 4 << 20
 DIGEST_PATTERN = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -102,7 +102,7 @@ def _blob_path(digest: str) -> str:
     return f"blobs/{algorithm}/{hex_part}"
 
 
-def _read_small(files: _DirectoryFiles | _TarFiles, name: str, what: str) -> bytes:
+def _read_small(files: DirectoryFiles | TarFiles, name: str, what: str) -> bytes:
     size = files.size(name)
     if size is None:
         raise InputError(f"{files.describe(name)}: {what} is missing", check_id="image.readable")
@@ -119,11 +119,11 @@ def open_file_source(path: str | os.PathLike[str], ref_name: str | None, platfor
     """An OCI layout directory, an oci-archive or a docker-archive."""
     location = Path(path)
     if location.is_dir():
-        return _oci_source(_DirectoryFiles(location), "oci-layout", str(location), ref_name, platform)
+        return _oci_source(DirectoryFiles(location), "oci-layout", str(location), ref_name, platform)
     if not location.exists():
         raise InputError(f"{location}: no such file or directory", check_id="image.readable")
     try:
-        files = _TarFiles(location)
+        files = TarFiles(location)
     except InputError as exc:
         raise InputError(exc.message, check_id="image.readable") from exc
     if files.size("oci-layout") is not None:
@@ -138,7 +138,7 @@ def open_file_source(path: str | os.PathLike[str], ref_name: str | None, platfor
 
 
 def _oci_source(
-    files: _DirectoryFiles | _TarFiles, kind: str, location: str, ref_name: str | None, platform: str | None
+    files: DirectoryFiles | TarFiles, kind: str, location: str, ref_name: str | None, platform: str | None
 ) -> ImageSource:
     layout_doc = parse_document(_read_small(files, "oci-layout", "oci-layout file"), files.describe("oci-layout"))
     if layout_doc.get("imageLayoutVersion") != media_types.OCI_LAYOUT_VERSION:
@@ -272,7 +272,7 @@ def source_from_manifest(
     )
 
 
-def _docker_archive_source(files: _TarFiles, location: str) -> ImageSource:
+def _docker_archive_source(files: TarFiles, location: str) -> ImageSource:
     where = files.describe("manifest.json")
     try:
         entries = json.loads(_read_small(files, "manifest.json", "manifest.json"))
