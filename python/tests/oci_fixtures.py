@@ -163,7 +163,8 @@ class PodmanStore:
         return image_id if image_id.startswith("sha256:") else f"sha256:{image_id}"
 
     def cleanup(self) -> None:
-        subprocess.run(self.argv("system", "reset", "--force"), capture_output=True, check=False)
+        # not `system reset`: it would also remove root's network definitions
+        subprocess.run(self.argv("rmi", "--all", "--force"), capture_output=True, check=False)
         shutil.rmtree(self.root, ignore_errors=True)
         shutil.rmtree(self.runroot, ignore_errors=True)
 
