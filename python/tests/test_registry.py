@@ -8,9 +8,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -133,17 +135,15 @@ def test_push_is_digest_preserving_and_pull_verifies_every_byte(registry: str, t
         blob = tmp_path / "pulled" / "blobs" / "sha256" / layer["digest"].split(":")[1]
         assert "sha256:" + hashlib.sha256(blob.read_bytes()).hexdigest() == layer["digest"]
     store = tmp_path / "podman"
-    loaded = subprocess.run(
-        ["podman", "--root", str(store / "root"), "--runroot", f"/tmp/sfk-reg-{tmp_path.name[-8:]}",
-         "--storage-driver", "vfs", "load", "-i", str(tmp_path / "pulled")],
-        capture_output=True, text=True,
-    )
-    assert loaded.returncode == 0, loaded.stderr
-    image_id = subprocess.run(
-        ["podman", "--root", str(store / "root"), "--runroot", f"/tmp/sfk-reg-{tmp_path.name[-8:]}",
-         "--storage-driver", "vfs", "images", "--no-trunc", "--format", "{{.ID}}"],
-        capture_output=True, text=True, check=True,
-    ).stdout.split()
+    runroot = tempfile.mkdtemp(prefix="sfk-reg-", dir="/tmp")  # podman wants a short runroot
+    podman = ["podman", "--root", str(store / "root"), "--runroot", runroot, "--storage-driver", "vfs"]
+    try:
+        loaded = subprocess.run([*podman, "load", "-i", str(tmp_path / "pulled")], capture_output=True, text=True)
+        assert loaded.returncode == 0, loaded.stderr
+        image_id = subprocess.run([*podman, "images", "--no-trunc", "--format", "{{.ID}}"],
+                                  capture_output=True, text=True, check=True).stdout.split()
+    finally:
+        shutil.rmtree(runroot, ignore_errors=True)
     assert digests["config"].split(":")[1] in [i.removeprefix("sha256:") for i in image_id]
 
 
