@@ -379,3 +379,45 @@ def test_work_dir_removed(tmp_path: Path) -> None:
     build_profile(BuildRequest(profile=str(FIXTURE), output_dir=tmp_path / "o", cache_root=tmp_path / "c", offline=True))
     assert list((tmp_path / "c" / "work").iterdir()) == []
 
+
+
+# --------------------------------------------------------------------------- git source
+
+
+def test_git_source_bound_by_tree_id(tmp_path: Path) -> None:
+    from sparkflake.compose.source_overlay import extract_sdist_package
+    from sparkflake.digest import git_tree_id, nar_hash
+    from sparkflake.lock import GitPin, Lock, load_lock, write_lock
+
+    checkout = tmp_path / "checkout"
+    extract_sdist_package(FIXTURE / "inputs" / "vllm-0.1.0.tar.gz", "vllm", checkout)
+    profile = copy_profile(tmp_path)
+    lock = load_lock(profile / "fixture.lock")
+    pin = GitPin(
+        name="vllm-git",
+        url="https://fixtures.sparkflake.invalid/vllm.git",
+        rev="1" * 40,
+        tree=git_tree_id(checkout),
+        nar_hash=nar_hash(checkout).sri,
+    )
+    write_lock(profile / "fixture.lock", Lock(target=lock.target, inputs=(*lock.inputs, pin)))
+    toml = profile / "profile.toml"
+    toml.write_text(toml.read_text().replace('vllm_source = "vllm-sdist"', 'vllm_source = "vllm-git"'))
+
+    def request(out: str, source_tree: Path | None) -> BuildRequest:
+        return BuildRequest(profile=str(profile), output_dir=tmp_path / out, cache_root=tmp_path / "cache",
+                            offline=True, source_tree=source_tree)
+
+    result = build_profile(request("out", checkout))
+    labels = json.loads(result.image.config_bytes)["config"]["Labels"]
+    assert labels["org.opencontainers.image.revision"] == "1" * 40
+    assert labels["org.sparkflake.input.vllm-source"] == f"git:{pin.url}@{pin.rev}:tree:{pin.tree}"
+    overlay = json.loads((tmp_path / "out" / "source-overlay.json").read_text())
+    assert overlay["source"]["kind"] == "git" and overlay["source"]["tree"] == pin.tree
+    with pytest.raises(InputError, match="--source-tree"):
+        build_profile(request("out2", None))
+    (checkout / "vllm" / "overlay_only.py").write_text("# changed after locking\n")
+    with pytest.raises(CheckFailed) as error:
+        build_profile(request("out3", checkout))
+    assert error.value.check_id == "inputs" and pin.tree in str(error.value)
+    assert not (tmp_path / "out3").exists()

@@ -32,6 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--no-tree-cache", action="store_true", help="assemble the OS base and Python trees again")
     parser.add_argument("--from", dest="from_dirs", action="append", default=[], metavar="DIR",
                         help="import operator-supplied inputs from DIR (matched by sha256); repeatable")
+    parser.add_argument("--source-tree", metavar="DIR", help="checkout of a git vllm_source input (bound by its git tree id)")
     parser.add_argument("--offline", action="store_true", help="no network: inputs come from the cache, inputs/ and --from")
     parser.add_argument("--compression", choices=("gzip", "zstd", "none"), default="gzip")
     parser.add_argument("--level", type=int, default=None, help="compression level (default: the engine's)")
@@ -67,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
         use_layer_cache=not args.no_layer_cache,
         keep_work=args.keep_work,
         profiles_dir=Path(args.profiles_dir) if args.profiles_dir else None,
+        source_tree=Path(args.source_tree) if args.source_tree else None,
     )
     started = time.monotonic()
     result = build_profile(request, Progress("build"))

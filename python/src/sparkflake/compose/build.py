@@ -236,11 +236,6 @@ def fetch_inputs(
     pins: list[Pin] = [*composition.debs, *composition.wheels]
     if isinstance(composition.source, SdistPin):
         pins.append(composition.source)
-    else:
-        raise InputError(
-            f"{composition.source.name}: git sources are built from a checkout supplied with "
-            "--source-tree (no git fetch in the CLI build)"
-        )
     artifacts = [_artifact(pin) for pin in pins]
     missing = [a for a in artifacts if not cache.contains(a.sha256)]
     directories = list(from_dirs)
@@ -335,6 +330,32 @@ def _target_for(lock: Lock) -> Target:
     )
 
 
+def checked_source_tree(pin: GitPin, source_tree: Path | None) -> Path:
+    """A checkout of a git input, bound to the lock by its git tree id (and, for a tree
+    without ``.git``, its NAR hash): what Nix's fetchGit would give for ``rev``."""
+    if source_tree is None:
+        raise InputError(
+            f"{pin.name}: a git source ({pin.url} at {pin.rev}) is built from a checkout: pass "
+            "--source-tree DIR (its git tree id must be the lock's tree)"
+        )
+    if not (source_tree / OVERLAY_PACKAGE).is_dir():
+        raise InputError(f"--source-tree {source_tree}: no {OVERLAY_PACKAGE}/ directory")
+    tree = git_tree_id(source_tree)
+    if tree != pin.tree:
+        raise CheckFailed(
+            f"--source-tree {source_tree}: git tree {tree}, the lock's {pin.name} says {pin.tree} (rev {pin.rev})",
+            check_id="inputs",
+        )
+    if not (source_tree / ".git").exists():
+        nar = nar_hash(source_tree).sri
+        if nar != pin.nar_hash:
+            raise CheckFailed(
+                f"--source-tree {source_tree}: NAR hash {nar}, the lock's {pin.name} says {pin.nar_hash}",
+                check_id="inputs",
+            )
+    return source_tree
+
+
 def _collision_rules_by_group(
     collisions: Sequence[CollisionRule], group_pins: Mapping[str, Sequence[WheelPin]]
 ) -> dict[str, tuple[CollisionRule, ...]]:
@@ -372,6 +393,7 @@ def assemble(
     progress: ProgressCallback | None = None,
     tree_cache: TreeCache | None = None,
     hashes: FileHashes | None = None,
+    source_tree: Path | None = None,
 ) -> Assembly:
     """All layer trees and both manifests. The OS base and Python trees come from
     ``tree_cache`` when it holds them intact; the overlay trees are made in ``work_dir``."""
@@ -449,16 +471,28 @@ def assemble(
     # The overlay source and its patches.
     source = composition.source
     source_root = work_dir / "source"
-    assert isinstance(source, SdistPin)
-    extract_sdist_package(fetched.paths[source.name], OVERLAY_PACKAGE, source_root)
-    source_identity: dict[str, object] = {
-        "kind": "sdist",
-        "name": source.name,
-        "filename": source.filename,
-        "version": source.version,
-        "sha256": source.sha256,
-        "uri": source.urls[0],
-    }
+    if isinstance(source, SdistPin):
+        extract_sdist_package(fetched.paths[source.name], OVERLAY_PACKAGE, source_root)
+        source_identity: dict[str, object] = {
+            "kind": "sdist",
+            "name": source.name,
+            "filename": source.filename,
+            "version": source.version,
+            "sha256": source.sha256,
+            "uri": source.urls[0],
+        }
+    else:
+        source_root = checked_source_tree(source, source_tree)
+        wheel = composition.roles["vllm_wheel"]
+        source_identity = {
+            "kind": "git",
+            "name": source.name,
+            "uri": source.url,
+            "rev": source.rev,
+            "tree": source.tree,
+            "nar_hash": source.nar_hash,
+            "version": getattr(wheel, "version", ""),
+        }
     plan = plan_overlay(vllm_site, source_root, OVERLAY_PACKAGE, composition.patch_set)
     patched_root = work_dir / "patched-source"
     patched_package = write_patched_source(source_root, OVERLAY_PACKAGE, plan, patched_root)
@@ -612,8 +646,12 @@ def resolved_dependencies(composition: Composition, assembly: Assembly) -> tuple
         dependencies.append(
             receipt.ResolvedDependency(
                 name=pin.name,
-                uri=pin.urls[0] if getattr(pin, "urls", ()) else "",  # type: ignore[union-attr]
-                digest={"sha256": pin.sha256},  # type: ignore[union-attr]
+                uri=pin.url if isinstance(pin, GitPin) else (pin.urls[0] if getattr(pin, "urls", ()) else ""),  # type: ignore[union-attr]
+                digest=(
+                    {"gitCommit": pin.rev, "gitTree": pin.tree}
+                    if isinstance(pin, GitPin)
+                    else {"sha256": pin.sha256}  # type: ignore[union-attr]
+                ),
                 annotations=annotations,
             )
         )
@@ -668,13 +706,17 @@ def prepare_top(
         cache_root=profile.cache_root,
         jit_root=profile.jit_root,
         source_url=str(source["uri"]),
-        revision=f"sha256:{source['sha256']}",
+        revision=str(source["rev"]) if source["kind"] == "git" else f"sha256:{source['sha256']}",
         version=str(source["version"]),
         created=rfc3339(options.source_date_epoch),
         licenses=LICENSES,
         base_digest=base_image.manifest_digest,
         role_sha256=role_sha,
-        vllm_source_identity=f"sdist:{source['filename']}:sha256:{source['sha256']}",
+        vllm_source_identity=(
+            f"git:{source['uri']}@{source['rev']}:tree:{source['tree']}"
+            if source["kind"] == "git"
+            else f"sdist:{source['filename']}:sha256:{source['sha256']}"
+        ),
         nccl_library_sha256=assembly.nccl_library_sha256,
         patch_set_sha256=composition.patch_set.patch_set_sha256,
         retained_native_sha256=receipt.sha256_hex(assembly.retained_native_bytes),
@@ -1008,6 +1050,7 @@ class BuildRequest:
     use_tree_cache: bool = True
     keep_work: bool = False
     profiles_dir: Path | None = None
+    source_tree: Path | None = None  # checkout of a git vllm_source
 
 
 def default_output_dir(profile_name: str) -> Path:
@@ -1032,7 +1075,8 @@ def build_profile(request: BuildRequest, progress: ProgressCallback | None = Non
     work_dir = Path(tempfile.mkdtemp(prefix=f"{composition.profile.name}.", dir=work_parent))
     try:
         assembly = assemble(
-            composition, fetched, work_dir / "trees", progress=progress, tree_cache=tree_cache, hashes=hashes
+            composition, fetched, work_dir / "trees", progress=progress, tree_cache=tree_cache, hashes=hashes,
+            source_tree=request.source_tree,
         )
         lower = build_lower_layers(assembly, request.options, store, layer_cache, progress)
         prepared = prepare_top(composition, assembly, lower, request.options, store)
