@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from netns_ranks import NetnsRanks
 
+from sparkflake.fanout.distribute import FanoutRequest, fanout
 from sparkflake.fanout.files import partial_path
 
 MIB = 1 << 20
@@ -263,3 +264,15 @@ def test_bad_input_moves_nothing(netns_ranks: NetnsRanks, tmp_path: Path) -> Non
 
     for index in range(1, 4):
         assert not list(netns_ranks.data_dir(index).glob("*bad.bin*"))
+
+
+def test_progress_is_reported_through_the_callback(netns_ranks: NetnsRanks, tmp_path: Path) -> None:
+    archive = tmp_path / "progress.bin"
+    digest = random_file(archive, 24 * MIB, seed=7)
+    reports: list[tuple[int, int, str]] = []
+    report = fanout(netns_ranks.site(), FanoutRequest(archive=str(archive), sha256=digest),
+                    progress=lambda done, total, label: reports.append((done, total, label)))
+    assert report["complete"]
+    assert reports[-1][0] == reports[-1][1] == 3 * 24 * MIB
+    assert {label for _, _, label in reports} >= {"rank1 verified", "rank2 verified", "rank3 verified"}
+    assert all(done <= total for done, total, _ in reports)

@@ -20,6 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sparkflake.fanout import receive as receive_module
+from sparkflake.fanout import relay as relay_module
 from sparkflake.fanout.files import inspect_copy, partial_path
 from sparkflake.fanout.receive import MISMATCH, NO_SPACE, OK, receive
 from sparkflake.fanout.relay import CONNECT_FAILED, relay
@@ -132,7 +133,9 @@ def test_a_new_receiver_takes_over_from_an_orphaned_one(tmp_path: Path) -> None:
     assert successor.wait() == 0 and final.read_bytes() == content
 
 
-def test_the_relay_forwards_a_copy_while_it_is_still_arriving(tmp_path: Path) -> None:
+def test_the_relay_forwards_a_copy_while_it_is_still_arriving(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(relay_module, "REPORT_SECONDS", 0.0)
+    positions: list[int] = []
     upstream = tmp_path / "rank1" / "a.tar"
     downstream = tmp_path / "rank2" / "a.tar"
     upstream.parent.mkdir()
@@ -151,9 +154,10 @@ def test_the_relay_forwards_a_copy_while_it_is_still_arriving(tmp_path: Path) ->
     writer.start()
     result = relay(upstream, len(content),
                    [*AGENT, "receive", "--path", str(downstream), "--size", str(len(content)),
-                    "--sha256", sha(content)])
+                    "--sha256", sha(content)], progress=positions.append)
     writer.join()
     assert result["status"] == OK and result["sent"] == len(content)
+    assert positions and positions == sorted(positions) and positions[-1] <= len(content)
     assert downstream.read_bytes() == content
 
 

@@ -47,7 +47,8 @@ def _relay(args: argparse.Namespace) -> int:
         _emit({"status": "failed", "message": "--downstream-json: expected a JSON array of strings"})
         return 2
     _exit_when_controller_leaves()
-    result = relay.relay(Path(args.source), args.size, downstream)
+    result = relay.relay(Path(args.source), args.size, downstream,
+                         progress=lambda position: _emit({"progress": position}))
     _emit(result)
     return 0 if result["status"] == receive.OK else 1
 

@@ -86,6 +86,8 @@ class ChainTransfer:
         self.outcomes = {name: HopOutcome(rank=name) for name in site.order}
         self.condition = threading.Condition()
         self.active: dict[str, subprocess.Popen[bytes]] = {}
+        # bytes each receiving rank holds, as its relay last reported (for progress)
+        self.positions: dict[str, int] = {name: 0 for name, state in self.state.items() if state == PENDING}
         self.started = time.monotonic()
 
     def run(self) -> dict[str, HopOutcome]:
@@ -186,26 +188,42 @@ class ChainTransfer:
         reader = threading.Thread(target=lambda: stderr_tail.extend(process.stderr), daemon=True)  # type: ignore[arg-type]
         reader.start()
         assert process.stdout is not None and process.stdin is not None
-        output = process.stdout.read()
+        lines = []
+        for line in process.stdout:
+            lines.append(line)
+            self._note_progress(hop.receiver.name, line)
         process.stdin.close()
         returncode = process.wait()
         reader.join(timeout=2)
         with self.condition:
             self.active.pop(hop.receiver.name, None)
-        result = last_json(output.decode("utf-8", "replace"))
+        result = last_json(b"".join(lines).decode("utf-8", "replace"))
         if result is None and returncode == SSH_FAILED:
             text = b"".join(stderr_tail).decode("utf-8", "replace").strip()
             return None, text.splitlines()[-1] if text else "ssh failed"
         return result, None
 
+    def _note_progress(self, name: str, line: bytes) -> None:
+        if not self.progress or not line.startswith(b'{"progress"'):
+            return
+        try:
+            position = int(json.loads(line)["progress"])
+        except (ValueError, KeyError, TypeError):
+            return
+        with self.condition:
+            self.positions[name] = position
+            done = sum(self.positions.values())
+        self.progress(done, self.transfer.size * len(self.positions), f"-> {name}")
+
     # ---- state changes ------------------------------------------------------------------
     def _succeed(self, name: str) -> None:
         with self.condition:
             self.state[name] = HAS
+            self.positions[name] = self.transfer.size
             self.condition.notify_all()
-            done = sum(1 for state in self.state.values() if state != PENDING)
+            done = sum(self.positions.values())
         if self.progress:
-            self.progress(done, len(self.state), f"{name} verified")
+            self.progress(done, self.transfer.size * len(self.positions), f"{name} verified")
         if self.on_verified:
             self.on_verified(name)
 
@@ -217,6 +235,8 @@ class ChainTransfer:
         with self.condition:
             self.state[name] = FAILED
             self.errors[name] = message
+            if name in self.positions:
+                self.positions[name] = self.transfer.size  # nothing more will arrive
             self.condition.notify_all()
             downstream_names = [n for n, hop in self.hops.items() if hop.sender.name == name]
             for downstream_name in downstream_names:

@@ -16,6 +16,7 @@ import subprocess
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +28,20 @@ TRANSPORT_ERROR = "transport-error"  # the stream broke after the handshake: res
 SOURCE_WITHDRAWN = "source-withdrawn"  # rank i's partial copy was removed or stalled
 
 POLL_SECONDS = 0.02
+REPORT_SECONDS = 0.5
 SEND_CHUNK = 4 << 20
 
 
 def relay(
-    source: Path, size: int, downstream_argv: list[str], *, stall_seconds: float = 600.0
+    source: Path,
+    size: int,
+    downstream_argv: list[str],
+    *,
+    stall_seconds: float = 600.0,
+    progress: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
+    """Forward ``source`` to the receiver ``downstream_argv`` starts; ``progress`` gets the
+    position reached (bytes of the file the receiver holds) about twice a second."""
     started = time.monotonic()
     process = subprocess.Popen(
         downstream_argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
@@ -65,7 +74,7 @@ def relay(
     status = None
     message = ""
     try:
-        sent = _send(source, offset, size, process.stdin.fileno(), stall_seconds)
+        sent = _send(source, offset, size, process.stdin.fileno(), stall_seconds, progress)
     except _Withdrawn as exc:
         status, message = SOURCE_WITHDRAWN, str(exc)
         process.kill()
@@ -94,13 +103,20 @@ class _Withdrawn(Exception):
     pass
 
 
-def _send(source: Path, offset: int, size: int, sink: int, stall_seconds: float) -> int:
+def _send(
+    source: Path,
+    offset: int,
+    size: int,
+    sink: int,
+    stall_seconds: float,
+    progress: Callable[[int], None] | None,
+) -> int:
     if offset >= size:
         return 0
     handle = _open_growing(source, stall_seconds)
     sent = 0
     position = offset
-    last_progress = time.monotonic()
+    last_progress = last_report = time.monotonic()
     try:
         while position < size:
             count = os.sendfile(sink, handle.fileno(), position, min(SEND_CHUNK, size - position))
@@ -108,6 +124,9 @@ def _send(source: Path, offset: int, size: int, sink: int, stall_seconds: float)
                 position += count
                 sent += count
                 last_progress = time.monotonic()
+                if progress and last_progress - last_report >= REPORT_SECONDS:
+                    progress(position)
+                    last_report = last_progress
                 continue
             if not _still_published(source, handle):
                 raise _Withdrawn(f"{source}: the copy being forwarded was removed")
