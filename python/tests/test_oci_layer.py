@@ -13,6 +13,9 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from oci_fixtures import TreeVariant, materialize_tree, tree_specs
 
 from sparkflake.errors import InputError
 from sparkflake.oci import (
@@ -258,3 +261,33 @@ def test_layer_digests_match_the_blob(tmp_path):
         assert layer.uncompressed_size == len(plain)
         with tarfile.open(fileobj=io.BytesIO(plain)) as tar:
             assert [m.name for m in tar.getmembers()][:2] == ["bin", "bin/run"]
+
+
+@settings(max_examples=30)
+@given(spec=tree_specs(max_leaves=10), seeds=st.tuples(st.integers(0, 99), st.integers(0, 99)))
+def test_cache_key_is_the_content_not_the_copy(tmp_path_factory, spec, seeds):
+    work = tmp_path_factory.mktemp("key")
+    keys = []
+    trees = []
+    for n, seed in enumerate(seeds):
+        variant = TreeVariant(seed, reverse_order=bool(n), group_other_bits=0o022 >> n, owner=n)
+        tree = work / f"copy{n}"
+        files = materialize_tree(tree, spec, variant)
+        trees.append((tree, files))
+        cache = LayerCache(work / f"cache{n}")
+        options = LayerOptions(Compression("gzip")).as_record()
+        keys.append(cache.key(scan_layer(LayerInput(sources=(TreeSource(str(tree)),))), options))
+    assert keys[0] == keys[1]
+    tree, files = trees[0]
+    if files:
+        victim = sorted(files)[0]
+        victim.write_bytes(victim.read_bytes() + b"!")
+        cache = LayerCache(work / "cache0")
+        options = LayerOptions(Compression("gzip")).as_record()
+        changed = cache.key(scan_layer(LayerInput(sources=(TreeSource(str(tree)),))), options)
+        assert changed != keys[0]
+    other = LayerCache(work / "cache1").key(
+        scan_layer(LayerInput(sources=(TreeSource(str(trees[1][0])),))),
+        LayerOptions(Compression("zstd")).as_record(),
+    )
+    assert other != keys[1]
