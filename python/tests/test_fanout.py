@@ -87,9 +87,10 @@ def test_a_200_mb_image_reaches_four_ranks_verified_and_loads_with_the_expected_
     )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
-    assert report["complete"] is True
+    assert report["complete"] is True and report["schema"] == "sparkflake.distribution-report/v1"
     for index in range(4):
         record = json.loads((evidence / f"rank{index}.json").read_text())
+        assert record["schema"] == "sparkflake.distribution-evidence/v1" and record["kind"] == "fanout"
         assert record["status"] == "verified" and record["imported"] is True
         assert record["sha256"] == image["archive_sha256"]
         assert record["image_id"] == image["image_id"]

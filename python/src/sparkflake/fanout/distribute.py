@@ -22,6 +22,7 @@ from urllib.parse import urlparse
 from ..errors import CheckFailed, InputError
 from .chain import FAILED, ChainTransfer, Progress, Transfer
 from .engine import ENGINES, check_image_id
+from .evidence import EVIDENCE_SCHEMA, REPORT_SCHEMA
 from .site import Rank, Site
 from .ssh import AgentReply, run_agent
 
@@ -75,7 +76,8 @@ def fanout(site: Site, request: FanoutRequest, *, progress: Progress | None = No
     ranks = site.ordered_ranks()
     first = ranks[0]
     evidence: dict[str, dict[str, Any]] = {
-        rank.name: {"rank": rank.name, "ssh": rank.ssh, "sha256": None, "bytes": None,
+        rank.name: {"schema": EVIDENCE_SCHEMA, "kind": "fanout", "rank": rank.name, "ssh": rank.ssh,
+                    "sha256": None, "bytes": None,
                     "bytes_received": 0, "seconds": None, "status": "pending", "error": None,
                     "image_id": None, "imported": False, "attempts": 0, "resumed_from": []}
         for rank in ranks
@@ -253,6 +255,8 @@ def _summary(site: Site, request: FanoutRequest, evidence: dict[str, dict[str, A
         record["status"] == "verified" and (not request.engine or record["imported"]) for record in records
     )
     return {
+        "schema": REPORT_SCHEMA,
+        "kind": "fanout",
         "archive": request.archive,
         "sha256": request.sha256,
         "image_id": request.image_id,

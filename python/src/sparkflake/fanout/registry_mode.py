@@ -15,6 +15,7 @@ from typing import Any
 from ..errors import InputError
 from ..registry import parse_platform, parse_reference
 from .engine import ENGINES, check_image_id
+from .evidence import EVIDENCE_SCHEMA, REPORT_SCHEMA
 from .site import Rank, Site
 from .ssh import run_agent
 
@@ -56,7 +57,8 @@ def registry_fanout(site: Site, request: RegistryFanoutRequest) -> dict[str, Any
     with ThreadPoolExecutor(max_workers=len(site.ranks)) as pool:
         records = list(pool.map(lambda rank: _one_rank(site, rank, request), site.ordered_ranks()))
     complete = all(r["status"] == "verified" and (not request.engine or r["imported"]) for r in records)
-    return {"reference": request.reference, "image_id": request.image_id, "complete": complete,
+    return {"schema": REPORT_SCHEMA, "kind": "registry-fanout", "reference": request.reference,
+            "image_id": request.image_id, "complete": complete,
             "seconds": round(time.monotonic() - started, 6), "ranks": records}
 
 
@@ -64,7 +66,8 @@ def _one_rank(site: Site, rank: Rank, request: RegistryFanoutRequest) -> dict[st
     source = parse_reference(request.reference)
     assert source.digest is not None
     layout = str(PurePosixPath(rank.data_dir) / "images" / source.digest.replace(":", "-"))
-    record: dict[str, Any] = {"rank": rank.name, "ssh": rank.ssh, "reference": request.reference,
+    record: dict[str, Any] = {"schema": EVIDENCE_SCHEMA, "kind": "registry-fanout", "rank": rank.name,
+                              "ssh": rank.ssh, "reference": request.reference,
                               "layout": layout, "status": "pending", "error": None, "imported": False,
                               "image_id": None, "bytes": None}
     began = time.monotonic()

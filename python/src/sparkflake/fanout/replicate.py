@@ -19,6 +19,7 @@ from typing import Any
 
 from ..errors import InputError
 from .chain import FAILED, ChainTransfer, Progress, Transfer
+from .evidence import EVIDENCE_SCHEMA, REPORT_SCHEMA
 from .manifest import manifest_bytes, manifest_from_document
 from .site import Rank, Site
 from .ssh import run_agent
@@ -54,7 +55,8 @@ def replicate(site: Site, request: ReplicateRequest, *, progress: Progress | Non
     dirs.update({rank.name: destination(rank, request) for rank in ranks[1:]})
 
     records: dict[str, dict[str, Any]] = {
-        rank.name: {"rank": rank.name, "dir": dirs[rank.name], "status": "pending", "error": None,
+        rank.name: {"schema": EVIDENCE_SCHEMA, "kind": "replicate", "rank": rank.name,
+                    "dir": dirs[rank.name], "status": "pending", "error": None,
                     "files": len(entries), "files_reused": 0, "files_copied": 0, "bytes_copied": 0}
         for rank in ranks
     }
@@ -107,6 +109,8 @@ def replicate(site: Site, request: ReplicateRequest, *, progress: Progress | Non
             record["status"] = "verified"
     ordered = [records[rank.name] for rank in ranks]
     return {
+        "schema": REPORT_SCHEMA,
+        "kind": "replicate",
         "model_dir": request.model_dir,
         "manifest": json.loads(manifest_text),
         "complete": all(record["status"] == "verified" for record in ordered),
