@@ -52,8 +52,9 @@ import sys
 from sparkflake.oci import (BlobStore, Compression, ImageSpec, LayerInput, LayerSpec,
     TreeSource, build_image, write_oci_layout)
 tree, store, out, algorithm = sys.argv[1:5]
+level = int(sys.argv[5]) if len(sys.argv) > 5 else None
 spec = ImageSpec(layers=(LayerSpec(LayerInput(sources=(TreeSource(tree),)), "tree"),),
-                 compression=Compression(algorithm))
+                 compression=Compression(algorithm, level))
 write_oci_layout(build_image(spec, BlobStore(store)), out)
 """
 
@@ -203,6 +204,12 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--work", default="/tmp/sparkflake-bench-oci")
     parser.add_argument(
+        "--gzip-level",
+        type=int,
+        default=6,
+        help="our gzip level in the skopeo comparison",
+    )
+    parser.add_argument(
         "--parts",
         default="layer,skopeo,rebuild",
         help="comma-separated subset of layer,skopeo,rebuild (results merge into the JSON)",
@@ -328,7 +335,16 @@ def compare_with_skopeo(args, work, tree, python, env, results, peak_rss) -> Non
         store = Path(tempfile.mkdtemp(prefix="store-", dir=work))
         out = work / "ours-layout"
         seconds, rss, _, cpu = timed_child(
-            [python, "-c", _OURS_LAYOUT, str(tree), str(store), str(out), "gzip"],
+            [
+                python,
+                "-c",
+                _OURS_LAYOUT,
+                str(tree),
+                str(store),
+                str(out),
+                "gzip",
+                str(args.gzip_level),
+            ],
             env=env,
         )
         ours_times.append(seconds)
@@ -366,7 +382,9 @@ def compare_with_skopeo(args, work, tree, python, env, results, peak_rss) -> Non
         "skopeo_cpu_s": median(skopeo_cpu),
         "cpu_ratio": median(ours_cpu) / median(skopeo_cpu),
     }
-    results["layout_vs_skopeo_copy"] = row
+    row["ours_gzip_level"] = args.gzip_level
+    suffix = "" if args.gzip_level == 6 else f"_level{args.gzip_level}"
+    results[f"layout_vs_skopeo_copy{suffix}"] = row
     print(
         f"tree->gzip layout: ours {row['ours_s']:.2f}s  skopeo copy {row['skopeo_s']:.2f}s  "
         f"ratio {row['ratio']:.2f}  CPU {row['ours_cpu_s']:.1f}s vs {row['skopeo_cpu_s']:.1f}s"
