@@ -23,7 +23,9 @@ def parsed(path: pathlib.Path) -> bytes:
         check=False,
     )
     if result.returncode != 0:
-        raise SystemExit(f"nixfmt: {path}: does not parse:\n{result.stderr.decode(errors='replace')}")
+        raise SystemExit(
+            f"nixfmt: {path}: does not parse:\n{result.stderr.decode(errors='replace')}"
+        )
     return result.stdout
 
 
@@ -37,7 +39,9 @@ def nix_files(arguments: list[str]) -> list[pathlib.Path]:
     for argument in arguments or ["."]:
         path = pathlib.Path(argument)
         if path.is_dir():
-            files.extend(sorted(p for p in path.rglob("*.nix") if ".git" not in p.parts))
+            files.extend(
+                sorted(p for p in path.rglob("*.nix") if ".git" not in p.parts)
+            )
         else:
             files.append(path)
     return files
@@ -51,12 +55,17 @@ def main(argv: list[str]) -> int:
         formatted = normalized(original)
         if formatted == original:
             continue
-        with tempfile.NamedTemporaryFile(suffix=".nix", dir=path.parent, delete=False) as tmp:
+        with tempfile.NamedTemporaryFile(
+            suffix=".nix", dir=path.parent, delete=False
+        ) as tmp:
             tmp.write(formatted.encode("utf-8"))
         candidate = pathlib.Path(tmp.name)
         try:
             if parsed(candidate) != parsed(path):
-                print(f"nixfmt: {path}: left unchanged, its strings hold trailing whitespace", file=sys.stderr)
+                print(
+                    f"nixfmt: {path}: left unchanged, its strings hold trailing whitespace",
+                    file=sys.stderr,
+                )
                 continue
             would_change.append(path)
             if not check_only:
@@ -65,7 +74,10 @@ def main(argv: list[str]) -> int:
         finally:
             candidate.unlink(missing_ok=True)
     for path in would_change:
-        print(f"nixfmt: {path}: {'needs formatting' if check_only else 'formatted'}", file=sys.stderr)
+        print(
+            f"nixfmt: {path}: {'needs formatting' if check_only else 'formatted'}",
+            file=sys.stderr,
+        )
     return 1 if check_only and would_change else 0
 
 

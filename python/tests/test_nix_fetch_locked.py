@@ -71,7 +71,7 @@ def test_lock_record_evaluates_to_a_builtin_fixed_output_derivation() -> None:
     sha256 = "5f1c3f10d5ace66d4ba584415bbfe42b6ac1a0a9116a3b81dcbe50516ad924b3"
     url = "https://files.example/wheels/torch-2.9.1%2Bcpu-cp311-cp311-manylinux_2_28_aarch64.whl"
     expression = (
-        f"let d = import {FETCH_LOCKED} {{ urls = [ {json.dumps(url)} \"file:///mirror/x.whl\" ];"
+        f'let d = import {FETCH_LOCKED} {{ urls = [ {json.dumps(url)} "file:///mirror/x.whl" ];'
         f' sha256 = "{sha256}"; size = 12; kind = "wheel"; }};'
         " in { inherit (d) name system builder url outputHash outputHashAlgo outputHashMode; }"
     )
@@ -122,15 +122,29 @@ def test_a_wrong_hash_is_refused_and_nothing_is_stored(served_dir: Path) -> None
     actual_sri = "sha256-" + base64.b64encode(bytes.fromhex(actual)).decode()
     assert actual_sri in completed.stderr
     wanted_path = subprocess.run(
-        ["nix-instantiate", "--expr",
-         f"{{ url, sha256 }}: import {FETCH_LOCKED} {{ urls = [ url ]; inherit sha256; }}",
-         "--argstr", "url", artifact.as_uri(), "--argstr", "sha256", expected],
-        capture_output=True, text=True, check=True, env=NIX_ENV,
+        [
+            "nix-instantiate",
+            "--expr",
+            f"{{ url, sha256 }}: import {FETCH_LOCKED} {{ urls = [ url ]; inherit sha256; }}",
+            "--argstr",
+            "url",
+            artifact.as_uri(),
+            "--argstr",
+            "sha256",
+            expected,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=NIX_ENV,
     )
     derivation = json.loads(
         subprocess.run(
             ["nix", "show-derivation", wanted_path.stdout.strip()],
-            capture_output=True, text=True, check=True, env=NIX_ENV,
+            capture_output=True,
+            text=True,
+            check=True,
+            env=NIX_ENV,
         ).stdout
     )
     (output_path,) = [d["outputs"]["out"]["path"] for d in derivation.values()]

@@ -50,7 +50,12 @@ def nix_eval_json(expression: str) -> object:
 def test_every_nix_file_parses() -> None:
     files = nix_files()
     names = {path.relative_to(REPO).as_posix() for path in files}
-    assert {"flake.nix", "nix/fetch-locked.nix", "checks/default.nix", "overlays/default.nix"} <= names
+    assert {
+        "flake.nix",
+        "nix/fetch-locked.nix",
+        "checks/default.nix",
+        "overlays/default.nix",
+    } <= names
     assert "nix/offline-nixpkgs/flake.nix" in names
     failures = {str(path): parse(path).stderr for path in files if parse(path).returncode != 0}
     assert failures == {}
@@ -86,7 +91,12 @@ def test_flake_has_one_input_and_the_lock_records_its_reference() -> None:
     inputs = nix_eval_json("(import ./flake.nix).inputs")
     assert inputs == {"nixpkgs": {"url": "github:NixOS/nixpkgs/nixos-unstable"}}
     original = json.loads((REPO / "flake.lock").read_text())["nodes"]["nixpkgs"]["original"]
-    assert original == {"owner": "NixOS", "ref": "nixos-unstable", "repo": "nixpkgs", "type": "github"}
+    assert original == {
+        "owner": "NixOS",
+        "ref": "nixos-unstable",
+        "repo": "nixpkgs",
+        "type": "github",
+    }
 
 
 def test_python_dependencies_come_from_the_package_set_or_the_uv_lock_wheel() -> None:
@@ -111,7 +121,9 @@ def test_python_dependencies_come_from_the_package_set_or_the_uv_lock_wheel() ->
         """
     )
     pyproject = tomllib.loads((REPO / "python/pyproject.toml").read_text())
-    names = [re.match(r"\s*([A-Za-z0-9._-]+)", r).group(1) for r in pyproject["project"]["dependencies"]]
+    names = [
+        re.match(r"\s*([A-Za-z0-9._-]+)", r).group(1) for r in pyproject["project"]["dependencies"]
+    ]
     assert len(evaluated) == len(names)
     uv_lock = tomllib.loads((REPO / "python/uv.lock").read_text())
     locked = {package["name"]: package for package in uv_lock["package"]}
@@ -134,7 +146,9 @@ def test_every_runtime_dependency_builds_with_the_offline_stand_in() -> None:
     # Either the stand-in provides it from the host venv (offline), or uv.lock pins a
     # pure-Python wheel that nix/python-dependencies.nix fetches and installs.
     pyproject = tomllib.loads((REPO / "python/pyproject.toml").read_text())
-    names = [re.match(r"\s*([A-Za-z0-9._-]+)", r).group(1) for r in pyproject["project"]["dependencies"]]
+    names = [
+        re.match(r"\s*([A-Za-z0-9._-]+)", r).group(1) for r in pyproject["project"]["dependencies"]
+    ]
     provided = nix_eval_json(
         "builtins.attrNames (import ./nix/offline-nixpkgs/pkgs.nix "
         '{ lib = import ./nix/offline-nixpkgs/lib.nix; system = "x86_64-linux"; }).python3Packages'
@@ -145,7 +159,9 @@ def test_every_runtime_dependency_builds_with_the_offline_stand_in() -> None:
         for package in uv_lock["package"]
         if any(wheel["url"].endswith("-none-any.whl") for wheel in package.get("wheels", []))
     }
-    assert {"zstandard", "installer", "packaging", "setuptools", "pytest", "hypothesis"} <= set(provided)
+    assert {"zstandard", "installer", "packaging", "setuptools", "pytest", "hypothesis"} <= set(
+        provided
+    )
     assert [name for name in names if name not in provided and name not in pure_wheels] == []
 
 
@@ -166,7 +182,15 @@ def test_host_venv_holds_exactly_the_locked_versions() -> None:
         ).stdout
     )
     # The venv is the test extra and the build group; every one of them at its locked version.
-    for name in ["pytest", "hypothesis", "ruff", "setuptools", "zstandard", "installer", "packaging"]:
+    for name in [
+        "pytest",
+        "hypothesis",
+        "ruff",
+        "setuptools",
+        "zstandard",
+        "installer",
+        "packaging",
+    ]:
         assert installed[name] == locked[name], name
     assert {name: version for name, version in installed.items() if name in locked} == {
         name: locked[name] for name in installed if name in locked
@@ -174,10 +198,14 @@ def test_host_venv_holds_exactly_the_locked_versions() -> None:
     assert set(installed) <= set(locked)
 
 
-@pytest.mark.parametrize("relative", ["flake.nix", "nix", "checks", "overlays/default.nix", "bin", ".ci/run"])
+@pytest.mark.parametrize(
+    "relative", ["flake.nix", "nix", "checks", "overlays/default.nix", "bin", ".ci/run"]
+)
 def test_nothing_points_into_a_checkout(relative: str) -> None:
     # CI runs in a fresh clone elsewhere: no file may name this checkout's absolute path.
     target = REPO / relative
     files = [target] if target.is_file() else [p for p in target.rglob("*") if p.is_file()]
-    offenders = [str(p) for p in files if "/work/" in p.read_text(encoding="utf-8", errors="replace")]
+    offenders = [
+        str(p) for p in files if "/work/" in p.read_text(encoding="utf-8", errors="replace")
+    ]
     assert files and offenders == []

@@ -38,7 +38,9 @@ def test_the_override_command_is_the_documented_one() -> None:
     text = NIX_OFFLINE.read_text()
     assert "--override-input nixpkgs path:./nix/offline-nixpkgs" in text
     for document in ["README.md", "docs/architecture.md"]:
-        assert "--override-input nixpkgs path:./nix/offline-nixpkgs" in (REPO / document).read_text()
+        assert (
+            "--override-input nixpkgs path:./nix/offline-nixpkgs" in (REPO / document).read_text()
+        )
 
 
 def test_flake_outputs_for_both_systems() -> None:
@@ -47,7 +49,12 @@ def test_flake_outputs_for_both_systems() -> None:
     outputs = json.loads(completed.stdout)
     assert set(outputs["packages"]) == SYSTEMS
     for system in SYSTEMS:
-        assert set(outputs["packages"][system]) >= {"sparkflake", "default", "glm53-dflash7", "glm53-mtp5"}
+        assert set(outputs["packages"][system]) >= {
+            "sparkflake",
+            "default",
+            "glm53-dflash7",
+            "glm53-mtp5",
+        }
         assert set(outputs["apps"][system]) >= {"default", "launch-rank"}
         assert set(outputs["checks"][system]) >= {"pytest", "ruff", "nix-parse", "fixture-digests"}
         assert set(outputs["devShells"][system]) == {"default"}
@@ -73,7 +80,10 @@ def test_the_built_cli_and_its_apps_run() -> None:
     for program in ["sparkflake", "sparkflake-launch-rank"]:
         assert (sparkflake / "bin" / program).is_file()
     help_text = subprocess.run(
-        [str(sparkflake / "bin" / "sparkflake"), "--help"], capture_output=True, text=True, check=True
+        [str(sparkflake / "bin" / "sparkflake"), "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     assert "usage: sparkflake" in help_text
     ran = nix_offline("run", ".", "--", "--help")

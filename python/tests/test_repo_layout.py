@@ -103,7 +103,9 @@ def test_readme_names_only_documents_that_exist() -> None:
     assert [name for name in sorted(named) if not (REPO / name).is_file()] == []
 
 
-@pytest.mark.parametrize("script", [".ci/run", "bin/test", "bin/sparkflake", "bin/bootstrap", "bin/nix-offline"])
+@pytest.mark.parametrize(
+    "script", [".ci/run", "bin/test", "bin/sparkflake", "bin/bootstrap", "bin/nix-offline"]
+)
 def test_scripts_are_executable_bash_that_parses(script: str) -> None:
     path = REPO / script
     assert os.access(path, os.X_OK), script

@@ -1,9 +1,11 @@
-"""Builder: buildPythonApplication { pyproject = true; } with host tools.
+"""Builder: buildPythonApplication / buildPythonPackage with host tools.
 
-Builds a wheel with the project's own PEP 517 backend (from [build-system] in pyproject.toml),
-installs it with pypa/installer into $out/lib/pythonX.Y/site-packages, writes console scripts
-that put that directory first on sys.path (nixpkgs' wrappers do the same with PYTHONPATH), and
-imports each module of pythonImportsCheck.
+With `pyproject = true` it builds a wheel with the project's own PEP 517 backend (from
+[build-system] in pyproject.toml); with `format = "wheel"` it takes the fetched wheel as it is.
+It installs the wheel with pypa/installer into $out/lib/pythonX.Y/site-packages, writes console
+scripts that put that directory (and those of the built dependencies) first on sys.path
+(nixpkgs' wrappers do the same with PYTHONPATH), and imports each module of
+pythonImportsCheck.
 """
 
 import io
@@ -26,7 +28,6 @@ out = pathlib.Path(os.environ["out"])
 site_packages = out / os.environ["sitePackages"]
 
 
-
 def built_wheel() -> pathlib.Path:
     source = build_top / "source"
     shutil.copytree(os.environ["src"], source, symlinks=True)
@@ -47,7 +48,11 @@ def built_wheel() -> pathlib.Path:
             str(wheel_dir),
         ],
         cwd=source,
-        env={**os.environ, "SOURCE_DATE_EPOCH": "315532800", "PYTHONDONTWRITEBYTECODE": "1"},
+        env={
+            **os.environ,
+            "SOURCE_DATE_EPOCH": "315532800",
+            "PYTHONDONTWRITEBYTECODE": "1",
+        },
         check=True,
     )
     (wheel_path,) = wheel_dir.glob("*.whl")
@@ -76,7 +81,9 @@ launcher_path = [str(site_packages)] + [
 class LauncherDestination(SchemeDictionaryDestination):
     """Console scripts that find the package in $out without any environment variable."""
 
-    def write_script(self, name: str, module: str, attr: str, section: object) -> RecordEntry:
+    def write_script(
+        self, name: str, module: str, attr: str, section: object
+    ) -> RecordEntry:
         launcher = (
             f"#!{sys.executable}\n"
             "import importlib\n"
@@ -104,7 +111,11 @@ destination = LauncherDestination(
     script_kind="posix",
 )
 with WheelFile.open(wheel_path) as wheel:
-    install(source=wheel, destination=destination, additional_metadata={"INSTALLER": b"nix\n"})
+    install(
+        source=wheel,
+        destination=destination,
+        additional_metadata={"INSTALLER": b"nix\n"},
+    )
 
 for module in os.environ.get("pythonImportsCheck", "").split():
     subprocess.run(

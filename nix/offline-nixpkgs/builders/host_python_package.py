@@ -20,5 +20,6 @@ except importlib.metadata.PackageNotFoundError:
 support = pathlib.Path(os.environ["out"]) / "nix-support"
 support.mkdir(parents=True)
 (support / "host-python-distribution").write_text(
-    f"{distribution.metadata['Name']} {distribution.version} {sys.prefix}\n", encoding="utf-8"
+    f"{distribution.metadata['Name']} {distribution.version} {sys.prefix}\n",
+    encoding="utf-8",
 )

@@ -12,13 +12,17 @@ out = pathlib.Path(os.environ["out"])
 site_packages = out / os.environ["sitePackages"]
 venv.EnvBuilder(symlinks=True, with_pip=False).create(out)
 if not site_packages.is_dir():
-    sys.exit(f"{site_packages}: the host interpreter is not Python {os.environ['sitePackages']}")
+    sys.exit(
+        f"{site_packages}: the host interpreter is not Python {os.environ['sitePackages']}"
+    )
 search_path = [sysconfig.get_paths()["purelib"]]
 for package in os.environ.get("pythonPackages", "").split():
     package_site = pathlib.Path(package) / os.environ["sitePackages"]
     if package_site.is_dir():
         search_path.append(str(package_site))
-(site_packages / "nix-python-env.pth").write_text("\n".join(search_path) + "\n", encoding="utf-8")
+(site_packages / "nix-python-env.pth").write_text(
+    "\n".join(search_path) + "\n", encoding="utf-8"
+)
 for package in os.environ.get("pythonPackages", "").split():
     package_bin = pathlib.Path(package) / "bin"
     if package_bin.is_dir():
