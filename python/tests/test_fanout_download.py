@@ -86,6 +86,15 @@ def test_rank_0_downloads_resumably_then_the_chain_forwards(
         copy = netns_ranks.data_dir(index) / "glm53.tar"
         assert hashlib.sha256(copy.read_bytes()).hexdigest() == digest
 
+    # --verify with a URL reads what rank 0 holds and downloads nothing
+    requests_before = len(flaky_server.requests)
+    verify = subprocess.run(
+        [sys.executable, "-m", "sparkflake.cli", "fanout", flaky_server.url, "--site", str(site),
+         "--sha256", digest, "--verify", "--json"], capture_output=True, text=True, timeout=300,
+    )
+    assert verify.returncode == 0, verify.stderr
+    assert len(flaky_server.requests) == requests_before
+
 
 def test_a_downloaded_archive_with_the_wrong_hash_goes_nowhere(
     netns_ranks: NetnsRanks, flaky_server: FlakyRangeServer, tmp_path: Path

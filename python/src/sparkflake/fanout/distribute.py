@@ -165,7 +165,7 @@ def fanout(site: Site, request: FanoutRequest, *, progress: Progress | None = No
 
 def _prepare_source(site: Site, first: Rank, request: FanoutRequest, record: dict[str, Any]) -> str:
     began = time.monotonic()
-    if request.is_url:
+    if request.is_url and not request.verify_only:  # --verify reads what rank 0 already holds
         path = archive_path(first, request.name)
         deadline = time.monotonic() + request.retry_seconds
         received = 0
@@ -181,7 +181,7 @@ def _prepare_source(site: Site, first: Rank, request: FanoutRequest, record: dic
         _require_source(first, reply, request)
         record.update(bytes_received=received, attempts=attempts)
     else:
-        path = request.archive
+        path = archive_path(first, request.name) if request.is_url else request.archive
         reply = run_agent(site, first, ["status", "--path", path, "--sha256", request.sha256])
         _require_source(first, reply, request)
         state = reply.result
