@@ -209,3 +209,42 @@ def test_nothing_points_into_a_checkout(relative: str) -> None:
         str(p) for p in files if "/work/" in p.read_text(encoding="utf-8", errors="replace")
     ]
     assert files and offenders == []
+
+
+def test_overlay_adds_the_cli_and_the_images_to_a_package_set() -> None:
+    expression = f"""
+    let
+      flake = builtins.getFlake "git+file://{REPO}";
+      prev = (builtins.getFlake "path:{REPO}/nix/offline-nixpkgs").legacyPackages.x86_64-linux;
+      final = prev // flake.overlays.default final prev;
+    in {{
+      cli = final.sparkflake.name;
+      images = map (name: final.${{name}}.name) [ "glm53-dflash7" "glm53-mtp5" "fixture-image" ];
+      ruffKept = final.ruff.name;
+    }}
+    """
+    completed = subprocess.run(
+        [
+            "nix",
+            "--extra-experimental-features",
+            "nix-command flakes",
+            "eval",
+            "--impure",
+            "--json",
+            "--expr",
+            expression,
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert json.loads(completed.stdout) == {
+        "cli": "sparkflake-0.1.0",
+        "images": [
+            "sparkflake-image-glm53-dflash7",
+            "sparkflake-image-glm53-mtp5",
+            "sparkflake-image-fixture",
+        ],
+        "ruffKept": "ruff-host",
+    }
