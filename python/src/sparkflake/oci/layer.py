@@ -140,9 +140,10 @@ def write_layer_blob(
                 diff_hasher.update(chunk)
                 tar_size += len(chunk)
                 sink.put(chunk)
-                if progress is not None:
+                if progress is not None and file_bytes_done < total:
                     file_bytes_done = min(total, file_bytes_done + len(chunk))
-                    progress(file_bytes_done, total, "layer")
+                    if file_bytes_done < total:  # the final call comes once, below
+                        progress(file_bytes_done, total, "layer")
         except BaseException:
             sink.abort()
             raise
