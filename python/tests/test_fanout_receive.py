@@ -23,7 +23,7 @@ from sparkflake.fanout import receive as receive_module
 from sparkflake.fanout import relay as relay_module
 from sparkflake.fanout.files import inspect_copy, partial_path
 from sparkflake.fanout.receive import MISMATCH, NO_SPACE, OK, receive
-from sparkflake.fanout.relay import CONNECT_FAILED, relay
+from sparkflake.fanout.relay import CANCELLED, CONNECT_FAILED, go_line, read_go_line, relay
 from sparkflake.fanout.site import SshOptions
 from sparkflake.fanout.ssh import ssh_argv
 
@@ -113,8 +113,10 @@ def test_a_disk_filling_up_mid_copy_leaves_nothing_behind(tmp_path: Path, monkey
 def test_a_new_receiver_takes_over_from_an_orphaned_one(tmp_path: Path) -> None:
     final = tmp_path / "a.tar"
     content = os.urandom(3 << 20)
-    args = ["receive", "--path", str(final), "--size", str(len(content)), "--sha256", sha(content)]
+    args = ["receive", "--path", str(final), "--sha256", sha(content)]
     orphan = subprocess.Popen([*AGENT, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    orphan.stdin.write(go_line(len(content)))
+    orphan.stdin.flush()
     assert json.loads(orphan.stdout.readline()) == {"offset": 0}
     orphan.stdin.write(content[: 1 << 20])
     orphan.stdin.flush()
@@ -124,6 +126,8 @@ def test_a_new_receiver_takes_over_from_an_orphaned_one(tmp_path: Path) -> None:
         time.sleep(0.02)
     # the orphan's connection is gone but it still holds the lock (stdin stays open)
     successor = subprocess.Popen([*AGENT, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    successor.stdin.write(go_line(len(content)))
+    successor.stdin.flush()
     handshake = json.loads(successor.stdout.readline())
     assert handshake == {"offset": 1 << 20}
     assert orphan.wait(timeout=10) != 0
@@ -153,8 +157,8 @@ def test_the_relay_forwards_a_copy_while_it_is_still_arriving(tmp_path: Path, mo
     writer = threading.Thread(target=arrive)
     writer.start()
     result = relay(upstream, len(content),
-                   [*AGENT, "receive", "--path", str(downstream), "--size", str(len(content)),
-                    "--sha256", sha(content)], progress=positions.append)
+                   [*AGENT, "receive", "--path", str(downstream), "--sha256", sha(content)],
+                   progress=positions.append)
     writer.join()
     assert result["status"] == OK and result["sent"] == len(content)
     assert positions and positions == sorted(positions) and positions[-1] <= len(content)
@@ -176,3 +180,42 @@ def test_remote_argv_survives_the_remote_shell(remote: list[str]) -> None:
     assert argv[0] == "ssh" and "BatchMode=yes" in argv and argv[argv.index("-b") + 1] == "10.0.0.1"
     assert argv[-2] == "10.0.0.2"
     assert shlex.split(argv[-1]) == remote
+
+
+def test_a_cancelled_hop_changes_nothing_on_the_receiving_rank(tmp_path: Path) -> None:
+    rank = tmp_path / "rank1"
+    result = relay(tmp_path / "source.tar", lambda: None,
+                   [*AGENT, "receive", "--path", str(rank / "a.tar"), "--sha256", "0" * 64])
+    assert result["status"] == CANCELLED
+    assert not rank.exists()
+    # the receiver alone, its stdin closed before the go: it exits and creates nothing
+    alone = subprocess.run([*AGENT, "receive", "--path", str(rank / "a.tar"), "--sha256", "0" * 64],
+                           input=b"", capture_output=True)
+    assert alone.returncode == 3 and json.loads(alone.stdout)["status"] == CANCELLED
+    assert not rank.exists()
+
+
+@given(st.binary(max_size=40))
+def test_the_go_line_parser_takes_only_a_well_formed_line(raw: bytes) -> None:
+    read, write = os.pipe()
+    try:
+        os.write(write, raw)
+        os.close(write)
+        size = read_go_line(read)
+    finally:
+        os.close(read)
+    if size is not None:
+        words = raw.split(b"\n", 1)[0].decode("ascii", "replace").split()
+        assert words[0] == "go" and words[1].isdigit() and int(words[1]) == size and len(words) == 2
+
+
+@given(st.integers(0, 1 << 50))
+def test_go_line_round_trip(size: int) -> None:
+    read, write = os.pipe()
+    try:
+        os.write(write, go_line(size) + b"payload")
+        assert read_go_line(read) == size
+        assert os.read(read, 100) == b"payload"  # nothing after the line was consumed
+    finally:
+        os.close(read)
+        os.close(write)

@@ -36,7 +36,11 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _receive(args: argparse.Namespace) -> int:
-    result = receive.receive(Path(args.path), args.size, args.sha256, sys.stdin.buffer, _emit)
+    size = relay.read_go_line(sys.stdin.fileno())
+    if size is None:  # the hop was cancelled before the go: nothing on this rank changes
+        _emit({"status": relay.CANCELLED})
+        return 3
+    result = receive.receive(Path(args.path), size, args.sha256, sys.stdin.buffer, _emit)
     _emit(result)
     return 0 if result["status"] == receive.OK else 1
 
@@ -46,25 +50,42 @@ def _relay(args: argparse.Namespace) -> int:
     if not isinstance(downstream, list) or not all(isinstance(a, str) for a in downstream):
         _emit({"status": "failed", "message": "--downstream-json: expected a JSON array of strings"})
         return 2
-    _exit_when_controller_leaves()
-    result = relay.relay(Path(args.source), args.size, downstream,
+    go = _watch_controller()
+    result = relay.relay(Path(args.source), go.wait_for_size, downstream,
                          progress=lambda position: _emit({"progress": position}))
     _emit(result)
     return 0 if result["status"] == receive.OK else 1
 
 
-def _exit_when_controller_leaves() -> None:
-    """The controller keeps our stdin open; EOF means it is gone (or gave up on this hop),
-    so forwarding stops and the downstream ssh dies with us (its stdin closes)."""
+class _Go:
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.size: int | None = None
+
+    def wait_for_size(self) -> int | None:
+        self.event.wait()
+        return self.size
+
+
+def _watch_controller() -> _Go:
+    """The controller sends ``go SIZE`` on our stdin once the source verified, and keeps
+    stdin open; end of stdin means it is gone or gave up on this hop, so forwarding stops
+    and the downstream ssh dies with us (its stdin closes)."""
+    go = _Go()
 
     def watch() -> None:
         # the raw fd, not sys.stdin: a daemon thread blocked inside the buffered reader holds
         # its lock, and interpreter shutdown would wait a second for it, then abort
+        go.size = relay.read_go_line(0)
+        go.event.set()
+        if go.size is None:
+            return  # cancelled: relay() ends the downstream connection and returns
         while os.read(0, 65536):
             pass
         os._exit(3)
 
     threading.Thread(target=watch, daemon=True).start()
+    return go
 
 
 def _import(args: argparse.Namespace) -> int:
@@ -134,13 +155,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     receiving = commands.add_parser("receive")
     receiving.add_argument("--path", required=True)
-    receiving.add_argument("--size", type=int, required=True)
     receiving.add_argument("--sha256", required=True)
     receiving.set_defaults(handler=_receive)
 
     relaying = commands.add_parser("relay")
     relaying.add_argument("--source", required=True)
-    relaying.add_argument("--size", type=int, required=True)
     relaying.add_argument("--downstream-json", required=True)
     relaying.set_defaults(handler=_relay)
 

@@ -12,6 +12,7 @@ chain; ranks before it are unaffected.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import threading
@@ -36,11 +37,38 @@ MISMATCH_RETRIES = 2
 
 @dataclass(frozen=True)
 class Transfer:
-    """One file: its digest and size, and where each rank keeps (or will keep) its copy."""
+    """One file: its digest, and where each rank keeps (or will keep) its copy."""
 
     sha256: str
-    size: int
     paths: dict[str, str]
+
+
+class SizeGate:
+    """Hops are set up (ssh connections, agents started) while the source is still being
+    verified; bytes move only once the gate opens with the verified size. A cancelled gate
+    ends every hop before any rank changed anything."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.size: int | None = None
+
+    @classmethod
+    def opened(cls, size: int) -> SizeGate:
+        gate = cls()
+        gate.open(size)
+        return gate
+
+    def open(self, size: int) -> None:
+        self.size = size
+        self._event.set()
+
+    def cancel(self) -> None:
+        self.size = None
+        self._event.set()
+
+    def wait(self) -> int | None:
+        self._event.wait()
+        return self.size
 
 
 @dataclass
@@ -61,6 +89,7 @@ class ChainTransfer:
         self,
         site: Site,
         transfer: Transfer,
+        gate: SizeGate,
         *,
         needs: set[str],
         failed: dict[str, str] | None = None,
@@ -70,6 +99,7 @@ class ChainTransfer:
     ) -> None:
         self.site = site
         self.transfer = transfer
+        self.gate = gate
         self.retry_seconds = retry_seconds
         self.on_verified = on_verified
         self.progress = progress
@@ -132,6 +162,9 @@ class ChainTransfer:
             status = (result or {}).get("status", relay.TRANSPORT_ERROR)
             if reach_error is not None:
                 status = relay.TRANSPORT_ERROR
+            if status == relay.CANCELLED or self.gate.wait() is None:
+                self._fail(name, f"rank {name}: not started: the source did not verify")
+                return
             if status == receive.OK:
                 outcome.seconds = round(time.monotonic() - self.started, 6)
                 outcome.status = HAS
@@ -170,14 +203,12 @@ class ChainTransfer:
         receive_args = [
             "receive",
             "--path", self.transfer.paths[hop.receiver.name],
-            "--size", str(self.transfer.size),
             "--sha256", self.transfer.sha256,
         ]
         downstream = hop_argv(self.site, hop, receive_args)
         relay_args = [
             "relay",
             "--source", self.transfer.paths[hop.sender.name],
-            "--size", str(self.transfer.size),
             "--downstream-json", json.dumps(downstream),
         ]
         argv = management_argv(self.site, hop.sender, relay_args)
@@ -188,11 +219,21 @@ class ChainTransfer:
         reader = threading.Thread(target=lambda: stderr_tail.extend(process.stderr), daemon=True)  # type: ignore[arg-type]
         reader.start()
         assert process.stdout is not None and process.stdin is not None
+        size = self.gate.wait()
+        try:
+            if size is not None:
+                process.stdin.write(relay.go_line(size))
+                process.stdin.flush()
+            else:
+                process.stdin.close()  # the relay cancels its hop and exits
+        except OSError:
+            pass  # the relay already ended; its output says why
         lines = []
         for line in process.stdout:
             lines.append(line)
             self._note_progress(hop.receiver.name, line)
-        process.stdin.close()
+        with contextlib.suppress(OSError):
+            process.stdin.close()
         returncode = process.wait()
         reader.join(timeout=2)
         with self.condition:
@@ -213,17 +254,17 @@ class ChainTransfer:
         with self.condition:
             self.positions[name] = position
             done = sum(self.positions.values())
-        self.progress(done, self.transfer.size * len(self.positions), f"-> {name}")
+        self.progress(done, (self.gate.size or 0) * len(self.positions), f"-> {name}")
 
     # ---- state changes ------------------------------------------------------------------
     def _succeed(self, name: str) -> None:
         with self.condition:
             self.state[name] = HAS
-            self.positions[name] = self.transfer.size
+            self.positions[name] = self.gate.size or 0
             self.condition.notify_all()
             done = sum(self.positions.values())
         if self.progress:
-            self.progress(done, self.transfer.size * len(self.positions), f"{name} verified")
+            self.progress(done, (self.gate.size or 0) * len(self.positions), f"{name} verified")
         if self.on_verified:
             self.on_verified(name)
 
@@ -236,7 +277,7 @@ class ChainTransfer:
             self.state[name] = FAILED
             self.errors[name] = message
             if name in self.positions:
-                self.positions[name] = self.transfer.size  # nothing more will arrive
+                self.positions[name] = self.gate.size or 0  # nothing more will arrive
             self.condition.notify_all()
             downstream_names = [n for n, hop in self.hops.items() if hop.sender.name == name]
             for downstream_name in downstream_names:

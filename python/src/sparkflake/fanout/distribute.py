@@ -20,7 +20,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from ..errors import CheckFailed, InputError
-from .chain import FAILED, ChainTransfer, Progress, Transfer
+from .chain import FAILED, ChainTransfer, Progress, SizeGate, Transfer
 from .engine import ENGINES, check_image_id
 from .evidence import EVIDENCE_SCHEMA, REPORT_SCHEMA
 from .site import Rank, Site
@@ -83,18 +83,24 @@ def fanout(site: Site, request: FanoutRequest, *, progress: Progress | None = No
         for rank in ranks
     }
 
-    paths = {rank.name: archive_path(rank, request.name) for rank in ranks[1:]}
-    # Rank 0's check and the others' (read-only) status run together; nothing anywhere is
-    # changed before rank 0's archive has verified. A wrong copy is moved aside later, by
-    # the receiver that replaces it.
-    with ThreadPoolExecutor(max_workers=len(ranks)) as pool:
+    paths = {rank.name: archive_path(rank, request.name) for rank in ranks}
+    if not request.is_url:
+        paths[first.name] = request.archive
+    # Rank 0's check and the others' (read-only) status run together, and the hops are set
+    # up while rank 0 is still hashing; but no rank changes anything and no byte moves
+    # before rank 0's archive has verified (the gate). A wrong copy is moved aside by the
+    # receiver that replaces it.
+    pool = ThreadPoolExecutor(max_workers=len(ranks))
+    try:
         source_future = pool.submit(_prepare_source, site, first, request, evidence[first.name])
         status_futures = {rank.name: pool.submit(_status, site, rank, paths[rank.name], request)
                           for rank in ranks[1:]}
-        source_path = source_future.result()
         replies = {name: future.result() for name, future in status_futures.items()}
-    size = int(evidence[first.name]["bytes"])
-    paths[first.name] = source_path
+        if request.verify_only:
+            source_future.result()
+    except BaseException:
+        pool.shutdown(wait=True)
+        raise
 
     needs: set[str] = set()
     unreachable: dict[str, str] = {}
@@ -109,43 +115,60 @@ def fanout(site: Site, request: FanoutRequest, *, progress: Progress | None = No
             continue
         state = reply.result
         record["moved_aside"] = None
-        if state.get("matches") and state.get("size") == size:
-            record.update(status="verified", reused=True, sha256=request.sha256, bytes=size, seconds=0.0)
+        if state.get("matches"):
+            record.update(status="verified", reused=True, sha256=request.sha256, bytes=state.get("size"),
+                          seconds=0.0)
         else:
             record.update(status="missing" if not state.get("exists") else "mismatch")
             record["partial_bytes"] = state.get("partial_size", 0)
             needs.add(rank.name)
 
     if request.verify_only:
+        pool.shutdown(wait=True)
         if request.engine:
             _check_images(site, ranks, request, evidence)
         return _summary(site, request, evidence, started)
 
     imports: list[threading.Thread] = []
+    gate = SizeGate()
 
     def verified(name: str) -> None:
         record = evidence[name]
-        record.update(status="verified", sha256=request.sha256, bytes=size)
+        record.update(status="verified", sha256=request.sha256, bytes=gate.size)
         if request.engine:
             worker = threading.Thread(target=_import, args=(site, site.rank(name), paths[name], request, record))
             imports.append(worker)
             worker.start()
 
-    if request.engine:
-        verified(first.name)
-    for name in evidence:
-        if name != first.name and evidence[name]["status"] == "verified":
-            verified(name)
     chain = ChainTransfer(
         site,
-        Transfer(sha256=request.sha256, size=size, paths=paths),
+        Transfer(sha256=request.sha256, paths=paths),
+        gate,
         needs=needs,
         failed=unreachable,
         retry_seconds=request.retry_seconds,
         on_verified=verified,
         progress=progress,
     )
-    outcomes = chain.run()
+    outcomes: dict[str, Any] = {}
+    chain_thread = threading.Thread(target=lambda: outcomes.update(chain.run()), name="chain")
+    chain_thread.start()
+    try:
+        source_future.result()
+    except BaseException:
+        gate.cancel()
+        chain_thread.join()
+        raise
+    finally:
+        pool.shutdown(wait=True)
+    gate.open(int(evidence[first.name]["bytes"]))
+
+    if request.engine:
+        verified(first.name)
+    for name in evidence:
+        if name != first.name and evidence[name]["status"] == "verified":
+            verified(name)
+    chain_thread.join()
     for worker in list(imports):
         worker.join()
     for name, outcome in outcomes.items():

@@ -4,6 +4,10 @@ Rank i's copy may still be arriving (pipelining): the relay follows the partial 
 grows, so rank i forwards while it receives. It starts at the offset rank i+1 reports,
 which is how a hop resumes after a dropped connection. The bytes go through ``sendfile``
 into the ssh client's stdin: no copy through Python buffers.
+
+The connection to rank i+1 is made before the source has verified (so the handshakes overlap
+rank 0's hashing); the receiver changes nothing until it reads the go line ``go SIZE``, which
+the relay sends only once its own go has come (see ``go_line`` / ``read_go_line``).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from .files import partial_path
 
 # Statuses besides the receiver's own (see receive.py).
 CONNECT_FAILED = "connect-failed"  # no handshake from the receiver: ssh could not start it
+CANCELLED = "cancelled"  # the go never came (rank 0's archive did not verify)
 TRANSPORT_ERROR = "transport-error"  # the stream broke after the handshake: resumable
 SOURCE_WITHDRAWN = "source-withdrawn"  # rank i's partial copy was removed or stalled
 
@@ -32,16 +37,38 @@ REPORT_SECONDS = 0.5
 SEND_CHUNK = 4 << 20
 
 
+def go_line(size: int) -> bytes:
+    return f"go {size}\n".encode()
+
+
+def read_go_line(fd: int) -> int | None:
+    """The size from a ``go SIZE`` line on ``fd``, read byte by byte so that nothing after
+    the line is consumed; None at end of stream (cancelled) or on anything else."""
+    line = bytearray()
+    while len(line) < 32:
+        byte = os.read(fd, 1)
+        if not byte:
+            return None
+        if byte == b"\n":
+            break
+        line += byte
+    words = line.decode("ascii", "replace").split()
+    if len(words) != 2 or words[0] != "go" or not words[1].isdigit():
+        return None
+    return int(words[1])
+
+
 def relay(
     source: Path,
-    size: int,
+    size: int | Callable[[], int | None],
     downstream_argv: list[str],
     *,
     stall_seconds: float = 600.0,
     progress: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
-    """Forward ``source`` to the receiver ``downstream_argv`` starts; ``progress`` gets the
-    position reached (bytes of the file the receiver holds) about twice a second."""
+    """Forward ``source`` to the receiver ``downstream_argv`` starts. ``size`` is the byte
+    count, or a callable that blocks until the go and returns it (None: cancelled);
+    ``progress`` gets the position reached about twice a second."""
     started = time.monotonic()
     process = subprocess.Popen(
         downstream_argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
@@ -52,6 +79,15 @@ def relay(
     assert process.stdin is not None and process.stdout is not None
     with contextlib.suppress(OSError):
         fcntl.fcntl(process.stdin.fileno(), fcntl.F_SETPIPE_SZ, SEND_CHUNK)  # larger sendfile bursts
+    total = size() if callable(size) else size
+    if total is None:
+        process.kill()
+        process.wait()
+        return {"status": CANCELLED, "message": "the source did not verify; nothing was sent"}
+    size = total
+    with contextlib.suppress(OSError):
+        process.stdin.write(go_line(size))
+        process.stdin.flush()
     handshake = _read_json_line(process.stdout)
     if handshake is None or "offset" not in handshake:
         with contextlib.suppress(OSError):

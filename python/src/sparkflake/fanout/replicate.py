@@ -18,7 +18,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from ..errors import InputError
-from .chain import FAILED, ChainTransfer, Progress, Transfer
+from .chain import FAILED, ChainTransfer, Progress, SizeGate, Transfer
 from .evidence import EVIDENCE_SCHEMA, REPORT_SCHEMA
 from .manifest import manifest_bytes, manifest_from_document
 from .site import Rank, Site
@@ -83,7 +83,7 @@ def replicate(site: Site, request: ReplicateRequest, *, progress: Progress | Non
         if not needs:
             continue
         paths = {name: str(PurePosixPath(directory) / entry.path) for name, directory in dirs.items()}
-        chain = ChainTransfer(site, Transfer(sha256=entry.sha256, size=entry.size, paths=paths),
+        chain = ChainTransfer(site, Transfer(sha256=entry.sha256, paths=paths), SizeGate.opened(entry.size),
                               needs=needs, failed=dict(failed), retry_seconds=request.retry_seconds)
         outcomes = chain.run()
         for name in needs:
