@@ -58,15 +58,26 @@ class _DecompressingReader(io.RawIOBase):
         return count
 
 
-def merged_file_hashes(reader: ImageReader, wanted: Iterable[str]) -> dict[str, tuple[str, int]]:
-    """sha256 and size of ``wanted`` image paths (no leading '/') in the merged filesystem.
+def merged_files(
+    reader: ImageReader, wanted: Iterable[str], contents_of: Iterable[str] = ()
+) -> tuple[dict[str, tuple[str, int]], dict[str, bytes]]:
+    """sha256 and size of ``wanted`` image paths (no leading '/') in the merged filesystem,
+    and the bytes of the (small) files in ``contents_of``, in one pass over the layers.
 
     Layers are applied bottom to top; a whiteout ``.wh.NAME`` removes a path, an opaque
     ``.wh..wh..opq`` removes a directory's lower contents. Paths absent at the end are
-    left out of the result.
+    left out of the results.
     """
-    wanted_set = {path.lstrip("/") for path in wanted}
+    content_set = {path.lstrip("/") for path in contents_of}
+    wanted_set = {path.lstrip("/") for path in wanted} | content_set
     state: dict[str, tuple[str, int]] = {}
+    contents: dict[str, bytes] = {}
+
+    def remove(prefix_test) -> None:  # noqa: ANN001
+        for path in [p for p in state if prefix_test(p)]:
+            del state[path]
+            contents.pop(path, None)
+
     for ref in reader.layer_refs:
         with reader.open_blob(ref) as handle:
             stream = io.BufferedReader(_DecompressingReader(handle), READ_CHUNK)
@@ -78,47 +89,31 @@ def merged_file_hashes(reader: ImageReader, wanted: Iterable[str]) -> dict[str, 
                         parent = posixpath.dirname(name)
                         if base == ".wh..wh..opq":
                             prefix = f"{parent}/" if parent else ""
-                            for path in [p for p in state if p.startswith(prefix)]:
-                                del state[path]
+                            remove(lambda p, prefix=prefix: p.startswith(prefix))
                             continue
                         if base.startswith(".wh."):
                             removed = posixpath.join(parent, base[len(".wh."):])
-                            for path in [p for p in state if p == removed or p.startswith(removed + "/")]:
-                                del state[path]
+                            remove(lambda p, removed=removed: p == removed or p.startswith(removed + "/"))
                             continue
                         if name not in wanted_set:
                             continue
                         if not member.isfile():
-                            state.pop(name, None)
+                            remove(lambda p, name=name: p == name)
                             continue
-                        content = archive.extractfile(member)
-                        assert content is not None
+                        extracted = archive.extractfile(member)
+                        assert extracted is not None
                         hasher = hashlib.sha256()
-                        while chunk := content.read(READ_CHUNK):
+                        kept = [] if name in content_set else None
+                        while chunk := extracted.read(READ_CHUNK):
                             hasher.update(chunk)
+                            if kept is not None:
+                                kept.append(chunk)
                         state[name] = (hasher.hexdigest(), member.size)
+                        if kept is not None:
+                            contents[name] = b"".join(kept)
             except (tarfile.TarError, ValueError) as exc:
                 raise InputError(f"layer {ref.digest or ref.name}: cannot read tar stream: {exc}") from exc
-    return state
-
-
-def _read_image_file(reader: ImageReader, path: str) -> bytes | None:
-    """Bytes of one (small) file in the merged image filesystem, or None."""
-    wanted = path.lstrip("/")
-    found: bytes | None = None
-    for ref in reader.layer_refs:
-        with reader.open_blob(ref) as handle:
-            stream = io.BufferedReader(_DecompressingReader(handle), READ_CHUNK)
-            with tarfile.open(fileobj=stream, mode="r|") as archive:
-                for member in archive:
-                    name = posixpath.normpath(member.name.lstrip("./") or ".")
-                    if name == wanted and member.isfile():
-                        content = archive.extractfile(member)
-                        assert content is not None
-                        found = content.read()
-                    elif posixpath.basename(name) == ".wh." + posixpath.basename(wanted) and posixpath.dirname(name) == posixpath.dirname(wanted):
-                        found = None
-    return found
+    return state, contents
 
 
 @dataclass(frozen=True)
@@ -229,7 +224,10 @@ def verify_receipt(receipt_path: str | os.PathLike[str], image_path: str | os.Pa
         generated.RETAINED_NATIVE_PATH: receipt.RETAINED_NATIVE,
         generated.OVERLAY_PATH: receipt.OVERLAY,
     }
-    documents: dict[str, bytes | None] = {path: _read_image_file(reader, path) for path in wanted_manifests}
+    # The manifests say which files to hash, so the small documents are read first (a pass
+    # over the layers that hashes nothing else), then every listed file in a second pass.
+    _, found = merged_files(reader, (), wanted_manifests)
+    documents: dict[str, bytes | None] = {path: found.get(path.lstrip("/")) for path in wanted_manifests}
 
     def embedded() -> str:
         problems = []
@@ -260,7 +258,7 @@ def verify_receipt(receipt_path: str | os.PathLike[str], image_path: str | os.Pa
         overlay = _manifest(generated.OVERLAY_PATH)
         prefix = str(overlay["install_prefix"]).strip("/")
         wanted = {f"{prefix}/{e['path']}" for e in retained["files"]} | {f"{prefix}/{e['path']}" for e in overlay["entries"]}
-        merged = merged_file_hashes(reader, wanted)
+        merged, _ = merged_files(reader, wanted)
         native_problems = []
         for entry in retained["files"]:
             found = merged.get(f"{prefix}/{entry['path']}")
