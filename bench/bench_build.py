@@ -214,9 +214,17 @@ def main() -> int:
         ours: list[float] = []
         bound: list[float] = []
         record: dict = {}
+        warm_table = cache / "oci" / "file-sha256.json"
         for run in range(args.runs):
             layer_cache = scratch / f"oci-{run}"
+            # Warm cache: the inputs, the assembled trees and the stat-keyed file hashes are
+            # there; the blob store and the layer records are empty, so every layer is
+            # tarred, compressed and hashed again.
+            layer_cache.mkdir()
+            if warm_table.exists():
+                shutil.copy2(warm_table, layer_cache / "file-sha256.json")
             elapsed, record = run_ours(profile, cache, layer_cache, scratch / f"out-{run}")
+            print(f"run {run + 1}: stages {record.get('timings')}", file=sys.stderr)
             ours.append(elapsed)
             shutil.rmtree(scratch / f"out-{run}")
             if run + 1 < args.runs:

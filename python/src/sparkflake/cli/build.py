@@ -89,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
         ],
         "verification": [link.as_record() for link in result.chain],
         "seconds": round(elapsed, 3),
+        "timings": dict(result.extra.get("timings", {})),
     }
     if result.assembly is not None:
         record["work_dir"] = str(result.assembly.work_dir)

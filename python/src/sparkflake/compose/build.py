@@ -28,6 +28,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 import urllib.error
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -1067,9 +1068,19 @@ def build_profile(request: BuildRequest, progress: ProgressCallback | None = Non
     layer_cache = LayerCache(oci_root) if request.use_layer_cache else None
     hashes = FileHashes(root / "compose" / "file-sha256.json")
     tree_cache = TreeCache(root / "trees") if request.use_tree_cache else None
+    timings: dict[str, float] = {}
+    clock = time.monotonic()
+
+    def lap(stage: str) -> None:
+        nonlocal clock
+        now = time.monotonic()
+        timings[stage] = round(now - clock, 3)
+        clock = now
+
     fetched = fetch_inputs(
         composition, cache, from_dirs=request.from_dirs, offline=request.offline, progress=progress, hashes=hashes
     )
+    lap("fetch_and_verify_inputs")
     work_parent = root / "work"
     work_parent.mkdir(parents=True, exist_ok=True)
     work_dir = Path(tempfile.mkdtemp(prefix=f"{composition.profile.name}.", dir=work_parent))
@@ -1078,12 +1089,18 @@ def build_profile(request: BuildRequest, progress: ProgressCallback | None = Non
             composition, fetched, work_dir / "trees", progress=progress, tree_cache=tree_cache, hashes=hashes,
             source_tree=request.source_tree,
         )
+        lap("assemble")
         lower = build_lower_layers(assembly, request.options, store, layer_cache, progress)
+        lap("lower_layers")
         prepared = prepare_top(composition, assembly, lower, request.options, store)
         chain = verify_composition(composition, fetched, assembly, prepared)
+        lap("verify")
         result = finish(composition, assembly, lower, prepared, chain, request.options, store, layer_cache)
+        lap("top_layer_and_image")
         out_dir = request.output_dir or default_output_dir(composition.profile.name)
         write_outputs(result, out_dir)
+        lap("write_outputs")
+        result = dataclasses.replace(result, extra={"timings": timings})
         if not request.keep_work:
             result = dataclasses.replace(result, assembly=None)
         return result
