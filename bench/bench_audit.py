@@ -100,21 +100,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--small", action="store_true", help="a 120 MB image, 2 runs")
     parser.add_argument("--runs", type=int, default=None)
+    parser.add_argument("--image", help="audit this already built output (OUT with oci/) instead")
     args = parser.parse_args()
     total, small, runs = (120 << 20, 1500, 2) if args.small else (2300 << 20, 12000, 5)
     runs = args.runs or runs
     work = Path(tempfile.gettempdir()) / "sparkflake-bench-audit"
     work.mkdir(exist_ok=True)
-    out = build_image(work, total, small)
+    out = Path(args.image) if args.image else build_image(work, total, small)
     layout = out / "oci"
     image_bytes = sum(p.stat().st_size for p in (layout / "blobs" / "sha256").iterdir())
     ours, bounds, skopeo = [], [], []
     for _ in range(runs):
-        ours.append(timed([[*SPARKFLAKE, "audit", f"oci:{layout}:latest"]]))
+        ours.append(timed([[*SPARKFLAKE, "audit", f"oci:{layout}"]]))
         bounds.append(bound(layout))
         copy_target = work / "skopeo-copy"
         shutil.rmtree(copy_target, ignore_errors=True)
-        skopeo.append(timed([["skopeo", "copy", "-q", f"oci:{layout}:latest", f"oci:{copy_target}:latest"]]))
+        tag = json.loads((layout / "index.json").read_text())["manifests"][0]["annotations"][
+            "org.opencontainers.image.ref.name"
+        ]
+        skopeo.append(timed([["skopeo", "copy", "-q", f"oci:{layout}:{tag}", f"oci:{copy_target}:{tag}"]]))
+        shutil.rmtree(copy_target, ignore_errors=True)
     result = {
         "image_bytes": image_bytes,
         "runs": runs,
