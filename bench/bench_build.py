@@ -38,10 +38,14 @@ RESULTS = REPO / "bench" / "results" / "build.json"
 SPARKFLAKE = [sys.executable, "-m", "sparkflake.cli"]
 
 
+FORMATS = ["--formats", "oci,oci-archive,docker-archive"]
+
+
 def run_ours(profile: str, cache: Path, layer_cache: Path, out: Path) -> tuple[float, dict]:
     start = time.perf_counter()
     completed = subprocess.run(
-        [*SPARKFLAKE, "build", profile, "--cache", str(cache), "--layer-cache", str(layer_cache), "-o", str(out), "--json", "--offline"],
+        [*SPARKFLAKE, "build", profile, "--cache", str(cache), "--layer-cache", str(layer_cache), "-o", str(out),
+         "--json", "--offline", *FORMATS],
         check=False,
         capture_output=True,
         text=True,
@@ -139,7 +143,7 @@ def rebuild_phase(profile: str, cache: Path, warm_cache: Path, scratch: Path, ru
         assert cached[:-1] == [True] * (len(cached) - 1) and not cached[-1], cached
         shutil.rmtree(cache_copy)
         shutil.rmtree(scratch / f"rebuild-out-{run}")
-        print(f"rebuild {run + 1}: {elapsed:.2f}s", file=sys.stderr)
+        print(f"rebuild {run + 1}: {elapsed:.2f}s stages {rebuilt.get('timings')}", file=sys.stderr)
     return rebuild
 
 
@@ -160,6 +164,7 @@ def write_results(profile: str, runs: int, tree_bytes: int | None, record: dict,
     full, lower, again = statistics.median(ours), statistics.median(bound), statistics.median(rebuild)
     result = {
         "profile": Path(profile).name,
+        "formats": FORMATS[1],
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "load": os.getloadavg()},
         "runs": runs,
         "tree_bytes": tree_bytes,
@@ -200,7 +205,10 @@ def main() -> int:
                         help="with --rebuild-only: the full-build seconds measured before (phase 1), for the ratio")
     parser.add_argument("--lower-bound-s", type=float, nargs="*", default=None,
                         help="with --rebuild-only: the lower-bound seconds measured with them")
+    parser.add_argument("--formats", default="oci,oci-archive,docker-archive",
+                        help="outputs every build writes (sparkflake build --formats)")
     args = parser.parse_args()
+    FORMATS[1] = args.formats
     profile = args.profile or (str(REPO / "profiles" / "fixture") if args.small else "glm53-dflash7")
     cache = Path(args.cache) if args.cache else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sparkflake"
     scratch = Path(tempfile.mkdtemp(prefix="sparkflake-bench-build-", dir=cache.parent if cache.exists() else None))

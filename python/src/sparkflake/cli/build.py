@@ -34,6 +34,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="import operator-supplied inputs from DIR (matched by sha256); repeatable")
     parser.add_argument("--source-tree", metavar="DIR", help="checkout of a git vllm_source input (bound by its git tree id)")
     parser.add_argument("--offline", action="store_true", help="no network: inputs come from the cache, inputs/ and --from")
+    parser.add_argument("--formats", default="oci,oci-archive,docker-archive",
+                        help="comma-separated outputs among oci, oci-archive, docker-archive (default all three)")
     parser.add_argument("--compression", choices=("gzip", "zstd", "none"), default="gzip")
     parser.add_argument("--level", type=int, default=None, help="compression level (default: the engine's)")
     parser.add_argument("--no-layer-cache", action="store_true", help="re-tar and re-compress every layer")
@@ -69,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
         keep_work=args.keep_work,
         profiles_dir=Path(args.profiles_dir) if args.profiles_dir else None,
         source_tree=Path(args.source_tree) if args.source_tree else None,
+        formats=tuple(part.strip() for part in args.formats.split(",") if part.strip()),
     )
     started = time.monotonic()
     result = build_profile(request, Progress("build"))

@@ -42,14 +42,16 @@ from ..digest import git_tree_id, nar_hash, sha256_file
 from ..errors import CheckFailed, InputError, SparkflakeError
 from ..fetch import Artifact, BlobCache, default_cache_root, fetch_all
 from ..lock import DebPin, GitPin, Lock, Pin, SdistPin, WheelPin
+from ..oci.archive import write_docker_archive, write_oci_archive
 from ..oci.blob_store import BlobStore
 from ..oci.compression import Compression
 from ..oci.config import Platform, RuntimeConfig, rfc3339
-from ..oci.image import ImageSpec, LayerSpec, assemble_image, write_image_outputs
+from ..oci.image import ImageSpec, LayerSpec, assemble_image
 from ..oci.image_model import BuiltImage
 from ..oci.layer import Layer, LayerOptions, build_layer
 from ..oci.layer_cache import LayerCache
 from ..oci.layer_tree import LayerInput, TreeSource
+from ..oci.layout import write_oci_layout
 from ..profile import Profile, check_against_locks, profile_path, profile_to_dict, read_profile
 from ..resolve.target import Target
 from . import generated, receipt
@@ -1019,11 +1021,27 @@ def finish(
     )
 
 
-def write_outputs(result: BuildResult, out_dir: Path) -> Path:
-    """``out_dir``: oci/, oci-archive.tar, docker-archive.tar, digests.json, receipt.json,
+OUTPUT_FORMATS = ("oci", "oci-archive", "docker-archive")
+
+
+def check_formats(formats: Sequence[str]) -> None:
+    unknown = set(formats) - set(OUTPUT_FORMATS)
+    if unknown or not formats:
+        raise InputError(f"--formats {','.join(formats)}: expected some of {', '.join(OUTPUT_FORMATS)}")
+
+
+def write_outputs(result: BuildResult, out_dir: Path, formats: Sequence[str] = OUTPUT_FORMATS) -> Path:
+    """``out_dir``: oci/ (layout, blobs hard-linked from the store), oci-archive.tar,
+    docker-archive.tar (each only if in ``formats``), digests.json, receipt.json,
     retained-native.json, source-overlay.json; written beside and swapped in at once."""
+    check_formats(formats)
     with atomic_directory(out_dir) as staging:
-        write_image_outputs(result.image, staging)
+        if "oci" in formats:
+            write_oci_layout(result.image, staging / "oci")
+        if "oci-archive" in formats:
+            write_oci_archive(result.image, staging / "oci-archive.tar")
+        if "docker-archive" in formats:
+            write_docker_archive(result.image, staging / "docker-archive.tar")
         write_bytes_atomic(staging / "receipt.json", receipt.canonical_bytes(result.full_receipt))
         if result.assembly is not None:
             write_bytes_atomic(staging / "retained-native.json", result.assembly.retained_native_bytes)
@@ -1052,6 +1070,7 @@ class BuildRequest:
     keep_work: bool = False
     profiles_dir: Path | None = None
     source_tree: Path | None = None  # checkout of a git vllm_source
+    formats: tuple[str, ...] = OUTPUT_FORMATS
 
 
 def default_output_dir(profile_name: str) -> Path:
@@ -1060,6 +1079,7 @@ def default_output_dir(profile_name: str) -> Path:
 
 def build_profile(request: BuildRequest, progress: ProgressCallback | None = None) -> BuildResult:
     """All stages; nothing is written to the output unless the chain passed."""
+    check_formats(request.formats)
     composition = load_composition(request.profile, request.profiles_dir)
     root = request.cache_root or default_cache_root()
     cache = BlobCache(root)
@@ -1098,7 +1118,7 @@ def build_profile(request: BuildRequest, progress: ProgressCallback | None = Non
         result = finish(composition, assembly, lower, prepared, chain, request.options, store, layer_cache)
         lap("top_layer_and_image")
         out_dir = request.output_dir or default_output_dir(composition.profile.name)
-        write_outputs(result, out_dir)
+        write_outputs(result, out_dir, request.formats)
         lap("write_outputs")
         result = dataclasses.replace(result, extra={"timings": timings})
         if not request.keep_work:
