@@ -374,3 +374,14 @@ def test_registry_unreachable_and_missing(registry_server, capsys):  # noqa: F81
     assert "registry.not-found" in err and "404" in err
     assert main(["audit", "docker://example.org/sparkflake/none:v1", "--insecure"]) == 2
     assert "plain HTTP is allowed only to a loopback registry" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("profile", ["fixture", "glm53-dflash7"])
+def test_committed_expected_digests_are_well_formed(profile):
+    from sparkflake.profile import find_profiles_dir
+
+    path = find_profiles_dir() / profile / "expected-digests.json"
+    expectations = audit.expectations_from(expect_file=str(path))
+    kinds = {kind for kind, _ in expectations.digests}
+    assert {"manifest", "config", "chain-id"} <= kinds
+    assert expectations.expected_layers and all("diff_id" in layer for layer in expectations.expected_layers)
