@@ -11,7 +11,7 @@ The rules, applied at every table level:
 3. a sub-table always gets its header, even when empty, so the output does not depend on
    what the table happens to contain;
 4. strings are basic strings (double quotes): ``"`` and ``\\`` escaped, control characters
-   as the short escapes ``\\b \\t \\n \\f \\r`` or ``\\uXXXX``; every other character,
+   as the short escapes ``\\b \\t \\n \\f \\r`` or ``\\u`` and four hex digits; every other character,
    non-ASCII included, is written as itself in UTF-8;
 5. keys that are not bare (``A-Za-z0-9_-``) are quoted the same way;
 6. an array is written on one line when that line fits in 100 columns, else one element
