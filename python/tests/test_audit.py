@@ -385,3 +385,29 @@ def test_committed_expected_digests_are_well_formed(profile):
     kinds = {kind for kind, _ in expectations.digests}
     assert {"manifest", "config", "chain-id"} <= kinds
     assert expectations.expected_layers and all("diff_id" in layer for layer in expectations.expected_layers)
+
+
+def test_registry_401_without_credentials_is_a_clear_error(capsys):
+    import http.server
+    import threading
+
+    class Unauthorized(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's naming
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Basic realm="registry"')
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Unauthorized)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        code = main(["audit", f"docker://127.0.0.1:{server.server_port}/sparkflake/private:v1", "--insecure"])
+    finally:
+        server.shutdown()
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "requires credentials (401" in err and "Traceback" not in err
