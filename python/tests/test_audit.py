@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from oci_fixtures import podman_store, registry_server, run_tool  # noqa: F401
 
 from sparkflake import audit
-from sparkflake.audit.layer_scan import TarElfScanner
 from sparkflake.cli import main
 from sparkflake.errors import SparkflakeError
+from sparkflake.oci.layer_scan import TarElfScanner
 
 ELF_AARCH64 = b"\x7fELF\x02\x01\x01" + bytes(11) + (183).to_bytes(2, "little") + bytes(44)
 ELF_X86_64 = b"\x7fELF\x02\x01\x01" + bytes(11) + (62).to_bytes(2, "little") + bytes(44)

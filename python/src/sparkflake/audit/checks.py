@@ -18,7 +18,7 @@ from typing import Any
 from ..errors import InputError
 from ..oci import media_types
 from ..oci.digests import chain_id, sha256_digest
-from .layer_scan import ELF_MACHINE_BY_ARCHITECTURE, ELF_MACHINE_NAMES, ElfFile, scan_layer
+from ..oci.layer_scan import ELF_MACHINE_BY_ARCHITECTURE, ELF_MACHINE_NAMES, ElfFile, scan_layer
 from .sources import ImageSource, platform_string
 
 REPORT_SCHEMA = 1

@@ -8,15 +8,14 @@ read or decompressed raises ``InputError``.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..errors import CheckFailed, InputError
 from . import media_types
-from .compression import Decompressor, detect_compression
 from .digests import chain_id, sha256_digest
+from .layer_scan import scan_layer
 from .reader import BlobRef, ImageReader
 
 READ_CHUNK = 1 << 20
@@ -196,39 +195,21 @@ def _verify_layer(
     progress: ProgressCallback | None,
 ) -> LayerReport:
     where = reader.files.describe(ref.name)
-    blob_hasher = hashlib.sha256()
-    diff_hasher = hashlib.sha256()
-    size = 0
-    uncompressed = 0
-    decompressor: Decompressor | None = None
-    decompress_error: str | None = None
+
+    def tick(count: int) -> None:
+        tick.seen += count  # type: ignore[attr-defined]
+        if progress is not None:
+            progress(min(total, done_before + tick.seen), total, "verifying layers")  # type: ignore[attr-defined]
+
+    tick.seen = 0  # type: ignore[attr-defined]
     with reader.open_blob(ref) as handle:
-        try:
-            while chunk := handle.read(READ_CHUNK):
-                if decompressor is None:
-                    decompressor = Decompressor(detect_compression(chunk))
-                blob_hasher.update(chunk)
-                size += len(chunk)
-                if decompress_error is None:
-                    try:
-                        plain = decompressor.decompress(chunk)
-                    except ValueError as exc:
-                        decompress_error = str(exc)
-                    else:
-                        diff_hasher.update(plain)
-                        uncompressed += len(plain)
-                if progress is not None:
-                    progress(min(total, done_before + size), total, "verifying layers")
-        except OSError as exc:
-            raise InputError(f"{where}: cannot read: {exc.strerror}") from exc
-    if decompressor is None:
-        decompressor = Decompressor("none")
-    if decompress_error is None:
-        try:
-            decompressor.finish()
-        except ValueError as exc:
-            decompress_error = str(exc)
-    blob_digest = "sha256:" + blob_hasher.hexdigest()
+        scan = scan_layer(handle, scan_tar=False, on_bytes=tick)
+    if scan.error is not None and scan.error.startswith("cannot read"):
+        raise InputError(f"{where}: {scan.error}")
+    size = scan.size
+    uncompressed = scan.uncompressed_size
+    decompress_error = scan.error
+    blob_digest = scan.blob_digest
     if ref.size is not None and ref.digest is not None and size != ref.size:
         raise CheckFailed(
             f"{ref.role} {ref.digest}: {where} is {size} bytes, the descriptor says {ref.size}",
@@ -241,7 +222,7 @@ def _verify_layer(
         )
     if decompress_error is not None:
         raise InputError(f"{ref.role} blob {where}: {decompress_error}")
-    diff_id = "sha256:" + diff_hasher.hexdigest()
+    diff_id = scan.diff_id
     if diff_id != expected_diff_id:
         raise CheckFailed(
             f"{ref.role} {ref.digest or where}: uncompressed digest (diffID) is {diff_id}, "
@@ -253,7 +234,7 @@ def _verify_layer(
         diff_id=diff_id,
         size=size,
         media_type=ref.media_type,
-        compression=decompressor.algorithm,
+        compression=scan.compression,
         uncompressed_size=uncompressed,
     )
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
-from ..oci.compression import Decompressor, detect_compression
+from .compression import Decompressor, detect_compression
 
 READ_CHUNK = 1 << 20
 BLOCK = 512
@@ -219,6 +219,7 @@ def scan_layer(
     *,
     max_uncompressed_bytes: int | None = None,
     capture_paths: frozenset[str] = frozenset(),
+    scan_tar: bool = True,
     on_bytes: ProgressCallback | None = None,
 ) -> LayerScan:
     """Hash, decompress and scan a layer blob in one pass.
@@ -275,7 +276,8 @@ def scan_layer(
     while (plain := plain_chunks.get()) is not None:
         diff_hasher.update(plain)
         uncompressed += len(plain)
-        scanner.feed(plain)
+        if scan_tar:
+            scanner.feed(plain)
     worker.join()
     error = state["error"] or (f"tar stream: {scanner.error}" if scanner.error else None)
     return LayerScan(
