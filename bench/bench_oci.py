@@ -47,6 +47,12 @@ layer = build_layer(LayerInput(sources=(TreeSource(tree),)), LayerOptions(Compre
 print(json.dumps({"digest": layer.digest, "diff_id": layer.diff_id, "size": layer.size}))
 """
 
+_DESCRIBE_GZIP = """
+import sys
+from sparkflake.oci import Compression
+print(Compression("gzip", int(sys.argv[1])).description)
+"""
+
 _OURS_LAYOUT = """
 import sys
 from sparkflake.oci import (BlobStore, Compression, ImageSpec, LayerInput, LayerSpec,
@@ -350,6 +356,7 @@ def compare_with_skopeo(args, work, tree, python, env, results, peak_rss) -> Non
         ours_times.append(seconds)
         ours_cpu.append(cpu)
         peak_rss.append(rss)
+        ours_bytes = _largest_blob(out)
         shutil.rmtree(store)
         shutil.rmtree(out)
         target = work / "skopeo-layout"
@@ -371,6 +378,7 @@ def compare_with_skopeo(args, work, tree, python, env, results, peak_rss) -> Non
         )
         skopeo_times.append(time.perf_counter() - start)
         skopeo_cpu.append(children_cpu() - before)
+        skopeo_bytes = _largest_blob(target)
         shutil.rmtree(target)
     row = {
         "ours_s": median(ours_times),
@@ -381,14 +389,34 @@ def compare_with_skopeo(args, work, tree, python, env, results, peak_rss) -> Non
         "ours_cpu_s": median(ours_cpu),
         "skopeo_cpu_s": median(skopeo_cpu),
         "cpu_ratio": median(ours_cpu) / median(skopeo_cpu),
+        "ours_layer_blob_bytes": ours_bytes,
+        "skopeo_layer_blob_bytes": skopeo_bytes,
     }
     row["ours_gzip_level"] = args.gzip_level
+    row["ours_gzip"] = subprocess.run(
+        [
+            python,
+            "-c",
+            _DESCRIBE_GZIP,
+            str(args.gzip_level),
+        ],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     suffix = "" if args.gzip_level == 6 else f"_level{args.gzip_level}"
     results[f"layout_vs_skopeo_copy{suffix}"] = row
     print(
         f"tree->gzip layout: ours {row['ours_s']:.2f}s  skopeo copy {row['skopeo_s']:.2f}s  "
-        f"ratio {row['ratio']:.2f}  CPU {row['ours_cpu_s']:.1f}s vs {row['skopeo_cpu_s']:.1f}s"
+        f"ratio {row['ratio']:.2f}  CPU {row['ours_cpu_s']:.1f}s vs {row['skopeo_cpu_s']:.1f}s  "
+        f"layer blob {ours_bytes:,} vs {skopeo_bytes:,} bytes"
     )
+
+
+def _largest_blob(layout: Path) -> int:
+    """Size of the layer blob of a one-layer layout (its largest blob)."""
+    return max(path.stat().st_size for path in (layout / "blobs" / "sha256").iterdir())
 
 
 def measure_rebuild(args, work, tree, python, env, results, peak_rss) -> None:

@@ -2,6 +2,11 @@
 # pyproject.toml stays the one list: "zstandard>=0.19" becomes ps.zstandard (nixpkgs names
 # Python packages by their distribution names). A dependency nixpkgs does not have is built from
 # the pure-Python wheel that python/uv.lock pins (url + sha256), fetched by the built-in fetchurl.
+# A dependency whose bytes decide image digests (deflate: the layer compressor, libdeflate
+# bundled in the wheel) is always the exact wheel uv.lock pins for this platform, never a
+# package set's own build, which would link another libdeflate and give other layer bytes;
+# a package set may provide it only as that locked wheel (passthru.lockedWheel = true, as the
+# offline stand-in's host venv does).
 ps:
 let
   fetchLocked = import ./fetch-locked.nix;
@@ -40,6 +45,39 @@ let
       dependencies = map (dependency: fromPackageSet dependency.name) (package.dependencies or [ ]);
     };
 
-  fromPackageSet = name: ps.${name} or (lockedWheel name);
+  exactWheels = [ "deflate" ];
+
+  system = ps.python.stdenv.hostPlatform.system or ps.python.system;
+  wheelArch = builtins.head (builtins.split "-" system);
+
+  lockedPlatformWheel =
+    name:
+    let
+      package = builtins.head (builtins.filter (package: package.name == name) uvLock.package);
+      matching = builtins.filter (
+        wheel: builtins.match ".*-cp311-abi3-manylinux[^/]*_${wheelArch}\\.whl" wheel.url != null
+      ) (package.wheels or [ ]);
+      wheel =
+        if matching == [ ] then
+          throw "python/uv.lock pins no manylinux ${wheelArch} abi3 wheel of ${name}"
+        else
+          builtins.head matching;
+    in
+    ps.buildPythonPackage {
+      pname = name;
+      inherit (package) version;
+      format = "wheel";
+      src = fetchLocked {
+        inherit (wheel) url;
+        sha256 = builtins.replaceStrings [ "sha256:" ] [ "" ] wheel.hash;
+      };
+    };
+
+  fromPackageSet =
+    name:
+    if builtins.elem name exactWheels && !(ps.${name}.lockedWheel or false) then
+      lockedPlatformWheel name
+    else
+      ps.${name} or (lockedWheel name);
 in
 map (requirement: fromPackageSet (distributionName requirement)) pyproject.project.dependencies

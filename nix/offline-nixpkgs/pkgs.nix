@@ -87,7 +87,7 @@ let
   python3 =
     withPackages (_: [ ])
     // {
-      inherit sitePackages withPackages;
+      inherit sitePackages withPackages system;
       inherit (host) pythonVersion;
       pkgs = python3Packages;
       executable = "python${host.pythonVersion}";
@@ -136,6 +136,10 @@ let
     toPythonModule = package: package // { pythonModule = python3; };
     setuptools = hostPythonPackage "setuptools";
     zstandard = hostPythonPackage "zstandard";
+    # the host venv holds the exact wheel python/uv.lock pins (bin/bootstrap, uv sync)
+    deflate = hostPythonPackage "deflate" // {
+      lockedWheel = true;
+    };
     installer = hostPythonPackage "installer";
     packaging = hostPythonPackage "packaging";
     pytest = hostPythonPackage "pytest";

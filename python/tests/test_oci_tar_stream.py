@@ -114,3 +114,27 @@ def test_gnu_tar_lists_long_names_and_links(tmp_path):
     subprocess.run(["tar", "-xf", str(archive), "-C", str(extracted)], check=True)
     assert (extracted / "d" / ("x" * 200)).read_bytes() == b"abc"
     assert (extracted / "d" / "é").stat().st_mode & 0o777 == 0o755
+
+
+@given(size=st.integers(1, 20_000), delta=st.integers(-5, 5), chunk=st.sampled_from([512, 4096]))
+def test_host_files_that_changed_size_since_the_scan_are_refused(tmp_path_factory, size, delta, chunk):
+    """The stream reads host files by their scanned size: a file that grew or shrank in
+    between is refused with its path; an unchanged one streams exactly."""
+    import pytest
+
+    from sparkflake.errors import InputError
+
+    path = tmp_path_factory.mktemp("grow") / "f"
+    content = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    path.write_bytes(content)
+    entry = TarEntry("f", EntryKind.FILE, 0o644, size=size, source=str(path))
+    if delta:
+        path.write_bytes(content + b"x" * delta if delta > 0 else content[:delta])
+    if delta == 0:
+        raw = b"".join(iter_tar_chunks([entry], 1, chunk_size=chunk))
+        with tarfile.open(fileobj=io.BytesIO(raw), mode="r:") as tar:
+            assert tar.extractfile("f").read() == content
+        return
+    with pytest.raises(InputError, match="changed size") as refused:
+        b"".join(iter_tar_chunks([entry], 1, chunk_size=chunk))
+    assert str(path) in str(refused.value)

@@ -38,6 +38,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="comma-separated outputs among oci, oci-archive, docker-archive (default all three)")
     parser.add_argument("--compression", choices=("gzip", "zstd", "none"), default="gzip")
     parser.add_argument("--level", type=int, default=None, help="compression level (default: the engine's)")
+    parser.add_argument(
+        "--gzip-implementation",
+        choices=("libdeflate", "zlib"),
+        default=None,
+        help="gzip implementation (default libdeflate; recorded in the image)",
+    )
     parser.add_argument("--no-layer-cache", action="store_true", help="re-tar and re-compress every layer")
     parser.add_argument("--repository", default="localhost/sparkflake", help="image repository name in the outputs")
     parser.add_argument("--tag", default=None, help="image tag (default: the profile name)")
@@ -48,7 +54,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    compression = Compression(args.compression) if args.level is None else Compression(args.compression, args.level)
+    implementation = args.gzip_implementation if args.compression == "gzip" else None
+    compression = Compression(args.compression, args.level, implementation=implementation)
     options = ImageOptions(
         compression=compression,
         source_date_epoch=default_source_date_epoch(),

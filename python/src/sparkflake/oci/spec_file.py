@@ -42,6 +42,7 @@ _TOP_KEYS = {
     "platform",
     "compression",
     "compression_level",
+    "gzip_implementation",
     "source_date_epoch",
     "repository",
     "tag",
@@ -128,10 +129,14 @@ def parse_spec(document: Any, spec_path: Path) -> ImageSpec:
     level = top.get("compression_level")
     if level is not None and (not isinstance(level, int) or isinstance(level, bool)):
         raise ctx.fail("compression_level", "expected an integer")
+    implementation = top.get("gzip_implementation")
+    if implementation is not None:
+        implementation = ctx.string(implementation, "gzip_implementation")
     try:
-        compression = Compression(algorithm, level)
+        compression = Compression(algorithm, level, implementation=implementation)
     except InputError as exc:
-        raise ctx.fail("compression", exc.message) from exc
+        key = "gzip_implementation" if "implementation" in exc.message else "compression"
+        raise ctx.fail(key, exc.message) from exc
     epoch = top.get("source_date_epoch")
     if epoch is None:
         epoch = default_source_date_epoch()

@@ -154,11 +154,13 @@ def header_bytes(entry: TarEntry, mtime: int) -> bytes:
 
 def iter_tar_chunks(
     entries: Iterable[TarEntry], mtime: int, chunk_size: int = CHUNK
-) -> Iterator[bytes]:
+) -> Iterator[bytes | bytearray]:
     """Yield the tar stream in chunks of about ``chunk_size`` bytes.
 
     Small members are batched into one buffer; large files are read and yielded in
-    ``chunk_size`` pieces so memory stays bounded whatever the file size.
+    ``chunk_size`` pieces so memory stays bounded whatever the file size. A yielded
+    bytearray is never touched again by this generator, so a consumer may keep it
+    without copying it.
     """
     pending = bytearray()
     for entry in entries:
@@ -172,29 +174,37 @@ def iter_tar_chunks(
             pending = bytearray()
         pending += b"\0" * (-entry.size % BLOCK)
         if len(pending) >= chunk_size:
-            yield bytes(pending)
+            yield pending
             pending = bytearray()
     pending += END_OF_ARCHIVE
-    yield bytes(pending)
+    yield pending
 
 
-def _file_chunks(entry: TarEntry, pending: bytearray, chunk_size: int) -> Iterator[bytes]:
+def _file_chunks(
+    entry: TarEntry, pending: bytearray, chunk_size: int
+) -> Iterator[bytes | bytearray]:
     assert entry.source is not None
     remaining = entry.size
     try:
         with open(entry.source, "rb", buffering=0) as handle:
-            first = handle.read(min(max(chunk_size - len(pending), BLOCK), remaining))
-            remaining -= len(first)
-            pending += first
-            yield bytes(pending)
+            # Every read asks for one byte more than is left, so a file that grew since it
+            # was scanned shows without an extra read at the end.
+            first = handle.read(min(max(chunk_size - len(pending), BLOCK), remaining) + 1)
+            if len(first) > remaining:
+                remaining = -1
+            else:
+                remaining -= len(first)
+                pending += first
+                yield pending  # the caller starts a new buffer after this
             while remaining > 0:
-                piece = handle.read(min(chunk_size, remaining))
+                piece = handle.read(min(chunk_size, remaining) + 1)
                 if not piece:
+                    break
+                if len(piece) > remaining:
+                    remaining = -1
                     break
                 remaining -= len(piece)
                 yield piece
-            if remaining == 0 and handle.read(1):
-                remaining = -1
     except OSError as exc:
         raise InputError(f"{entry.source}: cannot read: {exc.strerror}") from exc
     if remaining != 0:
