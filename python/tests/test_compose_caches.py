@@ -6,12 +6,14 @@ import hashlib
 import os
 from pathlib import Path
 
-from hypothesis import given
+import pytest
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sparkflake.compose.build import BuildRequest, build_profile
 from sparkflake.compose.file_hashes import FileHashes
 from sparkflake.compose.tree_cache import TreeCache, tree_identity
+from sparkflake.errors import CheckFailed
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "profiles" / "fixture"
@@ -77,3 +79,138 @@ def test_build_reuses_trees_and_refuses_nothing_when_intact(tmp_path: Path) -> N
     third = build_profile(request)
     assert third.assembly is not None and third.assembly.trees_reused["vllm"] is False
     assert third.image.manifest_digest == first.image.manifest_digest
+
+
+def test_cached_trees_keep_their_layer_and_elf_facts_and_lose_them_when_changed(tmp_path: Path) -> None:
+    """A validated cached tree is neither scanned nor hashed again for its layer (the
+    record kept beside the entry) nor re-read for the ELF check; a changed tree loses its
+    facts with its entry; a fact whose blob left the store is not trusted."""
+    request = BuildRequest(profile=str(FIXTURE), output_dir=tmp_path / "o", cache_root=tmp_path / "c", offline=True, keep_work=True)
+    first = build_profile(request)
+    assert first.assembly is not None
+    facts = sorted(p.name for p in (tmp_path / "c" / "trees").glob("*/fact-*.json"))
+    lower = len(first.image.layers) - 1
+    assert sum(name.startswith("fact-layer-") for name in facts) == lower, facts
+    assert sum(name == "fact-elf-machines.json" for name in facts) == lower, facts
+    second = build_profile(request)
+    assert [layer.from_cache for layer in second.image.layers[:-1]] == [True] * lower
+    assert second.image.manifest_digest == first.image.manifest_digest
+    # The vllm tree changes behind the build's back: entry and facts are gone, the tree
+    # is assembled again (so back to its true bytes) and its layer comes out the same.
+    assert second.assembly is not None
+    vllm_entry = second.assembly.vllm_tree.parent
+    so = second.assembly.vllm_tree / "opt/venv/lib/python3.11/site-packages/vllm/_C.abi3.so"
+    so.write_bytes(so.read_bytes() + b"\0")
+    marker = vllm_entry / "fact-marker.json"
+    marker.write_text('{"value": 1}')
+    third = build_profile(request)
+    assert not marker.exists()
+    assert third.image.manifest_digest == first.image.manifest_digest
+    # A layer record whose blob was removed from the store is rebuilt, not trusted.
+    blob = third.image.layers[0].blob_path
+    blob.unlink()
+    fourth = build_profile(request)
+    assert fourth.image.layers[0].from_cache is False
+    assert fourth.image.layers[0].digest == first.image.layers[0].digest
+
+
+def _reference_elf_walk(root):
+    """The walk iter_elf_files used to do (os.walk, sorted, lstat, relpath): the order the
+    retained-native manifest records, which must not change."""
+    import os
+    import stat as stat_module
+
+    from sparkflake.compose.elf import parse_header
+
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for filename in sorted(filenames):
+            full = os.path.join(dirpath, filename)
+            status = os.lstat(full)
+            if not stat_module.S_ISREG(status.st_mode) or status.st_size < 20:
+                continue
+            with open(full, "rb") as handle:
+                header = parse_header(handle.read(20))
+            if header is not None:
+                found.append((os.path.relpath(full, root), status.st_size, header.machine))
+    return found
+
+
+_ELF_AARCH64 = bytes.fromhex("7f454c460201010000000000000000000300b700") + b"\0" * 44
+_ELF_X86_64 = bytes.fromhex("7f454c4602010100000000000000000003003e00") + b"\0" * 44
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    layout=st.lists(
+        st.tuples(
+            st.lists(st.sampled_from(["a", "b", "a-b", "a.b", "Z", "_"]), min_size=1, max_size=4),
+            st.sampled_from(["aarch64", "x86_64", "text", "short", "link", "dirlink"]),
+        ),
+        max_size=25,
+    )
+)
+def test_elf_walk_keeps_the_os_walk_order_and_the_machines(tmp_path_factory, layout):
+    import hashlib
+    import os
+
+    from sparkflake.compose.elf import check_machine, elf_machines, iter_elf_files
+
+    root = tmp_path_factory.mktemp("elf")
+    for parts, kind in layout:
+        path = root.joinpath(*parts)
+        ancestors = [root.joinpath(*parts[:i]) for i in range(1, len(parts))]
+        if any(a.is_symlink() or (a.exists() and not a.is_dir()) for a in ancestors):
+            continue
+        if path.exists() or path.is_symlink():
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if kind == "link":
+            os.symlink("a", path)
+        elif kind == "dirlink":
+            os.symlink(".", path)
+        else:
+            content = {"aarch64": _ELF_AARCH64, "x86_64": _ELF_X86_64, "text": b"#!/bin/sh\n" * 5, "short": b"\x7fELF"}[kind]
+            path.write_bytes(content)
+    listed = list(iter_elf_files(root, with_sha256=True))
+    assert [(e.path, e.size, e.machine) for e in listed] == _reference_elf_walk(root)
+    for elf in listed:
+        assert elf.sha256 == hashlib.sha256((root / elf.path).read_bytes()).hexdigest()
+    assert elf_machines(root) == [[e.path, e.machine] for e in listed]
+    x86 = [e.path for e in listed if e.machine != 183]
+    if x86:
+        with pytest.raises(CheckFailed, match="elf-machine|not AArch64") as refused:
+            check_machine(root, "linux/arm64")
+        assert x86[0] in str(refused.value)
+    else:
+        assert check_machine(root, "linux/arm64") == len(listed)
+        assert check_machine(root, "linux/arm64", elf_machines(root)) == len(listed)
+
+
+def test_scratch_on_the_memory_file_system_is_private_and_cleaned(tmp_path: Path, monkeypatch) -> None:
+    """The patched-source scratch goes to /dev/shm (a copy across file systems works),
+    is gone after the build, and a killed build's leftover is removed by the next one."""
+    from sparkflake.compose import build as build_module
+    from sparkflake.compose.source_overlay import _copy_file
+
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    monkeypatch.setattr(build_module, "MEMORY_SCRATCH", shm)
+    leftover = shm / "sparkflake-fixture.pid999999999.abc"
+    (leftover / "patched-source").mkdir(parents=True)
+    mine = shm / f"sparkflake-fixture.pid{os.getpid()}.keep"
+    mine.mkdir()
+    request = BuildRequest(profile=str(FIXTURE), output_dir=tmp_path / "o", cache_root=tmp_path / "c", offline=True)
+    result = build_profile(request)
+    assert result.image.manifest_digest
+    assert sorted(p.name for p in shm.iterdir()) == [mine.name]  # ours cleaned, the dead one too
+    real_shm = Path("/dev/shm")
+    assert real_shm.is_dir(), "CI machines have /dev/shm"
+    source = real_shm / f"sparkflake-test-{os.getpid()}"
+    source.write_bytes(os.urandom(3 << 20) + b"tail")
+    try:
+        _copy_file(str(source), str(tmp_path / "copied"))  # tmpfs -> disk: another file system
+        assert (tmp_path / "copied").read_bytes() == source.read_bytes()
+    finally:
+        source.unlink()

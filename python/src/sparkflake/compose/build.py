@@ -24,6 +24,7 @@ change of the source overlay or a patch rebuilds only the top layer.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import shutil
@@ -44,11 +45,12 @@ from ..fetch import Artifact, BlobCache, default_cache_root, fetch_all
 from ..lock import DebPin, GitPin, Lock, Pin, SdistPin, WheelPin
 from ..oci.archive import write_docker_archive, write_oci_archive
 from ..oci.blob_store import BlobStore
+from ..oci.canonical_json import canonical_json_bytes
 from ..oci.compression import Compression
 from ..oci.config import Platform, RuntimeConfig, rfc3339
 from ..oci.image import ImageSpec, LayerSpec, assemble_image
 from ..oci.image_model import BuiltImage
-from ..oci.layer import Layer, LayerOptions, build_layer
+from ..oci.layer import Layer, LayerOptions, build_layer, cached_layer
 from ..oci.layer_cache import LayerCache
 from ..oci.layer_tree import LayerInput, TreeSource
 from ..oci.layout import write_oci_layout
@@ -56,7 +58,7 @@ from ..profile import Profile, check_against_locks, profile_path, profile_to_dic
 from ..resolve.target import Target
 from . import generated, receipt
 from .debian_base import DebInput, assemble_base
-from .elf import check_machine
+from .elf import check_machine, elf_machines
 from .file_hashes import FileHashes
 from .locked_inputs import load_policy, policy_path_for
 from .patches import PatchSet, load_patch_set
@@ -73,7 +75,7 @@ from .source_overlay import (
     write_overlay_tree,
     write_patched_source,
 )
-from .tree_cache import TreeCache
+from .tree_cache import CachedTree, TreeCache
 from .verification import PASSED, Link, LinkResult, require_no_problems, run_chain
 
 ProgressCallback = Callable[[int, int, str], None]
@@ -301,6 +303,7 @@ class Assembly:
     env_distributions: tuple[Mapping[str, object], ...]
     hashes: FileHashes | None = None
     trees_reused: Mapping[str, bool] = field(default_factory=dict)
+    cached_trees: Mapping[Path, CachedTree] = field(default_factory=dict)  # tree -> its cache entry
 
     def hash_file(self, path: Path) -> str:
         return self.hashes.sha256(path) if self.hashes is not None else sha256_file(path)
@@ -397,14 +400,18 @@ def assemble(
     tree_cache: TreeCache | None = None,
     hashes: FileHashes | None = None,
     source_tree: Path | None = None,
+    scratch_dir: Path | None = None,
 ) -> Assembly:
     """All layer trees and both manifests. The OS base and Python trees come from
-    ``tree_cache`` when it holds them intact; the overlay trees are made in ``work_dir``."""
+    ``tree_cache`` when it holds them intact; the overlay trees are made in ``work_dir``.
+    ``scratch_dir`` (default ``work_dir``) takes the patched source copy, which is only
+    hashed: a memory file system there saves creating thousands of files on disk."""
     profile = composition.profile
     target = _target_for(composition.locks[0])
     work_dir.mkdir(parents=True, exist_ok=True)
     hash_file = hashes or sha256_file
     reused: dict[str, bool] = {}
+    entries: dict[Path, CachedTree] = {}
 
     def cached(name: str, recipe: dict[str, object], build: Callable[[Path], Mapping[str, object]]) -> tuple[Path, Mapping[str, object]]:
         if tree_cache is None:
@@ -412,6 +419,7 @@ def assemble(
             return tree, build(tree)
         entry = tree_cache.get_or_build(recipe, build)
         reused[name] = entry.reused
+        entries[entry.tree] = entry
         return entry.tree, entry.manifest
 
     debs = [DebInput(d.package, d.version, d.architecture, fetched.paths[d.name]) for d in composition.debs]
@@ -473,9 +481,15 @@ def assemble(
 
     # The overlay source and its patches.
     source = composition.source
-    source_root = work_dir / "source"
     if isinstance(source, SdistPin):
-        extract_sdist_package(fetched.paths[source.name], OVERLAY_PACKAGE, source_root)
+        # The extracted package is kept like the other trees (keyed by the sdist's sha256)
+        # and only read from here on: the patched copy is written in work_dir.
+        sdist_path = fetched.paths[source.name]
+        source_root, _ = cached(
+            "source",
+            {"kind": "sdist-package", "sdist_sha256": source.sha256, "package": OVERLAY_PACKAGE},
+            lambda tree: {"package": str(extract_sdist_package(sdist_path, OVERLAY_PACKAGE, tree).name)},
+        )
         source_identity: dict[str, object] = {
             "kind": "sdist",
             "name": source.name,
@@ -497,7 +511,7 @@ def assemble(
             "version": getattr(wheel, "version", ""),
         }
     plan = plan_overlay(vllm_site, source_root, OVERLAY_PACKAGE, composition.patch_set)
-    patched_root = work_dir / "patched-source"
+    patched_root = (scratch_dir or work_dir) / "patched-source"
     patched_package = write_patched_source(source_root, OVERLAY_PACKAGE, plan, patched_root)
     overlay_tree = work_dir / "overlay"
     overlay_tree.mkdir()
@@ -537,6 +551,7 @@ def assemble(
         env_distributions=tuple(distributions),
         hashes=hashes,
         trees_reused=reused,
+        cached_trees=entries,
     )
 
 
@@ -591,14 +606,34 @@ def build_lower_layers(
     layer_cache: LayerCache | None,
     progress: ProgressCallback | None = None,
 ) -> list[Layer]:
+    """One layer per lower tree. A tree from the tree cache (validated path by path in this
+    build) keeps its layer's record beside its entry, keyed by the layer options: an
+    unchanged tree is then neither scanned nor hashed again, only its blob's presence and
+    size in the store are checked."""
     layer_options = LayerOptions(options.compression, options.source_date_epoch)
+    options_key = hashlib.sha256(canonical_json_bytes(layer_options.as_record())).hexdigest()[:32]
     built = []
     for tree in assembly.lower_layers():
         def layer_progress(done: int, total: int, what: str, name: str = tree.name) -> None:
             if progress:
                 progress(done, total, f"{name}: {what}")
 
-        built.append(build_layer(tree.layer_input, layer_options, store, layer_cache, layer_progress))
+        def build(_tree: Path | None = None, tree: LayerTree = tree, report=layer_progress) -> Layer:
+            return build_layer(tree.layer_input, layer_options, store, layer_cache, report)
+
+        entry = assembly.cached_trees.get(tree.roots[0]) if len(tree.roots) == 1 else None
+        if entry is None or layer_cache is None:
+            built.append(build())
+            continue
+        made: list[Layer] = []
+
+        def build_and_record(_tree: Path, made: list[Layer] = made, build=build) -> dict[str, object]:
+            made.append(build())
+            return made[0].as_record()
+
+        record = entry.fact(f"layer-{options_key}", build_and_record)
+        layer = made[0] if made else cached_layer(record, store)  # type: ignore[arg-type]
+        built.append(layer if layer is not None else build())
     return built
 
 
@@ -846,7 +881,7 @@ def verification_links(
 
     def patches() -> str:
         problems = []
-        source_files = package_tree_hashes(assembly.source_root / OVERLAY_PACKAGE)
+        source_files = package_tree_hashes(assembly.source_root / OVERLAY_PACKAGE, assembly.hash_file)
         base_files = package_tree_hashes(vllm_site / OVERLAY_PACKAGE, assembly.hash_file)
         final: dict[str, str] = {}
         first: dict[str, str] = {}
@@ -895,9 +930,15 @@ def verification_links(
         return f"absent: {', '.join(sorted(wanted)) or 'nothing required'}"
 
     def elf_machine() -> str:
-        count = check_machine(assembly.base_tree, profile.platform)
+        # A cached tree's ELF machines are read once per cache entry and kept beside it
+        # (the entry was validated path by path this build); other trees are read now.
+        def machines(tree: Path) -> list[list] | None:
+            entry = assembly.cached_trees.get(tree)
+            return None if entry is None else entry.fact("elf-machines", elf_machines)  # type: ignore[return-value]
+
+        count = check_machine(assembly.base_tree, profile.platform, machines(assembly.base_tree))
         for tree in assembly.python_trees.values():
-            count += check_machine(tree, profile.platform)
+            count += check_machine(tree, profile.platform, machines(tree))
         count += check_machine(assembly.overlay_tree, profile.platform)
         return f"{count} ELF files, all for {profile.platform}"
 
@@ -1073,6 +1114,25 @@ class BuildRequest:
     formats: tuple[str, ...] = OUTPUT_FORMATS
 
 
+MEMORY_SCRATCH = Path("/dev/shm")
+
+
+def memory_scratch_dir(prefix: str) -> Path | None:
+    """A private directory on the memory file system for short-lived scratch trees, or
+    None (then the work directory is used) when there is none or it is not writable."""
+    if not MEMORY_SCRATCH.is_dir() or not os.access(MEMORY_SCRATCH, os.W_OK | os.X_OK):
+        return None
+    # Directories a killed build left behind (its pid is gone) are removed first.
+    for stale in MEMORY_SCRATCH.glob("sparkflake-*.pid*.*"):
+        pid = stale.name.rsplit(".pid", 1)[1].split(".", 1)[0]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(stale, ignore_errors=True)
+    try:
+        return Path(tempfile.mkdtemp(prefix=f"sparkflake-{prefix}.pid{os.getpid()}.", dir=MEMORY_SCRATCH))
+    except OSError:
+        return None
+
+
 def default_output_dir(profile_name: str) -> Path:
     return Path("result") / profile_name
 
@@ -1104,10 +1164,11 @@ def build_profile(request: BuildRequest, progress: ProgressCallback | None = Non
     work_parent = root / "work"
     work_parent.mkdir(parents=True, exist_ok=True)
     work_dir = Path(tempfile.mkdtemp(prefix=f"{composition.profile.name}.", dir=work_parent))
+    scratch_dir = None if request.keep_work else memory_scratch_dir(composition.profile.name)
     try:
         assembly = assemble(
             composition, fetched, work_dir / "trees", progress=progress, tree_cache=tree_cache, hashes=hashes,
-            source_tree=request.source_tree,
+            source_tree=request.source_tree, scratch_dir=scratch_dir,
         )
         lap("assemble")
         lower = build_lower_layers(assembly, request.options, store, layer_cache, progress)
@@ -1128,3 +1189,5 @@ def build_profile(request: BuildRequest, progress: ProgressCallback | None = Non
         hashes.save()
         if not request.keep_work:
             shutil.rmtree(work_dir, ignore_errors=True)
+        if scratch_dir is not None:
+            shutil.rmtree(scratch_dir, ignore_errors=True)

@@ -12,7 +12,6 @@ import stat
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 from ..errors import CheckFailed
 
@@ -140,47 +139,76 @@ def iter_elf_files(root: str | os.PathLike[str], *, with_sha256: bool = False) -
     ``with_sha256`` also hashes each ELF file (the retained-native manifest needs it);
     otherwise ``sha256`` is the empty string.
     """
-    base = Path(root)
-    for dirpath, dirnames, filenames in os.walk(base):
-        dirnames.sort()
-        for filename in sorted(filenames):
-            full = os.path.join(dirpath, filename)
-            status = os.lstat(full)
-            if not stat.S_ISREG(status.st_mode) or status.st_size < 20:
+    yield from _walk_elf(os.fspath(root), "", with_sha256)
+
+
+def _is_dir(entry: os.DirEntry) -> bool:
+    try:  # as os.walk: a symlink loop or a dangling link counts as a file
+        return entry.is_dir()
+    except OSError:
+        return False
+
+
+def _walk_elf(directory: str, prefix: str, with_sha256: bool) -> Iterator[ElfFile]:
+    # os.walk's order (a directory's files sorted, then its subdirectories sorted, depth
+    # first; symlinks to directories not followed) with one scandir and one pread a file.
+    with os.scandir(directory) as listing:
+        entries = list(listing)
+    kinds = {e.name: _is_dir(e) for e in entries}
+    files = sorted((e for e in entries if not kinds[e.name]), key=lambda e: e.name)
+    subdirectories = sorted((e for e in entries if kinds[e.name]), key=lambda e: e.name)
+    for entry in files:
+        status = entry.stat(follow_symlinks=False)
+        if not stat.S_ISREG(status.st_mode) or status.st_size < 20:
+            continue
+        descriptor = os.open(entry.path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            header = parse_header(os.pread(descriptor, 20, 0))
+            if header is None:
                 continue
-            with open(full, "rb") as handle:
-                header = parse_header(handle.read(20))
-                if header is None:
-                    continue
-                digest = ""
-                if with_sha256:
-                    handle.seek(0)
-                    hasher = hashlib.sha256()
-                    while chunk := handle.read(1 << 20):
-                        hasher.update(chunk)
-                    digest = hasher.hexdigest()
-            yield ElfFile(
-                path=os.path.relpath(full, base).replace(os.sep, "/"),
-                size=status.st_size,
-                sha256=digest,
-                machine=header.machine,
-            )
+            digest = ""
+            if with_sha256:
+                hasher = hashlib.sha256()
+                offset = 0
+                while chunk := os.pread(descriptor, 1 << 20, offset):
+                    hasher.update(chunk)
+                    offset += len(chunk)
+                digest = hasher.hexdigest()
+        finally:
+            os.close(descriptor)
+        yield ElfFile(path=prefix + entry.name, size=status.st_size, sha256=digest, machine=header.machine)
+    for entry in subdirectories:
+        if not entry.is_symlink():
+            yield from _walk_elf(entry.path, prefix + entry.name + "/", with_sha256)
 
 
-def check_machine(root: str | os.PathLike[str], platform: str = "linux/arm64") -> int:
+def elf_machines(root: str | os.PathLike[str]) -> list[list]:
+    """``[path, machine]`` of every regular ELF file under ``root``, sorted by path: what
+    the architecture check needs, small enough to keep beside a cached tree."""
+    return [[elf.path, elf.machine] for elf in iter_elf_files(root)]
+
+
+def check_machine(
+    root: str | os.PathLike[str],
+    platform: str = "linux/arm64",
+    machines: list[list] | None = None,
+) -> int:
     """Refuse any ELF file under ``root`` whose machine is not the platform's.
 
-    Returns the number of ELF files checked. The error names every mismatching file.
+    ``machines``: the tree's ``elf_machines`` if already known (a validated cached tree);
+    else the tree is read. Returns the number of ELF files checked. The error names every
+    mismatching file.
     """
     expected = PLATFORM_MACHINE.get(platform)
     if expected is None:
         raise CheckFailed(f"no ELF machine known for platform {platform!r}", check_id="elf-machine")
-    mismatches: list[str] = []
-    count = 0
-    for elf in iter_elf_files(root):
-        count += 1
-        if elf.machine != expected:
-            mismatches.append(f"{elf.path} ({elf.machine_name})")
+    if machines is None:
+        machines = elf_machines(root)
+    mismatches = [
+        f"{path} ({MACHINE_NAMES.get(machine, f'e_machine={machine}')})"
+        for path, machine in machines
+        if machine != expected
+    ]
     if mismatches:
         shown = ", ".join(mismatches[:20])
         more = f" and {len(mismatches) - 20} more" if len(mismatches) > 20 else ""
@@ -189,4 +217,4 @@ def check_machine(root: str | os.PathLike[str], platform: str = "linux/arm64") -
             f"for {platform}: {shown}{more}",
             check_id="elf-machine",
         )
-    return count
+    return len(machines)

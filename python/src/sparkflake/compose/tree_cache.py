@@ -36,18 +36,25 @@ def recipe_key(recipe: Mapping[str, object]) -> str:
 
 
 def tree_identity(root: Path) -> dict[str, list]:
-    """Every path under ``root`` with its lstat identity (and a symlink's target)."""
+    """Every path under ``root`` with its lstat identity (and a symlink's target), keyed by
+    its relative path. One scandir pass; directories are not followed through symlinks."""
     identity: dict[str, list] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
-        for name in sorted(dirnames + filenames):
-            full = os.path.join(dirpath, name)
-            status = os.lstat(full)
-            relative = os.path.relpath(full, root)
+    stack: list[tuple[str, str]] = [(os.fspath(root), "")]
+    while stack:
+        directory, prefix = stack.pop()
+        with os.scandir(directory) as listing:
+            entries = sorted(listing, key=lambda entry: entry.name)
+        subdirectories = []
+        for entry in entries:
+            status = entry.stat(follow_symlinks=False)
+            relative = prefix + entry.name
             record: list = [status.st_mode, status.st_size, status.st_mtime_ns, status.st_ctime_ns, status.st_ino]
             if stat.S_ISLNK(status.st_mode):
-                record.append(os.readlink(full))
+                record.append(os.readlink(entry.path))
+            elif stat.S_ISDIR(status.st_mode):
+                subdirectories.append((entry.path, relative + "/"))
             identity[relative] = record
+        stack.extend(reversed(subdirectories))
     return identity
 
 
@@ -56,6 +63,20 @@ class CachedTree:
     tree: Path
     manifest: Mapping[str, object]
     reused: bool
+
+    def fact(self, name: str, compute: Callable[[Path], object]) -> object:
+        """A fact derived from the tree's bytes only (for example the ELF machine of every
+        file), computed once per entry and kept beside it. The entry was just validated
+        path by path (or made), so a kept fact is as current as the tree; an entry that
+        changed is discarded with its facts."""
+        path = self.tree.parent / f"fact-{name}.json"
+        try:
+            return json.loads(path.read_bytes())["value"]
+        except (FileNotFoundError, ValueError, KeyError, TypeError):
+            pass
+        value = compute(self.tree)
+        write_bytes_atomic(path, json.dumps({"value": value}, sort_keys=True).encode())
+        return value
 
 
 class TreeCache:

@@ -89,6 +89,22 @@ class Layer:
         }
 
 
+def cached_layer(record: dict, store: BlobStore) -> Layer | None:
+    """The layer a cache record describes, if its blob is in ``store`` (size checked)."""
+    if not store.has(record["digest"], record["size"]):
+        return None
+    return Layer(
+        digest=record["digest"],
+        diff_id=record["diff_id"],
+        size=record["size"],
+        media_type=record["media_type"],
+        uncompressed_size=record["uncompressed_size"],
+        blob_path=store.path(record["digest"]),
+        compression=record["compression"],
+        from_cache=True,
+    )
+
+
 def build_layer(
     layer_input: LayerInput,
     options: LayerOptions,
@@ -103,17 +119,9 @@ def build_layer(
         key = cache.key(entries, options.as_record(), progress)
         cache.save()
         cached = cache.lookup(key)
-        if cached is not None and store.has(cached["digest"], cached["size"]):
-            return Layer(
-                digest=cached["digest"],
-                diff_id=cached["diff_id"],
-                size=cached["size"],
-                media_type=cached["media_type"],
-                uncompressed_size=cached["uncompressed_size"],
-                blob_path=store.path(cached["digest"]),
-                compression=cached["compression"],
-                from_cache=True,
-            )
+        layer = None if cached is None else cached_layer(cached, store)
+        if layer is not None:
+            return layer
     layer = write_layer_blob(entries, options, store, progress)
     if cache is not None and key is not None:
         cache.record(key, layer.as_record())
