@@ -87,9 +87,13 @@ def world(tmp_path_factory):
         digests = json.loads((base / "out" / "digests.json").read_text())
         loaded = podman("load", "-q", "-i", str(base / "out" / "docker-archive.tar"))
         assert loaded.returncode == 0, loaded.stderr
-        inspected = json.loads(podman("image", "inspect", "localhost/sparkflake-launch-test:latest").stdout)
+        # the docker-archive is the combined oci+docker archive: podman loads its OCI view,
+        # named from the index's ref.name, so the test tags the loaded image ID itself
+        loaded_name = loaded.stdout.strip().splitlines()[-1].split("Loaded image:")[-1].split(",")[0].strip()
+        inspected = json.loads(podman("image", "inspect", loaded_name).stdout)
         image_id = "sha256:" + inspected[0]["Id"].removeprefix("sha256:")
         assert image_id == digests["config"]
+        assert podman("tag", image_id, "localhost/sparkflake-launch-test:latest").returncode == 0
 
         # A profile directory whose contract lists the fixture checkpoints' identity files.
         target = write_checkpoint(base / "target", TARGET_FILES)

@@ -182,7 +182,8 @@ def test_damaged_archives(image_dir, tmp_path, capsys):
     assert code == 1 and layer_hex in err
 
     def flip_docker_layer(member, content):
-        if member.name.endswith(".tar"):
+        # the docker-archive of a gzip image is the combined archive: layers are blobs/
+        if member.name.endswith(layer_hex):
             content = content[:100] + bytes([content[100] ^ 1]) + content[101:]
         return member, content
 

@@ -7,13 +7,16 @@ Public API (other stages build on these):
 - ``build_image(ImageSpec, BlobStore, LayerCache|None, progress) -> BuiltImage`` and
   ``assemble_image(ImageSpec, [Layer], BlobStore)`` for layers built separately;
 - ``write_image_outputs(BuiltImage, out_dir)`` or the single writers
-  ``write_oci_layout``, ``write_oci_archive``, ``write_docker_archive``;
+  ``write_oci_layout``, ``write_archives(BuiltImage, oci_archive_path|None,
+  docker_archive_path|None) -> {"oci-archive": Path, "docker-archive": Path}`` (one
+  combined file, hard-linked, unless a layer is zstd), ``write_oci_archive``,
+  ``write_docker_archive``;
 - ``open_image(path) -> ImageReader`` for a layout, an oci-archive or a docker-archive,
   and ``verify_image(reader) -> ImageReport`` re-deriving every digest from the bytes;
 - ``load_spec_file(path) -> ImageSpec`` for SPEC.json.
 """
 
-from .archive import write_docker_archive, write_oci_archive
+from .archive import write_archives, write_docker_archive, write_oci_archive
 from .blob_store import BlobStore
 from .compression import Compression
 from .config import Platform, RuntimeConfig
@@ -63,6 +66,7 @@ __all__ = [
     "open_image",
     "parse_spec",
     "verify_image",
+    "write_archives",
     "write_docker_archive",
     "write_image_outputs",
     "write_oci_archive",

@@ -1,28 +1,38 @@
 """oci-archive and docker-archive writers.
 
-Both are tar streams written by ``tar_stream`` (fixed mtime, uid/gid 0, fixed member
+All are tar streams written by ``tar_stream`` (fixed mtime, uid/gid 0, fixed member
 order) into a temporary file renamed into place, so an archive is byte-identical
 whenever the image is. The config bytes are the same bytes object as in the layout, so
 the image ID that ``docker load``/``podman load`` computes equals our config digest.
 
-Member order puts metadata first (oci-layout, index.json; manifest.json, config) so a
-reader that streams the archive meets the documents before the layer blobs.
+The combined archive (the layout ``docker save`` writes since Docker 25) is at once an
+OCI image layout and a legacy docker-archive: ``oci-layout``, ``index.json`` and a docker
+``manifest.json`` whose ``Config`` and ``Layers`` name the same ``blobs/sha256/<hex>``
+members the OCI manifest references, so each blob is stored once. containers/image
+(skopeo, podman), ``docker load`` and umoci read either view. It is written whenever the
+image allows it: no zstd layer.
 
-docker-archive layers: gzip and uncompressed layer blobs are stored as they are (docker
-and podman decompress gzip layers on load and identify them by diffID); zstd blobs are
-stored decompressed (the uncompressed tar, kept in the blob store under its diffID),
-because docker before 23 and the docker-archive readers of older tools accept only plain
-or gzip layer tarballs.
+Member order puts metadata first (oci-layout, index.json, manifest.json, then the
+manifest and config blobs) so a reader that streams the archive meets the documents
+before the layer blobs.
+
+zstd images: docker and the docker-archive readers of older tools accept only plain or
+gzip layer tarballs, so such an image gets a separate docker-archive whose layers are
+stored decompressed (the uncompressed tar, kept in the blob store under its diffID) and
+a plain oci-archive.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import secrets
+import shutil
 from pathlib import Path
 
 from ..atomic_write import atomic_file
-from ..errors import CheckFailed
+from ..errors import CheckFailed, InputError
 from .canonical_json import canonical_json_bytes
 from .compression import Decompressor
 from .digests import digest_hex
@@ -52,52 +62,76 @@ def _write_tar(entries: list[TarEntry], out_path: str | os.PathLike[str], mtime:
     return Path(out_path)
 
 
-def write_oci_archive(image: BuiltImage, out_path: str | os.PathLike[str]) -> Path:
+OCI_ARCHIVE = "oci-archive"
+DOCKER_ARCHIVE = "docker-archive"
+
+
+def combined_archive_allowed(image: BuiltImage) -> bool:
+    """True when one archive can serve as both formats: docker-archive readers take only
+    plain or gzip layers, so any zstd layer rules it out."""
+    return not any(_is_zstd(layer) for layer in image.layers)
+
+
+def _is_zstd(layer: Layer) -> bool:
+    return layer.media_type.endswith("+zstd")
+
+
+def _blob_member(digest: str) -> str:
+    return f"blobs/sha256/{digest_hex(digest)}"
+
+
+def _oci_entries(image: BuiltImage, docker_manifest: bytes | None) -> list[TarEntry]:
     entries = [
         _bytes_entry("oci-layout", OCI_LAYOUT_BYTES),
         _bytes_entry("index.json", image.index_bytes),
+    ]
+    if docker_manifest is not None:
+        entries.append(_bytes_entry("manifest.json", docker_manifest))
+    entries += [
         _dir_entry("blobs"),
         _dir_entry("blobs/sha256"),
-        _bytes_entry(f"blobs/sha256/{digest_hex(image.manifest_digest)}", image.manifest_bytes),
-        _bytes_entry(f"blobs/sha256/{digest_hex(image.config_digest)}", image.config_bytes),
+        _bytes_entry(_blob_member(image.manifest_digest), image.manifest_bytes),
+        _bytes_entry(_blob_member(image.config_digest), image.config_bytes),
     ]
-    seen = set()
+    seen = {image.manifest_digest, image.config_digest}
     for layer in image.layers:
         if layer.digest in seen:
             continue
         seen.add(layer.digest)
-        entries.append(_file_entry(f"blobs/sha256/{digest_hex(layer.digest)}", layer.blob_path))
+        entries.append(_file_entry(_blob_member(layer.digest), layer.blob_path))
+    return entries
+
+
+def write_combined_archive(image: BuiltImage, out_path: str | os.PathLike[str]) -> Path:
+    """One tar that is both the oci-archive and the docker-archive (Docker 25 layout)."""
+    if not combined_archive_allowed(image):
+        raise InputError(
+            f"{out_path}: image {image.reference} has zstd layers; a docker-archive cannot "
+            "hold them, so it cannot be written as a combined oci-archive+docker-archive"
+        )
+    entries = _oci_entries(image, docker_archive_manifest(image))
     return _write_tar(entries, out_path, image.source_date_epoch)
 
 
-def docker_archive_manifest(image: BuiltImage) -> bytes:
-    return canonical_json_bytes(
-        [
-            {
-                "Config": f"{digest_hex(image.config_digest)}.json",
-                "RepoTags": [image.reference],
-                "Layers": [_docker_layer_name(layer) for layer in image.layers],
-            }
-        ]
-    )
-
-
-def _docker_layer_name(layer: Layer) -> str:
-    return f"{digest_hex(_docker_layer_digest(layer))}.tar"
-
-
-def _docker_layer_digest(layer: Layer) -> str:
-    return layer.diff_id if layer.media_type.endswith("+zstd") else layer.digest
+def write_oci_archive(image: BuiltImage, out_path: str | os.PathLike[str]) -> Path:
+    """The oci-archive; in the combined form (also a docker-archive) unless zstd."""
+    if combined_archive_allowed(image):
+        return write_combined_archive(image, out_path)
+    return _write_tar(_oci_entries(image, None), out_path, image.source_date_epoch)
 
 
 def write_docker_archive(image: BuiltImage, out_path: str | os.PathLike[str]) -> Path:
+    """The docker-archive; in the combined form (also an oci-archive) unless zstd, where
+    it is a legacy docker-archive with the layers decompressed."""
+    if combined_archive_allowed(image):
+        return write_combined_archive(image, out_path)
     entries = [
         _bytes_entry("manifest.json", docker_archive_manifest(image)),
-        _bytes_entry(f"{digest_hex(image.config_digest)}.json", image.config_bytes),
+        _bytes_entry(_docker_config_member(image), image.config_bytes),
     ]
     seen = set()
     for layer in image.layers:
-        name = _docker_layer_name(layer)
+        name = _docker_layer_member(image, layer)
         if name in seen:
             continue
         seen.add(name)
@@ -105,8 +139,92 @@ def write_docker_archive(image: BuiltImage, out_path: str | os.PathLike[str]) ->
     return _write_tar(entries, out_path, image.source_date_epoch)
 
 
+def write_archives(
+    image: BuiltImage,
+    oci_archive_path: str | os.PathLike[str] | None,
+    docker_archive_path: str | os.PathLike[str] | None,
+) -> dict[str, Path]:
+    """Write the requested archives; returns {"oci-archive": path, "docker-archive": path}
+    for those requested. When both are requested and the image has no zstd layer, the
+    combined archive is written once at ``oci_archive_path`` and ``docker_archive_path``
+    is a hard link to it (a copy only where linking fails, e.g. across filesystems):
+    one write, one copy of the blobs on disk. Each path is replaced atomically."""
+    written: dict[str, Path] = {}
+    if (
+        oci_archive_path is not None
+        and docker_archive_path is not None
+        and combined_archive_allowed(image)
+    ):
+        oci_path = write_combined_archive(image, oci_archive_path)
+        written[OCI_ARCHIVE] = oci_path
+        written[DOCKER_ARCHIVE] = _link_or_copy_atomic(oci_path, Path(docker_archive_path))
+        return written
+    if oci_archive_path is not None:
+        written[OCI_ARCHIVE] = write_oci_archive(image, oci_archive_path)
+    if docker_archive_path is not None:
+        written[DOCKER_ARCHIVE] = write_docker_archive(image, docker_archive_path)
+    return written
+
+
+def _link_or_copy_atomic(source: Path, target: Path) -> Path:
+    """``target`` becomes the same file as ``source`` (hard link), else a copy of it;
+    replaced in one rename, so a reader sees the old or the new archive, never none."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.exists() and os.path.samefile(source, target):
+        return target
+    for _ in range(100):
+        staged = target.parent / f".{target.name}.{secrets.token_hex(6)}.partial"
+        try:
+            os.link(source, staged)
+        except FileExistsError:
+            continue
+        except OSError:
+            break  # EXDEV, EPERM, EMLINK, no hard links on this filesystem: copy
+        try:
+            os.replace(staged, target)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                staged.unlink()
+            raise
+        return target
+    with atomic_file(target) as handle, open(source, "rb") as original:
+        shutil.copyfileobj(original, handle, 4 << 20)
+    return target
+
+
+def docker_archive_manifest(image: BuiltImage) -> bytes:
+    """The docker ``manifest.json`` (canonical JSON). In the combined form it names the
+    OCI blobs (``blobs/sha256/<hex>``), as Docker 25 writes it; for zstd images the
+    legacy names ``<config hex>.json`` and ``<hex>.tar``."""
+    return canonical_json_bytes(
+        [
+            {
+                "Config": _docker_config_member(image),
+                "RepoTags": [image.reference],
+                "Layers": [_docker_layer_member(image, layer) for layer in image.layers],
+            }
+        ]
+    )
+
+
+def _docker_config_member(image: BuiltImage) -> str:
+    if combined_archive_allowed(image):
+        return _blob_member(image.config_digest)
+    return f"{digest_hex(image.config_digest)}.json"
+
+
+def _docker_layer_member(image: BuiltImage, layer: Layer) -> str:
+    if combined_archive_allowed(image):
+        return _blob_member(layer.digest)
+    return f"{digest_hex(_docker_layer_digest(layer))}.tar"
+
+
+def _docker_layer_digest(layer: Layer) -> str:
+    return layer.diff_id if _is_zstd(layer) else layer.digest
+
+
 def _docker_layer_source(image: BuiltImage, layer: Layer) -> Path:
-    if not layer.media_type.endswith("+zstd"):
+    if not _is_zstd(layer):
         return layer.blob_path
     store = image.store
     if store.has(layer.diff_id, layer.uncompressed_size):

@@ -1,9 +1,9 @@
 """ImageSpec -> layers, config, manifest, index -> BuiltImage -> the output formats.
 
 The config, manifest and index bytes are made once here (canonical JSON) and the same
-bytes go into the layout, the oci-archive and the docker-archive; so the manifest digest
-is known before any push and the config digest (the image ID) is the same in every
-format.
+bytes go into the layout, the oci-archive and the docker-archive (one combined file
+unless a layer is zstd); so the manifest digest is known before any push and the config
+digest (the image ID) is the same in every format.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 from ..atomic_write import write_bytes_atomic
 from ..errors import InputError
 from . import media_types
-from .archive import write_docker_archive, write_oci_archive
+from .archive import DOCKER_ARCHIVE, OCI_ARCHIVE, write_archives
 from .blob_store import BlobStore
 from .canonical_json import canonical_json_bytes
 from .compression import Compression
@@ -159,12 +159,14 @@ class ImageOutputs:
 
 
 def write_image_outputs(image: BuiltImage, out_dir: str | os.PathLike[str]) -> ImageOutputs:
-    """``out_dir``/oci (layout), oci-archive.tar, docker-archive.tar, digests.json."""
+    """``out_dir``/oci (layout), oci-archive.tar, docker-archive.tar, digests.json.
+    Without zstd layers the two archives are one combined file, hard-linked."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     layout = write_oci_layout(image, out / "oci")
-    oci_archive = write_oci_archive(image, out / "oci-archive.tar")
-    docker_archive = write_docker_archive(image, out / "docker-archive.tar")
+    archives = write_archives(image, out / "oci-archive.tar", out / "docker-archive.tar")
+    oci_archive = archives[OCI_ARCHIVE]
+    docker_archive = archives[DOCKER_ARCHIVE]
     digests_file = out / "digests.json"
     write_bytes_atomic(
         digests_file,

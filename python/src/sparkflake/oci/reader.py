@@ -1,9 +1,15 @@
-"""Readers for the three image formats: OCI layout directory, oci-archive, docker-archive.
+"""Readers for the image formats: OCI layout directory, oci-archive, docker-archive, and
+the combined archive that is both (Docker 25 ``docker save``, our own archives).
 
 ``open_image`` finds the format and gives an ``ImageReader`` with the raw document bytes
 (index, manifest, config) and ``open_blob`` streams; nothing loads a layer in memory.
 An archive is indexed once by walking its tar headers (seeking over member data), then
 members are read in place as slices of the archive file.
+
+An archive with both ``oci-layout`` and ``manifest.json`` is read through its OCI index
+(the documents and blobs verified as for any oci-archive) and also carries its docker
+``manifest.json`` entry (``docker_view``), which ``verify`` checks names the same config
+and layer blobs in the same order.
 
 Errors: a file or blob that is absent, unparsable or not the expected format is
 ``InputError`` (exit 2); bytes whose digest or size differ from what references them are
@@ -136,6 +142,21 @@ class BlobRef:
     media_type: str
 
 
+COMBINED_FORMAT = "oci-archive+docker-archive"
+
+
+@dataclass(frozen=True)
+class DockerArchiveView:
+    """The docker ``manifest.json`` entry of a combined archive: the member names it
+    gives for the config and the layers, normalized as tar member names."""
+
+    where: str
+    position: int
+    config_name: str
+    layer_names: tuple[str, ...]
+    repo_tags: tuple[str, ...]
+
+
 @dataclass
 class ImageReader:
     format: str
@@ -149,6 +170,7 @@ class ImageReader:
     layer_refs: list[BlobRef]
     repo_tags: list[str]
     ref_name: str | None
+    docker_view: DockerArchiveView | None = None
 
     def open_blob(self, ref: BlobRef) -> BinaryIO:
         if self.files.size(ref.name) is None:
@@ -220,6 +242,8 @@ def open_image(path: str | os.PathLike[str], ref_name: str | None = None) -> Ima
         raise InputError(f"{location}: no such file or directory")
     files = _TarFiles(location)
     if files.size("oci-layout") is not None:
+        if files.size("manifest.json") is not None:
+            return _open_combined(location, files, ref_name)
         return _open_oci(location, files, "oci-archive", ref_name)
     if files.size("manifest.json") is not None:
         return _open_docker_archive(location, files)
@@ -319,21 +343,61 @@ def _select_manifest(
     return ref, name
 
 
-def _open_docker_archive(location: Path, files: _TarFiles) -> ImageReader:
+def _docker_manifest_entries(files: _TarFiles, expectation: str) -> tuple[list[object], str]:
     where = files.describe("manifest.json")
     try:
         entries = json.loads(_read_document(files, "manifest.json", "manifest.json"))
-    except ValueError as exc:
+    except (ValueError, UnicodeDecodeError) as exc:
         raise InputError(f"{where}: not valid JSON: {exc}") from exc
-    if not isinstance(entries, list) or len(entries) != 1 or not isinstance(entries[0], dict):
-        raise InputError(f"{where}: expected a list with exactly one image")
-    entry = entries[0]
+    if not isinstance(entries, list):
+        raise InputError(f"{where}: expected {expectation}")
+    return entries, where
+
+
+def _docker_entry_names(entry: dict, where: str) -> tuple[str, list[str], list[str]]:
     config_name = entry.get("Config")
     layer_names = entry.get("Layers")
     if not isinstance(config_name, str):
-        raise InputError(f"{where}: [0].Config: expected a file name")
+        raise InputError(f"{where}.Config: expected a file name")
     if not isinstance(layer_names, list) or not all(isinstance(n, str) for n in layer_names):
-        raise InputError(f"{where}: [0].Layers: expected a list of file names")
+        raise InputError(f"{where}.Layers: expected a list of file names")
+    repo_tags = entry.get("RepoTags") or []
+    if not isinstance(repo_tags, list):
+        raise InputError(f"{where}.RepoTags: expected a list")
+    return config_name, layer_names, [str(tag) for tag in repo_tags]
+
+
+def _open_combined(location: Path, files: _TarFiles, ref_name: str | None) -> ImageReader:
+    reader = _open_oci(location, files, COMBINED_FORMAT, ref_name)
+    expectation = "a non-empty list of image objects"
+    entries, where = _docker_manifest_entries(files, expectation)
+    if not entries or not all(isinstance(entry, dict) for entry in entries):
+        raise InputError(f"{where}: expected {expectation}")
+    views = []
+    for position, entry in enumerate(entries):
+        config_name, layer_names, repo_tags = _docker_entry_names(entry, f"{where}: [{position}]")
+        views.append(
+            DockerArchiveView(
+                where=where,
+                position=position,
+                config_name=_clean_member_name(config_name),
+                layer_names=tuple(_clean_member_name(name) for name in layer_names),
+                repo_tags=tuple(repo_tags),
+            )
+        )
+    # docker save of several images lists each: the entry for the image the OCI index
+    # selected is the one naming its config; with none, verify reports the first.
+    matching = [view for view in views if view.config_name == reader.config_ref.name]
+    reader.docker_view = (matching or views)[0]
+    reader.repo_tags = list(reader.docker_view.repo_tags)
+    return reader
+
+
+def _open_docker_archive(location: Path, files: _TarFiles) -> ImageReader:
+    entries, where = _docker_manifest_entries(files, "a list with exactly one image")
+    if len(entries) != 1 or not isinstance(entries[0], dict):
+        raise InputError(f"{where}: expected a list with exactly one image")
+    config_name, layer_names, repo_tags = _docker_entry_names(entries[0], f"{where}: [0]")
     config_bytes = _read_document(files, config_name, f"config {config_name}")
     config_ref = BlobRef("config", config_name, None, len(config_bytes), media_types.DOCKER_CONFIG)
     layer_refs = []
@@ -345,9 +409,6 @@ def _open_docker_archive(location: Path, files: _TarFiles) -> ImageReader:
         stem = name.rsplit("/", 1)[-1].removesuffix(".tar").removesuffix(".gz")
         named_digest = f"sha256:{stem}" if is_digest(f"sha256:{stem}") else None
         layer_refs.append(BlobRef(f"layer {position}", name, named_digest, size, ""))
-    repo_tags = entry.get("RepoTags") or []
-    if not isinstance(repo_tags, list):
-        raise InputError(f"{where}: [0].RepoTags: expected a list")
     return ImageReader(
         format="docker-archive",
         path=location,
@@ -358,7 +419,7 @@ def _open_docker_archive(location: Path, files: _TarFiles) -> ImageReader:
         config_ref=config_ref,
         config_bytes=config_bytes,
         layer_refs=layer_refs,
-        repo_tags=[str(tag) for tag in repo_tags],
+        repo_tags=repo_tags,
         ref_name=None,
     )
 

@@ -1,5 +1,8 @@
 """Re-derive every digest of an image from its bytes and check each reference.
 
+A combined archive (oci-archive+docker-archive) is verified as both: the OCI chain, and
+its docker ``manifest.json`` naming the same config and layer blobs in the same order.
+
 Every blob is streamed once: hashed as stored (blob digest, size) and, for layers,
 decompressed and hashed again (diffID). The report names each digest by its kind.
 Mismatches raise ``CheckFailed`` naming the blob and both digests; a blob that cannot be
@@ -16,7 +19,7 @@ from ..errors import CheckFailed, InputError
 from . import media_types
 from .digests import chain_id, sha256_digest
 from .layer_scan import scan_layer
-from .reader import BlobRef, ImageReader
+from .reader import COMBINED_FORMAT, BlobRef, DockerArchiveView, ImageReader
 
 READ_CHUNK = 1 << 20
 
@@ -118,6 +121,8 @@ def verify_image(
     config_where = reader.files.describe(reader.config_ref.name)
     if reader.format == "docker-archive":
         _check_docker_config_name(reader, config_digest)
+    if reader.docker_view is not None:
+        _check_docker_view(reader, reader.docker_view)
     rootfs = config.get("rootfs")
     diff_ids = rootfs.get("diff_ids") if isinstance(rootfs, dict) else None
     if not isinstance(diff_ids, list) or not all(isinstance(d, str) for d in diff_ids):
@@ -143,7 +148,7 @@ def verify_image(
         done += ref.size or 0
         layer_reports.append(layer)
     docker_manifest_digest = None
-    if reader.format == "docker-archive" and verify_layers:
+    if reader.format in ("docker-archive", COMBINED_FORMAT) and verify_layers:
         docker_manifest_digest = sha256_digest(
             containers_image_docker_archive_manifest(reader.config_bytes, layer_reports)
         )
@@ -183,6 +188,33 @@ def _check_docker_config_name(reader: ImageReader, config_digest: str) -> None:
                 f"{reader.files.describe(name)}: config is named after sha256:{stem} "
                 f"but its digest is {config_digest}",
                 check_id="oci.blob-digest",
+            )
+
+
+def _check_docker_view(reader: ImageReader, view: DockerArchiveView) -> None:
+    """The docker manifest.json of a combined archive must name exactly the blobs the
+    OCI manifest references, else docker/podman and OCI tools would load different
+    images from the same file."""
+    oci_where = (
+        f"{reader.files.describe('index.json')} -> manifest "
+        f"{reader.manifest_ref.digest if reader.manifest_ref else '?'}"
+    )
+    if view.config_name != reader.config_ref.name:
+        raise CheckFailed(
+            f"{view.where}: [{view.position}].Config names member {view.config_name}, but "
+            f"{oci_where} names config {reader.config_ref.name}",
+            check_id="oci.combined-config",
+        )
+    oci_names = [ref.name for ref in reader.layer_refs]
+    for position in range(max(len(view.layer_names), len(oci_names))):
+        docker_name = view.layer_names[position] if position < len(view.layer_names) else None
+        oci_name = oci_names[position] if position < len(oci_names) else None
+        if docker_name != oci_name:
+            raise CheckFailed(
+                f"{view.where}: [{view.position}].Layers[{position}] names member "
+                f"{docker_name or '(none)'}, but {oci_where} layers[{position}] names "
+                f"{oci_name or '(none)'} ({len(view.layer_names)} vs {len(oci_names)} layers)",
+                check_id="oci.combined-layers",
             )
 
 
