@@ -43,7 +43,7 @@ from ..digest import git_tree_id, nar_hash, sha256_file
 from ..errors import CheckFailed, InputError, SparkflakeError
 from ..fetch import Artifact, BlobCache, default_cache_root, fetch_all
 from ..lock import DebPin, GitPin, Lock, Pin, SdistPin, WheelPin
-from ..oci.archive import write_docker_archive, write_oci_archive
+from ..oci.archive import write_archives
 from ..oci.blob_store import BlobStore
 from ..oci.canonical_json import canonical_json_bytes
 from ..oci.compression import Compression
@@ -1079,10 +1079,13 @@ def write_outputs(result: BuildResult, out_dir: Path, formats: Sequence[str] = O
     with atomic_directory(out_dir) as staging:
         if "oci" in formats:
             write_oci_layout(result.image, staging / "oci")
-        if "oci-archive" in formats:
-            write_oci_archive(result.image, staging / "oci-archive.tar")
-        if "docker-archive" in formats:
-            write_docker_archive(result.image, staging / "docker-archive.tar")
+        # One file for both archives when the layers allow it (gzip or none): the
+        # oci-archive that is also a docker-archive, the second name a hard link.
+        write_archives(
+            result.image,
+            staging / "oci-archive.tar" if "oci-archive" in formats else None,
+            staging / "docker-archive.tar" if "docker-archive" in formats else None,
+        )
         write_bytes_atomic(staging / "receipt.json", receipt.canonical_bytes(result.full_receipt))
         if result.assembly is not None:
             write_bytes_atomic(staging / "retained-native.json", result.assembly.retained_native_bytes)

@@ -127,7 +127,10 @@ def assemble_image(spec: ImageSpec, layers: list[Layer], store: BlobStore) -> Bu
                     media_types.OCI_MANIFEST,
                     manifest_digest,
                     len(manifest_bytes),
-                    annotations={media_types.REF_NAME_ANNOTATION: spec.tag},
+                    annotations={
+                        media_types.REF_NAME_ANNOTATION: spec.tag,
+                        media_types.IMAGE_NAME_ANNOTATION: f"{spec.repository}:{spec.tag}",
+                    },
                     platform=spec.platform,
                 )
             ]

@@ -27,5 +27,8 @@ INDEX_MEDIA_TYPES = frozenset({OCI_INDEX, DOCKER_MANIFEST_LIST})
 MANIFEST_MEDIA_TYPES = frozenset({OCI_MANIFEST, DOCKER_MANIFEST})
 
 REF_NAME_ANNOTATION = "org.opencontainers.image.ref.name"
+# The full reference (repository:tag), as Docker 25+ `docker save` writes it: containerd,
+# docker and podman name an image loaded from an OCI archive by it.
+IMAGE_NAME_ANNOTATION = "io.containerd.image.name"
 CREATED_ANNOTATION = "org.opencontainers.image.created"
 COMPRESSION_ANNOTATION = "io.sparkflake.layer.compression"
