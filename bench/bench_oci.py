@@ -50,7 +50,7 @@ print(json.dumps({"digest": layer.digest, "diff_id": layer.diff_id, "size": laye
 _DESCRIBE_GZIP = """
 import sys
 from sparkflake.oci import Compression
-print(Compression("gzip", int(sys.argv[1])).description)
+print(Compression("gzip", int(sys.argv[1]) if len(sys.argv) > 1 else None).description)
 """
 
 _OURS_LAYOUT = """
@@ -212,8 +212,8 @@ def main() -> int:
     parser.add_argument(
         "--gzip-level",
         type=int,
-        default=6,
-        help="our gzip level in the skopeo comparison",
+        default=None,
+        help="our gzip level in the skopeo comparison (default: the engine's default)",
     )
     parser.add_argument(
         "--parts",
@@ -349,7 +349,7 @@ def compare_with_skopeo(args, work, tree, python, env, results, peak_rss) -> Non
                 str(store),
                 str(out),
                 "gzip",
-                str(args.gzip_level),
+                *([] if args.gzip_level is None else [str(args.gzip_level)]),
             ],
             env=env,
         )
@@ -392,20 +392,20 @@ def compare_with_skopeo(args, work, tree, python, env, results, peak_rss) -> Non
         "ours_layer_blob_bytes": ours_bytes,
         "skopeo_layer_blob_bytes": skopeo_bytes,
     }
-    row["ours_gzip_level"] = args.gzip_level
+    row["ours_gzip_level"] = args.gzip_level  # None: the engine's default
     row["ours_gzip"] = subprocess.run(
         [
             python,
             "-c",
             _DESCRIBE_GZIP,
-            str(args.gzip_level),
+            *([] if args.gzip_level is None else [str(args.gzip_level)]),
         ],
         env=env,
         check=True,
         capture_output=True,
         text=True,
     ).stdout.strip()
-    suffix = "" if args.gzip_level == 6 else f"_level{args.gzip_level}"
+    suffix = "" if args.gzip_level is None else f"_level{args.gzip_level}"
     results[f"layout_vs_skopeo_copy{suffix}"] = row
     print(
         f"tree->gzip layout: ours {row['ours_s']:.2f}s  skopeo copy {row['skopeo_s']:.2f}s  "

@@ -411,3 +411,39 @@ def test_registry_401_without_credentials_is_a_clear_error(capsys):
     err = capsys.readouterr().err
     assert code == 2
     assert "requires credentials (401" in err and "Traceback" not in err
+
+
+def _retarred(source: Path, target: Path, edit_manifest_json) -> None:
+    """A copy of a tar archive with its manifest.json rewritten by ``edit_manifest_json``."""
+    import io
+    import tarfile
+
+    with tarfile.open(source) as old, tarfile.open(target, "w", format=tarfile.PAX_FORMAT) as new:
+        for member in old.getmembers():
+            data = old.extractfile(member).read() if member.isfile() else None
+            if member.name == "manifest.json":
+                data = json.dumps(edit_manifest_json(json.loads(data))).encode()
+                member.size = len(data)
+            new.addfile(member, io.BytesIO(data) if data is not None else None)
+
+
+def test_combined_archive_docker_view_is_audited(built: Path, tmp_path):
+    """The oci-archive is also the docker-archive: the audit checks that manifest.json
+    (what docker and podman load) names the config and layers the OCI chain does."""
+    archive = built / "oci-archive.tar"
+    assert archive.samefile(built / "docker-archive.tar")
+    report = run_audit(str(archive))
+    assert report.source_kind == "oci-archive+docker-archive"
+    view = next(c for c in report.checks if c.id == "archive.docker-view")
+    assert view.status == "pass" and "2 layers" in view.detail
+    swapped = tmp_path / "swapped.tar"
+    _retarred(archive, swapped, lambda doc: [{**doc[0], "Layers": doc[0]["Layers"][::-1]}])
+    report = run_audit(str(swapped))
+    assert report.exit_code == 1
+    failed = [c for c in report.failures if c.id == "archive.docker-view"]
+    assert failed and "manifest.json names layers" in failed[0].detail
+    other_config = tmp_path / "config.tar"
+    _retarred(archive, other_config, lambda doc: [{**doc[0], "Config": doc[0]["Layers"][0]}])
+    report = run_audit(str(other_config))
+    assert [c.id for c in report.failures] == ["archive.docker-view"]
+    assert "manifest.json names config" in report.failures[0].detail

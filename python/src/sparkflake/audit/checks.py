@@ -158,6 +158,7 @@ def audit_image(
     report = AuditReport(target=source.location, source_kind=source.kind)
     report.engine_image_id = source.engine_image_id
     _check_documents(source, report)
+    _check_docker_view(source, report)
     _check_digest_forms(source, report)
     if report.exit_code == 2:
         return report
@@ -245,6 +246,32 @@ def audit_image(
     _check_expectations(expectations, report)
     _check_receipt(expectations, report, captured, source)
     return report
+
+
+def _check_docker_view(source: ImageSource, report: AuditReport) -> None:
+    """A combined archive must describe one image twice: docker/podman load what its
+    manifest.json names, OCI tools what index.json leads to."""
+    if source.docker_view is None:
+        return
+    config_name, layer_names = source.docker_view
+    oci_config = source.config_descriptor.locator
+    oci_layers = [d.locator for d in source.layers]
+    if config_name != oci_config:
+        report.add(
+            "archive.docker-view", "fail",
+            f"{source.location}: manifest.json names config {config_name}, the OCI manifest {oci_config}",
+            source.config_descriptor.digest,
+        )
+    elif layer_names != oci_layers:
+        report.add(
+            "archive.docker-view", "fail",
+            f"{source.location}: manifest.json names layers {layer_names}, the OCI manifest {oci_layers}",
+        )
+    else:
+        report.add(
+            "archive.docker-view", "pass",
+            f"manifest.json (docker, podman) names the same config and {len(oci_layers)} layers as the OCI manifest",
+        )
 
 
 def _check_digest_forms(source: ImageSource, report: AuditReport) -> None:

@@ -9,6 +9,7 @@ kept as found (even malformed) so the audit can name them.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -57,6 +58,10 @@ class ImageSource:
     engine_image_id: str | None = None
     repo_tags: list[str] = field(default_factory=list)
     cleanup: Callable[[], None] | None = None
+    # A combined archive (oci-archive that is also a docker-archive): what its docker
+    # manifest.json names, (config member, layer members), for the audit to compare with
+    # the OCI chain; docker and podman load the image manifest.json describes.
+    docker_view: tuple[str, list[str]] | None = None
 
     @property
     def manifest(self) -> dict[str, Any] | None:
@@ -127,7 +132,11 @@ def open_file_source(path: str | os.PathLike[str], ref_name: str | None, platfor
     except InputError as exc:
         raise InputError(exc.message, check_id="image.readable") from exc
     if files.size("oci-layout") is not None:
-        return _oci_source(files, "oci-archive", str(location), ref_name, platform)
+        source = _oci_source(files, "oci-archive", str(location), ref_name, platform)
+        if files.size("manifest.json") is None:
+            return source
+        config_name, layer_names, _entry = _docker_manifest_entry(files)
+        return dataclasses.replace(source, kind="oci-archive+docker-archive", docker_view=(config_name, layer_names))
     if files.size("manifest.json") is not None:
         return _docker_archive_source(files, str(location))
     raise InputError(
@@ -272,7 +281,8 @@ def source_from_manifest(
     )
 
 
-def _docker_archive_source(files: TarFiles, location: str) -> ImageSource:
+def _docker_manifest_entry(files: TarFiles) -> tuple[str, list[str], dict[str, Any]]:
+    """The one image of a docker-archive's manifest.json: config member, layer members."""
     where = files.describe("manifest.json")
     try:
         entries = json.loads(_read_small(files, "manifest.json", "manifest.json"))
@@ -287,6 +297,11 @@ def _docker_archive_source(files: TarFiles, location: str) -> ImageSource:
         raise InputError(f"{where}: [0].Config: expected a file name", check_id="document.parse")
     if not isinstance(layer_names, list) or not all(isinstance(n, str) for n in layer_names):
         raise InputError(f"{where}: [0].Layers: expected a list of file names", check_id="document.parse")
+    return config_name, layer_names, entry
+
+
+def _docker_archive_source(files: TarFiles, location: str) -> ImageSource:
+    config_name, layer_names, entry = _docker_manifest_entry(files)
     config_bytes = _read_small(files, config_name, f"config {config_name}")
     stem = config_name.rsplit("/", 1)[-1].removesuffix(".json")
     named_digest = f"sha256:{stem}" if len(stem) == 64 else None

@@ -74,6 +74,7 @@ class LayerCache:
         hasher = hashlib.sha256(canonical_json_bytes({"format": CACHE_FORMAT, **options_record}))
         total = sum(s.entry.size for s in entries if s.entry.kind is EntryKind.FILE)
         done = 0
+        records: list[str] = []
         for scanned in entries:
             entry = scanned.entry
             content = ""
@@ -82,9 +83,13 @@ class LayerCache:
                 done += entry.size
                 if progress is not None:
                     progress(done, total, "hashing trees")
-            record = f"{entry.kind.value}\0{entry.path}\0{entry.mode:o}\0{entry.size}\0"
-            record += f"{entry.link_target}\0{content}\n"
-            hasher.update(record.encode("utf-8"))
+            records.append(
+                f"{entry.kind.value}\0{entry.path}\0{entry.mode:o}\0{entry.size}\0{entry.link_target}\0{content}\n"
+            )
+            if len(records) >= 4096:  # the same bytes as one update per record
+                hasher.update("".join(records).encode("utf-8"))
+                records.clear()
+        hasher.update("".join(records).encode("utf-8"))
         return hasher.hexdigest()
 
     def lookup(self, key: str) -> dict | None:

@@ -194,16 +194,19 @@ def _scan_tree(source: TreeSource, entries: _EntrySet) -> None:
                 children = list(listing)
         except OSError as exc:
             raise InputError(f"{directory}: cannot list directory: {exc.strerror}") from exc
+        prefix = image_dir + "/" if image_dir else ""
+        tree_origin = f"tree {host_dir} ("
         for child in children:
             host_path = child.path
             name = child.name
-            encode_name(name, what=f"file name in {directory}")
-            path = posixpath.join(image_dir, name) if image_dir else name
+            if not name.isascii():  # ASCII names always encode; others may not be UTF-8
+                encode_name(name, what=f"file name in {directory}")
+            path = prefix + name
             try:
                 st = child.stat(follow_symlinks=False)
             except OSError as exc:
                 raise InputError(f"{host_path}: cannot stat: {exc.strerror}") from exc
-            origin = f"tree {host_dir} ({host_path})"
+            origin = tree_origin + host_path + ")"
             mode = st.st_mode
             if stat.S_ISDIR(mode):
                 entries.add(ScannedEntry(TarEntry(path, EntryKind.DIRECTORY, 0o755), origin))
