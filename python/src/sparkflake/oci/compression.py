@@ -6,8 +6,9 @@ recorded in each layer descriptor's annotations (``description``):
 - ``libdeflate`` (the default): libdeflate as pinned in python/uv.lock (the ``deflate``
   wheel, whose version is part of the recorded description), level 3, 4 MiB members. The
   tar stream is cut into 4 MiB blocks; each becomes one complete gzip member
-  (``libdeflate_gzip_compress``: header ``1f 8b 08 00 00000000 00 ff``, i.e. no name,
-  MTIME=0, OS=255; CRC32 and ISIZE trailer); the members are concatenated in order. A
+  (``libdeflate_gzip_compress``: header ``1f 8b 08 00 00000000 XFL ff``, i.e. no name,
+  MTIME=0, XFL 0 at levels 2-8, OS=255; CRC32 and ISIZE trailer); the members are
+  concatenated in order. A
   sequence of members is one gzip file (RFC 1952 2.2) and every reader we meet (Go's
   compress/gzip and pgzip in skopeo/podman/containerd/docker, zlib, gzip(1)) reads it as one
   stream. libdeflate's output is deterministic for a given version (its author, libdeflate
