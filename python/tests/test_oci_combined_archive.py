@@ -102,13 +102,14 @@ def _hex(digest: str) -> str:
 
 
 def _expected_members(image) -> list[str]:
-    names = ["oci-layout", "index.json", "manifest.json", "blobs", "blobs/sha256"]
-    names += [f"blobs/sha256/{_hex(image.manifest_digest)}", f"blobs/sha256/{_hex(image.config_digest)}"]
-    for layer in image.layers:
-        name = f"blobs/sha256/{_hex(layer.digest)}"
+    """Blob-first: the layer blobs in layer order (each once), config and manifest blobs,
+    then the documents (so the archive can be written while the layers are made)."""
+    names = ["blobs", "blobs/sha256"]
+    for digest in [layer.digest for layer in image.layers] + [image.config_digest, image.manifest_digest]:
+        name = f"blobs/sha256/{_hex(digest)}"
         if name not in names:
             names.append(name)
-    return names
+    return names + ["index.json", "oci-layout", "manifest.json"]
 
 
 # --- one file, two names ------------------------------------------------------------------
@@ -410,3 +411,52 @@ def test_random_images_round_trip_through_the_combined_writer(trees, compression
         ]
         assert reader.docker_view is not None
         assert reader.docker_view.layer_names == tuple(ref.name for ref in reader.layer_refs)
+
+
+# --- written while the layers are made ----------------------------------------------------
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    contents=st.lists(st.binary(min_size=0, max_size=3000), min_size=1, max_size=4),
+    repeat=st.booleans(),
+)
+def test_streamed_archive_equals_the_archive_written_at_the_end(tmp_path_factory, contents, repeat):
+    """CombinedArchiveWriter, fed each layer as it is made, gives byte for byte what
+    write_combined_archive gives for the finished image (repeated layers included)."""
+    from sparkflake.oci.archive import CombinedArchiveWriter, write_combined_archive
+
+    root = tmp_path_factory.mktemp("stream")
+    layers = [
+        LayerSpec(LayerInput(files=(GeneratedFile(f"/f{i}", content, 0o644),)), f"layer {i}")
+        for i, content in enumerate(contents)
+    ]
+    if repeat:
+        layers.append(layers[0])
+    spec = ImageSpec(layers=tuple(layers), compression=Compression("gzip"), tag="t")
+    writer = CombinedArchiveWriter(root / "streamed.tar", spec.source_date_epoch)
+    image = build_image(spec, BlobStore(root / "store"), on_layer=writer.add_layer)
+    streamed = writer.finish(image)
+    reference = write_combined_archive(image, root / "reference.tar")
+    assert streamed.read_bytes() == reference.read_bytes()
+    assert sorted(p.name for p in root.iterdir()) == ["reference.tar", "store", "streamed.tar"]
+
+
+def test_streamed_archive_abort_and_wrong_layers(tmp_path, gzip_image):
+    """An aborted stream leaves the previous archive and no partial file; a stream fed
+    other layers than the image has is written again from the image (same bytes)."""
+    from sparkflake.oci.archive import CombinedArchiveWriter, write_combined_archive
+
+    image = gzip_image["image"]
+    target = tmp_path / "oci-archive.tar"
+    target.write_bytes(b"previous")
+    writer = CombinedArchiveWriter(target, image.source_date_epoch)
+    writer.add_layer(image.layers[0])
+    writer.abort()
+    assert target.read_bytes() == b"previous"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["oci-archive.tar"]
+    writer = CombinedArchiveWriter(target, image.source_date_epoch)
+    writer.add_layer(image.layers[-1])  # wrong order / missing layer
+    written = writer.finish(image)
+    assert written.read_bytes() == write_combined_archive(image, tmp_path / "again.tar").read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["again.tar", "oci-archive.tar"]

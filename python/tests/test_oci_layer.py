@@ -291,3 +291,93 @@ def test_cache_key_is_the_content_not_the_copy(tmp_path_factory, spec, seeds):
         LayerOptions(Compression("zstd")).as_record(),
     )
     assert other != keys[1]
+
+
+_MUTATIONS = ["none", "rewrite-same-size", "append", "add", "remove", "rename", "chmod-x", "symlink", "hardlink", "touch-mtime-back"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    files=st.dictionaries(
+        st.sampled_from(["a", "b", "c", "d/e", "d/f", "g/h/i"]), st.binary(min_size=1, max_size=300), min_size=1
+    ),
+    mutations=st.lists(st.sampled_from(_MUTATIONS), min_size=1, max_size=3),
+)
+def test_fingerprint_route_never_serves_a_stale_layer(tmp_path_factory, files, mutations):
+    """After any change to the tree, the cached build (fingerprint route first, then the
+    content key) gives the layer a fresh build without any cache gives. The racy window
+    is closed here so that fingerprints of just-written trees are recorded and the route
+    is exercised (this kernel stamps ctime finely enough; the window is tested below)."""
+    from sparkflake.oci import layer_cache
+
+    saved, layer_cache.RACY_WINDOW_NS = layer_cache.RACY_WINDOW_NS, -(10**12)
+    try:
+        _fingerprint_case(tmp_path_factory, files, mutations)
+    finally:
+        layer_cache.RACY_WINDOW_NS = saved
+
+
+def _fingerprint_case(tmp_path_factory, files, mutations):
+    root = tmp_path_factory.mktemp("fp")
+    tree = root / "tree"
+    for name, content in files.items():
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        (tree / name).write_bytes(content)
+    layer_input = LayerInput(sources=(TreeSource(str(tree), "/srv"),))
+    first = _build(layer_input, root / "cached")
+    again = _build(layer_input, root / "cached")
+    assert again.from_cache and again.digest == first.digest
+    victim = tree / sorted(files)[0]
+    for mutation in mutations:
+        if not victim.exists():
+            break
+        status = victim.stat()
+        if mutation == "rewrite-same-size":
+            data = victim.read_bytes()
+            victim.write_bytes(bytes([data[0] ^ 1]) + data[1:])
+        elif mutation == "touch-mtime-back":
+            data = victim.read_bytes()
+            victim.write_bytes(bytes([data[0] ^ 2]) + data[1:])
+            os.utime(victim, ns=(status.st_atime_ns, status.st_mtime_ns))  # mtime restored, ctime not
+        elif mutation == "append":
+            with open(victim, "ab") as handle:
+                handle.write(b"+")
+        elif mutation == "add":
+            (tree / "new-file").write_bytes(b"new")
+        elif mutation == "remove":
+            victim.unlink()
+        elif mutation == "rename":
+            victim.rename(victim.with_name(victim.name + "-renamed"))
+        elif mutation == "chmod-x":
+            victim.chmod(0o755)
+        elif mutation == "symlink" and not (tree / "link").exists():
+            (tree / "link").symlink_to(victim.name)
+        elif mutation == "hardlink" and not (tree / "hard").exists():
+            os.link(victim, tree / "hard")
+    cached = _build(layer_input, root / "cached")
+    fresh = _build(layer_input, root / f"fresh-{len(list(root.iterdir()))}", cache=False)
+    assert cached.digest == fresh.digest and cached.diff_id == fresh.diff_id
+
+
+def test_unchanged_input_is_served_without_a_scan(tmp_path, monkeypatch):
+    from sparkflake.oci import layer as layer_module
+    from sparkflake.oci import layer_cache
+
+    tree = _tree(tmp_path / "t")
+    layer_input = LayerInput(sources=(TreeSource(str(tree), "/srv/x"),))
+    # A tree written just now is inside the racy window: no fingerprint is recorded.
+    _build(layer_input, tmp_path / "s")
+    assert not (tmp_path / "s" / "fingerprints").exists()
+    monkeypatch.setattr(layer_cache, "RACY_WINDOW_NS", -(10**12))
+    first = _build(layer_input, tmp_path / "s")
+    assert len(list((tmp_path / "s" / "fingerprints").iterdir())) == 1
+
+    def no_scan(_layer_input):
+        raise AssertionError("scanned although the input fingerprint is recorded")
+
+    monkeypatch.setattr(layer_module, "scan_layer", no_scan)
+    second = _build(layer_input, tmp_path / "s")
+    assert second.from_cache and second.digest == first.digest
+    (tree / "etc" / "conf").write_bytes(b"changed\n")
+    with pytest.raises(AssertionError, match="scanned"):
+        _build(layer_input, tmp_path / "s")

@@ -15,6 +15,7 @@ from ..oci import (
     verify_image,
     write_image_outputs,
 )
+from ..oci.archive import CombinedArchiveWriter
 from ._output import Progress, print_json, print_line
 
 
@@ -77,8 +78,19 @@ def run_build(args: argparse.Namespace) -> int:
     store = BlobStore(cache_root)
     cache = None if args.no_cache else LayerCache(cache_root)
     progress = Progress("build", enabled=True if args.progress else None)
-    image = build_image(spec, store, cache, progress)
-    outputs = write_image_outputs(image, args.output)
+    # The combined archive is written while the layers are made (zstd images get two
+    # archives, written at the end).
+    combined = None
+    if spec.compression.algorithm != "zstd":
+        Path(args.output).mkdir(parents=True, exist_ok=True)
+        combined = CombinedArchiveWriter(Path(args.output) / "oci-archive.tar", spec.source_date_epoch)
+    try:
+        image = build_image(spec, store, cache, progress, combined.add_layer if combined else None)
+        outputs = write_image_outputs(image, args.output, combined)
+    except BaseException:
+        if combined is not None:
+            combined.abort()
+        raise
     record = image.digests_record()
     if args.json:
         print_json(record)

@@ -12,9 +12,12 @@ members the OCI manifest references, so each blob is stored once. containers/ima
 (skopeo, podman), ``docker load`` and umoci read either view. It is written whenever the
 image allows it: no zstd layer.
 
-Member order puts metadata first (oci-layout, index.json, manifest.json, then the
-manifest and config blobs) so a reader that streams the archive meets the documents
-before the layer blobs.
+Member order of the combined archive is blob-first: ``blobs/``, ``blobs/sha256/``, the
+layer blobs in layer order, the config and manifest blobs, then ``index.json``,
+``oci-layout`` and ``manifest.json``. That lets ``CombinedArchiveWriter`` copy each layer
+blob into the archive while the image's other layers are still being made, and still
+give the same bytes as writing it at the end. (Readers index the whole tar; none needs
+the documents first.) The plain oci-archive of a zstd image keeps metadata first.
 
 zstd images: docker and the docker-archive readers of older tools accept only plain or
 gzip layer tarballs, so such an image gets a separate docker-archive whose layers are
@@ -27,8 +30,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import queue
 import secrets
 import shutil
+import threading
 from pathlib import Path
 
 from ..atomic_write import atomic_file
@@ -102,15 +107,125 @@ def _oci_entries(image: BuiltImage, docker_manifest: bytes | None) -> list[TarEn
     return entries
 
 
-def write_combined_archive(image: BuiltImage, out_path: str | os.PathLike[str]) -> Path:
-    """One tar that is both the oci-archive and the docker-archive (Docker 25 layout)."""
+def _combined_layer_entries(image_layers: list[Layer]) -> tuple[list[TarEntry], set[str]]:
+    entries = [_dir_entry("blobs"), _dir_entry("blobs/sha256")]
+    seen: set[str] = set()
+    for layer in image_layers:
+        if layer.digest in seen:
+            continue
+        seen.add(layer.digest)
+        entries.append(_file_entry(_blob_member(layer.digest), layer.blob_path))
+    return entries, seen
+
+
+def _combined_document_entries(image: BuiltImage, seen: set[str]) -> list[TarEntry]:
+    entries = []
+    for digest, content in (
+        (image.config_digest, image.config_bytes),
+        (image.manifest_digest, image.manifest_bytes),
+    ):
+        if digest not in seen:
+            seen.add(digest)
+            entries.append(_bytes_entry(_blob_member(digest), content))
+    entries += [
+        _bytes_entry("index.json", image.index_bytes),
+        _bytes_entry("oci-layout", OCI_LAYOUT_BYTES),
+        _bytes_entry("manifest.json", docker_archive_manifest(image)),
+    ]
+    return entries
+
+
+def _refuse_zstd(image: BuiltImage, out_path: str | os.PathLike[str]) -> None:
     if not combined_archive_allowed(image):
         raise InputError(
             f"{out_path}: image {image.reference} has zstd layers; a docker-archive cannot "
             "hold them, so it cannot be written as a combined oci-archive+docker-archive"
         )
-    entries = _oci_entries(image, docker_archive_manifest(image))
+
+
+def write_combined_archive(image: BuiltImage, out_path: str | os.PathLike[str]) -> Path:
+    """One tar that is both the oci-archive and the docker-archive (Docker 25 layout)."""
+    _refuse_zstd(image, out_path)
+    entries, seen = _combined_layer_entries(list(image.layers))
+    entries += _combined_document_entries(image, seen)
     return _write_tar(entries, out_path, image.source_date_epoch)
+
+
+class CombinedArchiveWriter:
+    """The combined archive written while the image is made. ``add_layer`` hands over a
+    finished layer; its blob is copied into the archive (kernel copy) on a background
+    thread, so the copy overlaps the other layers' scanning and compression. ``finish``
+    appends the documents, fsyncs and renames: the bytes are those of
+    ``write_combined_archive`` for the finished image (checked: the layers handed over
+    must be the image's, in order, else the archive is written again from the image).
+    ``abort`` leaves no file behind and the previous archive in place."""
+
+    def __init__(self, out_path: str | os.PathLike[str], mtime: int) -> None:
+        self._out = Path(out_path)
+        self._mtime = mtime
+        self._context = atomic_file(self._out)
+        self._handle = self._context.__enter__()
+        self._layers: list[Layer] = []
+        self._seen: set[str] = set()
+        self._failure: BaseException | None = None
+        self._closed = False
+        self._queue: queue.Queue[list[TarEntry] | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="archive-writer", daemon=True)
+        self._thread.start()
+        self._queue.put([_dir_entry("blobs"), _dir_entry("blobs/sha256")])
+
+    def _run(self) -> None:
+        while True:
+            entries = self._queue.get()
+            if entries is None:
+                return
+            if self._failure is not None:
+                continue
+            try:
+                write_tar_file(entries, self._handle, self._mtime, terminate=False)
+            except BaseException as exc:  # reported by finish()
+                self._failure = exc
+
+    def add_layer(self, layer: Layer) -> None:
+        self._layers.append(layer)
+        if _is_zstd(layer) or layer.digest in self._seen:
+            return
+        self._seen.add(layer.digest)
+        self._queue.put([_file_entry(_blob_member(layer.digest), layer.blob_path)])
+
+    def _stop(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._queue.put(None)
+            self._thread.join()
+
+    def finish(self, image: BuiltImage) -> Path:
+        _refuse_zstd(image, self._out)
+        self._stop()
+        same = (
+            self._failure is None
+            and image.source_date_epoch == self._mtime
+            and [layer.digest for layer in self._layers] == [layer.digest for layer in image.layers]
+        )
+        if not same:
+            self.abort()
+            if isinstance(self._failure, OSError):
+                raise InputError(f"{self._out}: cannot write: {self._failure.strerror}") from self._failure
+            return write_combined_archive(image, self._out)
+        try:
+            write_tar_file(_combined_document_entries(image, set(self._seen)), self._handle, self._mtime)
+        except BaseException as exc:
+            self._context.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+        self._context.__exit__(None, None, None)
+        return self._out
+
+    def abort(self) -> None:
+        """Stop and remove the partial archive (the previous one, if any, stays)."""
+        self._stop()
+        with contextlib.suppress(BaseException):
+            error = RuntimeError("archive aborted")
+            self._context.__exit__(RuntimeError, error, None)
 
 
 def write_oci_archive(image: BuiltImage, out_path: str | os.PathLike[str]) -> Path:
@@ -157,7 +272,7 @@ def write_archives(
     ):
         oci_path = write_combined_archive(image, oci_archive_path)
         written[OCI_ARCHIVE] = oci_path
-        written[DOCKER_ARCHIVE] = _link_or_copy_atomic(oci_path, Path(docker_archive_path))
+        written[DOCKER_ARCHIVE] = link_or_copy_atomic(oci_path, Path(docker_archive_path))
         return written
     if oci_archive_path is not None:
         written[OCI_ARCHIVE] = write_oci_archive(image, oci_archive_path)
@@ -166,7 +281,7 @@ def write_archives(
     return written
 
 
-def _link_or_copy_atomic(source: Path, target: Path) -> Path:
+def link_or_copy_atomic(source: Path, target: Path) -> Path:
     """``target`` becomes the same file as ``source`` (hard link), else a copy of it;
     replaced in one rename, so a reader sees the old or the new archive, never none."""
     target.parent.mkdir(parents=True, exist_ok=True)

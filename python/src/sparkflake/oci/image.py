@@ -17,7 +17,14 @@ from pathlib import Path
 from ..atomic_write import write_bytes_atomic
 from ..errors import InputError
 from . import media_types
-from .archive import DOCKER_ARCHIVE, OCI_ARCHIVE, write_archives
+from .archive import (
+    DOCKER_ARCHIVE,
+    OCI_ARCHIVE,
+    CombinedArchiveWriter,
+    combined_archive_allowed,
+    link_or_copy_atomic,
+    write_archives,
+)
 from .blob_store import BlobStore
 from .canonical_json import canonical_json_bytes
 from .compression import Compression
@@ -79,7 +86,11 @@ def build_image(
     store: BlobStore,
     cache: LayerCache | None = None,
     progress: ProgressCallback | None = None,
+    on_layer: Callable[[Layer], None] | None = None,
 ) -> BuiltImage:
+    """Every layer (from the cache or made), then config, manifest and index.
+    ``on_layer`` is called with each layer as soon as it exists, in order (the archive
+    writer copies its blob meanwhile)."""
     options = LayerOptions(spec.compression, spec.source_date_epoch)
     layers: list[Layer] = []
     count = len(spec.layers)
@@ -91,6 +102,8 @@ def build_image(
                 progress(done, total, f"{label} {what}")
 
         layers.append(build_layer(layer_spec.layer_input, options, store, cache, layer_progress))
+        if on_layer is not None:
+            on_layer(layers[-1])
     return assemble_image(spec, layers, store)
 
 
@@ -161,15 +174,27 @@ class ImageOutputs:
     digests_file: Path
 
 
-def write_image_outputs(image: BuiltImage, out_dir: str | os.PathLike[str]) -> ImageOutputs:
+def write_image_outputs(
+    image: BuiltImage,
+    out_dir: str | os.PathLike[str],
+    combined: CombinedArchiveWriter | None = None,
+) -> ImageOutputs:
     """``out_dir``/oci (layout), oci-archive.tar, docker-archive.tar, digests.json.
-    Without zstd layers the two archives are one combined file, hard-linked."""
+    Without zstd layers the two archives are one combined file, hard-linked; ``combined``
+    is that archive already being written at ``out_dir``/oci-archive.tar (it is finished
+    here) or None (it is written here)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     layout = write_oci_layout(image, out / "oci")
-    archives = write_archives(image, out / "oci-archive.tar", out / "docker-archive.tar")
-    oci_archive = archives[OCI_ARCHIVE]
-    docker_archive = archives[DOCKER_ARCHIVE]
+    if combined is not None and combined_archive_allowed(image):
+        oci_archive = combined.finish(image)
+        docker_archive = link_or_copy_atomic(oci_archive, out / "docker-archive.tar")
+    else:
+        if combined is not None:
+            combined.abort()
+        archives = write_archives(image, out / "oci-archive.tar", out / "docker-archive.tar")
+        oci_archive = archives[OCI_ARCHIVE]
+        docker_archive = archives[DOCKER_ARCHIVE]
     digests_file = out / "digests.json"
     write_bytes_atomic(
         digests_file,

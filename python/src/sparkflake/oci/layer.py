@@ -112,19 +112,32 @@ def build_layer(
     cache: LayerCache | None = None,
     progress: ProgressCallback | None = None,
 ) -> Layer:
-    """Build (or fetch from ``cache``) the blob of one layer into ``store``."""
+    """Build (or fetch from ``cache``) the blob of one layer into ``store``. With a
+    cache, an input whose fingerprint is recorded is looked up without a scan."""
+    fingerprint = None
+    if cache is not None:
+        fingerprint = cache.input_fingerprint(layer_input, options.as_record())
+        known = None if fingerprint is None else cache.key_for_fingerprint(fingerprint)
+        cached = None if known is None else cache.lookup(known)
+        layer = None if cached is None else cached_layer(cached, store)
+        if layer is not None:
+            return layer
     entries = scan_layer(layer_input)
     key = None
+    layer = None
     if cache is not None:
         key = cache.key(entries, options.as_record(), progress)
         cache.save()
         cached = cache.lookup(key)
         layer = None if cached is None else cached_layer(cached, store)
-        if layer is not None:
-            return layer
-    layer = write_layer_blob(entries, options, store, progress)
-    if cache is not None and key is not None:
-        cache.record(key, layer.as_record())
+    if layer is None:
+        layer = write_layer_blob(entries, options, store, progress)
+        if cache is not None and key is not None:
+            cache.record(key, layer.as_record())
+    if cache is not None and key is not None and fingerprint is not None:
+        # recorded only if the input did not change while the key was computed
+        if cache.input_fingerprint(layer_input, options.as_record(), settled=True) == fingerprint:
+            cache.remember_fingerprint(fingerprint, key)
     return layer
 
 

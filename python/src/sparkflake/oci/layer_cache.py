@@ -11,6 +11,18 @@ per-file table remembers the sha256 of a host file under its stat identity (devi
 inode, size, mtime_ns, ctime_ns), as git's index does, and only files whose identity
 changed are read again. ctime cannot be set by ordinary programs, so a file rewritten in
 place with its mtime restored is still noticed.
+
+A second, faster route maps the layer's *input fingerprint* to its key: one sorted walk
+of the input trees taking every path's stat identity (type, mode, size, mtime_ns,
+ctime_ns, inode, device, link count; a symlink's target) plus the generated files,
+deletions and options. An unchanged input gives the same fingerprint and its recorded
+key without building the entry list or looking up a content hash per file; any change
+(a write, chmod, rename, link, add or remove changes ctime or the listing) gives another
+fingerprint and the full route. A fingerprint is recorded only when the input had it
+both before and after the key was computed, and not while any of its paths changed less
+than ``RACY_WINDOW_NS`` ago: on kernels whose timestamps are coarse, a second write in
+the same tick could keep size, mtime and ctime (git's "racy clean" case), so a fresh
+tree takes the full route until its timestamps are safely in the past.
 """
 
 from __future__ import annotations
@@ -19,16 +31,19 @@ import contextlib
 import hashlib
 import json
 import os
+import stat
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..atomic_write import write_bytes_atomic
 from ..errors import InputError
 from .canonical_json import canonical_json_bytes
-from .layer_tree import ScannedEntry
+from .layer_tree import LayerInput, ScannedEntry
 from .tar_stream import EntryKind
 
 CACHE_FORMAT = "sparkflake-layer-cache-v1"
+RACY_WINDOW_NS = 2_000_000_000
 HASH_CHUNK = 1 << 20
 
 ProgressCallback = Callable[[int, int, str], None]
@@ -92,6 +107,40 @@ class LayerCache:
         hasher.update("".join(records).encode("utf-8"))
         return hasher.hexdigest()
 
+    def input_fingerprint(
+        self, layer_input: LayerInput, options_record: dict[str, object], *, settled: bool = False
+    ) -> str | None:
+        """The input fingerprint (see the module docstring), or None when a tree cannot
+        be walked (the full route then reports what is wrong) or, with ``settled``, when
+        a path changed within the racy window."""
+        parts = [canonical_json_bytes({"format": CACHE_FORMAT, **options_record}).decode(), "\n"]
+        newest = 0
+        for source in layer_input.sources:
+            parts.append(f"tree\0{source.host_dir}\0{source.target}\n")
+            try:
+                newest = max(newest, _tree_fingerprint(os.fspath(source.host_dir), parts))
+            except OSError:
+                return None
+        if settled and newest > time.time_ns() - RACY_WINDOW_NS:
+            return None
+        for generated in layer_input.files:
+            digest = hashlib.sha256(generated.content).hexdigest()
+            parts.append(f"file\0{generated.target}\0{generated.mode:o}\0{digest}\n")
+        parts += [f"delete\0{path}\n" for path in layer_input.deletions]
+        parts += [f"opaque\0{path}\n" for path in layer_input.opaque_dirs]
+        return hashlib.sha256("".join(parts).encode("utf-8", "surrogateescape")).hexdigest()
+
+    def key_for_fingerprint(self, fingerprint: str) -> str | None:
+        try:
+            key = json.loads((self.root / "fingerprints" / f"{fingerprint}.json").read_bytes())["key"]
+        except (FileNotFoundError, ValueError, KeyError, TypeError):
+            return None
+        return key if isinstance(key, str) else None
+
+    def remember_fingerprint(self, fingerprint: str, key: str) -> None:
+        with contextlib.suppress(OSError):
+            write_bytes_atomic(self.root / "fingerprints" / f"{fingerprint}.json", canonical_json_bytes({"key": key}))
+
     def lookup(self, key: str) -> dict | None:
         try:
             return json.loads((self.layer_dir / f"{key}.json").read_bytes())
@@ -106,6 +155,35 @@ class LayerCache:
             with contextlib.suppress(OSError):
                 write_bytes_atomic(self._file_table_path, canonical_json_bytes(self._file_table))
             self._dirty = False
+
+
+def _tree_fingerprint(root: str, parts: list[str]) -> int:
+    """Append one line per path under ``root`` (sorted, depth first) with its stat
+    identity; returns the newest ctime seen (ns)."""
+    newest = 0
+    stack = [(root, "")]
+    while stack:
+        directory, prefix = stack.pop()
+        with os.scandir(directory) as listing:
+            children = sorted(listing, key=lambda child: child.name)
+        subdirectories = []
+        for child in children:
+            status = child.stat(follow_symlinks=False)
+            mode = status.st_mode
+            relative = prefix + child.name
+            newest = max(newest, status.st_ctime_ns)
+            if stat.S_ISDIR(mode):
+                parts.append(f"d\0{relative}\0{mode:o}\0{status.st_ino}\n")
+                subdirectories.append((child.path, relative + "/"))
+            elif stat.S_ISLNK(mode):
+                parts.append(f"l\0{relative}\0{os.readlink(child.path)}\0{status.st_ctime_ns}\n")
+            else:
+                parts.append(
+                    f"f\0{relative}\0{mode:o}\0{status.st_size}\0{status.st_mtime_ns}\0"
+                    f"{status.st_ctime_ns}\0{status.st_ino}\0{status.st_dev}\0{status.st_nlink}\n"
+                )
+        stack.extend(reversed(subdirectories))
+    return newest
 
 
 def _hash_host_file(path: str) -> str:

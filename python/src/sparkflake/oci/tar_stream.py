@@ -214,10 +214,11 @@ def _file_chunks(
         )
 
 
-def write_tar_file(entries: Iterable[TarEntry], handle, mtime: int) -> int:
+def write_tar_file(entries: Iterable[TarEntry], handle, mtime: int, *, terminate: bool = True) -> int:
     """Write the same stream as ``iter_tar_chunks`` to an open file, copying host file
     contents in the kernel (copy_file_range) instead of through Python buffers.
-    Used for archives of already compressed blobs; returns the bytes written."""
+    Used for archives of already compressed blobs; returns the bytes written.
+    ``terminate=False`` leaves out the end-of-archive blocks (more members follow)."""
     written = 0
     for entry in entries:
         header = header_bytes(entry, mtime)
@@ -233,6 +234,9 @@ def write_tar_file(entries: Iterable[TarEntry], handle, mtime: int) -> int:
         padding = b"\0" * (-entry.size % BLOCK)
         handle.write(padding)
         written += entry.size + len(padding)
+    if not terminate:
+        handle.flush()
+        return written
     handle.write(END_OF_ARCHIVE)
     return written + len(END_OF_ARCHIVE)
 
