@@ -148,13 +148,6 @@ def rebuild_phase(profile: str, cache: Path, warm_cache: Path, scratch: Path, ru
         cached = [layer["cached"] for layer in rebuilt["layers"]]
         assert cached[:-1] == [True] * (len(cached) - 1) and not cached[-1], cached
         REBUILD_DETAILS.setdefault("stages", []).append(rebuilt.get("timings"))
-        archive = out / "oci-archive.tar"
-        if archive.exists():
-            # The floor of any rebuild that must hand over the archive: writing its bytes
-            # once, durably, as our writer does (kernel copy + fsync), measured right here.
-            floor = copy_floor(archive, scratch / f"floor-{run}.tar")
-            REBUILD_DETAILS.setdefault("archive_write_floor_s", []).append(floor)
-            REBUILD_DETAILS["archive_bytes"] = archive.stat().st_size
         shutil.rmtree(cache_copy)
         shutil.rmtree(out)
         print(f"rebuild {run + 1}: {elapsed:.2f}s stages {rebuilt.get('timings')}", file=sys.stderr)
@@ -175,21 +168,6 @@ def rebuild_phase(profile: str, cache: Path, warm_cache: Path, scratch: Path, ru
 
 
 REBUILD_DETAILS: dict = {}
-
-
-def copy_floor(source: Path, target: Path) -> float:
-    start = time.perf_counter()
-    with open(source, "rb") as reader, open(target, "wb") as writer:
-        remaining = os.fstat(reader.fileno()).st_size
-        while remaining > 0:
-            copied = os.copy_file_range(reader.fileno(), writer.fileno(), remaining)
-            if copied == 0:
-                break
-            remaining -= copied
-        os.fsync(writer.fileno())
-    elapsed = time.perf_counter() - start
-    target.unlink()
-    return elapsed
 
 
 def rebuild_only(args: argparse.Namespace, profile: str, cache: Path, scratch: Path) -> int:
@@ -229,13 +207,6 @@ def write_results(profile: str, runs: int, tree_bytes: int | None, record: dict,
         "goal_rebuild_vs_full": 0.10,
         "rebuild_stages_s": REBUILD_DETAILS.get("stages"),
     }
-    floor = REBUILD_DETAILS.get("archive_write_floor_s")
-    if floor:
-        result["archive_bytes"] = REBUILD_DETAILS.get("archive_bytes")
-        result["archive_write_floor_s"] = floor
-        result["median_archive_write_floor_s"] = statistics.median(floor)
-        result["ratio_archive_write_floor_vs_full"] = statistics.median(floor) / full
-        result["ratio_rebuild_minus_floor_vs_full"] = (again - statistics.median(floor)) / full
     oci_only = REBUILD_DETAILS.get("rebuild_oci_layout_only_s")
     if oci_only:
         result["rebuild_oci_layout_only_s"] = oci_only
@@ -258,10 +229,6 @@ def print_table(full: float, lower: float, again: float) -> None:
     bound = "GNU tar + " + " ".join(BOUND_COMPRESSOR[:2]) + " + sha256"
     print(f"{bound:<40} {lower:>10.2f} {full / lower:>8.2f} {'<=1.2':>6}")
     print(f"{'rebuild after overlay change':<40} {again:>10.2f} {again / full:>8.2%} {'<=10%':>6}")
-    floor = REBUILD_DETAILS.get("archive_write_floor_s")
-    if floor:
-        median_floor = statistics.median(floor)
-        print(f"{'  of which the archive write floor':<40} {median_floor:>10.2f} {median_floor / full:>8.2%}")
     oci_only = REBUILD_DETAILS.get("rebuild_oci_layout_only_s")
     if oci_only:
         median_oci = statistics.median(oci_only)

@@ -16,8 +16,16 @@ let
   distributionName =
     requirement: builtins.head (builtins.match "[[:space:]]*([A-Za-z0-9._-]+).*" requirement);
 
-  lockedWheel =
-    name:
+  # The wheel of `name` that python/uv.lock pins and whose URL matches `pattern`, installed
+  # as a package of the set; `what` and `why` name the kind of wheel and the reason one is
+  # needed in the error when none matches.
+  lockedWheelMatching =
+    {
+      name,
+      pattern,
+      what,
+      why ? "",
+    }:
     let
       locked = builtins.filter (package: package.name == name) uvLock.package;
       package =
@@ -25,14 +33,14 @@ let
           throw "python/uv.lock has no package ${name}: run `uv lock` in python/"
         else
           builtins.head locked;
-      pureWheels = builtins.filter (wheel: builtins.match ".*-none-any\\.whl" wheel.url != null) (
+      matching = builtins.filter (wheel: builtins.match pattern wheel.url != null) (
         package.wheels or [ ]
       );
       wheel =
-        if pureWheels == [ ] then
-          throw "python/uv.lock pins no pure-Python wheel of ${name}, and nixpkgs has no ${name}"
+        if matching == [ ] then
+          throw "python/uv.lock pins no ${what} wheel of ${name}${why}"
         else
-          builtins.head pureWheels;
+          builtins.head matching;
     in
     ps.buildPythonPackage {
       pname = name;
@@ -45,6 +53,15 @@ let
       dependencies = map (dependency: fromPackageSet dependency.name) (package.dependencies or [ ]);
     };
 
+  lockedWheel =
+    name:
+    lockedWheelMatching {
+      inherit name;
+      pattern = ".*-none-any\\.whl";
+      what = "pure-Python";
+      why = ", and nixpkgs has no ${name}";
+    };
+
   exactWheels = [ "deflate" ];
 
   system = ps.python.stdenv.hostPlatform.system or ps.python.system;
@@ -52,25 +69,10 @@ let
 
   lockedPlatformWheel =
     name:
-    let
-      package = builtins.head (builtins.filter (package: package.name == name) uvLock.package);
-      matching = builtins.filter (
-        wheel: builtins.match ".*-cp311-abi3-manylinux[^/]*_${wheelArch}\\.whl" wheel.url != null
-      ) (package.wheels or [ ]);
-      wheel =
-        if matching == [ ] then
-          throw "python/uv.lock pins no manylinux ${wheelArch} abi3 wheel of ${name}"
-        else
-          builtins.head matching;
-    in
-    ps.buildPythonPackage {
-      pname = name;
-      inherit (package) version;
-      format = "wheel";
-      src = fetchLocked {
-        inherit (wheel) url;
-        sha256 = builtins.replaceStrings [ "sha256:" ] [ "" ] wheel.hash;
-      };
+    lockedWheelMatching {
+      inherit name;
+      pattern = ".*-cp311-abi3-manylinux[^/]*_${wheelArch}\\.whl";
+      what = "manylinux ${wheelArch} abi3";
     };
 
   fromPackageSet =

@@ -84,6 +84,16 @@ def test_minimal_and_full_specs(tmp_path):
         ({"layers": []}, r"layers: expected a non-empty list"),
         ({"layers": [{"tree": "a"}], "platform": "linux/s390x"}, r"platform"),
         ({"layers": [{"tree": "a"}], "compression": "lz4"}, r"compression: unknown compression"),
+        (
+            {"layers": [{"tree": "a"}], "gzip_implementation": "zopfli"},
+            r"gzip_implementation: unknown gzip implementation 'zopfli'",
+        ),
+        ({"layers": [{"tree": "a"}], "gzip_implementation": 7}, r"gzip_implementation: expected"),
+        (
+            {"layers": [{"tree": "a"}], "compression": "zstd", "gzip_implementation": "zlib"},
+            r"gzip_implementation: zstd has one implementation",
+        ),
+        ({"layers": [{"tree": "a"}], "compression_level": 12}, r"compression: compression level 12"),
         ({"layers": [{"tree": "a"}], "config": {"Env": ["NOEQUALS"]}}, r"config.Env\[0\]"),
         ({"layers": [{"tree": "a"}], "config": {"Cmd": "sh"}}, r"config.Cmd: expected a list"),
         ({"layers": [{"tree": "a"}], "tag": "bad tag"}, r"tag 'bad tag'"),

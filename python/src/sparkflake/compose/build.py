@@ -24,7 +24,6 @@ change of the source overlay or a patch rebuilds only the top layer.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 import shutil
@@ -45,12 +44,11 @@ from ..fetch import Artifact, BlobCache, default_cache_root, fetch_all
 from ..lock import DebPin, GitPin, Lock, Pin, SdistPin, WheelPin
 from ..oci.archive import write_archives
 from ..oci.blob_store import BlobStore
-from ..oci.canonical_json import canonical_json_bytes
 from ..oci.compression import Compression
 from ..oci.config import Platform, RuntimeConfig, rfc3339
 from ..oci.image import ImageSpec, LayerSpec, assemble_image
 from ..oci.image_model import BuiltImage
-from ..oci.layer import Layer, LayerOptions, build_layer, cached_layer
+from ..oci.layer import Layer, LayerOptions, build_layer
 from ..oci.layer_cache import LayerCache
 from ..oci.layer_tree import LayerInput, TreeSource
 from ..oci.layout import write_oci_layout
@@ -606,34 +604,16 @@ def build_lower_layers(
     layer_cache: LayerCache | None,
     progress: ProgressCallback | None = None,
 ) -> list[Layer]:
-    """One layer per lower tree. A tree from the tree cache (validated path by path in this
-    build) keeps its layer's record beside its entry, keyed by the layer options: an
-    unchanged tree is then neither scanned nor hashed again, only its blob's presence and
-    size in the store are checked."""
+    """One layer per lower tree; an unchanged tree is a layer-cache hit found by its input
+    fingerprint (one lstat walk, see ``oci.layer_cache``)."""
     layer_options = LayerOptions(options.compression, options.source_date_epoch)
-    options_key = hashlib.sha256(canonical_json_bytes(layer_options.as_record())).hexdigest()[:32]
     built = []
     for tree in assembly.lower_layers():
         def layer_progress(done: int, total: int, what: str, name: str = tree.name) -> None:
             if progress:
                 progress(done, total, f"{name}: {what}")
 
-        def build(_tree: Path | None = None, tree: LayerTree = tree, report=layer_progress) -> Layer:
-            return build_layer(tree.layer_input, layer_options, store, layer_cache, report)
-
-        entry = assembly.cached_trees.get(tree.roots[0]) if len(tree.roots) == 1 else None
-        if entry is None or layer_cache is None:
-            built.append(build())
-            continue
-        made: list[Layer] = []
-
-        def build_and_record(_tree: Path, made: list[Layer] = made, build=build) -> dict[str, object]:
-            made.append(build())
-            return made[0].as_record()
-
-        record = entry.fact(f"layer-{options_key}", build_and_record)
-        layer = made[0] if made else cached_layer(record, store)  # type: ignore[arg-type]
-        built.append(layer if layer is not None else build())
+        built.append(build_layer(tree.layer_input, layer_options, store, layer_cache, layer_progress))
     return built
 
 

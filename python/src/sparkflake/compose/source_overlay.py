@@ -17,7 +17,6 @@ Two manifests record the result:
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import os
 import shutil
@@ -28,6 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from ..atomic_write import copy_bytes
 from ..digest import sha256_file
 from ..errors import CheckFailed, InputError
 from .elf import ELF_MAGIC, iter_elf_files, parse_header
@@ -306,28 +306,6 @@ def write_patched_source(
     return root / package
 
 
-def _copy_bytes(source_fd: int, target_fd: int, size: int) -> None:
-    remaining = size
-    try:
-        while remaining > 0:
-            copied = os.copy_file_range(source_fd, target_fd, remaining)
-            if copied == 0:
-                return
-            remaining -= copied
-    except OSError as exc:
-        # another file system (EXDEV on older kernels) or no support: plain reads/writes
-        if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL):
-            raise
-        while remaining > 0:
-            chunk = os.read(source_fd, min(remaining, 1 << 20))
-            if not chunk:
-                return
-            view = memoryview(chunk)
-            while view:
-                view = view[os.write(target_fd, view):]
-            remaining -= len(chunk)
-
-
 def _copy_file(source: str, target: str) -> None:
     """Copy bytes in the kernel (copy_file_range) with the overlay mode (0755 if the source
     is executable by anyone, else 0644); no Python file objects: the patched source is a
@@ -338,7 +316,8 @@ def _copy_file(source: str, target: str) -> None:
         mode = 0o755 if status.st_mode & 0o111 else 0o644
         target_fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
         try:
-            _copy_bytes(source_fd, target_fd, status.st_size)
+            if copy_bytes(source_fd, target_fd, status.st_size) != status.st_size:
+                raise InputError(f"{source}: changed size while it was being copied")
             os.fchmod(target_fd, mode)
         finally:
             os.close(target_fd)

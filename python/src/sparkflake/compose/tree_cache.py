@@ -24,6 +24,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..atomic_write import atomic_directory, write_bytes_atomic
+from ..oci.layer_tree import walk_lstat
 
 ENTRY_FORMAT = "sparkflake-tree-cache-v1"
 ENTRY_FILE = "entry.json"
@@ -39,22 +40,11 @@ def tree_identity(root: Path) -> dict[str, list]:
     """Every path under ``root`` with its lstat identity (and a symlink's target), keyed by
     its relative path. One scandir pass; directories are not followed through symlinks."""
     identity: dict[str, list] = {}
-    stack: list[tuple[str, str]] = [(os.fspath(root), "")]
-    while stack:
-        directory, prefix = stack.pop()
-        with os.scandir(directory) as listing:
-            entries = sorted(listing, key=lambda entry: entry.name)
-        subdirectories = []
-        for entry in entries:
-            status = entry.stat(follow_symlinks=False)
-            relative = prefix + entry.name
-            record: list = [status.st_mode, status.st_size, status.st_mtime_ns, status.st_ctime_ns, status.st_ino]
-            if stat.S_ISLNK(status.st_mode):
-                record.append(os.readlink(entry.path))
-            elif stat.S_ISDIR(status.st_mode):
-                subdirectories.append((entry.path, relative + "/"))
-            identity[relative] = record
-        stack.extend(reversed(subdirectories))
+    for relative, host_path, status in walk_lstat(root):
+        record: list = [status.st_mode, status.st_size, status.st_mtime_ns, status.st_ctime_ns, status.st_ino]
+        if stat.S_ISLNK(status.st_mode):
+            record.append(os.readlink(host_path))
+        identity[relative] = record
     return identity
 
 

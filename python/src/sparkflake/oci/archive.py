@@ -85,14 +85,11 @@ def _blob_member(digest: str) -> str:
     return f"blobs/sha256/{digest_hex(digest)}"
 
 
-def _oci_entries(image: BuiltImage, docker_manifest: bytes | None) -> list[TarEntry]:
+def _oci_entries(image: BuiltImage) -> list[TarEntry]:
+    """The plain oci-archive (zstd images): documents first, then the layer blobs."""
     entries = [
         _bytes_entry("oci-layout", OCI_LAYOUT_BYTES),
         _bytes_entry("index.json", image.index_bytes),
-    ]
-    if docker_manifest is not None:
-        entries.append(_bytes_entry("manifest.json", docker_manifest))
-    entries += [
         _dir_entry("blobs"),
         _dir_entry("blobs/sha256"),
         _bytes_entry(_blob_member(image.manifest_digest), image.manifest_bytes),
@@ -232,7 +229,7 @@ def write_oci_archive(image: BuiltImage, out_path: str | os.PathLike[str]) -> Pa
     """The oci-archive; in the combined form (also a docker-archive) unless zstd."""
     if combined_archive_allowed(image):
         return write_combined_archive(image, out_path)
-    return _write_tar(_oci_entries(image, None), out_path, image.source_date_epoch)
+    return _write_tar(_oci_entries(image), out_path, image.source_date_epoch)
 
 
 def write_docker_archive(image: BuiltImage, out_path: str | os.PathLike[str]) -> Path:

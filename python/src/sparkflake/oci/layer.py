@@ -117,7 +117,7 @@ def build_layer(
     fingerprint = None
     if cache is not None:
         fingerprint = cache.input_fingerprint(layer_input, options.as_record())
-        known = None if fingerprint is None else cache.key_for_fingerprint(fingerprint)
+        known = None if fingerprint is None else cache.key_for_fingerprint(fingerprint.digest)
         cached = None if known is None else cache.lookup(known)
         layer = None if cached is None else cached_layer(cached, store)
         if layer is not None:
@@ -134,10 +134,10 @@ def build_layer(
         layer = write_layer_blob(entries, options, store, progress)
         if cache is not None and key is not None:
             cache.record(key, layer.as_record())
-    if cache is not None and key is not None and fingerprint is not None:
+    if cache is not None and key is not None and fingerprint is not None and fingerprint.settled:
         # recorded only if the input did not change while the key was computed
-        if cache.input_fingerprint(layer_input, options.as_record(), settled=True) == fingerprint:
-            cache.remember_fingerprint(fingerprint, key)
+        if cache.input_fingerprint(layer_input, options.as_record()) == fingerprint:
+            cache.remember_fingerprint(fingerprint.digest, key)
     return layer
 
 

@@ -35,11 +35,12 @@ import stat
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from ..atomic_write import write_bytes_atomic
 from ..errors import InputError
 from .canonical_json import canonical_json_bytes
-from .layer_tree import LayerInput, ScannedEntry
+from .layer_tree import LayerInput, ScannedEntry, walk_lstat
 from .tar_stream import EntryKind
 
 CACHE_FORMAT = "sparkflake-layer-cache-v1"
@@ -47,6 +48,11 @@ RACY_WINDOW_NS = 2_000_000_000
 HASH_CHUNK = 1 << 20
 
 ProgressCallback = Callable[[int, int, str], None]
+
+
+class InputFingerprint(NamedTuple):
+    digest: str
+    settled: bool  # no path changed within the racy window: safe to record
 
 
 class LayerCache:
@@ -108,11 +114,10 @@ class LayerCache:
         return hasher.hexdigest()
 
     def input_fingerprint(
-        self, layer_input: LayerInput, options_record: dict[str, object], *, settled: bool = False
-    ) -> str | None:
+        self, layer_input: LayerInput, options_record: dict[str, object]
+    ) -> InputFingerprint | None:
         """The input fingerprint (see the module docstring), or None when a tree cannot
-        be walked (the full route then reports what is wrong) or, with ``settled``, when
-        a path changed within the racy window."""
+        be walked (the full route then reports what is wrong)."""
         parts = [canonical_json_bytes({"format": CACHE_FORMAT, **options_record}).decode(), "\n"]
         newest = 0
         for source in layer_input.sources:
@@ -121,14 +126,15 @@ class LayerCache:
                 newest = max(newest, _tree_fingerprint(os.fspath(source.host_dir), parts))
             except OSError:
                 return None
-        if settled and newest > time.time_ns() - RACY_WINDOW_NS:
-            return None
         for generated in layer_input.files:
             digest = hashlib.sha256(generated.content).hexdigest()
             parts.append(f"file\0{generated.target}\0{generated.mode:o}\0{digest}\n")
         parts += [f"delete\0{path}\n" for path in layer_input.deletions]
         parts += [f"opaque\0{path}\n" for path in layer_input.opaque_dirs]
-        return hashlib.sha256("".join(parts).encode("utf-8", "surrogateescape")).hexdigest()
+        return InputFingerprint(
+            hashlib.sha256("".join(parts).encode("utf-8", "surrogateescape")).hexdigest(),
+            settled=newest <= time.time_ns() - RACY_WINDOW_NS,
+        )
 
     def key_for_fingerprint(self, fingerprint: str) -> str | None:
         try:
@@ -161,28 +167,18 @@ def _tree_fingerprint(root: str, parts: list[str]) -> int:
     """Append one line per path under ``root`` (sorted, depth first) with its stat
     identity; returns the newest ctime seen (ns)."""
     newest = 0
-    stack = [(root, "")]
-    while stack:
-        directory, prefix = stack.pop()
-        with os.scandir(directory) as listing:
-            children = sorted(listing, key=lambda child: child.name)
-        subdirectories = []
-        for child in children:
-            status = child.stat(follow_symlinks=False)
-            mode = status.st_mode
-            relative = prefix + child.name
-            newest = max(newest, status.st_ctime_ns)
-            if stat.S_ISDIR(mode):
-                parts.append(f"d\0{relative}\0{mode:o}\0{status.st_ino}\n")
-                subdirectories.append((child.path, relative + "/"))
-            elif stat.S_ISLNK(mode):
-                parts.append(f"l\0{relative}\0{os.readlink(child.path)}\0{status.st_ctime_ns}\n")
-            else:
-                parts.append(
-                    f"f\0{relative}\0{mode:o}\0{status.st_size}\0{status.st_mtime_ns}\0"
-                    f"{status.st_ctime_ns}\0{status.st_ino}\0{status.st_dev}\0{status.st_nlink}\n"
-                )
-        stack.extend(reversed(subdirectories))
+    for relative, host_path, status in walk_lstat(root):
+        mode = status.st_mode
+        newest = max(newest, status.st_ctime_ns)
+        if stat.S_ISDIR(mode):
+            parts.append(f"d\0{relative}\0{mode:o}\0{status.st_ino}\n")
+        elif stat.S_ISLNK(mode):
+            parts.append(f"l\0{relative}\0{os.readlink(host_path)}\0{status.st_ctime_ns}\n")
+        else:
+            parts.append(
+                f"f\0{relative}\0{mode:o}\0{status.st_size}\0{status.st_mtime_ns}\0"
+                f"{status.st_ctime_ns}\0{status.st_ino}\0{status.st_dev}\0{status.st_nlink}\n"
+            )
     return newest
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import posixpath
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from ..errors import InputError
@@ -166,6 +166,26 @@ def scan_layer(layer_input: LayerInput) -> list[ScannedEntry]:
         entries.add(ScannedEntry(TarEntry(marker, EntryKind.FILE, 0o644, content=b""), origin))
     ordered = [entries.by_path[path] for path in sorted(entries.by_path, key=_sort_key)]
     return _link_shared_inodes(ordered)
+
+
+def walk_lstat(root: str | os.PathLike[str]) -> Iterator[tuple[str, str, os.stat_result]]:
+    """(relative path, host path, lstat) of every path under ``root``: each directory's
+    entries sorted by name, depth first, symlinked directories not followed. The one
+    stat walk of the caches' validity checks (tree cache identity, layer input
+    fingerprint)."""
+    stack: list[tuple[str, str]] = [(os.fspath(root), "")]
+    while stack:
+        directory, prefix = stack.pop()
+        with os.scandir(directory) as listing:
+            children = sorted(listing, key=lambda child: child.name)
+        subdirectories = []
+        for child in children:
+            status = child.stat(follow_symlinks=False)
+            relative = prefix + child.name
+            if stat.S_ISDIR(status.st_mode):
+                subdirectories.append((child.path, relative + "/"))
+            yield relative, child.path, status
+        stack.extend(reversed(subdirectories))
 
 
 def _sort_key(path: str) -> bytes:

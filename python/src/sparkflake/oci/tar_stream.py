@@ -18,6 +18,7 @@ import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from ..atomic_write import copy_bytes
 from ..errors import InputError
 
 BLOCK = 512
@@ -246,24 +247,7 @@ def _copy_into(entry: TarEntry, out_fd: int) -> None:
     remaining = entry.size
     try:
         with open(entry.source, "rb", buffering=0) as source:
-            in_fd = source.fileno()
-            try:
-                while remaining > 0:
-                    copied = os.copy_file_range(in_fd, out_fd, min(remaining, 1 << 30))
-                    if copied == 0:
-                        break
-                    remaining -= copied
-            except OSError:
-                # copy_file_range is refused across some filesystems: plain copy
-                source.seek(entry.size - remaining)
-                while remaining > 0:
-                    piece = source.read(min(CHUNK, remaining))
-                    if not piece:
-                        break
-                    view = memoryview(piece)
-                    while view:
-                        view = view[os.write(out_fd, view) :]
-                    remaining -= len(piece)
+            remaining -= copy_bytes(source.fileno(), out_fd, entry.size)
     except OSError as exc:
         raise InputError(f"{entry.source}: cannot read: {exc.strerror}") from exc
     if remaining != 0:
