@@ -286,6 +286,25 @@ def test_tampered_cache_input_refused_nothing_written(tmp_path: Path) -> None:
     assert not out.exists()
 
 
+def test_chain_refused_after_the_archive_started_keeps_the_previous_output(tmp_path: Path) -> None:
+    """The archive is copied while the chain runs (stages 4-7 write into a staging
+    directory): a refusal there removes the staging directory, archive and all, and the
+    previous output stays as it was."""
+    cache_root = tmp_path / "cache"
+    out = tmp_path / "out"
+    build_profile(BuildRequest(profile=str(FIXTURE), output_dir=out, cache_root=cache_root, offline=True))
+    before = {path.relative_to(out): path.read_bytes() for path in out.rglob("*") if path.is_file()}
+    profile = copy_profile(tmp_path)
+    text = (profile / "profile.toml").read_text()
+    (profile / "profile.toml").write_text(text.replace('distributions = ["deep_ep"]', 'distributions = ["deep_ep", "vllm"]'))
+    with pytest.raises(CheckFailed) as error:
+        build_profile(BuildRequest(profile=str(profile), output_dir=out, cache_root=cache_root, offline=True))
+    assert error.value.check_id == "absences" and "vllm" in str(error.value)
+    after = {path.relative_to(out): path.read_bytes() for path in out.rglob("*") if path.is_file()}
+    assert after == before
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["cache", "out", "profiles"]
+
+
 EXPECTED_INPUT_SHA = {
     "vllm": sha((FIXTURE / "inputs" / "vllm-0.1.0-cp38-abi3-manylinux_2_28_aarch64.whl").read_bytes()),
 }

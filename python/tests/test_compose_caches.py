@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sparkflake.compose.build import BuildRequest, build_profile
-from sparkflake.compose.file_hashes import FileHashes
 from sparkflake.compose.tree_cache import TreeCache, tree_identity
-from sparkflake.errors import CheckFailed
+from sparkflake.errors import CheckFailed, InputError
+from sparkflake.file_hashes import FileHashes
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "profiles" / "fixture"
@@ -22,22 +22,44 @@ FIXTURE = REPO / "profiles" / "fixture"
 def test_file_hashes_rehash_after_rewrite_with_same_mtime(tmp_path: Path) -> None:
     target = tmp_path / "f"
     target.write_bytes(b"one")
-    hashes = FileHashes(tmp_path / "table.json")
+    hashes = FileHashes(tmp_path / "table.json", racy_window_ns=0)
     assert hashes.sha256(target) == hashlib.sha256(b"one").hexdigest()
     hashes.save()
+    assert str(target) in (tmp_path / "table.json").read_text()
     status = target.stat()
     target.write_bytes(b"two")
     os.utime(target, ns=(status.st_atime_ns, status.st_mtime_ns))  # mtime restored, ctime not
-    again = FileHashes(tmp_path / "table.json")
+    again = FileHashes(tmp_path / "table.json", racy_window_ns=0)
     assert again.sha256(target) == hashlib.sha256(b"two").hexdigest()
 
 
-@given(st.binary(max_size=64))
-def test_file_hashes_equal_sha256(tmp_path_factory, content: bytes) -> None:
-    target = tmp_path_factory.mktemp("h") / "f"
-    target.write_bytes(content)
-    hashes = FileHashes(None)
-    assert hashes.sha256(target) == hashes.sha256(target) == hashlib.sha256(content).hexdigest()
+def test_file_hashes_trust_the_table_only_for_the_same_identity(tmp_path: Path) -> None:
+    """A remembered digest is returned without reading the file while the identity is
+    the same (shown by planting another digest in the table); a fresh file (changed
+    within the racy window) is neither looked up nor remembered."""
+    import json
+
+    target = tmp_path / "f"
+    target.write_bytes(b"content")
+    table = tmp_path / "table.json"
+    settled = FileHashes(table, racy_window_ns=0)
+    settled.sha256(target)
+    settled.save()
+    document = json.loads(table.read_text())
+    document["files"][str(target)][-1] = "planted"
+    table.write_text(json.dumps(document))
+    assert FileHashes(table, racy_window_ns=0).sha256(target) == "planted"
+    fresh = FileHashes(table)  # default window: the file was written just now
+    assert fresh.sha256(target) == hashlib.sha256(b"content").hexdigest()
+    table.unlink()
+    fresh.sha256(target)
+    fresh.save()
+    assert not table.exists()  # nothing new was remembered, nothing written
+
+
+def test_file_hashes_name_an_unreadable_file(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match=r"missing: cannot read: No such file"):
+        FileHashes(None).sha256(tmp_path / "missing")
 
 
 def test_tree_cache_reuses_intact_and_rebuilds_changed(tmp_path: Path) -> None:

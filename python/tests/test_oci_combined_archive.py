@@ -420,11 +420,15 @@ def test_random_images_round_trip_through_the_combined_writer(trees, compression
 @given(
     contents=st.lists(st.binary(min_size=0, max_size=3000), min_size=1, max_size=4),
     repeat=st.booleans(),
+    handed=st.integers(min_value=0, max_value=5),
 )
-def test_streamed_archive_equals_the_archive_written_at_the_end(tmp_path_factory, contents, repeat):
-    """CombinedArchiveWriter, fed each layer as it is made, gives byte for byte what
-    write_combined_archive gives for the finished image (repeated layers included)."""
-    from sparkflake.oci.archive import CombinedArchiveWriter, write_combined_archive
+def test_streamed_archive_equals_the_archive_written_at_the_end(tmp_path_factory, contents, repeat, handed):
+    """CombinedArchiveWriter, fed the first ``handed`` layers as they are made (the
+    compose build hands over the lower layers only), gives byte for byte what
+    write_combined_archive gives for the finished image (repeated layers included),
+    and writes the archive once: finish adds the layers not handed over."""
+    from sparkflake.oci import archive as archive_module
+    from sparkflake.oci.archive import CombinedArchiveWriter
 
     root = tmp_path_factory.mktemp("stream")
     layers = [
@@ -435,9 +439,23 @@ def test_streamed_archive_equals_the_archive_written_at_the_end(tmp_path_factory
         layers.append(layers[0])
     spec = ImageSpec(layers=tuple(layers), compression=Compression("gzip"), tag="t")
     writer = CombinedArchiveWriter(root / "streamed.tar", spec.source_date_epoch)
-    image = build_image(spec, BlobStore(root / "store"), on_layer=writer.add_layer)
-    streamed = writer.finish(image)
-    reference = write_combined_archive(image, root / "reference.tar")
+    made = []
+
+    def on_layer(layer):
+        made.append(layer)
+        if len(made) <= handed:
+            writer.add_layer(layer)
+
+    image = build_image(spec, BlobStore(root / "store"), on_layer=on_layer)
+    reference_writer = archive_module.write_combined_archive
+    rewrites = []
+    archive_module.write_combined_archive = lambda *args: rewrites.append(args) or reference_writer(*args)
+    try:
+        streamed = writer.finish(image)
+    finally:
+        archive_module.write_combined_archive = reference_writer
+    assert rewrites == []
+    reference = reference_writer(image, root / "reference.tar")
     assert streamed.read_bytes() == reference.read_bytes()
     assert sorted(p.name for p in root.iterdir()) == ["reference.tar", "store", "streamed.tar"]
 

@@ -13,24 +13,53 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from .direct_write import DirectWriter
+from .errors import InputError
+
 
 @contextlib.contextmanager
-def atomic_file(path: str | os.PathLike[str], mode: int = 0o644) -> Iterator[BinaryIO]:
-    """Yield a binary file object; on clean exit it replaces ``path`` atomically."""
-    target = Path(path)
+def _staged_fd(target: Path, mode: int) -> Iterator[int]:
+    """A temporary file beside ``target``; on clean exit fsynced and renamed onto it."""
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
     try:
-        with os.fdopen(fd, "wb") as handle:
-            yield handle
-            handle.flush()
-            os.fsync(handle.fileno())
+        try:
+            yield fd
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.chmod(tmp_name, mode)
         os.replace(tmp_name, target)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp_name)
         raise
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike[str], mode: int = 0o644) -> Iterator[BinaryIO]:
+    """Yield a binary file object; on clean exit it replaces ``path`` atomically."""
+    with _staged_fd(Path(path), mode) as fd, os.fdopen(fd, "wb", closefd=False) as handle:
+        yield handle
+
+
+@contextlib.contextmanager
+def atomic_stream(path: str | os.PathLike[str], mode: int = 0o644) -> Iterator[DirectWriter]:
+    """Like ``atomic_file`` for long sequential outputs: yields a ``DirectWriter`` (bytes
+    and file ranges, written past the page cache). Errors writing, syncing or renaming
+    are ``InputError``s naming ``path``."""
+    target = Path(path)
+    try:
+        with _staged_fd(target, mode) as fd:
+            writer = DirectWriter(fd, os.fspath(target))
+            try:
+                yield writer
+            except BaseException:
+                writer.abort()
+                raise
+            writer.finish()
+    except OSError as exc:  # creating, fsyncing or renaming the staged file
+        raise InputError(f"{target}: cannot write: {exc.strerror or exc}") from exc
 
 
 def write_bytes_atomic(path: str | os.PathLike[str], content: bytes, mode: int = 0o644) -> None:

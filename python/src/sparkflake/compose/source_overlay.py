@@ -212,13 +212,15 @@ def plan_overlay(
     source_root: str | os.PathLike[str],
     package: str,
     patch_set: PatchSet | None = None,
+    hash_file: Callable[[Path], str] = sha256_file,
 ) -> OverlayPlan:
     """Decide, path by path, what the overlay adds, replaces and deletes.
 
     ``source_root`` holds ``<package>/``; ``site_packages`` holds the installed
     ``<package>/``. Patches apply over the source first (falling back to the installed
     file for paths the source lacks); only their outcome and the source files that differ
-    from the installed package become overlay entries.
+    from the installed package become overlay entries. ``hash_file`` hashes the source
+    and installed files (a stat-keyed cache in a build).
     """
     base_root = Path(site_packages)
     source_package = Path(source_root) / package
@@ -255,8 +257,8 @@ def plan_overlay(
                     f"overlay source {source_file} is an ELF file: only Python and data files may be overlaid",
                     check_id="overlay.elf",
                 )
-            target_sha = sha256_file(source_file)
-        base_sha = sha256_file(base_file) if base_exists else ABSENT
+            target_sha = hash_file(source_file)
+        base_sha = hash_file(base_file) if base_exists else ABSENT
         if target_sha == ABSENT:
             if base_exists:
                 entries.append(OverlayEntry(path, DELETE, base_sha, ABSENT, 0))

@@ -32,11 +32,10 @@ import hashlib
 import os
 import queue
 import secrets
-import shutil
 import threading
 from pathlib import Path
 
-from ..atomic_write import atomic_file
+from ..atomic_write import atomic_stream
 from ..errors import CheckFailed, InputError
 from .canonical_json import canonical_json_bytes
 from .compression import Decompressor
@@ -62,8 +61,8 @@ def _dir_entry(path: str) -> TarEntry:
 
 
 def _write_tar(entries: list[TarEntry], out_path: str | os.PathLike[str], mtime: int) -> Path:
-    with atomic_file(out_path) as handle:
-        write_tar_file(entries, handle, mtime)
+    with atomic_stream(out_path) as sink:
+        write_tar_file(entries, sink, mtime)
     return Path(out_path)
 
 
@@ -150,17 +149,18 @@ def write_combined_archive(image: BuiltImage, out_path: str | os.PathLike[str]) 
 
 class CombinedArchiveWriter:
     """The combined archive written while the image is made. ``add_layer`` hands over a
-    finished layer; its blob is copied into the archive (kernel copy) on a background
+    finished layer; its blob is read into the archive writer's buffers on a background
     thread, so the copy overlaps the other layers' scanning and compression. ``finish``
-    appends the documents, fsyncs and renames: the bytes are those of
-    ``write_combined_archive`` for the finished image (checked: the layers handed over
-    must be the image's, in order, else the archive is written again from the image).
+    adds the layers not handed over yet, appends the documents, fsyncs and renames: the
+    bytes are those of ``write_combined_archive`` for the finished image (checked: the
+    layers handed over must be the image's first layers, in order, else the archive is
+    written again from the image).
     ``abort`` leaves no file behind and the previous archive in place."""
 
     def __init__(self, out_path: str | os.PathLike[str], mtime: int) -> None:
         self._out = Path(out_path)
         self._mtime = mtime
-        self._context = atomic_file(self._out)
+        self._context = atomic_stream(self._out)
         self._handle = self._context.__enter__()
         self._layers: list[Layer] = []
         self._seen: set[str] = set()
@@ -170,6 +170,10 @@ class CombinedArchiveWriter:
         self._thread = threading.Thread(target=self._run, name="archive-writer", daemon=True)
         self._thread.start()
         self._queue.put([_dir_entry("blobs"), _dir_entry("blobs/sha256")])
+
+    @property
+    def path(self) -> Path:
+        return self._out
 
     def _run(self) -> None:
         while True:
@@ -197,7 +201,14 @@ class CombinedArchiveWriter:
             self._thread.join()
 
     def finish(self, image: BuiltImage) -> Path:
+        """Hand over the image's layers not yet added (those handed over must be the
+        first of the image's layers), append the documents, fsync and rename."""
         _refuse_zstd(image, self._out)
+        handed = [layer.digest for layer in self._layers]
+        prefix = handed == [layer.digest for layer in image.layers[: len(handed)]]
+        if prefix and not self._closed:
+            for layer in image.layers[len(handed) :]:
+                self.add_layer(layer)
         self._stop()
         same = (
             self._failure is None
@@ -255,22 +266,29 @@ def write_archives(
     image: BuiltImage,
     oci_archive_path: str | os.PathLike[str] | None,
     docker_archive_path: str | os.PathLike[str] | None,
+    combined: CombinedArchiveWriter | None = None,
 ) -> dict[str, Path]:
     """Write the requested archives; returns {"oci-archive": path, "docker-archive": path}
-    for those requested. When both are requested and the image has no zstd layer, the
-    combined archive is written once at ``oci_archive_path`` and ``docker_archive_path``
-    is a hard link to it (a copy only where linking fails, e.g. across filesystems):
-    one write, one copy of the blobs on disk. Each path is replaced atomically."""
+    for those requested. When the image has no zstd layer, the combined archive is
+    written once (at ``oci_archive_path``, else ``docker_archive_path``) and the other
+    path is a hard link to it (a copy only where linking fails, e.g. across filesystems):
+    one write, one copy of the blobs on disk. ``combined`` is that archive already being
+    written (``CombinedArchiveWriter`` at one of the two paths): finished here, or
+    aborted if the image turned out to have zstd layers. Each path is replaced atomically."""
+    requested = {
+        kind: Path(path)
+        for kind, path in ((OCI_ARCHIVE, oci_archive_path), (DOCKER_ARCHIVE, docker_archive_path))
+        if path is not None
+    }
+    if combined is not None and not (combined_archive_allowed(image) and combined.path in requested.values()):
+        combined.abort()
+        combined = None
+    if not requested:
+        return {}
+    if combined_archive_allowed(image):
+        first = combined.finish(image) if combined is not None else write_combined_archive(image, next(iter(requested.values())))
+        return {kind: path if path == first else link_or_copy_atomic(first, path) for kind, path in requested.items()}
     written: dict[str, Path] = {}
-    if (
-        oci_archive_path is not None
-        and docker_archive_path is not None
-        and combined_archive_allowed(image)
-    ):
-        oci_path = write_combined_archive(image, oci_archive_path)
-        written[OCI_ARCHIVE] = oci_path
-        written[DOCKER_ARCHIVE] = link_or_copy_atomic(oci_path, Path(docker_archive_path))
-        return written
     if oci_archive_path is not None:
         written[OCI_ARCHIVE] = write_oci_archive(image, oci_archive_path)
     if docker_archive_path is not None:
@@ -299,8 +317,10 @@ def link_or_copy_atomic(source: Path, target: Path) -> Path:
                 staged.unlink()
             raise
         return target
-    with atomic_file(target) as handle, open(source, "rb") as original:
-        shutil.copyfileobj(original, handle, 4 << 20)
+    with atomic_stream(target) as sink, open(source, "rb", buffering=0) as original:
+        size = os.fstat(original.fileno()).st_size
+        if sink.copy_from(original.fileno(), size) != size:
+            raise InputError(f"{source}: changed size while it was being copied to {target}")
     return target
 
 

@@ -21,8 +21,6 @@ from .archive import (
     DOCKER_ARCHIVE,
     OCI_ARCHIVE,
     CombinedArchiveWriter,
-    combined_archive_allowed,
-    link_or_copy_atomic,
     write_archives,
 )
 from .blob_store import BlobStore
@@ -186,15 +184,9 @@ def write_image_outputs(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     layout = write_oci_layout(image, out / "oci")
-    if combined is not None and combined_archive_allowed(image):
-        oci_archive = combined.finish(image)
-        docker_archive = link_or_copy_atomic(oci_archive, out / "docker-archive.tar")
-    else:
-        if combined is not None:
-            combined.abort()
-        archives = write_archives(image, out / "oci-archive.tar", out / "docker-archive.tar")
-        oci_archive = archives[OCI_ARCHIVE]
-        docker_archive = archives[DOCKER_ARCHIVE]
+    archives = write_archives(image, out / "oci-archive.tar", out / "docker-archive.tar", combined)
+    oci_archive = archives[OCI_ARCHIVE]
+    docker_archive = archives[DOCKER_ARCHIVE]
     digests_file = out / "digests.json"
     write_bytes_atomic(
         digests_file,

@@ -7,10 +7,10 @@ version. So the key is the trees' content, not their location, mtimes or owners:
 copy of a tree elsewhere hits the same cache entry, and a changed byte misses it.
 
 Computing a content sha256 of every file on each build would read every byte; instead a
-per-file table remembers the sha256 of a host file under its stat identity (device,
-inode, size, mtime_ns, ctime_ns), as git's index does, and only files whose identity
-changed are read again. ctime cannot be set by ordinary programs, so a file rewritten in
-place with its mtime restored is still noticed.
+per-file table (``file_hashes.FileHashes``) remembers the sha256 of a host file under its
+stat identity (device, inode, size, mtime_ns, ctime_ns), as git's index does, and only
+files whose identity changed are read again. ctime cannot be set by ordinary programs, so
+a file rewritten in place with its mtime restored is still noticed.
 
 A second, faster route maps the layer's *input fingerprint* to its key: one sorted walk
 of the input trees taking every path's stat identity (type, mode, size, mtime_ns,
@@ -38,14 +38,12 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ..atomic_write import write_bytes_atomic
-from ..errors import InputError
+from ..file_hashes import RACY_WINDOW_NS, FileHashes
 from .canonical_json import canonical_json_bytes
 from .layer_tree import LayerInput, ScannedEntry, walk_lstat
 from .tar_stream import EntryKind
 
 CACHE_FORMAT = "sparkflake-layer-cache-v1"
-RACY_WINDOW_NS = 2_000_000_000
-HASH_CHUNK = 1 << 20
 
 ProgressCallback = Callable[[int, int, str], None]
 
@@ -59,32 +57,14 @@ class LayerCache:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)
         self.layer_dir = self.root / "layers"
-        self._file_table_path = self.root / "file-sha256.json"
-        self._file_table: dict[str, list] | None = None
-        self._dirty = False
-
-    def _table(self) -> dict[str, list]:
-        if self._file_table is None:
-            try:
-                self._file_table = json.loads(self._file_table_path.read_bytes())
-            except (FileNotFoundError, ValueError):
-                self._file_table = {}
-        return self._file_table
+        self._hashes = FileHashes(self.root / "file-sha256.json")
 
     def file_sha256(self, scanned: ScannedEntry) -> str:
         entry = scanned.entry
         if entry.content is not None:
             return hashlib.sha256(entry.content).hexdigest()
         assert entry.source is not None
-        table = self._table()
-        identity = list(scanned.stat_key or ())
-        remembered = table.get(entry.source)
-        if remembered is not None and remembered[:-1] == identity:
-            return remembered[-1]
-        hex_digest = _hash_host_file(entry.source)
-        table[entry.source] = identity + [hex_digest]
-        self._dirty = True
-        return hex_digest
+        return self._hashes.sha256(entry.source, scanned.stat_key)
 
     def key(
         self,
@@ -157,10 +137,7 @@ class LayerCache:
         write_bytes_atomic(self.layer_dir / f"{key}.json", canonical_json_bytes(layer_record))
 
     def save(self) -> None:
-        if self._dirty and self._file_table is not None:
-            with contextlib.suppress(OSError):
-                write_bytes_atomic(self._file_table_path, canonical_json_bytes(self._file_table))
-            self._dirty = False
+        self._hashes.save()
 
 
 def _tree_fingerprint(root: str, parts: list[str]) -> int:
@@ -180,14 +157,3 @@ def _tree_fingerprint(root: str, parts: list[str]) -> int:
                 f"{status.st_ctime_ns}\0{status.st_ino}\0{status.st_dev}\0{status.st_nlink}\n"
             )
     return newest
-
-
-def _hash_host_file(path: str) -> str:
-    hasher = hashlib.sha256()
-    try:
-        with open(path, "rb", buffering=0) as handle:
-            while chunk := handle.read(HASH_CHUNK):
-                hasher.update(chunk)
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror}") from exc
-    return hasher.hexdigest()

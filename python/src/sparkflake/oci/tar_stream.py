@@ -18,7 +18,7 @@ import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from ..atomic_write import copy_bytes
+from ..direct_write import DirectWriter
 from ..errors import InputError
 
 BLOCK = 512
@@ -215,40 +215,41 @@ def _file_chunks(
         )
 
 
-def write_tar_file(entries: Iterable[TarEntry], handle, mtime: int, *, terminate: bool = True) -> int:
-    """Write the same stream as ``iter_tar_chunks`` to an open file, copying host file
-    contents in the kernel (copy_file_range) instead of through Python buffers.
+def write_tar_file(entries: Iterable[TarEntry], sink: DirectWriter, mtime: int, *, terminate: bool = True) -> int:
+    """Write the same stream as ``iter_tar_chunks`` into ``sink`` (see
+    ``atomic_write.atomic_stream``), host file contents read straight into its buffers.
     Used for archives of already compressed blobs; returns the bytes written.
     ``terminate=False`` leaves out the end-of-archive blocks (more members follow)."""
     written = 0
     for entry in entries:
         header = header_bytes(entry, mtime)
-        handle.write(header)
+        sink.write(header)
         written += len(header)
         if entry.kind is not EntryKind.FILE:
             continue
         if entry.content is not None:
-            handle.write(entry.content)
+            sink.write(entry.content)
         elif entry.size:
-            handle.flush()
-            _copy_into(entry, handle.fileno())
+            _copy_into(entry, sink)
         padding = b"\0" * (-entry.size % BLOCK)
-        handle.write(padding)
+        sink.write(padding)
         written += entry.size + len(padding)
     if not terminate:
-        handle.flush()
         return written
-    handle.write(END_OF_ARCHIVE)
+    sink.write(END_OF_ARCHIVE)
     return written + len(END_OF_ARCHIVE)
 
 
-def _copy_into(entry: TarEntry, out_fd: int) -> None:
+def _copy_into(entry: TarEntry, sink: DirectWriter) -> None:
     assert entry.source is not None
-    remaining = entry.size
     try:
         with open(entry.source, "rb", buffering=0) as source:
-            remaining -= copy_bytes(source.fileno(), out_fd, entry.size)
+            copied = sink.copy_from(source.fileno(), entry.size)
+            grew = copied == entry.size and source.read(1) != b""
     except OSError as exc:
         raise InputError(f"{entry.source}: cannot read: {exc.strerror}") from exc
-    if remaining != 0:
-        raise InputError(f"{entry.source}: shorter than {entry.size} bytes")
+    if copied != entry.size or grew:
+        raise InputError(
+            f"{entry.source}: file changed size while it was being archived "
+            f"(expected {entry.size} bytes)"
+        )
