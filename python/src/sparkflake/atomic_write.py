@@ -44,14 +44,14 @@ def atomic_file(path: str | os.PathLike[str], mode: int = 0o644) -> Iterator[Bin
 
 
 @contextlib.contextmanager
-def atomic_stream(path: str | os.PathLike[str], mode: int = 0o644) -> Iterator[DirectWriter]:
+def atomic_stream(path: str | os.PathLike[str], mode: int = 0o644, *, direct: bool = True) -> Iterator[DirectWriter]:
     """Like ``atomic_file`` for long sequential outputs: yields a ``DirectWriter`` (bytes
-    and file ranges, written past the page cache). Errors writing, syncing or renaming
-    are ``InputError``s naming ``path``."""
+    and file ranges, written past the page cache unless ``direct`` is False). Errors
+    writing, syncing or renaming are ``InputError``s naming ``path``."""
     target = Path(path)
     try:
         with _staged_fd(target, mode) as fd:
-            writer = DirectWriter(fd, os.fspath(target))
+            writer = DirectWriter(fd, os.fspath(target), direct=direct)
             try:
                 yield writer
             except BaseException:
