@@ -163,3 +163,110 @@ def test_archive_writer_reports_a_source_that_grew(tmp_path):
     with pytest.raises(InputError, match="changed size"), atomic_stream(tmp_path / "a.tar") as sink:
         write_tar_file([entry], sink, 0)
     assert not (tmp_path / "a.tar").exists()
+
+
+# --- leftovers of killed runs, and the directory swap -----------------------------------
+
+_KILLED_MID_WRITE = r"""
+import os, signal, sys
+from pathlib import Path
+from sparkflake.atomic_write import atomic_directory, atomic_stream
+target = Path(sys.argv[1])
+if sys.argv[2] == "directory":
+    with atomic_directory(target) as staging:
+        (staging / "half.tar").write_bytes(b"x" * 100000)
+        os.kill(os.getpid(), signal.SIGKILL)
+else:
+    with atomic_stream(target) as sink:
+        sink.write(b"y" * (9 << 20))
+        os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _killed_run(target: Path, kind: str) -> None:
+    completed = subprocess.run([sys.executable, "-c", _KILLED_MID_WRITE, str(target), kind], check=False)
+    assert completed.returncode == -9
+
+
+@pytest.mark.parametrize("kind", ["directory", "file"])
+def test_the_next_run_removes_what_a_killed_run_left(tmp_path, kind):
+    from sparkflake.atomic_write import atomic_directory
+
+    target = tmp_path / ("out" if kind == "directory" else "archive.tar")
+    _killed_run(target, kind)
+    leftovers = [p.name for p in tmp_path.iterdir()]
+    assert len(leftovers) == 1 and leftovers[0].startswith(f".{target.name}.") and leftovers[0].endswith(".partial")
+    assert ".pid" in leftovers[0]
+    if kind == "directory":
+        with atomic_directory(target) as staging:
+            (staging / "new").write_text("new")
+        assert (target / "new").read_text() == "new"
+    else:
+        with atomic_stream(target) as sink:
+            sink.write(b"new")
+        assert target.read_bytes() == b"new"
+    assert [p.name for p in tmp_path.iterdir()] == [target.name]
+
+
+def test_leftovers_of_live_processes_and_other_hosts_stay(tmp_path):
+    from sparkflake.atomic_write import _owner_tag, remove_leftovers
+
+    host = _owner_tag().rsplit(".pid", 1)[0]
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        dead_pid = subprocess.Popen(["true"])
+        dead_pid.wait()
+        live = tmp_path / f".out.{host}.pid{sleeper.pid}.abc.partial"
+        other_host = tmp_path / f".out.otherhost.pid{dead_pid.pid}.abc.partial"
+        dead = tmp_path / f".out.{host}.pid{dead_pid.pid}.abc.partial"
+        unrelated = tmp_path / ".outer.partial"
+        for path in (live, other_host, dead, unrelated):
+            path.mkdir()
+        (tmp_path / "out").mkdir()
+        assert remove_leftovers(tmp_path / "out") == [dead]
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+            [live.name, other_host.name, unrelated.name, "out"]
+        )
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_a_swap_cut_between_its_renames_is_undone(tmp_path):
+    """Where RENAME_EXCHANGE is missing the swap is two renames; a run killed between
+    them leaves the target missing and the previous tree retired: the next run puts it
+    back before anything else."""
+    from sparkflake.atomic_write import _owner_tag, remove_leftovers
+
+    host = _owner_tag().rsplit(".pid", 1)[0]
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    retired = tmp_path / f".out.{host}.pid{gone.pid}.abc.old"
+    retired.mkdir()
+    (retired / "digests.json").write_text("previous")
+    staged = tmp_path / f".out.{host}.pid{gone.pid}.def.partial"
+    staged.mkdir()
+    remove_leftovers(tmp_path / "out")
+    assert (tmp_path / "out" / "digests.json").read_text() == "previous"
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def test_directory_swap_is_one_exchange(tmp_path):
+    """On this file system the previous directory and the new one trade places in one
+    rename: the target is never missing."""
+    from sparkflake.atomic_write import _exchange, atomic_directory
+
+    first, second = tmp_path / "a", tmp_path / "b"
+    first.mkdir()
+    second.mkdir()
+    (first / "which").write_text("a")
+    (second / "which").write_text("b")
+    assert _exchange(first, second) is True
+    assert (first / "which").read_text() == "b" and (second / "which").read_text() == "a"
+    target = tmp_path / "out"
+    target.mkdir()
+    (target / "old").write_text("old")
+    with atomic_directory(target) as staging:
+        (staging / "new").write_text("new")
+    assert sorted(p.name for p in target.iterdir()) == ["new"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "out"]

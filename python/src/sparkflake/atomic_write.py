@@ -1,13 +1,25 @@
 """Atomic outputs: write beside the target, fsync, rename. An interrupted run leaves the
 previous good state, never a half-written file under the final name. Also the one
-in-kernel byte copy between open files (``copy_bytes``) the writers share."""
+in-kernel byte copy between open files (``copy_bytes``) the writers share.
+
+The staging names of the large outputs (``atomic_directory``, ``atomic_stream``) carry
+the host and the process id: ``.NAME.<host>.pid<N>.<random>.partial``. A run killed
+outright (SIGKILL, power loss) cannot clean up after itself; the next run for the same
+target on the same host removes what a dead process left there (``remove_leftovers``),
+and if a directory swap was cut between its two renames, puts the previous directory
+back first. A directory is swapped in with one ``renameat2(RENAME_EXCHANGE)`` where the
+file system has it (ext4, xfs, btrfs, tmpfs), so the target never goes missing.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import os
+import re
 import shutil
+import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,11 +29,64 @@ from .direct_write import DirectWriter
 from .errors import InputError
 
 
+def _owner_tag() -> str:
+    host = re.sub(r"[^A-Za-z0-9_-]", "_", socket.gethostname()) or "host"
+    return f"{host}.pid{os.getpid()}"
+
+
+_LEFTOVER = re.compile(r"\.(?P<host>[A-Za-z0-9_-]+)\.pid(?P<pid>[0-9]+)\.[^/]*\.(?P<kind>partial|old)$")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_leftovers(target: Path) -> list[Path]:
+    """Remove the staging and retired entries of ``target`` left by processes of this host
+    that are gone; returns what was removed. If ``target`` is missing and a dead process
+    left a retired directory (a swap cut between its renames), that one is moved back
+    to ``target`` first (the newest, when there are several)."""
+    host = _owner_tag().rsplit(".pid", 1)[0]
+    prefix = f".{target.name}"
+    dead: list[tuple[Path, str]] = []
+    try:
+        siblings = [entry for entry in os.scandir(target.parent) if entry.name.startswith(prefix + ".")]
+    except FileNotFoundError:
+        return []
+    for entry in siblings:
+        match = _LEFTOVER.fullmatch(entry.name[len(prefix) :])
+        if match and match["host"] == host and int(match["pid"]) != os.getpid() and not _alive(int(match["pid"])):
+            dead.append((Path(entry.path), match["kind"]))
+    retired = sorted((path for path, kind in dead if kind == "old"), key=lambda path: path.lstat().st_mtime_ns)
+    if retired and not os.path.lexists(target):
+        os.replace(retired[-1], target)
+        dead = [(path, kind) for path, kind in dead if path != retired[-1]]
+    for path, _ in dead:
+        _remove(path)
+    return [path for path, _ in dead]
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
 @contextlib.contextmanager
-def _staged_fd(target: Path, mode: int) -> Iterator[int]:
-    """A temporary file beside ``target``; on clean exit fsynced and renamed onto it."""
+def _staged_fd(target: Path, mode: int, *, tagged: bool = False) -> Iterator[int]:
+    """A temporary file beside ``target``; on clean exit fsynced and renamed onto it.
+    ``tagged``: the name carries host and pid (see the module docstring)."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
+    owner = f"{_owner_tag()}." if tagged else ""
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.{owner}", suffix=".partial", dir=target.parent)
     try:
         try:
             yield fd
@@ -50,7 +115,8 @@ def atomic_stream(path: str | os.PathLike[str], mode: int = 0o644, *, direct: bo
     writing, syncing or renaming are ``InputError``s naming ``path``."""
     target = Path(path)
     try:
-        with _staged_fd(target, mode) as fd:
+        remove_leftovers(target)
+        with _staged_fd(target, mode, tagged=True) as fd:
             writer = DirectWriter(fd, os.fspath(target), direct=direct)
             try:
                 yield writer
@@ -71,28 +137,52 @@ def write_bytes_atomic(path: str | os.PathLike[str], content: bytes, mode: int =
 def atomic_directory(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a fresh staging directory; on clean exit it replaces ``path``.
 
-    The previous directory (if any) is moved aside first and removed only after the new
-    one is in place, so at every instant either the old or the new tree is complete.
+    The new directory is exchanged with the previous one in one rename where the file
+    system allows it (else the previous one is moved aside first); the previous one is
+    removed only after the new one is in place, so at every instant either the old or
+    the new tree is complete.
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent))
+    remove_leftovers(target)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.{_owner_tag()}.", suffix=".partial", dir=target.parent))
     try:
         yield staging
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     retired = None
-    if target.exists() or target.is_symlink():
-        retired = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old", dir=target.parent))
-        os.rmdir(retired)
-        os.replace(target, retired)
-    os.replace(staging, target)
-    if retired is not None:
-        if retired.is_dir() and not retired.is_symlink():
-            shutil.rmtree(retired, ignore_errors=True)
+    if os.path.lexists(target):
+        if _exchange(staging, target):
+            retired = staging  # now holds the previous tree
         else:
-            retired.unlink()
+            retired = Path(tempfile.mkdtemp(prefix=f".{target.name}.{_owner_tag()}.", suffix=".old", dir=target.parent))
+            os.rmdir(retired)
+            os.replace(target, retired)
+            os.replace(staging, target)
+    else:
+        os.replace(staging, target)
+    if retired is not None:
+        _remove(retired)
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+_LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+def _exchange(first: Path, second: Path) -> bool:
+    """Swap two paths in one rename (Linux renameat2 RENAME_EXCHANGE); False where the C
+    library or the file system does not offer it."""
+    renameat2 = getattr(_LIBC, "renameat2", None)
+    if renameat2 is None:
+        return False
+    if renameat2(_AT_FDCWD, os.fsencode(first), _AT_FDCWD, os.fsencode(second), _RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EXDEV):
+        return False
+    raise OSError(code, os.strerror(code), os.fspath(first), None, os.fspath(second))
 
 
 # copy_file_range refused: another file system (EXDEV before Linux 5.19, or between
