@@ -100,6 +100,21 @@ def test_cli_build_prints_digests_with_kinds(tmp_path: Path, capsys: pytest.Capt
     assert "verified retained-native" in out
 
 
+def test_cli_build_into_an_impossible_place_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """-o under /proc (no directory can be made there): exit 2 at once, before any fetch,
+    the path named, no traceback; a file where the output's parent should be: the same."""
+    code = cli_main(["build", str(FIXTURE), "--offline", "--cache", str(tmp_path / "c"), "-o", "/proc/sparkflake-no/out"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "sparkflake: error: /proc/sparkflake-no/out: cannot write here: No such file or directory" in err
+    assert "Traceback" not in err
+    assert not (tmp_path / "c").exists()  # refused before any fetch or assembly
+    (tmp_path / "a-file").write_text("")
+    code = cli_main(["build", str(FIXTURE), "--offline", "--cache", str(tmp_path / "c"), "-o", str(tmp_path / "a-file" / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and f"{tmp_path / 'a-file' / 'out'}: cannot write here: " in err
+
+
 def test_skopeo_and_umoci_agree(built, tmp_path: Path) -> None:
     base, result = built
     inspected = json.loads(

@@ -143,14 +143,25 @@ def atomic_directory(path: str | os.PathLike[str]) -> Iterator[Path]:
     the new tree is complete.
     """
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    remove_leftovers(target)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.{_owner_tag()}.", suffix=".partial", dir=target.parent))
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        remove_leftovers(target)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.{_owner_tag()}.", suffix=".partial", dir=target.parent))
+    except OSError as exc:
+        raise InputError(f"{target}: cannot write here: {exc.strerror or exc}") from exc
     try:
         yield staging
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    try:
+        _swap_in(staging, target)
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise InputError(f"{target}: cannot replace it: {exc.strerror or exc}") from exc
+
+
+def _swap_in(staging: Path, target: Path) -> None:
     retired = None
     if os.path.lexists(target):
         if _exchange(staging, target):

@@ -71,6 +71,12 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return EXIT_OK
+    except OSError as exc:
+        # What a stage did not name itself (a full disk, a path that cannot be made):
+        # the file and the reason, not a traceback.
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"sparkflake: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -1140,6 +1140,17 @@ def memory_scratch_dir(prefix: str) -> Path | None:
         return None
 
 
+def check_output_location(out_dir: Path) -> None:
+    """Refuse at once, before any fetch or layer, an output whose directory cannot be
+    made or written (the swap at the end would fail after all the work)."""
+    try:
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"{out_dir}: cannot write here: {exc.strerror or exc}") from exc
+    if not os.access(out_dir.parent, os.W_OK | os.X_OK):
+        raise InputError(f"{out_dir}: cannot write here: {out_dir.parent} is not writable")
+
+
 def default_output_dir(profile_name: str) -> Path:
     return Path("result") / profile_name
 
@@ -1148,6 +1159,8 @@ def build_profile(request: BuildRequest, progress: ProgressCallback | None = Non
     """All stages; nothing is written to the output unless the chain passed."""
     check_formats(request.formats)
     composition = load_composition(request.profile, request.profiles_dir)
+    out_dir = request.output_dir or default_output_dir(composition.profile.name)
+    check_output_location(out_dir)
     root = request.cache_root or default_cache_root()
     cache = BlobCache(root)
     oci_root = request.layer_cache_root or root / "oci"
@@ -1178,7 +1191,6 @@ def build_profile(request: BuildRequest, progress: ProgressCallback | None = Non
             source_tree=request.source_tree, scratch_dir=scratch_dir,
         )
         lap("assemble")
-        out_dir = request.output_dir or default_output_dir(composition.profile.name)
         # The output is staged beside out_dir and swapped in only when every stage
         # passed. The archive takes each layer's blob as soon as the layer is made (a
         # refused chain removes the staging directory, archive and all).
