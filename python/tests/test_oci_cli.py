@@ -108,3 +108,39 @@ def test_progress_bar_is_drawn_when_asked(tmp_path, capsys):
     ]
     assert cli_main(args) == 0
     assert "layer 1/1" in capsys.readouterr().err
+
+
+_WITH_FILE_SIZE_LIMIT = r"""
+import resource, signal, sys
+from sparkflake.cli import main
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+limit = int(sys.argv[1])
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def test_archive_write_failure_is_one_clear_error(tmp_path):
+    """Two layers of 3 MiB of random bytes each: every blob fits under a 5 MiB file-size
+    limit, the archive holding both does not. The write fails on the archive writer's
+    thread (EFBIG); the build stops with that error naming the archive (exit 2, no
+    traceback), and no partial archive stays in the output."""
+    import os
+
+    for name in ("one", "two"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "data.bin").write_bytes(os.urandom(3 << 20))
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"platform": "linux/arm64", "compression": "gzip",
+                                "layers": [{"tree": "one"}, {"tree": "two"}], "tag": "t"}))
+    out = tmp_path / "out"
+    completed = subprocess.run(
+        [sys.executable, "-c", _WITH_FILE_SIZE_LIMIT, str(5 << 20),
+         "image", "build", str(spec), "-o", str(out), "--cache", str(tmp_path / "c")],
+        capture_output=True, text=True, check=False,
+    )
+    assert completed.returncode == 2, completed.stderr
+    assert f"sparkflake: error: {out / 'oci-archive.tar'}: cannot write: File too large" in completed.stderr
+    assert completed.stderr.count("cannot write") == 1
+    assert "Traceback" not in completed.stderr
+    assert not any(path.name.endswith(".partial") for path in out.iterdir())

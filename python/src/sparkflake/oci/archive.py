@@ -36,7 +36,7 @@ import threading
 from pathlib import Path
 
 from ..atomic_write import atomic_stream
-from ..errors import CheckFailed, InputError
+from ..errors import CheckFailed, InputError, SparkflakeError
 from .canonical_json import canonical_json_bytes
 from .compression import Decompressor
 from .digests import digest_hex
@@ -161,7 +161,7 @@ class CombinedArchiveWriter:
         self._out = Path(out_path)
         self._mtime = mtime
         self._context = atomic_stream(self._out)
-        self._handle = self._context.__enter__()
+        self._sink = self._context.__enter__()
         self._layers: list[Layer] = []
         self._seen: set[str] = set()
         self._failure: BaseException | None = None
@@ -183,7 +183,7 @@ class CombinedArchiveWriter:
             if self._failure is not None:
                 continue
             try:
-                write_tar_file(entries, self._handle, self._mtime, terminate=False)
+                write_tar_file(entries, self._sink, self._mtime, terminate=False)
             except BaseException as exc:  # reported by finish()
                 self._failure = exc
 
@@ -217,11 +217,13 @@ class CombinedArchiveWriter:
         )
         if not same:
             self.abort()
+            if isinstance(self._failure, SparkflakeError):  # a write or source error, named
+                raise self._failure
             if isinstance(self._failure, OSError):
                 raise InputError(f"{self._out}: cannot write: {self._failure.strerror}") from self._failure
             return write_combined_archive(image, self._out)
         try:
-            write_tar_file(_combined_document_entries(image, set(self._seen)), self._handle, self._mtime)
+            write_tar_file(_combined_document_entries(image, set(self._seen)), self._sink, self._mtime)
         except BaseException as exc:
             self._context.__exit__(type(exc), exc, exc.__traceback__)
             raise
