@@ -165,8 +165,18 @@ def rebuild_phase(profile: str, cache: Path, warm_cache: Path, scratch: Path, ru
         assert cached[:-1] == [True] * (len(cached) - 1) and not cached[-1], cached
         REBUILD_DETAILS.setdefault("stages", []).append(rebuilt.get("timings"))
         shutil.rmtree(cache_copy)
-        shutil.rmtree(out)
         print(f"rebuild {run + 1}: {elapsed:.2f}s stages {rebuilt.get('timings')}", file=sys.stderr)
+        # The same rebuild over an output directory that holds the previous image (the
+        # unchanged profile's): its 4.38 GB archive is removed after the swap.
+        shutil.copytree(warm_cache, cache_copy, copy_function=os.link)
+        run_ours(profile, cache, cache_copy, out)
+        shutil.rmtree(cache_copy)
+        shutil.copytree(warm_cache, cache_copy, copy_function=os.link)
+        seconds, _ = run_ours(edited, cache, cache_copy, out)
+        REBUILD_DETAILS.setdefault("rebuild_replacing_previous_output_s", []).append(seconds)
+        shutil.rmtree(cache_copy)
+        shutil.rmtree(out)
+        print(f"rebuild {run + 1} (replacing the previous output): {seconds:.2f}s", file=sys.stderr)
         if "oci-archive" in FORMATS[1] or "docker-archive" in FORMATS[1]:
             # The same rebuild writing only the OCI layout (blobs hard-linked).
             shutil.copytree(warm_cache, cache_copy, copy_function=os.link)
@@ -227,6 +237,10 @@ def write_results(profile: str, runs: int, tree_bytes: int | None, record: dict,
     if oci_only:
         result["rebuild_oci_layout_only_s"] = oci_only
         result["ratio_rebuild_oci_layout_only_vs_full"] = statistics.median(oci_only) / full
+    replacing = REBUILD_DETAILS.get("rebuild_replacing_previous_output_s")
+    if replacing:
+        result["rebuild_replacing_previous_output_s"] = replacing
+        result["ratio_rebuild_replacing_previous_output_vs_full"] = statistics.median(replacing) / full
     if tree_bytes is None and RESULTS.exists():
         # --rebuild-only: keep what phase 1 recorded about the full builds
         previous = json.loads(RESULTS.read_text())
@@ -245,6 +259,10 @@ def print_table(full: float, lower: float, again: float) -> None:
     bound = "GNU tar + " + " ".join(BOUND_COMPRESSOR[:2]) + " + sha256"
     print(f"{bound:<40} {lower:>10.2f} {full / lower:>8.2f} {'<=1.2':>6}")
     print(f"{'rebuild after overlay change':<40} {again:>10.2f} {again / full:>8.2%} {'<=10%':>6}")
+    replacing = REBUILD_DETAILS.get("rebuild_replacing_previous_output_s")
+    if replacing:
+        median_replacing = statistics.median(replacing)
+        print(f"{'rebuild, replacing the previous output':<40} {median_replacing:>10.2f} {median_replacing / full:>8.2%}")
     oci_only = REBUILD_DETAILS.get("rebuild_oci_layout_only_s")
     if oci_only:
         median_oci = statistics.median(oci_only)

@@ -11,9 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sparkflake.compose.build import BuildRequest, build_profile
-from sparkflake.compose.tree_cache import TreeCache, tree_identity
+from sparkflake.compose.tree_cache import TreeCache
 from sparkflake.errors import CheckFailed, InputError
 from sparkflake.file_hashes import FileHashes
+from sparkflake.oci.layer_tree import walk_tree
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "profiles" / "fixture"
@@ -85,7 +86,71 @@ def test_tree_cache_reuses_intact_and_rebuilds_changed(tmp_path: Path) -> None:
     assert not cache.get_or_build({"kind": "t", "inputs": ["a"]}, build).reused
     other = cache.get_or_build({"kind": "t", "inputs": ["b"]}, build)
     assert other.tree != third.tree
-    assert "link" in tree_identity(other.tree)
+    assert other.walk == walk_tree(other.tree)  # handed on: the walk that recorded it
+    assert cache.get_or_build({"kind": "t", "inputs": ["b"]}, build).walk == other.walk
+
+
+def test_tree_cache_checks_an_entry_of_the_earlier_format_once(tmp_path: Path) -> None:
+    """Entries written before the walk digest list every path's identity: such an entry
+    is checked against its list, then given its digest; a list that no longer matches
+    discards the entry."""
+    import json
+
+    from sparkflake.compose.tree_cache import ENTRY_FILE, _listed_identity
+
+    cache = TreeCache(tmp_path / "trees")
+    builds = []
+
+    def build(tree: Path) -> dict:
+        builds.append(tree)
+        tree.mkdir(parents=True)
+        (tree / "file").write_text("content")
+        return {}
+
+    entry = cache.get_or_build({"kind": "t"}, build)
+    entry_file = entry.tree.parent / ENTRY_FILE
+    entry_file.write_text(json.dumps({"identity": _listed_identity(entry.tree)}))
+    again = cache.get_or_build({"kind": "t"}, build)
+    assert again.reused and len(builds) == 1
+    assert json.loads(entry_file.read_text()) == {"walk": walk_tree(entry.tree).digest}
+    stale = _listed_identity(entry.tree)
+    stale["file"][1] += 1  # another size than the tree has
+    entry_file.write_text(json.dumps({"identity": stale}))
+    assert not cache.get_or_build({"kind": "t"}, build).reused and len(builds) == 2
+
+
+def test_walk_tree_changes_with_every_kind_of_change(tmp_path: Path) -> None:
+    """The walk digest is stable while nothing changes and differs after each change a
+    cache must notice, including a rewrite that restores size and mtime."""
+    root = tmp_path / "t"
+    (root / "d").mkdir(parents=True)
+    (root / "d" / "f").write_bytes(b"12345")
+    os.symlink("d/f", root / "link")
+    seen = {walk_tree(root).digest}
+    assert walk_tree(root).digest in seen
+
+    def changed() -> None:
+        digest = walk_tree(root).digest
+        assert digest not in seen
+        seen.add(digest)
+
+    status = (root / "d" / "f").stat()
+    (root / "d" / "f").write_bytes(b"54321")
+    os.utime(root / "d" / "f", ns=(status.st_atime_ns, status.st_mtime_ns))
+    changed()
+    (root / "d" / "f").chmod(0o600)
+    changed()
+    (root / "d" / "g").write_bytes(b"")
+    changed()
+    os.link(root / "d" / "g", tmp_path / "outside")  # a hard link from outside the tree
+    changed()
+    os.rename(root / "d" / "g", root / "d" / "h")
+    changed()
+    os.unlink(root / "link")
+    os.symlink("d/h", root / "link")
+    changed()
+    (root / "d" / "h").unlink()
+    changed()
 
 
 def test_build_reuses_trees_and_refuses_nothing_when_intact(tmp_path: Path) -> None:

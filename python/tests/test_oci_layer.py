@@ -381,3 +381,33 @@ def test_unchanged_input_is_served_without_a_scan(tmp_path, monkeypatch):
     (tree / "etc" / "conf").write_bytes(b"changed\n")
     with pytest.raises(AssertionError, match="scanned"):
         _build(layer_input, tmp_path / "s")
+
+
+def test_a_walk_handed_on_stands_for_the_first_walk_only(tmp_path):
+    """A tree source may carry the walk its validator just took: the fingerprint uses it
+    instead of walking; the check after the key is computed walks afresh, so a walk that
+    does not match the tree is never recorded as the tree's fingerprint."""
+    from sparkflake.oci import layer_cache
+    from sparkflake.oci.layer_tree import TreeWalk, walk_tree
+
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "f").write_bytes(b"content")
+    options = LayerOptions(Compression("gzip")).as_record()
+    cache = LayerCache(tmp_path / "cache")
+    plain = LayerInput(sources=(TreeSource(str(tree)),))
+    handed = LayerInput(sources=(TreeSource(str(tree), walk=walk_tree(tree)),))
+    assert cache.input_fingerprint(handed, options) == cache.input_fingerprint(plain, options)
+    stale = LayerInput(sources=(TreeSource(str(tree), walk=TreeWalk("0" * 64, 0)),))
+    assert cache.input_fingerprint(stale, options) != cache.input_fingerprint(plain, options)
+    assert cache.input_fingerprint(stale, options, fresh=True) == cache.input_fingerprint(plain, options)
+    saved, layer_cache.RACY_WINDOW_NS = layer_cache.RACY_WINDOW_NS, -(10**12)
+    try:
+        layer = build_layer(stale, LayerOptions(Compression("gzip")), BlobStore(tmp_path / "store"), cache)
+        stale_digest = cache.input_fingerprint(stale, options).digest
+        assert cache.key_for_fingerprint(stale_digest) is None  # not recorded
+        again = build_layer(handed, LayerOptions(Compression("gzip")), BlobStore(tmp_path / "store"), cache)
+        assert again.digest == layer.digest and again.from_cache
+        assert cache.key_for_fingerprint(cache.input_fingerprint(handed, options).digest) is not None
+    finally:
+        layer_cache.RACY_WINDOW_NS = saved

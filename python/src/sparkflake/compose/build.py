@@ -309,11 +309,17 @@ class Assembly:
         return self.hashes.sha256(path) if self.hashes is not None else sha256_file(path)
 
     def lower_layers(self) -> list[LayerTree]:
-        layers = [LayerTree("os-base", LayerInput(sources=(TreeSource(str(self.base_tree), "/"),)),
+        """One layer per tree; a tree from the tree cache hands on the walk that validated
+        it, so the layer cache's input fingerprint does not walk it again."""
+        def source(tree: Path) -> TreeSource:
+            entry = self.cached_trees.get(tree)
+            return TreeSource(str(tree), "/", walk=entry.walk if entry is not None else None)
+
+        layers = [LayerTree("os-base", LayerInput(sources=(source(self.base_tree),)),
                             "sparkflake: OS base from Debian packages", (self.base_tree,))]
         for name, tree in self.python_trees.items():
             layers.append(
-                LayerTree(name, LayerInput(sources=(TreeSource(str(tree), "/"),)),
+                LayerTree(name, LayerInput(sources=(source(tree),)),
                           f"sparkflake: Python environment ({name})", (tree,))
             )
         return layers

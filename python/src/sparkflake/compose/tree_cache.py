@@ -2,13 +2,17 @@
 
 The key is the sha256 of the canonical JSON of the tree's recipe: its kind, the sha256 of
 every input it is assembled from, the target, and the sparkflake version (the assembler's
-code). An entry holds the tree and ``entry.json``: the recipe, the assembler's manifest,
-and the stat identity of every path in the tree taken right after it was made.
+code). An entry holds the tree, ``recipe.json`` (the recipe and the assembler's manifest)
+and ``entry.json``: the tree's ``walk_tree`` digest taken right after it was made (the
+stat identity of every path: type, mode, size, mtime, ctime, inode, link count; symlinks'
+targets).
 
-An entry is used only if every path still has that identity (same set of paths, same
-type, mode, size, mtime, ctime, inode; symlinks the same target): a tree changed in any
-way since it was made is discarded and assembled again. This costs one lstat per path, not
-a read of the tree.
+An entry is used only if a walk of the tree now gives the same digest: a tree changed in
+any way since it was made is discarded and assembled again. This costs one lstat per path,
+not a read of the tree; the walk is handed on (``CachedTree.walk``) so that the layer
+cache's input fingerprint of the same tree does not walk it again. (An entry written by
+an earlier version, with every path's identity listed, is checked against that list once
+and then given its digest.)
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..atomic_write import atomic_directory, write_bytes_atomic
-from ..oci.layer_tree import walk_lstat
+from ..oci.layer_tree import TreeWalk, walk_lstat, walk_tree
 
 ENTRY_FORMAT = "sparkflake-tree-cache-v1"
 ENTRY_FILE = "entry.json"
@@ -36,9 +40,8 @@ def recipe_key(recipe: Mapping[str, object]) -> str:
     return hashlib.sha256(json.dumps(material, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def tree_identity(root: Path) -> dict[str, list]:
-    """Every path under ``root`` with its lstat identity (and a symlink's target), keyed by
-    its relative path. One scandir pass; directories are not followed through symlinks."""
+def _listed_identity(root: Path) -> dict[str, list]:
+    """The per-path identity list of entries written by an earlier version."""
     identity: dict[str, list] = {}
     for relative, host_path, status in walk_lstat(root):
         record: list = [status.st_mode, status.st_size, status.st_mtime_ns, status.st_ctime_ns, status.st_ino]
@@ -53,6 +56,7 @@ class CachedTree:
     tree: Path
     manifest: Mapping[str, object]
     reused: bool
+    walk: TreeWalk  # the walk that validated (or recorded) the tree in this build
 
     def fact(self, name: str, compute: Callable[[Path], object]) -> object:
         """A fact derived from the tree's bytes only (for example the ELF machine of every
@@ -91,20 +95,32 @@ class TreeCache:
             # the parent does not change any identity below it.
             document = {"format": ENTRY_FORMAT, "recipe": dict(recipe), "manifest": dict(manifest)}
             write_bytes_atomic(staging / "recipe.json", json.dumps(document, sort_keys=True).encode())
-        identity = tree_identity(entry_dir / TREE_DIR)
-        write_bytes_atomic(entry_dir / ENTRY_FILE, json.dumps({"identity": identity}).encode())
-        return CachedTree(entry_dir / TREE_DIR, manifest, reused=False)
+        walk = walk_tree(entry_dir / TREE_DIR)
+        write_bytes_atomic(entry_dir / ENTRY_FILE, json.dumps({"walk": walk.digest}).encode())
+        return CachedTree(entry_dir / TREE_DIR, manifest, reused=False, walk=walk)
 
     def _load(self, entry_dir: Path) -> CachedTree | None:
         try:
-            recorded = json.loads((entry_dir / ENTRY_FILE).read_bytes())["identity"]
+            recorded = json.loads((entry_dir / ENTRY_FILE).read_bytes())
             document = json.loads((entry_dir / "recipe.json").read_bytes())
-        except (FileNotFoundError, ValueError, KeyError, TypeError):
+            if not isinstance(recorded, dict) or not isinstance(document, dict):
+                raise ValueError("not an object")
+        except (FileNotFoundError, ValueError):
             if entry_dir.exists():
                 shutil.rmtree(entry_dir, ignore_errors=True)
             return None
         tree = entry_dir / TREE_DIR
-        if not tree.is_dir() or tree_identity(tree) != recorded:
+        intact = False
+        if tree.is_dir():
+            if "walk" in recorded:
+                walk = walk_tree(tree)
+                intact = walk.digest == recorded["walk"]
+            elif "identity" in recorded:  # an entry of an earlier version
+                intact = _listed_identity(tree) == recorded["identity"]
+                walk = walk_tree(tree)
+                if intact:
+                    write_bytes_atomic(entry_dir / ENTRY_FILE, json.dumps({"walk": walk.digest}).encode())
+        if not intact:
             shutil.rmtree(entry_dir, ignore_errors=True)
             return None
-        return CachedTree(tree, document.get("manifest", {}), reused=True)
+        return CachedTree(tree, document.get("manifest", {}), reused=True, walk=walk)

@@ -136,7 +136,7 @@ def build_layer(
             cache.record(key, layer.as_record())
     if cache is not None and key is not None and fingerprint is not None and fingerprint.settled:
         # recorded only if the input did not change while the key was computed
-        if cache.input_fingerprint(layer_input, options.as_record()) == fingerprint:
+        if cache.input_fingerprint(layer_input, options.as_record(), fresh=True) == fingerprint:
             cache.remember_fingerprint(fingerprint.digest, key)
     return layer
 

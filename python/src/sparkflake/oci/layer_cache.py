@@ -13,9 +13,10 @@ files whose identity changed are read again. ctime cannot be set by ordinary pro
 a file rewritten in place with its mtime restored is still noticed.
 
 A second, faster route maps the layer's *input fingerprint* to its key: one sorted walk
-of the input trees taking every path's stat identity (type, mode, size, mtime_ns,
-ctime_ns, inode, device, link count; a symlink's target) plus the generated files,
-deletions and options. An unchanged input gives the same fingerprint and its recorded
+of the input trees taking every path's stat identity (``layer_tree.walk_tree``: type,
+mode, size, mtime_ns, ctime_ns, inode, link count; a symlink's target) plus the generated
+files, deletions and options. A tree source that carries the walk its validator just
+took (the compose stage's tree cache) is not walked again. An unchanged input gives the same fingerprint and its recorded
 key without building the entry list or looking up a content hash per file; any change
 (a write, chmod, rename, link, add or remove changes ctime or the listing) gives another
 fingerprint and the full route. A fingerprint is recorded only when the input had it
@@ -31,7 +32,6 @@ import contextlib
 import hashlib
 import json
 import os
-import stat
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -40,7 +40,7 @@ from typing import NamedTuple
 from ..atomic_write import write_bytes_atomic
 from ..file_hashes import RACY_WINDOW_NS, FileHashes
 from .canonical_json import canonical_json_bytes
-from .layer_tree import LayerInput, ScannedEntry, walk_lstat
+from .layer_tree import LayerInput, ScannedEntry, walk_tree
 from .tar_stream import EntryKind
 
 CACHE_FORMAT = "sparkflake-layer-cache-v1"
@@ -94,18 +94,20 @@ class LayerCache:
         return hasher.hexdigest()
 
     def input_fingerprint(
-        self, layer_input: LayerInput, options_record: dict[str, object]
+        self, layer_input: LayerInput, options_record: dict[str, object], *, fresh: bool = False
     ) -> InputFingerprint | None:
         """The input fingerprint (see the module docstring), or None when a tree cannot
-        be walked (the full route then reports what is wrong)."""
+        be walked (the full route then reports what is wrong). A tree source's own
+        ``walk`` (taken by its validator) stands for a walk unless ``fresh``."""
         parts = [canonical_json_bytes({"format": CACHE_FORMAT, **options_record}).decode(), "\n"]
         newest = 0
         for source in layer_input.sources:
-            parts.append(f"tree\0{source.host_dir}\0{source.target}\n")
             try:
-                newest = max(newest, _tree_fingerprint(os.fspath(source.host_dir), parts))
+                walk = source.walk if source.walk is not None and not fresh else walk_tree(source.host_dir)
             except OSError:
                 return None
+            newest = max(newest, walk.newest_ctime_ns)
+            parts.append(f"tree\0{source.host_dir}\0{source.target}\0{walk.digest}\n")
         for generated in layer_input.files:
             digest = hashlib.sha256(generated.content).hexdigest()
             parts.append(f"file\0{generated.target}\0{generated.mode:o}\0{digest}\n")
@@ -138,22 +140,3 @@ class LayerCache:
 
     def save(self) -> None:
         self._hashes.save()
-
-
-def _tree_fingerprint(root: str, parts: list[str]) -> int:
-    """Append one line per path under ``root`` (sorted, depth first) with its stat
-    identity; returns the newest ctime seen (ns)."""
-    newest = 0
-    for relative, host_path, status in walk_lstat(root):
-        mode = status.st_mode
-        newest = max(newest, status.st_ctime_ns)
-        if stat.S_ISDIR(mode):
-            parts.append(f"d\0{relative}\0{mode:o}\0{status.st_ino}\n")
-        elif stat.S_ISLNK(mode):
-            parts.append(f"l\0{relative}\0{os.readlink(host_path)}\0{status.st_ctime_ns}\n")
-        else:
-            parts.append(
-                f"f\0{relative}\0{mode:o}\0{status.st_size}\0{status.st_mtime_ns}\0"
-                f"{status.st_ctime_ns}\0{status.st_ino}\0{status.st_dev}\0{status.st_nlink}\n"
-            )
-    return newest
