@@ -208,7 +208,7 @@ def stages(tmp_path: Path):
     assembly = assemble(composition, fetched, tmp_path / "trees")
     store = BlobStore(cache_root / "oci")
     options = ImageOptions()
-    lower = build_lower_layers(assembly, options, store, None)
+    lower = build_lower_layers(assembly.lower_layers(), options, store, None)
     prepared = prepare_top(composition, assembly, lower, options, store)
     return composition, fetched, assembly, prepared
 

@@ -10,7 +10,8 @@ Stages (each a function over plain data, so tests can stop between them):
    libraries, torch, the rest, vLLM), the source overlay with its anchored patches;
    both manifests.
 4. ``build_lower_layers`` — the layer blobs below the top layer (layer cache: an
-   unchanged tree is never re-tarred or re-compressed).
+   unchanged tree is never re-tarred or re-compressed); ``build_profile`` makes them
+   as soon as stage 3 has their trees, before it plans the overlay.
 5. ``prepare_top`` — labels, the in-image receipt, ``/etc/sparkflake/*``.
 6. ``verify_composition`` — the verification chain (``compose.verification``); refuses
    before anything is written to the output.
@@ -309,20 +310,25 @@ class Assembly:
         return self.hashes.sha256(path) if self.hashes is not None else sha256_file(path)
 
     def lower_layers(self) -> list[LayerTree]:
-        """One layer per tree; a tree from the tree cache hands on the walk that validated
-        it, so the layer cache's input fingerprint does not walk it again."""
-        def source(tree: Path) -> TreeSource:
-            entry = self.cached_trees.get(tree)
-            return TreeSource(str(tree), "/", walk=entry.walk if entry is not None else None)
+        return lower_layer_trees(self.base_tree, self.python_trees, self.cached_trees)
 
-        layers = [LayerTree("os-base", LayerInput(sources=(source(self.base_tree),)),
-                            "sparkflake: OS base from Debian packages", (self.base_tree,))]
-        for name, tree in self.python_trees.items():
-            layers.append(
-                LayerTree(name, LayerInput(sources=(source(tree),)),
-                          f"sparkflake: Python environment ({name})", (tree,))
-            )
-        return layers
+
+def lower_layer_trees(
+    base_tree: Path, python_trees: Mapping[str, Path], cached_trees: Mapping[Path, CachedTree]
+) -> list[LayerTree]:
+    """One layer per tree, the OS base first; a tree from the tree cache hands on the walk
+    that validated it, so the layer cache's input fingerprint does not walk it again."""
+    def source(tree: Path) -> TreeSource:
+        entry = cached_trees.get(tree)
+        return TreeSource(str(tree), "/", walk=entry.walk if entry is not None else None)
+
+    layers = [LayerTree("os-base", LayerInput(sources=(source(base_tree),)),
+                        "sparkflake: OS base from Debian packages", (base_tree,))]
+    for name, tree in python_trees.items():
+        layers.append(
+            LayerTree(name, LayerInput(sources=(source(tree),)), f"sparkflake: Python environment ({name})", (tree,))
+        )
+    return layers
 
 
 def _target_for(lock: Lock) -> Target:
@@ -407,11 +413,14 @@ def assemble(
     hashes: FileHashes | None = None,
     source_tree: Path | None = None,
     scratch_dir: Path | None = None,
+    on_lower_trees: Callable[[list[LayerTree]], None] | None = None,
 ) -> Assembly:
     """All layer trees and both manifests. The OS base and Python trees come from
     ``tree_cache`` when it holds them intact; the overlay trees are made in ``work_dir``.
     ``scratch_dir`` (default ``work_dir``) takes the patched source copy, which is only
-    hashed: a memory file system there saves creating thousands of files on disk."""
+    hashed: a memory file system there saves creating thousands of files on disk.
+    ``on_lower_trees`` gets the lower layers' trees as soon as they exist, before the
+    overlay is planned (the build makes those layers and starts the archive there)."""
     profile = composition.profile
     target = _target_for(composition.locks[0])
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -481,6 +490,8 @@ def assemble(
                     )
             owners[image_path] = (wheel, group)
         python_trees[group] = tree
+    if on_lower_trees is not None:
+        on_lower_trees(lower_layer_trees(base_tree, python_trees, entries))
     site_packages = f"{DEFAULT_PREFIX}/lib/python{target.python_minor}/site-packages"
     vllm_tree = python_trees["vllm"]
     vllm_site = vllm_tree / site_packages.lstrip("/")
@@ -606,7 +617,7 @@ class ImageOptions:
 
 
 def build_lower_layers(
-    assembly: Assembly,
+    trees: Sequence[LayerTree],
     options: ImageOptions,
     store: BlobStore,
     layer_cache: LayerCache | None,
@@ -618,7 +629,7 @@ def build_lower_layers(
     as soon as it is made."""
     layer_options = LayerOptions(options.compression, options.source_date_epoch)
     built = []
-    for tree in assembly.lower_layers():
+    for tree in trees:
         def layer_progress(done: int, total: int, what: str, name: str = tree.name) -> None:
             if progress:
                 progress(done, total, f"{name}: {what}")
@@ -1192,21 +1203,27 @@ def build_profile(request: BuildRequest, progress: ProgressCallback | None = Non
     work_dir = Path(tempfile.mkdtemp(prefix=f"{composition.profile.name}.", dir=work_parent))
     scratch_dir = None if request.keep_work else memory_scratch_dir(composition.profile.name)
     try:
-        assembly = assemble(
-            composition, fetched, work_dir / "trees", progress=progress, tree_cache=tree_cache, hashes=hashes,
-            source_tree=request.source_tree, scratch_dir=scratch_dir,
-        )
-        lap("assemble")
         # The output is staged beside out_dir and swapped in only when every stage
-        # passed. The archive takes each layer's blob as soon as the layer is made (a
-        # refused chain removes the staging directory, archive and all).
+        # passed. The lower layers are made as soon as their trees exist, before the
+        # overlay is planned, and the archive takes each layer's blob as soon as the
+        # layer is made (a refused chain removes the staging directory, archive and all).
         with atomic_directory(out_dir) as staging:
             combined = start_archive(staging, request.formats, request.options)
-            try:
-                lower = build_lower_layers(
-                    assembly, request.options, store, layer_cache, progress, combined.add_layer if combined else None
-                )
+            lower: list[Layer] = []
+
+            def make_lower_layers(trees: list[LayerTree]) -> None:
+                lap("assemble_lower_trees")
+                lower.extend(build_lower_layers(
+                    trees, request.options, store, layer_cache, progress, combined.add_layer if combined else None
+                ))
                 lap("lower_layers")
+
+            try:
+                assembly = assemble(
+                    composition, fetched, work_dir / "trees", progress=progress, tree_cache=tree_cache, hashes=hashes,
+                    source_tree=request.source_tree, scratch_dir=scratch_dir, on_lower_trees=make_lower_layers,
+                )
+                lap("assemble_overlay")
                 prepared = prepare_top(composition, assembly, lower, request.options, store)
                 chain = verify_composition(composition, fetched, assembly, prepared)
                 lap("verify")
