@@ -16,8 +16,9 @@ Stages (each a function over plain data, so tests can stop between them):
 6. ``verify_composition`` — the verification chain (``compose.verification``); refuses
    before anything is written to the output.
 7. ``finish`` — top layer, config, manifest, full receipt; ``write_outputs`` writes
-   ``result/PROFILE/`` atomically. (``build_profile`` stages the output directory from
-   stage 4 on, so the archive copies each lower layer's blob while the rest runs; a
+   ``result/PROFILE/`` atomically. (``build_profile`` stages the output directory before
+   stage 3 and makes the lower layers as soon as their trees exist, so the archive
+   copies each lower layer's blob while the overlay is planned and the chain runs; a
    refusal removes the staging directory and leaves the previous output.)
 
 Layer order puts the big, stable parts below (OS base, CUDA libraries, torch), so a
