@@ -82,7 +82,8 @@ def test_minimal_and_full_specs(tmp_path):
             r"layers\[0\].files\[0\].path: duplicate target path /",
         ),
         ({"layers": []}, r"layers: expected a non-empty list"),
-        ({"layers": [{"tree": "a"}], "platform": "linux/s390x"}, r"platform"),
+        ({"layers": [{"tree": "a"}], "platform": "linux/s390x"}, r"spec.json: platform: platform 'linux/s390x': expected linux/arm64"),
+        ({"layers": [{"tree": "a"}], "platform": ""}, r"spec.json: platform: platform '': expected linux/arm64"),
         ({"layers": [{"tree": "a"}], "compression": "lz4"}, r"compression: unknown compression"),
         (
             {"layers": [{"tree": "a"}], "gzip_implementation": "zopfli"},

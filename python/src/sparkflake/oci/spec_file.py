@@ -124,7 +124,12 @@ def load_spec_file(spec_path: str | os.PathLike[str]) -> ImageSpec:
 def parse_spec(document: Any, spec_path: Path) -> ImageSpec:
     ctx = _Context(spec_path)
     top = ctx.keys(document, _TOP_KEYS, "$")
-    platform = Platform.parse(ctx.string(top.get("platform", "linux/arm64"), "platform"))
+    try:
+        platform = Platform.parse(ctx.string(top.get("platform", "linux/arm64"), "platform"))
+    except InputError as exc:
+        if exc.message.startswith(f"{spec_path}:"):
+            raise
+        raise ctx.fail("platform", exc.message) from exc
     algorithm = ctx.string(top.get("compression", "gzip"), "compression")
     level = top.get("compression_level")
     if level is not None and (not isinstance(level, int) or isinstance(level, bool)):
