@@ -209,9 +209,9 @@ def test_the_next_run_removes_what_a_killed_run_left(tmp_path, kind):
 
 
 def test_leftovers_of_live_processes_and_other_hosts_stay(tmp_path):
-    from sparkflake.atomic_write import _owner_tag, remove_leftovers
+    from sparkflake.atomic_write import host_tag, remove_leftovers
 
-    host = _owner_tag().rsplit(".pid", 1)[0]
+    host = host_tag()
     sleeper = subprocess.Popen(["sleep", "30"])
     try:
         dead_pid = subprocess.Popen(["true"])
@@ -236,9 +236,9 @@ def test_a_swap_cut_between_its_renames_is_undone(tmp_path):
     """Where RENAME_EXCHANGE is missing the swap is two renames; a run killed between
     them leaves the target missing and the previous tree retired: the next run puts it
     back before anything else."""
-    from sparkflake.atomic_write import _owner_tag, remove_leftovers
+    from sparkflake.atomic_write import host_tag, remove_leftovers
 
-    host = _owner_tag().rsplit(".pid", 1)[0]
+    host = host_tag()
     gone = subprocess.Popen(["true"])
     gone.wait()
     retired = tmp_path / f".out.{host}.pid{gone.pid}.abc.old"

@@ -455,9 +455,43 @@ def test_streamed_archive_equals_the_archive_written_at_the_end(tmp_path_factory
     finally:
         archive_module.write_combined_archive = reference_writer
     assert rewrites == []
-    reference = reference_writer(image, root / "reference.tar")
+    reference = _documented_combined_archive(image, root / "reference.tar")
     assert streamed.read_bytes() == reference.read_bytes()
     assert sorted(p.name for p in root.iterdir()) == ["reference.tar", "store", "streamed.tar"]
+
+
+def _documented_combined_archive(image, out):
+    """The combined archive written member by member in the documented order (blobs/,
+    blobs/sha256/, each layer blob once in layer order, config, manifest, index.json,
+    oci-layout, manifest.json) with the plain tar writer: the reference the streaming
+    writer is held to."""
+    from sparkflake.atomic_write import atomic_stream
+    from sparkflake.oci.archive import docker_archive_manifest
+    from sparkflake.oci.layout import OCI_LAYOUT_BYTES
+    from sparkflake.oci.tar_stream import EntryKind, TarEntry, write_tar_file
+
+    def blob(digest):
+        return "blobs/sha256/" + digest.split(":", 1)[1]
+
+    def data(path, content):
+        return TarEntry(path, EntryKind.FILE, 0o644, size=len(content), content=content)
+
+    entries = [TarEntry("blobs", EntryKind.DIRECTORY, 0o755), TarEntry("blobs/sha256", EntryKind.DIRECTORY, 0o755)]
+    seen = set()
+    for layer in image.layers:
+        if layer.digest not in seen:
+            seen.add(layer.digest)
+            entries.append(TarEntry(blob(layer.digest), EntryKind.FILE, 0o644, size=layer.size, source=str(layer.blob_path)))
+    entries += [
+        data(blob(image.config_digest), image.config_bytes),
+        data(blob(image.manifest_digest), image.manifest_bytes),
+        data("index.json", image.index_bytes),
+        data("oci-layout", OCI_LAYOUT_BYTES),
+        data("manifest.json", docker_archive_manifest(image)),
+    ]
+    with atomic_stream(out) as sink:
+        write_tar_file(entries, sink, image.source_date_epoch)
+    return out
 
 
 def test_streamed_archive_abort_and_wrong_layers(tmp_path, gzip_image):

@@ -29,15 +29,20 @@ from .direct_write import DirectWriter
 from .errors import InputError
 
 
+def host_tag() -> str:
+    """This host's name as it stands in staging names (letters, digits, ``_``, ``-``)."""
+    return re.sub(r"[^A-Za-z0-9_-]", "_", socket.gethostname()) or "host"
+
+
 def _owner_tag() -> str:
-    host = re.sub(r"[^A-Za-z0-9_-]", "_", socket.gethostname()) or "host"
-    return f"{host}.pid{os.getpid()}"
+    return f"{host_tag()}.pid{os.getpid()}"
 
 
 _LEFTOVER = re.compile(r"\.(?P<host>[A-Za-z0-9_-]+)\.pid(?P<pid>[0-9]+)\.[^/]*\.(?P<kind>partial|old)$")
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this host (one that is not ours counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -52,7 +57,7 @@ def remove_leftovers(target: Path) -> list[Path]:
     that are gone; returns what was removed. If ``target`` is missing and a dead process
     left a retired directory (a swap cut between its renames), that one is moved back
     to ``target`` first (the newest, when there are several)."""
-    host = _owner_tag().rsplit(".pid", 1)[0]
+    host = host_tag()
     prefix = f".{target.name}"
     dead: list[tuple[Path, str]] = []
     try:
@@ -61,7 +66,7 @@ def remove_leftovers(target: Path) -> list[Path]:
         return []
     for entry in siblings:
         match = _LEFTOVER.fullmatch(entry.name[len(prefix) :])
-        if match and match["host"] == host and int(match["pid"]) != os.getpid() and not _alive(int(match["pid"])):
+        if match and match["host"] == host and int(match["pid"]) != os.getpid() and not process_alive(int(match["pid"])):
             dead.append((Path(entry.path), match["kind"]))
     retired = sorted((path for path, kind in dead if kind == "old"), key=lambda path: path.lstat().st_mtime_ns)
     if retired and not os.path.lexists(target):
@@ -133,6 +138,17 @@ def write_bytes_atomic(path: str | os.PathLike[str], content: bytes, mode: int =
         handle.write(content)
 
 
+def check_output_parent(target: Path) -> None:
+    """Make ``target``'s parent directory, or refuse with an ``InputError`` naming
+    ``target`` when it cannot be made or written (callers run this before long work)."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"{target}: cannot write here: {exc.strerror or exc}") from exc
+    if not os.access(target.parent, os.W_OK | os.X_OK):
+        raise InputError(f"{target}: cannot write here: {target.parent} is not writable")
+
+
 @contextlib.contextmanager
 def atomic_directory(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a fresh staging directory; on clean exit it replaces ``path``.
@@ -143,8 +159,8 @@ def atomic_directory(path: str | os.PathLike[str]) -> Iterator[Path]:
     the new tree is complete.
     """
     target = Path(path)
+    check_output_parent(target)
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
         remove_leftovers(target)
         staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.{_owner_tag()}.", suffix=".partial", dir=target.parent))
     except OSError as exc:

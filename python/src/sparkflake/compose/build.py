@@ -41,7 +41,7 @@ from pathlib import Path, PurePosixPath
 from packaging.utils import canonicalize_name
 
 from .. import __version__
-from ..atomic_write import atomic_directory, write_bytes_atomic
+from ..atomic_write import atomic_directory, check_output_parent, process_alive, write_bytes_atomic
 from ..digest import git_tree_id, nar_hash, sha256_file
 from ..errors import CheckFailed, InputError, SparkflakeError
 from ..fetch import Artifact, BlobCache, default_cache_root, fetch_all
@@ -1150,23 +1150,12 @@ def memory_scratch_dir(prefix: str) -> Path | None:
     # Directories a killed build left behind (its pid is gone) are removed first.
     for stale in MEMORY_SCRATCH.glob("sparkflake-*.pid*.*"):
         pid = stale.name.rsplit(".pid", 1)[1].split(".", 1)[0]
-        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+        if pid.isdigit() and not process_alive(int(pid)):
             shutil.rmtree(stale, ignore_errors=True)
     try:
         return Path(tempfile.mkdtemp(prefix=f"sparkflake-{prefix}.pid{os.getpid()}.", dir=MEMORY_SCRATCH))
     except OSError:
         return None
-
-
-def check_output_location(out_dir: Path) -> None:
-    """Refuse at once, before any fetch or layer, an output whose directory cannot be
-    made or written (the swap at the end would fail after all the work)."""
-    try:
-        out_dir.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InputError(f"{out_dir}: cannot write here: {exc.strerror or exc}") from exc
-    if not os.access(out_dir.parent, os.W_OK | os.X_OK):
-        raise InputError(f"{out_dir}: cannot write here: {out_dir.parent} is not writable")
 
 
 def default_output_dir(profile_name: str) -> Path:
@@ -1178,7 +1167,7 @@ def build_profile(request: BuildRequest, progress: ProgressCallback | None = Non
     check_formats(request.formats)
     composition = load_composition(request.profile, request.profiles_dir)
     out_dir = request.output_dir or default_output_dir(composition.profile.name)
-    check_output_location(out_dir)
+    check_output_parent(out_dir)  # refused now, not after the fetch and the layers
     root = request.cache_root or default_cache_root()
     cache = BlobCache(root)
     oci_root = request.layer_cache_root or root / "oci"

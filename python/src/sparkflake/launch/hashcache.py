@@ -18,12 +18,9 @@ from pathlib import Path
 
 from ..atomic_write import write_bytes_atomic
 from ..digest import sha256_file
+from ..file_hashes import stat_identity
 
 SCHEMA = "sparkflake.verified-hashes/v1"
-
-
-def stat_key(stat: os.stat_result) -> list[int]:
-    return [stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns]
 
 
 class VerifiedHashCache:
@@ -44,7 +41,7 @@ class VerifiedHashCache:
 
     def sha256(self, file_path: str, stat: os.stat_result, hasher: Callable[[str], str] = sha256_file) -> str:
         real = os.path.realpath(file_path)
-        key = stat_key(stat)
+        key = stat_identity(stat)
         entry = self.entries.get(real)
         if not self.rehash and isinstance(entry, dict) and entry.get("stat") == key and isinstance(entry.get("sha256"), str):
             self.hits += 1
@@ -53,7 +50,7 @@ class VerifiedHashCache:
         digest = hasher(file_path)
         # Stat again: a file changed while it was hashed must not be cached under
         # the old key.
-        if stat_key(os.stat(file_path)) == key:
+        if stat_identity(os.stat(file_path)) == key:
             self.entries[real] = {"stat": key, "sha256": digest}
             self.dirty = True
         return digest

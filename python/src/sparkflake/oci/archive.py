@@ -36,7 +36,7 @@ import threading
 from pathlib import Path
 
 from ..atomic_write import atomic_stream
-from ..errors import CheckFailed, InputError, SparkflakeError
+from ..errors import CheckFailed, InputError
 from .canonical_json import canonical_json_bytes
 from .compression import Decompressor
 from .digests import digest_hex
@@ -103,17 +103,6 @@ def _oci_entries(image: BuiltImage) -> list[TarEntry]:
     return entries
 
 
-def _combined_layer_entries(image_layers: list[Layer]) -> tuple[list[TarEntry], set[str]]:
-    entries = [_dir_entry("blobs"), _dir_entry("blobs/sha256")]
-    seen: set[str] = set()
-    for layer in image_layers:
-        if layer.digest in seen:
-            continue
-        seen.add(layer.digest)
-        entries.append(_file_entry(_blob_member(layer.digest), layer.blob_path))
-    return entries, seen
-
-
 def _combined_document_entries(image: BuiltImage, seen: set[str]) -> list[TarEntry]:
     entries = []
     for digest, content in (
@@ -140,11 +129,10 @@ def _refuse_zstd(image: BuiltImage, out_path: str | os.PathLike[str]) -> None:
 
 
 def write_combined_archive(image: BuiltImage, out_path: str | os.PathLike[str]) -> Path:
-    """One tar that is both the oci-archive and the docker-archive (Docker 25 layout)."""
+    """One tar that is both the oci-archive and the docker-archive (Docker 25 layout):
+    ``CombinedArchiveWriter`` handed every layer at once."""
     _refuse_zstd(image, out_path)
-    entries, seen = _combined_layer_entries(list(image.layers))
-    entries += _combined_document_entries(image, seen)
-    return _write_tar(entries, out_path, image.source_date_epoch)
+    return CombinedArchiveWriter(out_path, image.source_date_epoch).finish(image)
 
 
 class CombinedArchiveWriter:
@@ -152,9 +140,9 @@ class CombinedArchiveWriter:
     finished layer; its blob is read into the archive writer's buffers on a background
     thread, so the copy overlaps the other layers' scanning and compression. ``finish``
     adds the layers not handed over yet, appends the documents, fsyncs and renames: the
-    bytes are those of ``write_combined_archive`` for the finished image (checked: the
-    layers handed over must be the image's first layers, in order, else the archive is
-    written again from the image).
+    bytes depend only on the finished image, not on when its layers were handed over
+    (checked: the layers handed over must be the image's first layers, in order, else
+    the archive is written again with all of them at once).
     ``abort`` leaves no file behind and the previous archive in place."""
 
     def __init__(self, out_path: str | os.PathLike[str], mtime: int) -> None:
@@ -217,10 +205,8 @@ class CombinedArchiveWriter:
         )
         if not same:
             self.abort()
-            if isinstance(self._failure, SparkflakeError):  # a write or source error, named
+            if self._failure is not None:  # a write or source error (named), or a bug
                 raise self._failure
-            if isinstance(self._failure, OSError):
-                raise InputError(f"{self._out}: cannot write: {self._failure.strerror}") from self._failure
             return write_combined_archive(image, self._out)
         try:
             write_tar_file(_combined_document_entries(image, set(self._seen)), self._sink, self._mtime)

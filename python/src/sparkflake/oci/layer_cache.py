@@ -16,10 +16,10 @@ A second, faster route maps the layer's *input fingerprint* to its key: one sort
 of the input trees taking every path's stat identity (``layer_tree.walk_tree``: type,
 mode, size, mtime_ns, ctime_ns, inode, link count; a symlink's target) plus the generated
 files, deletions and options. A tree source that carries the walk its validator just
-took (the compose stage's tree cache) is not walked again. An unchanged input gives the same fingerprint and its recorded
-key without building the entry list or looking up a content hash per file; any change
-(a write, chmod, rename, link, add or remove changes ctime or the listing) gives another
-fingerprint and the full route. A fingerprint is recorded only when the input had it
+took (the compose stage's tree cache) is not walked again. An unchanged input gives the
+same fingerprint and its recorded key without building the entry list or looking up a
+content hash per file; any change (a write, chmod, rename, link, add or remove changes
+ctime or the listing) gives another fingerprint and the full route. A fingerprint is recorded only when the input had it
 both before and after the key was computed, and not while any of its paths changed less
 than ``RACY_WINDOW_NS`` ago: on kernels whose timestamps are coarse, a second write in
 the same tick could keep size, mtime and ctime (git's "racy clean" case), so a fresh
