@@ -339,6 +339,10 @@ def test_patch_that_no_longer_applies_names_file_and_hunk(tmp_path: Path) -> Non
     message = str(error.value)
     assert "vllm/envs.py" in message and "hunk 1" in message and "0001-probe-defaults.diff" in message
     assert not out.exists()
+    # Refused before any layer was made: with a cold layer cache, no blob, no record.
+    layer_store = tmp_path / "cache" / "oci"
+    assert [p for p in layer_store.rglob("*") if p.is_file()] == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "profiles"]
 
 
 def test_patch_pre_image_anchor_mismatch(tmp_path: Path) -> None:

@@ -10,16 +10,17 @@ Stages (each a function over plain data, so tests can stop between them):
    libraries, torch, the rest, vLLM), the source overlay with its anchored patches;
    both manifests.
 4. ``build_lower_layers`` — the layer blobs below the top layer (layer cache: an
-   unchanged tree is never re-tarred or re-compressed); ``build_profile`` makes them
-   as soon as stage 3 has their trees, before it plans the overlay.
+   unchanged tree is never re-tarred or re-compressed); ``build_profile`` takes those
+   the layer cache holds as soon as stage 3 has their trees, before it plans the
+   overlay, and makes the others after it.
 5. ``prepare_top`` — labels, the in-image receipt, ``/etc/sparkflake/*``.
 6. ``verify_composition`` — the verification chain (``compose.verification``); refuses
    before anything is written to the output.
 7. ``finish`` — top layer, config, manifest, full receipt; ``write_outputs`` writes
    ``result/PROFILE/`` atomically. (``build_profile`` stages the output directory before
-   stage 3 and makes the lower layers as soon as their trees exist, so the archive
-   copies each lower layer's blob while the overlay is planned and the chain runs; a
-   refusal removes the staging directory and leaves the previous output.)
+   stage 3 and takes the cached lower layers as soon as their trees exist, so in a
+   rebuild the archive copies their blobs while the overlay is planned and the chain
+   runs; a refusal removes the staging directory and leaves the previous output.)
 
 Layer order puts the big, stable parts below (OS base, CUDA libraries, torch), so a
 change of the source overlay or a patch rebuilds only the top layer.
@@ -53,7 +54,7 @@ from ..oci.compression import Compression
 from ..oci.config import Platform, RuntimeConfig, rfc3339
 from ..oci.image import ImageSpec, LayerSpec, assemble_image
 from ..oci.image_model import BuiltImage
-from ..oci.layer import Layer, LayerOptions, build_layer
+from ..oci.layer import Layer, LayerOptions, build_layer, layer_by_fingerprint
 from ..oci.layer_cache import LayerCache
 from ..oci.layer_tree import LayerInput, TreeSource
 from ..oci.layout import write_oci_layout
@@ -641,6 +642,23 @@ def build_lower_layers(
     return built
 
 
+def cached_lower_layers(
+    trees: Sequence[LayerTree], options: ImageOptions, store: BlobStore, layer_cache: LayerCache | None
+) -> list[Layer]:
+    """The first of ``trees`` whose layers the layer cache already holds (found by input
+    fingerprint, nothing scanned or compressed), in order, up to the first it lacks."""
+    if layer_cache is None:
+        return []
+    layer_options = LayerOptions(options.compression, options.source_date_epoch)
+    found: list[Layer] = []
+    for tree in trees:
+        layer = layer_by_fingerprint(tree.layer_input, layer_options, store, layer_cache)
+        if layer is None:
+            break
+        found.append(layer)
+    return found
+
+
 # --------------------------------------------------------------------------- stage 5
 
 
@@ -1199,21 +1217,31 @@ def build_profile(request: BuildRequest, progress: ProgressCallback | None = Non
         # layer is made (a refused chain removes the staging directory, archive and all).
         with atomic_directory(out_dir) as staging:
             combined = start_archive(staging, request.formats, request.options)
+            on_layer = combined.add_layer if combined else None
             lower: list[Layer] = []
+            to_make: list[LayerTree] = []
 
-            def make_lower_layers(trees: list[LayerTree]) -> None:
+            def take_cached_lower_layers(trees: list[LayerTree]) -> None:
+                # Layers the layer cache already has (a rebuild: all of them) are taken
+                # now, so the archive starts early; the others are made after the overlay
+                # is planned, so a patch that does not apply is refused before any of
+                # them is compressed.
                 lap("assemble_lower_trees")
-                lower.extend(build_lower_layers(
-                    trees, request.options, store, layer_cache, progress, combined.add_layer if combined else None
-                ))
-                lap("lower_layers")
+                cached = cached_lower_layers(trees, request.options, store, layer_cache)
+                lower.extend(cached)
+                for layer in cached:
+                    if on_layer is not None:
+                        on_layer(layer)
+                to_make.extend(trees[len(cached) :])
 
             try:
                 assembly = assemble(
                     composition, fetched, work_dir / "trees", progress=progress, tree_cache=tree_cache, hashes=hashes,
-                    source_tree=request.source_tree, scratch_dir=scratch_dir, on_lower_trees=make_lower_layers,
+                    source_tree=request.source_tree, scratch_dir=scratch_dir, on_lower_trees=take_cached_lower_layers,
                 )
                 lap("assemble_overlay")
+                lower.extend(build_lower_layers(to_make, request.options, store, layer_cache, progress, on_layer))
+                lap("lower_layers")
                 prepared = prepare_top(composition, assembly, lower, request.options, store)
                 chain = verify_composition(composition, fetched, assembly, prepared)
                 lap("verify")

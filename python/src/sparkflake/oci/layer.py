@@ -36,7 +36,7 @@ from .compression import (
     gzip_trailer,
     zstd_block,
 )
-from .layer_cache import LayerCache
+from .layer_cache import InputFingerprint, LayerCache
 from .layer_tree import LayerInput, ScannedEntry, scan_layer
 from .tar_stream import EntryKind, iter_tar_chunks
 
@@ -105,6 +105,21 @@ def cached_layer(record: dict, store: BlobStore) -> Layer | None:
     )
 
 
+def layer_by_fingerprint(
+    layer_input: LayerInput, options: LayerOptions, store: BlobStore, cache: LayerCache
+) -> Layer | None:
+    """The cached layer of an input whose fingerprint is recorded (no scan, no tar, no
+    compression; one walk, or none when the tree sources carry their walks), or None:
+    ``build_layer`` then does the work."""
+    return _layer_for_fingerprint(cache.input_fingerprint(layer_input, options.as_record()), store, cache)
+
+
+def _layer_for_fingerprint(fingerprint: InputFingerprint | None, store: BlobStore, cache: LayerCache) -> Layer | None:
+    known = None if fingerprint is None else cache.key_for_fingerprint(fingerprint.digest)
+    cached = None if known is None else cache.lookup(known)
+    return None if cached is None else cached_layer(cached, store)
+
+
 def build_layer(
     layer_input: LayerInput,
     options: LayerOptions,
@@ -117,9 +132,7 @@ def build_layer(
     fingerprint = None
     if cache is not None:
         fingerprint = cache.input_fingerprint(layer_input, options.as_record())
-        known = None if fingerprint is None else cache.key_for_fingerprint(fingerprint.digest)
-        cached = None if known is None else cache.lookup(known)
-        layer = None if cached is None else cached_layer(cached, store)
+        layer = _layer_for_fingerprint(fingerprint, store, cache)
         if layer is not None:
             return layer
     entries = scan_layer(layer_input)
