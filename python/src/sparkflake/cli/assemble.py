@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
             "elf_files": base.elf_files,
             "ld_so_cache_entries": base.ld_so_cache_entries,
             "declarative_steps": list(base.steps),
-            "non_root_owners": base.ownership,
+            "owners_and_special_modes": base.ownership,
             "seconds": round(time.monotonic() - started, 3),
         }
     if args.only in (None, "python"):
@@ -80,6 +80,6 @@ def run(args: argparse.Namespace) -> int:
         if part in result:
             summary = result[part]
             assert isinstance(summary, dict)
-            details = ", ".join(f"{k} {v}" for k, v in summary.items() if k not in ("path", "declarative_steps", "non_root_owners"))
+            details = ", ".join(f"{k} {v}" for k, v in summary.items() if k not in ("path", "declarative_steps", "owners_and_special_modes"))
             print_line(f"{part}: {summary['path']} ({details})")
     return 0

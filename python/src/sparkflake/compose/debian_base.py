@@ -1,8 +1,11 @@
 """The OS base tree from .deb files, without dpkg and without running any target binary.
 
-Each package's data member is unpacked into the staging tree (symlinks and permission
-bits kept; owners other than root recorded in the manifest, since the image layer writer
-sets owners). Maintainer scripts are not run. What they would have done that a container
+Each package's data member is unpacked into the staging tree: symlinks kept, permission
+bits of files kept, directories writable by their owner. Owners, setuid/setgid/sticky bits
+are never applied to the tree (a build without the right to set them, as in Nix's sandbox,
+makes the same tree); the entries that carry them are recorded in the manifest. The layer
+writer decides the modes and owners in the image (``oci/layer_tree``). Maintainer scripts
+are not run. What they would have done that a container
 needs is done here, declaratively, in this order (docs/inputs.md lists the same steps):
 
 1. merged /usr: ``bin``, ``sbin``, ``lib`` are symlinks into ``usr/`` before unpacking, as
@@ -23,12 +26,13 @@ absent bytecode is deterministic; see docs/inputs.md.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
 import stat
 import tarfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -70,7 +74,9 @@ class DebInput:
 @dataclass
 class BaseManifest:
     packages: list[dict[str, object]] = field(default_factory=list)
-    ownership: list[dict[str, object]] = field(default_factory=list)  # non-root owners
+    # Entries whose owner is not root or whose mode has setuid/setgid/sticky bits, as the
+    # package says; neither is applied to the tree.
+    ownership: list[dict[str, object]] = field(default_factory=list)
     ld_so_cache_entries: int = 0
     elf_files: int = 0
     steps: tuple[str, ...] = DECLARATIVE_STEPS
@@ -83,16 +89,35 @@ class _Owner:
     link: str | None = None
 
 
-def _copy_hashing(stream, destination: Path, mode: int) -> tuple[str, str]:  # noqa: ANN001 (tar stream)
+@contextlib.contextmanager
+def _writing(target: Path, source: str) -> Iterator[None]:
+    """Writing the tree failed (no space, no permission): say so with the path. Errors
+    reading the package stay outside, reported as a damaged member."""
+    try:
+        yield
+    except OSError as exc:
+        raise CheckFailed(
+            f"{source}: cannot write {target} in the OS base tree: {exc.strerror or exc}",
+            check_id="base-tree-write",
+        ) from exc
+
+
+def _copy_hashing(stream, destination: Path, mode: int, source: str) -> tuple[str, str]:  # noqa: ANN001 (tar stream)
     """Write the member, returning (sha256, md5) of its bytes from the same pass."""
     hasher = hashlib.sha256()
     md5 = hashlib.md5()  # noqa: S324 (dpkg's md5sums format, an integrity check, not security)
-    with open(destination, "wb") as out:
+    with _writing(destination, source):
+        out = open(destination, "wb")  # noqa: SIM115 (closed below; the read is outside _writing)
+    with out:
         while chunk := stream.read(1 << 20):
             hasher.update(chunk)
             md5.update(chunk)
-            out.write(chunk)
-    os.chmod(destination, mode)
+            with _writing(destination, source):
+                out.write(chunk)
+        with _writing(destination, source):
+            out.flush()
+    with _writing(destination, source):
+        os.chmod(destination, mode)
     return hasher.hexdigest(), md5.hexdigest()
 
 
@@ -164,18 +189,25 @@ def _unpack_entry(
     file_list.append("/" + relative if relative else "/.")
     if not relative:
         return
-    if entry.uid != 0 or entry.gid != 0:
+    special_bits = entry.mode & (stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX)
+    if entry.uid != 0 or entry.gid != 0 or special_bits:
         manifest.ownership.append(
-            {"path": "/" + relative, "uid": entry.uid, "gid": entry.gid, "user": entry.uname, "group": entry.gname, "package": deb.package}
+            {"path": "/" + relative, "mode": f"{entry.mode & 0o7777:04o}", "uid": entry.uid, "gid": entry.gid,
+             "user": entry.uname, "group": entry.gname, "package": deb.package}
         )
     target = image_path(root, relative, source=source)
-    mode = entry.mode & 0o7777
+    # Permission bits only: the Nix sandbox refuses setuid/setgid modes (base-files'
+    # /var/local is 2775), and an unprivileged builder cannot give files away. The layer
+    # writer normalizes modes anyway, so the image bytes do not depend on these bits.
+    mode = entry.mode & 0o777
     previous = owners.get(relative)
     existing = os.lstat(target) if os.path.lexists(target) else None
     if entry.isdir():
         if existing is None:
-            os.mkdir(target, mode)
-            os.chmod(target, mode)
+            # owner-writable, so an unprivileged builder can unpack into it and remove it
+            with _writing(target, source):
+                os.mkdir(target, mode | stat.S_IRWXU)
+                os.chmod(target, mode | stat.S_IRWXU)
             owners[relative] = _Owner(deb.package, None)
         elif stat.S_ISLNK(existing.st_mode):
             if not target.is_dir():
@@ -196,7 +228,8 @@ def _unpack_entry(
                 f"{'a different entry' if previous is None else previous.package}",
                 check_id="path-conflict",
             )
-        os.symlink(entry.linkname, target)
+        with _writing(target, source):
+            os.symlink(entry.linkname, target)
         owners[relative] = _Owner(deb.package, None, entry.linkname)
         return
     if entry.islnk():
@@ -206,7 +239,8 @@ def _unpack_entry(
             raise CheckFailed(f"{source}: hardlink {relative!r} -> {linked!r}: no such regular file in the tree", check_id="path-escape")
         if existing is not None:
             raise CheckFailed(f"{source}: hardlink {relative!r} collides with an existing entry", check_id="path-conflict")
-        os.link(linked_path, target)
+        with _writing(target, source):
+            os.link(linked_path, target)
         owners[relative] = owners.get(linked, _Owner(deb.package, None))
         return
     if not entry.isreg():
@@ -221,7 +255,7 @@ def _unpack_entry(
         if not stat.S_ISREG(existing.st_mode):
             raise CheckFailed(f"{source}: file {relative!r} collides with a non-file entry", check_id="path-conflict")
         staging = target.with_name(target.name + ".sparkflake-new")
-        digest, md5 = _copy_hashing(stream, staging, mode)
+        digest, md5 = _copy_hashing(stream, staging, mode, source)
         _check_md5(md5sums, relative, md5, source)
         if previous is not None and previous.sha256 == digest:
             staging.unlink()
@@ -231,7 +265,7 @@ def _unpack_entry(
             f"{source}: /{relative} differs from the copy {previous.package if previous else 'already in the tree'} installed",
             check_id="path-conflict",
         )
-    digest, md5 = _copy_hashing(stream, target, mode)
+    digest, md5 = _copy_hashing(stream, target, mode, source)
     _check_md5(md5sums, relative, md5, source)
     owners[relative] = _Owner(deb.package, digest)
 
