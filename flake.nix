@@ -1,5 +1,6 @@
-# sparkflake's flake: thin wiring. Python does the work (python/); Nix pins nixpkgs, builds the
-# CLI with nixpkgs' own Python builders, fetches locked artifacts with the built-in fetchurl
+# sparkflake's flake: thin wiring. Python does the work (python/); Nix pins nixpkgs (the
+# interpreter and runCommand only), installs the CLI from the wheels python/uv.lock pins
+# (nix/locked-python.nix), fetches locked artifacts with the built-in fetchurl
 # (nix/fetch-locked.nix) and runs the checks (checks/).
 #
 # nixpkgs is the one input. Where it cannot be fetched, a stand-in kept in this repository
@@ -54,7 +55,11 @@
       );
 
       apps = forAllSystems (
-        { system, ... }: import ./nix/apps.nix { inherit (self.packages.${system}) sparkflake; }
+        { pkgs, system }:
+        import ./nix/apps.nix {
+          inherit pkgs;
+          inherit (self.packages.${system}) sparkflake;
+        }
       );
 
       checks = forAllSystems (
@@ -69,20 +74,13 @@
         }
       );
 
+      # The locked tools (python/uv.lock: sparkflake, pytest, hypothesis, ruff) and nixfmt.
       devShells = forAllSystems (
         { pkgs, ... }:
         {
           default = pkgs.mkShell {
             packages = [
-              (pkgs.python3.withPackages (
-                ps:
-                import ./nix/python-dependencies.nix ps
-                ++ [
-                  ps.pytest
-                  ps.hypothesis
-                ]
-              ))
-              pkgs.ruff
+              (import ./nix/locked-python.nix { inherit (pkgs) runCommand python3; }).tools
               pkgs.nixfmt-rfc-style
             ];
           };

@@ -32,27 +32,22 @@ let
     "tests/test_repo_layout.py"
   ];
 
-  testPython = pkgs.python3.withPackages (
-    ps:
-    import ../nix/python-dependencies.nix ps
-    ++ [
-      ps.pytest
-      ps.hypothesis
-      (ps.toPythonModule sparkflake)
-    ]
-  );
+  # The locked tools (python/uv.lock: the runtime dependencies, sparkflake's wheel, pytest,
+  # hypothesis, ruff), never nixpkgs' python3Packages or ruff (nix/locked-python.nix).
+  inherit (import ../nix/locked-python.nix { inherit (pkgs) runCommand python3; }) tools;
 
   builtIn = {
     # The unit tests of the pure stages (hashes, lock and profile models, parsers), run against
     # the package Nix built rather than the source tree, as the unprivileged build user.
     # ./bin/test runs the whole suite directly, as root, with the real tools (umoci, podman,
     # network namespaces, nested nix), which a Nix build cannot offer.
-    pytest = pkgs.runCommand "sparkflake-pytest" { nativeBuildInputs = [ testPython ]; } ''
+    pytest = pkgs.runCommand "sparkflake-pytest" { nativeBuildInputs = [ tools ]; } ''
       cp -r ${src} source
       chmod -R u+w source
       cd source/python
       export HOME=$TMPDIR
-      python -c 'import sparkflake, sys; sys.exit(not sparkflake.__file__.startswith("${sparkflake}/"))'
+      # the tests import the installed wheel of the locked environment, not the source tree
+      python -c 'import sparkflake, sys; sys.exit(not sparkflake.__file__.startswith("${tools}/"))'
       unit_tests=()
       for module in ${builtins.concatStringsSep " " unitTestModules}; do
         if [ -e "$module" ]; then unit_tests+=("$module"); fi
@@ -63,7 +58,7 @@ let
       touch $out
     '';
 
-    ruff = pkgs.runCommand "sparkflake-ruff" { nativeBuildInputs = [ pkgs.ruff ]; } ''
+    ruff = pkgs.runCommand "sparkflake-ruff" { nativeBuildInputs = [ tools ]; } ''
       cd ${src}
       ruff check --no-cache .
       touch $out

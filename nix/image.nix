@@ -3,8 +3,9 @@
 # lock (./fetch-locked.nix: Nix's built-in fetchurl, every file bound by its sha256), with
 # --offline, so both routes give the same digests (docs/compositions.md).
 #
-#   <profile>            result: oci/, oci-archive.tar, docker-archive.tar, receipt.json,
-#                        digests.json, retained-native.json, source-overlay.json
+#   <profile>            result: oci/, oci-archive.tar and docker-archive.tar (one file, two
+#                        names), receipt.json, digests.json, retained-native.json,
+#                        source-overlay.json
 #   <profile>-env        the assembled linux/aarch64 Python environment tree (python/) and
 #                        its manifest of distributions and hashes (python-manifest.json)
 #   <profile>-os-base    the OS base tree (base/) and its manifest (base-manifest.json)
@@ -65,11 +66,13 @@ let
     let
       from = if fromRepository then "" else "--from ${fetchedInputs name}";
     in
+    # The build report (timings, cache use) goes to the build log, not to $out, so a rebuild
+    # gives the same $out (`nix build --rebuild`). mv keeps oci-archive.tar and
+    # docker-archive.tar one inode, as the CLI writes them.
     pkgs.runCommand "sparkflake-image-${name}" { nativeBuildInputs = [ sparkflake ]; } ''
       ${prelude}
-      sparkflake build ${profilesDir}/${name} --offline ${from} --cache $TMPDIR/cache -o $TMPDIR/result --json > $TMPDIR/build.json
-      cp -r $TMPDIR/result $out
-      cp $TMPDIR/build.json $out/build.json
+      sparkflake build ${profilesDir}/${name} --offline ${from} --cache $TMPDIR/cache -o $TMPDIR/result --json >&2
+      mv $TMPDIR/result $out
     '';
 
   assembled =
@@ -80,7 +83,11 @@ let
       sparkflake assemble ${profilesDir}/${name} --only ${only} --cache $TMPDIR/cache -o $TMPDIR/tree --json > $TMPDIR/manifest.json
       mkdir -p $out
       cp -a $TMPDIR/tree/${only} $out/${only}
-      cp $TMPDIR/manifest.json $out/${only}-manifest.json
+      # the manifest without its timings ("seconds"), which go to the build log
+      python -I -c 'import json, sys
+      manifest = json.load(open(sys.argv[1]))
+      print({part: value.pop("seconds", None) for part, value in manifest.items() if isinstance(value, dict)}, file=sys.stderr)
+      json.dump(manifest, open(sys.argv[2], "w"), indent=2, sort_keys=True)' $TMPDIR/manifest.json $out/${only}-manifest.json
     '';
 
   realProfiles = [

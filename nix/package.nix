@@ -1,19 +1,3 @@
-# The sparkflake CLI, built from python/pyproject.toml with nixpkgs' own Python builder.
-{ lib, python3Packages }:
-let
-  pyproject = builtins.fromTOML (builtins.readFile ../python/pyproject.toml);
-in
-python3Packages.buildPythonApplication {
-  pname = pyproject.project.name;
-  inherit (pyproject.project) version;
-  pyproject = true;
-  src = ../python;
-  build-system = [ python3Packages.setuptools ];
-  dependencies = import ./python-dependencies.nix python3Packages;
-  pythonImportsCheck = [ "sparkflake" ];
-  meta = {
-    inherit (pyproject.project) description;
-    license = lib.licenses.asl20;
-    mainProgram = "sparkflake";
-  };
-}
+# The sparkflake CLI: a venv of nixpkgs' python3 holding exactly the wheels python/uv.lock pins
+# and sparkflake's own wheel, with the profiles bundled (./locked-python.nix).
+{ runCommand, python3 }: (import ./locked-python.nix { inherit runCommand python3; }).sparkflake

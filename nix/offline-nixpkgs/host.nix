@@ -1,12 +1,16 @@
 # Where the stand-in finds its host tools. These are fixed absolute paths, never the checkout:
-# CI clones the repository elsewhere. ./bin/test creates the venv from python/uv.lock
-# (pytest, hypothesis, ruff, setuptools and sparkflake's runtime dependencies) with Debian's
-# python3; Debian's nix-bin provides nix. Builds run unsandboxed (sandbox = false on Debian),
-# so builders may execute these paths.
+# CI clones the repository elsewhere. bin/bootstrap makes them: the venv from python/uv.lock
+# with Debian 12's python3 (it runs the stand-in's own builders), and the Debian 13 root whose
+# Python 3.13 is the stand-in's python3, as nixpkgs at the pinned revision has
+# (pkgs/top-level/all-packages.nix: python3 = python313). Debian's nix-bin provides nix.
+# Builds run unsandboxed (sandbox = false on Debian), so builders may execute these paths; a
+# sandboxed build needs them as extra-sandbox-paths (see python/tests/test_build_nix.py).
 rec {
   venv = "/opt/sparkflake/venv";
   python = "${venv}/bin/python";
-  pythonVersion = "3.11";
+  python3 = "/opt/sparkflake/debian13/usr/bin/python3.13";
+  python3Version = "3.13";
+  python3Lib = "/opt/sparkflake/debian13/usr/lib/python3.13";
   bash = "/bin/bash";
   nixBin = "/usr/bin";
   # Base PATH for runCommand scripts: Debian's coreutils, findutils, grep, sed.

@@ -1,12 +1,30 @@
-# legacyPackages.<system> of the stand-in: the nixpkgs package-set surface sparkflake uses
-# (callPackage, runCommand, mkShell, python3 / python3Packages with buildPythonApplication and
-# withPackages, ruff, nix, nixfmt-rfc-style), each a plain `derivation` whose builder is a host
-# program. Builders are Python scripts in ./builders run by the host venv's interpreter; only
-# runCommand and mkShell use bash, because their nixpkgs contract is a bash script.
+# legacyPackages.<system> of the stand-in: the nixpkgs package-set surface around sparkflake
+# (callPackage, runCommand, mkShell, python3 with withPackages, python3Packages, ruff, nix,
+# nixfmt-rfc-style), each a plain `derivation`, modeled on nixpkgs at the revision flake.lock
+# pins: python3 is Python 3.13 and bare, withPackages a symlink tree, python3Packages and ruff
+# at that revision's versions (docs/architecture.md says what is and is not modeled). Builders
+# are Python scripts in ./builders run by the host venv's interpreter; only runCommand and
+# mkShell use bash, because their nixpkgs contract is a bash script.
 { lib, system }:
 let
   host = import ./host.nix;
-  sitePackages = "lib/python${host.pythonVersion}/site-packages";
+  # Nix's built-in fetcher, as <nix/fetchurl.nix> uses it (the stand-in is its own flake: the
+  # project's nix/ is not beside it in the store).
+  fetchurl =
+    { url, sha256, ... }:
+    derivation {
+      name = baseNameOf url;
+      system = "builtin";
+      builder = "builtin:fetchurl";
+      inherit url;
+      outputHashMode = "flat";
+      outputHashAlgo = "sha256";
+      outputHash = sha256;
+      executable = false;
+      unpack = false;
+      preferLocalBuild = true;
+    };
+  sitePackages = "lib/python${host.python3Version}/site-packages";
 
   # A derivation built by one of ./builders/*.py; meta and passthru stay out of its environment.
   hostBuilt =
@@ -38,113 +56,132 @@ let
       inherit meta;
     };
 
-  # A Python distribution that the host venv provides; building it checks that it is there.
-  hostPythonPackage =
-    distribution:
-    hostBuilt {
-      name = "host-python3-${distribution}";
-      builder = ./builders/host_python_package.py;
-      env = {
-        inherit distribution;
-      };
-      passthru = {
-        pname = distribution;
-        pythonModule = python3;
-      };
-    };
-
   # Programs of the host, linked into $out/bin under their names.
   hostPrograms =
     {
       name,
       programs,
       mainProgram,
+      directories ? { },
     }:
+    let
+      pairs = links: builtins.concatStringsSep " " (builtins.attrValues (builtins.mapAttrs (link: target: "${link}=${target}") links));
+    in
     hostBuilt {
       inherit name;
       builder = ./builders/link_host_programs.py;
-      env.programs = builtins.concatStringsSep " " (
-        builtins.attrValues (builtins.mapAttrs (link: target: "${link}=${target}") programs)
-      );
+      env = {
+        programs = pairs programs;
+        directories = pairs directories;
+      };
       meta = {
         inherit mainProgram;
       };
     };
 
+  # The wheels PyPI publishes for the versions nixpkgs has at the pinned revision
+  # (d7600c77, 2025-08-30), as issue #15 read them there: installer 0.7.0
+  # (python-modules/installer), packaging 25.0 (python-modules/packaging), zstandard 0.23.0
+  # (python-modules/zstandard), ruff 0.12.11 (by-name/ru/ruff; ruff 0.13.1 followed in
+  # September). The search tool's stored nixpkgs copies are at other commits and could not
+  # confirm the revision itself. Only x86_64-linux wheels are kept (this machine and CI).
+  atRevision = {
+    installer = {
+      version = "0.7.0";
+      url = "https://files.pythonhosted.org/packages/e5/ca/1172b6638d52f2d6caa2dd262ec4c811ba59eee96d54a7701930726bce18/installer-0.7.0-py3-none-any.whl";
+      sha256 = "05d1933f0a5ba7d8d6296bb6d5018e7c94fa473ceb10cf198a92ccea19c27b53";
+    };
+    packaging = {
+      version = "25.0";
+      url = "https://files.pythonhosted.org/packages/20/12/38679034af332785aac8774540895e234f4d07f7545804097de4b666afd8/packaging-25.0-py3-none-any.whl";
+      sha256 = "29572ef2b1f17581046b3a2227d5c611fb25ec70ca1ba8554b24b0e69331a484";
+    };
+    zstandard = {
+      version = "0.23.0";
+      url = "https://files.pythonhosted.org/packages/fa/18/89ac62eac46b69948bf35fcd90d37103f38722968e2981f752d69081ec4d/zstandard-0.23.0-cp313-cp313-manylinux_2_17_x86_64.manylinux2014_x86_64.whl";
+      sha256 = "6f77fa49079891a4aab203d0b1744acc85577ed16d767b52fc089d83faf8d8ed";
+    };
+    ruff = {
+      version = "0.12.11";
+      url = "https://files.pythonhosted.org/packages/68/ab/2542b14890d0f4872dd81b7b2a6aed3ac1786fae1ce9b17e11e6df9e31e3/ruff-0.12.11-py3-none-musllinux_1_2_x86_64.whl";
+      sha256 = "e07fbb89f2e9249f219d88331c833860489b49cdf4b032b8e4432e9b13e8a4b9";
+    };
+  };
+  fetchedWheel =
+    name:
+    if system == "x86_64-linux" then
+      fetchurl atRevision.${name}
+    else
+      throw "the offline nixpkgs stand-in has ${name}'s wheel for x86_64-linux only, not ${system}";
+
+  # python3Packages.<name>: the wheel installed by the revision's own installer, run by the
+  # stand-in's python3 (3.13).
+  wheelPackage =
+    pname: importCheck:
+    derivation {
+      name = "python${host.python3Version}-${pname}-${atRevision.${pname}.version}";
+      inherit system sitePackages importCheck;
+      builder = "${python3}/bin/python${host.python3Version}";
+      args = [
+        "-B"
+        ./builders/install_wheel.py
+      ];
+      wheel = fetchedWheel pname;
+      wheelName = baseNameOf atRevision.${pname}.url;
+      PYTHONPATH = fetchedWheel "installer";
+      PATH = host.path;
+    }
+    // {
+      inherit pname;
+      inherit (atRevision.${pname}) version;
+      pythonModule = python3;
+    };
+
   withPackages =
     select:
     hostBuilt {
-      name = "python${host.pythonVersion}-env";
+      name = "python${host.python3Version}-env";
       builder = ./builders/python_env.py;
       env = {
         pythonPackages = select python3Packages;
+        interpreter = "${python3}/bin/python${host.python3Version}";
       };
       passthru = {
         inherit sitePackages;
       };
     };
 
+  # The interpreter alone, as nixpkgs' python3 is: no package on its path but the stdlib.
   python3 =
-    withPackages (_: [ ])
+    hostPrograms {
+      name = "python3-${host.python3Version}";
+      programs = {
+        "python${host.python3Version}" = host.python3;
+        python3 = host.python3;
+      };
+      # Its stdlib beside bin/, as in nixpkgs' python3: a venv of it (home = this bin/)
+      # finds lib/python3.13/os.py from there.
+      directories."lib/python${host.python3Version}" = host.python3Lib;
+      mainProgram = "python3";
+    }
     // {
-      inherit sitePackages withPackages system;
-      inherit (host) pythonVersion;
+      inherit sitePackages withPackages;
+      pythonVersion = host.python3Version;
       pkgs = python3Packages;
-      executable = "python${host.pythonVersion}";
+      executable = "python${host.python3Version}";
+      interpreter = "${python3}/bin/python${host.python3Version}";
+      stdenv.hostPlatform.system = system;
     };
 
-  buildPythonApplication =
-    {
-      pname,
-      version,
-      src,
-      pyproject ? false,
-      format ? null,
-      build-system ? [ ],
-      dependencies ? [ ],
-      pythonImportsCheck ? [ ],
-      meta ? { },
-      ...
-    }:
-    assert
-      pyproject || format == "wheel" || throw "the offline stand-in builds pyproject = true or format = \"wheel\" only";
-    hostBuilt {
-      name = "${pname}-${version}";
-      builder = ./builders/build_python_application.py;
-      env = {
-        inherit
-          pname
-          version
-          src
-          dependencies
-          ;
-        buildSystem = build-system;
-        format = if format == null then "pyproject" else format;
-        pythonImportsCheck = builtins.concatStringsSep " " pythonImportsCheck;
-      };
-      inherit meta;
-      passthru = {
-        inherit pname version dependencies;
-        pythonModule = python3;
-      };
-    };
-
+  # What the flake may take from nixpkgs' Python package set, at the revision's versions and
+  # under nixpkgs' attribute names. Nothing else is modeled: an attribute missing here
+  # (buildPythonApplication, pytest, …) fails evaluation, as a lock-only flake should.
   python3Packages = {
     python = python3;
-    inherit buildPythonApplication;
-    buildPythonPackage = buildPythonApplication;
     toPythonModule = package: package // { pythonModule = python3; };
-    setuptools = hostPythonPackage "setuptools";
-    zstandard = hostPythonPackage "zstandard";
-    # the host venv holds the exact wheel python/uv.lock pins (bin/bootstrap, uv sync)
-    deflate = hostPythonPackage "deflate" // {
-      lockedWheel = true;
-    };
-    installer = hostPythonPackage "installer";
-    packaging = hostPythonPackage "packaging";
-    pytest = hostPythonPackage "pytest";
-    hypothesis = hostPythonPackage "hypothesis";
-    sparkcache = hostPythonPackage "sparkcache";
+    installer = wheelPackage "installer" "installer";
+    packaging = wheelPackage "packaging" "packaging";
+    zstandard = wheelPackage "zstandard" "zstandard";
   };
 
   pkgs = {
@@ -224,10 +261,16 @@ let
       mainProgram = "bash";
     };
 
-    ruff = hostPrograms {
-      name = "ruff-host";
-      programs.ruff = "${host.venv}/bin/ruff";
-      mainProgram = "ruff";
+    # nixpkgs' ruff at the revision (0.12.x), not the locked one: a check that ran it would
+    # report what the locked ruff does not.
+    ruff = hostBuilt {
+      name = "ruff-${atRevision.ruff.version}";
+      builder = ./builders/wheel_program.py;
+      env = {
+        wheel = fetchedWheel "ruff";
+        member = "ruff-${atRevision.ruff.version}.data/scripts/ruff";
+      };
+      meta.mainProgram = "ruff";
     };
 
     nix = hostPrograms {
