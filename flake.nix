@@ -59,6 +59,11 @@
         import ./nix/apps.nix {
           inherit pkgs;
           inherit (self.packages.${system}) sparkflake;
+          images = builtins.intersectAttrs {
+            glm53-dflash7 = null;
+            glm53-mtp5 = null;
+            fixture-image = null;
+          } self.packages.${system};
         }
       );
 

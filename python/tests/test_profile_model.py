@@ -3,6 +3,7 @@ the precise message of every invalid form."""
 
 from __future__ import annotations
 
+import sys
 import tomllib
 from pathlib import Path
 
@@ -482,8 +483,11 @@ def test_lookup_failures_say_where_they_looked(tmp_path: Path, monkeypatch: pyte
     empty = tmp_path / "nowhere"
     empty.mkdir()
     monkeypatch.chdir(empty)
-    with pytest.raises(InputError, match=r"no profiles directory found: set SPARKFLAKE_PROFILES_DIR"):
+    # an installation without bundled profiles (the Nix package has them: see below)
+    monkeypatch.setattr(sys, "prefix", str(tmp_path / "prefix"))
+    with pytest.raises(InputError, match=r"no profiles directory found: set SPARKFLAKE_PROFILES_DIR") as caught:
         load_profile("glm53-dflash7")
+    assert f"and {tmp_path}/prefix/share/sparkflake/profiles)" in str(caught.value)
     profiles = make_profiles_dir(tmp_path / "x")
     with pytest.raises(InputError) as caught:
         load_profile("glm53-nope", profiles)
@@ -555,3 +559,16 @@ def test_structural_mutations_give_input_errors(text: str, data: st.DataObject) 
         assert str(error).startswith("fuzz.toml: ")
         return
     assert parse_profile(dump_profile(profile)) == profile
+
+
+def test_profiles_bundled_with_the_installation_are_found_from_anywhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(PROFILES_DIR_ENV, raising=False)
+    make_profiles_dir(tmp_path / "prefix" / "share" / "sparkflake")
+    monkeypatch.setattr(sys, "prefix", str(tmp_path / "prefix"))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert find_profiles_dir() == tmp_path / "prefix" / "share" / "sparkflake" / "profiles"
+    assert load_profile("glm53-dflash7").name == "glm53-dflash7"

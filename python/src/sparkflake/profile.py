@@ -18,6 +18,7 @@ import math
 import os
 import posixpath
 import re
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
@@ -738,9 +739,17 @@ def check_against_locks(profile: Profile, locks: Sequence[Lock]) -> None:
 # --------------------------------------------------------------------------- lookup
 
 
+def bundled_profiles_dir() -> Path:
+    """Where an installation carries its own profiles: the Nix package installs them at
+    ``<prefix>/share/sparkflake/profiles`` (nix/locked-python.nix), so ``nix run
+    .#launch-rank`` works from any directory."""
+    return Path(sys.prefix) / "share" / "sparkflake" / "profiles"
+
+
 def find_profiles_dir(start: str | os.PathLike[str] | None = None) -> Path:
     """``$SPARKFLAKE_PROFILES_DIR``, else the nearest ``profiles/`` holding a profile,
-    searching upward from ``start`` (default: the working directory)."""
+    searching upward from ``start`` (default: the working directory), else the profiles
+    bundled with the installation."""
     from_env = os.environ.get(PROFILES_DIR_ENV)
     if from_env:
         directory = Path(from_env)
@@ -752,9 +761,12 @@ def find_profiles_dir(start: str | os.PathLike[str] | None = None) -> Path:
         candidate = directory / "profiles"
         if candidate.is_dir() and any(candidate.glob(f"*/{PROFILE_FILE}")):
             return candidate
+    bundled = bundled_profiles_dir()
+    if bundled.is_dir() and any(bundled.glob(f"*/{PROFILE_FILE}")):
+        return bundled
     raise InputError(
         f"no profiles directory found: set {PROFILES_DIR_ENV} or run inside a checkout "
-        f"(searched upward from {here} for profiles/*/{PROFILE_FILE})"
+        f"(searched upward from {here} for profiles/*/{PROFILE_FILE}, and {bundled})"
     )
 
 

@@ -43,6 +43,7 @@ from packaging.utils import canonicalize_name
 
 from .. import __version__
 from ..atomic_write import atomic_directory, check_output_parent, process_alive, write_bytes_atomic
+from ..builder_identity import builder_identity
 from ..digest import git_tree_id, nar_hash, sha256_file
 from ..errors import CheckFailed, InputError, SparkflakeError
 from ..fetch import Artifact, BlobCache, default_cache_root, fetch_all
@@ -1070,6 +1071,9 @@ def finish(
     full["predicate"]["runDetails"]["metadata"] = {  # type: ignore[index]
         "verification": [result.as_record() for result in chain],
     }
+    # Outside the image only (see builder_identity): the in-image receipt names sparkflake's
+    # version alone, so the digests do not depend on the interpreter that built them.
+    full["predicate"]["runDetails"]["builder"]["version"] = builder_identity()  # type: ignore[index]
     return BuildResult(
         profile=profile.name,
         image=image,

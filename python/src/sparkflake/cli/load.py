@@ -1,0 +1,50 @@
+"""``sparkflake load OUT``: load a built image into podman or docker and check its image ID."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from ..errors import InputError
+from ..fanout.engine import ENGINES, import_archive
+from ._output import print_json, print_line
+
+ARCHIVES = ("docker-archive.tar", "oci-archive.tar")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "load",
+        help="load a built image into podman or docker; its image ID must equal our config digest",
+        description=(
+            "Load OUT/docker-archive.tar (else OUT/oci-archive.tar) of a `sparkflake build` "
+            "output into the engine's local store and check that the image ID the engine "
+            "reports equals the config digest of OUT/digests.json; then tag it (--tag)."
+        ),
+    )
+    parser.add_argument("out", metavar="OUT", type=Path)
+    parser.add_argument("--engine", choices=ENGINES, default="podman")
+    parser.add_argument("--engine-arg", dest="engine_args", action="append", default=[], metavar="ARG",
+                        help="an argument for the engine before its command (repeatable), e.g. --storage-driver=vfs")
+    parser.add_argument("--tag", help="tag the loaded image (default: none)")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    digests_path = args.out / "digests.json"
+    try:
+        config_digest = json.loads(digests_path.read_text(encoding="utf-8"))["config"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise InputError(f"{digests_path}: not the digests.json of a build (a JSON object with \"config\"): {exc}") from exc
+    archive = next((args.out / name for name in ARCHIVES if (args.out / name).is_file()), None)
+    if archive is None:
+        raise InputError(f"{args.out}: no {' or '.join(ARCHIVES)}")
+    result = import_archive(args.engine, args.engine_args, str(archive), config_digest, args.tag)
+    if args.json:
+        print_json({"engine": result.engine, "archive": str(archive), "image_id": result.image_id,
+                    "loaded": list(result.loaded), "tag": result.tag})
+    else:
+        print_line(f"{result.engine}: loaded {archive}, image ID {result.image_id} (equal to the config digest)")
+    return 0
