@@ -48,7 +48,8 @@ let
       + builtins.concatStringsSep "\n" (
         map (
           # The store name comes from the URL: lock names such as "libc6:arm64" hold a ":".
-          input: "ln -s ${fetchLocked (builtins.removeAttrs input [ "name" ])} $out/${input.sha256}"
+          input:
+          "ln -s ${fetchLocked.tryingEvery pkgs.python3 (builtins.removeAttrs input [ "name" ])} $out/${input.sha256}"
         ) (lockedFiles name)
       )
     );

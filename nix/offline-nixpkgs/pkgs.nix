@@ -62,6 +62,7 @@ let
       name,
       programs,
       mainProgram,
+      execPrograms ? { },
       directories ? { },
     }:
     let
@@ -72,6 +73,7 @@ let
       builder = ./builders/link_host_programs.py;
       env = {
         programs = pairs programs;
+        execPrograms = pairs execPrograms;
         directories = pairs directories;
       };
       meta = {
@@ -144,7 +146,8 @@ let
       builder = ./builders/python_env.py;
       env = {
         pythonPackages = select python3Packages;
-        interpreter = "${python3}/bin/python${host.python3Version}";
+        # the interpreter itself (not python3's exec script), so that it finds $out/pyvenv.cfg
+        interpreter = host.python3;
       };
       passthru = {
         inherit sitePackages;
@@ -155,7 +158,8 @@ let
   python3 =
     hostPrograms {
       name = "python3-${host.python3Version}";
-      programs = {
+      programs = { };
+      execPrograms = {
         "python${host.python3Version}" = host.python3;
         python3 = host.python3;
       };

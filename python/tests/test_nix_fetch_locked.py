@@ -1,5 +1,6 @@
 """nix/fetch-locked.nix: a lock record becomes a builtin:fetchurl fixed-output derivation, which
-Nix builds offline from a file:// URL when the sha256 is right and refuses when it is wrong."""
+Nix builds offline from a file:// URL when the sha256 is right and refuses when it is wrong; a
+record with several URLs is fetched by fetchLocked.tryingEvery, which tries each in order."""
 
 from __future__ import annotations
 
@@ -71,7 +72,7 @@ def test_lock_record_evaluates_to_a_builtin_fixed_output_derivation() -> None:
     sha256 = "5f1c3f10d5ace66d4ba584415bbfe42b6ac1a0a9116a3b81dcbe50516ad924b3"
     url = "https://files.example/wheels/torch-2.9.1%2Bcpu-cp311-cp311-manylinux_2_28_aarch64.whl"
     expression = (
-        f'let d = import {FETCH_LOCKED} {{ urls = [ {json.dumps(url)} "file:///mirror/x.whl" ];'
+        f'let d = import {FETCH_LOCKED} {{ urls = [ {json.dumps(url)} ];'
         f' sha256 = "{sha256}"; size = 12; kind = "wheel"; }};'
         " in { inherit (d) name system builder url outputHash outputHashAlgo outputHashMode; }"
     )
@@ -168,3 +169,58 @@ def test_fetch_returns_exactly_the_bytes_whose_hash_was_locked(
     completed = fetch(artifact.as_uri(), hashlib.sha256(salt + content).hexdigest())
     assert completed.returncode == 0, completed.stderr
     assert Path(completed.stdout.strip()).read_bytes() == salt + content
+
+
+STAND_IN_PYTHON = (
+    f"(import {REPO}/nix/offline-nixpkgs/pkgs.nix {{ lib = import {REPO}/nix/offline-nixpkgs/lib.nix;"
+    " system = builtins.currentSystem; }).python3"
+)
+
+
+def fetch_trying_every(urls: list[str], sha256: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["nix-build", "--no-out-link", "--expr",
+         f"{{ urls, sha256 }}: (import {FETCH_LOCKED}).tryingEvery {STAND_IN_PYTHON}"
+         " { urls = builtins.fromJSON urls; inherit sha256; }",
+         "--argstr", "urls", json.dumps(urls), "--argstr", "sha256", sha256],
+        capture_output=True, text=True, check=False, env=NIX_ENV,
+    )
+
+
+def test_every_url_is_tried_in_order_until_one_has_the_locked_bytes(served_dir: Path) -> None:
+    content = os.urandom(4096)
+    good = serve(served_dir, "libfoo_1.0_arm64.deb", content)
+    wrong = serve(served_dir, "wrong.deb", os.urandom(4096))
+    urls = [
+        (served_dir / "absent.deb").as_uri(),
+        "http://127.0.0.1:9/libfoo_1.0_arm64.deb",  # discard port: nothing answers
+        wrong.as_uri(),
+        good.as_uri(),
+    ]
+    completed = fetch_trying_every(urls, hashlib.sha256(content).hexdigest())
+    assert completed.returncode == 0, completed.stderr
+    store_path = Path(completed.stdout.strip())
+    assert store_path.name.endswith("-absent.deb")  # the store name comes from the first URL
+    assert store_path.read_bytes() == content
+    assert f"fetched from {good.as_uri()}" in completed.stderr
+
+
+def test_a_locked_input_no_url_answers_for_fails_naming_it_and_every_url(served_dir: Path) -> None:
+    wrong = serve(served_dir, "wrong.deb", os.urandom(512))
+    urls = [(served_dir / "libbar_2.0_arm64.deb").as_uri(), wrong.as_uri()]
+    completed = fetch_trying_every(urls, hashlib.sha256(b"the locked bytes").hexdigest())
+    assert completed.returncode != 0
+    assert "libbar_2.0_arm64.deb: no URL of the lock answered with its bytes" in completed.stderr
+    assert f"{wrong.as_uri()}: sha256 " in completed.stderr
+    assert urls[0] in completed.stderr
+
+
+def test_plain_fetch_of_a_record_with_several_urls_is_refused() -> None:
+    completed = subprocess.run(
+        ["nix-instantiate", "--eval", "--expr",
+         f'(import {FETCH_LOCKED} {{ urls = [ "https://a.invalid/x.deb" "https://b.invalid/x.deb" ];'
+         f' sha256 = "{"0" * 64}"; }}).outPath'],
+        capture_output=True, text=True, check=False, env=NIX_ENV,
+    )
+    assert completed.returncode != 0
+    assert "locked input x.deb has 2 URLs: fetch it with fetchLocked.tryingEvery" in completed.stderr
