@@ -1,5 +1,5 @@
 """The Nix side of the repository: every .nix file parses, flake.lock pins exactly nixpkgs,
-python/uv.lock and the host-tool venv agree, python dependencies map onto nixpkgs."""
+python/uv.lock and the host-tool venv agree, the overlay adds the CLI and the images."""
 
 from __future__ import annotations
 
@@ -99,81 +99,6 @@ def test_flake_has_one_input_and_the_lock_records_its_reference() -> None:
     }
 
 
-def test_python_dependencies_come_from_the_package_set_or_the_uv_lock_wheel() -> None:
-    # A package set without sparkcache: that dependency is built from the wheel uv.lock pins,
-    # fetched by builtin fetchurl; the others are taken from the set as they are.
-    evaluated = nix_eval_json(
-        """
-        let
-          ps = {
-            zstandard = "ps.zstandard";
-            installer = "ps.installer";
-            packaging = "ps.packaging";
-            deflate = { lockedWheel = false; };  # nixpkgs' own build: not taken
-            python = { system = "x86_64-linux"; };
-            buildPythonPackage = attrs: attrs;
-          };
-          describe = dependency:
-            if builtins.isString dependency then dependency
-            else {
-              inherit (dependency) pname version format;
-              inherit (dependency.src) url outputHash builder;
-            };
-        in map describe (import ./nix/python-dependencies.nix ps)
-        """
-    )
-    pyproject = tomllib.loads((REPO / "python/pyproject.toml").read_text())
-    names = [
-        re.match(r"\s*([A-Za-z0-9._-]+)", r).group(1) for r in pyproject["project"]["dependencies"]
-    ]
-    assert len(evaluated) == len(names)
-    uv_lock = tomllib.loads((REPO / "python/uv.lock").read_text())
-    locked = {package["name"]: package for package in uv_lock["package"]}
-    for name, dependency in zip(names, evaluated, strict=True):
-        if name in {"zstandard", "installer", "packaging"}:
-            assert dependency == f"ps.{name}"
-            continue
-        if name == "deflate":  # the layer compressor: the locked binary wheel, always
-            (wheel,) = [
-                w
-                for w in locked[name]["wheels"]
-                if re.search(r"-cp311-abi3-manylinux[^/]*_x86_64\.whl$", w["url"])
-            ]
-        else:
-            (wheel,) = [w for w in locked[name]["wheels"] if w["url"].endswith("-none-any.whl")]
-        assert dependency == {
-            "pname": name,
-            "version": locked[name]["version"],
-            "format": "wheel",
-            "url": wheel["url"],
-            "outputHash": wheel["hash"].removeprefix("sha256:"),
-            "builder": "builtin:fetchurl",
-        }
-
-
-def test_every_runtime_dependency_builds_with_the_offline_stand_in() -> None:
-    # Either the stand-in provides it from the host venv (offline), or uv.lock pins a
-    # pure-Python wheel that nix/python-dependencies.nix fetches and installs.
-    pyproject = tomllib.loads((REPO / "python/pyproject.toml").read_text())
-    names = [
-        re.match(r"\s*([A-Za-z0-9._-]+)", r).group(1) for r in pyproject["project"]["dependencies"]
-    ]
-    provided = nix_eval_json(
-        "builtins.attrNames (import ./nix/offline-nixpkgs/pkgs.nix "
-        '{ lib = import ./nix/offline-nixpkgs/lib.nix; system = "x86_64-linux"; }).python3Packages'
-    )
-    uv_lock = tomllib.loads((REPO / "python/uv.lock").read_text())
-    pure_wheels = {
-        package["name"]
-        for package in uv_lock["package"]
-        if any(wheel["url"].endswith("-none-any.whl") for wheel in package.get("wheels", []))
-    }
-    assert {"zstandard", "installer", "packaging", "setuptools", "pytest", "hypothesis"} <= set(
-        provided
-    )
-    assert [name for name in names if name not in provided and name not in pure_wheels] == []
-
-
 def test_host_venv_holds_exactly_the_locked_versions() -> None:
     uv_lock = tomllib.loads((REPO / "python/uv.lock").read_text())
     locked = {p["name"]: p["version"] for p in uv_lock["package"] if p["name"] != "sparkflake"}
@@ -255,5 +180,5 @@ def test_overlay_adds_the_cli_and_the_images_to_a_package_set() -> None:
             "sparkflake-image-glm53-mtp5",
             "sparkflake-image-fixture",
         ],
-        "ruffKept": "ruff-host",
+        "ruffKept": "ruff-0.12.11",
     }

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -55,7 +56,14 @@ def test_flake_outputs_for_both_systems() -> None:
             "glm53-dflash7",
             "glm53-mtp5",
         }
-        assert set(outputs["apps"][system]) >= {"default", "launch-rank"}
+        assert set(outputs["apps"][system]) >= {
+            "default",
+            "launch-rank",
+            "glm53-dflash7-copy-to-registry",
+            "glm53-dflash7-load-into-podman",
+            "fixture-image-copy-to-registry",
+            "fixture-image-load-into-podman",
+        }
         assert set(outputs["checks"][system]) >= {"pytest", "ruff", "nix-parse", "fixture-digests"}
         assert set(outputs["devShells"][system]) == {"default"}
         assert outputs["formatter"][system]["type"] == "derivation"
@@ -74,9 +82,11 @@ def test_flake_check_passes_offline() -> None:
 def test_the_built_cli_and_its_apps_run() -> None:
     sparkflake = build(".#sparkflake")
     assert build(".#default") == sparkflake
-    # built from the source by the nixpkgs builder: the package is in the store, not the checkout
-    site = sparkflake / "lib" / "python3.11" / "site-packages" / "sparkflake" / "__init__.py"
+    # sparkflake's wheel installed into a venv of the stand-in's python3 (3.13, as nixpkgs'),
+    # beside the locked wheels: the package is in the store, not the checkout
+    site = sparkflake / "lib" / "python3.13" / "site-packages" / "sparkflake" / "__init__.py"
     assert site.is_file()
+    assert (sparkflake / "share" / "sparkflake" / "profiles" / "glm53-dflash7" / "profile.toml").is_file()
     for program in ["sparkflake", "sparkflake-launch-rank"]:
         assert (sparkflake / "bin" / program).is_file()
     help_text = subprocess.run(
@@ -92,6 +102,11 @@ def test_the_built_cli_and_its_apps_run() -> None:
     launch_help = nix_offline("run", ".#launch-rank", "--", "--help")
     assert launch_help.returncode == 0, launch_help.stderr
     assert "launch-rank" in launch_help.stdout
+    # outside any checkout, the launcher finds the profiles bundled in the package
+    listed = subprocess.run([str(sparkflake / "bin" / "sparkflake"), "profile", "list"], capture_output=True,
+                            text=True, check=False, cwd="/")
+    assert listed.returncode == 0, listed.stderr
+    assert {"glm53-dflash7", "glm53-mtp5"} <= set(listed.stdout.split())
 
 
 @pytest.mark.slow
@@ -101,13 +116,17 @@ def test_dev_shell_has_the_tools_and_the_dependencies() -> None:
         "--command",
         "python",
         "-c",
-        "import hypothesis, pytest, zstandard, installer, packaging; print('imports ok')",
+        "import hypothesis, pytest, zstandard, installer, packaging, importlib.metadata as m;"
+        " print(*(m.version(name) for name in ('installer', 'packaging', 'zstandard', 'pytest')))",
     )
     assert completed.returncode == 0, completed.stderr
-    assert completed.stdout.strip().endswith("imports ok")
+    uv_lock = tomllib.loads((REPO / "python/uv.lock").read_text())
+    locked = {package["name"]: package["version"] for package in uv_lock["package"]}
+    # the locked tools, not the package set's (installer 0.7.0, packaging 25.0, zstandard 0.23.0)
+    assert completed.stdout.split()[-4:] == [locked[name] for name in ("installer", "packaging", "zstandard", "pytest")]
     ruff = nix_offline("develop", "--command", "ruff", "--version")
     assert ruff.returncode == 0, ruff.stderr
-    assert ruff.stdout.startswith("ruff ")
+    assert ruff.stdout.strip() == f"ruff {locked['ruff']}"
 
 
 @pytest.mark.slow
