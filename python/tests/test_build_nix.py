@@ -1,20 +1,27 @@
-"""The Nix route (nix/image.nix with the offline nixpkgs stand-in) and the CLI route give
-the fixture image the same digests, equal to profiles/fixture/expected-digests.json; and
-the real profiles' image, -env and -os-base derivations evaluate over fixed-output fetches
-of the lock."""
+"""The Nix route (nix/image.nix with the offline nixpkgs stand-in, Nix's build sandbox on) and
+the CLI route give the fixture image the same digests, equal to
+profiles/fixture/expected-digests.json, although the fixture's deb carries setgid/setuid
+entries and other owners (which the sandbox refuses on disk) and the Nix route runs on
+Debian 13's Python 3.13 while the CLI runs on Debian 12's 3.11; a rebuild gives the same
+$out, whose two archives are one inode; the image apps load into podman and push to a
+registry digest-preserving; the real profiles' derivations evaluate over fixed-output
+fetches of the lock."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
 import pytest
+from oci_fixtures import PodmanStore, RegistryServer, podman_store, registry_server  # noqa: F401 - pytest fixtures
 
 from sparkflake.compose.build import BuildRequest, build_profile
 
 REPO = Path(__file__).resolve().parents[2]
 EXPECTED = json.loads((REPO / "profiles" / "fixture" / "expected-digests.json").read_text())
+DEBIAN13_PYTHON = Path("/opt/sparkflake/debian13/usr/bin/python3.13")
 
 EXPRESSION = """
 let
@@ -31,9 +38,16 @@ let
     ]);
   }};
 in
-import (repo + "/nix/image.nix") {{ inherit pkgs sparkflake fetchLocked src; }}
+import (repo + "/nix/image.nix") {{ inherit pkgs sparkflake fetchLocked src; }} // {{ inherit sparkflake; }}
 """
 
+# The sandbox as a Nix user has it: a build may not set setuid/setgid bits, and sees only its
+# inputs and these host paths (the stand-in's host tools).
+SANDBOX_OPTIONS = [
+    "--option", "substituters", "",
+    "--option", "sandbox", "true",
+    "--option", "extra-sandbox-paths", "/bin /usr /lib /lib64 /opt/sparkflake",
+]
 NIX_OPTIONS = ["--option", "substituters", "", "--option", "sandbox", "false"]
 
 
@@ -44,22 +58,98 @@ def expression(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+def nix_build(expression: Path, attribute: str, *options: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["nix-build", str(expression), "-A", attribute, "--no-out-link", *options],
+        capture_output=True, text=True, check=False,
+    )
+
+
+def built(expression: Path, attribute: str, *options: str) -> Path:
+    completed = nix_build(expression, attribute, *(options or NIX_OPTIONS))
+    assert completed.returncode == 0, completed.stderr[-5000:]
+    return Path(completed.stdout.strip().splitlines()[-1])
+
+
+def nix_run(app: str, *arguments: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(REPO / "bin/nix-offline"), "run", f".#{app}", "--", *arguments],
+                          capture_output=True, text=True, check=False, cwd=REPO)
+
+
+def without_builder(receipt: dict) -> dict:
+    builder = receipt["predicate"]["runDetails"].pop("builder")
+    assert builder["version"]["sparkflake"] == "0.1.0"
+    return receipt
+
+
 # slow: it needs the Nix store, which the flake's own pytest check (a Nix build) has not.
 @pytest.mark.slow
-def test_nix_build_and_cli_build_same_digests(expression: Path, tmp_path: Path) -> None:
-    built = subprocess.run(
-        ["nix-build", str(expression), "-A", "fixture-image", "--no-out-link", *NIX_OPTIONS],
-        check=True, capture_output=True, text=True,
-    ).stdout.strip().splitlines()[-1]
-    nix_digests = json.loads((Path(built) / "digests.json").read_text())
+def test_nix_build_in_the_sandbox_and_cli_build_same_digests(expression: Path, tmp_path: Path) -> None:
+    image = built(expression, "fixture-image", *SANDBOX_OPTIONS)
+    nix_digests = json.loads((image / "digests.json").read_text())
     cli = build_profile(
         BuildRequest(profile=str(REPO / "profiles" / "fixture"), output_dir=tmp_path / "out", cache_root=tmp_path / "cache", offline=True)
     )
     assert nix_digests["manifest"] == cli.image.manifest_digest == EXPECTED["manifest"]
     assert nix_digests["config"] == cli.image.config_digest == EXPECTED["config"]
-    assert (Path(built) / "receipt.json").read_bytes() == (tmp_path / "out" / "receipt.json").read_bytes()
-    subprocess.run(["nix-build", str(expression), "-A", "fixture-digests", "--no-out-link", *NIX_OPTIONS],
-                   check=True, capture_output=True)
+    assert [layer["diff_id"] for layer in nix_digests["layers"]] == [layer["diff_id"] for layer in EXPECTED["layers"]]
+    nix_receipt = json.loads((image / "receipt.json").read_text())
+    cli_receipt = json.loads((tmp_path / "out" / "receipt.json").read_text())
+    # the builder identity is the one difference: the interpreters differ, the bytes do not
+    assert nix_receipt["predicate"]["runDetails"]["builder"]["version"]["python"].startswith("CPython 3.13.")
+    assert cli_receipt["predicate"]["runDetails"]["builder"]["version"]["python"].startswith("CPython 3.11.")
+    assert without_builder(nix_receipt) == without_builder(cli_receipt)
+    # one archive file under both names, as the CLI writes it
+    assert (image / "oci-archive.tar").stat().st_ino == (image / "docker-archive.tar").stat().st_ino
+    assert not (image / "build.json").exists()
+    checked = nix_build(expression, "fixture-digests", *NIX_OPTIONS)
+    assert checked.returncode == 0, checked.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_a_rebuild_gives_the_same_output(expression: Path) -> None:
+    built(expression, "fixture-image")
+    # `nix-build --check` is `nix build --rebuild`: build again, compare with the stored output
+    rebuilt = nix_build(expression, "fixture-image", "--check", *NIX_OPTIONS)
+    assert rebuilt.returncode == 0, rebuilt.stderr[-3000:]
+    assert "may not be deterministic" not in rebuilt.stderr
+
+
+@pytest.mark.slow
+def test_the_cli_on_debian_13s_python_3_13_gives_the_same_digests(expression: Path, tmp_path: Path) -> None:
+    # The package Nix installs on the Debian 13 root's interpreter (bin/bootstrap makes the
+    # root once per machine), run as a CLI outside Nix; this process is Debian 12's 3.11.
+    version = subprocess.run([str(DEBIAN13_PYTHON), "--version"], capture_output=True, text=True, check=True)
+    assert version.stdout.startswith("Python 3.13.")
+    assert (Path("/opt/sparkflake/debian13/etc/debian_version").read_text().startswith("13."))
+    sparkflake = built(expression, "sparkflake")
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "SOURCE_DATE_EPOCH": "1"}
+    completed = subprocess.run(
+        [str(sparkflake / "bin/sparkflake"), "build", str(REPO / "profiles/fixture"), "--offline", "-o", str(tmp_path / "out")],
+        capture_output=True, text=True, check=False, env=env,
+    )
+    assert completed.returncode == 0, completed.stderr
+    on_313 = json.loads((tmp_path / "out/digests.json").read_text())
+    assert on_313["manifest"] == EXPECTED["manifest"]
+    assert on_313["config"] == EXPECTED["config"]
+    assert [layer["digest"] for layer in on_313["layers"]] == [layer["digest"] for layer in EXPECTED["layers"]]
+
+
+@pytest.mark.slow
+def test_the_image_apps_load_into_podman_and_push_digest_preserving(
+    tmp_path: Path, podman_store: PodmanStore, registry_server: RegistryServer  # noqa: F811
+) -> None:
+    # as a Nix user runs them: `nix run .#<image>-load-into-podman -- …`
+    engine_args = [f"--engine-arg={argument}" for argument in podman_store.argv()[1:]]
+    loaded = nix_run("fixture-image-load-into-podman", *engine_args, "--tag", "localhost/fixture:nix", "--json")
+    assert loaded.returncode == 0, loaded.stderr
+    assert json.loads(loaded.stdout)["image_id"] == EXPECTED["config"]
+    assert podman_store.image_id("localhost/fixture:nix") == EXPECTED["config"]
+    target = f"{registry_server.host}/sparkflake/fixture:nix"
+    pushed = nix_run("fixture-image-copy-to-registry", target, "--insecure", "--record", str(tmp_path / "publish.json"))
+    assert pushed.returncode == 0, pushed.stderr
+    assert registry_server.head_manifest("sparkflake/fixture", "nix")["Docker-Content-Digest"] == EXPECTED["manifest"]
+    assert json.loads((tmp_path / "publish.json").read_text())["manifest_digest"] == EXPECTED["manifest"]
 
 
 @pytest.mark.slow
@@ -78,3 +168,10 @@ def test_real_profile_derivations_evaluate(expression: Path) -> None:
     assert any("vllm-0.33.0-cp38-abi3-manylinux_2_28_aarch64.whl" in line for line in fetches)
     assert any("vllm-0.33.0.tar.gz" in line for line in fetches)
     assert len([line for line in fetches if line.endswith(".drv")]) > 200
+    # a deb with a live mirror and a snapshot URL is fetched trying both, in order
+    deb = next(line for line in fetches if "libc6_" in line and line.endswith(".drv"))
+    shown_deb = json.loads(subprocess.run(["nix", "--extra-experimental-features", "nix-command", "show-derivation", deb],
+                                          check=True, capture_output=True, text=True).stdout)
+    (environment,) = [value["env"] for value in shown_deb.values()]
+    urls = environment["urls"].split()
+    assert len(urls) == 2 and "snapshot.debian.org" in urls[1]

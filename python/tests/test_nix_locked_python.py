@@ -147,3 +147,21 @@ def test_the_package_runs_on_python_3_13_with_the_locked_versions_only() -> None
                              capture_output=True, text=True, check=True).stdout
     assert "installer-0.7.0" not in closure and "packaging-25.0" not in closure and "zstandard-0.23" not in closure
     assert f"installer-{LOCKED['installer']['version']}-py3-none-any.whl" in closure
+
+
+@pytest.mark.slow
+def test_the_ruff_check_runs_the_locked_ruff_which_the_revisions_ruff_would_fail() -> None:
+    # nixpkgs' ruff at the revision reports findings on this tree that the locked ruff does
+    # not: a check that took pkgs.ruff would fail against nixpkgs, and does against the stand-in.
+    revision_ruff = nix_build(f"{stand_in()}.ruff") / "bin/ruff"
+    findings = subprocess.run([str(revision_ruff), "check", "--no-cache", "--output-format", "concise", "."],
+                              capture_output=True, text=True, check=False, cwd=REPO)
+    assert findings.returncode == 1 and re.search(r"Found \d+ errors?", findings.stdout + findings.stderr)
+    derivation = subprocess.run(
+        [str(REPO / "bin/nix-offline"), "eval", "--raw", ".#checks.x86_64-linux.ruff.drvPath"],
+        capture_output=True, text=True, check=True, cwd=REPO,
+    ).stdout
+    closure = subprocess.run(["nix-store", "--query", "--requisites", derivation],
+                             capture_output=True, text=True, check=True).stdout
+    assert f"ruff-{LOCKED['ruff']['version']}-py3-none-musllinux_1_2_x86_64.whl" in closure
+    assert "ruff-0.12" not in closure
