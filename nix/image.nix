@@ -37,22 +37,23 @@ let
     "deb"
   ];
   lockedFiles =
-    name:
-    builtins.filter (input: builtins.elem input.kind fileKinds) (
+    name: kinds:
+    builtins.filter (input: builtins.elem input.kind kinds) (
       builtins.concatLists (map (lock: lock.inputs) (locksOf name))
     );
-  fetchedInputs =
-    name:
-    pkgs.runCommand "sparkflake-inputs-${name}" { } (
+  fetchedInputsOf =
+    name: kinds: suffix:
+    pkgs.runCommand "sparkflake-inputs-${name}${suffix}" { } (
       "mkdir -p $out\n"
       + builtins.concatStringsSep "\n" (
         map (
           # The store name comes from the URL: lock names such as "libc6:arm64" hold a ":".
           input:
           "ln -s ${fetchLocked.tryingEvery pkgs.python3 (builtins.removeAttrs input [ "name" ])} $out/${input.sha256}"
-        ) (lockedFiles name)
+        ) (lockedFiles name kinds)
       )
     );
+  fetchedInputs = name: fetchedInputsOf name fileKinds "";
 
   # What every builder run shares: no network, fixed time, a private cache.
   prelude = ''
@@ -76,18 +77,33 @@ let
       mv $TMPDIR/result $out
     '';
 
+  # A tree needs only its own inputs: the OS base the debs, the environment the wheels.
+  treeKinds = {
+    base = [ "deb" ];
+    python = [ "wheel" ];
+  };
   assembled =
     { name, only }:
+    let
+      kinds = treeKinds.${only};
+      inputs = fetchedInputsOf name kinds "-${only}";
+    in
     pkgs.runCommand "sparkflake-${name}-${only}" { nativeBuildInputs = [ sparkflake ]; } ''
       ${prelude}
-      sparkflake fetch ${profilesDir}/${name} --from ${fetchedInputs name} --cache $TMPDIR/cache --json > $TMPDIR/fetch.json
+      sparkflake fetch ${profilesDir}/${name} ${
+        builtins.concatStringsSep " " (map (kind: "--kind ${kind}") kinds)
+      } --from ${inputs} --cache $TMPDIR/cache --json > $TMPDIR/fetch.json
       sparkflake assemble ${profilesDir}/${name} --only ${only} --cache $TMPDIR/cache -o $TMPDIR/tree --json > $TMPDIR/manifest.json
       mkdir -p $out
       cp -a $TMPDIR/tree/${only} $out/${only}
-      # the manifest without its timings ("seconds"), which go to the build log
+      # the manifest without what depends on the build run, not on the inputs: the timings
+      # ("seconds", to the build log) and the build directory ("path": /build in the
+      # sandbox, /tmp/nix-build-… outside it)
       python -I -c 'import json, sys
       manifest = json.load(open(sys.argv[1]))
-      print({part: value.pop("seconds", None) for part, value in manifest.items() if isinstance(value, dict)}, file=sys.stderr)
+      for part in manifest.values():
+          if isinstance(part, dict):
+              print(part.pop("path", None), part.pop("seconds", None), file=sys.stderr)
       json.dump(manifest, open(sys.argv[2], "w"), indent=2, sort_keys=True)' $TMPDIR/manifest.json $out/${only}-manifest.json
     '';
 

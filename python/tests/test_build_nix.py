@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -175,3 +176,36 @@ def test_real_profile_derivations_evaluate(expression: Path) -> None:
     (environment,) = [value["env"] for value in shown_deb.values()]
     urls = environment["urls"].split()
     assert len(urls) == 2 and "snapshot.debian.org" in urls[1]
+
+
+# network: the 100-odd Debian packages of the lock (about 30 MB) are fetched into the store.
+@pytest.mark.slow
+@pytest.mark.network
+def test_glm53_os_base_built_in_the_sandbox_gives_the_expected_os_base_layer(tmp_path: Path) -> None:
+    # base-files' /var/local is 2775: before, the sandbox refused it ("data.tar.xz is damaged").
+    sandbox = ["--option", "sandbox", "true", "--option", "extra-sandbox-paths", "/bin /usr /lib /lib64 /opt/sparkflake"]
+    completed = subprocess.run(
+        [str(REPO / "bin/nix-offline"), "build", "--no-link", "--json", ".#glm53-dflash7-os-base", *sandbox],
+        capture_output=True, text=True, check=False, cwd=REPO,
+    )
+    assert completed.returncode == 0, completed.stderr[-5000:]
+    (result,) = json.loads(completed.stdout)
+    base = Path(result["outputs"]["out"]) / "base"
+    manifest = json.loads((base.parent / "base-manifest.json").read_text())
+    special = {entry["path"]: entry for entry in manifest["base"]["owners_and_special_modes"]}
+    assert special["/var/local"]["mode"] == "2775" and special["/var/local"]["group"] == "staff"
+    # the same tree as a layer: the os-base layer of profiles/glm53-dflash7/expected-digests.json
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"platform": "linux/arm64", "compression": "gzip", "tag": "v1",
+                                "layers": [{"tree": str(base)}], "config": {"Entrypoint": ["/bin/true"]}}))
+    layer = subprocess.run([sys.executable, "-m", "sparkflake.cli", "image", "build", str(spec), "-o", str(tmp_path / "out"), "--no-cache"],
+                           capture_output=True, text=True, check=False, env={**os.environ, "SOURCE_DATE_EPOCH": "1"})
+    assert layer.returncode == 0, layer.stderr
+    built_layer = json.loads((tmp_path / "out/digests.json").read_text())["layers"][0]
+    expected = json.loads((REPO / "profiles/glm53-dflash7/expected-digests.json").read_text())["layers"][0]
+    assert (built_layer["diff_id"], built_layer["digest"]) == (expected["diff_id"], expected["digest"])
+    rebuilt = subprocess.run(
+        [str(REPO / "bin/nix-offline"), "build", "--no-link", "--rebuild", ".#glm53-dflash7-os-base"],
+        capture_output=True, text=True, check=False, cwd=REPO,
+    )
+    assert rebuilt.returncode == 0, rebuilt.stderr[-3000:]
