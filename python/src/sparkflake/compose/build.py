@@ -1067,13 +1067,11 @@ def finish(
         manifest_digest=image.manifest_digest,
         config_digest=image.config_digest,
         layers=[layer.as_record() for layer in layers],
+        builder_versions=builder_identity(),
     )
     full["predicate"]["runDetails"]["metadata"] = {  # type: ignore[index]
         "verification": [result.as_record() for result in chain],
     }
-    # Outside the image only (see builder_identity): the in-image receipt names sparkflake's
-    # version alone, so the digests do not depend on the interpreter that built them.
-    full["predicate"]["runDetails"]["builder"]["version"] = builder_identity()  # type: ignore[index]
     return BuildResult(
         profile=profile.name,
         image=image,

@@ -136,9 +136,17 @@ def full_statement(
     manifest_digest: str,
     config_digest: str,
     layers: Sequence[Mapping[str, object]],
+    builder_versions: Mapping[str, str] | None = None,
 ) -> dict[str, object]:
-    """The statement written next to the image; subject = the image manifest digest."""
+    """The statement written next to the image; subject = the image manifest digest.
+
+    ``builder_versions`` (``builder_identity``: sparkflake, the interpreter, the libraries
+    that decide image bytes) becomes ``runDetails.builder.version`` here only: the in-image
+    statement names sparkflake's version alone, since its bytes are part of a layer and the
+    digests must not depend on the builder's interpreter."""
     predicate = copy.deepcopy(dict(in_image["predicate"]))  # type: ignore[arg-type]
+    if builder_versions is not None:
+        predicate["runDetails"]["builder"]["version"] = dict(builder_versions)
     byproducts = predicate["runDetails"]["byproducts"]
     byproducts.append(
         {
@@ -217,5 +225,9 @@ def in_image_from_full(full: Mapping[str, object]) -> dict[str, object]:
     # The chain's results are added to the full receipt only (they are made after the
     # in-image receipt is written into the top layer).
     predicate["runDetails"].pop("metadata", None)
+    # ... and so is the builder identity beyond sparkflake's own version (full_statement).
+    builder = predicate["runDetails"].get("builder")
+    if isinstance(builder, dict) and isinstance(builder.get("version"), dict):
+        builder["version"] = {key: value for key, value in builder["version"].items() if key == "sparkflake"}
     lower = [str(item["annotations"]["diff_id"]) for item in layers[:-1]]
     return in_image_statement(lower_diff_ids=lower, predicate=predicate)
