@@ -141,7 +141,9 @@ def test_the_image_apps_load_into_podman_and_push_digest_preserving(
     tmp_path: Path, podman_store: PodmanStore, registry_server: RegistryServer  # noqa: F811
 ) -> None:
     # as a Nix user runs them: `nix run .#<image>-load-into-podman -- …`
-    engine_args = [f"--engine-arg={argument}" for argument in podman_store.argv()[1:]]
+    # a private libpod tmpdir too: /run/libpod is shared with every other podman on the machine
+    private = [*podman_store.argv()[1:], f"--tmpdir={podman_store.runroot}/libpod"]
+    engine_args = [f"--engine-arg={argument}" for argument in private]
     loaded = nix_run("fixture-image-load-into-podman", *engine_args, "--tag", "localhost/fixture:nix", "--json")
     assert loaded.returncode == 0, loaded.stderr
     assert json.loads(loaded.stdout)["image_id"] == EXPECTED["config"]
