@@ -10,6 +10,7 @@
 #                        its manifest of distributions and hashes (python-manifest.json)
 #   <profile>-os-base    the OS base tree (base/) and its manifest (base-manifest.json)
 #   fixture-image        the fixture profile, from the stand-in inputs in profiles/fixture/inputs
+#   fixture-env, fixture-os-base   its trees, likewise
 #   fixture-digests      a check: the fixture image's digests equal profiles/fixture/expected-digests.json
 #
 # Self-contained: flake.nix merges the set into packages.<system> (and fixture-digests into
@@ -83,10 +84,15 @@ let
     python = [ "wheel" ];
   };
   assembled =
-    { name, only }:
+    {
+      name,
+      only,
+      fromRepository ? false,
+    }:
     let
       kinds = treeKinds.${only};
-      inputs = fetchedInputsOf name kinds "-${only}";
+      inputs =
+        if fromRepository then "${profilesDir}/${name}/inputs" else fetchedInputsOf name kinds "-${only}";
     in
     pkgs.runCommand "sparkflake-${name}-${only}" { nativeBuildInputs = [ sparkflake ]; } ''
       ${prelude}
@@ -143,6 +149,17 @@ in
 builtins.listToAttrs (builtins.concatMap perProfile realProfiles)
 // {
   fixture-image = fixtureImage;
+  # the fixture's trees too, so that every kind of output is rebuilt in CI (--rebuild)
+  fixture-env = assembled {
+    name = "fixture";
+    only = "python";
+    fromRepository = true;
+  };
+  fixture-os-base = assembled {
+    name = "fixture";
+    only = "base";
+    fromRepository = true;
+  };
   fixture-digests = pkgs.runCommand "sparkflake-fixture-digests" { } ''
     grep -F '"manifest": "${expected.manifest}"' ${fixtureImage}/digests.json
     grep -F '"config": "${expected.config}"' ${fixtureImage}/digests.json

@@ -108,12 +108,18 @@ def test_nix_build_in_the_sandbox_and_cli_build_same_digests(expression: Path, t
 
 
 @pytest.mark.slow
-def test_a_rebuild_gives_the_same_output(expression: Path) -> None:
-    built(expression, "fixture-image")
+@pytest.mark.parametrize("attribute", ["fixture-image", "fixture-env", "fixture-os-base"])
+def test_a_rebuild_gives_the_same_output(expression: Path, attribute: str) -> None:
+    # the first build in the sandbox (its build directory is /build), the rebuild outside it
+    first = built(expression, attribute, *SANDBOX_OPTIONS)
     # `nix-build --check` is `nix build --rebuild`: build again, compare with the stored output
-    rebuilt = nix_build(expression, "fixture-image", "--check", *NIX_OPTIONS)
+    rebuilt = nix_build(expression, attribute, "--check", *NIX_OPTIONS)
     assert rebuilt.returncode == 0, rebuilt.stderr[-3000:]
     assert "may not be deterministic" not in rebuilt.stderr
+    if attribute != "fixture-image":
+        tree = "python" if attribute == "fixture-env" else "base"
+        manifest = json.loads((first / f"{tree}-manifest.json").read_text())
+        assert "seconds" not in manifest[tree] and "path" not in manifest[tree]
 
 
 @pytest.mark.slow
