@@ -145,6 +145,9 @@ let
     pytest = hostPythonPackage "pytest";
     hypothesis = hostPythonPackage "hypothesis";
     sparkcache = hostPythonPackage "sparkcache";
+    # sign/verify: ECDSA and scrypt (cryptography), nacl/secretbox of cosign's key files (pynacl)
+    cryptography = hostPythonPackage "cryptography";
+    pynacl = hostPythonPackage "pynacl";
   };
 
   pkgs = {
