@@ -21,8 +21,13 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
+
+from ..bounded_read import read_small_file
+from ..errors import InputError
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
@@ -82,6 +87,21 @@ class UpstreamClaim:
 
 
 CLAIM_STATUSES = ("matches", "differs", "recorded")
+
+
+RECEIPT_LIMIT = 16 * 1024 * 1024
+
+
+def load_receipt(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A receipt file given on the command line (bounded, a JSON object)."""
+    content = read_small_file(path, limit=RECEIPT_LIMIT, expected="a receipt (JSON)")
+    try:
+        statement = json.loads(content)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"{os.fspath(path)}: not JSON: {exc}") from None
+    if not isinstance(statement, dict):
+        raise InputError(f"{os.fspath(path)}: $: expected an in-toto statement object")
+    return statement
 
 
 def canonical_bytes(document: object) -> bytes:

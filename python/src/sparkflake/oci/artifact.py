@@ -10,9 +10,13 @@ ReferringArtifact Usage"). A registry without the referrers API finds it through
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
+from ..bounded_read import read_small_file
+from ..errors import CheckFailed, InputError
 from . import media_types
 from .canonical_json import canonical_json_bytes
 from .digests import digest_hex, sha256_digest
@@ -83,3 +87,42 @@ def referrers_index(descriptors: Sequence[Mapping[str, object]]) -> bytes:
     return canonical_json_bytes(
         {"schemaVersion": 2, "mediaType": media_types.OCI_INDEX, "manifests": [dict(d) for d in unique]}
     )
+
+
+ARTIFACT_LIMIT = 16 * 1024 * 1024  # an SBOM of a few hundred packages is a few hundred KiB
+
+
+def _layout_blob(layout: Path, digest: str, limit: int) -> bytes:
+    path = layout / "blobs" / "sha256" / digest_hex(digest)
+    content = read_small_file(path, limit=limit, expected=f"the blob {digest}")
+    if sha256_digest(content) != digest:
+        raise CheckFailed(f"{path}: content hashes to {sha256_digest(content)}, not {digest}",
+                          check_id="layout.blob-digest")
+    return content
+
+
+def read_referring_artifact(layout: Path, manifest_digest: str, subject_digest: str) -> ReferringArtifact:
+    """The artifact manifest ``manifest_digest`` of an OCI layout, its blobs checked, and
+    refused unless its subject is ``subject_digest``."""
+    where = f"{layout} artifact {manifest_digest}"
+    manifest_bytes = _layout_blob(layout, manifest_digest, ARTIFACT_LIMIT)
+    try:
+        document = json.loads(manifest_bytes)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"{where}: not JSON: {exc}") from None
+    subject = document.get("subject") if isinstance(document, dict) else None
+    if not isinstance(subject, dict) or subject.get("digest") != subject_digest:
+        found = subject.get("digest") if isinstance(subject, dict) else None
+        raise CheckFailed(f"{where}: $.subject.digest is {found!r}, the image is {subject_digest}",
+                          check_id="artifact.subject")
+    layers = document.get("layers")
+    config = document.get("config")
+    artifact_type = document.get("artifactType")
+    if (not isinstance(layers, list) or len(layers) != 1 or not isinstance(layers[0], dict)
+            or not isinstance(config, dict) or config.get("mediaType") != EMPTY_CONFIG_MEDIA_TYPE
+            or not isinstance(artifact_type, str)):
+        raise InputError(f"{where}: expected an artifactType, the empty config and one layer")
+    blob_digest = str(layers[0].get("digest"))
+    blob = _layout_blob(layout, blob_digest, ARTIFACT_LIMIT)
+    annotations = document.get("annotations") if isinstance(document.get("annotations"), dict) else {}
+    return ReferringArtifact(artifact_type, manifest_bytes, manifest_digest, blob, blob_digest, annotations)
