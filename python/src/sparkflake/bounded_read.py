@@ -19,10 +19,13 @@ def read_small_file(path: str | os.PathLike[str], *, limit: int, expected: str) 
         raise InputError(f"{shown}: is a directory, expected {expected}") from None
     except OSError as exc:
         raise InputError(f"{shown}: cannot read: {exc.strerror or exc}") from None
+    status = os.fstat(fd)
+    if not stat.S_ISREG(status.st_mode):
+        os.close(fd)
+        if stat.S_ISDIR(status.st_mode):
+            raise InputError(f"{shown}: is a directory, expected {expected}")
+        raise InputError(f"{shown}: not a regular file, expected {expected}")
     with os.fdopen(fd, "rb") as handle:
-        status = os.fstat(fd)
-        if not stat.S_ISREG(status.st_mode):
-            raise InputError(f"{shown}: not a regular file, expected {expected}")
         if status.st_size > limit:
             raise InputError(f"{shown}: {status.st_size} bytes, expected {expected} of at most {limit} bytes")
         os.set_blocking(fd, True)
