@@ -18,6 +18,7 @@ spdx-tools' validator in the tests); purls: package-url spec (pypi names lowerca
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import urllib.parse
 from collections.abc import Mapping, Sequence
@@ -89,11 +90,29 @@ def image_purl(image: ImageIdentity) -> str:
         {"arch": image.architecture, "repository_url": image.repository, "tag": image.tag})
 
 
-def _download_location(pin: Pin) -> str:
+def _source_url(pin: Pin) -> str | None:
     if isinstance(pin, GitPin):
-        return f"git+{pin.url}@{pin.rev}"
+        return pin.url
     urls = getattr(pin, "urls", ())
-    return urls[0] if urls else NOASSERTION
+    return urls[0] if urls else None
+
+
+def _names_a_public_host(url: str) -> bool:
+    """A URL others can download from: a DNS name, not an IP literal, localhost or a
+    file path (a local mirror is where this build fetched, not a download location)."""
+    host = urllib.parse.urlsplit(url).hostname or ""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return bool(host) and host != "localhost" and "." in host
+    return False
+
+
+def _download_location(pin: Pin) -> str:
+    url = _source_url(pin)
+    if url is None or not _names_a_public_host(url):
+        return NOASSERTION
+    return f"git+{url}@{pin.rev}" if isinstance(pin, GitPin) else url
 
 
 def _version(pin: Pin) -> str | None:
@@ -144,6 +163,9 @@ def _package(pin: Pin, spdx_id: str, stated: StatedLicense, layer: str | None, r
     if stated.statement:
         package["licenseComments"] = f"the package's metadata states: {stated.statement}"
     notes = [f"lock input {pin.name} ({pin.kind})"]
+    url = _source_url(pin)
+    if url is not None and package["downloadLocation"] == NOASSERTION:
+        notes.append(f"fetched from {url}")
     if role:
         notes.append(f"role {role}")
     if layer:
