@@ -78,7 +78,10 @@ def _short(text: str) -> str:
 
 def license_from_metadata(content: bytes) -> StatedLicense:
     """The license of one core-metadata document (METADATA or PKG-INFO bytes)."""
-    headers = BytesHeaderParser().parsebytes(content[:METADATA_LIMIT])
+    # the headers end at the first empty line; the body (the long description, often
+    # most of the file) is not parsed
+    head = content[:METADATA_LIMIT].replace(b"\r\n", b"\n").split(b"\n\n", 1)[0]
+    headers = BytesHeaderParser().parsebytes(head + b"\n\n")
     expression = headers.get("License-Expression")
     if expression:
         declared = _spdx(str(expression))
