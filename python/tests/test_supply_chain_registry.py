@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import http.client
 import json
 import os
 import subprocess
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -20,6 +23,7 @@ from oci_fixtures import RegistryServer, registry_server  # noqa: F401
 from sparkflake.cli import main as cli_main
 from sparkflake.compose.build import BuildRequest, build_profile
 from sparkflake.oci.artifact import fallback_tag
+from sparkflake.referrers import find_referrers
 from sparkflake.registry import OCI_MANIFEST, RegistryClient
 from sparkflake.signing.cosign import attestation_tag, signature_tag
 
@@ -280,3 +284,98 @@ def test_sign_refuses_a_receipt_of_another_image(built: Path, keys: Path, regist
     assert code == 1 and "[attestation.subject]" in err and "receipt.json" in err
     # refused before anything was pushed: no signature either
     assert client.head_manifest("tamper/receipt", signature_tag(digest)) is None
+
+
+class ReferrersFront(ThreadingHTTPServer):
+    """The OCI 1.1 referrers API in front of the real registry (distribution 2.8 lacks it):
+    every request is passed through; a manifest pushed with a ``subject`` is remembered and
+    listed by ``GET /v2/<name>/referrers/<digest>`` as distribution-spec 1.1 says (an image
+    index of descriptors with ``artifactType`` and annotations), and its PUT answer carries
+    the ``OCI-Subject`` header."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream
+        self.referrers: dict[tuple[str, str], list[dict]] = {}
+        super().__init__(("127.0.0.1", 0), _FrontHandler)
+
+
+class _FrontHandler(BaseHTTPRequestHandler):
+    server: ReferrersFront
+
+    def log_message(self, *args) -> None:  # noqa: ANN002 - quiet
+        pass
+
+    def _relay(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else None
+        parts = self.path.split("?")[0].split("/")
+        if self.command == "GET" and len(parts) >= 5 and parts[-2] == "referrers":
+            name, digest = "/".join(parts[2:-2]), parts[-1]
+            index = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
+                                "manifests": self.server.referrers.get((name, digest), [])}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/vnd.oci.image.index.v1+json")
+            self.send_header("Content-Length", str(len(index)))
+            self.end_headers()
+            self.wfile.write(index)
+            return
+        host, port = self.server.upstream.split(":")
+        connection = http.client.HTTPConnection(host, int(port), timeout=60)
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
+        connection.request(self.command, self.path, body=body, headers=headers)
+        response = connection.getresponse()
+        content = response.read()
+        subject = None
+        if self.command == "PUT" and "/manifests/" in self.path and response.status == 201 and body:
+            document = json.loads(body)
+            if isinstance(document.get("subject"), dict):
+                name = self.path.split("/manifests/")[0].removeprefix("/v2/")
+                subject = document["subject"]["digest"]
+                descriptor = {"mediaType": document["mediaType"], "size": len(body),
+                              "digest": "sha256:" + hashlib.sha256(body).hexdigest(),
+                              "artifactType": document.get("artifactType") or document["config"]["mediaType"]}
+                if document.get("annotations"):
+                    descriptor["annotations"] = document["annotations"]
+                self.server.referrers.setdefault((name, subject), []).append(descriptor)
+        self.send_response(response.status)
+        for key, value in response.getheaders():
+            if key.lower() not in ("content-length", "connection", "transfer-encoding", "date", "server"):
+                self.send_header(key, value)
+        if subject:
+            self.send_header("OCI-Subject", subject)
+        # a HEAD answer has no body but says the length of the GET's
+        length = response.getheader("Content-Length", "0") if self.command == "HEAD" else str(len(content))
+        self.send_header("Content-Length", length)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(content)
+        connection.close()
+
+    do_GET = do_HEAD = do_PUT = do_POST = do_PATCH = do_DELETE = _relay
+
+
+def test_publish_to_a_registry_with_the_referrers_api(built: Path, registry_server: RegistryServer,  # noqa: F811
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    front = ReferrersFront(registry_server.host)
+    thread = threading.Thread(target=front.serve_forever, daemon=True)
+    thread.start()
+    try:
+        host = f"127.0.0.1:{front.server_address[1]}"
+        code, out, err = sparkflake("publish", str(built), f"{host}/api/fixture:v1", "--insecure", "--json",
+                                    capsys=capsys)
+        assert code == 0, err
+        published = json.loads(out)
+        manifest = published["manifest_digest"]
+        assert published["sbom"]["via"] == "referrers-api" and published["sbom"]["tag"] is None
+        # no fallback tag was made: the API lists the artifact
+        upstream = RegistryClient(registry_server.host, insecure=True)
+        assert upstream.head_manifest("api/fixture", fallback_tag(manifest)) is None
+        (listed,) = find_referrers(RegistryClient(host, insecure=True), "api/fixture", manifest, "application/spdx+json")
+        assert listed["digest"] == published["sbom"]["manifest"]
+        code, out, err = sparkflake("audit", f"docker://{host}/api/fixture:v1", "--insecure", "--sbom",
+                                    str(built / "sbom.spdx.json"), "--json", capsys=capsys)
+        statuses = {c["id"]: c["status"] for c in json.loads(out)["checks"]}
+        assert code == 0 and statuses["sbom.referrer"] == "pass", out + err
+    finally:
+        front.shutdown()
+        front.server_close()
