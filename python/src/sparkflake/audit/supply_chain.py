@@ -30,6 +30,7 @@ from ..signing.keys import load_public_key
 from .checks import AuditReport
 
 SBOM_LIMIT = 64 * 1024 * 1024
+REFERRER_LIMIT = 64  # SPDX artifacts of one image fetched to look for the file
 
 
 def _image_package(document: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -122,7 +123,7 @@ def registry_checks(report: AuditReport, target: str, *, insecure: bool, key_pat
             if sbom_content is not None:
                 ours = sha256_digest(sbom_content)
                 layers = []
-                for descriptor in found:
+                for descriptor in found[:REFERRER_LIMIT]:
                     artifact = client.get_manifest(reference.repository, str(descriptor.get("digest"))).document()
                     subject = artifact.get("subject") if isinstance(artifact.get("subject"), dict) else {}
                     if subject.get("digest") == manifest:

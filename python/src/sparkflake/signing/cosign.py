@@ -39,6 +39,7 @@ SIGNATURE_ANNOTATION = "dev.cosignproject.cosign/signature"
 PREDICATE_TYPE_ANNOTATION = "predicateType"
 OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
 PAYLOAD_LIMIT = 16 * 1024 * 1024  # an attestation carries the whole receipt
+LAYER_LIMIT = 256  # signatures (or attestations) of one image read at most: each is a request
 
 
 def signature_tag(manifest_digest: str) -> str:
@@ -157,6 +158,9 @@ def _layers_of(client: RegistryClient, reference: Reference, tag: str, media_typ
     ]
     if not found:
         raise CheckFailed(f"{where}: no {media_type} layer", check_id=f"{check}.present")
+    if len(found) > LAYER_LIMIT:
+        raise CheckFailed(f"{where}: {len(found)} layers, more than the {LAYER_LIMIT} read",
+                          check_id=f"{check}.present")
     return found
 
 
