@@ -98,6 +98,9 @@ def test_sbom_recorded_in_receipt_and_layout_without_moving_image_digests(built)
                                    "digest": result.image.manifest_digest, "size": len(result.image.manifest_bytes)}
     assert (blobs / artifact["layers"][0]["digest"].removeprefix("sha256:")).read_bytes() == content
     assert (blobs / artifact["config"]["digest"].removeprefix("sha256:")).read_bytes() == b"{}"
+    # both digests known at build time and recorded (record_expected.py)
+    assert "sha256:" + hashlib.sha256(content).hexdigest() == EXPECTED["sbom"]
+    assert f"sha256:{artifact_digest}" == EXPECTED["sbom_artifact"]
     # the image's own digests, and index.json, are those recorded before the SBOM existed
     index_bytes = (out / "oci" / "index.json").read_bytes()
     assert "sha256:" + hashlib.sha256(index_bytes).hexdigest() == EXPECTED["index"]
