@@ -9,6 +9,7 @@ import hashlib
 import json
 import subprocess
 import sys
+import tempfile
 import urllib.parse
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from spdx_tools.spdx.validation.document_validator import validate_full_spdx_doc
 
 from sparkflake.compose import receipt, sbom
 from sparkflake.compose.build import BuildRequest, build_profile, load_composition
-from sparkflake.compose.package_license import license_from_metadata
+from sparkflake.compose.package_license import license_from_metadata, sdist_license, wheel_license
 from sparkflake.fetch import BlobCache
 from sparkflake.lock import DebPin, FilePin, GitPin, SdistPin, WheelPin, load_lock
 
@@ -247,3 +248,13 @@ def test_deb_purl_round_trips_its_version(version: str, name: str) -> None:
     package, _, encoded = head.removeprefix("pkg:deb/debian/").partition("@")
     assert (package, urllib.parse.unquote(encoded), qualifiers) == (name, version, "arch=arm64")
     assert not set(encoded) & set("@?#/:+ ")
+
+
+@given(content=st.binary(max_size=400))
+def test_unreadable_artifacts_state_no_license(content: bytes) -> None:
+    with tempfile.NamedTemporaryFile() as handle:
+        handle.write(content)
+        handle.flush()
+        for read in (wheel_license, sdist_license):
+            stated = read(Path(handle.name))
+            assert stated.declared is None or canonicalize_license_expression(stated.declared) == stated.declared

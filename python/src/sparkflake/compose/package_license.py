@@ -100,8 +100,20 @@ def license_from_metadata(content: bytes) -> StatedLicense:
     return StatedLicense(None, _short("; ".join(stated)))
 
 
+def unreadable(exc: Exception) -> StatedLicense:
+    # the build's other stages refuse an unreadable artifact by name; the SBOM says so
+    return StatedLicense(None, _short(f"metadata unreadable: {exc}"))
+
+
 def wheel_license(path: Path) -> StatedLicense:
     """From the wheel's ``<name>-<version>.dist-info/METADATA`` (the only top-level dist-info)."""
+    try:
+        return _wheel_license(path)
+    except (OSError, EOFError, zipfile.BadZipFile) as exc:
+        return unreadable(exc)
+
+
+def _wheel_license(path: Path) -> StatedLicense:
     with zipfile.ZipFile(path) as archive:
         candidates = [
             info for info in archive.infolist()
@@ -115,6 +127,13 @@ def wheel_license(path: Path) -> StatedLicense:
 
 def sdist_license(path: Path) -> StatedLicense:
     """From the sdist's ``<name>-<version>/PKG-INFO``, reading the stream only as far as it."""
+    try:
+        return _sdist_license(path)
+    except (OSError, EOFError, tarfile.TarError) as exc:
+        return unreadable(exc)
+
+
+def _sdist_license(path: Path) -> StatedLicense:
     with tarfile.open(path, "r:*") as archive:
         for _ in range(_SDIST_SCAN_MEMBERS):
             member = archive.next()
