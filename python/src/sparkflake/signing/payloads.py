@@ -27,8 +27,9 @@ SIMPLE_SIGNING_TYPE = "cosign container image signature"
 IN_TOTO_PAYLOAD_TYPE = "application/vnd.in-toto+json"
 # cosign attest writes Statement v0.1; v1 (our receipt's) is read as well.
 IN_TOTO_STATEMENT_TYPES = ("https://in-toto.io/Statement/v1", "https://in-toto.io/Statement/v0.1")
-# cosign's --type slsaprovenance1 (cosign pkg/cosign/attestation: PredicateSLSA1 ->
-# "https://slsa.dev/provenance/v1"; the predicateType annotation cosign attest wrote).
+# cosign's --type slsaprovenance1: its attestation.GenerateStatement builds this case with
+# generateSLSAProvenanceStatementSLSA1, and `cosign attest --type slsaprovenance1` (2.5.0,
+# run here) wrote this predicateType into the statement and the layer annotation.
 SLSA_PROVENANCE_V1 = "https://slsa.dev/provenance/v1"
 
 
