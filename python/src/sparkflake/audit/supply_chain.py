@@ -152,5 +152,4 @@ def registry_checks(report: AuditReport, target: str, *, insecure: bool, key_pat
         except InputError as exc:
             report.add(name, "error", exc.message)
         else:
-            verified = outcome[0] if isinstance(outcome, tuple) else outcome
-            report.add(name, "pass", verified.detail)
+            report.add(name, "pass", outcome[0] if isinstance(outcome, tuple) else outcome)

@@ -40,13 +40,13 @@ def run(args: argparse.Namespace) -> int:
     digest = resolve_digest(client, reference)
     checks: list[dict[str, str]] = []
 
-    def attempt(name: str, check) -> None:  # noqa: ANN001 - a verifier returning Verified
+    def attempt(name: str, check) -> None:  # noqa: ANN001 - a verifier returning what verified
         try:
-            verified = check()
+            detail = check()
         except CheckFailed as failure:
             checks.append({"id": failure.check_id or name, "status": "fail", "detail": failure.message})
         else:
-            checks.append({"id": name, "status": "pass", "detail": verified.detail})
+            checks.append({"id": name, "status": "pass", "detail": detail})
 
     attempt("signature", lambda: verify_signature(client, reference, key, digest))
     if not args.no_attestation:

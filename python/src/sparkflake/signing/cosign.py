@@ -172,17 +172,11 @@ def _blob(client: RegistryClient, reference: Reference, layer: Mapping[str, Any]
     return content
 
 
-@dataclass(frozen=True)
-class Verified:
-    check_id: str
-    detail: str
-
-
-def _first_success(attempts: list[CheckFailed | Verified], what: str) -> Verified:
-    """The layer that verified, or the most telling failure: a later stage of the checks
-    (subject) says more than an earlier one (signature)."""
+def _first_success(attempts: list[CheckFailed | str], what: str) -> str:
+    """What the layer that verified says, or the most telling failure: a later stage of
+    the checks (subject) says more than an earlier one (signature)."""
     for attempt in attempts:
-        if isinstance(attempt, Verified):
+        if isinstance(attempt, str):
             return attempt
     order = ("subject", "type", "statement", "payload", "valid", "envelope")
     failures = [a for a in attempts if isinstance(a, CheckFailed)]
@@ -194,11 +188,12 @@ def _first_success(attempts: list[CheckFailed | Verified], what: str) -> Verifie
 
 
 def verify_signature(client: RegistryClient, reference: Reference, key: PublicKey,
-                     digest: str | None = None) -> Verified:
-    """A signature by ``key`` over a simple-signing payload that names the image's digest."""
+                     digest: str | None = None) -> str:
+    """A signature by ``key`` over a simple-signing payload that names the image's digest;
+    returns what verified."""
     digest = digest or resolve_digest(client, reference)
     tag = signature_tag(digest)
-    attempts: list[CheckFailed | Verified] = []
+    attempts: list[CheckFailed | str] = []
     for layer in _layers_of(client, reference, tag, SIMPLE_SIGNING_MEDIA_TYPE, "signature"):
         where = f"{reference.registry}/{reference.repository}:{tag} layer {layer.get('digest')}"
         try:
@@ -215,7 +210,7 @@ def verify_signature(client: RegistryClient, reference: Reference, key: PublicKe
             if signed.manifest_digest != digest:
                 raise CheckFailed(f"{where}: signed for {signed.manifest_digest}, the image is {digest}",
                                   check_id="signature.subject")
-            attempts.append(Verified("signature", f"{tag}: signed by {key.source} for {digest}"))
+            attempts.append(f"{tag}: signed by {key.source} for {digest}")
         except CheckFailed as failure:
             attempts.append(failure)
     return _first_success(attempts, "signatures")
@@ -223,12 +218,12 @@ def verify_signature(client: RegistryClient, reference: Reference, key: PublicKe
 
 def verify_attestation(client: RegistryClient, reference: Reference, key: PublicKey,
                        digest: str | None = None,
-                       predicate_type: str = payloads.SLSA_PROVENANCE_V1) -> tuple[Verified, dict[str, Any]]:
+                       predicate_type: str = payloads.SLSA_PROVENANCE_V1) -> tuple[str, dict[str, Any]]:
     """A DSSE envelope signed by ``key`` holding an in-toto statement of ``predicate_type``
     whose subject is the image's digest; returns the statement too."""
     digest = digest or resolve_digest(client, reference)
     tag = attestation_tag(digest)
-    attempts: list[CheckFailed | Verified] = []
+    attempts: list[CheckFailed | str] = []
     statement: dict[str, Any] = {}
     for layer in _layers_of(client, reference, tag, DSSE_MEDIA_TYPE, "attestation"):
         where = f"{reference.registry}/{reference.repository}:{tag} layer {layer.get('digest')}"
@@ -250,7 +245,7 @@ def verify_attestation(client: RegistryClient, reference: Reference, key: Public
                 raise CheckFailed(f"{where}: the statement's subject is {', '.join(sorted(subjects)) or 'empty'}, "
                                   f"the image is {digest}", check_id="attestation.subject")
             statement = candidate
-            attempts.append(Verified("attestation", f"{tag}: {predicate_type} signed by {key.source}, subject {digest}"))
+            attempts.append(f"{tag}: {predicate_type} signed by {key.source}, subject {digest}")
         except CheckFailed as failure:
             attempts.append(failure)
     verified = _first_success(attempts, "attestations")
