@@ -109,6 +109,8 @@ def test_python_dependencies_come_from_the_package_set_or_the_uv_lock_wheel() ->
             zstandard = "ps.zstandard";
             installer = "ps.installer";
             packaging = "ps.packaging";
+            cryptography = "ps.cryptography";
+            pynacl = "ps.pynacl";
             deflate = { lockedWheel = false; };  # nixpkgs' own build: not taken
             python = { system = "x86_64-linux"; };
             buildPythonPackage = attrs: attrs;
@@ -130,7 +132,7 @@ def test_python_dependencies_come_from_the_package_set_or_the_uv_lock_wheel() ->
     uv_lock = tomllib.loads((REPO / "python/uv.lock").read_text())
     locked = {package["name"]: package for package in uv_lock["package"]}
     for name, dependency in zip(names, evaluated, strict=True):
-        if name in {"zstandard", "installer", "packaging"}:
+        if name in {"zstandard", "installer", "packaging", "cryptography", "pynacl"}:
             assert dependency == f"ps.{name}"
             continue
         if name == "deflate":  # the layer compressor: the locked binary wheel, always
