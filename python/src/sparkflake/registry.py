@@ -22,6 +22,7 @@ import json
 import os
 import re
 import ssl
+import tempfile
 import urllib.parse
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -357,6 +358,35 @@ class RegistryClient:
         if answered and answered != digest:
             raise CheckFailed(f"{what}: the registry stored the blob as {answered}", check_id="registry.blob-digest")
         return True
+
+    def push_small_blob(self, repository: str, content: bytes) -> str:
+        """Upload a blob made in memory (a signature payload, an SBOM); returns its digest."""
+        digest = "sha256:" + hashlib.sha256(content).hexdigest()
+        with tempfile.TemporaryDirectory(prefix="sparkflake-blob.") as scratch:
+            path = Path(scratch) / "blob"
+            path.write_bytes(content)
+            self.push_blob(repository, digest, len(content), path)
+        return digest
+
+    def referrers(self, repository: str, digest: str) -> dict[str, Any] | None:
+        """The index the OCI 1.1 referrers API answers for ``digest``, or None when the
+        registry has no referrers API (404; distribution 2.x), so the caller falls back to
+        the ``sha256-<hex>`` tag (distribution-spec, "Referrers Tag Schema")."""
+        _check_digest(digest)
+        what = f"referrers {self.registry}/{repository}@{digest}"
+        connection, response = self._request(
+            "GET", f"/v2/{repository}/referrers/{digest}", scope=_scope(repository, "pull"),
+            headers={"Accept": OCI_INDEX}, expect=(200, 404), what=what,
+        )
+        try:
+            content = response.read(MANIFEST_LIMIT + 1)
+        finally:
+            connection.close()
+        if response.status == 404:
+            return None
+        if len(content) > MANIFEST_LIMIT:
+            raise CheckFailed(f"{what}: more than {MANIFEST_LIMIT} bytes", check_id="registry.manifest-limit")
+        return _json_object(content, what)
 
     def push_manifest(self, repository: str, reference: str, content: bytes, media_type: str) -> str:
         """PUT our exact manifest bytes; returns the digest, which must be sha256(content)."""

@@ -6,6 +6,7 @@ import argparse
 
 from .. import audit
 from ..audit import checks as audit_checks
+from ..audit import supply_chain
 from ..errors import InputError
 from ._output import Progress, print_json, print_line
 
@@ -37,6 +38,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--insecure", action="store_true", help="plain HTTP to a registry on loopback")
     parser.add_argument("--engine-arg", action="append", default=[], help="extra argument for podman/docker (repeat)")
     parser.add_argument("--max-layer-bytes", type=int, help="refuse a layer that decompresses to more")
+    parser.add_argument("--sbom", metavar="FILE",
+                        help="check this SPDX SBOM (OUT/sbom.spdx.json) against the image, receipt and lock; "
+                        "for a registry target also that the registry lists it as a referrer of the image")
+    parser.add_argument("--key", metavar="PUB",
+                        help="registry targets: verify the cosign signature and provenance attestation with this public key")
     parser.add_argument("--record", metavar="FILE", help="write the digest-verification record (JSON)")
     parser.add_argument("--json", action="store_true", help="machine-readable report (schema versioned)")
     parser.set_defaults(handler=run)
@@ -70,6 +76,15 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if source.cleanup is not None:
             source.cleanup()
+    sbom_content = None
+    if args.sbom:
+        sbom_content = supply_chain.sbom_checks(report, args.sbom, receipt=expectations.receipt,
+                                                lock_digests=expectations.lock_digests)
+    if args.target.startswith("docker://") and (args.sbom or args.key):
+        supply_chain.registry_checks(report, args.target, insecure=args.insecure, key_path=args.key,
+                                     sbom_content=sbom_content)
+    elif args.key:
+        report.add("signature", "skip", "signatures are kept in a registry: audit a docker:// target with --key")
     if args.record:
         audit.write_record(args.record, report, args.profile)
     if args.json:

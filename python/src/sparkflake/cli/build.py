@@ -101,6 +101,9 @@ def run(args: argparse.Namespace) -> int:
         "seconds": round(elapsed, 3),
         "timings": dict(result.extra.get("timings", {})),
     }
+    if result.sbom_artifact is not None:
+        record["sbom"] = {"file": "sbom.spdx.json", "digest": result.sbom_artifact.blob_digest,
+                          "artifact_manifest": result.sbom_artifact.manifest_digest}
     if result.assembly is not None:
         record["work_dir"] = str(result.assembly.work_dir)
     if args.json:
@@ -114,5 +117,8 @@ def run(args: argparse.Namespace) -> int:
     print_line(f"config digest    {image.config_digest}  (image ID)")
     print_line(f"index digest     {image.index_digest}")
     print_line(f"chain ID         {image.chain_id}")
-    print_line(f"wrote {out_dir}/ (oci/, oci-archive.tar, docker-archive.tar, receipt.json, digests.json) in {elapsed:.1f}s")
+    if result.sbom_artifact is not None:
+        print_line(f"SBOM             {result.sbom_artifact.blob_digest}  (artifact {result.sbom_artifact.manifest_digest})")
+    print_line(f"wrote {out_dir}/ (oci/, oci-archive.tar, docker-archive.tar, receipt.json, sbom.spdx.json, "
+               f"digests.json) in {elapsed:.1f}s")
     return 0

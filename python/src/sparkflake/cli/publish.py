@@ -7,7 +7,10 @@ import json
 from pathlib import Path
 
 from ..atomic_write import write_bytes_atomic
+from ..compose import receipt
 from ..errors import InputError
+from ..oci.artifact import ReferringArtifact, read_referring_artifact
+from ..referrers import push_referrer
 from ..registry import RegistryClient, load_credentials, parse_reference, push_layout
 from ._output import Progress, print_json, print_line
 
@@ -21,7 +24,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "layout itself) to REGISTRY/REPO:TAG. Blobs the registry already has are not "
             "sent again (HEAD first); the manifest goes up byte for byte, and the digest the "
             "registry answers must equal ours. The registry digest is recorded in "
-            "OUT/publish.json (or --record)."
+            "OUT/publish.json (or --record). The build's SBOM (an OCI artifact whose subject is "
+            "the image, found through OUT/receipt.json) is pushed too: the registry's referrers "
+            "API lists it, or, without that API, the fallback tag sha256-<hex> (an index)."
         ),
     )
     parser.add_argument("out", metavar="OUT", type=Path)
@@ -29,6 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--insecure", action="store_true", help="plain HTTP (loopback registries only)")
     parser.add_argument("--ca-file", help="CA certificate for a registry with a private CA")
     parser.add_argument("--auth-file", help='JSON {"username": ..., "password": ...} for Basic/token auth')
+    parser.add_argument("--no-sbom", action="store_true", help="do not push the SBOM artifact of the build")
     parser.add_argument("--record", type=Path, help="where to record the result (default OUT/publish.json)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.set_defaults(handler=run)
@@ -45,13 +51,39 @@ def run(args: argparse.Namespace) -> int:
     client = RegistryClient(target.registry, insecure=args.insecure, ca_file=args.ca_file,
                             credentials=credentials)
     result = push_layout(client, layout, target, progress=Progress("publish"))
+    outcome = result.as_dict()
+    sbom = None if args.no_sbom else sbom_artifact(args.out, layout, result.manifest_digest)
+    if sbom is not None:
+        outcome["sbom"] = push_referrer(client, target.repository, sbom, result.manifest_digest).as_dict()
     record = args.record or (args.out / "publish.json")
-    write_bytes_atomic(record, (json.dumps(result.as_dict(), indent=2, sort_keys=True) + "\n").encode())
+    write_bytes_atomic(record, (json.dumps(outcome, indent=2, sort_keys=True) + "\n").encode())
     if args.json:
-        print_json(result.as_dict())
+        print_json(outcome)
     else:
         print_line(f"pushed {result.reference}")
         print_line(f"manifest {result.manifest_digest}")
         print_line(f"pull by digest: {result.pinned}")
         print_line(f"blobs sent {len(result.blobs_pushed)}, already present {len(result.blobs_present)}")
+        if "sbom" in outcome:
+            how = outcome["sbom"]["via"] + (f" {outcome['sbom']['tag']}" if outcome["sbom"]["tag"] else "")
+            print_line(f"SBOM artifact {outcome['sbom']['manifest']} (subject {result.manifest_digest}, {how})")
     return 0
+
+
+def sbom_artifact(out: Path, layout: Path, manifest_digest: str) -> ReferringArtifact | None:
+    """The SBOM artifact the build put in the layout, found through OUT/receipt.json (its
+    sbom-artifact-manifest byproduct); None for a layout without a receipt beside it."""
+    receipt_path = out / "receipt.json"
+    if layout == out or not receipt_path.is_file():
+        return None
+    statement = receipt.load_receipt(receipt_path)
+    try:
+        found = receipt.byproduct(statement, receipt.SBOM_ARTIFACT)
+    except (AttributeError, KeyError, TypeError) as exc:
+        raise InputError(f"{receipt_path}: not a receipt with predicate.runDetails.byproducts: {exc}") from None
+    if found is None:
+        return None
+    digest = found.get("digest", {}).get("sha256") if isinstance(found.get("digest"), dict) else None
+    if not isinstance(digest, str):
+        raise InputError(f"{receipt_path}: byproduct {receipt.SBOM_ARTIFACT}: digest.sha256: expected a hex string")
+    return read_referring_artifact(layout, f"sha256:{digest}", manifest_digest)

@@ -50,6 +50,7 @@ from ..fetch import Artifact, BlobCache, default_cache_root, fetch_all
 from ..file_hashes import FileHashes
 from ..lock import DebPin, GitPin, Lock, Pin, SdistPin, WheelPin
 from ..oci.archive import CombinedArchiveWriter, write_archives
+from ..oci.artifact import ReferringArtifact, referring_artifact
 from ..oci.blob_store import BlobStore
 from ..oci.compression import Compression
 from ..oci.config import Platform, RuntimeConfig, rfc3339
@@ -58,10 +59,11 @@ from ..oci.image_model import BuiltImage
 from ..oci.layer import Layer, LayerOptions, build_layer, layer_by_fingerprint
 from ..oci.layer_cache import LayerCache
 from ..oci.layer_tree import LayerInput, TreeSource
-from ..oci.layout import write_oci_layout
+from ..oci.layout import add_artifact_blobs, write_oci_layout
+from ..oci.media_types import CREATED_ANNOTATION
 from ..profile import Profile, check_against_locks, profile_path, profile_to_dict, read_profile
 from ..resolve.target import Target
-from . import generated, receipt
+from . import generated, receipt, sbom
 from .debian_base import DebInput, assemble_base
 from .elf import check_machine, elf_machines
 from .locked_inputs import load_policy, policy_path_for
@@ -1035,11 +1037,51 @@ class BuildResult:
     layer_names: tuple[str, ...]
     layers_from_cache: tuple[bool, ...]
     assembly: Assembly | None = None
+    sbom_bytes: bytes | None = None  # OUT/sbom.spdx.json
+    sbom_artifact: ReferringArtifact | None = None  # the SBOM as an OCI artifact whose subject is the image
     extra: Mapping[str, object] = field(default_factory=dict)
+
+
+def image_sbom(composition: Composition, fetched: FetchedInputs, image: BuiltImage,
+               assembly: Assembly | None = None) -> tuple[bytes, ReferringArtifact]:
+    """The SPDX SBOM of the image (compose.sbom) and the OCI artifact that carries it; both
+    digests follow from the lock and the image, so they are known at build time. With the
+    assembly, wheel licenses are read from the METADATA files it installed."""
+    pins: list[Pin] = [*composition.debs, *composition.wheels, composition.source]
+    layer_of = {pin.name: "os-base" for pin in composition.debs}
+    layer_of.update({pin.name: python_group(pin.name) for pin in composition.wheels})
+    layer_of[composition.source.name] = "composition"
+    installed: dict[str, Path] = {}
+    if assembly is not None:
+        site = assembly.site_packages.lstrip("/")
+        for wheel in composition.wheels:
+            tree = assembly.python_trees.get(layer_of[wheel.name])
+            if tree is not None:
+                installed[wheel.name] = tree / site / sbom.dist_info_name(wheel) / "METADATA"
+    document = sbom.sbom_document(
+        profile_name=composition.profile.name,
+        image=sbom.ImageIdentity(image.repository, image.tag, image.manifest_digest, image.platform.architecture),
+        pins=pins,
+        source_date_epoch=image.source_date_epoch,
+        tool_version=__version__,
+        licenses=sbom.stated_licenses(pins, fetched.paths, installed),
+        layer_of=layer_of,
+        roles={pin.name: role for role, pin in composition.roles.items()},
+        patch_set=(f"patch-set:{composition.patch_set_name}", composition.patch_set.patch_set_sha256),
+        source_name=composition.source.name,
+    )
+    content = receipt.canonical_bytes(document)
+    artifact = referring_artifact(
+        artifact_type=sbom.SPDX_MEDIA_TYPE, blob=content, title=SBOM_FILE,
+        subject_digest=image.manifest_digest, subject_size=len(image.manifest_bytes),
+        annotations={CREATED_ANNOTATION: rfc3339(image.source_date_epoch)},
+    )
+    return content, artifact
 
 
 def finish(
     composition: Composition,
+    fetched: FetchedInputs,
     assembly: Assembly,
     lower: Sequence[Layer],
     prepared: PreparedTop,
@@ -1072,6 +1114,8 @@ def finish(
     full["predicate"]["runDetails"]["metadata"] = {  # type: ignore[index]
         "verification": [result.as_record() for result in chain],
     }
+    sbom_content, sbom_artifact = image_sbom(composition, fetched, image, assembly)
+    receipt.add_sbom_byproducts(full, sbom_content, sbom_artifact.manifest_digest, SBOM_FILE)
     return BuildResult(
         profile=profile.name,
         image=image,
@@ -1080,10 +1124,13 @@ def finish(
         layer_names=tuple(tree.name for tree in trees),
         layers_from_cache=tuple(layer.from_cache for layer in layers),
         assembly=assembly,
+        sbom_bytes=sbom_content,
+        sbom_artifact=sbom_artifact,
     )
 
 
 OUTPUT_FORMATS = ("oci", "oci-archive", "docker-archive")
+SBOM_FILE = "sbom.spdx.json"
 
 
 def check_formats(formats: Sequence[str]) -> None:
@@ -1121,6 +1168,11 @@ def write_outputs_into(
     archive ``start_archive`` began there (finished here)."""
     if "oci" in formats:
         write_oci_layout(result.image, staging / "oci")
+        if result.sbom_artifact is not None:
+            # beside the image in blobs/, reachable from the image through the artifact's
+            # subject; index.json keeps the image alone (its digest, and tools that take
+            # oci:DIR without a tag, stay as they were)
+            add_artifact_blobs(staging / "oci", result.sbom_artifact)
     # One file for both archives when the layers allow it (gzip or none): the
     # oci-archive that is also a docker-archive, the second name a hard link.
     write_archives(
@@ -1130,6 +1182,8 @@ def write_outputs_into(
         combined,
     )
     write_bytes_atomic(staging / "receipt.json", receipt.canonical_bytes(result.full_receipt))
+    if result.sbom_bytes is not None:
+        write_bytes_atomic(staging / SBOM_FILE, result.sbom_bytes)
     if result.assembly is not None:
         write_bytes_atomic(staging / "retained-native.json", result.assembly.retained_native_bytes)
         write_bytes_atomic(staging / "source-overlay.json", result.assembly.overlay_bytes)
@@ -1247,7 +1301,7 @@ def build_profile(request: BuildRequest, progress: ProgressCallback | None = Non
                 prepared = prepare_top(composition, assembly, lower, request.options, store)
                 chain = verify_composition(composition, fetched, assembly, prepared)
                 lap("verify")
-                result = finish(composition, assembly, lower, prepared, chain, request.options, store, layer_cache)
+                result = finish(composition, fetched, assembly, lower, prepared, chain, request.options, store, layer_cache)
                 lap("top_layer_and_image")
                 write_outputs_into(staging, result, request.formats, combined)
             except BaseException:

@@ -21,8 +21,13 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
+
+from ..bounded_read import read_small_file
+from ..errors import InputError
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
@@ -37,6 +42,8 @@ IN_IMAGE_RECEIPT = "in-image-receipt"
 CONFIG = "image-config"
 MANIFEST = "image-manifest"
 LAYER_PREFIX = "layer"
+SBOM = "sbom"  # the SPDX document written beside the image
+SBOM_ARTIFACT = "sbom-artifact-manifest"  # the OCI artifact carrying it, subject = the image
 
 
 @dataclass(frozen=True)
@@ -80,6 +87,21 @@ class UpstreamClaim:
 
 
 CLAIM_STATUSES = ("matches", "differs", "recorded")
+
+
+RECEIPT_LIMIT = 16 * 1024 * 1024
+
+
+def load_receipt(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A receipt file given on the command line (bounded, a JSON object)."""
+    content = read_small_file(path, limit=RECEIPT_LIMIT, expected="a receipt (JSON)")
+    try:
+        statement = json.loads(content)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"{os.fspath(path)}: not JSON: {exc}") from None
+    if not isinstance(statement, dict):
+        raise InputError(f"{os.fspath(path)}: $: expected an in-toto statement object")
+    return statement
 
 
 def canonical_bytes(document: object) -> bytes:
@@ -189,6 +211,22 @@ def full_statement(
     }
 
 
+def add_sbom_byproducts(full: Mapping[str, object], sbom: bytes, artifact_manifest_digest: str, file_name: str) -> None:
+    """Record the SBOM's sha256 and its artifact manifest's digest in a full receipt (only
+    there: the SBOM names the manifest digest, which the in-image receipt cannot know)."""
+    byproducts = full["predicate"]["runDetails"]["byproducts"]  # type: ignore[index]
+    byproducts.append(
+        {"name": SBOM, "uri": file_name, "digest": {"sha256": sha256_hex(sbom)}, "mediaType": "application/spdx+json"}
+    )
+    byproducts.append(
+        {
+            "name": SBOM_ARTIFACT,
+            "digest": {"sha256": artifact_manifest_digest.removeprefix("sha256:")},
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        }
+    )
+
+
 def byproduct(statement: Mapping[str, object], name: str) -> Mapping[str, object] | None:
     for item in statement["predicate"]["runDetails"]["byproducts"]:  # type: ignore[index]
         if item.get("name") == name:
@@ -212,7 +250,7 @@ def in_image_from_full(full: Mapping[str, object]) -> dict[str, object]:
     layer byproducts (all but the last layer).
     """
     predicate = copy.deepcopy(dict(full["predicate"]))  # type: ignore[arg-type]
-    added = {IN_IMAGE_RECEIPT, CONFIG, MANIFEST}
+    added = {IN_IMAGE_RECEIPT, CONFIG, MANIFEST, SBOM, SBOM_ARTIFACT}
     layers = []
     kept = []
     for item in predicate["runDetails"]["byproducts"]:

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 from ..atomic_write import atomic_directory
+from .artifact import ReferringArtifact
 from .blob_store import link_or_copy
 from .canonical_json import canonical_json_bytes
 from .digests import digest_hex
@@ -30,3 +31,12 @@ def write_oci_layout(image: BuiltImage, out_dir: str | os.PathLike[str]) -> Path
         (staging / "index.json").write_bytes(image.index_bytes)
         (staging / "oci-layout").write_bytes(OCI_LAYOUT_BYTES)
     return Path(out_dir)
+
+
+def add_artifact_blobs(layout: Path, artifact: ReferringArtifact) -> None:
+    """An artifact's manifest and blobs into an existing layout's blobs/ (not its index)."""
+    blob_dir = layout / "blobs" / "sha256"
+    for digest, content in (*artifact.blobs().items(), (artifact.manifest_digest, artifact.manifest_bytes)):
+        target = blob_dir / digest_hex(digest)
+        if not target.exists():
+            target.write_bytes(content)

@@ -1,0 +1,104 @@
+"""Benchmark: `sparkflake sign`/`verify` against `cosign sign`/`attest`/`verify`/
+`verify-attestation` (Debian 13's cosign 2.x) on the same image in a local distribution
+registry, in one run; interleaved, medians of --runs, ratios ours/cosign.
+
+Both sides do the same work: one key file decrypted (scrypt N=65536, the cost cosign's
+generate-key-pair chooses, dominates signing), one ECDSA P-256 signature each for the
+signature and the attestation, a handful of small registry requests; verification
+resolves the tag, reads the .sig/.att manifests and blobs and checks the signatures.
+Signing on each side adds a layer to the same .sig/.att manifests (cosign de-duplicates
+an identical one; ours too), so later runs do the same amount of work.
+
+    .venv/bin/python bench/bench_sign.py [--runs 5]
+
+Results go to bench/results/sign.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "bench" / "results" / "sign.json"
+SPARKFLAKE = [sys.executable, "-m", "sparkflake.cli"]
+COSIGN = "/usr/bin/cosign"
+PASSWORD = "bench"
+COSIGN_FLAGS = ["--allow-insecure-registry", "--allow-http-registry"]
+
+sys.path.insert(0, str(REPO / "python" / "tests"))
+from oci_fixtures import RegistryServer
+
+
+def timed(argv: list[str], env: dict[str, str], cwd: Path) -> float:
+    start = time.perf_counter()
+    completed = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, check=False)
+    elapsed = time.perf_counter() - start
+    if completed.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} failed: {completed.stderr}")
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="bench-sign."))
+    env = {**os.environ, "COSIGN_PASSWORD": PASSWORD, "HOME": str(work), "XDG_CACHE_HOME": str(work / "cache")}
+    # as an operator runs it: bytecode cached (one warm-up run of each command writes it)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    subprocess.run([COSIGN, "generate-key-pair"], cwd=work, env=env, check=True, capture_output=True)
+    out = work / "out"
+    subprocess.run([*SPARKFLAKE, "build", str(REPO / "profiles" / "fixture"), "--offline", "-o", str(out),
+                    "--cache", str(work / "cache")], env=env, check=True, capture_output=True)
+    registry = RegistryServer.start(work / "registry")
+    try:
+        reference = f"{registry.host}/bench/fixture:v1"
+        subprocess.run([*SPARKFLAKE, "publish", str(out), reference, "--insecure"], env=env, check=True,
+                       capture_output=True)
+        predicate = work / "predicate.json"
+        predicate.write_text(json.dumps(json.loads((out / "receipt.json").read_text())["predicate"]))
+        key, pub = str(work / "cosign.key"), str(work / "cosign.pub")
+        commands = {
+            "sign+attest": (
+                [*SPARKFLAKE, "sign", reference, "--key", key, "--receipt", str(out / "receipt.json"), "--insecure"],
+                [[COSIGN, "sign", "--key", key, "--tlog-upload=false", "-y", *COSIGN_FLAGS, reference],
+                 [COSIGN, "attest", "--key", key, "--type", "slsaprovenance1", "--predicate", str(predicate),
+                  "--tlog-upload=false", "-y", *COSIGN_FLAGS, reference]],
+            ),
+            "verify (signature + attestation)": (
+                [*SPARKFLAKE, "verify", reference, "--key", pub, "--insecure"],
+                [[COSIGN, "verify", "--key", pub, "--insecure-ignore-tlog", *COSIGN_FLAGS, reference],
+                 [COSIGN, "verify-attestation", "--type", "slsaprovenance1", "--key", pub, "--insecure-ignore-tlog",
+                  *COSIGN_FLAGS, reference]],
+            ),
+        }
+        times: dict[str, dict[str, list[float]]] = {name: {"sparkflake": [], "cosign": []} for name in commands}
+        for ours, theirs in commands.values():
+            for argv in (ours, *theirs):
+                timed(argv, env, work)
+        for _ in range(args.runs):
+            for name, (ours, theirs) in commands.items():
+                times[name]["sparkflake"].append(timed(ours, env, work))
+                times[name]["cosign"].append(sum(timed(argv, env, work) for argv in theirs))
+    finally:
+        registry.stop()
+    report = {"runs": args.runs, "results": {}}
+    for name, sides in times.items():
+        ours, theirs = statistics.median(sides["sparkflake"]), statistics.median(sides["cosign"])
+        report["results"][name] = {"sparkflake_s": round(ours, 3), "cosign_s": round(theirs, 3),
+                                   "ratio": round(ours / theirs, 2)}
+        print(f"{name:<34} sparkflake {ours:6.3f} s   cosign {theirs:6.3f} s   ratio {ours / theirs:.2f}")
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+
+
+if __name__ == "__main__":
+    main()

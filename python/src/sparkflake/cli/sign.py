@@ -1,0 +1,60 @@
+"""``sparkflake sign REF --key KEY``: sign an image in a registry the way cosign does."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..compose.receipt import load_receipt
+from ..registry import RegistryClient, load_credentials, parse_reference
+from ..signing.cosign import sign_image
+from ..signing.keys import PASSWORD_VARIABLE, key_password, load_private_key
+from ._output import print_json, print_line
+
+
+def add_registry_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--insecure", action="store_true", help="plain HTTP (loopback registries only)")
+    parser.add_argument("--ca-file", help="CA certificate for a registry with a private CA")
+    parser.add_argument("--auth-file", help='JSON {"username": ..., "password": ...} for Basic/token auth')
+
+
+def registry_client(args: argparse.Namespace, registry: str) -> RegistryClient:
+    credentials = load_credentials(args.auth_file) if args.auth_file else None
+    return RegistryClient(registry, insecure=args.insecure, ca_file=args.ca_file, credentials=credentials)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "sign",
+        help="sign an image's manifest digest (cosign's format) and attest its provenance",
+        description=(
+            "Sign the manifest digest REGISTRY/REPO:TAG (or @sha256:...) names with a cosign "
+            f"private key (password from {PASSWORD_VARIABLE}): the simple-signing payload under "
+            "the tag sha256-<hex>.sig, as `cosign sign --key` stores it. With --receipt (the "
+            "receipt.json of the build), its SLSA provenance v1 is attached as an in-toto "
+            "attestation in a DSSE envelope under sha256-<hex>.att, as `cosign attest --type "
+            "slsaprovenance1` stores it; the receipt must be of this manifest digest. Offline: "
+            "no transparency log. Verify with `sparkflake verify` or `cosign verify --key PUB "
+            "--insecure-ignore-tlog`."
+        ),
+    )
+    parser.add_argument("reference", metavar="REGISTRY/REPO:TAG")
+    parser.add_argument("--key", required=True, help="cosign private key file (ENCRYPTED SIGSTORE/COSIGN PRIVATE KEY)")
+    parser.add_argument("--receipt", help="OUT/receipt.json: attest its provenance too")
+    add_registry_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    reference = parse_reference(args.reference)
+    key = load_private_key(args.key, key_password())
+    receipt = load_receipt(args.receipt) if args.receipt else None
+    result = sign_image(registry_client(args, reference.registry), reference, key, receipt, args.receipt or "")
+    if args.json:
+        print_json(result.as_dict())
+        return 0
+    print_line(f"signed {reference.registry}/{reference.repository}@{result.manifest_digest}")
+    print_line(f"signature   :{result.signature_tag}  manifest {result.signature_manifest}")
+    if result.attestation_tag:
+        print_line(f"attestation :{result.attestation_tag}  manifest {result.attestation_manifest}")
+    return 0

@@ -1,0 +1,62 @@
+"""``sparkflake verify REF --key PUB``: the image's signature and provenance attestation."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..errors import CheckFailed
+from ..registry import parse_reference
+from ..signing.cosign import resolve_digest, verify_attestation, verify_signature
+from ..signing.keys import load_public_key
+from ._output import print_json, print_line
+from .sign import add_registry_arguments, registry_client
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "verify",
+        help="verify an image's cosign signature and SLSA provenance attestation",
+        description=(
+            "Resolve REGISTRY/REPO:TAG to its manifest digest now, then check: a signature by "
+            "PUB over a simple-signing payload naming that digest (tag sha256-<hex>.sig), and "
+            "an attestation signed by PUB whose in-toto statement is SLSA provenance v1 with "
+            "that digest as subject (tag sha256-<hex>.att). Each failure names its check "
+            "(signature.present, signature.valid, signature.subject, attestation.*). Exit 0 "
+            "both verified, 1 a check failed, 2 unreadable input."
+        ),
+    )
+    parser.add_argument("reference", metavar="REGISTRY/REPO:TAG")
+    parser.add_argument("--key", required=True, help="PEM public key (cosign.pub)")
+    parser.add_argument("--no-attestation", action="store_true", help="check the signature only")
+    add_registry_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="print the checks as JSON")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    reference = parse_reference(args.reference)
+    key = load_public_key(args.key)
+    client = registry_client(args, reference.registry)
+    digest = resolve_digest(client, reference)
+    checks: list[dict[str, str]] = []
+
+    def attempt(name: str, check) -> None:  # noqa: ANN001 - a verifier returning what verified
+        try:
+            detail = check()
+        except CheckFailed as failure:
+            checks.append({"id": failure.check_id or name, "status": "fail", "detail": failure.message})
+        else:
+            checks.append({"id": name, "status": "pass", "detail": detail})
+
+    attempt("signature", lambda: verify_signature(client, reference, key, digest))
+    if not args.no_attestation:
+        attempt("attestation", lambda: verify_attestation(client, reference, key, digest)[0])
+    failed = any(check["status"] == "fail" for check in checks)
+    if args.json:
+        print_json({"reference": str(reference), "manifest_digest": digest, "passed": not failed, "checks": checks})
+    else:
+        print_line(f"verify {reference} -> {digest}")
+        for check in checks:
+            print_line(f"  {'ok  ' if check['status'] == 'pass' else 'FAIL'} {check['id']:<22} {check['detail']}")
+        print_line(f"result: {'FAIL' if failed else 'PASS'}")
+    return 1 if failed else 0

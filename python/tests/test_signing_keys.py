@@ -1,0 +1,203 @@
+"""Cosign key files and the signed payloads: read and written as cosign 2.x (Debian 13's
+package) reads and writes them, cross-checked by running cosign; malformed input refused
+with a named error, never a traceback."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sparkflake.cli import main as cli_main
+from sparkflake.errors import CheckFailed, InputError
+from sparkflake.signing import payloads
+from sparkflake.signing.keys import (
+    decrypt_private_key,
+    encrypt_private_key,
+    generate_private_key,
+    load_private_key,
+    load_public_key,
+    parse_public_key,
+    pem_blocks,
+)
+
+COSIGN = "/usr/bin/cosign"
+SMALL_N = 16  # scrypt cost for property tests (the reader takes what the file says)
+
+
+def cosign(*args: str, cwd: Path, password: str, check: bool = True) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COSIGN_PASSWORD": password}
+    completed = subprocess.run([COSIGN, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120,
+                               check=False)
+    if check and completed.returncode != 0:
+        pytest.fail(f"cosign {' '.join(args)} exited {completed.returncode}: {completed.stderr}")
+    return completed
+
+
+@pytest.fixture(scope="module")
+def cosign_pair(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("cosign-keys")
+    cosign("generate-key-pair", cwd=directory, password="correct horse")
+    return directory
+
+
+def test_reads_the_key_pair_cosign_generates(cosign_pair: Path) -> None:
+    key = load_private_key(cosign_pair / "cosign.key", b"correct horse")
+    public = load_public_key(cosign_pair / "cosign.pub")
+    assert key.public_key().pem() == public.pem()
+    assert b"ENCRYPTED SIGSTORE PRIVATE KEY" in (cosign_pair / "cosign.key").read_bytes()
+    message = b"payload"
+    assert public.verify(key.sign(message), message)
+    assert not public.verify(key.sign(message), b"other payload")
+
+
+def test_cosign_reads_the_key_file_we_write(tmp_path: Path) -> None:
+    key = generate_private_key()
+    (tmp_path / "ours.key").write_bytes(encrypt_private_key(key, b"s3cret"))
+    shown = cosign("public-key", "--key", "ours.key", cwd=tmp_path, password="s3cret").stdout
+    assert parse_public_key(shown.encode(), "cosign public-key").pem() == key.public_key().pem()
+    refused = cosign("public-key", "--key", "ours.key", cwd=tmp_path, password="wrong", check=False)
+    assert refused.returncode != 0
+
+
+@given(password=st.binary(max_size=40), n_log=st.integers(min_value=1, max_value=5))
+def test_key_file_round_trip(password: bytes, n_log: int) -> None:
+    key = generate_private_key()
+    content = encrypt_private_key(key, password, n=2**n_log)
+    again = decrypt_private_key(content, password, "key")
+    assert again.public_key().pem() == key.public_key().pem()
+    with pytest.raises(CheckFailed) as refused:
+        decrypt_private_key(content, password + b"x", "key")
+    assert refused.value.check_id == "key.password"
+
+
+_KEY_FILE = encrypt_private_key(generate_private_key(), b"pw", n=SMALL_N)
+
+
+@given(st.data())
+def test_a_damaged_key_file_is_refused_by_name(data: st.DataObject) -> None:
+    content = bytearray(_KEY_FILE)
+    for _ in range(data.draw(st.integers(min_value=1, max_value=4))):
+        position = data.draw(st.integers(min_value=0, max_value=len(content) - 1))
+        content[position] = data.draw(st.integers(min_value=0, max_value=255))
+    try:
+        decrypt_private_key(bytes(content), b"pw", "damaged.key")
+    except (InputError, CheckFailed) as exc:
+        assert "damaged.key" in exc.message
+    # an unchanged byte (the draw may write the same value back) still decrypts
+
+
+def _reencoded(mutate) -> bytes:  # noqa: ANN001 - a function over the key file's JSON
+    (_, der), = pem_blocks(_KEY_FILE)
+    document = json.loads(der)
+    mutate(document)
+    body = base64.b64encode(json.dumps(document).encode()).decode()
+    return f"-----BEGIN ENCRYPTED SIGSTORE PRIVATE KEY-----\n{body}\n-----END ENCRYPTED SIGSTORE PRIVATE KEY-----\n".encode()
+
+
+@pytest.mark.parametrize(
+    ("mutate", "named"),
+    [
+        (lambda d: d["kdf"].update(name="pbkdf2"), "kdf.name"),
+        (lambda d: d["kdf"]["params"].update(N=3), "kdf.params.N"),
+        (lambda d: d["kdf"]["params"].update(N=2**30), "kdf.params"),
+        (lambda d: d["cipher"].update(name="aes"), "cipher.name"),
+        (lambda d: d["cipher"].update(nonce="AAAA"), "cipher.nonce"),
+        (lambda d: d.update(ciphertext="!!"), "ciphertext"),
+    ],
+)
+def test_malformed_key_documents_name_the_field(mutate, named: str) -> None:  # noqa: ANN001
+    with pytest.raises(InputError) as refused:
+        decrypt_private_key(_reencoded(mutate), b"pw", "bad.key")
+    assert named in refused.value.message and "bad.key" in refused.value.message
+
+
+def test_not_a_key_file(tmp_path: Path) -> None:
+    (tmp_path / "public.pem").write_bytes(generate_private_key().public_key().pem())
+    with pytest.raises(InputError, match="expected one PEM block -----BEGIN ENCRYPTED SIGSTORE PRIVATE KEY"):
+        load_private_key(tmp_path / "public.pem", b"pw")
+    with pytest.raises(InputError, match="is a directory"):
+        load_public_key(tmp_path)
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(InputError, match="not a regular file"):
+        load_public_key(tmp_path / "fifo")
+    (tmp_path / "garbage.pub").write_bytes(b"-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n")
+    with pytest.raises(InputError, match="not a PKIX public key"):
+        load_public_key(tmp_path / "garbage.pub")
+
+
+def test_cli_wrong_password_and_malformed_key_are_one_line(tmp_path: Path, cosign_pair: Path, capsys,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COSIGN_PASSWORD", "not it")
+    # the key is read before the registry is contacted: nothing listens on port 9
+    code = cli_main(["sign", "127.0.0.1:9/x:y", "--key", str(cosign_pair / "cosign.key"), "--insecure"])
+    error = capsys.readouterr().err
+    assert code == 1 and "[key.password]" in error and "Traceback" not in error and "cosign.key" in error
+    (tmp_path / "bad.key").write_text("not a key\n")
+    code = cli_main(["sign", "127.0.0.1:9/x:y", "--key", str(tmp_path / "bad.key"), "--insecure"])
+    error = capsys.readouterr().err
+    assert code == 2 and "bad.key" in error and "Traceback" not in error
+    monkeypatch.delenv("COSIGN_PASSWORD")
+    code = cli_main(["sign", "127.0.0.1:9/x:y", "--key", str(cosign_pair / "cosign.key"), "--insecure"])
+    assert code == 2 and "COSIGN_PASSWORD is not set" in capsys.readouterr().err
+
+
+# --- payloads -----------------------------------------------------------------------------
+
+_DIGEST = st.text(alphabet="0123456789abcdef", min_size=64, max_size=64).map(lambda h: f"sha256:{h}")
+
+
+@given(reference=st.text(min_size=1, max_size=60), digest=_DIGEST)
+def test_simple_signing_round_trip(reference: str, digest: str) -> None:
+    parsed = payloads.parse_simple_signing(payloads.simple_signing_payload(reference, digest), "payload")
+    assert (parsed.docker_reference, parsed.manifest_digest) == (reference, digest)
+
+
+def test_simple_signing_is_cosigns_bytes() -> None:
+    # the payload `cosign sign` 2.5.0 pushed for 127.0.0.1:5920/demo (read back from the registry)
+    expected = (
+        b'{"critical":{"identity":{"docker-reference":"127.0.0.1:5920/demo"},"image":{"docker-manifest-digest":'
+        b'"sha256:11a3fbf14d79bd39ad5cb4c041fb81879a0cbc208c6724b8a20d2c16e3a6208d"},"type":"cosign container '
+        b'image signature"},"optional":null}'
+    )
+    digest = "sha256:11a3fbf14d79bd39ad5cb4c041fb81879a0cbc208c6724b8a20d2c16e3a6208d"
+    assert payloads.simple_signing_payload("127.0.0.1:5920/demo", digest) == expected
+
+
+@pytest.mark.parametrize(("parse", "check_id"), [(payloads.parse_simple_signing, "signature.payload"),
+                                                (payloads.parse_dsse, "attestation.envelope")])
+@given(content=st.binary(max_size=300))
+def test_payload_parsers_refuse_by_check(parse, check_id: str, content: bytes) -> None:  # noqa: ANN001
+    try:
+        parse(content, "payload")
+    except CheckFailed as exc:
+        assert exc.check_id == check_id
+
+
+def test_pae_is_the_dsse_spec_vector() -> None:
+    # github.com/secure-systems-lab/dsse protocol.md, "Test vectors"-style example
+    assert payloads.pae("http://example.com/HelloWorld", b"hello world") == (
+        b"DSSEv1 29 http://example.com/HelloWorld 11 hello world"
+    )
+
+
+@given(payload_type=st.text(max_size=40), payload=st.binary(max_size=200), signature=st.binary(min_size=1, max_size=80))
+def test_dsse_envelope_round_trip(payload_type: str, payload: bytes, signature: bytes) -> None:
+    envelope = payloads.parse_dsse(payloads.dsse_envelope(payload_type, payload, signature), "envelope")
+    assert (envelope.payload_type, envelope.payload, envelope.signatures) == (payload_type, payload, (signature,))
+
+
+def test_provenance_statement_refuses_a_receipt_of_another_image() -> None:
+    receipt = {"predicateType": payloads.SLSA_PROVENANCE_V1, "predicate": {},
+               "subject": [{"name": "x", "digest": {"sha256": "a" * 64}}]}
+    statement = json.loads(payloads.provenance_statement(receipt, "reg/repo", f"sha256:{'a' * 64}", "r.json"))
+    assert statement["subject"] == [{"name": "reg/repo", "digest": {"sha256": "a" * 64}}]
+    with pytest.raises(CheckFailed) as refused:
+        payloads.provenance_statement(receipt, "reg/repo", f"sha256:{'b' * 64}", "r.json")
+    assert refused.value.check_id == "attestation.subject"
