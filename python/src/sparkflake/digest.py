@@ -69,10 +69,15 @@ class FileDigest:
     size: int
 
 
-def file_digest(path: str | os.PathLike[str] | bytes, algorithm: str = "sha256") -> FileDigest:
+def file_digest(
+    path: str | os.PathLike[str] | bytes,
+    algorithm: str = "sha256",
+    *,
+    progress: Callable[[int], None] | None = None,
+) -> FileDigest:
     """Digest and size of a regular file's bytes in one streamed pass. A symlink is
     followed; anything but a regular file (a FIFO would block, a device never ends) is
-    refused with its path."""
+    refused with its path. ``progress`` is told the bytes hashed so far after each read."""
     hasher = _new_hasher(algorithm)
     encoded = os.fsencode(path)
     try:
@@ -90,6 +95,8 @@ def file_digest(path: str | os.PathLike[str] | bytes, algorithm: str = "sha256")
         while count := _readv(fd, buffer, encoded):
             hasher.update(buffer[:count])
             size += count
+            if progress is not None:
+                progress(size)
     finally:
         os.close(fd)
     return FileDigest(Hash(algorithm, hasher.digest()), size)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ from .checks import (
     check_image,
     check_ports,
 )
+from .checkpoint_pins import pinned_files, read_pins
 from .contract import LaunchContract
 from .engine import Engine
 from .envfile import read_env_file
@@ -94,6 +95,16 @@ class LaunchPlan:
         return document
 
 
+def with_pinned_checkpoints(contract: LaunchContract, pins_path: str) -> LaunchContract:
+    """The contract whose checkpoints are bound by the site's pins file as well."""
+    pins = read_pins(pins_path)
+    return replace(
+        contract,
+        target_files=pinned_files(pins_path, pins, contract.profile, "target", contract.target_files),
+        draft_files=pinned_files(pins_path, pins, contract.profile, "draft", contract.draft_files),
+    )
+
+
 def _require_directory(resolution: Resolution, key: str) -> None:
     path = resolution.values[key]
     if path and not os.path.isdir(path):
@@ -147,6 +158,8 @@ def plan_from_assignments(
     """``run_checks=False`` computes the spec alone (golden specs, recipes): no file is read."""
     resolution = resolve(assignments, contract, rank, source)
     values = resolution.values
+    if values["CHECKPOINT_PINS"]:
+        contract = with_pinned_checkpoints(contract, values["CHECKPOINT_PINS"])
     image = image_id or contract.image_id
     target_id = checkpoint_identity(contract.target_files)
     draft_id = checkpoint_identity(contract.draft_files) if values["SPECULATIVE_METHOD"] == "dflash" else None
@@ -229,9 +242,11 @@ def _run_checks(checks, resolution, contract, engine, image, spec, draft_id, ide
     checks.append(check_cache_root_local(cache_root))
     hash_cache_path = cache_root / TOOL_DIR / "verified-hashes.json" if dedicated.status == PASS else None
     hash_cache = VerifiedHashCache(hash_cache_path, rehash=rehash)
-    checks.append(check_checkpoint("checkpoint.target", values["TARGET_MODEL_PATH"], contract.target_files, hash_cache))
+    checks.append(check_checkpoint("checkpoint.target", values["TARGET_MODEL_PATH"], contract.target_files,
+                                   hash_cache, contract.target_pin))
     if draft_id is not None:
-        checks.append(check_checkpoint("checkpoint.draft", values["DRAFT_MODEL_PATH"], contract.draft_files, hash_cache))
+        checks.append(check_checkpoint("checkpoint.draft", values["DRAFT_MODEL_PATH"], contract.draft_files,
+                                       hash_cache, contract.draft_pin))
     if dedicated.status == PASS and cache_root.exists():
         hash_cache.save()
     states = {"jit": (jit_dir, identity)}
