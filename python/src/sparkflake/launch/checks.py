@@ -120,7 +120,7 @@ def check_checkpoint(
             problems.append(f"{entry.path}: not a regular file")
             continue
         if stat.st_size != entry.size:
-            problems.append(f"{entry.path}: changed since it was pinned: size {stat.st_size}, pinned {entry.size}")
+            problems.append(f"{entry.path}: size {stat.st_size}, expected {entry.size} (changed since it was pinned)")
             continue
         try:
             digest = cache.sha256(path, stat)
@@ -128,7 +128,7 @@ def check_checkpoint(
             problems.append(f"{entry.path}: {exc}")
             continue
         if digest != entry.sha256:
-            problems.append(f"{entry.path}: changed since it was pinned: sha256 {digest}, pinned {entry.sha256}")
+            problems.append(f"{entry.path}: sha256 {digest}, expected {entry.sha256} (changed since it was pinned)")
             continue
         verified += 1
     if problems:
