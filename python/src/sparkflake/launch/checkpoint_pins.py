@@ -94,7 +94,7 @@ def select_files(directory: str, patterns: Sequence[str], where: str) -> list[st
         if is_pattern(pattern):
             matched = fnmatch.filter(names, pattern)
             if not matched:
-                missing.append(f"a file matching {pattern}")
+                missing.append(f"file matching {pattern}")
             chosen.update(matched)
         elif os.path.lexists(os.path.join(directory, pattern)):
             chosen.add(pattern)
