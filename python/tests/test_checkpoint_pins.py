@@ -12,7 +12,15 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from launch_fixtures import DRAFT_FILES, PROFILES, TARGET_FILES, real_contract, site_env, write_checkpoint, write_env
+from launch_fixtures import (
+    DRAFT_FILES,
+    PROFILES,
+    TARGET_FILES,
+    real_contract,
+    site_env,
+    write_checkpoint,
+    write_env,
+)
 
 from sparkflake.errors import InputError
 from sparkflake.launch.checkpoint_pins import (

@@ -24,6 +24,7 @@ from ..identity import (
     namespace,
     runtime_identity,
 )
+from .checkpoint_pins import pinned_files, read_pins
 from .checks import (
     CACHE_ROOT_MARKER,
     PASS,
@@ -39,7 +40,6 @@ from .checks import (
     check_image,
     check_ports,
 )
-from .checkpoint_pins import pinned_files, read_pins
 from .contract import LaunchContract
 from .engine import Engine
 from .envfile import read_env_file
