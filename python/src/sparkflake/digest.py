@@ -194,7 +194,9 @@ class Hash:
         return self.sri
 
 
-def parse_hash(text: str, algorithm: str | None = None, *, what: str = "hash") -> Hash:
+def parse_hash(
+    text: str, algorithm: str | None = None, *, what: str = "hash", algorithm_option: str | None = None
+) -> Hash:
     """Parse a hash written in any form Nix accepts.
 
     Accepted: SRI ``sha256-<base64>``; ``sha256:<base16|nix32|base64>``; or a bare
@@ -224,9 +226,11 @@ def parse_hash(text: str, algorithm: str | None = None, *, what: str = "hash") -
             return Hash(prefix, _decode_base64(encoded, HASH_SIZES[prefix], what=what))
         return Hash(prefix, _decode_by_length(encoded, prefix, what=what))
     if algorithm is None:
+        # ``algorithm_option``: the caller's flag that names it (the CLI's --type)
+        named_by = f"it with {algorithm_option} sha256" if algorithm_option else "the algorithm"
         raise InputError(
             f"{what}: no algorithm in {_shown(text)}; write it as SRI (sha256-…) or "
-            f"prefixed (sha256:…), or name the algorithm"
+            f"prefixed (sha256:…), or name {named_by}"
         )
     return Hash(algorithm, _decode_by_length(text, algorithm, what=what))
 
