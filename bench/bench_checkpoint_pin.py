@@ -36,9 +36,8 @@ REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results" / "checkpoint-pin.json"
 sys.path.insert(0, str(REPO / "python" / "tests"))
 
-from launch_fixtures import TARGET_FILES, real_contract, write_checkpoint  # noqa: E402
-
-from sparkflake.launch.plan import plan_launch  # noqa: E402
+from launch_fixtures import TARGET_FILES, real_contract, write_checkpoint
+from sparkflake.launch.plan import plan_launch
 
 
 def make_site(root: Path, mib: int) -> None:
@@ -47,8 +46,7 @@ def make_site(root: Path, mib: int) -> None:
     draft.mkdir()
     (draft / "config.json").write_bytes(b'{"architectures": ["DFlashDraftModel"]}\n')
     with open(draft / "model.safetensors", "wb") as handle:
-        for _ in range(mib):
-            handle.write(os.urandom(1 << 20))
+        handle.writelines(os.urandom(1 << 20) for _ in range(mib))
     (root / "cache").mkdir()
 
 
