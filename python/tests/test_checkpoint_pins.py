@@ -155,6 +155,14 @@ def test_bad_checkpoints_are_refused_and_nothing_is_recorded(tmp_path):
     _refused_without_trace(tmp_path, partial, "draft", "the checkpoint has no file matching *.safetensors")
 
 
+def test_an_unwritable_pins_file_is_refused_before_anything_is_hashed(tmp_path):
+    write_checkpoint(tmp_path / "target", TARGET_FILES)
+    refused = _pin(tmp_path / "target", "target", Path("/proc/sparkflake/pins.json"))
+    assert refused.returncode == 2 and "/proc/sparkflake/pins.json: cannot write here" in refused.stderr
+    made = _pin(tmp_path / "target", "target", tmp_path / "etc" / "sparkflake" / "pins.json")
+    assert made.returncode == 0 and (tmp_path / "etc" / "sparkflake" / "pins.json").is_file(), made.stderr
+
+
 def test_fifos_and_devices_are_refused_before_they_are_read(tmp_path):
     _site(tmp_path)
     fifo_dir = tmp_path / "fifo"

@@ -510,7 +510,7 @@ def _lstat_mode(path: bytes) -> int:
         raise _unreadable(path, exc) from exc
 
 
-def _file_kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
     if stat.S_ISSOCK(mode):
         return "a socket"
     if stat.S_ISFIFO(mode):
@@ -524,7 +524,7 @@ def _file_kind(mode: int) -> str:
 
 def _unsupported(path: bytes, mode: int) -> InputError:
     return InputError(
-        f"{os.fsdecode(path)}: is {_file_kind(mode)}; only regular files, symlinks and "
+        f"{os.fsdecode(path)}: is {file_kind(mode)}; only regular files, symlinks and "
         f"directories can be hashed"
     )
 

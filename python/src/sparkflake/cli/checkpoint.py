@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 
+from ..atomic_write import check_output_parent
 from ..errors import InputError
 from ..launch.checkpoint_pins import CheckpointPins, pin_checkpoint, read_pins, write_pins
 from ..profile import load_profile
@@ -48,14 +50,16 @@ def run_pin(args: argparse.Namespace) -> int:
     if pins.profile != profile.name:
         raise InputError(f"{args.output}: pins checkpoints for profile {pins.profile}, not {profile.name}; "
                          "use another -o FILE")
+    check_output_parent(Path(args.output))  # before the hashing, which can take minutes
     bar = Progress("pin", enabled=True if args.progress else None)
     pinned = pin_checkpoint(
         args.directory, checkpoint.pin, f"checkpoints.{args.role}.pin",
         lambda done, total, name: bar(done, total, f"pin {name}"),
     )
-    write_pins(args.output, pins.with_role(args.role, pinned))
+    updated = pins.with_role(args.role, pinned)
+    write_pins(args.output, updated)
     if args.json:
-        print_json({"pins": args.output, "role": args.role, **pins.with_role(args.role, pinned).as_json()})
+        print_json({"pins": args.output, "role": args.role, **updated.as_json()})
         return 0
     for entry in pinned.files:
         print_line(f"{entry.sha256}  {entry.size:>14}  {entry.path}")

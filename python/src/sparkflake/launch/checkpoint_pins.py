@@ -26,7 +26,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ..atomic_write import write_bytes_atomic
-from ..digest import file_digest
+from ..digest import file_digest, file_kind
 from ..errors import InputError
 from ..file_hashes import stat_identity
 from .contract import IdentityFile
@@ -120,7 +120,7 @@ def hash_pinned_file(directory: str, relative: str, progress: FileProgress | Non
     except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc.strerror}") from None
     if not stat.S_ISREG(before.st_mode):
-        kind = "a directory" if stat.S_ISDIR(before.st_mode) else _kind(before.st_mode)
+        kind = "a directory" if stat.S_ISDIR(before.st_mode) else file_kind(before.st_mode)
         raise InputError(f"{path}: is {kind}; a pinned checkpoint file must be a regular file")
     report = (lambda done: progress(done, before.st_size, relative)) if progress else None
     digest = file_digest(path, "sha256", progress=report)
@@ -131,18 +131,6 @@ def hash_pinned_file(directory: str, relative: str, progress: FileProgress | Non
     if stat_identity(after) != stat_identity(before) or digest.size != before.st_size:
         raise InputError(f"{path}: changed while it was hashed; nothing recorded, pin again when it is settled")
     return IdentityFile(relative, digest.file_hash.base16, digest.size)
-
-
-def _kind(mode: int) -> str:
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISCHR(mode):
-        return "a character device"
-    if stat.S_ISBLK(mode):
-        return "a block device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return f"not a regular file (mode {mode:o})"
 
 
 def pin_checkpoint(
@@ -163,7 +151,7 @@ def read_pins(path: str | os.PathLike[str]) -> CheckpointPins:
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            raise InputError(f"{shown}: is {_kind(mode) if not stat.S_ISDIR(mode) else 'a directory'}; "
+            raise InputError(f"{shown}: is {file_kind(mode) if not stat.S_ISDIR(mode) else 'a directory'}; "
                              "expected a checkpoint pins file")
         with os.fdopen(fd, "rb", closefd=False) as handle:
             raw = handle.read(MAX_PINS_FILE_BYTES + 1)
