@@ -119,6 +119,18 @@ def test_without_pins_the_check_says_how_to_pin(tmp_path):
     assert "sparkflake checkpoint pin" in target.detail and "CHECKPOINT_PINS" in target.detail
 
 
+def test_a_missing_pins_file_names_the_env_file_line(tmp_path):
+    write_checkpoint(tmp_path / "target", TARGET_FILES)
+    write_checkpoint(tmp_path / "draft", DRAFT_FILES)
+    env = write_env(tmp_path, site_env(tmp_path, CHECKPOINT_PINS=str(tmp_path / "absent.json")))
+    with pytest.raises(InputError) as caught:
+        plan_launch(rank=0, env_file=env, contract=real_contract("glm53-dflash7"), engine=None, check_engine=False)
+    assert str(caught.value) == (
+        f"{env}:6: CHECKPOINT_PINS: {tmp_path / 'absent.json'}: cannot read the checkpoint pins file: "
+        "No such file or directory"
+    )
+
+
 def test_pins_for_another_profile_are_refused(tmp_path):
     pins = _site(tmp_path)
     document = json.loads(pins.read_text())

@@ -105,13 +105,17 @@ def with_pinned_checkpoints(contract: LaunchContract, pins_path: str) -> LaunchC
     )
 
 
+def _setting_origin(resolution: Resolution, key: str) -> str:
+    """``FILE:LINE`` of the env-file line that set ``key`` (else the env file)."""
+    line = resolution.origins.get(key, "")
+    return line[len("env:") :] if line.startswith("env:") else resolution.source
+
+
 def _require_directory(resolution: Resolution, key: str) -> None:
     path = resolution.values[key]
     if path and not os.path.isdir(path):
-        line = resolution.origins.get(key, "")
-        where = line[len("env:") :] if line.startswith("env:") else resolution.source
         what = "does not exist" if not os.path.exists(path) else "is not a directory"
-        raise InputError(f"{where}: {key}={path} {what}")
+        raise InputError(f"{_setting_origin(resolution, key)}: {key}={path} {what}")
 
 
 def plan_launch(
@@ -155,11 +159,15 @@ def plan_from_assignments(
     run_checks: bool = True,
     detach: bool = False,
 ) -> LaunchPlan:
-    """``run_checks=False`` computes the spec alone (golden specs, recipes): no file is read."""
+    """``run_checks=False`` computes the spec alone (golden specs, recipes): no checkpoint
+    file is read (the pins file CHECKPOINT_PINS names is: it gives the checkpoints' identity)."""
     resolution = resolve(assignments, contract, rank, source)
     values = resolution.values
     if values["CHECKPOINT_PINS"]:
-        contract = with_pinned_checkpoints(contract, values["CHECKPOINT_PINS"])
+        try:
+            contract = with_pinned_checkpoints(contract, values["CHECKPOINT_PINS"])
+        except InputError as exc:
+            raise InputError(f"{_setting_origin(resolution, 'CHECKPOINT_PINS')}: CHECKPOINT_PINS: {exc.message}") from None
     image = image_id or contract.image_id
     target_id = checkpoint_identity(contract.target_files)
     draft_id = checkpoint_identity(contract.draft_files) if values["SPECULATIVE_METHOD"] == "dflash" else None
