@@ -204,8 +204,8 @@ _checkpoint = st.builds(
     Checkpoint,
     description=free_text,
     repository=st.one_of(st.none(), st.just("org/model")),
-    pin=st.lists(st.sampled_from(["config.json", "tokenizer.json", "*.safetensors", "sub/model.json", "tok?n.*"]),
-                 max_size=3, unique=True).map(tuple),
+    pin=st.one_of(st.none(), st.lists(st.sampled_from(["config.json", "tokenizer.json", "*.safetensors",
+                                                        "sub/model.json", "tok?n.*"]), max_size=3, unique=True).map(tuple)),
     files=st.lists(
         st.builds(CheckpointFile, path=st.from_regex(r"[a-z0-9_-]{1,8}(/[a-z0-9_.-]{1,8}){0,2}", fullmatch=True)
                   .filter(lambda p: all(part not in (".", "..") for part in p.split("/"))),

@@ -308,7 +308,8 @@ class Checkpoint:
     # What `sparkflake checkpoint pin` records (names, or patterns of top-level names):
     # the files that say which model this is. The hashes go to a site-owned pins file,
     # so a committed profile stays the same for every site's copy of the checkpoint.
-    pin: tuple[str, ...] = ()
+    # None (no `pin` key) keeps the profile document, embedded in the image, as it was.
+    pin: tuple[str, ...] | None = None
     files: tuple[CheckpointFile, ...] = ()
 
     FIELD_ORDER: ClassVar[tuple[str, ...]] = ("description", "repository", "pin", "files")
@@ -317,12 +318,13 @@ class Checkpoint:
         require_str("description", self.description, free_text=True)
         if self.repository is not None:
             require_str("repository", self.repository)
-        patterns = tuple(self.pin)
-        for index, pattern in enumerate(patterns):
-            _require_pin_pattern(f"pin[{index}]", pattern)
-            if pattern in patterns[:index]:
-                raise InvalidField(f"pin[{index}]", f"duplicate pattern {describe(pattern)}")
-        _freeze(self, "pin", patterns)
+        if self.pin is not None:
+            patterns = tuple(self.pin)
+            for index, pattern in enumerate(patterns):
+                _require_pin_pattern(f"pin[{index}]", pattern)
+                if pattern in patterns[:index]:
+                    raise InvalidField(f"pin[{index}]", f"duplicate pattern {describe(pattern)}")
+            _freeze(self, "pin", patterns)
         files = tuple(self.files)
         seen: set[str] = set()
         for index, entry in enumerate(files):
@@ -691,8 +693,8 @@ def _checkpoints_from_dict(value: object) -> dict[str, Checkpoint]:
         where = f"checkpoints.{key}"
         entry = require_table(where, entry)
         check_keys(entry, where, ("description",), ("repository", "pin", "files"))
-        pin_raw = entry.get("pin", [])
-        if not isinstance(pin_raw, list):
+        pin_raw = entry.get("pin")
+        if pin_raw is not None and not isinstance(pin_raw, list):
             raise InvalidField(f"{where}.pin", f"expected an array of strings, got {describe(pin_raw)}")
         files_raw = entry.get("files", [])
         if not isinstance(files_raw, list):
@@ -706,7 +708,7 @@ def _checkpoints_from_dict(value: object) -> dict[str, Checkpoint]:
         try:
             checkpoints[key] = Checkpoint(
                 description=entry["description"], repository=entry.get("repository"),
-                pin=tuple(pin_raw), files=files,
+                pin=None if pin_raw is None else tuple(pin_raw), files=files,
             )
         except InvalidField as error:
             raise _nested(where, error) from None

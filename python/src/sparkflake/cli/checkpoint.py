@@ -53,7 +53,7 @@ def run_pin(args: argparse.Namespace) -> int:
     check_output_parent(Path(args.output))  # before the hashing, which can take minutes
     bar = Progress("pin", enabled=True if args.progress else None)
     pinned = pin_checkpoint(
-        args.directory, checkpoint.pin, f"checkpoints.{args.role}.pin",
+        args.directory, checkpoint.pin or (), f"checkpoints.{args.role}.pin",
         lambda done, total, name: bar(done, total, f"pin {name}"),
     )
     updated = pins.with_role(args.role, pinned)

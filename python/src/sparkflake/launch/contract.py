@@ -168,8 +168,8 @@ def contract_from_profile(profile: Any) -> LaunchContract:
         target_files=identity_files_from_table([_file_row(f) for f in target.files] if target else [], f"{shown}: checkpoints.target.files"),
         draft_files=identity_files_from_table([_file_row(f) for f in draft.files] if draft else [], f"{shown}: checkpoints.draft.files"),
         components=components,
-        target_pin=tuple(target.pin) if target else (),
-        draft_pin=tuple(draft.pin) if draft else (),
+        target_pin=tuple(target.pin or ()) if target else (),
+        draft_pin=tuple(draft.pin or ()) if draft else (),
     )
 
 
