@@ -167,6 +167,21 @@ def test_bad_checkpoints_are_refused_and_nothing_is_recorded(tmp_path):
     _refused_without_trace(tmp_path, partial, "draft", "the checkpoint has no file matching *.safetensors")
 
 
+def test_a_profile_without_the_role_or_a_pin_list_is_refused(tmp_path):
+    write_checkpoint(tmp_path / "target", TARGET_FILES)
+    for profile, role, expected in (
+        ("glm53-mtp5", "draft", "profile glm53-mtp5 has no draft checkpoint (it has target)"),
+        ("fixture", "target", "checkpoints.target.pin: the profile names no identity-bearing files to pin"),
+    ):
+        completed = subprocess.run(
+            [sys.executable, "-m", "sparkflake.cli", "checkpoint", "pin", str(tmp_path / "target"), "--role", role,
+             "--profile", str(PROFILES / profile), "-o", str(tmp_path / "pins.json")],
+            capture_output=True, text=True, timeout=120, check=False,
+        )
+        assert completed.returncode == 2 and expected in completed.stderr, completed.stderr
+        assert not (tmp_path / "pins.json").exists()
+
+
 def test_an_unwritable_pins_file_is_refused_before_anything_is_hashed(tmp_path):
     write_checkpoint(tmp_path / "target", TARGET_FILES)
     refused = _pin(tmp_path / "target", "target", Path("/proc/sparkflake/pins.json"))
