@@ -130,6 +130,8 @@ class Runner:
         if program in ("sparkflake", "./bin/sparkflake"):
             if arguments[:1] == ["launch-rank"] and "--dry-run" not in arguments:
                 self.launched = True
+            if program == "./bin/sparkflake":  # the checkout's wrapper itself (it may bootstrap)
+                return [str(REPO / "bin" / "sparkflake"), *arguments], environ
             return [sys.executable, "-m", "sparkflake.cli", *arguments], environ
         if program == "./bin/nix-offline":
             return [str(REPO / "bin" / "nix-offline"), *arguments], environ
