@@ -33,9 +33,12 @@ class Podman:
         self.root = base / "root"
         # podman refuses a runroot path longer than 50 characters
         self.runroot = Path(tempfile.mkdtemp(prefix="pm-run-", dir="/tmp"))
+        # its own libpod tmpdir too: the default /run/libpod is shared with every other
+        # podman on the machine, and `system reset` of one store removes it for all
         self.global_args = [
-            "--root", str(self.root), "--runroot", str(self.runroot), "--storage-driver", "vfs",
-            "--cgroup-manager", "cgroupfs", "--events-backend", "file", "--runtime", "runc",
+            "--root", str(self.root), "--runroot", str(self.runroot), "--tmpdir", str(self.runroot / "libpod"),
+            "--storage-driver", "vfs", "--cgroup-manager", "cgroupfs", "--events-backend", "file",
+            "--runtime", "runc",
         ]
 
     def __call__(self, *args: str) -> subprocess.CompletedProcess:
