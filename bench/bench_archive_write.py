@@ -16,7 +16,7 @@ The sources are read from the page cache in every run (they are read once before
 first run). Runs are interleaved; medians and ratios are printed and written to
 bench/results/archive-write.json.
 
-    .venv/bin/python bench/bench_archive_write.py                      # result/glm53-dflash7/oci blobs
+    .venv/bin/python bench/bench_archive_write.py                      # out/glm53-dflash7/oci blobs
     .venv/bin/python bench/bench_archive_write.py --blobs DIR          # any directory of files
     .venv/bin/python bench/bench_archive_write.py --small              # 512 MiB of generated blobs
 """
@@ -37,7 +37,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results" / "archive-write.json"
-DEFAULT_BLOBS = REPO / "result" / "glm53-dflash7" / "oci" / "blobs" / "sha256"
+DEFAULT_BLOBS = REPO / "out" / "glm53-dflash7" / "oci" / "blobs" / "sha256"
 
 _OURS = """
 import os, sys, time

@@ -35,7 +35,7 @@ let
     path = repo;
     name = "source";
     filter = path: type: !(builtins.elem (baseNameOf path) [
-      ".venv" ".git" "result" ".hypothesis" "__pycache__" ".pytest_cache" ".ruff_cache"
+      ".venv" ".git" "result" "out" ".hypothesis" "__pycache__" ".pytest_cache" ".ruff_cache"
     ]);
   }};
 in

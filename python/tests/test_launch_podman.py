@@ -11,10 +11,8 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -26,40 +24,8 @@ from launch_fixtures import (
     write_checkpoint,
 )
 from oci_fixtures import free_port
-
-ECHO_C = r"""
-#include <stdio.h>
-extern char **environ;
-int main(int argc, char **argv) {
-  for (int i = 0; i < argc; i++) printf("ARG %s\n", argv[i]);
-  for (char **e = environ; *e; e++) printf("ENV %s\n", *e);
-  return 0;
-}
-"""
-SANDBOX_ULIMITS = "nofile=1024:1024,nproc=1024:1024,stack=67108864"
-
-
-def _run(argv, **kwargs):
-    return subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False, **kwargs)
-
-
-class Podman:
-    def __init__(self, base: Path) -> None:
-        self.root = base / "root"
-        # podman refuses a runroot path longer than 50 characters
-        self.runroot = Path(tempfile.mkdtemp(prefix="pm-run-", dir="/tmp"))
-        self.global_args = [
-            "--root", str(self.root), "--runroot", str(self.runroot), "--storage-driver", "vfs",
-            "--cgroup-manager", "cgroupfs", "--events-backend", "file", "--runtime", "runc",
-        ]
-
-    def __call__(self, *args: str) -> subprocess.CompletedProcess:
-        return _run(["podman", *self.global_args, *args])
-
-    def cleanup(self) -> None:
-        self("rm", "--all", "--force")
-        self("system", "reset", "--force")
-        shutil.rmtree(self.runroot, ignore_errors=True)
+from podman_fixtures import SANDBOX_ULIMITS, Podman, build_echo_image
+from podman_fixtures import run as _run
 
 
 @pytest.fixture(scope="module")
@@ -67,33 +33,7 @@ def world(tmp_path_factory):
     base = tmp_path_factory.mktemp("launch-podman")
     podman = Podman(base)
     try:
-        tree = base / "tree"
-        tree.mkdir()
-        (base / "echo.c").write_text(ECHO_C)
-        compiled = _run(["gcc", "-static", "-O2", "-o", str(tree / "argv-echo"), str(base / "echo.c")])
-        assert compiled.returncode == 0, compiled.stderr
-        labels = dict(real_contract("glm53-dflash7").image_labels)
-        spec = {
-            "platform": "linux/amd64",
-            "compression": "gzip",
-            "repository": "localhost/sparkflake-launch-test",
-            "tag": "latest",
-            "layers": [{"tree": "tree"}],
-            "config": {"Entrypoint": ["/argv-echo"], "Labels": labels},
-        }
-        (base / "spec.json").write_text(json.dumps(spec))
-        built = _run([sys.executable, "-m", "sparkflake.cli", "image", "build", str(base / "spec.json"), "-o", str(base / "out")])
-        assert built.returncode == 0, built.stderr
-        digests = json.loads((base / "out" / "digests.json").read_text())
-        loaded = podman("load", "-q", "-i", str(base / "out" / "docker-archive.tar"))
-        assert loaded.returncode == 0, loaded.stderr
-        # the docker-archive is the combined oci+docker archive: podman loads its OCI view,
-        # named from the index's ref.name, so the test tags the loaded image ID itself
-        loaded_name = loaded.stdout.strip().splitlines()[-1].split("Loaded image:")[-1].split(",")[0].strip()
-        inspected = json.loads(podman("image", "inspect", loaded_name).stdout)
-        image_id = "sha256:" + inspected[0]["Id"].removeprefix("sha256:")
-        assert image_id == digests["config"]
-        assert podman("tag", image_id, "localhost/sparkflake-launch-test:latest").returncode == 0
+        image_id = build_echo_image(base, base / "out", podman, real_contract("glm53-dflash7").image_labels)
 
         # A profile directory whose contract lists the fixture checkpoints' identity files.
         target = write_checkpoint(base / "target", TARGET_FILES)

@@ -205,6 +205,8 @@ _checkpoint = st.builds(
     Checkpoint,
     description=free_text,
     repository=st.one_of(st.none(), st.just("org/model")),
+    pin=st.one_of(st.none(), st.lists(st.sampled_from(["config.json", "tokenizer.json", "*.safetensors",
+                                                        "sub/model.json", "tok?n.*"]), max_size=3, unique=True).map(tuple)),
     files=st.lists(
         st.builds(CheckpointFile, path=st.from_regex(r"[a-z0-9_-]{1,8}(/[a-z0-9_.-]{1,8}){0,2}", fullmatch=True)
                   .filter(lambda p: all(part not in (".", "..") for part in p.split("/"))),
@@ -356,14 +358,29 @@ def test_invalid_profiles_name_the_place(old: str, new: str, expected: str) -> N
     assert message.startswith(expected), message
 
 
+@pytest.mark.parametrize(
+    ("pin", "expected"),
+    [
+        ('["../config.json"]', 'checkpoints.draft.pin[0]: expected a normalized relative path, got "../config.json"'),
+        ('["weights/*.safetensors"]',
+         'checkpoints.draft.pin[0]: a pattern matches top-level names only, got "weights/*.safetensors"'),
+        ('["config.json", "config.json"]', 'checkpoints.draft.pin[1]: duplicate pattern "config.json"'),
+        ('"config.json"', 'checkpoints.draft.pin: expected an array of strings, got "config.json"'),
+    ],
+)
+def test_checkpoint_pin_lists_are_checked(pin: str, expected: str) -> None:
+    text = _replace('pin = ["config.json", "*.safetensors"]', f"pin = {pin}")
+    assert _error(text) == f"profile.toml: {expected}"
+
+
 def test_checkpoint_file_paths_must_be_relative_and_normalized() -> None:
-    text = _replace('repository = "incoai/GLM-5.3-Flash-DFlash2"\nfiles = []',
-                    f'repository = "incoai/GLM-5.3-Flash-DFlash2"\nfiles = [{{ path = "../x", sha256 = "{SHA}", size = 1 }}]')
+    text = _replace('pin = ["config.json", "*.safetensors"]\nfiles = []',
+                    f'pin = ["config.json", "*.safetensors"]\nfiles = [{{ path = "../x", sha256 = "{SHA}", size = 1 }}]')
     assert _error(text) == (
         'profile.toml: checkpoints.draft.files[0].path: expected a normalized relative path, got "../x"'
     )
-    text = _replace('repository = "incoai/GLM-5.3-Flash-DFlash2"\nfiles = []',
-                    f'repository = "incoai/GLM-5.3-Flash-DFlash2"\nfiles = [{{ path = "model.safetensors", sha256 = "{SHA}", size = -1 }}]')
+    text = _replace('pin = ["config.json", "*.safetensors"]\nfiles = []',
+                    f'pin = ["config.json", "*.safetensors"]\nfiles = [{{ path = "model.safetensors", sha256 = "{SHA}", size = -1 }}]')
     assert _error(text) == (
         "profile.toml: checkpoints.draft.files[0].size: expected a non-negative integer, got integer -1"
     )

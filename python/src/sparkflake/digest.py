@@ -69,10 +69,15 @@ class FileDigest:
     size: int
 
 
-def file_digest(path: str | os.PathLike[str] | bytes, algorithm: str = "sha256") -> FileDigest:
+def file_digest(
+    path: str | os.PathLike[str] | bytes,
+    algorithm: str = "sha256",
+    *,
+    progress: Callable[[int], None] | None = None,
+) -> FileDigest:
     """Digest and size of a regular file's bytes in one streamed pass. A symlink is
     followed; anything but a regular file (a FIFO would block, a device never ends) is
-    refused with its path."""
+    refused with its path. ``progress`` is told the bytes hashed so far after each read."""
     hasher = _new_hasher(algorithm)
     encoded = os.fsencode(path)
     try:
@@ -90,6 +95,8 @@ def file_digest(path: str | os.PathLike[str] | bytes, algorithm: str = "sha256")
         while count := _readv(fd, buffer, encoded):
             hasher.update(buffer[:count])
             size += count
+            if progress is not None:
+                progress(size)
     finally:
         os.close(fd)
     return FileDigest(Hash(algorithm, hasher.digest()), size)
@@ -187,7 +194,9 @@ class Hash:
         return self.sri
 
 
-def parse_hash(text: str, algorithm: str | None = None, *, what: str = "hash") -> Hash:
+def parse_hash(
+    text: str, algorithm: str | None = None, *, what: str = "hash", algorithm_option: str | None = None
+) -> Hash:
     """Parse a hash written in any form Nix accepts.
 
     Accepted: SRI ``sha256-<base64>``; ``sha256:<base16|nix32|base64>``; or a bare
@@ -217,9 +226,11 @@ def parse_hash(text: str, algorithm: str | None = None, *, what: str = "hash") -
             return Hash(prefix, _decode_base64(encoded, HASH_SIZES[prefix], what=what))
         return Hash(prefix, _decode_by_length(encoded, prefix, what=what))
     if algorithm is None:
+        # ``algorithm_option``: the caller's flag that names it (the CLI's --type)
+        named_by = f"it with {algorithm_option} sha256" if algorithm_option else "the algorithm"
         raise InputError(
             f"{what}: no algorithm in {_shown(text)}; write it as SRI (sha256-…) or "
-            f"prefixed (sha256:…), or name the algorithm"
+            f"prefixed (sha256:…), or name {named_by}"
         )
     return Hash(algorithm, _decode_by_length(text, algorithm, what=what))
 
@@ -499,7 +510,7 @@ def _lstat_mode(path: bytes) -> int:
         raise _unreadable(path, exc) from exc
 
 
-def _file_kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
     if stat.S_ISSOCK(mode):
         return "a socket"
     if stat.S_ISFIFO(mode):
@@ -513,7 +524,7 @@ def _file_kind(mode: int) -> str:
 
 def _unsupported(path: bytes, mode: int) -> InputError:
     return InputError(
-        f"{os.fsdecode(path)}: is {_file_kind(mode)}; only regular files, symlinks and "
+        f"{os.fsdecode(path)}: is {file_kind(mode)}; only regular files, symlinks and "
         f"directories can be hashed"
     )
 

@@ -53,6 +53,9 @@ from .lock import (
 SCHEMA_VERSION = 1
 PROFILE_FILE = "profile.toml"
 PROFILES_DIR_ENV = "SPARKFLAKE_PROFILES_DIR"
+# Set by bin/sparkflake to its checkout's profiles/: used only when neither
+# --profiles-dir, SPARKFLAKE_PROFILES_DIR nor a profiles/ above the working directory gives one.
+CHECKOUT_PROFILES_ENV = "SPARKFLAKE_CHECKOUT_PROFILES"
 
 STATUSES = ("qualified", "implemented", "research-only", "unsupported")
 CLAIM_STATUSES = ("unverified", "verified", "contradicted")
@@ -113,6 +116,13 @@ def _require_rel_path(path: str, value: object) -> str:
     parts = text.split("/")
     if text.startswith("/") or any(part in ("", ".", "..") for part in parts):
         raise InvalidField(path, f"expected a normalized relative path, got {describe(text)}")
+    return text
+
+
+def _require_pin_pattern(path: str, value: object) -> str:
+    text = _require_rel_path(path, value)
+    if any(char in text for char in "*?[") and "/" in text:
+        raise InvalidField(path, f"a pattern matches top-level names only, got {describe(text)}")
     return text
 
 
@@ -296,14 +306,26 @@ class Checkpoint:
 
     description: str
     repository: str | None = None
+    # What `sparkflake checkpoint pin` records (names, or patterns of top-level names):
+    # the files that say which model this is. The hashes go to a site-owned pins file,
+    # so a committed profile stays the same for every site's copy of the checkpoint.
+    # None (no `pin` key) keeps the profile document, embedded in the image, as it was.
+    pin: tuple[str, ...] | None = None
     files: tuple[CheckpointFile, ...] = ()
 
-    FIELD_ORDER: ClassVar[tuple[str, ...]] = ("description", "repository", "files")
+    FIELD_ORDER: ClassVar[tuple[str, ...]] = ("description", "repository", "pin", "files")
 
     def __post_init__(self) -> None:
         require_str("description", self.description, free_text=True)
         if self.repository is not None:
             require_str("repository", self.repository)
+        if self.pin is not None:
+            patterns = tuple(self.pin)
+            for index, pattern in enumerate(patterns):
+                _require_pin_pattern(f"pin[{index}]", pattern)
+                if pattern in patterns[:index]:
+                    raise InvalidField(f"pin[{index}]", f"duplicate pattern {describe(pattern)}")
+            _freeze(self, "pin", patterns)
         files = tuple(self.files)
         seen: set[str] = set()
         for index, entry in enumerate(files):
@@ -671,7 +693,10 @@ def _checkpoints_from_dict(value: object) -> dict[str, Checkpoint]:
     for key, entry in table.items():
         where = f"checkpoints.{key}"
         entry = require_table(where, entry)
-        check_keys(entry, where, ("description",), ("repository", "files"))
+        check_keys(entry, where, ("description",), ("repository", "pin", "files"))
+        pin_raw = entry.get("pin")
+        if pin_raw is not None and not isinstance(pin_raw, list):
+            raise InvalidField(f"{where}.pin", f"expected an array of strings, got {describe(pin_raw)}")
         files_raw = entry.get("files", [])
         if not isinstance(files_raw, list):
             raise InvalidField(
@@ -683,7 +708,8 @@ def _checkpoints_from_dict(value: object) -> dict[str, Checkpoint]:
         )
         try:
             checkpoints[key] = Checkpoint(
-                description=entry["description"], repository=entry.get("repository"), files=files
+                description=entry["description"], repository=entry.get("repository"),
+                pin=None if pin_raw is None else tuple(pin_raw), files=files,
             )
         except InvalidField as error:
             raise _nested(where, error) from None
@@ -748,8 +774,9 @@ def bundled_profiles_dir() -> Path:
 
 def find_profiles_dir(start: str | os.PathLike[str] | None = None) -> Path:
     """``$SPARKFLAKE_PROFILES_DIR``, else the nearest ``profiles/`` holding a profile,
-    searching upward from ``start`` (default: the working directory), else the profiles
-    bundled with the installation."""
+    searching upward from ``start`` (default: the working directory), else
+    ``$SPARKFLAKE_CHECKOUT_PROFILES`` (the checkout ``bin/sparkflake`` belongs to), else the
+    profiles bundled with the installation."""
     from_env = os.environ.get(PROFILES_DIR_ENV)
     if from_env:
         directory = Path(from_env)
@@ -761,6 +788,9 @@ def find_profiles_dir(start: str | os.PathLike[str] | None = None) -> Path:
         candidate = directory / "profiles"
         if candidate.is_dir() and any(candidate.glob(f"*/{PROFILE_FILE}")):
             return candidate
+    checkout = os.environ.get(CHECKOUT_PROFILES_ENV)
+    if checkout and Path(checkout).is_dir():
+        return Path(checkout)
     bundled = bundled_profiles_dir()
     if bundled.is_dir() and any(bundled.glob(f"*/{PROFILE_FILE}")):
         return bundled

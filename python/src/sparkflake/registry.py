@@ -223,7 +223,11 @@ class RegistryClient:
                 response = connection.getresponse()
             except ssl.SSLError as exc:
                 connection.close()
-                raise InputError(f"{what}: TLS with {self.registry} failed: {exc.reason or exc}") from exc
+                hint = ""
+                if exc.reason == "WRONG_VERSION_NUMBER":  # the server answered without TLS
+                    hint = (f"; {self.registry} speaks plain HTTP: pass --insecure "
+                            "(--insecure-registry for fanout), allowed for loopback registries")
+                raise InputError(f"{what}: TLS with {self.registry} failed: {exc.reason or exc}{hint}") from exc
             except (OSError, http.client.HTTPException) as exc:
                 connection.close()
                 reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__

@@ -17,7 +17,7 @@ from ._output import Progress, print_json, print_line
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "build",
-        help="build a profile's image: fetch, assemble, verify, write result/PROFILE/",
+        help="build a profile's image: fetch, assemble, verify, write out/PROFILE/",
         description=(
             "Fetch what is missing from the cache, assemble the OS base, the Python environment, "
             "the vLLM source overlay and its anchored patches, run the verification chain, and "
@@ -26,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     parser.add_argument("profile", metavar="PROFILE", help="profile name (profiles/NAME) or path")
-    parser.add_argument("-o", "--output", metavar="DIR", help="output directory (default result/PROFILE)")
+    parser.add_argument("-o", "--output", metavar="DIR", help="output directory (default out/PROFILE)")
     parser.add_argument("--cache", metavar="DIR", help="cache root for inputs, layers and work trees (default $XDG_CACHE_HOME/sparkflake)")
     parser.add_argument("--layer-cache", metavar="DIR", help="blob store and layer cache (default CACHE/oci)")
     parser.add_argument("--no-tree-cache", action="store_true", help="assemble the OS base and Python trees again")

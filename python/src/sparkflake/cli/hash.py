@@ -135,7 +135,7 @@ def run_file(args: argparse.Namespace) -> int:
 
 
 def run_convert(args: argparse.Namespace) -> int:
-    parsed = digest.parse_hash(args.hash, args.algorithm, what="HASH")
+    parsed = digest.parse_hash(args.hash, args.algorithm, what="HASH", algorithm_option="--type")
     converted = parsed.format(args.to)
     if args.json:
         print_json(

@@ -23,8 +23,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="verify and start one rank from runtime.env and the profile's contract",
         description=(
             "Parse ENVFILE as data, resolve every setting (auto rules, compatibility and "
-            "coupling checks), verify the image, the checkpoints, the cache root and the "
-            "ports, then exec the container engine (replacing this process). Exit 0 ok, "
+            "coupling checks), verify the image, the checkpoints (against the site's pins "
+            "file, CHECKPOINT_PINS), the cache root and the ports, then exec the container "
+            "engine (replacing this process). Exit 0 ok, "
             "1 a check failed (nothing started), 2 bad input."
         ),
     )

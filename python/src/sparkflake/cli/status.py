@@ -22,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     parser.add_argument("profiles", nargs="*", metavar="PROFILE", help="default: every profile")
-    parser.add_argument("--result", default="result", help="build output root (default: result)")
+    parser.add_argument("--result", default="out", metavar="DIR", help="build output root (default: out, where build writes)")
     parser.add_argument("--profiles-dir", help="where profiles live (default: search upward)")
     parser.add_argument("--settings-hash", help="also require this resolved-settings hash")
     parser.add_argument("--json", action="store_true", help="machine-readable output")

@@ -17,7 +17,7 @@ Stages (each a function over plain data, so tests can stop between them):
 6. ``verify_composition`` — the verification chain (``compose.verification``); refuses
    before anything is written to the output.
 7. ``finish`` — top layer, config, manifest, full receipt; ``write_outputs`` writes
-   ``result/PROFILE/`` atomically. (``build_profile`` stages the output directory before
+   ``out/PROFILE/`` atomically. (``build_profile`` stages the output directory before
    stage 3 and takes the cached lower layers as soon as their trees exist, so in a
    rebuild the archive copies their blobs while the overlay is planned and the chain
    runs; a refusal removes the staging directory and leaves the previous output.)
@@ -1233,7 +1233,8 @@ def memory_scratch_dir(prefix: str) -> Path | None:
 
 
 def default_output_dir(profile_name: str) -> Path:
-    return Path("result") / profile_name
+    # not "result": that is where `nix build` puts its link, in the same checkout
+    return Path("out") / profile_name
 
 
 def build_profile(request: BuildRequest, progress: ProgressCallback | None = None) -> BuildResult:

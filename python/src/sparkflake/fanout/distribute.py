@@ -225,8 +225,10 @@ def _prepare_source(site: Site, first: Rank, request: FanoutRequest, record: dic
 
 def _require_source(first: Rank, reply: AgentReply, request: FanoutRequest) -> None:
     if reply.result is None:
-        raise InputError(f"rank {first.name} ({first.ssh}): cannot reach rank 0: {reply.describe_failure()}; "
-                         "nothing transferred")
+        # A rank that cannot be reached is a rank that could not be completed (exit 1, as
+        # for every other rank; docs/distribution.md), not bad input.
+        raise CheckFailed(f"rank {first.name} ({first.ssh}): cannot reach rank 0: {reply.describe_failure()}; "
+                          "nothing transferred", check_id="fanout.rank-reachable")
     status = reply.result.get("status")
     if status == "incomplete":
         raise CheckFailed(f"rank {first.name}: {reply.result.get('message')}; gave up after --retry-seconds",

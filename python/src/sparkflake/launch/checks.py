@@ -8,6 +8,7 @@ Ids: ``engine.detected``, ``image.id``, ``image.labels``, ``container.name-free`
 from __future__ import annotations
 
 import errno
+import fnmatch
 import json
 import os
 import socket
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..identity import inspect_state
+from .checkpoint_pins import is_pattern
 from .contract import IdentityFile
 from .engine import Engine, container_exists, inspect_image
 from .hashcache import VerifiedHashCache
@@ -87,17 +89,25 @@ def check_container_name(engine: Engine | None, name: str) -> Check:
 
 
 def check_checkpoint(
-    check_id: str, directory: str, files: Sequence[IdentityFile], cache: VerifiedHashCache
+    check_id: str,
+    directory: str,
+    files: Sequence[IdentityFile],
+    cache: VerifiedHashCache,
+    pin: Sequence[str] = (),
 ) -> Check:
+    """Every bound file has its size and sha256, and every file the profile's ``pin``
+    list names is bound (a shard added after pinning matches a pattern but has no pin)."""
+    role = check_id.removeprefix("checkpoint.")
     if not files:
         return Check(
             check_id,
             FAIL,
-            f"{directory}: the profile lists no identity-bearing files for this checkpoint; "
-            "record config.json, tokenizer files, the safetensors index (and draft weights) "
-            "with sha256 and size in the profile",
+            f"{directory}: no identity-bearing file of the {role} checkpoint is pinned; record them with "
+            f"`sparkflake checkpoint pin {directory} --role {role} --profile PROFILE -o PINS` "
+            "and set CHECKPOINT_PINS=PINS in runtime.env (docs/operator-guide.md)",
         )
-    problems = []
+    problems = [f"{name}: named by the profile's pin list but not pinned; pin again"
+                for name in unpinned_names(directory, pin, {entry.path for entry in files})]
     verified = 0
     for entry in files:
         path = os.path.join(directory, entry.path)
@@ -110,7 +120,7 @@ def check_checkpoint(
             problems.append(f"{entry.path}: not a regular file")
             continue
         if stat.st_size != entry.size:
-            problems.append(f"{entry.path}: size {stat.st_size}, expected {entry.size}")
+            problems.append(f"{entry.path}: size {stat.st_size}, expected {entry.size} (changed since it was pinned)")
             continue
         try:
             digest = cache.sha256(path, stat)
@@ -118,12 +128,24 @@ def check_checkpoint(
             problems.append(f"{entry.path}: {exc}")
             continue
         if digest != entry.sha256:
-            problems.append(f"{entry.path}: sha256 {digest}, expected {entry.sha256}")
+            problems.append(f"{entry.path}: sha256 {digest}, expected {entry.sha256} (changed since it was pinned)")
             continue
         verified += 1
     if problems:
         return Check(check_id, FAIL, f"{directory}: " + "; ".join(problems))
     return Check(check_id, PASS, f"{directory}: {verified} identity-bearing files match")
+
+
+def unpinned_names(directory: str, pin: Sequence[str], bound: set[str]) -> list[str]:
+    """Files the ``pin`` list names (present, for patterns) that no pin binds."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        names = []  # the per-file checks below say what is wrong with the directory
+    named: set[str] = set()
+    for pattern in pin:
+        named.update(fnmatch.filter(names, pattern) if is_pattern(pattern) else [pattern])
+    return sorted(named - bound)
 
 
 def cache_root_marker(profile: str, rank: int, node_address: str) -> dict[str, Any]:

@@ -51,6 +51,10 @@ class LaunchContract:
     target_files: tuple[IdentityFile, ...]
     draft_files: tuple[IdentityFile, ...]
     components: Mapping[str, str] = field(default_factory=dict)  # vllm/b12x/sparkcache identities
+    # [checkpoints.ROLE] pin: which files identify the checkpoint (names or patterns);
+    # their digests come from the site's pins file (launch.checkpoint_pins)
+    target_pin: tuple[str, ...] = ()
+    draft_pin: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.image_id is not None and not _IMAGE_ID.match(self.image_id):
@@ -164,6 +168,8 @@ def contract_from_profile(profile: Any) -> LaunchContract:
         target_files=identity_files_from_table([_file_row(f) for f in target.files] if target else [], f"{shown}: checkpoints.target.files"),
         draft_files=identity_files_from_table([_file_row(f) for f in draft.files] if draft else [], f"{shown}: checkpoints.draft.files"),
         components=components,
+        target_pin=tuple(target.pin or ()) if target else (),
+        draft_pin=tuple(draft.pin or ()) if draft else (),
     )
 
 

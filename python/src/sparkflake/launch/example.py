@@ -1,6 +1,6 @@
 """``profiles/<name>/runtime.env.example``, generated from the catalog and the profile.
 
-The five site values are set to documentation addresses and paths (to be replaced); every
+The site values are set to documentation addresses and paths (to be replaced); every
 tunable is listed commented out with its effective default for the profile, so removing
 the ``#`` of a line changes nothing until its value is edited.
 """
@@ -17,6 +17,7 @@ SITE_EXAMPLES = {
     "TARGET_MODEL_PATH": "/srv/models/glm-5.3-flash-nvfp4",
     "DRAFT_MODEL_PATH": "/srv/models/glm-5.3-flash-dflash2",
     "CACHE_ROOT": "/var/lib/sparkflake/rank-cache",
+    "CHECKPOINT_PINS": "/etc/sparkflake/checkpoint-pins.json",
 }
 
 GROUP_TITLES = {

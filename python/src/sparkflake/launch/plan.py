@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from ..identity import (
     namespace,
     runtime_identity,
 )
+from .checkpoint_pins import pinned_files, read_pins
 from .checks import (
     CACHE_ROOT_MARKER,
     PASS,
@@ -94,13 +95,27 @@ class LaunchPlan:
         return document
 
 
+def with_pinned_checkpoints(contract: LaunchContract, pins_path: str) -> LaunchContract:
+    """The contract whose checkpoints are bound by the site's pins file as well."""
+    pins = read_pins(pins_path)
+    return replace(
+        contract,
+        target_files=pinned_files(pins_path, pins, contract.profile, "target", contract.target_files),
+        draft_files=pinned_files(pins_path, pins, contract.profile, "draft", contract.draft_files),
+    )
+
+
+def _setting_origin(resolution: Resolution, key: str) -> str:
+    """``FILE:LINE`` of the env-file line that set ``key`` (else the env file)."""
+    line = resolution.origins.get(key, "")
+    return line[len("env:") :] if line.startswith("env:") else resolution.source
+
+
 def _require_directory(resolution: Resolution, key: str) -> None:
     path = resolution.values[key]
     if path and not os.path.isdir(path):
-        line = resolution.origins.get(key, "")
-        where = line[len("env:") :] if line.startswith("env:") else resolution.source
         what = "does not exist" if not os.path.exists(path) else "is not a directory"
-        raise InputError(f"{where}: {key}={path} {what}")
+        raise InputError(f"{_setting_origin(resolution, key)}: {key}={path} {what}")
 
 
 def plan_launch(
@@ -144,9 +159,15 @@ def plan_from_assignments(
     run_checks: bool = True,
     detach: bool = False,
 ) -> LaunchPlan:
-    """``run_checks=False`` computes the spec alone (golden specs, recipes): no file is read."""
+    """``run_checks=False`` computes the spec alone (golden specs, recipes): no checkpoint
+    file is read (the pins file CHECKPOINT_PINS names is: it gives the checkpoints' identity)."""
     resolution = resolve(assignments, contract, rank, source)
     values = resolution.values
+    if values["CHECKPOINT_PINS"]:
+        try:
+            contract = with_pinned_checkpoints(contract, values["CHECKPOINT_PINS"])
+        except InputError as exc:
+            raise InputError(f"{_setting_origin(resolution, 'CHECKPOINT_PINS')}: CHECKPOINT_PINS: {exc.message}") from None
     image = image_id or contract.image_id
     target_id = checkpoint_identity(contract.target_files)
     draft_id = checkpoint_identity(contract.draft_files) if values["SPECULATIVE_METHOD"] == "dflash" else None
@@ -229,9 +250,11 @@ def _run_checks(checks, resolution, contract, engine, image, spec, draft_id, ide
     checks.append(check_cache_root_local(cache_root))
     hash_cache_path = cache_root / TOOL_DIR / "verified-hashes.json" if dedicated.status == PASS else None
     hash_cache = VerifiedHashCache(hash_cache_path, rehash=rehash)
-    checks.append(check_checkpoint("checkpoint.target", values["TARGET_MODEL_PATH"], contract.target_files, hash_cache))
+    checks.append(check_checkpoint("checkpoint.target", values["TARGET_MODEL_PATH"], contract.target_files,
+                                   hash_cache, contract.target_pin))
     if draft_id is not None:
-        checks.append(check_checkpoint("checkpoint.draft", values["DRAFT_MODEL_PATH"], contract.draft_files, hash_cache))
+        checks.append(check_checkpoint("checkpoint.draft", values["DRAFT_MODEL_PATH"], contract.draft_files,
+                                       hash_cache, contract.draft_pin))
     if dedicated.status == PASS and cache_root.exists():
         hash_cache.save()
     states = {"jit": (jit_dir, identity)}

@@ -67,6 +67,11 @@ CATALOG_LIST: tuple[Setting, ...] = (
         default="", allow_empty=True, site=True,
     ),
     _s("CACHE_ROOT", "path", "site", "dedicated rank-local cache root (SparkCache, JIT)", site=True),
+    _s(
+        "CHECKPOINT_PINS", "path", "site",
+        "the site's checkpoint pins file (`sparkflake checkpoint pin`); empty: only the profile's files",
+        default="", allow_empty=True, site=True,
+    ),
     # --- topology -------------------------------------------------------------------
     _s("NODE_COUNT", "int", "topology", "number of hosts (one GB10 GPU each)", default="4",
        minimum=1, maximum=64, identity=True),

@@ -1,0 +1,69 @@
+"""`sparkflake checkpoint pin DIR --role target|draft`: record a checkpoint's identity files."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from ..atomic_write import check_output_parent
+from ..errors import InputError
+from ..launch.checkpoint_pins import CheckpointPins, pin_checkpoint, read_pins, write_pins
+from ..profile import load_profile
+from ._output import Progress, print_json, print_line, warn
+
+DEFAULT_PINS = "checkpoint-pins.json"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("checkpoint", help="pin a model checkpoint's identity-bearing files")
+    commands = parser.add_subparsers(dest="checkpoint_command", metavar="SUBCOMMAND", required=True)
+    pin = commands.add_parser(
+        "pin",
+        help="record sizes and sha256 of a checkpoint's identity files in the site's pins file",
+        description=(
+            "Hash the files the profile's [checkpoints.ROLE] pin list names (size, then sha256, "
+            "streamed) and record them for ROLE in the pins file (other roles kept; written "
+            "atomically, nothing on error). launch-rank checks them when runtime.env sets "
+            "CHECKPOINT_PINS to the file. Exit 0 ok, 2 bad input."
+        ),
+    )
+    pin.add_argument("directory", metavar="MODEL_DIR", help="the checkpoint directory")
+    pin.add_argument("--role", required=True, choices=("target", "draft"), help="which checkpoint of the profile")
+    pin.add_argument("--profile", default="glm53-dflash7", help="profile name or path (default glm53-dflash7)")
+    pin.add_argument(
+        "-o", "--output", metavar="FILE", default=DEFAULT_PINS,
+        help=f"the pins file to create or update (default {DEFAULT_PINS})",
+    )
+    pin.add_argument("--json", action="store_true", help="print the pinned files as JSON")
+    pin.add_argument("--progress", action="store_true", help="show progress even when stderr is not a terminal")
+    pin.set_defaults(handler=run_pin)
+
+
+def run_pin(args: argparse.Namespace) -> int:
+    profile = load_profile(args.profile, check_locks=False)
+    checkpoint = profile.checkpoints.get(args.role)
+    if checkpoint is None:
+        raise InputError(f"profile {profile.name} has no {args.role} checkpoint (it has {', '.join(profile.checkpoints)})")
+    # Read the existing file first: a malformed one is refused before anything is hashed.
+    pins = read_pins(args.output) if os.path.lexists(args.output) else CheckpointPins(profile.name)
+    if pins.profile != profile.name:
+        raise InputError(f"{args.output}: pins checkpoints for profile {pins.profile}, not {profile.name}; "
+                         "use another -o FILE")
+    check_output_parent(Path(args.output))  # before the hashing, which can take minutes
+    bar = Progress("pin", enabled=True if args.progress else None)
+    pinned = pin_checkpoint(
+        args.directory, checkpoint.pin or (), f"checkpoints.{args.role}.pin",
+        lambda done, total, name: bar(done, total, f"pin {name}"),
+    )
+    updated = pins.with_role(args.role, pinned)
+    write_pins(args.output, updated)
+    if args.json:
+        print_json({"pins": args.output, "role": args.role, **updated.as_json()})
+        return 0
+    for entry in pinned.files:
+        print_line(f"{entry.sha256}  {entry.size:>14}  {entry.path}")
+    print_line(f"pinned {len(pinned.files)} {args.role} files of {pinned.pinned_from} in {args.output}")
+    if not os.path.isabs(args.output):
+        warn(f"sparkflake: set CHECKPOINT_PINS={os.path.abspath(args.output)} in runtime.env")
+    return 0

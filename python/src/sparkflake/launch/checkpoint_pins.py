@@ -1,0 +1,251 @@
+"""Checkpoint pins: the sizes and sha256 of a checkpoint's identity-bearing files, recorded
+at one site by ``sparkflake checkpoint pin`` and checked by every launch that names them.
+
+The profile says *which* files identify a checkpoint (``[checkpoints.ROLE] pin``: names, or
+patterns of top-level names such as ``*.safetensors``); the site's pins file says what
+they held when the operator pinned them. So the committed profile stays the same for
+every site, and a rank refuses a checkpoint whose files changed since they were pinned.
+
+A pins file (JSON, written atomically, one per service)::
+
+    {"schema": "sparkflake.checkpoint-pins/v1", "profile": "glm53-dflash7",
+     "checkpoints": {"target": {"pinned_from": "/srv/models/…",
+                                "files": [{"path": "config.json", "sha256": "…", "size": 1234}]},
+                     "draft": {…}}}
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import stat
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from ..atomic_write import write_bytes_atomic
+from ..digest import file_digest, file_kind
+from ..errors import InputError
+from ..file_hashes import stat_identity
+from .contract import IdentityFile
+
+PINS_SCHEMA = "sparkflake.checkpoint-pins/v1"
+ROLES = ("target", "draft")
+MAX_PINS_FILE_BYTES = 1 << 20
+_GLOB_CHARACTERS = frozenset("*?[")
+
+# (bytes hashed so far, bytes of this file, the file's path relative to the checkpoint)
+FileProgress = Callable[[int, int, str], None]
+
+
+@dataclass(frozen=True)
+class PinnedCheckpoint:
+    pinned_from: str  # the directory it was pinned from (for the operator; not compared)
+    files: tuple[IdentityFile, ...]
+
+
+@dataclass(frozen=True)
+class CheckpointPins:
+    profile: str
+    checkpoints: Mapping[str, PinnedCheckpoint] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "checkpoints", MappingProxyType(dict(self.checkpoints)))
+
+    def with_role(self, role: str, pinned: PinnedCheckpoint) -> CheckpointPins:
+        return CheckpointPins(self.profile, {**self.checkpoints, role: pinned})
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "schema": PINS_SCHEMA,
+            "profile": self.profile,
+            "checkpoints": {
+                role: {
+                    "pinned_from": pinned.pinned_from,
+                    "files": [{"path": f.path, "sha256": f.sha256, "size": f.size} for f in pinned.files],
+                }
+                for role, pinned in sorted(self.checkpoints.items())
+            },
+        }
+
+
+def is_pattern(entry: str) -> bool:
+    return any(char in _GLOB_CHARACTERS for char in entry)
+
+
+def select_files(directory: str, patterns: Sequence[str], where: str) -> list[str]:
+    """The checkpoint's files the profile's ``pin`` list names, sorted, relative to
+    ``directory``. Every name must exist and every pattern must match at least one
+    top-level entry; ``where`` names the list in errors (``checkpoints.target.pin``)."""
+    if not patterns:
+        raise InputError(f"{where}: the profile names no identity-bearing files to pin")
+    if not os.path.isdir(directory):
+        what = "does not exist" if not os.path.lexists(directory) else "is not a directory"
+        raise InputError(f"{directory}: {what}; expected a checkpoint directory")
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError as exc:
+        raise InputError(f"{directory}: cannot list: {exc.strerror}") from None
+    chosen: set[str] = set()
+    missing = []
+    for pattern in patterns:
+        if is_pattern(pattern):
+            matched = fnmatch.filter(names, pattern)
+            if not matched:
+                missing.append(f"file matching {pattern}")
+            chosen.update(matched)
+        elif os.path.lexists(os.path.join(directory, pattern)):
+            chosen.add(pattern)
+        else:
+            missing.append(pattern)
+    if missing:
+        raise InputError(
+            f"{directory}: the checkpoint has no {', '.join(missing)} (named by the profile's {where})"
+        )
+    return sorted(chosen)
+
+
+def hash_pinned_file(directory: str, relative: str, progress: FileProgress | None = None) -> IdentityFile:
+    """Size and sha256 of one regular file (a symlink is followed), streamed once.
+
+    The file is stat'ed before and after it is read: a file that changed meanwhile, or
+    whose byte count differs from its size, is refused (its pin would record neither
+    version). FIFOs, devices and sockets are refused before they are read.
+    """
+    path = os.path.join(directory, relative)
+    try:
+        before = os.stat(path)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror}") from None
+    if not stat.S_ISREG(before.st_mode):
+        kind = "a directory" if stat.S_ISDIR(before.st_mode) else file_kind(before.st_mode)
+        raise InputError(f"{path}: is {kind}; a pinned checkpoint file must be a regular file")
+    report = (lambda done: progress(done, before.st_size, relative)) if progress else None
+    digest = file_digest(path, "sha256", progress=report)
+    try:
+        after = os.stat(path)
+    except OSError as exc:
+        raise InputError(f"{path}: vanished while it was hashed ({exc.strerror}); nothing recorded") from None
+    if stat_identity(after) != stat_identity(before) or digest.size != before.st_size:
+        raise InputError(f"{path}: changed while it was hashed; nothing recorded, pin again when it is settled")
+    return IdentityFile(relative, digest.file_hash.base16, digest.size)
+
+
+def pin_checkpoint(
+    directory: str, patterns: Sequence[str], where: str, progress: FileProgress | None = None
+) -> PinnedCheckpoint:
+    """Every identity-bearing file of the checkpoint at ``directory``, hashed."""
+    files = tuple(hash_pinned_file(directory, name, progress) for name in select_files(directory, patterns, where))
+    return PinnedCheckpoint(os.path.abspath(directory), files)
+
+
+def read_pins(path: str | os.PathLike[str]) -> CheckpointPins:
+    """A pins file, read with a size bound (regular files only) and checked field by field."""
+    shown = os.fspath(path)
+    try:
+        fd = os.open(shown, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise InputError(f"{shown}: cannot read the checkpoint pins file: {exc.strerror}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise InputError(f"{shown}: is {file_kind(mode) if not stat.S_ISDIR(mode) else 'a directory'}; "
+                             "expected a checkpoint pins file")
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            raw = handle.read(MAX_PINS_FILE_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(raw) > MAX_PINS_FILE_BYTES:
+        raise InputError(f"{shown}: larger than {MAX_PINS_FILE_BYTES} bytes; not a checkpoint pins file")
+    return parse_pins(raw, shown)
+
+
+def parse_pins(raw: bytes, shown: str) -> CheckpointPins:
+    try:
+        document = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InputError(f"{shown}: not JSON ({exc})") from None
+    if not isinstance(document, dict):
+        raise InputError(f"{shown}: expected a JSON object")
+    _known_keys(document, {"schema", "profile", "checkpoints"}, shown, "$")
+    if document.get("schema") != PINS_SCHEMA:
+        raise InputError(f"{shown}: $.schema: expected {PINS_SCHEMA!r}, got {document.get('schema')!r}")
+    profile = document.get("profile")
+    if not isinstance(profile, str) or not profile:
+        raise InputError(f"{shown}: $.profile: expected the profile name")
+    checkpoints = document.get("checkpoints")
+    if not isinstance(checkpoints, dict):
+        raise InputError(f"{shown}: $.checkpoints: expected an object with target and/or draft")
+    pinned: dict[str, PinnedCheckpoint] = {}
+    for role, entry in checkpoints.items():
+        place = f"$.checkpoints.{role}"
+        if role not in ROLES:
+            raise InputError(f"{shown}: {place}: unknown role (expected target or draft)")
+        if not isinstance(entry, dict):
+            raise InputError(f"{shown}: {place}: expected an object with pinned_from and files")
+        _known_keys(entry, {"pinned_from", "files"}, shown, place)
+        pinned_from = entry.get("pinned_from")
+        if not isinstance(pinned_from, str):
+            raise InputError(f"{shown}: {place}.pinned_from: expected a path")
+        rows = entry.get("files")
+        if not isinstance(rows, list):
+            raise InputError(f"{shown}: {place}.files: expected an array of {{path, sha256, size}}")
+        files = []
+        for index, row in enumerate(rows):
+            at = f"{place}.files[{index}]"
+            if not isinstance(row, dict):
+                raise InputError(f"{shown}: {at}: expected an object with path, sha256, size")
+            _known_keys(row, {"path", "sha256", "size"}, shown, at)
+            path, sha256, size = row.get("path"), row.get("sha256"), row.get("size")
+            if not isinstance(path, str) or not isinstance(sha256, str):
+                raise InputError(f"{shown}: {at}: path and sha256 must be strings")
+            if isinstance(size, bool) or not isinstance(size, int):
+                raise InputError(f"{shown}: {at}.size: expected an integer")
+            try:
+                files.append(IdentityFile(path, sha256, size))
+            except InputError as exc:
+                raise InputError(f"{shown}: {at}: {exc.message}") from None
+        if len({f.path for f in files}) != len(files):
+            raise InputError(f"{shown}: {place}.files: a path is pinned twice")
+        pinned[role] = PinnedCheckpoint(pinned_from, tuple(files))
+    return CheckpointPins(profile, pinned)
+
+
+def _known_keys(mapping: Mapping[str, Any], known: set[str], shown: str, place: str) -> None:
+    unknown = sorted(set(mapping) - known)
+    if unknown:
+        raise InputError(f"{shown}: {place}: unknown key {unknown[0]!r} (expected {', '.join(sorted(known))})")
+
+
+def write_pins(path: str | os.PathLike[str], pins: CheckpointPins) -> None:
+    write_bytes_atomic(path, json.dumps(pins.as_json(), indent=2, sort_keys=True).encode() + b"\n")
+
+
+def pinned_files(
+    pins_path: str, pins: CheckpointPins, profile: str, role: str, declared: Sequence[IdentityFile]
+) -> tuple[IdentityFile, ...]:
+    """The files a launch checks for ``role``: the profile's own ``files`` and the pins.
+
+    A pins file made for another profile is refused (its ``pin`` lists may differ); a
+    path both bind must be bound to the same bytes.
+    """
+    if pins.profile != profile:
+        raise InputError(
+            f"{pins_path}: pins checkpoints for profile {pins.profile}, this launch is {profile}; "
+            f"pin with --profile {profile}"
+        )
+    pinned = pins.checkpoints.get(role)
+    if pinned is None:
+        return tuple(declared)
+    by_path = {entry.path: entry for entry in declared}
+    for entry in pinned.files:
+        known = by_path.get(entry.path)
+        if known is not None and known != entry:
+            raise InputError(
+                f"{pins_path}: {role} {entry.path} is pinned as sha256 {entry.sha256} size {entry.size}, "
+                f"the profile's checkpoints.{role}.files binds sha256 {known.sha256} size {known.size}"
+            )
+        by_path[entry.path] = entry
+    return tuple(by_path[name] for name in sorted(by_path))
