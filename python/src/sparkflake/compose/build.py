@@ -355,7 +355,7 @@ def checked_source_tree(pin: GitPin, source_tree: Path | None) -> Path:
     without ``.git``, its NAR hash): what Nix's fetchGit would give for ``rev``."""
     if source_tree is None:
         raise InputError(
-            f"{pin.name}: a git source ({pin.url} at {pin.rev}) is built from a checkout: pass "
+            f"{pin.name}: a git source ({pin.urls[0]} at {pin.rev}) is built from a checkout: pass "
             "--source-tree DIR (its git tree id must be the lock's tree)"
         )
     if not (source_tree / OVERLAY_PACKAGE).is_dir():
@@ -523,7 +523,7 @@ def assemble(
         source_identity = {
             "kind": "git",
             "name": source.name,
-            "uri": source.url,
+            "uri": source.urls[0],
             "rev": source.rev,
             "tree": source.tree,
             "nar_hash": source.nar_hash,
@@ -706,7 +706,7 @@ def resolved_dependencies(composition: Composition, assembly: Assembly) -> tuple
         dependencies.append(
             receipt.ResolvedDependency(
                 name=pin.name,
-                uri=pin.url if isinstance(pin, GitPin) else (pin.urls[0] if getattr(pin, "urls", ()) else ""),  # type: ignore[union-attr]
+                uri=pin.urls[0] if isinstance(pin, GitPin) else (pin.urls[0] if getattr(pin, "urls", ()) else ""),  # type: ignore[union-attr]
                 digest=(
                     {"gitCommit": pin.rev, "gitTree": pin.tree}
                     if isinstance(pin, GitPin)

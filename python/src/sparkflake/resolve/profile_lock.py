@@ -268,7 +268,7 @@ def artifacts(lock: Lock, *, kinds: Sequence[str] = ("wheel", "sdist", "deb", "f
     """Fetchable inputs of a lock as plain artifacts (git and oci inputs are not files)."""
     found: list[Artifact] = []
     for pin in lock.inputs:
-        if pin.kind not in kinds:
+        if pin.kind not in kinds or pin.kind in ("git", "oci"):
             continue
         if pin.kind == "deb":
             version = pin.version.split(":", 1)[-1]  # type: ignore[union-attr]
