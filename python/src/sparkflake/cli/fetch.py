@@ -10,7 +10,7 @@ from pathlib import Path
 from ..errors import InputError
 from ..fetch import BlobCache, FetchReport, fetch_all
 from ..fetch.git import GitCache, GitOutcome, fetch_git_inputs
-from ..lock import GitPin, InvalidField, Lock, load_lock, require_git_url
+from ..lock import InvalidField, Lock, load_lock, require_git_url
 from ..resolve.profile_lock import artifacts, default_cache, load_profile_lock, profile_from_arg
 from ._output import Progress, print_json, print_line
 
@@ -46,17 +46,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run)
 
 
-def parse_mirrors(values: list[str], lock: Lock) -> dict[str, list[str]]:
-    """``NAME=URL`` options: NAME a git input of the lock, URL one of git's transports."""
-    mirrors: dict[str, list[str]] = {}
+def parse_mirrors(values: list[str], git_names: list[str] | None) -> dict[str, tuple[str, ...]]:
+    """``NAME=URL`` options: URL one of git's transports, NAME a git input (of ``git_names``,
+    when they are known here)."""
+    mirrors: dict[str, tuple[str, ...]] = {}
     for value in values:
         name, sep, url = value.partition("=")
-        pin = lock.get(name)
-        if not sep or not isinstance(pin, GitPin):
-            known = ", ".join(p.name for p in lock.of_kind("git")) or "none"
-            raise InputError(f"--git-mirror {value!r}: expected NAME=URL with NAME a git input of the lock ({known})")
+        if not sep or not name or (git_names is not None and name not in git_names):
+            known = f" ({', '.join(git_names) or 'none'})" if git_names is not None else ""
+            raise InputError(f"--git-mirror {value!r}: expected NAME=URL with NAME a git input of the lock{known}")
         try:
-            mirrors.setdefault(name, []).append(require_git_url("--git-mirror", url))
+            mirrors[name] = (*mirrors.get(name, ()), require_git_url("--git-mirror", url))
         except InvalidField as error:
             raise InputError(f"--git-mirror {value!r}: {error.problem}") from None
     return mirrors
@@ -69,7 +69,7 @@ def fetch_lock(
     kinds: tuple[str, ...] = KINDS,
     workers: int = 6,
     from_dirs: list[str] | tuple[str, ...] = (),
-    mirrors: dict[str, list[str]] | None = None,
+    mirrors: dict[str, tuple[str, ...]] | None = None,
     progress: Progress | None = None,
 ) -> tuple[FetchReport, list[GitOutcome]]:
     """Files, then git inputs; when some are missing, one error naming every one of them."""
@@ -102,7 +102,7 @@ def _lock_from_arg(argument: str) -> tuple[str, Lock]:
 
 def run(args: argparse.Namespace) -> int:
     shown, lock = _lock_from_arg(args.profile)
-    mirrors = parse_mirrors(args.git_mirror, lock)
+    mirrors = parse_mirrors(args.git_mirror, [pin.name for pin in lock.of_kind("git")])
     cache = BlobCache(args.cache) if args.cache else default_cache()
     kinds = tuple(args.kind or KINDS)
     started = time.monotonic()

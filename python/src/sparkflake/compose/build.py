@@ -46,6 +46,7 @@ from ..atomic_write import atomic_directory, check_output_parent, process_alive,
 from ..digest import git_tree_id, nar_hash, sha256_file
 from ..errors import CheckFailed, InputError, SparkflakeError
 from ..fetch import Artifact, BlobCache, default_cache_root, fetch_all
+from ..fetch.git import GitCache, fetch_git_inputs
 from ..file_hashes import FileHashes
 from ..lock import DebPin, GitPin, Lock, Pin, SdistPin, WheelPin
 from ..oci.archive import CombinedArchiveWriter, write_archives
@@ -62,11 +63,13 @@ from ..profile import Profile, check_against_locks, profile_path, profile_to_dic
 from ..resolve.target import Target
 from . import generated, receipt
 from .debian_base import DebInput, assemble_base
-from .elf import check_machine, elf_machines
+from .elf import check_machine, elf_machines, iter_elf_files
 from .locked_inputs import load_policy, policy_path_for
+from .native_interface import missing_ops, native_names, python_op_uses
 from .patches import PatchSet, load_patch_set
 from .python_env import DEFAULT_PREFIX, CollisionRule, RecordWaiver, WheelInput, assemble_python_env
 from .source_overlay import (
+    OverlayPlan,
     compare_overlay,
     compare_retained_native,
     extract_sdist_package,
@@ -77,6 +80,16 @@ from .source_overlay import (
     wheel_native_files,
     write_overlay_tree,
     write_patched_source,
+)
+from .source_packages import (
+    SCHEMA as SOURCE_PACKAGES_SCHEMA,
+)
+from .source_packages import (
+    SOURCE_PACKAGES,
+    SourcePackageRole,
+    check_source_sha256,
+    file_provenance,
+    package_parent,
 )
 from .tree_cache import CachedTree, TreeCache
 from .verification import PASSED, Link, LinkResult, require_no_problems, run_chain
@@ -122,6 +135,12 @@ class Composition:
     patch_set_name: str  # e.g. overlays/vllm or profiles/fixture/patches (location-free)
     waivers: tuple[RecordWaiver, ...] = ()  # upstream RECORD defects accepted for exact bytes
     collisions: tuple[CollisionRule, ...] = ()  # upstream path collisions and the wheel kept
+    # pure-Python packages laid over their wheels from git sources (b12x, sparkcache)
+    package_sources: tuple[tuple[SourcePackageRole, WheelPin, GitPin], ...] = ()
+
+    def git_pins(self) -> list[GitPin]:
+        pins = [self.source] if isinstance(self.source, GitPin) else []
+        return pins + [source for _role, _wheel, source in self.package_sources]
 
     @property
     def platform(self) -> str:
@@ -155,6 +174,16 @@ def load_composition(name_or_path: str | os.PathLike[str], profiles_dir: str | o
         raise InputError(
             f"{path}: inputs.vllm_source: sdist version {source.version} differs from the wheel's {vllm_wheel.version}"
         )
+    package_sources = []
+    for package_role in SOURCE_PACKAGES:
+        if package_role.source_role not in roles:
+            continue
+        over, under = roles[package_role.source_role], roles.get(package_role.wheel_role)
+        if not isinstance(over, GitPin):
+            raise InputError(f"{path}: inputs.{package_role.source_role}: {over.name} is a {over.kind} input, expected a git input")
+        if not isinstance(under, WheelPin):
+            raise InputError(f"{path}: inputs.{package_role.wheel_role}: the {package_role.package} source is laid over this role's wheel")
+        package_sources.append((package_role, under, over))
     wheels: dict[str, WheelPin] = {}
     debs: dict[str, DebPin] = {}
     for lock in locks:
@@ -193,6 +222,7 @@ def load_composition(name_or_path: str | os.PathLike[str], profiles_dir: str | o
         patch_set_name=patch_set_name,
         waivers=tuple(waiver for policy in policies for waiver in policy.waivers),
         collisions=tuple(rule for policy in policies for rule in policy.collisions),
+        package_sources=tuple(package_sources),
     )
 
 
@@ -227,6 +257,7 @@ class FetchedInputs:
     downloaded: int
     imported: int
     link: LinkResult
+    git_trees: Mapping[str, Path] = field(default_factory=dict)  # git input name -> verified checkout
 
 
 def fetch_inputs(
@@ -237,10 +268,14 @@ def fetch_inputs(
     offline: bool = False,
     progress: ProgressCallback | None = None,
     hashes: FileHashes | None = None,
+    git_mirrors: Mapping[str, Sequence[str]] | None = None,
+    skip_git: Sequence[str] = (),
 ) -> FetchedInputs:
     """Every file input in the cache, then verified (link ``inputs``): re-hashed, or --
     with ``hashes`` -- re-hashed only when the cache file's stat identity changed since
-    it was last hashed."""
+    it was last hashed. Git sources (but those named in ``skip_git``) are fetched by commit
+    (offline: only from the cache and from ``from_dirs`` that are repositories) and their
+    checkouts re-hashed by tree id. When inputs are missing, one error names each."""
     pins: list[Pin] = [*composition.debs, *composition.wheels]
     if isinstance(composition.source, SdistPin):
         pins.append(composition.source)
@@ -251,14 +286,31 @@ def fetch_inputs(
     if profile_inputs.is_dir():
         directories.append(profile_inputs)
     downloaded = imported = 0
+    unfetched: list[str] = []
     if missing:
         kwargs = {"opener": _offline_opener} if offline else {}
         try:
             report = fetch_all(missing, cache, from_dirs=directories, progress=progress, **kwargs)
+        except InputError as exc:
+            unfetched.append(exc.message)
         except SparkflakeError as exc:
             raise type(exc)(exc.message, check_id="inputs") from exc
-        downloaded = sum(1 for o in report.outcomes if o.source == "download")
-        imported = sum(1 for o in report.outcomes if o.source == "import")
+        else:
+            downloaded = sum(1 for o in report.outcomes if o.source == "download")
+            imported = sum(1 for o in report.outcomes if o.source == "import")
+    git_pins = [pin for pin in composition.git_pins() if pin.name not in skip_git]
+    unknown = sorted(set(git_mirrors or {}) - {pin.name for pin in composition.git_pins()})
+    if unknown:
+        raise InputError(f"--git-mirror {', '.join(unknown)}: not a git source of {composition.profile.name}")
+    git_cache = GitCache(cache.root)
+    try:
+        fetch_git_inputs(git_pins, git_cache, mirrors=git_mirrors, local_repositories=directories, offline=offline)
+    except InputError as exc:
+        unfetched.append(exc.message)
+    except SparkflakeError as exc:
+        raise type(exc)(exc.message, check_id="inputs") from exc
+    if unfetched:
+        raise InputError("\n".join(unfetched), check_id="inputs")
     paths: dict[str, Path] = {}
     problems: list[str] = []
     for position, artifact in enumerate(artifacts):
@@ -268,11 +320,20 @@ def fetch_inputs(
             paths[artifact.name] = _verified(cache, artifact, hashes)
         except SparkflakeError as exc:
             problems.append(exc.message)
+    git_trees: dict[str, Path] = {}
+    for pin in git_pins:
+        try:
+            git_trees[pin.name] = git_cache.verified_tree(pin)
+        except SparkflakeError as exc:
+            problems.append(exc.message)
     if problems:
         raise CheckFailed("; ".join(problems), check_id="inputs")
     total = sum(a.size or 0 for a in artifacts)
-    link = LinkResult("inputs", PASSED, f"{len(artifacts)} inputs ({total} bytes) in the cache, every sha256 equal to the lock")
-    return FetchedInputs(paths, downloaded, imported, link)
+    message = f"{len(artifacts)} inputs ({total} bytes) in the cache, every sha256 equal to the lock"
+    if git_trees:
+        message += f"; {len(git_trees)} git checkouts, every tree id equal to the lock"
+    link = LinkResult("inputs", PASSED, message)
+    return FetchedInputs(paths, downloaded, imported, link, git_trees)
 
 
 # --------------------------------------------------------------------------- stage 3
@@ -307,6 +368,7 @@ class Assembly:
     hashes: FileHashes | None = None
     trees_reused: Mapping[str, bool] = field(default_factory=dict)
     cached_trees: Mapping[Path, CachedTree] = field(default_factory=dict)  # tree -> its cache entry
+    package_overlays: tuple[PackageOverlay, ...] = ()
 
     def hash_file(self, path: Path) -> str:
         return self.hashes.sha256(path) if self.hashes is not None else sha256_file(path)
@@ -518,7 +580,7 @@ def assemble(
             "uri": source.urls[0],
         }
     else:
-        source_root = checked_source_tree(source, source_tree)
+        source_root = checked_source_tree(source, source_tree) if source_tree is not None else fetched.git_trees[source.name]
         wheel = composition.roles["vllm_wheel"]
         source_identity = {
             "kind": "git",
@@ -550,6 +612,10 @@ def assemble(
         patched_tree_nar_hash=nar_hash(patched_package).sri,
         install_prefix=site_packages,
     )
+    package_overlays = [
+        _package_overlay(role, wheel, pin, fetched.git_trees[pin.name], python_trees, site_packages, overlay_tree, hash_file)
+        for role, wheel, pin in composition.package_sources
+    ]
     nccl_library = _nccl_library_sha256(composition, fetched, hashes)
     return Assembly(
         work_dir=work_dir,
@@ -571,7 +637,78 @@ def assemble(
         hashes=hashes,
         trees_reused=reused,
         cached_trees=entries,
+        package_overlays=tuple(package_overlays),
     )
+
+
+@dataclass(frozen=True)
+class PackageOverlay:
+    """One pure-Python package's source laid over its wheel (``source_packages``)."""
+
+    package: str
+    tree: Path  # the Python layer tree holding the wheel's install of the package
+    plan: OverlayPlan
+    deletions: tuple[str, ...]
+    manifest: Mapping[str, object]  # overlay entries, files from source and from the wheel
+
+
+def _package_overlay(
+    role: SourcePackageRole,
+    wheel: WheelPin,
+    pin: GitPin,
+    checkout: Path,
+    python_trees: Mapping[str, Path],
+    site_packages: str,
+    overlay_tree: Path,
+    hash_file: Callable[[Path], str],
+) -> PackageOverlay:
+    package = role.package
+    holders = [tree for tree in python_trees.values() if (tree / site_packages.lstrip("/") / package).is_dir()]
+    if len(holders) != 1:
+        raise InputError(f"{wheel.filename}: expected it to install {package}/ into one Python layer, found {len(holders)}")
+    site = holders[0] / site_packages.lstrip("/")
+    source_root = package_parent(checkout, package, pin.name)
+    source_sha256 = check_source_sha256(source_root / package, pin.source_sha256, pin.name)
+    plan = plan_overlay(site, source_root, package, None, hash_file)
+    deletions = tuple(write_overlay_tree(plan, overlay_tree))
+    installed = package_tree_hashes(site / package, hash_file)
+    from_source, from_wheel = file_provenance(plan, {f"{package}/{path}": digest for path, digest in installed.items()})
+    source = {"kind": "git", "name": pin.name, "uri": pin.urls[0], "rev": pin.rev, "tree": pin.tree,
+              "package_dir": (source_root / package).relative_to(checkout).as_posix()}
+    if source_sha256 is not None:
+        source["source_sha256"] = source_sha256
+    manifest = {
+        **overlay_manifest(plan, source_identity=source, patch_set_sha256="", patched_tree_git=git_tree_id(source_root / package),
+                           patched_tree_nar_hash=nar_hash(source_root / package).sri, install_prefix=site_packages),
+        "wheel": {"filename": wheel.filename, "sha256": wheel.sha256},
+        "files_from_source": from_source,
+        "files_from_wheel": from_wheel,
+    }
+    return PackageOverlay(package, holders[0], plan, deletions, manifest)
+
+
+def source_packages_document(assembly: Assembly) -> dict[str, object]:
+    """The in-image record of every package installed from source over its wheel, vLLM's
+    first: which files came from the source and which from the wheel."""
+    vllm_site = assembly.vllm_tree / assembly.site_packages.lstrip("/")
+    installed = package_tree_hashes(vllm_site / OVERLAY_PACKAGE)
+    entries = assembly.overlay["entries"]  # type: ignore[index]
+    deleted = {e["path"] for e in entries if e["operation"] == "delete"}  # type: ignore[index]
+    source_paths = {f"{OVERLAY_PACKAGE}/{p}" for p in package_tree_hashes(assembly.patched_source)}
+    vllm = {
+        "package": OVERLAY_PACKAGE,
+        "source": dict(assembly.source_identity),
+        "files_from_source": sorted(source_paths),
+        "files_from_wheel": sorted(
+            f"{OVERLAY_PACKAGE}/{p}" for p in installed if f"{OVERLAY_PACKAGE}/{p}" not in source_paths | deleted
+        ),
+    }
+    packages = [vllm] + [
+        {key: overlay.manifest[key] for key in ("package", "source", "wheel", "files_from_source", "files_from_wheel")}
+        for overlay in assembly.package_overlays
+    ]
+    return {"schema": SOURCE_PACKAGES_SCHEMA, "packages": packages,
+            "overlays": [overlay.manifest for overlay in assembly.package_overlays]}
 
 
 def wheel_native(
@@ -695,7 +832,8 @@ def _spec(profile: Profile, options: ImageOptions, layers: Sequence[LayerTree], 
 def resolved_dependencies(composition: Composition, assembly: Assembly) -> tuple[receipt.ResolvedDependency, ...]:
     role_of = {pin.name: role for role, pin in composition.roles.items()}
     dependencies: list[receipt.ResolvedDependency] = []
-    pins: list[Pin] = [*composition.debs, *composition.wheels, composition.source]
+    pins: list[Pin] = [*composition.debs, *composition.wheels, composition.source,
+                       *(source for _role, _wheel, source in composition.package_sources)]
     for pin in sorted(pins, key=lambda p: (p.kind, p.name)):
         annotations: dict[str, object] = {"kind": pin.kind}
         if pin.name in role_of:
@@ -811,6 +949,15 @@ def prepare_top(
             "mediaType": "application/json",
         },
     ]
+    source_packages = None
+    if assembly.package_overlays:
+        source_packages = generated.json_file_bytes(source_packages_document(assembly))
+        byproducts.append({
+            "name": "source-packages",
+            "uri": f"file://{generated.SOURCE_PACKAGES_PATH}",
+            "digest": {"sha256": receipt.sha256_hex(source_packages)},
+            "mediaType": "application/json",
+        })
     predicate = receipt.provenance_predicate(
         external_parameters={
             "profile": profile.name,
@@ -836,18 +983,20 @@ def prepare_top(
     )
     in_image = receipt.in_image_statement(lower_diff_ids=[layer.diff_id for layer in lower], predicate=predicate)
     in_image_bytes = receipt.canonical_bytes(in_image)
-    top_input = _top_input(assembly, in_image_bytes, profile_bytes)
+    top_input = _top_input(assembly, in_image_bytes, profile_bytes, source_packages)
     return PreparedTop(labels, in_image, in_image_bytes, profile_bytes, top_input, base_image.manifest_digest, resolved)
 
 
-def _top_input(assembly: Assembly, in_image_bytes: bytes, profile_bytes: bytes) -> LayerInput:
+def _top_input(assembly: Assembly, in_image_bytes: bytes, profile_bytes: bytes, source_packages: bytes | None) -> LayerInput:
     files = generated.generated_files(
         receipt=in_image_bytes,
         profile_document=profile_bytes,
         retained_native=assembly.retained_native_bytes,
         overlay=assembly.overlay_bytes,
+        source_packages=source_packages,
     )
-    deletions = tuple(f"{assembly.site_packages}/{path}" for path in assembly.overlay_deletions)
+    deleted = [*assembly.overlay_deletions, *(path for overlay in assembly.package_overlays for path in overlay.deletions)]
+    deletions = tuple(f"{assembly.site_packages}/{path}" for path in deleted)
     sources = (TreeSource(str(assembly.overlay_tree), assembly.site_packages),) if any(assembly.overlay_tree.iterdir()) else ()
     return LayerInput(sources=sources, files=files, deletions=deletions)
 
@@ -932,6 +1081,40 @@ def verification_links(
         count = sum(len(p.anchors) for p in composition.patch_set.patches)
         return f"{len(composition.patch_set.patches)} patches, {count} anchors: pre- and post-images match; patched tree git {tree}"
 
+    def native_interface() -> str:
+        libraries = [vllm_site / OVERLAY_PACKAGE / elf.path for elf in iter_elf_files(vllm_site / OVERLAY_PACKAGE)]
+        wheel_files = {f"{OVERLAY_PACKAGE}/{p}": vllm_site / OVERLAY_PACKAGE / p for p in package_tree_hashes(vllm_site / OVERLAY_PACKAGE)}
+        final_files = {f"{OVERLAY_PACKAGE}/{p}": assembly.patched_source / p for p in package_tree_hashes(assembly.patched_source)}
+        final_uses, wheel_uses = python_op_uses(final_files), python_op_uses(wheel_files)
+        missing = missing_ops(final_uses, wheel_uses, native_names(libraries))
+        require_no_problems(
+            [f"{use.path} calls torch.ops.{use.namespace}.{use.op}, which no retained extension registers" for use in missing],
+            "the overlaid Python calls native ops the retained extensions lack",
+            "native-interface",
+        )
+        added = len(set(final_uses) - set(wheel_uses))
+        return (f"{len(final_uses)} torch.ops uses of the overlaid Python; the {added} the wheel's Python lacks are "
+                f"registered by its {len(libraries)} retained extensions")
+
+    def source_packages() -> str:
+        problems = []
+        for overlay in assembly.package_overlays:
+            site_dir = overlay.tree / site / overlay.package
+            before = {f"{overlay.package}/{p}": h for p, h in package_tree_hashes(site_dir, assembly.hash_file).items()}
+            after = dict(before)
+            written = assembly.overlay_tree / overlay.package
+            if written.is_dir():
+                after.update({f"{overlay.package}/{p}": h for p, h in package_tree_hashes(written).items()})
+            for path in overlay.deletions:
+                after.pop(path, None)
+            problems += compare_overlay(overlay.manifest, before, after)
+        require_no_problems(problems, "a source package differs from its manifest", "source-packages")
+        return ", ".join(
+            f"{o.package}: {len(o.manifest['files_from_source'])} files from {o.manifest['source']['rev'][:12]}, "  # type: ignore[index]
+            f"{len(o.manifest['files_from_wheel'])} from {o.manifest['wheel']['filename']}"  # type: ignore[index]
+            for o in assembly.package_overlays
+        )
+
     def absences() -> str:
         wanted = {str(canonicalize_name(name)) for name in profile.absent.distributions}
         found = []
@@ -1008,6 +1191,9 @@ def verification_links(
         Link("retained-native", "retained native manifest equals what the wheel shipped", retained_native),
         Link("overlay", "the overlay changed exactly what its manifest says", overlay),
         Link("patches", "patch pre- and post-images", patches),
+        Link("native-interface", "the retained extensions register every op the overlaid Python adds", native_interface),
+        *([Link("source-packages", "packages from git sources changed exactly what their manifests say", source_packages)]
+          if assembly.package_overlays else []),
         Link("absences", "required absences", absences),
         Link("elf-machine", "ELF architecture of every file", elf_machine),
         Link("labels", "labels complete and equal to the receipt", labels),
@@ -1131,6 +1317,9 @@ def write_outputs_into(
     if result.assembly is not None:
         write_bytes_atomic(staging / "retained-native.json", result.assembly.retained_native_bytes)
         write_bytes_atomic(staging / "source-overlay.json", result.assembly.overlay_bytes)
+        if result.assembly.package_overlays:
+            write_bytes_atomic(staging / "source-packages.json",
+                               generated.json_file_bytes(source_packages_document(result.assembly)))
     digests = result.image.digests_record()
     digests["profile"] = result.profile
     digests["layer_names"] = list(result.layer_names)
@@ -1154,6 +1343,7 @@ class BuildRequest:
     keep_work: bool = False
     profiles_dir: Path | None = None
     source_tree: Path | None = None  # checkout of a git vllm_source
+    git_mirrors: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # git input -> URLs tried first
     formats: tuple[str, ...] = OUTPUT_FORMATS
 
 
@@ -1203,7 +1393,9 @@ def build_profile(request: BuildRequest, progress: ProgressCallback | None = Non
         clock = now
 
     fetched = fetch_inputs(
-        composition, cache, from_dirs=request.from_dirs, offline=request.offline, progress=progress, hashes=hashes
+        composition, cache, from_dirs=request.from_dirs, offline=request.offline, progress=progress, hashes=hashes,
+        git_mirrors=request.git_mirrors,
+        skip_git=[composition.source.name] if request.source_tree is not None else [],
     )
     lap("fetch_and_verify_inputs")
     work_parent = root / "work"

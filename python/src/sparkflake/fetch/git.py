@@ -328,10 +328,11 @@ def fetch_git(
     *,
     extra_urls: Sequence[str] = (),
     timeout: float = GIT_TIMEOUT,
+    offline: bool = False,
 ) -> GitOutcome:
     """Make ``pin`` a verified cache entry: the cache when it holds the commit, else each of
     ``extra_urls`` (mirrors and local repositories given on the command line) and then the
-    lock's URLs in order. Raises ``MissingGitInput`` naming every URL tried and why, or
+    lock's URLs in order (not when ``offline``: then only ``file://`` extra URLs). Raises ``MissingGitInput`` naming every URL tried and why, or
     ``CheckFailed`` when a commit names another tree than the pin."""
     lock_dir = cache.root / "locks"
     lock_dir.mkdir(parents=True, exist_ok=True)
@@ -346,7 +347,10 @@ def fetch_git(
                 return GitOutcome(pin.name, pin.rev, pin.tree, "cache")
         remove_stale_staging(cache)
         tried: list[str] = []
-        for url in (*extra_urls, *pin.urls):
+        urls = [url for url in extra_urls if url.startswith("file://")] if offline else [*extra_urls, *pin.urls]
+        if offline:
+            tried.append("the lock's URLs: not tried (offline)")
+        for url in urls:
             try:
                 files = _fetch_into_cache(pin, cache, url, timeout)
             except _Unserved as refusal:
@@ -420,6 +424,7 @@ def fetch_git_inputs(
     mirrors: dict[str, Sequence[str]] | None = None,
     local_repositories: Sequence[str | os.PathLike[str]] = (),
     timeout: float = GIT_TIMEOUT,
+    offline: bool = False,
 ) -> list[GitOutcome]:
     """Every git input, or one ``InputError`` naming each that could not be fetched (a
     wrong tree is a ``CheckFailed`` at once: that input is pinned to other bytes)."""
@@ -429,7 +434,7 @@ def fetch_git_inputs(
     for pin in sorted(pins, key=lambda p: p.name):
         extra = [*(mirrors or {}).get(pin.name, ()), *local]
         try:
-            outcomes.append(fetch_git(pin, cache, extra_urls=extra, timeout=timeout))
+            outcomes.append(fetch_git(pin, cache, extra_urls=extra, timeout=timeout, offline=offline))
         except MissingGitInput as failure:
             missing.append(failure)
     if missing:
