@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from ..errors import InputError
-from ..fetch import BlobCache, FetchReport, fetch_all
+from ..fetch import BlobCache, FetchReport, fetch_all, offline_opener
 from ..fetch.git import GitCache, GitOutcome, fetch_git_inputs
 from ..lock import InvalidField, Lock, load_lock, require_git_url
 from ..resolve.profile_lock import artifacts, default_cache, load_profile_lock, profile_from_arg
@@ -38,6 +38,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--git-mirror", action="append", default=[], metavar="NAME=URL",
                         help="try URL for the git input NAME before the lock's URLs (repeatable)")
     parser.add_argument("--jobs", type=int, default=6, help="parallel downloads (default 6)")
+    parser.add_argument("--offline", action="store_true",
+                        help="no network: only the cache, --from directories and file:// mirrors")
     parser.add_argument("--cache", metavar="DIR", help="cache root (default $XDG_CACHE_HOME/sparkflake)")
     parser.add_argument("--kind", action="append", choices=KINDS,
                         help="only inputs of this kind (repeatable; default all)")
@@ -71,19 +73,21 @@ def fetch_lock(
     from_dirs: list[str] | tuple[str, ...] = (),
     mirrors: dict[str, tuple[str, ...]] | None = None,
     progress: Progress | None = None,
+    offline: bool = False,
 ) -> tuple[FetchReport, list[GitOutcome]]:
     """Files, then git inputs; when some are missing, one error naming every one of them."""
     missing: list[str] = []
     report = FetchReport()
     try:
-        report = fetch_all(artifacts(lock, kinds=kinds), cache, workers=workers, progress=progress, from_dirs=from_dirs)
+        report = fetch_all(artifacts(lock, kinds=kinds), cache, workers=workers, progress=progress, from_dirs=from_dirs,
+                           **({"opener": offline_opener} if offline else {}))
     except InputError as error:
         missing.append(error.message)
     git_outcomes: list[GitOutcome] = []
     try:
         git_outcomes = fetch_git_inputs(
             [pin for pin in lock.of_kind("git") if "git" in kinds],  # type: ignore[misc]
-            GitCache(cache.root), mirrors=mirrors, local_repositories=from_dirs,
+            GitCache(cache.root), mirrors=mirrors, local_repositories=from_dirs, offline=offline,
         )
     except InputError as error:
         missing.append(error.message)
@@ -93,11 +97,19 @@ def fetch_lock(
 
 
 def _lock_from_arg(argument: str) -> tuple[str, Lock]:
-    """(what to call it, the lock): a ``.lock`` file as itself, else a profile's first lock."""
+    """(what to call it, the lock): a ``.lock`` file as itself, else every lock the profile
+    lists as one (an exact profile's git sources sit in its second lock)."""
     if argument.endswith(".lock") and Path(argument).exists():
         return argument, load_lock(argument)
     profile = profile_from_arg(argument)
-    return profile.name, load_profile_lock(profile)
+    locks = [load_profile_lock(profile), *(load_lock(path) for path in profile.lock_paths()[1:])]
+    merged = locks[0]
+    for lock in locks[1:]:
+        for pin in lock.inputs:
+            if merged.get(pin.name) not in (None, pin):
+                raise InputError(f"{profile.name}: input {pin.name!r} is pinned differently by two of its locks")
+            merged = merged.replace_input(pin)
+    return profile.name, merged
 
 
 def run(args: argparse.Namespace) -> int:
@@ -108,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     report, git_outcomes = fetch_lock(
         lock, cache, kinds=kinds, workers=args.jobs, from_dirs=args.from_dirs, mirrors=mirrors,
-        progress=Progress("fetch", enabled=True if args.progress else None),
+        progress=Progress("fetch", enabled=True if args.progress else None), offline=args.offline,
     )
     elapsed = time.monotonic() - started
     if args.json:

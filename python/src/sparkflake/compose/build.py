@@ -34,7 +34,6 @@ import os
 import shutil
 import tempfile
 import time
-import urllib.error
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -45,7 +44,7 @@ from .. import __version__
 from ..atomic_write import atomic_directory, check_output_parent, process_alive, write_bytes_atomic
 from ..digest import git_tree_id, nar_hash, sha256_file
 from ..errors import CheckFailed, InputError, SparkflakeError
-from ..fetch import Artifact, BlobCache, default_cache_root, fetch_all
+from ..fetch import Artifact, BlobCache, default_cache_root, fetch_all, offline_opener
 from ..fetch.git import GitCache, fetch_git_inputs
 from ..file_hashes import FileHashes
 from ..lock import DebPin, GitPin, Lock, Pin, SdistPin, WheelPin
@@ -238,10 +237,6 @@ def _artifact(pin: Pin) -> Artifact:
     raise InputError(f"{pin.name}: {pin.kind} inputs are not fetched as files by the build")
 
 
-def _offline_opener(request, timeout):  # noqa: ANN001, ANN202 (fetch's opener signature)
-    raise urllib.error.URLError("offline build (--offline): no network access")
-
-
 def _verified(cache: BlobCache, artifact: Artifact, hashes: FileHashes | None) -> Path:
     if hashes is None:
         return cache.verified_path(artifact)
@@ -288,7 +283,7 @@ def fetch_inputs(
     downloaded = imported = 0
     unfetched: list[str] = []
     if missing:
-        kwargs = {"opener": _offline_opener} if offline else {}
+        kwargs = {"opener": offline_opener} if offline else {}
         try:
             report = fetch_all(missing, cache, from_dirs=directories, progress=progress, **kwargs)
         except InputError as exc:

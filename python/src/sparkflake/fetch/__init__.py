@@ -203,6 +203,11 @@ class _ByteMeter:
 Opener = Callable[[urllib.request.Request, float], object]
 
 
+def offline_opener(request: urllib.request.Request, timeout: float) -> object:
+    """The opener of an offline run: every URL fails, so only the cache and imports count."""
+    raise urllib.error.URLError("offline (--offline): no network access")
+
+
 def _default_opener(request: urllib.request.Request, timeout: float) -> object:
     return urllib.request.urlopen(request, timeout=timeout)  # noqa: S310 (https/file URLs from the lock)
 
