@@ -337,3 +337,29 @@ def test_fetch_command_takes_a_lock_file(tmp_path: Path, repository, capsys: pyt
     assert json.loads(capsys.readouterr().out)["git"][0]["url"] == work.resolve().as_uri()
     assert main(["fetch", str(lock_path), "--cache", cache, "--git-mirror", "src=ext::sh"]) == 2
     assert "--git-mirror" in capsys.readouterr().err
+
+
+def test_a_plain_checkout_given_with_from_is_admitted_by_its_tree(tmp_path: Path, repository,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """A directory without .git (a Nix fetchGit store path, an unpacked archive) whose tree
+    id is a pin's; read-only like a store path. Another directory is ignored."""
+    served, [(rev, tree), (rev2, tree2)] = repository
+    supplied = tmp_path / "supplied"
+    reference = GitCache(tmp_path / "reference")
+    fetch_git(pin_for(rev, tree, served.as_uri()), reference)
+    import shutil
+
+    shutil.copytree(reference.tree_path(tree), supplied / "src-checkout", symlinks=True)
+    (supplied / "unrelated").mkdir()
+    (supplied / "unrelated" / "x").write_text("x")
+    for path in sorted(supplied.rglob("*"), reverse=True):
+        if not path.is_symlink():
+            path.chmod(0o555 if path.is_dir() or os.access(path, os.X_OK) else 0o444)
+    cache = GitCache(tmp_path / "cache")
+    pins = [pin_for(rev, tree, "https://git.sparkflake.invalid/src.git")]
+    outcomes = fetch_git_inputs(pins, cache, local_repositories=[supplied], offline=True)
+    assert [(o.source, o.url) for o in outcomes] == [("import", (supplied / "src-checkout").as_uri())]
+    assert_checkout(cache.verified_tree(pins[0]), tree)
+    with pytest.raises(InputError, match=f"checkout of it \\(git tree {tree2}\\)"):
+        fetch_git_inputs([pin_for(rev2, tree2, "https://git.sparkflake.invalid/src.git")], cache,
+                         local_repositories=[supplied], offline=True)

@@ -57,7 +57,7 @@ class GitOutcome:
     name: str
     rev: str
     tree: str
-    source: str  # "cache" or "fetch"
+    source: str  # "cache", "fetch" or "import" (a checkout given with --from)
     url: str | None = None
     files: int = 0
 
@@ -371,32 +371,84 @@ def _fetch_into_cache(pin: GitPin, cache: GitCache, url: str, timeout: float) ->
         _verify_commit(repo, env, pin, url, timeout)
         checkout = staging / "tree"
         files = write_tree(repo, env, pin.rev, checkout, timeout)
-        written = git_tree_id(checkout)
-        if written != pin.tree:
-            raise CheckFailed(
-                f"{pin.name}: the files of commit {pin.rev} from {url} have git tree {written}, "
-                f"the lock says {pin.tree}: refused, nothing entered the cache",
-                check_id="fetch-tree",
-            )
-        if pin.nar_hash is not None:
-            nar = nar_hash(checkout).sri
-            if nar != pin.nar_hash:
-                raise CheckFailed(
-                    f"{pin.name}: the checkout of {pin.rev} has NAR hash {nar}, the lock says "
-                    f"{pin.nar_hash}: refused, nothing entered the cache",
-                    check_id="fetch-tree",
-                )
-        cache.tree_dir.mkdir(parents=True, exist_ok=True)
-        target = cache.tree_path(pin.tree)
-        if target.is_dir():
-            if git_tree_id(target) != pin.tree:  # an altered entry another commit recorded
-                cache.evict(pin.tree)
-        if not target.is_dir():
-            os.rename(checkout, target)
-        write_bytes_atomic(cache.commit_path(pin.rev), f"tree {pin.tree}\n".encode("ascii"))
+        _admit(pin, cache, checkout, f"the files of commit {pin.rev} from {url}")
         return files
     finally:
         _remove_tree(staging)
+
+
+def _admit(pin: GitPin, cache: GitCache, checkout: Path, what: str) -> None:
+    """Rename a staged checkout into the cache once its own tree id (and NAR hash, when
+    pinned) is the lock's; then record that ``rev`` names that tree."""
+    written = git_tree_id(checkout)
+    if written != pin.tree:
+        raise CheckFailed(
+            f"{pin.name}: {what} have git tree {written}, the lock says {pin.tree}: refused, "
+            "nothing entered the cache",
+            check_id="fetch-tree",
+        )
+    if pin.nar_hash is not None:
+        nar = nar_hash(checkout).sri
+        if nar != pin.nar_hash:
+            raise CheckFailed(
+                f"{pin.name}: {what} have NAR hash {nar}, the lock says {pin.nar_hash}: refused, "
+                "nothing entered the cache",
+                check_id="fetch-tree",
+            )
+    cache.tree_dir.mkdir(parents=True, exist_ok=True)
+    target = cache.tree_path(pin.tree)
+    if target.is_dir() and git_tree_id(target) != pin.tree:  # an altered entry
+        cache.evict(pin.tree)
+    if not target.is_dir():
+        os.rename(checkout, target)
+    write_bytes_atomic(cache.commit_path(pin.rev), f"tree {pin.tree}\n".encode("ascii"))
+
+
+def import_checkouts(
+    pins: Iterable[GitPin], directories: Sequence[str | os.PathLike[str]], cache: GitCache
+) -> list[GitOutcome]:
+    """Plain checkouts (no ``.git``: a Nix ``fetchGit`` store path, an unpacked forge
+    archive) given with ``--from``: DIR itself or each of its subdirectories is taken for
+    the git input whose tree id it has. The binding is the tree (what the files are); the
+    commit object is not seen, so ``rev`` is the lock's word for which commit named it."""
+    wanted = {pin.tree: pin for pin in pins if not cache.holds(pin)}
+    outcomes: list[GitOutcome] = []
+    for directory in directories:
+        base = Path(directory)
+        if not wanted or not base.is_dir() or is_git_repository(base):
+            continue
+        candidates = [base, *sorted(p for p in base.iterdir() if p.is_dir() and not p.is_symlink())]
+        for candidate in candidates:
+            if is_git_repository(candidate):
+                continue
+            try:
+                tree = git_tree_id(candidate)
+            except InputError:
+                continue  # not something git would store as one tree
+            pin = wanted.pop(tree, None)
+            if pin is None:
+                continue
+            cache.partial_dir.mkdir(parents=True, exist_ok=True)
+            staging = Path(tempfile.mkdtemp(prefix=f"git-{pin.rev}.{os.getpid()}.", dir=cache.partial_dir))
+            try:
+                checkout = staging / "tree"
+                shutil.copytree(candidate, checkout, symlinks=True)
+                _own_modes(checkout)
+                _admit(pin, cache, checkout, f"the files of {candidate}")
+            finally:
+                _remove_tree(staging)
+            outcomes.append(GitOutcome(pin.name, pin.rev, pin.tree, "import", candidate.resolve().as_uri()))
+    return outcomes
+
+
+def _own_modes(root: Path) -> None:
+    """Writable copies (a Nix store path is read-only) with git's two file modes kept."""
+    for dirpath, _dirnames, filenames in os.walk(root):
+        os.chmod(dirpath, 0o755)
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            if not os.path.islink(path):
+                os.chmod(path, 0o755 if os.stat(path).st_mode & 0o100 else 0o644)
 
 
 class MissingGitInput(Exception):
@@ -411,8 +463,8 @@ class MissingGitInput(Exception):
         lines += [f"    tried {entry}" for entry in self.tried]
         lines.append(
             f"    supply it: a mirror that serves the commit (`--git-mirror {pin.name}=URL`, tried "
-            "before the lock's URLs), or a local clone holding it (`--from DIR`, DIR a git "
-            "repository)"
+            "before the lock's URLs), or `--from DIR` with DIR a clone holding the commit or a "
+            f"checkout of it (git tree {pin.tree})"
         )
         return "\n".join(lines)
 
@@ -429,9 +481,13 @@ def fetch_git_inputs(
     """Every git input, or one ``InputError`` naming each that could not be fetched (a
     wrong tree is a ``CheckFailed`` at once: that input is pinned to other bytes)."""
     local = [Path(directory).resolve().as_uri() for directory in local_repositories if is_git_repository(directory)]
-    outcomes: list[GitOutcome] = []
+    pins = sorted(pins, key=lambda p: p.name)
+    outcomes = import_checkouts(pins, local_repositories, cache)
+    imported = {outcome.name for outcome in outcomes}
     missing: list[MissingGitInput] = []
-    for pin in sorted(pins, key=lambda p: p.name):
+    for pin in pins:
+        if pin.name in imported:
+            continue
         extra = [*(mirrors or {}).get(pin.name, ()), *local]
         try:
             outcomes.append(fetch_git(pin, cache, extra_urls=extra, timeout=timeout, offline=offline))
