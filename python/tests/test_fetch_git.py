@@ -358,7 +358,7 @@ def test_a_plain_checkout_given_with_from_is_admitted_by_its_tree(tmp_path: Path
     cache = GitCache(tmp_path / "cache")
     pins = [pin_for(rev, tree, "https://git.sparkflake.invalid/src.git")]
     outcomes = fetch_git_inputs(pins, cache, local_repositories=[supplied], offline=True)
-    assert [(o.source, o.url) for o in outcomes] == [("import", (supplied / "src-checkout").as_uri())]
+    assert [(o.source, o.url) for o in outcomes] == [("import", (supplied / "src-checkout").resolve().as_uri())]
     assert_checkout(cache.verified_tree(pins[0]), tree)
     with pytest.raises(InputError, match=f"checkout of it \\(git tree {tree2}\\)"):
         fetch_git_inputs([pin_for(rev2, tree2, "https://git.sparkflake.invalid/src.git")], cache,

@@ -417,7 +417,8 @@ def import_checkouts(
         base = Path(directory)
         if not wanted or not base.is_dir() or is_git_repository(base):
             continue
-        candidates = [base, *sorted(p for p in base.iterdir() if p.is_dir() and not p.is_symlink())]
+        # subdirectories may be symlinks (a directory of links to Nix store paths)
+        candidates = [base, *sorted(p.resolve() for p in base.iterdir() if p.is_dir())]
         for candidate in candidates:
             if is_git_repository(candidate):
                 continue
