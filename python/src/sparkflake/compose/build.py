@@ -724,6 +724,30 @@ def wheel_native(
     return shipped
 
 
+def wheel_interface(
+    package_dir: Path, wheel_sha256: str, hashes: FileHashes | None
+) -> tuple[dict[tuple[str, str], str], frozenset[str], int]:
+    """The installed vLLM wheel's side of the native-interface check: its Python's torch-op
+    uses, the names its extensions hold, the number of extensions. Remembered per wheel
+    sha256 beside the file-hash table (the installed package is the verified wheel's)."""
+    memo = None
+    if hashes is not None and hashes.table_path is not None:
+        memo = hashes.table_path.parent / "native-interface" / f"{wheel_sha256}.json"
+        try:
+            known = json.loads(memo.read_bytes())
+            uses = {(namespace, op): path for namespace, op, path in known["uses"]}
+            return uses, frozenset(known["names"]), int(known["libraries"])
+        except (FileNotFoundError, ValueError, TypeError, KeyError):
+            pass
+    libraries = [package_dir / elf.path for elf in iter_elf_files(package_dir)]
+    files = {f"{package_dir.name}/{p}": package_dir / p for p in package_tree_hashes(package_dir)}
+    uses, names = python_op_uses(files), native_names(libraries)
+    if memo is not None:
+        record = {"uses": sorted([*key, path] for key, path in uses.items()), "names": sorted(names), "libraries": len(libraries)}
+        write_bytes_atomic(memo, json.dumps(record, sort_keys=True).encode())
+    return uses, names, len(libraries)
+
+
 def _nccl_library_sha256(composition: Composition, fetched: FetchedInputs, hashes: FileHashes | None) -> str:
     """sha256 of ``libnccl.so*`` shipped by the input playing the ``nccl`` role."""
     pin = composition.roles["nccl"]
@@ -1077,11 +1101,11 @@ def verification_links(
         return f"{len(composition.patch_set.patches)} patches, {count} anchors: pre- and post-images match; patched tree git {tree}"
 
     def native_interface() -> str:
-        libraries = [vllm_site / OVERLAY_PACKAGE / elf.path for elf in iter_elf_files(vllm_site / OVERLAY_PACKAGE)]
-        wheel_files = {f"{OVERLAY_PACKAGE}/{p}": vllm_site / OVERLAY_PACKAGE / p for p in package_tree_hashes(vllm_site / OVERLAY_PACKAGE)}
+        wheel = composition.roles["vllm_wheel"]
+        wheel_uses, registered, libraries = wheel_interface(vllm_site / OVERLAY_PACKAGE, wheel.sha256, assembly.hashes)  # type: ignore[union-attr]
         final_files = {f"{OVERLAY_PACKAGE}/{p}": assembly.patched_source / p for p in package_tree_hashes(assembly.patched_source)}
-        final_uses, wheel_uses = python_op_uses(final_files), python_op_uses(wheel_files)
-        missing = missing_ops(final_uses, wheel_uses, native_names(libraries))
+        final_uses = python_op_uses(final_files)
+        missing = missing_ops(final_uses, wheel_uses, registered)
         require_no_problems(
             [f"{use.path} calls torch.ops.{use.namespace}.{use.op}, which no retained extension registers" for use in missing],
             "the overlaid Python calls native ops the retained extensions lack",
@@ -1089,7 +1113,7 @@ def verification_links(
         )
         added = len(set(final_uses) - set(wheel_uses))
         return (f"{len(final_uses)} torch.ops uses of the overlaid Python; the {added} the wheel's Python lacks are "
-                f"registered by its {len(libraries)} retained extensions")
+                f"registered by its {libraries} retained extensions")
 
     def source_packages() -> str:
         problems = []
