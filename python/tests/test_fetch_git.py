@@ -92,21 +92,13 @@ def test_fetch_by_commit_over_git_daemon(tmp_path: Path, repository) -> None:
     assert (cache.tree_path(tree2) / "pkg/new.py").read_bytes() == b"NEW = True\n"
 
 
-def test_fetch_by_commit_over_smart_http(tmp_path: Path, repository) -> None:
-    served, [(rev, tree), _] = repository
-    cache = GitCache(tmp_path / "cache")
-    with http_server(served.parent, smart=True) as base:
-        outcome = fetch_git(pin_for(rev, tree, f"{base}/served.git"), cache)
-    assert outcome.source == "fetch"
-    assert_checkout(cache.tree_path(tree), tree)
-
-
-def test_fetch_by_commit_over_dumb_http(tmp_path: Path, repository) -> None:
-    """Dumb HTTP serves no shallow fetch: the commit is fetched in full, checked the same."""
+@pytest.mark.parametrize("smart", [True, False], ids=["smart-http", "dumb-http"])
+def test_fetch_by_commit_over_http(tmp_path: Path, repository, smart: bool) -> None:
+    """Dumb HTTP serves no shallow fetch: there the commit is fetched in full, checked the same."""
     served, [(rev, tree), _] = repository
     git("update-server-info", cwd=served)
     cache = GitCache(tmp_path / "cache")
-    with http_server(served.parent, smart=False) as base:
+    with http_server(served.parent, smart=smart) as base:
         outcome = fetch_git(pin_for(rev, tree, f"{base}/served.git"), cache)
     assert outcome.source == "fetch"
     assert_checkout(cache.tree_path(tree), tree)

@@ -86,8 +86,20 @@ def read_header(path: str | os.PathLike[str]) -> ElfHeader | None:
         return parse_header(handle.read(20))
 
 
-def _section_table(handle, header: ElfHeader, ident: bytes) -> tuple[list[tuple[int, ...]], str] | None:  # noqa: ANN001 (a binary file)
-    """The section headers (each the raw Elf_Shdr fields) and the Elf_Dyn format."""
+@dataclass(frozen=True)
+class _SectionTable:
+    header: ElfHeader
+    ident: bytes  # the first 64 bytes of the file
+    sections: list[tuple[int, ...]]  # each the raw Elf_Shdr fields
+    dyn_fmt: str  # struct format of one Elf_Dyn entry
+
+
+def _section_table(handle) -> _SectionTable | None:  # noqa: ANN001 (a binary file at offset 0)
+    """The ELF header and section headers of an open file; None if not ELF or none."""
+    ident = handle.read(64)
+    header = parse_header(ident)
+    if header is None:
+        return None
     end = "<" if header.little_endian else ">"
     if header.elf_class == 2:
         if len(ident) < 64:
@@ -107,20 +119,17 @@ def _section_table(handle, header: ElfHeader, ident: bytes) -> tuple[list[tuple[
     table = handle.read(shentsize * shnum)
     if len(table) < shentsize * shnum:
         return None
-    return [struct.unpack_from(sh_fmt, table, index * shentsize) for index in range(shnum)], dyn_fmt
+    sections = [struct.unpack_from(sh_fmt, table, index * shentsize) for index in range(shnum)]
+    return _SectionTable(header, ident, sections, dyn_fmt)
 
 
 def read_soname(path: str | os.PathLike[str]) -> str | None:
     """DT_SONAME of a shared object, read from its section headers; None if absent."""
     with open(path, "rb") as handle:
-        ident = handle.read(64)
-        header = parse_header(ident)
-        if header is None:
+        table = _section_table(handle)
+        if table is None:
             return None
-        found = _section_table(handle, header, ident)
-        if found is None:
-            return None
-        sections, dyn_fmt = found
+        sections, dyn_fmt = table.sections, table.dyn_fmt
         shnum = len(sections)
         for section in sections:
             _name, sh_type, _flags, _addr, sh_offset, sh_size, sh_link = section[:7]
@@ -145,14 +154,10 @@ def read_sections(path: str | os.PathLike[str], wanted: tuple[str, ...]) -> list
     """(name, file offset, size) of the sections named in ``wanted`` (SHT_NOBITS sections
     hold no bytes and are left out); None when ``path`` is not ELF or has no section table."""
     with open(path, "rb") as handle:
-        ident = handle.read(64)
-        header = parse_header(ident)
-        if header is None:
+        table = _section_table(handle)
+        if table is None:
             return None
-        found = _section_table(handle, header, ident)
-        if found is None:
-            return None
-        sections, _dyn_fmt = found
+        header, ident, sections = table.header, table.ident, table.sections
         file_size = os.fstat(handle.fileno()).st_size
         names_index = struct.unpack("<H" if header.little_endian else ">H", ident[62:64] if header.elf_class == 2 else ident[50:52])[0]
         if names_index >= len(sections):
