@@ -73,6 +73,7 @@ from .source_overlay import (
     compare_retained_native,
     extract_sdist_package,
     overlay_manifest,
+    package_files,
     package_tree_hashes,
     plan_overlay,
     retained_native_manifest,
@@ -666,8 +667,7 @@ def _package_overlay(
     source_sha256 = check_source_sha256(source_root / package, pin.source_sha256, pin.name)
     plan = plan_overlay(site, source_root, package, None, hash_file)
     deletions = tuple(write_overlay_tree(plan, overlay_tree))
-    installed = package_tree_hashes(site / package, hash_file)
-    from_source, from_wheel = file_provenance(plan, {f"{package}/{path}": digest for path, digest in installed.items()})
+    from_source, from_wheel = file_provenance(plan, [f"{package}/{path}" for path in package_files(site / package)])
     source = {"kind": "git", "name": pin.name, "uri": pin.urls[0], "rev": pin.rev, "tree": pin.tree,
               "package_dir": (source_root / package).relative_to(checkout).as_posix()}
     if source_sha256 is not None:
@@ -686,10 +686,10 @@ def source_packages_document(assembly: Assembly) -> dict[str, object]:
     """The in-image record of every package installed from source over its wheel, vLLM's
     first: which files came from the source and which from the wheel."""
     vllm_site = assembly.vllm_tree / assembly.site_packages.lstrip("/")
-    installed = package_tree_hashes(vllm_site / OVERLAY_PACKAGE)
+    installed = package_files(vllm_site / OVERLAY_PACKAGE)
     entries = assembly.overlay["entries"]  # type: ignore[index]
     deleted = {e["path"] for e in entries if e["operation"] == "delete"}  # type: ignore[index]
-    source_paths = {f"{OVERLAY_PACKAGE}/{p}" for p in package_tree_hashes(assembly.patched_source)}
+    source_paths = {f"{OVERLAY_PACKAGE}/{p}" for p in package_files(assembly.patched_source)}
     vllm = {
         "package": OVERLAY_PACKAGE,
         "source": dict(assembly.source_identity),
@@ -740,7 +740,7 @@ def wheel_interface(
         except (FileNotFoundError, ValueError, TypeError, KeyError):
             pass
     libraries = [package_dir / elf.path for elf in iter_elf_files(package_dir)]
-    files = {f"{package_dir.name}/{p}": package_dir / p for p in package_tree_hashes(package_dir)}
+    files = {f"{package_dir.name}/{p}": path for p, path in package_files(package_dir).items()}
     uses, names = python_op_uses(files), native_names(libraries)
     if memo is not None:
         record = {"uses": sorted([*key, path] for key, path in uses.items()), "names": sorted(names), "libraries": len(libraries)}
@@ -1103,7 +1103,7 @@ def verification_links(
     def native_interface() -> str:
         wheel = composition.roles["vllm_wheel"]
         wheel_uses, registered, libraries = wheel_interface(vllm_site / OVERLAY_PACKAGE, wheel.sha256, assembly.hashes)  # type: ignore[union-attr]
-        final_files = {f"{OVERLAY_PACKAGE}/{p}": assembly.patched_source / p for p in package_tree_hashes(assembly.patched_source)}
+        final_files = {f"{OVERLAY_PACKAGE}/{p}": path for p, path in package_files(assembly.patched_source).items()}
         final_uses = python_op_uses(final_files)
         missing = missing_ops(final_uses, wheel_uses, registered)
         require_no_problems(

@@ -94,7 +94,7 @@ def check_source_sha256(package_dir: Path, expected: str | None, name: str) -> s
     return actual
 
 
-def file_provenance(plan: OverlayPlan, installed: dict[str, str]) -> tuple[list[str], list[str]]:
+def file_provenance(plan: OverlayPlan, installed: list[str]) -> tuple[list[str], list[str]]:
     """(paths whose bytes in the image are the source's, paths kept from the wheel):
     ``installed`` lists the wheel's files of the package (site-packages relative)."""
     deleted = {entry.path for entry in plan.entries if entry.operation == DELETE}
