@@ -183,6 +183,7 @@ def test_a_repository_answering_with_another_commit_is_refused(tmp_path: Path, r
         with pytest.raises(InputError) as error:
             fetch_git_inputs([pin_for(rev, tree, f"{base}/loose.git")], GitCache(tmp_path / "cache"))
     assert f"src: git commit {rev} (tree {tree}) could not be fetched" in str(error.value)
+    assert f"File {rev} has bad hash" in error.value.message  # git's own object check
     assert cache_state(tmp_path / "cache") == ["partial"]
 
 

@@ -162,8 +162,9 @@ def _git(repo: Path, env: dict[str, str], *args: str, timeout: float, stdin: byt
     except subprocess.TimeoutExpired:
         raise _Unserved(f"no answer within {timeout:.0f} s") from None
     if completed.returncode != 0:
-        lines = [line for line in completed.stderr.decode("utf-8", "replace").splitlines() if line.strip()]
-        raise _Unserved(lines[-1].strip() if lines else f"git {args[0]} exited {completed.returncode}")
+        lines = [line.strip() for line in completed.stderr.decode("utf-8", "replace").splitlines() if line.strip()]
+        reason = "; ".join(dict.fromkeys(lines))  # git often says the same thing twice
+        raise _Unserved(reason[:600] if reason else f"git {args[0]} exited {completed.returncode}")
     return completed.stdout
 
 
