@@ -356,3 +356,61 @@ def test_a_plain_checkout_given_with_from_is_admitted_by_its_tree(tmp_path: Path
     with pytest.raises(InputError, match=f"checkout of it \\(git tree {tree2}\\)"):
         fetch_git_inputs([pin_for(rev2, tree2, "https://git.sparkflake.invalid/src.git")], cache,
                          local_repositories=[supplied], offline=True)
+
+
+# --------------------------------------------------------------------------- forge archives
+
+
+def _archive(served: Path, rev: str, target: Path) -> Path:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    git("--git-dir", str(served), "archive", "--format=tar.gz", f"--prefix=repo-{rev}/", "-o", str(target), rev)
+    return target
+
+
+def test_a_forge_archive_is_used_when_no_git_url_serves_the_commit(tmp_path: Path, repository) -> None:
+    served, [(rev, tree), (rev2, tree2)] = repository
+    elsewhere, _ = make_repository(tmp_path / "elsewhere", [{"x": b"x\n"}])  # lacks the commit
+    _archive(served, rev, tmp_path / "site" / f"{rev}.tar.gz")
+    _archive(served, rev2, tmp_path / "site" / f"{rev2}.tar.gz")
+    cache = GitCache(tmp_path / "cache")
+    with http_server(tmp_path / "site", smart=False) as base:
+        pin = pin_for(rev, tree, elsewhere.as_uri(), archive_urls=(f"{base}/missing.tar.gz", f"{base}/{rev}.tar.gz"))
+        outcome = fetch_git(pin, cache)
+        assert (outcome.source, outcome.url) == ("archive", f"{base}/{rev}.tar.gz")
+        assert_checkout(cache.verified_tree(pin), tree)
+        # an archive of another commit (git archive records the commit id) is refused
+        other = pin_for("1" * 40, tree2, elsewhere.as_uri(), name="other", archive_urls=(f"{base}/{rev2}.tar.gz",))
+        with pytest.raises(InputError) as error:
+            fetch_git_inputs([other], cache)
+    assert f"an archive of commit {rev2}, not {'1' * 40}" in error.value.message
+    assert not cache.tree_path(tree2).exists()
+
+
+def test_an_archive_with_other_files_than_the_tree_is_refused(tmp_path: Path) -> None:
+    """export-ignore leaves a file out of the archive: its tree is not the commit's."""
+    served, [(rev, tree)] = make_repository(tmp_path / "origin", [{".gitattributes": b"secret export-ignore\n",
+                                                                   "secret": b"s\n", "kept": b"k\n"}])
+    archive = _archive(served, rev, tmp_path / "a.tar.gz")
+    with pytest.raises(CheckFailed, match=f"the files of the archive {archive.as_uri()} have git tree .*, the lock says {tree}"):
+        fetch_git(pin_for(rev, tree, (tmp_path / "none.git").as_uri(), archive_urls=(archive.as_uri(),)), GitCache(tmp_path / "c"))
+    assert cache_state(tmp_path / "c") == ["partial"]
+
+
+def test_an_archive_writing_through_a_symlink_is_refused(tmp_path: Path) -> None:
+    import io
+    import tarfile
+
+    archive = tmp_path / "evil.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        link = tarfile.TarInfo("top/link")
+        link.type, link.linkname = tarfile.SYMTYPE, str(tmp_path / "outside")
+        tar.addfile(link)
+        payload = tarfile.TarInfo("top/link/planted")
+        payload.size = 3
+        tar.addfile(payload, io.BytesIO(b"bad"))
+    (tmp_path / "outside").mkdir()
+    with pytest.raises(InputError) as error:
+        fetch_git_inputs([pin_for("a" * 40, "b" * 40, (tmp_path / "none.git").as_uri(), archive_urls=(archive.as_uri(),))],
+                         GitCache(tmp_path / "c"))
+    assert "is written through a symlink" in error.value.message
+    assert list((tmp_path / "outside").iterdir()) == [] and cache_state(tmp_path / "c") == ["partial"]

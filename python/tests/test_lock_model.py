@@ -334,7 +334,7 @@ def test_inputs_not_an_array_of_tables() -> None:
     ("old", "new", "expected"),
     [
         ('kind = "git"\n', 'kind = "git"\nbranch = "main"\n',
-         "glm53.lock: inputs[2].branch: unknown key (expected one of: kind, name, nar_hash, rev, source_sha256, tree, urls)"),
+         "glm53.lock: inputs[2].branch: unknown key (expected one of: archive_urls, kind, name, nar_hash, rev, source_sha256, tree, urls)"),
         ('glibc = "2.36"\n', 'glibc = "2.36"\nlibc = "musl"\n',
          "glm53.lock: target.libc: unknown key (expected one of: glibc, platform, python)"),
         ("schema = 1\n", 'schema = 1\ngenerator = "x"\n',

@@ -123,6 +123,7 @@ gits = st.builds(
     tree=hex40,
     nar_hash=st.one_of(st.none(), sri_sha256),
     source_sha256=st.one_of(st.none(), hex64),
+    archive_urls=st.lists(st.one_of(https_url, file_url), max_size=2, unique=True).map(tuple),
 )
 
 _repository = st.sampled_from(

@@ -33,7 +33,11 @@ import os
 import re
 import shutil
 import subprocess
+import tarfile
 import tempfile
+import urllib.error
+import urllib.request
+import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -57,7 +61,7 @@ class GitOutcome:
     name: str
     rev: str
     tree: str
-    source: str  # "cache", "fetch" or "import" (a checkout given with --from)
+    source: str  # "cache", "fetch", "archive" or "import" (a checkout given with --from)
     url: str | None = None
     files: int = 0
 
@@ -358,6 +362,16 @@ def fetch_git(
                 tried.append(f"{url}: {refusal.reason}")
                 continue
             return GitOutcome(pin.name, pin.rev, pin.tree, "fetch", url, files)
+        # no git URL served the commit (a forge that refuses fetch by id, or none reachable)
+        for url in pin.archive_urls:
+            if offline and not url.startswith("file://"):
+                continue
+            try:
+                files = _archive_into_cache(pin, cache, url, timeout)
+            except _Unserved as refusal:
+                tried.append(f"{url}: {refusal.reason}")
+                continue
+            return GitOutcome(pin.name, pin.rev, pin.tree, "archive", url, files)
         raise MissingGitInput(pin, tried)
 
 
@@ -376,6 +390,97 @@ def _fetch_into_cache(pin: GitPin, cache: GitCache, url: str, timeout: float) ->
         return files
     finally:
         _remove_tree(staging)
+
+
+ARCHIVE_LIMIT = 4 << 30  # bytes of one downloaded archive; vLLM's is ~40 MB
+
+
+def _archive_into_cache(pin: GitPin, cache: GitCache, url: str, timeout: float) -> int:
+    """A forge archive of the commit (``git archive`` format, .tar.gz): downloaded with a size
+    bound, its pax ``comment`` (the commit id git archive records) required to be ``rev``
+    when present, its files written under the single top directory, then admitted by tree
+    id like a fetched checkout. An archive made with export-ignore/export-subst attributes
+    has other files than the tree and is refused by its tree id."""
+    cache.partial_dir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f"git-{pin.rev}.{os.getpid()}.", dir=cache.partial_dir))
+    try:
+        archive = staging / "archive.tar.gz"
+        _download(url, archive, timeout)
+        checkout = staging / "tree"
+        files = extract_archive(archive, checkout, pin.rev)
+        _admit(pin, cache, checkout, f"the files of the archive {url}")
+        return files
+    finally:
+        _remove_tree(staging)
+
+
+def _download(url: str, target: Path, timeout: float) -> None:
+    request = urllib.request.Request(url, headers={"User-Agent": "sparkflake-fetch/0.1"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response, open(target, "wb") as out:  # noqa: S310 (lock URLs)
+            total = 0
+            while chunk := response.read(1 << 20):
+                total += len(chunk)
+                if total > ARCHIVE_LIMIT:
+                    raise _Unserved(f"archive larger than {ARCHIVE_LIMIT} bytes")
+                out.write(chunk)
+    except urllib.error.HTTPError as exc:
+        raise _Unserved(f"HTTP {exc.code} {exc.reason}") from None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise _Unserved(f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}") from None
+
+
+def extract_archive(archive: Path, destination: Path, rev: str) -> int:
+    """Regular files (git's two modes), symlinks (targets kept as text) and directories of
+    a ``git archive`` tarball, below its one top directory, into ``destination``. Refused:
+    another commit's archive, hard links, devices, paths leaving the top directory, and
+    writing through a symlink. Returns the number of files and links written."""
+    written = 0
+    destination.mkdir(parents=True)
+    try:
+        with tarfile.open(archive, mode="r:*") as tar:
+            comment = tar.pax_headers.get("comment")
+            if comment is not None and comment != rev:
+                raise _Unserved(f"an archive of commit {comment[:40]}, not {rev}")
+            top: str | None = None
+            for member in tar:
+                parts = [part for part in member.name.split("/") if part not in ("", ".")]
+                if member.type == tarfile.XGLTYPE or not parts:
+                    continue
+                if top is None:
+                    top = parts[0]
+                if parts[0] != top or ".." in parts or member.name.startswith("/"):
+                    raise _Unserved(f"archive member {member.name!r} is outside its top directory {top!r}")
+                relative = parts[1:]
+                if not relative:
+                    continue
+                _checked_relative("/".join(relative))
+                target = destination.joinpath(*relative)
+                for parent in list(target.parents)[: len(relative) - 1]:
+                    if parent.is_symlink():
+                        raise _Unserved(f"archive member {member.name!r} is written through a symlink")
+                if member.isdir():
+                    target.mkdir(parents=True, exist_ok=True)
+                elif member.issym():
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    os.symlink(member.linkname, target)
+                    written += 1
+                elif member.isfile():
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    source = tar.extractfile(member)
+                    assert source is not None
+                    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+                    with source, os.fdopen(fd, "wb") as out:
+                        shutil.copyfileobj(source, out, 1 << 20)
+                    os.chmod(target, 0o755 if member.mode & 0o100 else 0o644)
+                    written += 1
+                else:
+                    raise _Unserved(f"archive member {member.name!r} is not a file, directory or symlink")
+    except (tarfile.TarError, EOFError, zlib.error) as exc:
+        raise _Unserved(f"not a readable .tar.gz archive: {exc}") from None
+    except (FileExistsError, InputError) as exc:
+        raise _Unserved(f"archive refused: {exc}") from None
+    return written
 
 
 def _admit(pin: GitPin, cache: GitCache, checkout: Path, what: str) -> None:
