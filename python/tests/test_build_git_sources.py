@@ -102,7 +102,12 @@ def test_overlay_build_from_pinned_fixture_repositories(tmp_path: Path, reposito
     assert "b12x: 2 files from" in chain["source-packages"].detail
     receipt = json.loads((out / "receipt.json").read_text())
     resolved = {d["name"]: d for d in receipt["predicate"]["buildDefinition"]["resolvedDependencies"]}
+    counts = {e["package"]: (e["filesFromSource"], e["filesFromWheel"], e["source"]["rev"])
+              for e in receipt["predicate"]["buildDefinition"]["internalParameters"]["sourcePackages"]}
+    assert counts["b12x"] == (2, 0, pins["b12x_source"].rev)
+    assert counts["vllm"][0] == len(packages["vllm"]["files_from_source"]) and counts["vllm"][1] >= 1
     assert resolved["b12x-git"]["digest"] == {"gitCommit": pins["b12x_source"].rev, "gitTree": pins["b12x_source"].tree}
+    assert main(["receipt", "verify", str(out / "receipt.json"), str(out / "oci")]) == 0
     rebuilt = build_profile(BuildRequest(profile=str(profile), output_dir=tmp_path / "again", cache_root=tmp_path / "cache",
                                          offline=True))
     assert rebuilt.image.manifest_digest == result.image.manifest_digest  # from the cache, offline: same image

@@ -969,8 +969,16 @@ def prepare_top(
         },
     ]
     source_packages = None
+    provenance: dict[str, object] = {}
     if assembly.package_overlays:
-        source_packages = generated.json_file_bytes(source_packages_document(assembly))
+        document = source_packages_document(assembly)
+        source_packages = generated.json_file_bytes(document)
+        # which files came from which source, per package (the lists: source-packages.json)
+        provenance["sourcePackages"] = [
+            {"package": entry["package"], "source": entry["source"],
+             "filesFromSource": len(entry["files_from_source"]), "filesFromWheel": len(entry["files_from_wheel"])}
+            for entry in document["packages"]  # type: ignore[union-attr]
+        ]
         byproducts.append({
             "name": "source-packages",
             "uri": f"file://{generated.SOURCE_PACKAGES_PATH}",
@@ -995,6 +1003,7 @@ def prepare_top(
             "layers": [tree.name for tree in lower_trees] + ["composition"],
             "upstreamClaims": claim_records(profile),
             "patchedSource": assembly.overlay["patched_source"],
+            **provenance,
         },
         resolved_dependencies=resolved,
         byproducts=byproducts,
