@@ -29,11 +29,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "python" / "src"))
 sys.path.insert(0, str(REPO / "python" / "tests"))
 
-from git_fixtures import GIT_ENV, git, git_daemon  # noqa: E402
-
-from sparkflake.fetch import default_cache_root  # noqa: E402
-from sparkflake.fetch.git import GitCache, fetch_git  # noqa: E402
-from sparkflake.lock import GitPin, load_lock  # noqa: E402
+from git_fixtures import GIT_ENV, git, git_daemon
+from sparkflake.fetch import default_cache_root
+from sparkflake.fetch.git import GitCache, fetch_git
+from sparkflake.lock import GitPin, load_lock
 
 
 def make_repository(root: Path) -> tuple[Path, str, str]:

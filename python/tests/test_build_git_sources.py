@@ -126,8 +126,11 @@ def test_a_wrong_tree_or_source_digest_refuses_the_build(tmp_path: Path, reposit
     assert not (tmp_path / "out").exists()
 
 
-def test_overlaid_python_calling_an_op_the_extensions_lack_is_refused(tmp_path: Path) -> None:
-    fork = make_repository(tmp_path / "fork", [vllm_files(tmp_path, {"vllm/gather.py": b"import torch\ntorch.ops._C.b12x_ckv_gather(x)\n"})])
+def test_overlaid_python_needing_native_code_the_wheel_lacks_is_refused(tmp_path: Path) -> None:
+    fork = make_repository(tmp_path / "fork", [vllm_files(tmp_path, {
+        "vllm/gather.py": b"import torch\nimport vllm._b12x_C\nimport vllm.gather_helpers\ntorch.ops._C.b12x_ckv_gather(x)\n",
+        "vllm/gather_helpers.py": b"",
+    })])
     others = {"b12x": make_repository(tmp_path / "b12x", [B12X]), "sparkcache": make_repository(tmp_path / "sc", [SPARKCACHE])}
     repositories = {"vllm": fork, **others}
     profile = profile_with_git_sources(tmp_path, pins_for(repositories, {k: v[0].as_uri() for k, v in repositories.items()}))
@@ -135,6 +138,8 @@ def test_overlaid_python_calling_an_op_the_extensions_lack_is_refused(tmp_path: 
         build_profile(BuildRequest(profile=str(profile), output_dir=tmp_path / "out", cache_root=tmp_path / "cache"))
     assert error.value.check_id == "native-interface"
     assert "vllm/gather.py calls torch.ops._C.b12x_ckv_gather, which no retained extension registers" in str(error.value)
+    assert "vllm/gather.py imports vllm._b12x_C, which no file of the image provides" in str(error.value)
+    assert "vllm.gather_helpers" not in str(error.value)
     assert not (tmp_path / "out").exists()
 
 

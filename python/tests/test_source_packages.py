@@ -14,7 +14,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sparkflake.compose.elf import read_sections
-from sparkflake.compose.native_interface import OpUse, missing_ops, native_names, python_op_uses
+from sparkflake.compose.native_interface import (
+    OpUse,
+    missing_ops,
+    native_names,
+    python_module_imports,
+    python_op_uses,
+    unresolved_imports,
+)
 from sparkflake.compose.source_packages import package_parent, source_tree_sha256
 from sparkflake.errors import InputError
 
@@ -142,3 +149,13 @@ def test_read_sections_agrees_with_readelf(extension: Path) -> None:
             expected.append((".rodata", int(fields[4], 16), int(fields[5], 16)))
     assert expected and read_sections(extension, (".rodata",)) == expected
     assert read_sections(Path(__file__), (".rodata",)) is None
+
+
+def test_module_imports_resolve_to_python_packages_or_compiled_modules(tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text("import vllm._C\nfrom vllm.model_executor.layers import x\n  import vllm._moe_C  # noqa\n"
+                                   "import os.path\nx = 'import vllm.in_a_string'\nfrom vllm import y\n")
+    imports = python_module_imports({"vllm/m.py": tmp_path / "m.py"}, "vllm")
+    assert imports == {"vllm._C": "vllm/m.py", "vllm.model_executor.layers": "vllm/m.py", "vllm._moe_C": "vllm/m.py"}
+    image = ["vllm/_C.abi3.so", "vllm/model_executor/layers/__init__.py", "vllm/m.py"]
+    assert unresolved_imports(imports, {}, image) == [("vllm._moe_C", "vllm/m.py")]
+    assert unresolved_imports(imports, {"vllm._moe_C": "vllm/old.py"}, image) == []  # the wheel's own Python imports it

@@ -64,7 +64,13 @@ from . import generated, receipt
 from .debian_base import DebInput, assemble_base
 from .elf import check_machine, elf_machines, iter_elf_files
 from .locked_inputs import load_policy, policy_path_for
-from .native_interface import missing_ops, native_names, python_op_uses
+from .native_interface import (
+    missing_ops,
+    native_names,
+    python_module_imports,
+    python_op_uses,
+    unresolved_imports,
+)
 from .patches import PatchSet, load_patch_set
 from .python_env import DEFAULT_PREFIX, CollisionRule, RecordWaiver, WheelInput, assemble_python_env
 from .source_overlay import (
@@ -82,10 +88,8 @@ from .source_overlay import (
     write_patched_source,
 )
 from .source_packages import (
-    SCHEMA as SOURCE_PACKAGES_SCHEMA,
-)
-from .source_packages import (
     SOURCE_PACKAGES,
+    SOURCE_PACKAGES_SCHEMA,
     SourcePackageRole,
     check_source_sha256,
     file_provenance,
@@ -724,28 +728,38 @@ def wheel_native(
     return shipped
 
 
-def wheel_interface(
-    package_dir: Path, wheel_sha256: str, hashes: FileHashes | None
-) -> tuple[dict[tuple[str, str], str], frozenset[str], int]:
-    """The installed vLLM wheel's side of the native-interface check: its Python's torch-op
-    uses, the names its extensions hold, the number of extensions. Remembered per wheel
-    sha256 beside the file-hash table (the installed package is the verified wheel's)."""
+@dataclass(frozen=True)
+class WheelInterface:
+    """The installed vLLM wheel's side of the native-interface check."""
+
+    op_uses: dict[tuple[str, str], str]  # torch ops its own Python calls
+    imports: dict[str, str]  # vllm.* modules its own Python imports
+    registered: frozenset[str]  # names its extensions' read-only data holds
+    files: tuple[str, ...]  # its files under site-packages (vllm/...)
+    libraries: int
+
+
+def wheel_interface(package_dir: Path, wheel_sha256: str, hashes: FileHashes | None) -> WheelInterface:
+    """Remembered per wheel sha256 beside the file-hash table (the installed package is
+    the verified wheel's, so its interface is a property of those bytes)."""
     memo = None
     if hashes is not None and hashes.table_path is not None:
         memo = hashes.table_path.parent / "native-interface" / f"{wheel_sha256}.json"
         try:
             known = json.loads(memo.read_bytes())
-            uses = {(namespace, op): path for namespace, op, path in known["uses"]}
-            return uses, frozenset(known["names"]), int(known["libraries"])
+            return WheelInterface({(namespace, op): path for namespace, op, path in known["op_uses"]}, known["imports"],
+                                  frozenset(known["registered"]), tuple(known["files"]), int(known["libraries"]))
         except (FileNotFoundError, ValueError, TypeError, KeyError):
             pass
     libraries = [package_dir / elf.path for elf in iter_elf_files(package_dir)]
     files = {f"{package_dir.name}/{p}": path for p, path in package_files(package_dir).items()}
-    uses, names = python_op_uses(files), native_names(libraries)
+    found = WheelInterface(python_op_uses(files), python_module_imports(files, package_dir.name),
+                           native_names(libraries), tuple(sorted(files)), len(libraries))
     if memo is not None:
-        record = {"uses": sorted([*key, path] for key, path in uses.items()), "names": sorted(names), "libraries": len(libraries)}
+        record = {"op_uses": sorted([*key, path] for key, path in found.op_uses.items()), "imports": found.imports,
+                  "registered": sorted(found.registered), "files": list(found.files), "libraries": found.libraries}
         write_bytes_atomic(memo, json.dumps(record, sort_keys=True).encode())
-    return uses, names, len(libraries)
+    return found
 
 
 def _nccl_library_sha256(composition: Composition, fetched: FetchedInputs, hashes: FileHashes | None) -> str:
@@ -1111,18 +1125,24 @@ def verification_links(
 
     def native_interface() -> str:
         wheel = composition.roles["vllm_wheel"]
-        wheel_uses, registered, libraries = wheel_interface(vllm_site / OVERLAY_PACKAGE, wheel.sha256, assembly.hashes)  # type: ignore[union-attr]
+        retained = wheel_interface(vllm_site / OVERLAY_PACKAGE, wheel.sha256, assembly.hashes)  # type: ignore[union-attr]
         final_files = {f"{OVERLAY_PACKAGE}/{p}": path for p, path in package_files(assembly.patched_source).items()}
         final_uses = python_op_uses(final_files)
-        missing = missing_ops(final_uses, wheel_uses, registered)
-        require_no_problems(
-            [f"{use.path} calls torch.ops.{use.namespace}.{use.op}, which no retained extension registers" for use in missing],
-            "the overlaid Python calls native ops the retained extensions lack",
-            "native-interface",
-        )
-        added = len(set(final_uses) - set(wheel_uses))
-        return (f"{len(final_uses)} torch.ops uses of the overlaid Python; the {added} the wheel's Python lacks are "
-                f"registered by its {libraries} retained extensions")
+        final_imports = python_module_imports(final_files, OVERLAY_PACKAGE)
+        image_paths = (set(retained.files) | set(final_files)) - set(assembly.overlay_deletions)
+        problems = [
+            f"{use.path} calls torch.ops.{use.namespace}.{use.op}, which no retained extension registers"
+            for use in missing_ops(final_uses, retained.op_uses, retained.registered)
+        ] + [
+            f"{path} imports {module}, which no file of the image provides (no .py, package or compiled module)"
+            for module, path in unresolved_imports(final_imports, retained.imports, image_paths)
+        ]
+        require_no_problems(problems, "the overlaid Python needs native code the retained extensions lack", "native-interface")
+        added_ops = len(set(final_uses) - set(retained.op_uses))
+        added_imports = len(set(final_imports) - set(retained.imports))
+        return (f"{len(final_uses)} torch.ops uses and {len(final_imports)} vllm imports of the overlaid Python; "
+                f"the {added_ops} ops and {added_imports} imports the wheel's Python lacks are provided "
+                f"({retained.libraries} retained ELF files)")
 
     def source_packages() -> str:
         problems = []

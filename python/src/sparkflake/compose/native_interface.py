@@ -28,6 +28,9 @@ from pathlib import Path
 from .elf import read_sections
 
 _OP_USE = re.compile(rb"torch\.ops\.(_[A-Za-z0-9_]*)\.([A-Za-z_][A-Za-z0-9_]*)")
+# `import vllm.a.b` and `from vllm.a import …` at the start of a line (the module path only:
+# a name imported from it may be an attribute)
+_MODULE_IMPORT = re.compile(rb"^[ \t]*(?:import|from)[ \t]+([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+)", re.M)
 # an op schema ("name(" at the start of a string) or a bare name string ("\0name\0")
 _SCHEMA_NAME = re.compile(rb"(?<![A-Za-z0-9_:])([A-Za-z_][A-Za-z0-9_]{0,127})\(")
 _BARE_NAME = re.compile(rb"\x00([A-Za-z_][A-Za-z0-9_]{0,127})(?=\x00)")
@@ -57,6 +60,36 @@ def python_op_uses(files: Mapping[str, Path]) -> dict[tuple[str, str], str]:
 # the string literals of ops.def/ops.impl are read-only data; the rest of an extension
 # (code, CUDA fat binaries: most of its bytes) cannot hold them
 STRING_SECTIONS = (".rodata",)
+
+
+def python_module_imports(files: Mapping[str, Path], package: str) -> dict[str, str]:
+    """``module -> first path`` for every absolute import of a submodule of ``package``."""
+    imports: dict[str, str] = {}
+    prefix = package.encode() + b"."
+    for path in sorted(files):
+        if path.endswith(".py"):
+            for match in _MODULE_IMPORT.finditer(files[path].read_bytes()):
+                if match.group(1).startswith(prefix):
+                    imports.setdefault(match.group(1).decode(), path)
+    return imports
+
+
+def unresolved_imports(
+    overlaid: Mapping[str, str], wheel_python: Mapping[str, str], image_paths: Iterable[str]
+) -> list[tuple[str, str]]:
+    """(module, path) for imports the overlay adds that no file of the image provides: no
+    ``.py``, no package directory, no compiled module (``name.abi3.so``,
+    ``name.cpython-311-aarch64-linux-gnu.so``) -- e.g. an extension the fork builds and
+    the retained wheel lacks."""
+    provided: set[str] = set()
+    for path in image_paths:
+        parts = path.split("/")
+        stem = parts[-1].split(".", 1)[0]
+        if parts[-1].endswith((".py", ".so")):
+            provided.add(".".join([*parts[:-1], stem]))
+        provided.update(".".join(parts[:i]) for i in range(1, len(parts)))  # the packages above
+    return [(module, path) for module, path in sorted(overlaid.items())
+            if module not in wheel_python and module not in provided]
 
 
 def native_names(libraries: Iterable[Path]) -> frozenset[str]:

@@ -17,7 +17,7 @@ from pathlib import Path
 from ..errors import CheckFailed, InputError
 from .source_overlay import DELETE, OverlayPlan
 
-SCHEMA = "https://sparkflake.dev/source-packages/v1"
+SOURCE_PACKAGES_SCHEMA = "https://sparkflake.dev/source-packages/v1"
 
 
 @dataclass(frozen=True)
