@@ -74,7 +74,6 @@ from .native_interface import (
 from .patches import PatchSet, load_patch_set
 from .python_env import DEFAULT_PREFIX, CollisionRule, RecordWaiver, WheelInput, assemble_python_env
 from .source_overlay import (
-    OverlayPlan,
     compare_overlay,
     compare_retained_native,
     extract_sdist_package,
@@ -89,11 +88,10 @@ from .source_overlay import (
 )
 from .source_packages import (
     SOURCE_PACKAGES,
-    SOURCE_PACKAGES_SCHEMA,
+    PackageOverlay,
     SourcePackageRole,
-    check_source_sha256,
-    file_provenance,
-    package_parent,
+    overlay_package,
+    source_packages_document,
 )
 from .tree_cache import CachedTree, TreeCache
 from .verification import PASSED, Link, LinkResult, require_no_problems, run_chain
@@ -613,7 +611,7 @@ def assemble(
         install_prefix=site_packages,
     )
     package_overlays = [
-        _package_overlay(role, wheel, pin, fetched.git_trees[pin.name], python_trees, site_packages, overlay_tree, hash_file)
+        overlay_package(role, wheel, pin, fetched.git_trees[pin.name], python_trees, site_packages, overlay_tree, hash_file)
         for role, wheel, pin in composition.package_sources
     ]
     nccl_library = _nccl_library_sha256(composition, fetched, hashes)
@@ -641,73 +639,12 @@ def assemble(
     )
 
 
-@dataclass(frozen=True)
-class PackageOverlay:
-    """One pure-Python package's source laid over its wheel (``source_packages``)."""
-
-    package: str
-    tree: Path  # the Python layer tree holding the wheel's install of the package
-    plan: OverlayPlan
-    deletions: tuple[str, ...]
-    manifest: Mapping[str, object]  # overlay entries, files from source and from the wheel
-
-
-def _package_overlay(
-    role: SourcePackageRole,
-    wheel: WheelPin,
-    pin: GitPin,
-    checkout: Path,
-    python_trees: Mapping[str, Path],
-    site_packages: str,
-    overlay_tree: Path,
-    hash_file: Callable[[Path], str],
-) -> PackageOverlay:
-    package = role.package
-    holders = [tree for tree in python_trees.values() if (tree / site_packages.lstrip("/") / package).is_dir()]
-    if len(holders) != 1:
-        raise InputError(f"{wheel.filename}: expected it to install {package}/ into one Python layer, found {len(holders)}")
-    site = holders[0] / site_packages.lstrip("/")
-    source_root = package_parent(checkout, package, pin.name)
-    source_sha256 = check_source_sha256(source_root / package, pin.source_sha256, pin.name)
-    plan = plan_overlay(site, source_root, package, None, hash_file)
-    deletions = tuple(write_overlay_tree(plan, overlay_tree))
-    from_source, from_wheel = file_provenance(plan, [f"{package}/{path}" for path in package_files(site / package)])
-    source = {"kind": "git", "name": pin.name, "uri": pin.urls[0], "rev": pin.rev, "tree": pin.tree,
-              "package_dir": (source_root / package).relative_to(checkout).as_posix()}
-    if source_sha256 is not None:
-        source["source_sha256"] = source_sha256
-    manifest = {
-        **overlay_manifest(plan, source_identity=source, patch_set_sha256="", patched_tree_git=git_tree_id(source_root / package),
-                           patched_tree_nar_hash=nar_hash(source_root / package).sri, install_prefix=site_packages),
-        "wheel": {"filename": wheel.filename, "sha256": wheel.sha256},
-        "files_from_source": from_source,
-        "files_from_wheel": from_wheel,
-    }
-    return PackageOverlay(package, holders[0], plan, deletions, manifest)
-
-
-def source_packages_document(assembly: Assembly) -> dict[str, object]:
-    """The in-image record of every package installed from source over its wheel, vLLM's
-    first: which files came from the source and which from the wheel."""
+def source_packages_document_of(assembly: Assembly) -> dict[str, object]:
     vllm_site = assembly.vllm_tree / assembly.site_packages.lstrip("/")
-    installed = package_files(vllm_site / OVERLAY_PACKAGE)
-    entries = assembly.overlay["entries"]  # type: ignore[index]
-    deleted = {e["path"] for e in entries if e["operation"] == "delete"}  # type: ignore[index]
-    source_paths = {f"{OVERLAY_PACKAGE}/{p}" for p in package_files(assembly.patched_source)}
-    vllm = {
-        "package": OVERLAY_PACKAGE,
-        "source": dict(assembly.source_identity),
-        "files_from_source": sorted(source_paths),
-        "files_from_wheel": sorted(
-            f"{OVERLAY_PACKAGE}/{p}" for p in installed if f"{OVERLAY_PACKAGE}/{p}" not in source_paths | deleted
-        ),
-    }
-    packages = [vllm] + [
-        {key: overlay.manifest[key] for key in ("package", "source", "wheel", "files_from_source", "files_from_wheel")}
-        for overlay in assembly.package_overlays
-    ]
-    return {"schema": SOURCE_PACKAGES_SCHEMA, "packages": packages,
-            "overlays": [overlay.manifest for overlay in assembly.package_overlays]}
+    return source_packages_document(
+        OVERLAY_PACKAGE, vllm_site / OVERLAY_PACKAGE, assembly.patched_source, assembly.source_identity,
+        assembly.overlay["entries"], assembly.package_overlays,  # type: ignore[arg-type]
+    )
 
 
 def wheel_native(
@@ -985,7 +922,7 @@ def prepare_top(
     source_packages = None
     provenance: dict[str, object] = {}
     if assembly.package_overlays:
-        document = source_packages_document(assembly)
+        document = source_packages_document_of(assembly)
         source_packages = generated.json_file_bytes(document)
         # which files came from which source, per package (the lists: source-packages.json)
         provenance["sourcePackages"] = [
@@ -1367,7 +1304,7 @@ def write_outputs_into(
         write_bytes_atomic(staging / "source-overlay.json", result.assembly.overlay_bytes)
         if result.assembly.package_overlays:
             write_bytes_atomic(staging / "source-packages.json",
-                               generated.json_file_bytes(source_packages_document(result.assembly)))
+                               generated.json_file_bytes(source_packages_document_of(result.assembly)))
     digests = result.image.digests_record()
     digests["profile"] = result.profile
     digests["layer_names"] = list(result.layer_names)

@@ -11,11 +11,21 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..digest import git_tree_id, nar_hash
 from ..errors import CheckFailed, InputError
-from .source_overlay import DELETE, OverlayPlan
+from ..lock import GitPin, WheelPin
+from .source_overlay import (
+    DELETE,
+    OverlayPlan,
+    overlay_manifest,
+    package_files,
+    plan_overlay,
+    write_overlay_tree,
+)
 
 SOURCE_PACKAGES_SCHEMA = "https://sparkflake.dev/source-packages/v1"
 
@@ -105,3 +115,77 @@ def file_provenance(plan: OverlayPlan, installed: list[str]) -> tuple[list[str],
     chosen = set(from_source)
     from_wheel = sorted(path for path in installed if path not in chosen and path not in deleted)
     return from_source, from_wheel
+
+
+@dataclass(frozen=True)
+class PackageOverlay:
+    """One pure-Python package's source laid over its wheel (``source_packages``)."""
+
+    package: str
+    tree: Path  # the Python layer tree holding the wheel's install of the package
+    plan: OverlayPlan
+    deletions: tuple[str, ...]
+    manifest: Mapping[str, object]  # overlay entries, files from source and from the wheel
+
+
+def overlay_package(
+    role: SourcePackageRole,
+    wheel: WheelPin,
+    pin: GitPin,
+    checkout: Path,
+    python_trees: Mapping[str, Path],
+    site_packages: str,
+    overlay_tree: Path,
+    hash_file: Callable[[Path], str],
+) -> PackageOverlay:
+    package = role.package
+    holders = [tree for tree in python_trees.values() if (tree / site_packages.lstrip("/") / package).is_dir()]
+    if len(holders) != 1:
+        raise InputError(f"{wheel.filename}: expected it to install {package}/ into one Python layer, found {len(holders)}")
+    site = holders[0] / site_packages.lstrip("/")
+    source_root = package_parent(checkout, package, pin.name)
+    source_sha256 = check_source_sha256(source_root / package, pin.source_sha256, pin.name)
+    plan = plan_overlay(site, source_root, package, None, hash_file)
+    deletions = tuple(write_overlay_tree(plan, overlay_tree))
+    from_source, from_wheel = file_provenance(plan, [f"{package}/{path}" for path in package_files(site / package)])
+    source = {"kind": "git", "name": pin.name, "uri": pin.urls[0], "rev": pin.rev, "tree": pin.tree,
+              "package_dir": (source_root / package).relative_to(checkout).as_posix()}
+    if source_sha256 is not None:
+        source["source_sha256"] = source_sha256
+    manifest = {
+        **overlay_manifest(plan, source_identity=source, patch_set_sha256="", patched_tree_git=git_tree_id(source_root / package),
+                           patched_tree_nar_hash=nar_hash(source_root / package).sri, install_prefix=site_packages),
+        "wheel": {"filename": wheel.filename, "sha256": wheel.sha256},
+        "files_from_source": from_source,
+        "files_from_wheel": from_wheel,
+    }
+    return PackageOverlay(package, holders[0], plan, deletions, manifest)
+
+
+def source_packages_document(
+    package: str,
+    installed_package: Path,
+    patched_package: Path,
+    source_identity: Mapping[str, object],
+    overlay_entries: Sequence[Mapping[str, object]],
+    package_overlays: Sequence[PackageOverlay],
+) -> dict[str, object]:
+    """The in-image record of every package installed from source over its wheel, vLLM's
+    (``package``: its installed and patched-source trees, identity and overlay entries)
+    first: which files came from the source and which from the wheel."""
+    deleted = {entry["path"] for entry in overlay_entries if entry["operation"] == DELETE}
+    source_paths = {f"{package}/{p}" for p in package_files(patched_package)}
+    first = {
+        "package": package,
+        "source": dict(source_identity),
+        "files_from_source": sorted(source_paths),
+        "files_from_wheel": sorted(
+            f"{package}/{p}" for p in package_files(installed_package) if f"{package}/{p}" not in source_paths | deleted
+        ),
+    }
+    packages = [first] + [
+        {key: overlay.manifest[key] for key in ("package", "source", "wheel", "files_from_source", "files_from_wheel")}
+        for overlay in package_overlays
+    ]
+    return {"schema": SOURCE_PACKAGES_SCHEMA, "packages": packages,
+            "overlays": [overlay.manifest for overlay in package_overlays]}

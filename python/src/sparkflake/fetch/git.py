@@ -33,19 +33,16 @@ import os
 import re
 import shutil
 import subprocess
-import tarfile
 import tempfile
-import urllib.error
-import urllib.request
-import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from ..atomic_write import process_alive, write_bytes_atomic
 from ..digest import git_tree_id, nar_hash
 from ..errors import CheckFailed, InputError
 from ..lock import GitPin
+from .git_archive import ArchiveRefused, checked_relative, download, extract_archive
 
 GIT_TIMEOUT = 600.0  # seconds for one fetch; vLLM's tree at depth 1 is ~30 MB
 ALLOWED_PROTOCOLS = "file:git:http:https:ssh"
@@ -212,17 +209,6 @@ def parse_ls_tree(output: bytes) -> list[TreeEntry]:
     return entries
 
 
-def _checked_relative(path: str) -> PurePosixPath:
-    relative = PurePosixPath(path)
-    if (
-        not path
-        or relative.is_absolute()
-        or any(part in ("", ".", "..") or part.lower() == ".git" for part in path.split("/"))
-    ):
-        raise InputError(f"git tree entry {path!r}: not a plain relative path")
-    return relative
-
-
 def write_tree(repo: Path, env: dict[str, str], rev: str, destination: Path, timeout: float) -> int:
     """The files of ``rev``'s tree under ``destination``, from git's objects (no checkout);
     returns the number of entries written. Submodules are refused: their files are not in
@@ -239,7 +225,7 @@ def write_tree(repo: Path, env: dict[str, str], rev: str, destination: Path, tim
     assert process.stdin is not None and process.stdout is not None
     try:
         for entry in entries:
-            relative = _checked_relative(entry.path)
+            relative = checked_relative(entry.path)
             process.stdin.write(entry.object_id.encode() + b"\n")
             process.stdin.flush()
             header = process.stdout.readline().split()
@@ -392,9 +378,6 @@ def _fetch_into_cache(pin: GitPin, cache: GitCache, url: str, timeout: float) ->
         _remove_tree(staging)
 
 
-ARCHIVE_LIMIT = 4 << 30  # bytes of one downloaded archive; vLLM's is ~40 MB
-
-
 def _archive_into_cache(pin: GitPin, cache: GitCache, url: str, timeout: float) -> int:
     """A forge archive of the commit (``git archive`` format, .tar.gz): downloaded with a size
     bound, its pax ``comment`` (the commit id git archive records) required to be ``rev``
@@ -405,82 +388,16 @@ def _archive_into_cache(pin: GitPin, cache: GitCache, url: str, timeout: float) 
     staging = Path(tempfile.mkdtemp(prefix=f"git-{pin.rev}.{os.getpid()}.", dir=cache.partial_dir))
     try:
         archive = staging / "archive.tar.gz"
-        _download(url, archive, timeout)
         checkout = staging / "tree"
-        files = extract_archive(archive, checkout, pin.rev)
+        try:
+            download(url, archive, timeout)
+            files = extract_archive(archive, checkout, pin.rev)
+        except ArchiveRefused as refusal:
+            raise _Unserved(refusal.reason) from None
         _admit(pin, cache, checkout, f"the files of the archive {url}")
         return files
     finally:
         _remove_tree(staging)
-
-
-def _download(url: str, target: Path, timeout: float) -> None:
-    request = urllib.request.Request(url, headers={"User-Agent": "sparkflake-fetch/0.1"})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response, open(target, "wb") as out:  # noqa: S310 (lock URLs)
-            total = 0
-            while chunk := response.read(1 << 20):
-                total += len(chunk)
-                if total > ARCHIVE_LIMIT:
-                    raise _Unserved(f"archive larger than {ARCHIVE_LIMIT} bytes")
-                out.write(chunk)
-    except urllib.error.HTTPError as exc:
-        raise _Unserved(f"HTTP {exc.code} {exc.reason}") from None
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise _Unserved(f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}") from None
-
-
-def extract_archive(archive: Path, destination: Path, rev: str) -> int:
-    """Regular files (git's two modes), symlinks (targets kept as text) and directories of
-    a ``git archive`` tarball, below its one top directory, into ``destination``. Refused:
-    another commit's archive, hard links, devices, paths leaving the top directory, and
-    writing through a symlink. Returns the number of files and links written."""
-    written = 0
-    destination.mkdir(parents=True)
-    try:
-        with tarfile.open(archive, mode="r:*") as tar:
-            comment = tar.pax_headers.get("comment")
-            if comment is not None and comment != rev:
-                raise _Unserved(f"an archive of commit {comment[:40]}, not {rev}")
-            top: str | None = None
-            for member in tar:
-                parts = [part for part in member.name.split("/") if part not in ("", ".")]
-                if member.type == tarfile.XGLTYPE or not parts:
-                    continue
-                if top is None:
-                    top = parts[0]
-                if parts[0] != top or ".." in parts or member.name.startswith("/"):
-                    raise _Unserved(f"archive member {member.name!r} is outside its top directory {top!r}")
-                relative = parts[1:]
-                if not relative:
-                    continue
-                _checked_relative("/".join(relative))
-                target = destination.joinpath(*relative)
-                for parent in list(target.parents)[: len(relative) - 1]:
-                    if parent.is_symlink():
-                        raise _Unserved(f"archive member {member.name!r} is written through a symlink")
-                if member.isdir():
-                    target.mkdir(parents=True, exist_ok=True)
-                elif member.issym():
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    os.symlink(member.linkname, target)
-                    written += 1
-                elif member.isfile():
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    source = tar.extractfile(member)
-                    assert source is not None
-                    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-                    with source, os.fdopen(fd, "wb") as out:
-                        shutil.copyfileobj(source, out, 1 << 20)
-                    os.chmod(target, 0o755 if member.mode & 0o100 else 0o644)
-                    written += 1
-                else:
-                    raise _Unserved(f"archive member {member.name!r} is not a file, directory or symlink")
-    except (tarfile.TarError, EOFError, zlib.error) as exc:
-        raise _Unserved(f"not a readable .tar.gz archive: {exc}") from None
-    except (FileExistsError, InputError) as exc:
-        raise _Unserved(f"archive refused: {exc}") from None
-    return written
 
 
 def _admit(pin: GitPin, cache: GitCache, checkout: Path, what: str) -> None:
