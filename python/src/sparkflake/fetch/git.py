@@ -341,23 +341,19 @@ def fetch_git(
         urls = [url for url in extra_urls if url.startswith("file://")] if offline else [*extra_urls, *pin.urls]
         if offline:
             tried.append("the lock's URLs: not tried (offline)")
-        for url in urls:
+        # git URLs first; forge archives when none served the commit (a forge that refuses
+        # fetch by id, or none reachable)
+        archives = [url for url in pin.archive_urls if not offline or url.startswith("file://")]
+        attempts = [(url, "fetch", _fetch_into_cache) for url in urls] + [
+            (url, "archive", _archive_into_cache) for url in archives
+        ]
+        for url, source, attempt in attempts:
             try:
-                files = _fetch_into_cache(pin, cache, url, timeout)
+                files = attempt(pin, cache, url, timeout)
             except _Unserved as refusal:
                 tried.append(f"{url}: {refusal.reason}")
                 continue
-            return GitOutcome(pin.name, pin.rev, pin.tree, "fetch", url, files)
-        # no git URL served the commit (a forge that refuses fetch by id, or none reachable)
-        for url in pin.archive_urls:
-            if offline and not url.startswith("file://"):
-                continue
-            try:
-                files = _archive_into_cache(pin, cache, url, timeout)
-            except _Unserved as refusal:
-                tried.append(f"{url}: {refusal.reason}")
-                continue
-            return GitOutcome(pin.name, pin.rev, pin.tree, "archive", url, files)
+            return GitOutcome(pin.name, pin.rev, pin.tree, source, url, files)
         raise MissingGitInput(pin, tried)
 
 
