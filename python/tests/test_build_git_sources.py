@@ -48,7 +48,12 @@ def profile_with_git_sources(tmp_path: Path, pins: dict[str, GitPin]) -> Path:
     toml = profile / "profile.toml"
     text = toml.read_text().replace('vllm_source = "vllm-sdist"', f'vllm_source = "{pins["vllm_source"].name}"')
     roles = "".join(f'{role} = "{pin.name}"\n' for role, pin in pins.items() if role != "vllm_source")
-    toml.write_text(text.replace('torch = "torch"\n', f'torch = "torch"\n{roles}'))
+    vllm = pins["vllm_source"]
+    claims = (f'\n[[claims]]\nname = "vllm-source"\nkind = "git"\nsubject = "the fork"\nstatus = "unverified"\n'
+              f'source = "test"\nrev = "{vllm.rev}"\ntree = "{vllm.tree}"\n'
+              f'\n[[claims]]\nname = "other-commit"\nkind = "git"\nsubject = "not fetched"\nstatus = "unverified"\n'
+              f'source = "test"\nrev = "{"1" * 40}"\ntree = "{vllm.tree}"\n')
+    toml.write_text(text.replace('torch = "torch"\n', f'torch = "torch"\n{roles}') + claims)
     return profile
 
 
@@ -108,6 +113,9 @@ def test_overlay_build_from_pinned_fixture_repositories(tmp_path: Path, reposito
     assert counts["vllm"][0] == len(packages["vllm"]["files_from_source"]) and counts["vllm"][1] >= 1
     assert resolved["b12x-git"]["digest"] == {"gitCommit": pins["b12x_source"].rev, "gitTree": pins["b12x_source"].tree}
     assert main(["receipt", "verify", str(out / "receipt.json"), str(out / "oci")]) == 0
+    claims = {c["name"]: c for c in receipt["predicate"]["buildDefinition"]["internalParameters"]["upstreamClaims"]}
+    assert claims["vllm-source"]["status"] == "verified" and claims["vllm-source"]["verifiedBy"] == "vllm-git"
+    assert claims["other-commit"]["status"] == "unverified"
     rebuilt = build_profile(BuildRequest(profile=str(profile), output_dir=tmp_path / "again", cache_root=tmp_path / "cache",
                                          offline=True))
     assert rebuilt.image.manifest_digest == result.image.manifest_digest  # from the cache, offline: same image

@@ -834,7 +834,11 @@ def resolved_dependencies(composition: Composition, assembly: Assembly) -> tuple
     return tuple(dependencies)
 
 
-def claim_records(profile: Profile) -> list[dict[str, object]]:
+def claim_records(profile: Profile, fetched_git: Sequence[GitPin] = ()) -> list[dict[str, object]]:
+    """The profile's claims as receipt records. A git claim whose commit and tree are those
+    of a git input this build fetched and checked (and whose source sha256, if it states
+    one, the input pins and the build checked) is recorded as ``verified``."""
+    bound = {(pin.rev, pin.tree): pin for pin in fetched_git}
     records = []
     for claim in profile.claims:
         record: dict[str, object] = {
@@ -848,6 +852,10 @@ def claim_records(profile: Profile) -> list[dict[str, object]]:
             value = getattr(claim, key)
             if value is not None:
                 record[key] = value
+        pin = bound.get((claim.rev, claim.tree)) if claim.kind == "git" else None
+        if pin is not None and claim.source_sha256 in (None, pin.source_sha256):
+            record["status"] = "verified"
+            record["verifiedBy"] = pin.name
         records.append(record)
     return records
 
@@ -952,7 +960,7 @@ def prepare_top(
             "entrypoint": list(generated.ENTRYPOINT),
             "env": list(DEFAULT_ENV),
             "layers": [tree.name for tree in lower_trees] + ["composition"],
-            "upstreamClaims": claim_records(profile),
+            "upstreamClaims": claim_records(profile, composition.git_pins()),
             "patchedSource": assembly.overlay["patched_source"],
             **provenance,
         },
@@ -1161,7 +1169,7 @@ def verification_links(
 
     def claims() -> str:
         recorded = prepared.in_image_receipt["predicate"]["buildDefinition"]["internalParameters"]["upstreamClaims"]  # type: ignore[index]
-        expected = claim_records(profile)
+        expected = claim_records(profile, composition.git_pins())
         problems = []
         if recorded != expected:
             problems.append("receipt's upstreamClaims differ from the profile's claims")
