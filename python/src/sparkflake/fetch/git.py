@@ -150,7 +150,9 @@ _CONFIG = (
     "-c", "fetch.fsckObjects=true",
     "-c", "core.fsmonitor=false",
     "-c", "credential.helper=",
-    "-c", "http.followRedirects=false",
+    # git's default: follow a redirect of the first request only (a renamed repository on
+    # a forge); the ids, not the host, bind what is fetched
+    "-c", "http.followRedirects=initial",
 )
 
 
