@@ -71,7 +71,8 @@ def test_build_matches_expected_digests(built) -> None:
     digests = json.loads((base / "out" / "digests.json").read_text())
     assert digests["manifest"] == image.manifest_digest and digests["config"] == image.config_digest
     assert {link.link for link in result.chain} == {
-        "inputs", "retained-native", "overlay", "patches", "absences", "elf-machine", "labels", "claims"
+        "inputs", "retained-native", "overlay", "patches", "native-interface", "absences", "elf-machine", "labels",
+        "claims",
     }
 
 
@@ -433,7 +434,7 @@ def test_git_source_bound_by_tree_id(tmp_path: Path) -> None:
     lock = load_lock(profile / "fixture.lock")
     pin = GitPin(
         name="vllm-git",
-        url="https://fixtures.sparkflake.invalid/vllm.git",
+        urls=("https://fixtures.sparkflake.invalid/vllm.git",),
         rev="1" * 40,
         tree=git_tree_id(checkout),
         nar_hash=nar_hash(checkout).sri,
@@ -449,11 +450,12 @@ def test_git_source_bound_by_tree_id(tmp_path: Path) -> None:
     result = build_profile(request("out", checkout))
     labels = json.loads(result.image.config_bytes)["config"]["Labels"]
     assert labels["org.opencontainers.image.revision"] == "1" * 40
-    assert labels["org.sparkflake.input.vllm-source"] == f"git:{pin.url}@{pin.rev}:tree:{pin.tree}"
+    assert labels["org.sparkflake.input.vllm-source"] == f"git:{pin.urls[0]}@{pin.rev}:tree:{pin.tree}"
     overlay = json.loads((tmp_path / "out" / "source-overlay.json").read_text())
     assert overlay["source"]["kind"] == "git" and overlay["source"]["tree"] == pin.tree
-    with pytest.raises(InputError, match="--source-tree"):
-        build_profile(request("out2", None))
+    with pytest.raises(InputError, match="vllm-git: git commit 1111111111111111111111111111111111111111") as missing:
+        build_profile(request("out2", None))  # offline, not in the cache: fetched by commit
+    assert "--git-mirror vllm-git=URL" in missing.value.message
     (checkout / "vllm" / "overlay_only.py").write_text("# changed after locking\n")
     with pytest.raises(CheckFailed) as error:
         build_profile(request("out3", checkout))

@@ -45,7 +45,7 @@ def test_valid_lock_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
          'inputs[5].sha256: expected 64 lowercase hex digits, got "ABC"'),
         ('size = 2\n', 'size = -2\n', "inputs[0].size: expected a non-negative integer, got integer -2"),
         ('name = "r8-image"', 'name = "vllm"', 'inputs[5].name: duplicate input name "vllm"'),
-        ('url = "https://github.com', 'url = "http://github.com', "inputs[2].url: expected an https:// or file:// URL"),
+        ('urls = ["https://github.com', 'urls = ["ext::github.com', "inputs[2].urls[0]: expected a git URL"),
         ('kind = "git"\n', 'kind = "git"\nextra = 1\n', "inputs[2].extra: unknown key"),
         ('nar_hash = "sha256-47DEQ', 'nar_hash = "sha256-47DE', 'inputs[2].nar_hash: expected an SRI hash'),
     ],

@@ -63,7 +63,7 @@ how_to_supply = "copy libnccl.so.2 from the R8 build host"
 [[inputs]]
 kind = "git"
 name = "vllm-composition"
-url = "https://github.com/vllm-project/vllm.git"
+urls = ["https://github.com/vllm-project/vllm.git"]
 rev = "331573d20bd47e78327ed8d8b4d2e6d350bbb1ab"
 tree = "927f52a0085bcecfd2ba679e5abebe1a62623daf"
 nar_hash = "{SRI}"
@@ -170,7 +170,7 @@ def test_write_lock_is_atomic_and_canonical(tmp_path: Path) -> None:
 
 @given(sri_sha256)
 def test_nar_hash_check_agrees_with_the_digest_module(sri: str) -> None:
-    pin = GitPin(name="g", url="https://h/r.git", rev="a" * 40, tree="b" * 40, nar_hash=sri)
+    pin = GitPin(name="g", urls=("https://h/r.git",), rev="a" * 40, tree="b" * 40, nar_hash=sri)
     assert parse_hash(pin.nar_hash).sri == sri
 
 
@@ -185,7 +185,7 @@ def test_sri_acceptance_is_exactly_the_digest_modules(text: str) -> None:
     except InputError:
         digest_accepts = False
     try:
-        GitPin(name="g", url="https://h/r.git", rev="a" * 40, tree="b" * 40, nar_hash=text)
+        GitPin(name="g", urls=("https://h/r.git",), rev="a" * 40, tree="b" * 40, nar_hash=text)
         lock_accepts = True
     except InputError as error:
         assert str(error).startswith("nar_hash: expected an SRI hash")
@@ -278,8 +278,9 @@ def test_malformed_sri(bad: str) -> None:
 @pytest.mark.parametrize(
     ("old", "new", "expected"),
     [
-        ('url = "https://github.com/vllm-project/vllm.git"', 'url = "http://github.com/vllm-project/vllm.git"',
-         'glm53.lock: inputs[2].url: expected an https:// or file:// URL, got "http://github.com/vllm-project/vllm.git"'),
+        ('urls = ["https://github.com/vllm-project/vllm.git"]', 'urls = ["git@github.com:vllm-project/vllm.git"]',
+         'glm53.lock: inputs[2].urls[0]: expected a git URL https://, http://, git://, ssh://host/path or '
+         'file:///absolute, got "git@github.com:vllm-project/vllm.git"'),
         ('urls = ["https://files.pythonhosted.org/packages/aa/', 'urls = ["ftp://files.pythonhosted.org/packages/aa/',
          'glm53.lock: inputs[4].urls[0]: expected an https:// or file:// URL, got "ftp://files.pythonhosted.org/packages/aa/vllm-0.33.0.tar.gz"'),
         ('urls = []\n', 'urls = ["https:///nohost"]\n',
@@ -333,7 +334,7 @@ def test_inputs_not_an_array_of_tables() -> None:
     ("old", "new", "expected"),
     [
         ('kind = "git"\n', 'kind = "git"\nbranch = "main"\n',
-         "glm53.lock: inputs[2].branch: unknown key (expected one of: kind, name, nar_hash, rev, tree, url)"),
+         "glm53.lock: inputs[2].branch: unknown key (expected one of: archive_urls, kind, name, nar_hash, rev, source_sha256, tree, urls)"),
         ('glibc = "2.36"\n', 'glibc = "2.36"\nlibc = "musl"\n',
          "glm53.lock: target.libc: unknown key (expected one of: glibc, platform, python)"),
         ("schema = 1\n", 'schema = 1\ngenerator = "x"\n',
@@ -439,7 +440,7 @@ def test_direct_construction_validates_too() -> None:
             target=Target("linux/arm64", "3.11", "2.36"),
             inputs=(
                 FilePin(name="f", sha256=SHA, size=1, urls=("file:///f",)),
-                GitPin(name="f", url="https://h/r", rev="a" * 40, tree="b" * 40, nar_hash=SRI),
+                GitPin(name="f", urls=("https://h/r",), rev="a" * 40, tree="b" * 40, nar_hash=SRI),
             ),
         )
     with pytest.raises(InputError, match=r"^size: expected a non-negative integer, got boolean false$"):

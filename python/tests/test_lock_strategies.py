@@ -111,7 +111,20 @@ def debs(draw: st.DrawFn) -> DebPin:
 
 plain_name = st.from_regex(r"[a-z0-9][a-z0-9._+-]{0,30}", fullmatch=True)
 
-gits = st.builds(GitPin, name=plain_name, url=url, rev=hex40, tree=hex40, nar_hash=sri_sha256)
+git_url = st.one_of(
+    url,
+    st.from_regex(r"(git|ssh|http)://[a-z0-9.]{1,12}(:[0-9]{1,5})?/[a-z0-9/._-]{0,20}", fullmatch=True),
+)
+gits = st.builds(
+    GitPin,
+    name=plain_name,
+    urls=st.lists(git_url, min_size=1, max_size=3, unique=True).map(tuple),
+    rev=hex40,
+    tree=hex40,
+    nar_hash=st.one_of(st.none(), sri_sha256),
+    source_sha256=st.one_of(st.none(), hex64),
+    archive_urls=st.lists(st.one_of(https_url, file_url), max_size=2, unique=True).map(tuple),
+)
 
 _repository = st.sampled_from(
     [

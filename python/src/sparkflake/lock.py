@@ -172,6 +172,35 @@ def require_url(path: str, value: object) -> str:
     return text
 
 
+# git's own transports, spelled as URLs (no scp-like "host:path", no "ext::" or other
+# remote helpers); plain http:// and git:// are accepted because the commit and tree ids,
+# not the transport, bind what is fetched
+_GIT_URL = re.compile(r"^(https?|git|ssh)://[^/\s]+/\S*$|^file:///\S*$")
+
+
+def require_git_url(path: str, value: object) -> str:
+    text = require_str(path, value, allow_empty=True)
+    if not _GIT_URL.fullmatch(text):
+        raise InvalidField(
+            path,
+            "expected a git URL https://, http://, git://, ssh://host/path or file:///absolute, "
+            f"got {describe(text)}",
+        )
+    return text
+
+
+_ARCHIVE_URL = re.compile(r"^https?://[^/\s]+/\S*$|^file:///\S*$")
+
+
+def require_archive_url(path: str, value: object) -> str:
+    """A forge archive of a commit (a .tar.gz over https, http or file): bound, like the
+    git URLs, by the tree id of what it holds, not by its transport."""
+    text = require_str(path, value, allow_empty=True)
+    if not _ARCHIVE_URL.fullmatch(text):
+        raise InvalidField(path, f"expected an https://, http:// or file:/// URL of a .tar.gz archive, got {describe(text)}")
+    return text
+
+
 def require_str_tuple(
     path: str, value: object, item_check: Callable[[str, object], str], *, non_empty: bool
 ) -> tuple[str, ...]:
@@ -421,24 +450,45 @@ class DebPin:
 
 @dataclass(frozen=True)
 class GitPin:
-    """A git repository at one commit: ``rev`` (commit id), ``tree`` (the commit's tree id)
-    and ``nar_hash`` (SRI sha256 of the NAR of the checkout, as Nix's fetchGit records)."""
+    """A git repository at one commit: ``rev`` (commit id) and ``tree`` (the id of the tree
+    that commit names), fetched from the first of ``urls`` that serves it; optionally
+    ``nar_hash`` (SRI sha256 of the NAR of the checkout, as Nix's fetchGit records) and
+    ``source_sha256`` (SparkRing's ``sparkcache-source-tree/v1`` digest of the overlaid
+    package directory, the seeds' "deployable source SHA-256") and ``archive_urls`` (forge
+    archives of the commit, tried when no git URL serves it). The tree id is the binding:
+    ``sparkflake fetch`` admits a checkout to the cache only when it equals ``tree``."""
 
     name: str
-    url: str
+    urls: tuple[str, ...]
     rev: str
     tree: str
-    nar_hash: str
+    nar_hash: str | None = None
+    source_sha256: str | None = None
+    archive_urls: tuple[str, ...] = ()
 
     kind: ClassVar[str] = "git"
-    FIELD_ORDER: ClassVar[tuple[str, ...]] = ("kind", "name", "url", "rev", "tree", "nar_hash")
+    FIELD_ORDER: ClassVar[tuple[str, ...]] = (
+        "kind",
+        "name",
+        "urls",
+        "rev",
+        "tree",
+        "nar_hash",
+        "source_sha256",
+        "archive_urls",
+    )
+    OMIT_EMPTY: ClassVar[tuple[str, ...]] = ("archive_urls",)  # written only when there are some
 
     def __post_init__(self) -> None:
         require_input_name("name", self.name)
-        require_url("url", self.url)
+        _freeze(self, "urls", require_str_tuple("urls", self.urls, require_git_url, non_empty=True))
         require_sha1_hex("rev", self.rev)
         require_sha1_hex("tree", self.tree)
-        require_sri_sha256("nar_hash", self.nar_hash)
+        if self.nar_hash is not None:
+            require_sri_sha256("nar_hash", self.nar_hash)
+        if self.source_sha256 is not None:
+            require_sha256_hex("source_sha256", self.source_sha256)
+        _freeze(self, "archive_urls", require_str_tuple("archive_urls", self.archive_urls, require_archive_url, non_empty=False))
 
 
 @dataclass(frozen=True)
@@ -606,7 +656,7 @@ def pin_to_dict(pin: Pin) -> dict[str, Any]:
     document: dict[str, Any] = {}
     for key in pin.FIELD_ORDER:
         value = pin.kind if key == "kind" else getattr(pin, key)
-        if value is None:
+        if value is None or (value == () and key in getattr(pin, "OMIT_EMPTY", ())):
             continue
         document[key] = list(value) if isinstance(value, tuple) else value
     return document

@@ -12,6 +12,7 @@ from ..errors import InputError
 from ..oci.compression import Compression
 from ..oci.image import default_source_date_epoch
 from ._output import Progress, print_json, print_line
+from .fetch import parse_mirrors
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -32,7 +33,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--no-tree-cache", action="store_true", help="assemble the OS base and Python trees again")
     parser.add_argument("--from", dest="from_dirs", action="append", default=[], metavar="DIR",
                         help="import operator-supplied inputs from DIR (matched by sha256); repeatable")
-    parser.add_argument("--source-tree", metavar="DIR", help="checkout of a git vllm_source input (bound by its git tree id)")
+    parser.add_argument("--source-tree", metavar="DIR", help="checkout of a git vllm_source input (bound by its git tree id) instead of fetching it")
+    parser.add_argument("--git-mirror", action="append", default=[], metavar="NAME=URL",
+                        help="try URL for the git input NAME before the lock's URLs (repeatable)")
     parser.add_argument("--offline", action="store_true", help="no network: inputs come from the cache, inputs/ and --from")
     parser.add_argument("--formats", default="oci,oci-archive,docker-archive",
                         help="comma-separated outputs among oci, oci-archive, docker-archive (default all three)")
@@ -78,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
         keep_work=args.keep_work,
         profiles_dir=Path(args.profiles_dir) if args.profiles_dir else None,
         source_tree=Path(args.source_tree) if args.source_tree else None,
+        git_mirrors=parse_mirrors(args.git_mirror, None),
         formats=tuple(part.strip() for part in args.formats.split(",") if part.strip()),
     )
     started = time.monotonic()

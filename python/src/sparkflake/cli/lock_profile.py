@@ -32,6 +32,8 @@ def run_profile(args: argparse.Namespace) -> int:
             print_line(
                 f"{summary['lock']}: complete for {', '.join(summary['profiles'])} "  # type: ignore[arg-type]
                 f"({summary['wheels']} wheels, {summary['debs']} debs, {summary['bytes']} bytes)"
+                + (f"; git inputs {', '.join(summary['git'])} in {', '.join(summary['locks'][1:])}"  # type: ignore[arg-type]
+                   if summary["git"] else "")
             )
         return 0
     started = time.monotonic()

@@ -34,7 +34,6 @@ import os
 import shutil
 import tempfile
 import time
-import urllib.error
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -46,7 +45,8 @@ from ..atomic_write import atomic_directory, check_output_parent, process_alive,
 from ..builder_identity import builder_identity
 from ..digest import git_tree_id, nar_hash, sha256_file
 from ..errors import CheckFailed, InputError, SparkflakeError
-from ..fetch import Artifact, BlobCache, default_cache_root, fetch_all
+from ..fetch import Artifact, BlobCache, default_cache_root, fetch_all, offline_opener
+from ..fetch.git import GitCache, fetch_git_inputs
 from ..file_hashes import FileHashes
 from ..lock import DebPin, GitPin, Lock, Pin, SdistPin, WheelPin
 from ..oci.archive import CombinedArchiveWriter, write_archives
@@ -65,8 +65,15 @@ from ..profile import Profile, check_against_locks, profile_path, profile_to_dic
 from ..resolve.target import Target
 from . import generated, receipt, sbom
 from .debian_base import DebInput, assemble_base
-from .elf import check_machine, elf_machines
+from .elf import check_machine, elf_machines, iter_elf_files
 from .locked_inputs import load_policy, policy_path_for
+from .native_interface import (
+    missing_ops,
+    native_names,
+    python_module_imports,
+    python_op_uses,
+    unresolved_imports,
+)
 from .patches import PatchSet, load_patch_set
 from .python_env import DEFAULT_PREFIX, CollisionRule, RecordWaiver, WheelInput, assemble_python_env
 from .source_overlay import (
@@ -74,12 +81,20 @@ from .source_overlay import (
     compare_retained_native,
     extract_sdist_package,
     overlay_manifest,
+    package_files,
     package_tree_hashes,
     plan_overlay,
     retained_native_manifest,
     wheel_native_files,
     write_overlay_tree,
     write_patched_source,
+)
+from .source_packages import (
+    SOURCE_PACKAGES,
+    PackageOverlay,
+    SourcePackageRole,
+    overlay_package,
+    source_packages_document,
 )
 from .tree_cache import CachedTree, TreeCache
 from .verification import PASSED, Link, LinkResult, require_no_problems, run_chain
@@ -125,6 +140,12 @@ class Composition:
     patch_set_name: str  # e.g. overlays/vllm or profiles/fixture/patches (location-free)
     waivers: tuple[RecordWaiver, ...] = ()  # upstream RECORD defects accepted for exact bytes
     collisions: tuple[CollisionRule, ...] = ()  # upstream path collisions and the wheel kept
+    # pure-Python packages laid over their wheels from git sources (b12x, sparkcache)
+    package_sources: tuple[tuple[SourcePackageRole, WheelPin, GitPin], ...] = ()
+
+    def git_pins(self) -> list[GitPin]:
+        pins = [self.source] if isinstance(self.source, GitPin) else []
+        return pins + [source for _role, _wheel, source in self.package_sources]
 
     @property
     def platform(self) -> str:
@@ -158,6 +179,16 @@ def load_composition(name_or_path: str | os.PathLike[str], profiles_dir: str | o
         raise InputError(
             f"{path}: inputs.vllm_source: sdist version {source.version} differs from the wheel's {vllm_wheel.version}"
         )
+    package_sources = []
+    for package_role in SOURCE_PACKAGES:
+        if package_role.source_role not in roles:
+            continue
+        over, under = roles[package_role.source_role], roles.get(package_role.wheel_role)
+        if not isinstance(over, GitPin):
+            raise InputError(f"{path}: inputs.{package_role.source_role}: {over.name} is a {over.kind} input, expected a git input")
+        if not isinstance(under, WheelPin):
+            raise InputError(f"{path}: inputs.{package_role.wheel_role}: the {package_role.package} source is laid over this role's wheel")
+        package_sources.append((package_role, under, over))
     wheels: dict[str, WheelPin] = {}
     debs: dict[str, DebPin] = {}
     for lock in locks:
@@ -196,6 +227,7 @@ def load_composition(name_or_path: str | os.PathLike[str], profiles_dir: str | o
         patch_set_name=patch_set_name,
         waivers=tuple(waiver for policy in policies for waiver in policy.waivers),
         collisions=tuple(rule for policy in policies for rule in policy.collisions),
+        package_sources=tuple(package_sources),
     )
 
 
@@ -209,10 +241,6 @@ def _artifact(pin: Pin) -> Artifact:
         filename = f"{pin.package}_{pin.version.split(':')[-1]}_{pin.architecture}.deb"
         return Artifact(pin.name, filename, pin.sha256, pin.size, tuple(pin.urls))
     raise InputError(f"{pin.name}: {pin.kind} inputs are not fetched as files by the build")
-
-
-def _offline_opener(request, timeout):  # noqa: ANN001, ANN202 (fetch's opener signature)
-    raise urllib.error.URLError("offline build (--offline): no network access")
 
 
 def _verified(cache: BlobCache, artifact: Artifact, hashes: FileHashes | None) -> Path:
@@ -230,6 +258,7 @@ class FetchedInputs:
     downloaded: int
     imported: int
     link: LinkResult
+    git_trees: Mapping[str, Path] = field(default_factory=dict)  # git input name -> verified checkout
 
 
 def fetch_inputs(
@@ -240,10 +269,14 @@ def fetch_inputs(
     offline: bool = False,
     progress: ProgressCallback | None = None,
     hashes: FileHashes | None = None,
+    git_mirrors: Mapping[str, Sequence[str]] | None = None,
+    skip_git: Sequence[str] = (),
 ) -> FetchedInputs:
     """Every file input in the cache, then verified (link ``inputs``): re-hashed, or --
     with ``hashes`` -- re-hashed only when the cache file's stat identity changed since
-    it was last hashed."""
+    it was last hashed. Git sources (but those named in ``skip_git``) are fetched by commit
+    (offline: only from the cache and from ``from_dirs`` that are repositories) and their
+    checkouts re-hashed by tree id. When inputs are missing, one error names each."""
     pins: list[Pin] = [*composition.debs, *composition.wheels]
     if isinstance(composition.source, SdistPin):
         pins.append(composition.source)
@@ -254,14 +287,31 @@ def fetch_inputs(
     if profile_inputs.is_dir():
         directories.append(profile_inputs)
     downloaded = imported = 0
+    unfetched: list[str] = []
     if missing:
-        kwargs = {"opener": _offline_opener} if offline else {}
+        kwargs = {"opener": offline_opener} if offline else {}
         try:
             report = fetch_all(missing, cache, from_dirs=directories, progress=progress, **kwargs)
+        except InputError as exc:
+            unfetched.append(exc.message)
         except SparkflakeError as exc:
             raise type(exc)(exc.message, check_id="inputs") from exc
-        downloaded = sum(1 for o in report.outcomes if o.source == "download")
-        imported = sum(1 for o in report.outcomes if o.source == "import")
+        else:
+            downloaded = sum(1 for o in report.outcomes if o.source == "download")
+            imported = sum(1 for o in report.outcomes if o.source == "import")
+    git_pins = [pin for pin in composition.git_pins() if pin.name not in skip_git]
+    unknown = sorted(set(git_mirrors or {}) - {pin.name for pin in composition.git_pins()})
+    if unknown:
+        raise InputError(f"--git-mirror {', '.join(unknown)}: not a git source of {composition.profile.name}")
+    git_cache = GitCache(cache.root)
+    try:
+        fetch_git_inputs(git_pins, git_cache, mirrors=git_mirrors, local_repositories=directories, offline=offline)
+    except InputError as exc:
+        unfetched.append(exc.message)
+    except SparkflakeError as exc:
+        raise type(exc)(exc.message, check_id="inputs") from exc
+    if unfetched:
+        raise InputError("\n".join(unfetched), check_id="inputs")
     paths: dict[str, Path] = {}
     problems: list[str] = []
     for position, artifact in enumerate(artifacts):
@@ -271,11 +321,20 @@ def fetch_inputs(
             paths[artifact.name] = _verified(cache, artifact, hashes)
         except SparkflakeError as exc:
             problems.append(exc.message)
+    git_trees: dict[str, Path] = {}
+    for pin in git_pins:
+        try:
+            git_trees[pin.name] = git_cache.verified_tree(pin)
+        except SparkflakeError as exc:
+            problems.append(exc.message)
     if problems:
         raise CheckFailed("; ".join(problems), check_id="inputs")
     total = sum(a.size or 0 for a in artifacts)
-    link = LinkResult("inputs", PASSED, f"{len(artifacts)} inputs ({total} bytes) in the cache, every sha256 equal to the lock")
-    return FetchedInputs(paths, downloaded, imported, link)
+    message = f"{len(artifacts)} inputs ({total} bytes) in the cache, every sha256 equal to the lock"
+    if git_trees:
+        message += f"; {len(git_trees)} git checkouts, every tree id equal to the lock"
+    link = LinkResult("inputs", PASSED, message)
+    return FetchedInputs(paths, downloaded, imported, link, git_trees)
 
 
 # --------------------------------------------------------------------------- stage 3
@@ -310,6 +369,7 @@ class Assembly:
     hashes: FileHashes | None = None
     trees_reused: Mapping[str, bool] = field(default_factory=dict)
     cached_trees: Mapping[Path, CachedTree] = field(default_factory=dict)  # tree -> its cache entry
+    package_overlays: tuple[PackageOverlay, ...] = ()
 
     def hash_file(self, path: Path) -> str:
         return self.hashes.sha256(path) if self.hashes is not None else sha256_file(path)
@@ -358,7 +418,7 @@ def checked_source_tree(pin: GitPin, source_tree: Path | None) -> Path:
     without ``.git``, its NAR hash): what Nix's fetchGit would give for ``rev``."""
     if source_tree is None:
         raise InputError(
-            f"{pin.name}: a git source ({pin.url} at {pin.rev}) is built from a checkout: pass "
+            f"{pin.name}: a git source ({pin.urls[0]} at {pin.rev}) is built from a checkout: pass "
             "--source-tree DIR (its git tree id must be the lock's tree)"
         )
     if not (source_tree / OVERLAY_PACKAGE).is_dir():
@@ -521,12 +581,12 @@ def assemble(
             "uri": source.urls[0],
         }
     else:
-        source_root = checked_source_tree(source, source_tree)
+        source_root = checked_source_tree(source, source_tree) if source_tree is not None else fetched.git_trees[source.name]
         wheel = composition.roles["vllm_wheel"]
         source_identity = {
             "kind": "git",
             "name": source.name,
-            "uri": source.url,
+            "uri": source.urls[0],
             "rev": source.rev,
             "tree": source.tree,
             "nar_hash": source.nar_hash,
@@ -553,6 +613,10 @@ def assemble(
         patched_tree_nar_hash=nar_hash(patched_package).sri,
         install_prefix=site_packages,
     )
+    package_overlays = [
+        overlay_package(role, wheel, pin, fetched.git_trees[pin.name], python_trees, site_packages, overlay_tree, hash_file)
+        for role, wheel, pin in composition.package_sources
+    ]
     nccl_library = _nccl_library_sha256(composition, fetched, hashes)
     return Assembly(
         work_dir=work_dir,
@@ -574,6 +638,15 @@ def assemble(
         hashes=hashes,
         trees_reused=reused,
         cached_trees=entries,
+        package_overlays=tuple(package_overlays),
+    )
+
+
+def source_packages_document_of(assembly: Assembly) -> dict[str, object]:
+    vllm_site = assembly.vllm_tree / assembly.site_packages.lstrip("/")
+    return source_packages_document(
+        OVERLAY_PACKAGE, vllm_site / OVERLAY_PACKAGE, assembly.patched_source, assembly.source_identity,
+        assembly.overlay["entries"], assembly.package_overlays,  # type: ignore[arg-type]
     )
 
 
@@ -593,6 +666,40 @@ def wheel_native(
     if memo is not None:
         write_bytes_atomic(memo, json.dumps(shipped, sort_keys=True).encode())
     return shipped
+
+
+@dataclass(frozen=True)
+class WheelInterface:
+    """The installed vLLM wheel's side of the native-interface check."""
+
+    op_uses: dict[tuple[str, str], str]  # torch ops its own Python calls
+    imports: dict[str, str]  # vllm.* modules its own Python imports
+    registered: frozenset[str]  # names its extensions' read-only data holds
+    files: tuple[str, ...]  # its files under site-packages (vllm/...)
+    libraries: int
+
+
+def wheel_interface(package_dir: Path, wheel_sha256: str, hashes: FileHashes | None) -> WheelInterface:
+    """Remembered per wheel sha256 beside the file-hash table (the installed package is
+    the verified wheel's, so its interface is a property of those bytes)."""
+    memo = None
+    if hashes is not None and hashes.table_path is not None:
+        memo = hashes.table_path.parent / "native-interface" / f"{wheel_sha256}.json"
+        try:
+            known = json.loads(memo.read_bytes())
+            return WheelInterface({(namespace, op): path for namespace, op, path in known["op_uses"]}, known["imports"],
+                                  frozenset(known["registered"]), tuple(known["files"]), int(known["libraries"]))
+        except (FileNotFoundError, ValueError, TypeError, KeyError):
+            pass
+    libraries = [package_dir / elf.path for elf in iter_elf_files(package_dir)]
+    files = {f"{package_dir.name}/{p}": path for p, path in package_files(package_dir).items()}
+    found = WheelInterface(python_op_uses(files), python_module_imports(files, package_dir.name),
+                           native_names(libraries), tuple(sorted(files)), len(libraries))
+    if memo is not None:
+        record = {"op_uses": sorted([*key, path] for key, path in found.op_uses.items()), "imports": found.imports,
+                  "registered": sorted(found.registered), "files": list(found.files), "libraries": found.libraries}
+        write_bytes_atomic(memo, json.dumps(record, sort_keys=True).encode())
+    return found
 
 
 def _nccl_library_sha256(composition: Composition, fetched: FetchedInputs, hashes: FileHashes | None) -> str:
@@ -698,7 +805,8 @@ def _spec(profile: Profile, options: ImageOptions, layers: Sequence[LayerTree], 
 def resolved_dependencies(composition: Composition, assembly: Assembly) -> tuple[receipt.ResolvedDependency, ...]:
     role_of = {pin.name: role for role, pin in composition.roles.items()}
     dependencies: list[receipt.ResolvedDependency] = []
-    pins: list[Pin] = [*composition.debs, *composition.wheels, composition.source]
+    pins: list[Pin] = [*composition.debs, *composition.wheels, composition.source,
+                       *(source for _role, _wheel, source in composition.package_sources)]
     for pin in sorted(pins, key=lambda p: (p.kind, p.name)):
         annotations: dict[str, object] = {"kind": pin.kind}
         if pin.name in role_of:
@@ -709,7 +817,7 @@ def resolved_dependencies(composition: Composition, assembly: Assembly) -> tuple
         dependencies.append(
             receipt.ResolvedDependency(
                 name=pin.name,
-                uri=pin.url if isinstance(pin, GitPin) else (pin.urls[0] if getattr(pin, "urls", ()) else ""),  # type: ignore[union-attr]
+                uri=pin.urls[0] if isinstance(pin, GitPin) else (pin.urls[0] if getattr(pin, "urls", ()) else ""),  # type: ignore[union-attr]
                 digest=(
                     {"gitCommit": pin.rev, "gitTree": pin.tree}
                     if isinstance(pin, GitPin)
@@ -729,7 +837,11 @@ def resolved_dependencies(composition: Composition, assembly: Assembly) -> tuple
     return tuple(dependencies)
 
 
-def claim_records(profile: Profile) -> list[dict[str, object]]:
+def claim_records(profile: Profile, fetched_git: Sequence[GitPin] = ()) -> list[dict[str, object]]:
+    """The profile's claims as receipt records. A git claim whose commit and tree are those
+    of a git input this build fetched and checked (and whose source sha256, if it states
+    one, the input pins and the build checked) is recorded as ``verified``."""
+    bound = {(pin.rev, pin.tree): pin for pin in fetched_git}
     records = []
     for claim in profile.claims:
         record: dict[str, object] = {
@@ -743,6 +855,10 @@ def claim_records(profile: Profile) -> list[dict[str, object]]:
             value = getattr(claim, key)
             if value is not None:
                 record[key] = value
+        pin = bound.get((claim.rev, claim.tree)) if claim.kind == "git" else None
+        if pin is not None and claim.source_sha256 in (None, pin.source_sha256):
+            record["status"] = "verified"
+            record["verifiedBy"] = pin.name
         records.append(record)
     return records
 
@@ -814,6 +930,23 @@ def prepare_top(
             "mediaType": "application/json",
         },
     ]
+    source_packages = None
+    provenance: dict[str, object] = {}
+    if assembly.package_overlays:
+        document = source_packages_document_of(assembly)
+        source_packages = generated.json_file_bytes(document)
+        # which files came from which source, per package (the lists: source-packages.json)
+        provenance["sourcePackages"] = [
+            {"package": entry["package"], "source": entry["source"],
+             "filesFromSource": len(entry["files_from_source"]), "filesFromWheel": len(entry["files_from_wheel"])}
+            for entry in document["packages"]  # type: ignore[union-attr]
+        ]
+        byproducts.append({
+            "name": "source-packages",
+            "uri": f"file://{generated.SOURCE_PACKAGES_PATH}",
+            "digest": {"sha256": receipt.sha256_hex(source_packages)},
+            "mediaType": "application/json",
+        })
     predicate = receipt.provenance_predicate(
         external_parameters={
             "profile": profile.name,
@@ -830,8 +963,9 @@ def prepare_top(
             "entrypoint": list(generated.ENTRYPOINT),
             "env": list(DEFAULT_ENV),
             "layers": [tree.name for tree in lower_trees] + ["composition"],
-            "upstreamClaims": claim_records(profile),
+            "upstreamClaims": claim_records(profile, composition.git_pins()),
             "patchedSource": assembly.overlay["patched_source"],
+            **provenance,
         },
         resolved_dependencies=resolved,
         byproducts=byproducts,
@@ -839,18 +973,20 @@ def prepare_top(
     )
     in_image = receipt.in_image_statement(lower_diff_ids=[layer.diff_id for layer in lower], predicate=predicate)
     in_image_bytes = receipt.canonical_bytes(in_image)
-    top_input = _top_input(assembly, in_image_bytes, profile_bytes)
+    top_input = _top_input(assembly, in_image_bytes, profile_bytes, source_packages)
     return PreparedTop(labels, in_image, in_image_bytes, profile_bytes, top_input, base_image.manifest_digest, resolved)
 
 
-def _top_input(assembly: Assembly, in_image_bytes: bytes, profile_bytes: bytes) -> LayerInput:
+def _top_input(assembly: Assembly, in_image_bytes: bytes, profile_bytes: bytes, source_packages: bytes | None) -> LayerInput:
     files = generated.generated_files(
         receipt=in_image_bytes,
         profile_document=profile_bytes,
         retained_native=assembly.retained_native_bytes,
         overlay=assembly.overlay_bytes,
+        source_packages=source_packages,
     )
-    deletions = tuple(f"{assembly.site_packages}/{path}" for path in assembly.overlay_deletions)
+    deleted = [*assembly.overlay_deletions, *(path for overlay in assembly.package_overlays for path in overlay.deletions)]
+    deletions = tuple(f"{assembly.site_packages}/{path}" for path in deleted)
     sources = (TreeSource(str(assembly.overlay_tree), assembly.site_packages),) if any(assembly.overlay_tree.iterdir()) else ()
     return LayerInput(sources=sources, files=files, deletions=deletions)
 
@@ -935,6 +1071,46 @@ def verification_links(
         count = sum(len(p.anchors) for p in composition.patch_set.patches)
         return f"{len(composition.patch_set.patches)} patches, {count} anchors: pre- and post-images match; patched tree git {tree}"
 
+    def native_interface() -> str:
+        wheel = composition.roles["vllm_wheel"]
+        retained = wheel_interface(vllm_site / OVERLAY_PACKAGE, wheel.sha256, assembly.hashes)  # type: ignore[union-attr]
+        final_files = {f"{OVERLAY_PACKAGE}/{p}": path for p, path in package_files(assembly.patched_source).items()}
+        final_uses = python_op_uses(final_files)
+        final_imports = python_module_imports(final_files, OVERLAY_PACKAGE)
+        image_paths = (set(retained.files) | set(final_files)) - set(assembly.overlay_deletions)
+        problems = [
+            f"{use.path} calls torch.ops.{use.namespace}.{use.op}, which no retained extension registers"
+            for use in missing_ops(final_uses, retained.op_uses, retained.registered)
+        ] + [
+            f"{path} imports {module}, which no file of the image provides (no .py, package or compiled module)"
+            for module, path in unresolved_imports(final_imports, retained.imports, image_paths)
+        ]
+        require_no_problems(problems, "the overlaid Python needs native code the retained extensions lack", "native-interface")
+        added_ops = len(set(final_uses) - set(retained.op_uses))
+        added_imports = len(set(final_imports) - set(retained.imports))
+        return (f"{len(final_uses)} torch.ops uses and {len(final_imports)} vllm imports of the overlaid Python; "
+                f"the {added_ops} ops and {added_imports} imports the wheel's Python lacks are provided "
+                f"({retained.libraries} retained ELF files)")
+
+    def source_packages() -> str:
+        problems = []
+        for overlay in assembly.package_overlays:
+            site_dir = overlay.tree / site / overlay.package
+            before = {f"{overlay.package}/{p}": h for p, h in package_tree_hashes(site_dir, assembly.hash_file).items()}
+            after = dict(before)
+            written = assembly.overlay_tree / overlay.package
+            if written.is_dir():
+                after.update({f"{overlay.package}/{p}": h for p, h in package_tree_hashes(written).items()})
+            for path in overlay.deletions:
+                after.pop(path, None)
+            problems += compare_overlay(overlay.manifest, before, after)
+        require_no_problems(problems, "a source package differs from its manifest", "source-packages")
+        return ", ".join(
+            f"{o.package}: {len(o.manifest['files_from_source'])} files from {o.manifest['source']['rev'][:12]}, "  # type: ignore[index]
+            f"{len(o.manifest['files_from_wheel'])} from {o.manifest['wheel']['filename']}"  # type: ignore[index]
+            for o in assembly.package_overlays
+        )
+
     def absences() -> str:
         wanted = {str(canonicalize_name(name)) for name in profile.absent.distributions}
         found = []
@@ -996,7 +1172,7 @@ def verification_links(
 
     def claims() -> str:
         recorded = prepared.in_image_receipt["predicate"]["buildDefinition"]["internalParameters"]["upstreamClaims"]  # type: ignore[index]
-        expected = claim_records(profile)
+        expected = claim_records(profile, composition.git_pins())
         problems = []
         if recorded != expected:
             problems.append("receipt's upstreamClaims differ from the profile's claims")
@@ -1011,6 +1187,9 @@ def verification_links(
         Link("retained-native", "retained native manifest equals what the wheel shipped", retained_native),
         Link("overlay", "the overlay changed exactly what its manifest says", overlay),
         Link("patches", "patch pre- and post-images", patches),
+        Link("native-interface", "the retained extensions register every op the overlaid Python adds", native_interface),
+        *([Link("source-packages", "packages from git sources changed exactly what their manifests say", source_packages)]
+          if assembly.package_overlays else []),
         Link("absences", "required absences", absences),
         Link("elf-machine", "ELF architecture of every file", elf_machine),
         Link("labels", "labels complete and equal to the receipt", labels),
@@ -1187,6 +1366,9 @@ def write_outputs_into(
     if result.assembly is not None:
         write_bytes_atomic(staging / "retained-native.json", result.assembly.retained_native_bytes)
         write_bytes_atomic(staging / "source-overlay.json", result.assembly.overlay_bytes)
+        if result.assembly.package_overlays:
+            write_bytes_atomic(staging / "source-packages.json",
+                               generated.json_file_bytes(source_packages_document_of(result.assembly)))
     digests = result.image.digests_record()
     digests["profile"] = result.profile
     digests["layer_names"] = list(result.layer_names)
@@ -1210,6 +1392,7 @@ class BuildRequest:
     keep_work: bool = False
     profiles_dir: Path | None = None
     source_tree: Path | None = None  # checkout of a git vllm_source
+    git_mirrors: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # git input -> URLs tried first
     formats: tuple[str, ...] = OUTPUT_FORMATS
 
 
@@ -1260,7 +1443,9 @@ def build_profile(request: BuildRequest, progress: ProgressCallback | None = Non
         clock = now
 
     fetched = fetch_inputs(
-        composition, cache, from_dirs=request.from_dirs, offline=request.offline, progress=progress, hashes=hashes
+        composition, cache, from_dirs=request.from_dirs, offline=request.offline, progress=progress, hashes=hashes,
+        git_mirrors=request.git_mirrors,
+        skip_git=[composition.source.name] if request.source_tree is not None else [],
     )
     lap("fetch_and_verify_inputs")
     work_parent = root / "work"

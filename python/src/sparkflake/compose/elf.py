@@ -36,6 +36,7 @@ MACHINE_NAMES = {
 }
 PLATFORM_MACHINE = {"linux/arm64": EM_AARCH64, "linux/amd64": EM_X86_64}
 
+_SHT_NOBITS = 8
 _SHT_DYNAMIC = 6
 _DT_NULL = 0
 _DT_SONAME = 14
@@ -85,35 +86,51 @@ def read_header(path: str | os.PathLike[str]) -> ElfHeader | None:
         return parse_header(handle.read(20))
 
 
+@dataclass(frozen=True)
+class _SectionTable:
+    header: ElfHeader
+    ident: bytes  # the first 64 bytes of the file
+    sections: list[tuple[int, ...]]  # each the raw Elf_Shdr fields
+    dyn_fmt: str  # struct format of one Elf_Dyn entry
+
+
+def _section_table(handle) -> _SectionTable | None:  # noqa: ANN001 (a binary file at offset 0)
+    """The ELF header and section headers of an open file; None if not ELF or none."""
+    ident = handle.read(64)
+    header = parse_header(ident)
+    if header is None:
+        return None
+    end = "<" if header.little_endian else ">"
+    if header.elf_class == 2:
+        if len(ident) < 64:
+            return None
+        shoff, = struct.unpack(end + "Q", ident[40:48])
+        shentsize, shnum = struct.unpack(end + "HH", ident[58:62])
+        sh_fmt, dyn_fmt = end + "IIQQQQIIQQ", end + "qQ"
+    else:
+        if len(ident) < 52:
+            return None
+        shoff, = struct.unpack(end + "I", ident[32:36])
+        shentsize, shnum = struct.unpack(end + "HH", ident[46:50])
+        sh_fmt, dyn_fmt = end + "IIIIIIIIII", end + "iI"
+    if shoff == 0 or shnum == 0 or shentsize < struct.calcsize(sh_fmt) or shnum > 65535:
+        return None
+    handle.seek(shoff)
+    table = handle.read(shentsize * shnum)
+    if len(table) < shentsize * shnum:
+        return None
+    sections = [struct.unpack_from(sh_fmt, table, index * shentsize) for index in range(shnum)]
+    return _SectionTable(header, ident, sections, dyn_fmt)
+
+
 def read_soname(path: str | os.PathLike[str]) -> str | None:
     """DT_SONAME of a shared object, read from its section headers; None if absent."""
     with open(path, "rb") as handle:
-        ident = handle.read(64)
-        header = parse_header(ident)
-        if header is None:
+        table = _section_table(handle)
+        if table is None:
             return None
-        end = "<" if header.little_endian else ">"
-        if header.elf_class == 2:
-            if len(ident) < 64:
-                return None
-            shoff, = struct.unpack(end + "Q", ident[40:48])
-            shentsize, shnum = struct.unpack(end + "HH", ident[58:62])
-            sh_fmt, dyn_fmt = end + "IIQQQQIIQQ", end + "qQ"
-        else:
-            if len(ident) < 52:
-                return None
-            shoff, = struct.unpack(end + "I", ident[32:36])
-            shentsize, shnum = struct.unpack(end + "HH", ident[46:50])
-            sh_fmt, dyn_fmt = end + "IIIIIIIIII", end + "iI"
-        if shoff == 0 or shnum == 0 or shentsize < struct.calcsize(sh_fmt) or shnum > 65535:
-            return None
-        handle.seek(shoff)
-        table = handle.read(shentsize * shnum)
-        if len(table) < shentsize * shnum:
-            return None
-        sections = [
-            struct.unpack_from(sh_fmt, table, index * shentsize) for index in range(shnum)
-        ]
+        sections, dyn_fmt = table.sections, table.dyn_fmt
+        shnum = len(sections)
         for section in sections:
             _name, sh_type, _flags, _addr, sh_offset, sh_size, sh_link = section[:7]
             if sh_type != _SHT_DYNAMIC or sh_link >= shnum:
@@ -131,6 +148,30 @@ def read_soname(path: str | os.PathLike[str]) -> str | None:
                     raw = handle.read(4096)
                     return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
     return None
+
+
+def read_sections(path: str | os.PathLike[str], wanted: tuple[str, ...]) -> list[tuple[str, int, int]] | None:
+    """(name, file offset, size) of the sections named in ``wanted`` (SHT_NOBITS sections
+    hold no bytes and are left out); None when ``path`` is not ELF or has no section table."""
+    with open(path, "rb") as handle:
+        table = _section_table(handle)
+        if table is None:
+            return None
+        header, ident, sections = table.header, table.ident, table.sections
+        file_size = os.fstat(handle.fileno()).st_size
+        names_index = struct.unpack("<H" if header.little_endian else ">H", ident[62:64] if header.elf_class == 2 else ident[50:52])[0]
+        if names_index >= len(sections):
+            return None
+        names_offset, names_size = sections[names_index][4], sections[names_index][5]
+        handle.seek(names_offset)
+        names = handle.read(min(names_size, 1 << 24))
+        chosen = []
+        for section in sections:
+            name_at, sh_type, _flags, _addr, sh_offset, sh_size = section[:6]
+            name = names[name_at:].split(b"\0", 1)[0].decode("ascii", "replace")
+            if name in wanted and sh_type != _SHT_NOBITS and sh_offset + sh_size <= file_size:
+                chosen.append((name, sh_offset, sh_size))
+        return chosen
 
 
 def iter_elf_files(root: str | os.PathLike[str], *, with_sha256: bool = False) -> Iterator[ElfFile]:

@@ -22,6 +22,7 @@ RECEIPT_PATH = f"{ETC_DIR}/receipt.json"
 PROFILE_PATH = f"{ETC_DIR}/profile.json"
 RETAINED_NATIVE_PATH = f"{ETC_DIR}/retained-native.json"
 OVERLAY_PATH = f"{ETC_DIR}/source-overlay.json"
+SOURCE_PACKAGES_PATH = f"{ETC_DIR}/source-packages.json"  # only when packages come from git sources
 
 OCI = "org.opencontainers.image"
 SPARKFLAKE = "org.sparkflake"
@@ -136,10 +137,14 @@ def generated_files(
     profile_document: bytes,
     retained_native: bytes,
     overlay: bytes,
+    source_packages: bytes | None = None,
 ) -> tuple[GeneratedFile, ...]:
-    return (
+    files = (
         GeneratedFile(RECEIPT_PATH, receipt, 0o644),
         GeneratedFile(PROFILE_PATH, profile_document, 0o644),
         GeneratedFile(RETAINED_NATIVE_PATH, retained_native, 0o644),
         GeneratedFile(OVERLAY_PATH, overlay, 0o644),
     )
+    if source_packages is None:
+        return files
+    return (*files, GeneratedFile(SOURCE_PACKAGES_PATH, source_packages, 0o644))

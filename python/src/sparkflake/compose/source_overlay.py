@@ -115,6 +115,11 @@ def extract_sdist_package(
     return root / package
 
 
+def package_files(root: str | os.PathLike[str]) -> dict[str, Path]:
+    """Regular files under ``root`` by relative POSIX path (links and others refused)."""
+    return _walk_files(Path(root))
+
+
 def _walk_files(root: Path) -> dict[str, Path]:
     """Regular files under ``root`` keyed by POSIX path relative to root's parent-free base."""
     files: dict[str, Path] = {}

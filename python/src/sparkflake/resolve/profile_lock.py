@@ -46,13 +46,14 @@ def lock_target(target: Target) -> LockTarget:
 
 
 def sharing_profiles(profile: Profile) -> list[Profile]:
-    """Every profile in the same profiles directory that lists the same first lock file."""
+    """Every profile in the same profiles directory that lists the same first lock file
+    (the one resolution writes; later locks hold hand-pinned inputs, e.g. git sources)."""
     lock_path = profile.lock_paths()[0]
     directory = profile.directory.parent
     sharing = []
     for name in list_profiles(directory):
         other = load_profile(directory / name / "profile.toml", check_locks=False)
-        if lock_path in other.lock_paths():
+        if other.lock_paths()[0] == lock_path:
             sharing.append(other)
     return sharing or [profile]
 
@@ -206,12 +207,13 @@ def check_lock(profile: Profile) -> dict[str, object]:
     lock = locks[0]
     target = target_for(profile)
     problems: list[str] = []
-    if lock.target != lock_target(target):
-        problems.append(f"target is {lock.target}, the profile's base needs {lock_target(target)}")
+    for path, each in zip(paths, locks, strict=True):
+        if each.target != lock_target(target):
+            problems.append(f"{path.name}: target is {each.target}, the profile's base needs {lock_target(target)}")
     sharing = sharing_profiles(profile)
     for member in sharing:
-        try:
-            check_against_locks(member, locks)
+        try:  # each against its own locks: a profile may list more locks after the shared one
+            check_against_locks(member, member.load_locks())
         except InputError as exc:
             problems.append(str(exc))
     request = request_for(sharing)
@@ -248,6 +250,9 @@ def check_lock(profile: Profile) -> dict[str, object]:
         "debs": len(debs),
         "inputs": len(lock.inputs),
         "bytes": sum(getattr(pin, "size", 0) for pin in lock.inputs),
+        # git inputs of every lock the profile lists (the shared lock has none)
+        "git": [pin.name for each in locks for pin in each.of_kind("git")],
+        "locks": [str(path) for path in paths],
     }
 
 
@@ -268,7 +273,7 @@ def artifacts(lock: Lock, *, kinds: Sequence[str] = ("wheel", "sdist", "deb", "f
     """Fetchable inputs of a lock as plain artifacts (git and oci inputs are not files)."""
     found: list[Artifact] = []
     for pin in lock.inputs:
-        if pin.kind not in kinds:
+        if pin.kind not in kinds or pin.kind in ("git", "oci"):
             continue
         if pin.kind == "deb":
             version = pin.version.split(":", 1)[-1]  # type: ignore[union-attr]

@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import CheckFailed, InputError
+from ..errors import CheckFailed, InputError
 
 ProgressCallback = Callable[[int, int, str], None]
 
@@ -201,6 +201,11 @@ class _ByteMeter:
 
 
 Opener = Callable[[urllib.request.Request, float], object]
+
+
+def offline_opener(request: urllib.request.Request, timeout: float) -> object:
+    """The opener of an offline run: every URL fails, so only the cache and imports count."""
+    raise urllib.error.URLError("offline (--offline): no network access")
 
 
 def _default_opener(request: urllib.request.Request, timeout: float) -> object:
