@@ -36,13 +36,20 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _receive(args: argparse.Namespace) -> int:
-    size = relay.read_go_line(sys.stdin.fileno())
-    if size is None:  # the hop was cancelled before the go: nothing on this rank changes
+    """Receive the files of one hop's plan, in order, over this one connection; stop at the
+    first file whose stream broke or that cannot be written (the relay resumes it)."""
+    planned = relay.read_plan_line(sys.stdin.fileno())
+    if planned is None:  # the hop was cancelled before the go: nothing on this rank changes
         _emit({"status": relay.CANCELLED})
         return 3
-    result = receive.receive(Path(args.path), size, args.sha256, sys.stdin.buffer, _emit)
-    _emit(result)
-    return 0 if result["status"] == receive.OK else 1
+    failed = False
+    for item in planned:
+        result = receive.receive(Path(item.path), item.size, item.sha256, sys.stdin.buffer, _emit)
+        _emit(result)
+        failed = failed or result["status"] != receive.OK
+        if result["status"] not in (receive.OK, receive.MISMATCH):
+            break
+    return 1 if failed else 0
 
 
 def _relay(args: argparse.Namespace) -> int:
@@ -51,24 +58,25 @@ def _relay(args: argparse.Namespace) -> int:
         _emit({"status": "failed", "message": "--downstream-json: expected a JSON array of strings"})
         return 2
     go = _watch_controller()
-    result = relay.relay(Path(args.source), go.wait_for_size, downstream,
-                         progress=lambda position: _emit({"progress": position}))
+    result = relay.relay(go.wait_for_plan, downstream,
+                         progress=lambda index, position: _emit({"progress": position, "file": index}),
+                         on_result=lambda index, outcome: _emit({"file": index, "result": outcome}))
     _emit(result)
-    return 0 if result["status"] == receive.OK else 1
+    return 0 if result["status"] == relay.DONE else 1
 
 
 class _Go:
     def __init__(self) -> None:
         self.event = threading.Event()
-        self.size: int | None = None
+        self.planned: list[relay.PlannedFile] | None = None
 
-    def wait_for_size(self) -> int | None:
+    def wait_for_plan(self) -> list[relay.PlannedFile] | None:
         self.event.wait()
-        return self.size
+        return self.planned
 
 
 def _watch_controller() -> _Go:
-    """The controller sends ``go SIZE`` on our stdin once the source verified, and keeps
+    """The controller sends the plan line on our stdin once the source verified, and keeps
     stdin open; end of stdin means it is gone or gave up on this hop, so forwarding stops
     and the downstream ssh dies with us (its stdin closes)."""
     go = _Go()
@@ -76,9 +84,9 @@ def _watch_controller() -> _Go:
     def watch() -> None:
         # the raw fd, not sys.stdin: a daemon thread blocked inside the buffered reader holds
         # its lock, and interpreter shutdown would wait a second for it, then abort
-        go.size = relay.read_go_line(0)
+        go.planned = relay.read_plan_line(0)
         go.event.set()
-        if go.size is None:
+        if go.planned is None:
             return  # cancelled: relay() ends the downstream connection and returns
         while os.read(0, 65536):
             pass
@@ -153,13 +161,10 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--size", type=int)
     status.set_defaults(handler=_status)
 
-    receiving = commands.add_parser("receive")
-    receiving.add_argument("--path", required=True)
-    receiving.add_argument("--sha256", required=True)
+    receiving = commands.add_parser("receive")  # the plan comes on stdin (relay.plan_line)
     receiving.set_defaults(handler=_receive)
 
-    relaying = commands.add_parser("relay")
-    relaying.add_argument("--source", required=True)
+    relaying = commands.add_parser("relay")  # the plan comes on stdin once the source verified
     relaying.add_argument("--downstream-json", required=True)
     relaying.set_defaults(handler=_relay)
 

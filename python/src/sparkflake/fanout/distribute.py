@@ -142,9 +142,9 @@ def fanout(site: Site, request: FanoutRequest, *, progress: Progress | None = No
 
     chain = ChainTransfer(
         site,
-        Transfer(sha256=request.sha256, paths=paths),
+        [Transfer(sha256=request.sha256, paths=paths)],
         gate,
-        needs=needs,
+        needs={name: [0] for name in needs},
         failed=unreachable,
         retry_seconds=request.retry_seconds,
         on_verified=verified,
