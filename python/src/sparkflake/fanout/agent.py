@@ -15,8 +15,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ..errors import SparkflakeError
-from . import engine, files, manifest, receive, relay
+from ..errors import InputError, SparkflakeError
+from . import engine, files, manifest, receive, relay, store
 
 
 def _emit(document: dict[str, Any]) -> None:
@@ -151,6 +151,48 @@ def _check_manifest(args: argparse.Namespace) -> int:
     return 0
 
 
+def _read_stdin_json(what: str) -> Any:
+    raw = sys.stdin.buffer.read(relay.PLAN_LIMIT + 1)
+    if len(raw) > relay.PLAN_LIMIT:
+        raise InputError(f"{what} (stdin): more than {relay.PLAN_LIMIT} bytes")
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise InputError(f"{what} (stdin): not JSON: {exc}") from exc
+
+
+def _layout_plan(args: argparse.Namespace) -> int:
+    layout = store.find_layout(Path(args.layout))
+    _emit({"status": "ok", "layout": str(layout), **store.read_layout(layout).as_dict()})
+    return 0
+
+
+def _blob_status(args: argparse.Namespace) -> int:
+    blobs = store.parse_blobs(_read_stdin_json("blob list"), "blob list (stdin)")
+    report = store.blob_status(Path(args.store), blobs, rehash=args.rehash, remember=not args.no_record)
+    _emit({"status": "ok", **report})
+    return 0
+
+
+def _commit_layout(args: argparse.Namespace) -> int:
+    document = _read_stdin_json("commit")
+    if not isinstance(document, dict) or not isinstance(document.get("received"), dict):
+        raise InputError("commit (stdin): expected an object with plan and received")
+    plan = store.plan_from_document(document.get("plan"), "commit (stdin): plan")
+    received = {str(digest): [int(n) for n in identity] for digest, identity in document["received"].items()
+                if isinstance(identity, list)}
+    _emit(store.commit(Path(args.store), plan, received))
+    return 0
+
+
+def _import_layout(args: argparse.Namespace) -> int:
+    engine_args = json.loads(args.engine_args_json)
+    result = engine.import_layout(args.engine, engine_args, args.layout, args.image_id, args.tag)
+    _emit({"status": "ok", "engine": result.engine, "image_id": result.image_id, "tag": result.tag,
+           "reused_layers": list(result.reused_layers)})
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sparkflake.fanout.agent")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -202,6 +244,29 @@ def build_parser() -> argparse.ArgumentParser:
     checking.add_argument("--sizes-only", action="store_true")
     checking.add_argument("--record", action="store_true")
     checking.set_defaults(handler=_check_manifest)
+
+    planning = commands.add_parser("layout-plan")
+    planning.add_argument("--layout", required=True)
+    planning.set_defaults(handler=_layout_plan)
+
+    blob_status = commands.add_parser("blob-status")  # the blob descriptors come on stdin
+    blob_status.add_argument("--store", required=True)
+    blob_status.add_argument("--rehash", action="store_true", help="ignore the record, hash every blob")
+    blob_status.add_argument("--no-record", action="store_true",
+                             help="write nothing (a source layout, or --verify)")
+    blob_status.set_defaults(handler=_blob_status)
+
+    committing = commands.add_parser("commit-layout")  # the plan and received identities on stdin
+    committing.add_argument("--store", required=True)
+    committing.set_defaults(handler=_commit_layout)
+
+    layout_import = commands.add_parser("import-layout")
+    layout_import.add_argument("--layout", required=True)
+    layout_import.add_argument("--engine", required=True)
+    layout_import.add_argument("--image-id", required=True)
+    layout_import.add_argument("--tag", required=True)
+    layout_import.add_argument("--engine-args-json", default="[]")
+    layout_import.set_defaults(handler=_import_layout)
 
     listing = commands.add_parser("manifest")
     listing.add_argument("--dir", required=True)

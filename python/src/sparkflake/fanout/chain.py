@@ -81,12 +81,14 @@ class HopOutcome:
     status: str = PENDING
     attempts: int = 0
     bytes_received: int = 0
-    files_received: int = 0  # files that crossed the link to this rank (not reused)
+    files_received: list[int] = field(default_factory=list)  # positions of files that crossed the link
     resumed_from: list[int] = field(default_factory=list)
     seconds: float = 0.0
     error: str | None = None
     upstream: str | None = None
     moved_aside: str | None = None  # a wrong copy the receiver found under the final name
+    # file position -> the stat identity the receiver saw once that file verified
+    identities: dict[int, list[int]] = field(default_factory=dict)
 
 
 class ChainTransfer:
@@ -270,12 +272,14 @@ class ChainTransfer:
         received = int(result.get("received", 0) or 0)
         outcome.bytes_received += received
         if status == receive.OK and not result.get("reused"):
-            outcome.files_received += 1
+            outcome.files_received.append(k)
         if result.get("offset"):
             outcome.resumed_from.append(int(result["offset"]))
         if result.get("moved_aside_final"):
             outcome.moved_aside = str(result["moved_aside_final"])
         if status == receive.OK:
+            if isinstance(result.get("identity"), list):
+                outcome.identities[k] = result["identity"]
             self._succeed_file(name, k)
         elif status == receive.MISMATCH:
             mismatches[k] += 1

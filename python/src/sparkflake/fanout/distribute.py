@@ -125,8 +125,8 @@ def fanout(site: Site, request: FanoutRequest, *, progress: Progress | None = No
 
     if request.verify_only:
         pool.shutdown(wait=True)
-        if request.engine:
-            _check_images(site, ranks, request, evidence)
+        if request.engine and request.image_id:
+            check_images(site, ranks, request.engine, request.image_id, evidence)
         return _summary(site, request, evidence, started)
 
     imports: list[threading.Thread] = []
@@ -257,16 +257,17 @@ def _import(site: Site, rank: Rank, path: str, request: FanoutRequest, record: d
         record.update(status="failed", error=f"rank {rank.name}: import failed: {reply.describe_failure()}")
 
 
-def _check_images(site: Site, ranks: list[Rank], request: FanoutRequest, evidence: dict[str, dict[str, Any]]) -> None:
-    assert request.engine and request.image_id
+def check_images(site: Site, ranks: list[Rank], engine: str, image_id: str,
+                 evidence: dict[str, dict[str, Any]]) -> None:
+    """Read-only: does each rank's engine hold ``image_id``?"""
     for rank in ranks:
         record = evidence[rank.name]
         if record["status"] == "failed":
             continue
-        reply = run_agent(site, rank, ["image-status", "--engine", request.engine, "--image-id", request.image_id,
+        reply = run_agent(site, rank, ["image-status", "--engine", engine, "--image-id", image_id,
                                        "--engine-args-json", json.dumps(list(rank.engine_args))])
         present = bool(reply.result and reply.result.get("present"))
-        record["image_id"] = request.image_id if present else None
+        record["image_id"] = image_id if present else None
         record["imported"] = present
         if not present:
             record["image_missing"] = True

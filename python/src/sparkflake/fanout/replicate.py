@@ -96,7 +96,7 @@ def replicate(site: Site, request: ReplicateRequest, *, progress: Progress | Non
     outcomes = chain.run()
     for name in needs:
         outcome = outcomes[name]
-        records[name]["files_copied"] = outcome.files_received
+        records[name]["files_copied"] = len(outcome.files_received)
         records[name]["bytes_copied"] = outcome.bytes_received
         if outcome.status == FAILED:
             failed[name] = failed_files_message(entries, chain.state[name], outcome.error)
