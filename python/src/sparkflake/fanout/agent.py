@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, SparkflakeError
-from . import engine, files, manifest, receive, relay, store
+from . import engine, files, manifest, receive, relay
 
 
 def _emit(document: dict[str, Any]) -> None:
@@ -162,12 +162,16 @@ def _read_stdin_json(what: str) -> Any:
 
 
 def _layout_plan(args: argparse.Namespace) -> int:
+    from . import store  # the OCI reader only where a layout is read, not on every relay hop
+
     layout = store.find_layout(Path(args.layout))
     _emit({"status": "ok", "layout": str(layout), **store.read_layout(layout).as_dict()})
     return 0
 
 
 def _blob_status(args: argparse.Namespace) -> int:
+    from . import store
+
     blobs = store.parse_blobs(_read_stdin_json("blob list"), "blob list (stdin)")
     report = store.blob_status(Path(args.store), blobs, rehash=args.rehash, remember=not args.no_record)
     _emit({"status": "ok", **report})
@@ -175,21 +179,38 @@ def _blob_status(args: argparse.Namespace) -> int:
 
 
 def _commit_layout(args: argparse.Namespace) -> int:
+    """Manifest and index.json once every blob is in; then, with --engine, the import (one
+    connection per rank for both: this is on the critical path of a delta)."""
+    from . import store
+
     document = _read_stdin_json("commit")
     if not isinstance(document, dict) or not isinstance(document.get("received"), dict):
         raise InputError("commit (stdin): expected an object with plan and received")
     plan = store.plan_from_document(document.get("plan"), "commit (stdin): plan")
     received = {str(digest): [int(n) for n in identity] for digest, identity in document["received"].items()
                 if isinstance(identity, list)}
-    _emit(store.commit(Path(args.store), plan, received))
+    committed = store.commit(Path(args.store), plan, received)
+    if args.engine:
+        try:
+            committed["import"] = _import_report(engine.import_layout(
+                args.engine, json.loads(args.engine_args_json), args.store, plan.config.digest, args.tag))
+        except SparkflakeError as exc:  # committed all the same: say both
+            committed.update(status="failed", message=str(exc),
+                             **{"import": {"status": "failed", "message": str(exc)}})
+            _emit(committed)
+            return exc.exit_code
+    _emit(committed)
     return 0
+
+
+def _import_report(result: engine.ImportResult) -> dict[str, Any]:
+    return {"status": "ok", "engine": result.engine, "image_id": result.image_id, "tag": result.tag,
+            "reused_layers": list(result.reused_layers)}
 
 
 def _import_layout(args: argparse.Namespace) -> int:
     engine_args = json.loads(args.engine_args_json)
-    result = engine.import_layout(args.engine, engine_args, args.layout, args.image_id, args.tag)
-    _emit({"status": "ok", "engine": result.engine, "image_id": result.image_id, "tag": result.tag,
-           "reused_layers": list(result.reused_layers)})
+    _emit(_import_report(engine.import_layout(args.engine, engine_args, args.layout, args.image_id, args.tag)))
     return 0
 
 
@@ -258,6 +279,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     committing = commands.add_parser("commit-layout")  # the plan and received identities on stdin
     committing.add_argument("--store", required=True)
+    committing.add_argument("--engine", help="then import into this engine (the plan's config digest is the ID)")
+    committing.add_argument("--tag")
+    committing.add_argument("--engine-args-json", default="[]")
     committing.set_defaults(handler=_commit_layout)
 
     layout_import = commands.add_parser("import-layout")

@@ -197,31 +197,38 @@ def _source_check(site: Site, first: Rank, layout: str, blobs: list[Any]) -> str
 def _settle(site: Site, rank: Rank, store: str, plan: LayoutPlan, request: LayoutFanoutRequest,
             chain: ChainTransfer | None, record: dict[str, Any]) -> None:
     """Once a rank holds every blob: manifest and index (not on rank 0, whose layout is the
-    source), then the import and the image ID check."""
+    source), then the import and the image ID check, in one agent call."""
     began = time.monotonic()
-    if record.get("role") != "source":
-        identities = chain.outcomes[rank.name].identities if chain is not None else {}
-        received = {plan.blobs[k].digest: identity for k, identity in identities.items()}
-        reply = run_agent(site, rank, ["commit-layout", "--store", store],
-                          input_text=json.dumps({"plan": plan.as_dict(), "received": received}))
-        if not _ok(reply):
-            record.update(status="failed", error=f"rank {rank.name}: {reply.describe_failure()}")
-            return
-        record.update(status="verified", committed=True, commit_seconds=round(time.monotonic() - began, 6))
+    import_args = []
     if request.engine:
         assert request.tag is not None
-        import_began = time.monotonic()
-        reply = run_agent(site, rank, ["import-layout", "--layout", store, "--engine", request.engine,
-                                       "--image-id", plan.config.digest, "--tag", request.tag,
-                                       "--engine-args-json", json.dumps(list(rank.engine_args))])
-        record["import_seconds"] = round(time.monotonic() - import_began, 6)
-        if not _ok(reply):
-            record.update(status="failed", error=f"rank {rank.name}: import failed: {reply.describe_failure()}")
+        import_args = ["--engine", request.engine, "--tag", request.tag,
+                       "--engine-args-json", json.dumps(list(rank.engine_args))]
+    if record.get("role") == "source":
+        if not import_args:
             return
-        assert reply.result is not None
-        record.update(imported=True, image_id=reply.result["image_id"], tag=reply.result.get("tag"),
-                      layers_reused_by_engine=reply.result.get("reused_layers", []))
+        reply = run_agent(site, rank, ["import-layout", "--layout", store, "--image-id", plan.config.digest,
+                                       *import_args])
+        imported = reply.result if _ok(reply) else None
+    else:
+        identities = chain.outcomes[rank.name].identities if chain is not None else {}
+        received = {plan.blobs[k].digest: identity for k, identity in identities.items()}
+        reply = run_agent(site, rank, ["commit-layout", "--store", store, *import_args],
+                          input_text=json.dumps({"plan": plan.as_dict(), "received": received}))
+        if reply.result is not None and reply.result.get("manifest_digest"):
+            record.update(status="verified", committed=True)
+        imported = (reply.result or {}).get("import") if _ok(reply) else None
+        if not record["committed"]:
+            record.update(status="failed", error=f"rank {rank.name}: {reply.describe_failure()}")
+            return
     record["settle_seconds"] = round(time.monotonic() - began, 6)
+    if not import_args:
+        return
+    if imported is None:
+        record.update(status="failed", error=f"rank {rank.name}: import failed: {reply.describe_failure()}")
+        return
+    record.update(imported=True, image_id=imported["image_id"], tag=imported.get("tag"),
+                  layers_reused_by_engine=imported.get("reused_layers", []))
 
 
 def _ok(reply: AgentReply) -> bool:
