@@ -141,13 +141,15 @@ def test_a_flipped_byte_in_a_stored_blob_is_detected_and_the_blob_fetched_again(
     assert verify.returncode == 1
     states = {record["rank"]: record["status"] for record in json.loads(verify.stdout)["ranks"]}
     assert states == {"rank0": "verified", "rank1": "verified", "rank2": "mismatch", "rank3": "verified"}
+    assert json.loads(verify.stdout)["ranks"][2]["present_wrong"] == [target]
     assert stored.read_bytes() == flipped  # --verify is read-only
 
     fixed = cli("fanout", image["out"], "--site", str(site), "--json")
     assert fixed.returncode == 0, fixed.stderr
     ranks = json.loads(fixed.stdout)["ranks"]
-    assert ranks[2]["present_wrong"] == [target] and ranks[2]["blobs_sent"] == [target]
-    assert Path(ranks[2]["moved_aside"]).read_bytes() == flipped
+    assert ranks[2]["blobs_sent"] == [target] and ranks[2]["blobs_reused"] == 2
+    moved = Path(ranks[2]["moved_aside"])
+    assert moved.name.startswith(target.removeprefix("sha256:") + ".mismatch-") and moved.read_bytes() == flipped
     assert ranks[1]["blobs_sent"] == [] and ranks[3]["blobs_sent"] == []
     assert "sha256:" + subprocess.run(["sha256sum", str(stored)], capture_output=True, text=True,
                                       check=True).stdout.split()[0] == target

@@ -172,6 +172,9 @@ def _layout_plan(args: argparse.Namespace) -> int:
 def _blob_status(args: argparse.Namespace) -> int:
     from . import store
 
+    if args.recorded:
+        _emit({"status": "ok", "held": store.recorded_blobs(Path(args.store)), "present_wrong": []})
+        return 0
     blobs = store.parse_blobs(_read_stdin_json("blob list"), "blob list (stdin)")
     report = store.blob_status(Path(args.store), blobs, rehash=args.rehash, remember=not args.no_record)
     _emit({"status": "ok", **report})
@@ -272,6 +275,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     blob_status = commands.add_parser("blob-status")  # the blob descriptors come on stdin
     blob_status.add_argument("--store", required=True)
+    blob_status.add_argument("--recorded", action="store_true",
+                             help="no blob list: every recorded blob still unchanged (stat only)")
     blob_status.add_argument("--rehash", action="store_true", help="ignore the record, hash every blob")
     blob_status.add_argument("--no-record", action="store_true",
                              help="write nothing (a source layout, or --verify)")

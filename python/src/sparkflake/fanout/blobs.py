@@ -66,23 +66,33 @@ def layout_fanout(site: Site, request: LayoutFanoutRequest, *, progress: Progres
     started = time.monotonic()
     ranks = site.ordered_ranks()
     first = ranks[0]
-    layout, plan = _read_source_plan(site, first, request)
-    image_id = plan.config.digest
-    if request.image_id is not None and request.image_id != image_id:
-        raise CheckFailed(f"rank {first.name}: layout {layout} has image ID (config digest) {image_id}, "
-                          f"expected {request.image_id}; nothing transferred", check_id="fanout.image-id")
-    blobs = plan.blobs
     stores = {rank.name: store_path(rank) for rank in ranks}
+    # A run that sends: each rank lists what its record holds (stat only) while rank 0 reads
+    # the layout, so no round trip waits for another. --verify hashes each blob of the plan.
+    pool = ThreadPoolExecutor(max_workers=len(ranks))
+    try:
+        listed = {} if request.verify_only else {
+            rank.name: pool.submit(run_agent, site, rank, ["blob-status", "--recorded", "--store", stores[rank.name]])
+            for rank in ranks[1:]}
+        layout, plan = _read_source_plan(site, first, request)
+        image_id = plan.config.digest
+        if request.image_id is not None and request.image_id != image_id:
+            raise CheckFailed(f"rank {first.name}: layout {layout} has image ID (config digest) {image_id}, "
+                              f"expected {request.image_id}; nothing transferred", check_id="fanout.image-id")
+        blobs = plan.blobs
+        blob_list = json.dumps([blob.as_dict() for blob in blobs])
+        if request.verify_only:
+            listed = {rank.name: pool.submit(run_agent, site, rank, ["blob-status", "--rehash", "--no-record",
+                                                                     "--store", stores[rank.name]],
+                                             input_text=blob_list)
+                      for rank in ranks[1:]}
+        replies = {name: future.result() for name, future in listed.items()}
+    finally:
+        pool.shutdown(wait=True)
     stores[first.name] = layout
     evidence = {rank.name: _new_record(rank, stores[rank.name], plan, len(blobs)) for rank in ranks}
     evidence[first.name].update(role="source", status="verified", blobs_reused=len(blobs))
-    blob_list = json.dumps([blob.as_dict() for blob in blobs])
 
-    status_args = ["blob-status", "--rehash", "--no-record"] if request.verify_only else ["blob-status"]
-    with ThreadPoolExecutor(max_workers=len(ranks)) as pool:
-        replies = dict(zip([rank.name for rank in ranks[1:]], pool.map(
-            lambda rank: run_agent(site, rank, [*status_args, "--store", stores[rank.name]], input_text=blob_list),
-            ranks[1:]), strict=True))
     needs: dict[str, list[int]] = {}
     unreachable: dict[str, str] = {}
     for rank in ranks[1:]:
@@ -151,7 +161,8 @@ def layout_fanout(site: Site, request: LayoutFanoutRequest, *, progress: Progres
         record = evidence[name]
         record.update(attempts=outcome.attempts, bytes_received=outcome.bytes_received,
                       resumed_from=outcome.resumed_from, upstream=outcome.upstream,
-                      blobs_sent=[blobs[k].digest for k in outcome.files_received])
+                      blobs_sent=[blobs[k].digest for k in outcome.files_received],
+                      blobs_reused=len(blobs) - len(outcome.files_received))
         if outcome.moved_aside:
             record["moved_aside"] = outcome.moved_aside
         if outcome.status == FAILED:

@@ -217,6 +217,23 @@ def blob_status(root: Path, blobs: Sequence[BlobDescriptor], *, rehash: bool, re
     return {"held": held, "present_wrong": wrong}
 
 
+def recorded_blobs(root: Path) -> list[str]:
+    """The blobs ``root`` holds as its record says, unchanged since they were verified (a
+    stat each, no hashing): what a rank can answer before it knows the image. A blob not
+    listed is sent; its receiver still reuses a correct copy it finds under the name."""
+    record = VerifiedRecord(root)
+    held = []
+    for hex_digest, identity in record.blobs.items():
+        path = root / "blobs" / "sha256" / hex_digest
+        try:
+            status = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISREG(status.st_mode) and stat_identity(status) == identity:
+            held.append(f"sha256:{hex_digest}")
+    return held
+
+
 def commit(root: Path, plan: LayoutPlan, received: dict[str, list[int]]) -> dict[str, Any]:
     """Write the manifest blob and then ``index.json`` once every blob the manifest names is
     present and verified: ``received`` maps a digest to the identity its receiver reported
