@@ -129,7 +129,7 @@ def test_a_flipped_byte_in_a_stored_blob_is_detected_and_the_blob_fetched_again(
     assert done.returncode == 0, done.stderr
     target = image["layers"][0]["digest"]
     stored = store_blob(netns_ranks, 2, target)
-    time.sleep(0.01)  # a new ctime tick for the write below
+    time.sleep(0.02)  # past the kernel's timestamp tick: the write below gets a new ctime
     with open(stored, "r+b") as handle:
         handle.seek(2 * MIB)
         original = handle.read(1)
