@@ -158,26 +158,37 @@ def test_a_flipped_byte_in_a_stored_blob_is_detected_and_the_blob_fetched_again(
 def test_a_rank_missing_in_the_middle_is_named_and_the_others_are_done(
     netns_ranks: NetnsRanks, tmp_path: Path
 ) -> None:
-    site = netns_ranks.write_site(tmp_path / "site.toml")
     image = build_layers(tmp_path, [2 * MIB, 1 * MIB], [401, 402], "middle")
+    chain = netns_ranks.write_site(tmp_path / "chain.toml")
+    ring = netns_ranks.write_site(tmp_path / "ring.toml", topology="ring")
     netns_ranks.stop_sshd(2)
     try:
-        done = cli("fanout", image["out"], "--site", str(site), "--json")
+        # a chain has one way to rank 3, through rank 2: it is named as the reason
+        in_chain = cli("fanout", image["out"], "--site", str(chain), "--json")
+        # a ring (as the four GB10s are cabled) reaches rank 3 the other way: rank 0 -> 3
+        in_ring = cli("fanout", image["out"], "--site", str(ring), "--json")
     finally:
         netns_ranks.start_sshd(2)
-    assert done.returncode == 1 and "Traceback" not in done.stderr
-    assert "rank rank2" in done.stderr and "Connection refused" in done.stderr
-    ranks = json.loads(done.stdout)["ranks"]
+    assert in_chain.returncode == 1 and "Traceback" not in in_chain.stderr
+    assert "rank rank2" in in_chain.stderr and "Connection refused" in in_chain.stderr
+    ranks = json.loads(in_chain.stdout)["ranks"]
     assert [record["status"] for record in ranks] == ["verified", "verified", "failed", "failed"]
     assert "not reached because rank rank2 failed" in ranks[3]["error"]
     assert set(ranks[1]["blobs_sent"]) == blobs_of(image) and ranks[1]["committed"]
-    assert not (netns_ranks.data_dir(3) / "image-store" / "blobs" / "sha256" /
-                image["config"].removeprefix("sha256:")).exists()
-    # once rank 2 is back, the next run completes it and rank 3, and sends rank 1 nothing
-    again = cli("fanout", image["out"], "--site", str(site), "--json")
+    assert ranks[3]["blobs_sent"] == [] and not ranks[3]["committed"]
+
+    assert in_ring.returncode == 1 and "rank rank2" in in_ring.stderr and "Connection refused" in in_ring.stderr
+    ranks = json.loads(in_ring.stdout)["ranks"]
+    assert [record["status"] for record in ranks] == ["verified", "verified", "failed", "verified"]
+    assert ranks[3]["detour"] is True and ranks[3]["upstream"] == "rank0" and ranks[3]["committed"]
+    assert set(ranks[3]["blobs_sent"]) == blobs_of(image) and ranks[1]["blobs_sent"] == []
+    assert "rank3" not in in_ring.stderr
+    # once rank 2 is back, the next run completes it and sends the others nothing
+    again = cli("fanout", image["out"], "--site", str(ring), "--json")
     assert again.returncode == 0, again.stderr
     ranks = json.loads(again.stdout)["ranks"]
-    assert ranks[1]["blobs_sent"] == [] and set(ranks[3]["blobs_sent"]) == blobs_of(image)
+    assert set(ranks[2]["blobs_sent"]) == blobs_of(image)
+    assert ranks[1]["blobs_sent"] == [] and ranks[3]["blobs_sent"] == []
 
 
 def test_a_cut_link_resumes_at_the_blob_and_byte_it_reached(netns_ranks: NetnsRanks, tmp_path: Path) -> None:

@@ -161,6 +161,7 @@ def layout_fanout(site: Site, request: LayoutFanoutRequest, *, progress: Progres
         record = evidence[name]
         record.update(attempts=outcome.attempts, bytes_received=outcome.bytes_received,
                       resumed_from=outcome.resumed_from, upstream=outcome.upstream,
+                      detour=outcome.detour,
                       blobs_sent=[blobs[k].digest for k in outcome.files_received],
                       blobs_reused=len(blobs) - len(outcome.files_received))
         if outcome.moved_aside:

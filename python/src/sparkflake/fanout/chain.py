@@ -86,6 +86,8 @@ class HopOutcome:
     seconds: float = 0.0
     error: str | None = None
     upstream: str | None = None
+    stranded: bool = False  # failed only because a rank before it in the order failed
+    detour: bool = False  # reached the other way round a ring, past a failed rank
     moved_aside: str | None = None  # a wrong copy the receiver found under the final name
     # file position -> the stat identity the receiver saw once that file verified
     identities: dict[int, list[int]] = field(default_factory=dict)
@@ -150,12 +152,41 @@ class ChainTransfer:
             worker.start()
         for worker in workers:
             worker.join()
+        self._run_detour()
         for name, files in self.state.items():
             outcome = self.outcomes[name]
             if FAILED in files and outcome.status == PENDING:
                 outcome.status = FAILED
                 outcome.error = self.errors.get(name)
         return self.outcomes
+
+    def _run_detour(self) -> None:
+        """Ranks stranded behind a failed rank of a ring get the files the other way round
+        (rank 0 over the closing link, then backwards), once the forward chain is done."""
+        broken = {name for name in self.site.order[1:]
+                  if FAILED in self.state[name] and not self.outcomes[name].stranded}
+        stranded = {name for name in self.site.order if self.outcomes[name].stranded}
+        detour = self.site.detour(broken) if broken and stranded else None
+        if detour is None:
+            return
+        needs = {}
+        for name in detour.order[1:]:
+            if self.outcomes[name].stranded:
+                needs[name] = [k for k in self.needs[name] if self.state[name][k] != HAS]
+                self.state[name] = [PENDING if k in needs[name] else held for k, held in enumerate(self.state[name])]
+                self.errors.pop(name, None)
+        other_way = ChainTransfer(detour, self.transfers, self.gate, needs=needs, retry_seconds=self.retry_seconds,
+                                  on_verified=self.on_verified, progress=self.progress)
+        other_way.started = self.started
+        for name, outcome in other_way.run().items():
+            if name not in needs:
+                continue
+            outcome.detour = True
+            outcome.attempts += self.outcomes[name].attempts
+            self.outcomes[name] = outcome
+            self.state[name] = other_way.state[name]
+            if outcome.status == FAILED and outcome.error:
+                self.errors[name] = outcome.error
 
     # ---- one hop ------------------------------------------------------------------------
     def _pending(self, name: str) -> list[int]:
@@ -172,6 +203,8 @@ class ChainTransfer:
             with self.condition:
                 for k in self._pending(name):
                     if self.state[upstream][k] == FAILED:
+                        if outcome.status != FAILED:
+                            outcome.stranded = True
                         self._fail_file(name, k, f"rank {name}: not reached because rank {upstream} failed "
                                                  f"({self.errors.get(upstream, 'no copy')})")
                 pending = self._pending(name)

@@ -176,7 +176,8 @@ def fanout(site: Site, request: FanoutRequest, *, progress: Progress | None = No
             continue
         record = evidence[name]
         record.update(attempts=outcome.attempts, bytes_received=outcome.bytes_received,
-                      resumed_from=outcome.resumed_from, upstream=outcome.upstream)
+                      resumed_from=outcome.resumed_from, upstream=outcome.upstream,
+                      detour=outcome.detour)
         if outcome.moved_aside:
             record["moved_aside"] = outcome.moved_aside
         if outcome.status == FAILED:
