@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import json
 import os
 import shutil
@@ -39,6 +38,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "python" / "tests"))
 
 from netns_ranks import NetnsRanks
+from sparkflake.digest import sha256_file
 from sparkflake.fanout.blobs import LayoutFanoutRequest, layout_fanout
 from sparkflake.fanout.distribute import FanoutRequest, fanout
 from sparkflake.fanout.site import Site
@@ -106,14 +106,6 @@ def timed(action) -> tuple[float, dict]:
     return seconds, report
 
 
-def sha256_of(path: Path) -> str:
-    hasher = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(CHUNK):
-            hasher.update(chunk)
-    return hasher.hexdigest()
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scale", type=float, default=1.0, help="multiply the layer sizes (0.05 for a quick look)")
@@ -147,7 +139,7 @@ def main() -> int:
             shutil.rmtree(workdir / tree)
         image_bytes = sum(layer["size"] for layer in first["layers"])
         archive = Path(first["out"]) / "docker-archive.tar"
-        archive_sha = sha256_of(archive)
+        archive_sha = sha256_file(archive)
 
         site = overlay_site(ranks)
         ranks.shape(args.rate)
@@ -194,7 +186,7 @@ def main() -> int:
         "goal": {"delta_over_full_at_most": 0.05},
         "last_delta_evidence": [
             {key: record.get(key) for key in ("rank", "blobs_sent", "blobs_reused", "bytes_received", "seconds",
-                                              "commit_seconds", "import_seconds", "image_id",
+                                              "settle_seconds", "image_id",
                                               "layers_reused_by_engine")}
             for record in delta_ranks
         ],

@@ -240,6 +240,21 @@ class NetnsRanks:
         _run("ip", "-n", self.namespace(link), "link", "set", f"f{link}a", state)
         _run("ip", "-n", self.namespace((link + 1) % self.count), "link", "set", f"f{link}b", state)
 
+    def cut_while_arriving(self, process: subprocess.Popen[str], partial: Path, at_least: int, link: int,
+                           down_seconds: float = 6.0) -> int:
+        """Once ``partial`` holds ``at_least`` bytes (``process`` still running), cut ``link``
+        for ``down_seconds``; the size the partial copy had when the link went down."""
+        deadline = time.monotonic() + 90
+        while not (partial.exists() and partial.stat().st_size > at_least):
+            if time.monotonic() > deadline or process.poll() is not None:
+                raise AssertionError(f"{partial} never reached {at_least} bytes (process exit {process.poll()})")
+            time.sleep(0.05)
+        self.set_link(link, up=False)
+        cut_at = partial.stat().st_size
+        time.sleep(down_seconds)
+        self.set_link(link, up=True)
+        return cut_at
+
     def shape(self, rate: str | None) -> None:
         """Limit every fabric link to ``rate`` (tc tbf, e.g. ``"400mbit"``); None removes it."""
         for link in range(self.count):

@@ -200,15 +200,7 @@ def test_a_cut_link_resumes_at_the_blob_and_byte_it_reached(netns_ranks: NetnsRa
     try:
         process = subprocess.Popen([sys.executable, "-m", "sparkflake.cli", "fanout", image["out"], "--site",
                                     str(site), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        partial = partial_path(store_blob(netns_ranks, 2, second_blob))
-        deadline = time.monotonic() + 90
-        while not (partial.exists() and partial.stat().st_size > 4 * MIB):
-            assert time.monotonic() < deadline and process.poll() is None
-            time.sleep(0.05)
-        netns_ranks.set_link(1, up=False)
-        cut_at = partial.stat().st_size
-        time.sleep(6)
-        netns_ranks.set_link(1, up=True)
+        cut_at = netns_ranks.cut_while_arriving(process, partial_path(store_blob(netns_ranks, 2, second_blob)), 4 * MIB, link=1)
         stdout, stderr = process.communicate(timeout=240)
     finally:
         netns_ranks.set_link(1, up=True)

@@ -28,7 +28,7 @@ from .distribute import check_images
 from .engine import ENGINES, check_image_id
 from .evidence import EVIDENCE_SCHEMA, REPORT_SCHEMA
 from .site import Rank, Site
-from .ssh import AgentReply, run_agent
+from .ssh import AgentReply, StartedAgent, run_agent, start_agent
 from .store import STORE_NAME, LayoutPlan, blob_path, plan_from_document
 
 
@@ -124,10 +124,14 @@ def layout_fanout(site: Site, request: LayoutFanoutRequest, *, progress: Progres
     gate = SizeGate()
     workers: list[threading.Thread] = []
     chain: ChainTransfer | None = None
+    # Each rank's commit (and import) agent starts now and waits for its input, so its SSH
+    # session and interpreter start overlap the transfer instead of following it.
+    committers = {name: start_agent(site, site.rank(name), _commit_args(site.rank(name), stores[name], request))
+                  for name in needs}
 
     def complete(name: str) -> None:
         worker = threading.Thread(target=_settle, args=(site, site.rank(name), stores[name], plan, request,
-                                                        chain, evidence[name]))
+                                                        chain, evidence[name], committers.pop(name, None)))
         workers.append(worker)
         worker.start()
 
@@ -138,14 +142,14 @@ def layout_fanout(site: Site, request: LayoutFanoutRequest, *, progress: Progres
     chain_thread.start()
     try:
         failure = _source_check(site, first, layout, [blobs[k] for k in travelling]) if travelling else None
+        if failure:
+            raise CheckFailed(failure, check_id="fanout.source-sha256")
     except BaseException:
         gate.cancel()
         chain_thread.join()
+        for committer in committers.values():
+            committer.cancel()
         raise
-    if failure:
-        gate.cancel()
-        chain_thread.join()
-        raise CheckFailed(failure, check_id="fanout.source-sha256")
     gate.open(0)
     if request.engine:
         complete(first.name)
@@ -155,19 +159,16 @@ def layout_fanout(site: Site, request: LayoutFanoutRequest, *, progress: Progres
     chain_thread.join()
     for worker in list(workers):
         worker.join()
+    for committer in committers.values():  # ranks the chain did not complete
+        committer.cancel()
     for name, outcome in outcomes.items():
         if name not in needs and name not in unreachable:
             continue
         record = evidence[name]
-        record.update(attempts=outcome.attempts, bytes_received=outcome.bytes_received,
-                      resumed_from=outcome.resumed_from, upstream=outcome.upstream,
-                      detour=outcome.detour,
-                      blobs_sent=[blobs[k].digest for k in outcome.files_received],
+        record.update(outcome.evidence(), blobs_sent=[blobs[k].digest for k in outcome.files_received],
                       blobs_reused=len(blobs) - len(outcome.files_received))
-        if outcome.moved_aside:
-            record["moved_aside"] = outcome.moved_aside
         if outcome.status == FAILED:
-            record.update(status="failed", error=outcome.error or record.get("error"))
+            record["error"] = outcome.error or record.get("error")
         elif needs.get(name):
             record["seconds"] = outcome.seconds
     return _summary(request, plan, evidence, ranks, started)
@@ -206,27 +207,32 @@ def _source_check(site: Site, first: Rank, layout: str, blobs: list[Any]) -> str
     return None
 
 
+def _commit_args(rank: Rank, store: str, request: LayoutFanoutRequest) -> list[str]:
+    return ["commit-layout", "--store", store, *_import_args(rank, request)]
+
+
+def _import_args(rank: Rank, request: LayoutFanoutRequest) -> list[str]:
+    if not request.engine:
+        return []
+    assert request.tag is not None
+    return ["--engine", request.engine, "--tag", request.tag, "--engine-args-json", json.dumps(list(rank.engine_args))]
+
+
 def _settle(site: Site, rank: Rank, store: str, plan: LayoutPlan, request: LayoutFanoutRequest,
-            chain: ChainTransfer | None, record: dict[str, Any]) -> None:
+            chain: ChainTransfer | None, record: dict[str, Any], committer: StartedAgent | None) -> None:
     """Once a rank holds every blob: manifest and index (not on rank 0, whose layout is the
     source), then the import and the image ID check, in one agent call."""
     began = time.monotonic()
-    import_args = []
-    if request.engine:
-        assert request.tag is not None
-        import_args = ["--engine", request.engine, "--tag", request.tag,
-                       "--engine-args-json", json.dumps(list(rank.engine_args))]
-    if record.get("role") == "source":
-        if not import_args:
+    if committer is None:  # rank 0: its layout is the source, only the import
+        if not request.engine:
             return
         reply = run_agent(site, rank, ["import-layout", "--layout", store, "--image-id", plan.config.digest,
-                                       *import_args])
+                                       *_import_args(rank, request)])
         imported = reply.result if _ok(reply) else None
     else:
         identities = chain.outcomes[rank.name].identities if chain is not None else {}
         received = {plan.blobs[k].digest: identity for k, identity in identities.items()}
-        reply = run_agent(site, rank, ["commit-layout", "--store", store, *import_args],
-                          input_text=json.dumps({"plan": plan.as_dict(), "received": received}))
+        reply = committer.finish(json.dumps({"plan": plan.as_dict(), "received": received}))
         if reply.result is not None and reply.result.get("manifest_digest"):
             record.update(status="verified", committed=True)
         imported = (reply.result or {}).get("import") if _ok(reply) else None
@@ -234,7 +240,7 @@ def _settle(site: Site, rank: Rank, store: str, plan: LayoutPlan, request: Layou
             record.update(status="failed", error=f"rank {rank.name}: {reply.describe_failure()}")
             return
     record["settle_seconds"] = round(time.monotonic() - began, 6)
-    if not import_args:
+    if not request.engine:
         return
     if imported is None:
         record.update(status="failed", error=f"rank {rank.name}: import failed: {reply.describe_failure()}")

@@ -92,6 +92,17 @@ class HopOutcome:
     # file position -> the stat identity the receiver saw once that file verified
     identities: dict[int, list[int]] = field(default_factory=dict)
 
+    def evidence(self) -> dict[str, Any]:
+        """The fields of a rank's evidence record that the chain decides."""
+        fields: dict[str, Any] = {"attempts": self.attempts, "bytes_received": self.bytes_received,
+                                  "resumed_from": self.resumed_from, "upstream": self.upstream,
+                                  "detour": self.detour}
+        if self.moved_aside:
+            fields["moved_aside"] = self.moved_aside
+        if self.status == FAILED:
+            fields["status"] = FAILED
+        return fields
+
 
 class ChainTransfer:
     """``needs`` maps a rank to the positions in ``transfers`` it lacks (ranks not named

@@ -175,13 +175,9 @@ def fanout(site: Site, request: FanoutRequest, *, progress: Progress | None = No
         if name not in needs and name not in unreachable:
             continue
         record = evidence[name]
-        record.update(attempts=outcome.attempts, bytes_received=outcome.bytes_received,
-                      resumed_from=outcome.resumed_from, upstream=outcome.upstream,
-                      detour=outcome.detour)
-        if outcome.moved_aside:
-            record["moved_aside"] = outcome.moved_aside
+        record.update(outcome.evidence())
         if outcome.status == FAILED:
-            record.update(status="failed", error=outcome.error or record.get("error"))
+            record["error"] = outcome.error or record.get("error")
         else:
             record["seconds"] = outcome.seconds
     return _summary(site, request, evidence, started)
