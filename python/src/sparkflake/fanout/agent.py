@@ -186,6 +186,8 @@ def _commit_layout(args: argparse.Namespace) -> int:
     connection per rank for both: this is on the critical path of a delta)."""
     from . import store
 
+    if args.report_held:  # what the store holds, before the controller knows what to send
+        _emit({"status": "ok", "held": store.recorded_blobs(Path(args.store)), "present_wrong": []})
     document = _read_stdin_json("commit")
     if not isinstance(document, dict) or not isinstance(document.get("received"), dict):
         raise InputError("commit (stdin): expected an object with plan and received")
@@ -284,6 +286,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     committing = commands.add_parser("commit-layout")  # the plan and received identities on stdin
     committing.add_argument("--store", required=True)
+    committing.add_argument("--report-held", action="store_true",
+                            help="first write the recorded blobs (as blob-status --recorded), then wait")
     committing.add_argument("--engine", help="then import into this engine (the plan's config digest is the ID)")
     committing.add_argument("--tag")
     committing.add_argument("--engine-args-json", default="[]")

@@ -67,13 +67,18 @@ def layout_fanout(site: Site, request: LayoutFanoutRequest, *, progress: Progres
     ranks = site.ordered_ranks()
     first = ranks[0]
     stores = {rank.name: store_path(rank) for rank in ranks}
-    # A run that sends: each rank lists what its record holds (stat only) while rank 0 reads
-    # the layout, so no round trip waits for another. --verify hashes each blob of the plan.
+    # A run that sends starts each rank's settling agent first: it lists what the rank's
+    # record holds (stat only) while rank 0 reads the layout, then waits, its SSH session
+    # and interpreter ready, until the rank holds every blob and it commits (and imports).
+    # --verify instead hashes each blob of the plan on every rank.
     pool = ThreadPoolExecutor(max_workers=len(ranks))
+    committers: dict[str, StartedAgent] = {}
     try:
-        listed = {} if request.verify_only else {
-            rank.name: pool.submit(run_agent, site, rank, ["blob-status", "--recorded", "--store", stores[rank.name]])
-            for rank in ranks[1:]}
+        if not request.verify_only:
+            committers = {rank.name: start_agent(site, rank, ["commit-layout", "--report-held", "--store",
+                                                              stores[rank.name], *_import_args(rank, request)])
+                          for rank in ranks[1:]}
+        listed = {name: pool.submit(committer.first_reply) for name, committer in committers.items()}
         layout, plan = _read_source_plan(site, first, request)
         image_id = plan.config.digest
         if request.image_id is not None and request.image_id != image_id:
@@ -87,6 +92,10 @@ def layout_fanout(site: Site, request: LayoutFanoutRequest, *, progress: Progres
                                              input_text=blob_list)
                       for rank in ranks[1:]}
         replies = {name: future.result() for name, future in listed.items()}
+    except BaseException:
+        for committer in committers.values():
+            committer.cancel()
+        raise
     finally:
         pool.shutdown(wait=True)
     stores[first.name] = layout
@@ -124,10 +133,6 @@ def layout_fanout(site: Site, request: LayoutFanoutRequest, *, progress: Progres
     gate = SizeGate()
     workers: list[threading.Thread] = []
     chain: ChainTransfer | None = None
-    # Each rank's commit (and import) agent starts now and waits for its input, so its SSH
-    # session and interpreter start overlap the transfer instead of following it.
-    committers = {name: start_agent(site, site.rank(name), _commit_args(site.rank(name), stores[name], request))
-                  for name in needs}
 
     def complete(name: str) -> None:
         worker = threading.Thread(target=_settle, args=(site, site.rank(name), stores[name], plan, request,
@@ -205,10 +210,6 @@ def _source_check(site: Site, first: Rank, layout: str, blobs: list[Any]) -> str
         return (f"rank {first.name}: layout {layout}: {len(bad)} blobs missing or not matching their digest "
                 f"({', '.join(bad)}); nothing transferred")
     return None
-
-
-def _commit_args(rank: Rank, store: str, request: LayoutFanoutRequest) -> list[str]:
-    return ["commit-layout", "--store", store, *_import_args(rank, request)]
 
 
 def _import_args(rank: Rank, request: LayoutFanoutRequest) -> list[str]:

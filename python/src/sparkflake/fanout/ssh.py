@@ -102,6 +102,16 @@ class StartedAgent:
         self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=subprocess.PIPE, text=True)
 
+    def first_reply(self) -> AgentReply:
+        """The first JSON line the agent writes while it waits for its input; if it ends
+        (or cannot be reached) before writing one, its whole reply."""
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        parsed = last_json(line)
+        if parsed is None:
+            return self.finish()
+        return AgentReply(0, parsed, "")
+
     def finish(self, input_text: str = "", timeout: float | None = None) -> AgentReply:
         try:
             stdout, stderr = self.process.communicate(input_text, timeout=timeout)
@@ -113,6 +123,8 @@ class StartedAgent:
         return AgentReply(self.process.returncode, last_json(stdout), stderr)
 
     def cancel(self) -> None:
+        if self.process.returncode is not None:
+            return  # finished already
         self.process.kill()
         self.process.communicate()
 
