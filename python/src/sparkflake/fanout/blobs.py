@@ -14,6 +14,7 @@ layers that store already has, and checks the image ID before the tag counts.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -23,7 +24,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from ..errors import CheckFailed, InputError
-from .chain import FAILED, ChainTransfer, Progress, SizeGate, Transfer
+from .chain import FAILED, ChainTransfer, Progress, SizeGate, Transfer, cancel_relay, start_relays
 from .distribute import check_images
 from .engine import ENGINES, check_image_id
 from .evidence import EVIDENCE_SCHEMA, REPORT_SCHEMA
@@ -73,11 +74,13 @@ def layout_fanout(site: Site, request: LayoutFanoutRequest, *, progress: Progres
     # --verify instead hashes each blob of the plan on every rank.
     pool = ThreadPoolExecutor(max_workers=len(ranks))
     committers: dict[str, StartedAgent] = {}
+    relays: dict[str, Any] = {}
     try:
         if not request.verify_only:
             committers = {rank.name: start_agent(site, rank, ["commit-layout", "--report-held", "--store",
                                                               stores[rank.name], *_import_args(rank, request)])
                           for rank in ranks[1:]}
+            relays = start_relays(site)  # every hop set up too; they wait for their plans
         listed = {name: pool.submit(committer.first_reply) for name, committer in committers.items()}
         layout, plan = _read_source_plan(site, first, request)
         image_id = plan.config.digest
@@ -95,6 +98,8 @@ def layout_fanout(site: Site, request: LayoutFanoutRequest, *, progress: Progres
     except BaseException:
         for committer in committers.values():
             committer.cancel()
+        for relay_process in relays.values():
+            cancel_relay(relay_process)
         raise
     finally:
         pool.shutdown(wait=True)
@@ -141,17 +146,17 @@ def layout_fanout(site: Site, request: LayoutFanoutRequest, *, progress: Progres
         worker.start()
 
     chain = ChainTransfer(site, transfers, gate, needs=needs, failed=unreachable,
-                          retry_seconds=request.retry_seconds, on_verified=complete, progress=progress)
-    outcomes: dict[str, Any] = {}
-    chain_thread = threading.Thread(target=lambda: outcomes.update(chain.run()), name="chain")
-    chain_thread.start()
+                          retry_seconds=request.retry_seconds, on_verified=complete, progress=progress,
+                          prestarted=relays)
+    chain.start()
     try:
         failure = _source_check(site, first, layout, [blobs[k] for k in travelling]) if travelling else None
         if failure:
             raise CheckFailed(failure, check_id="fanout.source-sha256")
     except BaseException:
         gate.cancel()
-        chain_thread.join()
+        with contextlib.suppress(Exception):
+            chain.join()  # ended by the cancelled gate; the first error is the one to report
         for committer in committers.values():
             committer.cancel()
         raise
@@ -161,7 +166,7 @@ def layout_fanout(site: Site, request: LayoutFanoutRequest, *, progress: Progres
     for name, wanted in needs.items():
         if not wanted:
             complete(name)  # holds every blob: only the manifest and index are written
-    chain_thread.join()
+    outcomes = chain.join()
     for worker in list(workers):
         worker.join()
     for committer in committers.values():  # ranks the chain did not complete

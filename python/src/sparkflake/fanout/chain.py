@@ -104,9 +104,33 @@ class HopOutcome:
         return fields
 
 
+def start_relay(site: Site, hop: Hop) -> subprocess.Popen[bytes]:
+    """The relay on ``hop.sender``; it connects to the receiver at once and both wait for
+    the plan line (which names the files), so a hop can be set up before its files are known."""
+    downstream = hop_argv(site, hop, ["receive"])
+    argv = management_argv(site, hop.sender, ["relay", "--downstream-json", json.dumps(downstream)])
+    return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def start_relays(site: Site) -> dict[str, subprocess.Popen[bytes]]:
+    """Every hop of ``site`` set up now, keyed by receiving rank, for ``prestarted``."""
+    return {hop.receiver.name: start_relay(site, hop) for hop in site.hops()}
+
+
+def cancel_relay(process: subprocess.Popen[bytes]) -> None:
+    """End of stdin before a plan: the relay cancels its hop and exits."""
+    try:
+        process.communicate(timeout=30)  # closes stdin first
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+
+
 class ChainTransfer:
     """``needs`` maps a rank to the positions in ``transfers`` it lacks (ranks not named
-    need nothing); ``failed`` names ranks that failed before the transfer (unreachable)."""
+    need nothing); ``failed`` names ranks that failed before the transfer (unreachable).
+    ``prestarted``: relays from ``start_relays``, used for each hop's first attempt; the
+    ones no hop uses are cancelled (stdin closed before a plan: nothing changes anywhere)."""
 
     def __init__(
         self,
@@ -119,8 +143,10 @@ class ChainTransfer:
         retry_seconds: float = 120.0,
         on_verified: Callable[[str], None] | None = None,
         progress: Progress | None = None,
+        prestarted: dict[str, subprocess.Popen[bytes]] | None = None,
     ) -> None:
         self.site = site
+        self.prestarted = dict(prestarted or {})
         self.transfers = list(transfers)
         self.gate = gate
         self.retry_seconds = retry_seconds
@@ -149,6 +175,26 @@ class ChainTransfer:
         }
         self.started = time.monotonic()
 
+    def start(self) -> None:
+        """``run`` in a thread of its own (the controller meanwhile verifies the source and
+        opens the gate); ``join`` gives its outcomes, or raises what it raised."""
+        self._result: dict[str, HopOutcome] | BaseException = RuntimeError("chain transfer never ran")
+
+        def run_capturing() -> None:
+            try:
+                self._result = self.run()
+            except BaseException as exc:  # re-raised by join, in the controller's thread
+                self._result = exc
+
+        self._thread = threading.Thread(target=run_capturing, name="chain")
+        self._thread.start()
+
+    def join(self) -> dict[str, HopOutcome]:
+        self._thread.join()
+        if isinstance(self._result, BaseException):
+            raise self._result
+        return self._result
+
     def size(self, k: int) -> int:
         size = self.transfers[k].size
         return size if size is not None else (self.gate.size or 0)
@@ -163,6 +209,9 @@ class ChainTransfer:
             worker.start()
         for worker in workers:
             worker.join()
+        for unused in self.prestarted.values():
+            cancel_relay(unused)
+        self.prestarted.clear()
         self._run_detour()
         for name, files in self.state.items():
             outcome = self.outcomes[name]
@@ -261,9 +310,7 @@ class ChainTransfer:
         why the sender was not reached at all (None when it was), the third how many bytes
         crossed the link."""
         name, upstream = hop.receiver.name, hop.sender.name
-        downstream = hop_argv(self.site, hop, ["receive"])
-        argv = management_argv(self.site, hop.sender, ["relay", "--downstream-json", json.dumps(downstream)])
-        process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        process = self.prestarted.pop(name, None) or start_relay(self.site, hop)
         with self.condition:
             self.active[name] = process
         stderr_tail: deque[bytes] = deque(maxlen=20)

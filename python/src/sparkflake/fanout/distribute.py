@@ -9,6 +9,7 @@ the image ID before tagging. ``verify_only`` hashes and reports, changing nothin
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import threading
@@ -150,14 +151,13 @@ def fanout(site: Site, request: FanoutRequest, *, progress: Progress | None = No
         on_verified=verified,
         progress=progress,
     )
-    outcomes: dict[str, Any] = {}
-    chain_thread = threading.Thread(target=lambda: outcomes.update(chain.run()), name="chain")
-    chain_thread.start()
+    chain.start()
     try:
         source_future.result()
     except BaseException:
         gate.cancel()
-        chain_thread.join()
+        with contextlib.suppress(Exception):
+            chain.join()  # ended by the cancelled gate; the first error is the one to report
         raise
     finally:
         pool.shutdown(wait=True)
@@ -168,7 +168,7 @@ def fanout(site: Site, request: FanoutRequest, *, progress: Progress | None = No
     for name in evidence:
         if name != first.name and evidence[name]["status"] == "verified":
             verified(name)
-    chain_thread.join()
+    outcomes = chain.join()
     for worker in list(imports):
         worker.join()
     for name, outcome in outcomes.items():
