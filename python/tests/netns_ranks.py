@@ -8,7 +8,8 @@ runs on one machine never share a name or a subnet):
   reaches every rank's sshd here; a server started by a test can listen on the bridge
   address (``mgmt_gateway``).
 - fabric: link i joins rank i and rank i+1 with 10.(232+S).(i+1).1/30 (rank i, device
-  ``fNa``) and 10.(232+S).(i+1).2/30 (rank i+1, device ``fNb``).
+  ``fNa``) and 10.(232+S).(i+1).2/30 (rank i+1, device ``fNb``); the ring's closing link
+  N-1 joins the last rank (``.1``) back to rank 0 (``.2``). A chain site does not list it.
 
 ``NetnsRanks`` is usable from tests (the session fixture ``netns_ranks``) and from
 ``bench/bench_fanout.py``. ``close()`` always kills the sshd processes it started, every
@@ -125,8 +126,8 @@ class NetnsRanks:
             _run("ip", "link", "set", root_side, "up")
             _run("ip", "-n", ns, "addr", "add", f"{self.mgmt_address(index)}/24", "dev", "mgmt0")
             _run("ip", "-n", ns, "link", "set", "mgmt0", "up")
-        for link in range(self.count - 1):
-            left, right = self.namespace(link), self.namespace(link + 1)
+        for link in range(self.count):  # the last one closes the ring
+            left, right = self.namespace(link), self.namespace((link + 1) % self.count)
             _run("ip", "-n", left, "link", "add", f"f{link}a", "type", "veth", "peer", "name", f"f{link}b", "netns", right)
             _run("ip", "-n", left, "addr", "add", f"{self.fabric_address(link, 0)}/30", "dev", f"f{link}a")
             _run("ip", "-n", right, "addr", "add", f"{self.fabric_address(link, 1)}/30", "dev", f"f{link}b")
@@ -161,12 +162,9 @@ class NetnsRanks:
         return self.rank_dir(index) / "data"
 
     def addresses(self, index: int) -> list[str]:
-        found = [self.mgmt_address(index)]
-        if index > 0:
-            found.append(self.fabric_address(index - 1, 1))
-        if index < self.count - 1:
-            found.append(self.fabric_address(index, 0))
-        return found
+        # link index-1 ends here (side 1), link index starts here (side 0); modulo: the ring
+        return [self.mgmt_address(index), self.fabric_address((index - 1) % self.count, 1),
+                self.fabric_address(index, 0)]
 
     def start_sshd(self, index: int) -> None:
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
@@ -240,12 +238,28 @@ class NetnsRanks:
     def set_link(self, link: int, up: bool) -> None:
         state = "up" if up else "down"
         _run("ip", "-n", self.namespace(link), "link", "set", f"f{link}a", state)
-        _run("ip", "-n", self.namespace(link + 1), "link", "set", f"f{link}b", state)
+        _run("ip", "-n", self.namespace((link + 1) % self.count), "link", "set", f"f{link}b", state)
+
+    def cut_while_arriving(self, process: subprocess.Popen[str], partial: Path, at_least: int, link: int,
+                           down_seconds: float = 6.0) -> int:
+        """Once ``partial`` holds ``at_least`` bytes (``process`` still running), cut ``link``
+        for ``down_seconds``; the size the partial copy had when the link went down."""
+        deadline = time.monotonic() + 90
+        while not (partial.exists() and partial.stat().st_size > at_least):
+            if time.monotonic() > deadline or process.poll() is not None:
+                raise AssertionError(f"{partial} never reached {at_least} bytes (process exit {process.poll()})")
+            time.sleep(0.05)
+        self.set_link(link, up=False)
+        cut_at = partial.stat().st_size
+        time.sleep(down_seconds)
+        self.set_link(link, up=True)
+        return cut_at
 
     def shape(self, rate: str | None) -> None:
         """Limit every fabric link to ``rate`` (tc tbf, e.g. ``"400mbit"``); None removes it."""
-        for link in range(self.count - 1):
-            for ns, device in ((self.namespace(link), f"f{link}a"), (self.namespace(link + 1), f"f{link}b")):
+        for link in range(self.count):
+            for ns, device in ((self.namespace(link), f"f{link}a"),
+                               (self.namespace((link + 1) % self.count), f"f{link}b")):
                 if rate is None:
                     _run("ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", device, "root", check=False)
                 else:
@@ -285,6 +299,11 @@ class NetnsRanks:
             Link(name=f"l{index}{index + 1}", endpoints=(f"rank{index}", f"rank{index + 1}"))
             for index in range(self.count - 1)
         )
+        if topology == "ring":
+            last = self.count - 1
+            links += (Link(name=f"l{last}0", endpoints=(f"rank{last}", "rank0")),)
+            ranks[last].fabric[f"l{last}0"] = self.fabric_address(last, 0)
+            ranks[0].fabric[f"l{last}0"] = self.fabric_address(last, 1)
         return Site(
             ranks=tuple(ranks),
             links=links,

@@ -9,7 +9,6 @@ import os
 import random
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -174,15 +173,7 @@ def test_a_cut_link_to_rank_2_resumes_mid_transfer(netns_ranks: NetnsRanks, tmp_
              "--sha256", digest, "--json"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
-        partial = partial_path(netns_ranks.data_dir(2) / "cut.bin")
-        deadline = time.monotonic() + 60
-        while not (partial.exists() and partial.stat().st_size > 6 * MIB):
-            assert time.monotonic() < deadline and process.poll() is None
-            time.sleep(0.05)
-        netns_ranks.set_link(1, up=False)
-        cut_at = partial.stat().st_size
-        time.sleep(6)
-        netns_ranks.set_link(1, up=True)
+        cut_at = netns_ranks.cut_while_arriving(process, partial_path(netns_ranks.data_dir(2) / "cut.bin"), 6 * MIB, link=1)
         stdout, stderr = process.communicate(timeout=180)
     finally:
         netns_ranks.set_link(1, up=True)

@@ -23,7 +23,16 @@ from sparkflake.fanout import receive as receive_module
 from sparkflake.fanout import relay as relay_module
 from sparkflake.fanout.files import inspect_copy, partial_path
 from sparkflake.fanout.receive import MISMATCH, NO_SPACE, OK, receive
-from sparkflake.fanout.relay import CANCELLED, CONNECT_FAILED, go_line, read_go_line, relay
+from sparkflake.fanout.relay import (
+    CANCELLED,
+    CONNECT_FAILED,
+    DONE,
+    PlannedFile,
+    parse_plan,
+    plan_line,
+    read_plan_line,
+    relay,
+)
 from sparkflake.fanout.site import SshOptions
 from sparkflake.fanout.ssh import ssh_argv
 
@@ -113,9 +122,10 @@ def test_a_disk_filling_up_mid_copy_leaves_nothing_behind(tmp_path: Path, monkey
 def test_a_new_receiver_takes_over_from_an_orphaned_one(tmp_path: Path) -> None:
     final = tmp_path / "a.tar"
     content = os.urandom(3 << 20)
-    args = ["receive", "--path", str(final), "--sha256", sha(content)]
+    args = ["receive"]
+    plan = plan_line([PlannedFile(str(final), sha(content), len(content))])
     orphan = subprocess.Popen([*AGENT, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    orphan.stdin.write(go_line(len(content)))
+    orphan.stdin.write(plan)
     orphan.stdin.flush()
     assert json.loads(orphan.stdout.readline()) == {"offset": 0}
     orphan.stdin.write(content[: 1 << 20])
@@ -126,7 +136,7 @@ def test_a_new_receiver_takes_over_from_an_orphaned_one(tmp_path: Path) -> None:
         time.sleep(0.02)
     # the orphan's connection is gone but it still holds the lock (stdin stays open)
     successor = subprocess.Popen([*AGENT, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    successor.stdin.write(go_line(len(content)))
+    successor.stdin.write(plan)
     successor.stdin.flush()
     handshake = json.loads(successor.stdout.readline())
     assert handshake == {"offset": 1 << 20}
@@ -156,17 +166,17 @@ def test_the_relay_forwards_a_copy_while_it_is_still_arriving(tmp_path: Path, mo
 
     writer = threading.Thread(target=arrive)
     writer.start()
-    result = relay(upstream, len(content),
-                   [*AGENT, "receive", "--path", str(downstream), "--sha256", sha(content)],
-                   progress=positions.append)
+    result = relay([PlannedFile(str(downstream), sha(content), len(content), source=str(upstream))],
+                   [*AGENT, "receive"], progress=lambda index, position: positions.append(position))
     writer.join()
-    assert result["status"] == OK and result["sent"] == len(content)
+    assert result["status"] == DONE and result["sent"] == len(content)
+    assert [r["status"] for r in result["results"]] == [OK]
     assert positions and positions == sorted(positions) and positions[-1] <= len(content)
     assert downstream.read_bytes() == content
 
 
 def test_the_relay_reports_a_receiver_it_cannot_start(tmp_path: Path) -> None:
-    result = relay(tmp_path / "x", 10, [sys.executable, "-c", "import sys; sys.stderr.write('ssh: connect to host "
+    result = relay([PlannedFile(str(tmp_path / "y"), "0" * 64, 10, source=str(tmp_path / "x"))], [sys.executable, "-c", "import sys; sys.stderr.write('ssh: connect to host "
                                                              "10.0.0.9 port 22: Connection refused\\n'); sys.exit(255)"])
     assert result["status"] == CONNECT_FAILED and result["returncode"] == 255
     assert "Connection refused" in result["stderr"]
@@ -184,38 +194,85 @@ def test_remote_argv_survives_the_remote_shell(remote: list[str]) -> None:
 
 def test_a_cancelled_hop_changes_nothing_on_the_receiving_rank(tmp_path: Path) -> None:
     rank = tmp_path / "rank1"
-    result = relay(tmp_path / "source.tar", lambda: None,
-                   [*AGENT, "receive", "--path", str(rank / "a.tar"), "--sha256", "0" * 64])
+    result = relay(lambda: None, [*AGENT, "receive"])
     assert result["status"] == CANCELLED
     assert not rank.exists()
     # the receiver alone, its stdin closed before the go: it exits and creates nothing
-    alone = subprocess.run([*AGENT, "receive", "--path", str(rank / "a.tar"), "--sha256", "0" * 64],
-                           input=b"", capture_output=True)
+    alone = subprocess.run([*AGENT, "receive"], input=b"", capture_output=True)
     assert alone.returncode == 3 and json.loads(alone.stdout)["status"] == CANCELLED
     assert not rank.exists()
 
 
-@given(st.binary(max_size=40))
-def test_the_go_line_parser_takes_only_a_well_formed_line(raw: bytes) -> None:
+planned_files = st.lists(st.builds(
+    PlannedFile,
+    path=st.text(st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=30).map(
+        lambda tail: "/" + tail),
+    sha256=st.text("0123456789abcdef", min_size=64, max_size=64),
+    size=st.integers(0, 1 << 50),
+    source=st.text(st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=30),
+), max_size=8)
+
+
+def read_from_pipe(raw: bytes) -> tuple[list[PlannedFile] | None, bytes]:
+    """What read_plan_line makes of ``raw`` written to a pipe, and what it left unread."""
     read, write = os.pipe()
     try:
         os.write(write, raw)
         os.close(write)
-        size = read_go_line(read)
+        planned = read_plan_line(read)
+        rest = os.read(read, 1 << 16)
     finally:
         os.close(read)
-    if size is not None:
-        words = raw.split(b"\n", 1)[0].decode("ascii", "replace").split()
-        assert words[0] == "go" and words[1].isdigit() and int(words[1]) == size and len(words) == 2
+    return planned, rest
 
 
-@given(st.integers(0, 1 << 50))
-def test_go_line_round_trip(size: int) -> None:
-    read, write = os.pipe()
-    try:
-        os.write(write, go_line(size) + b"payload")
-        assert read_go_line(read) == size
-        assert os.read(read, 100) == b"payload"  # nothing after the line was consumed
-    finally:
-        os.close(read)
-        os.close(write)
+@given(planned_files)
+def test_plan_line_round_trip(files: list[PlannedFile]) -> None:
+    planned, _ = read_from_pipe(plan_line(files))
+    assert planned == files
+
+
+@given(st.binary(max_size=200))
+def test_the_plan_parser_takes_only_a_well_formed_line(raw: bytes) -> None:
+    planned, _ = read_from_pipe(raw)
+    if planned is not None:
+        assert raw.endswith(b"\n") and raw.count(b"\n") == 1
+        assert parse_plan(json.loads(raw)) == planned
+
+
+@given(planned_files, st.binary(min_size=1, max_size=50))
+def test_bytes_after_the_plan_line_are_refused(files: list[PlannedFile], extra: bytes) -> None:
+    planned, _ = read_from_pipe(plan_line(files) + extra)
+    assert planned is None
+
+
+@pytest.mark.parametrize("document", [
+    {"files": [{"path": "relative", "sha256": "0" * 64, "size": 1, "source": ""}]},
+    {"files": [{"path": "/a", "sha256": "0" * 63, "size": 1, "source": ""}]},
+    {"files": [{"path": "/a", "sha256": "0" * 64, "size": -1, "source": ""}]},
+    {"files": [{"path": "/a", "sha256": "0" * 64, "size": True, "source": ""}]},
+    {"files": [{"path": "/a", "sha256": "0" * 64, "size": 1}]},
+    {"files": [], "extra": 1},
+    [],
+])
+def test_malformed_plans_are_refused(document: object) -> None:
+    assert parse_plan(document) is None
+
+
+def test_one_receiver_takes_several_files_and_reports_each(tmp_path: Path) -> None:
+    contents = [os.urandom(5000), b"", os.urandom(70000)]
+    sources = []
+    for index, content in enumerate(contents):
+        sources.append(tmp_path / f"src{index}")
+        sources[-1].write_bytes(content)
+    wrong = bytearray(contents[2])
+    wrong[100] ^= 1
+    expected = [sha(contents[0]), sha(contents[1]), sha(bytes(wrong))]  # the third is not what is sent
+    planned = [PlannedFile(str(tmp_path / "dst" / f"f{index}"), digest, len(content), source=str(source))
+               for index, (digest, content, source) in enumerate(zip(expected, contents, sources, strict=True))]
+    seen: list[int] = []
+    result = relay(planned, [*AGENT, "receive"], on_result=lambda index, outcome: seen.append(index))
+    assert result["status"] == DONE and seen == [0, 1, 2]
+    assert [r["status"] for r in result["results"]] == [OK, OK, MISMATCH]
+    assert (tmp_path / "dst" / "f0").read_bytes() == contents[0] and (tmp_path / "dst" / "f1").read_bytes() == b""
+    assert not (tmp_path / "dst" / "f2").exists()

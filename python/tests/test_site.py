@@ -232,3 +232,23 @@ def test_arbitrary_text_never_escapes_as_another_exception(text: str) -> None:
         parse_site(text)
     except InputError:
         pass
+
+
+@pytest.mark.parametrize(("broken", "path"), [
+    ({"spark2"}, ("spark0", "spark3")),
+    ({"spark1"}, ("spark0", "spark3", "spark2")),
+    ({"spark1", "spark3"}, None),  # nothing past rank 3 the other way round
+    ({"spark3"}, None),
+])
+def test_a_ring_goes_round_a_failed_rank_the_other_way(broken: set[str], path: tuple[str, ...] | None) -> None:
+    site = parse_site(FOUR_RING)
+    detour = site.detour(broken)
+    assert (detour.order if detour else None) == path
+    if detour is not None:
+        # every step of the way round is a link of the ring, used backwards
+        assert [(hop.sender.name, hop.receiver.name) for hop in detour.hops()] == list(zip(path, path[1:], strict=False))
+
+
+def test_a_chain_has_no_way_round() -> None:
+    chain = parse_site(FOUR_RING.replace('topology = "ring"', 'topology = "chain"'))
+    assert chain.detour({"spark2"}) is None

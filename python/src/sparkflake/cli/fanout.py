@@ -1,4 +1,5 @@
-"""``sparkflake fanout ARCHIVE --site SITE --sha256 HEX``: an archive to every rank."""
+"""``sparkflake fanout ARCHIVE --site SITE --sha256 HEX``: an archive to every rank;
+``sparkflake fanout OUT --site SITE``: an OCI layout, only the blobs each rank lacks."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 from ..atomic_write import write_bytes_atomic
 from ..errors import InputError
+from ..fanout.blobs import LayoutFanoutRequest, layout_fanout
 from ..fanout.distribute import FanoutRequest, fanout
 from ..fanout.registry_mode import RegistryFanoutRequest, registry_fanout
 from ..fanout.site import load_site
@@ -17,17 +19,22 @@ from ._output import Progress, print_json, print_line, warn
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "fanout",
-        help="distribute a checksum-bound archive to every rank over adjacent links",
+        help="distribute an image to every rank over adjacent links (an archive, or only missing blobs)",
         description=(
-            "Rank 0 holds ARCHIVE (a path on rank 0, or an http(s) URL it downloads, resumable); "
-            "it is forwarded rank i -> i+1 over the site's links, pipelined. Every rank verifies "
-            "sha256 before the copy takes its final name; a verified copy is reused, a wrong one "
-            "moved aside. Exit 0 all ranks verified (and imported), 1 a rank failed, 2 bad input."
+            "Archive route (with --sha256): rank 0 holds ARCHIVE (a path on rank 0, or an http(s) "
+            "URL it downloads, resumable); it is forwarded rank i -> i+1 over the site's links, "
+            "pipelined. Every rank verifies sha256 before the copy takes its final name; a verified "
+            "copy is reused, a wrong one moved aside. Blob route (without --sha256): OUT is an OCI "
+            "layout on rank 0 (or a build output holding oci/); each rank's image store "
+            "(DATA_DIR/image-store) receives only the blobs it does not hold verified, each checked "
+            "by size and sha256 before admission; the manifest and index.json are written last; "
+            "--import podman copies into podman's store with skopeo, reusing the layers it has. "
+            "Exit 0 all ranks verified (and imported), 1 a rank failed, 2 bad input."
         ),
     )
-    parser.add_argument("archive", metavar="ARCHIVE", nargs="?")
+    parser.add_argument("archive", metavar="ARCHIVE|OUT", nargs="?")
     parser.add_argument("--site", required=True, type=Path, help="site file (TOML)")
-    parser.add_argument("--sha256", help="expected sha256 of the archive (hex); required with ARCHIVE")
+    parser.add_argument("--sha256", help="expected sha256 of the archive (hex): the archive route")
     parser.add_argument("--from-registry", metavar="REGISTRY/REPO@sha256:…",
                         help="registry mode: every rank pulls this digest-pinned image instead")
     parser.add_argument("--platform", default="linux/arm64", help="registry mode: platform (default linux/arm64)")
@@ -58,9 +65,15 @@ def run(args: argparse.Namespace) -> int:
             ca_file=args.ca_file, auth_file=args.auth_file,
         ))
         return _report(args, report)
-    if not args.archive or not args.sha256:
-        raise InputError("fanout needs ARCHIVE and --sha256 (or --from-registry)")
+    if not args.archive:
+        raise InputError("fanout needs ARCHIVE and --sha256, a layout OUT, or --from-registry")
     site = load_site(args.site)
+    if not args.sha256:
+        report = layout_fanout(site, LayoutFanoutRequest(
+            layout=args.archive, image_id=args.image_id, engine=args.engine, tag=args.tag,
+            verify_only=args.verify, retry_seconds=args.retry_seconds,
+        ), progress=Progress("fanout"))
+        return _report(args, report)
     request = FanoutRequest(
         archive=args.archive,
         sha256=args.sha256,
@@ -88,6 +101,8 @@ def _report(args: argparse.Namespace, report: dict) -> int:
             line = f"{record['rank']}: {record['status']}"
             if record.get("reused"):
                 line += " (reused)"
+            if record.get("kind") == "fanout-blobs" and record.get("role") != "source":
+                line += f", {len(record['blobs_sent'])} blobs sent, {record['blobs_reused']} reused"
             received = record.get("bytes_received", record.get("bytes"))
             if received:
                 line += f", {received} bytes received"

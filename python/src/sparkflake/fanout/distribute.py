@@ -9,6 +9,7 @@ the image ID before tagging. ``verify_only`` hashes and reports, changing nothin
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import threading
@@ -125,8 +126,8 @@ def fanout(site: Site, request: FanoutRequest, *, progress: Progress | None = No
 
     if request.verify_only:
         pool.shutdown(wait=True)
-        if request.engine:
-            _check_images(site, ranks, request, evidence)
+        if request.engine and request.image_id:
+            check_images(site, ranks, request.engine, request.image_id, evidence)
         return _summary(site, request, evidence, started)
 
     imports: list[threading.Thread] = []
@@ -142,22 +143,21 @@ def fanout(site: Site, request: FanoutRequest, *, progress: Progress | None = No
 
     chain = ChainTransfer(
         site,
-        Transfer(sha256=request.sha256, paths=paths),
+        [Transfer(sha256=request.sha256, paths=paths)],
         gate,
-        needs=needs,
+        needs={name: [0] for name in needs},
         failed=unreachable,
         retry_seconds=request.retry_seconds,
         on_verified=verified,
         progress=progress,
     )
-    outcomes: dict[str, Any] = {}
-    chain_thread = threading.Thread(target=lambda: outcomes.update(chain.run()), name="chain")
-    chain_thread.start()
+    chain.start()
     try:
         source_future.result()
     except BaseException:
         gate.cancel()
-        chain_thread.join()
+        with contextlib.suppress(Exception):
+            chain.join()  # ended by the cancelled gate; the first error is the one to report
         raise
     finally:
         pool.shutdown(wait=True)
@@ -168,19 +168,16 @@ def fanout(site: Site, request: FanoutRequest, *, progress: Progress | None = No
     for name in evidence:
         if name != first.name and evidence[name]["status"] == "verified":
             verified(name)
-    chain_thread.join()
+    outcomes = chain.join()
     for worker in list(imports):
         worker.join()
     for name, outcome in outcomes.items():
         if name not in needs and name not in unreachable:
             continue
         record = evidence[name]
-        record.update(attempts=outcome.attempts, bytes_received=outcome.bytes_received,
-                      resumed_from=outcome.resumed_from, upstream=outcome.upstream)
-        if outcome.moved_aside:
-            record["moved_aside"] = outcome.moved_aside
+        record.update(outcome.evidence())
         if outcome.status == FAILED:
-            record.update(status="failed", error=outcome.error or record.get("error"))
+            record["error"] = outcome.error or record.get("error")
         else:
             record["seconds"] = outcome.seconds
     return _summary(site, request, evidence, started)
@@ -259,16 +256,17 @@ def _import(site: Site, rank: Rank, path: str, request: FanoutRequest, record: d
         record.update(status="failed", error=f"rank {rank.name}: import failed: {reply.describe_failure()}")
 
 
-def _check_images(site: Site, ranks: list[Rank], request: FanoutRequest, evidence: dict[str, dict[str, Any]]) -> None:
-    assert request.engine and request.image_id
+def check_images(site: Site, ranks: list[Rank], engine: str, image_id: str,
+                 evidence: dict[str, dict[str, Any]]) -> None:
+    """Read-only: does each rank's engine hold ``image_id``?"""
     for rank in ranks:
         record = evidence[rank.name]
         if record["status"] == "failed":
             continue
-        reply = run_agent(site, rank, ["image-status", "--engine", request.engine, "--image-id", request.image_id,
+        reply = run_agent(site, rank, ["image-status", "--engine", engine, "--image-id", image_id,
                                        "--engine-args-json", json.dumps(list(rank.engine_args))])
         present = bool(reply.result and reply.result.get("present"))
-        record["image_id"] = request.image_id if present else None
+        record["image_id"] = image_id if present else None
         record["imported"] = present
         if not present:
             record["image_missing"] = True

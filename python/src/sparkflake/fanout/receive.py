@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from ..digest import READ_CHUNK
+from ..file_hashes import stat_identity
 from .files import free_bytes, fsync_directory, hash_prefix, lock_path, move_aside, partial_path
 
 # Result statuses; the controller decides from them whether to retry.
@@ -49,7 +50,9 @@ def receive(
         if final.is_file():
             if final.stat().st_size == size and hash_prefix(final, size).hexdigest() == sha256:
                 reply({"offset": size})
-                return _result(OK, final, size, 0, 0, started, sha256, reused=True)
+                result = _result(OK, final, size, 0, 0, started, sha256, reused=True)
+                result["identity"] = stat_identity(os.stat(final))
+                return result
             moved_aside = str(move_aside(final, "mismatch"))
         offset = partial.stat().st_size if partial.is_file() else 0
         if offset > size:
@@ -92,6 +95,8 @@ def receive(
         os.replace(partial, final)
         fsync_directory(final.parent)
         result = _result(OK, final, size, offset, received, started, digest)
+        # what the copy looked like once verified: a store trusts it later while it is unchanged
+        result["identity"] = stat_identity(os.stat(final))
         if moved_aside:
             result["moved_aside_final"] = moved_aside
         return result

@@ -1,13 +1,20 @@
-"""The sending end of one hop, run on rank i: stream rank i's copy to rank i+1's receiver.
+"""The sending end of one hop, run on rank i: stream rank i's copies of a list of files to
+rank i+1's receiver, over one connection.
 
-Rank i's copy may still be arriving (pipelining): the relay follows the partial file as it
-grows, so rank i forwards while it receives. It starts at the offset rank i+1 reports,
-which is how a hop resumes after a dropped connection. The bytes go through ``sendfile``
-into the ssh client's stdin: no copy through Python buffers.
+Rank i's copies may still be arriving (pipelining): the relay follows a partial file as it
+grows, so rank i forwards while it receives. Each file starts at the offset rank i+1
+reports, which is how a hop resumes after a dropped connection. The bytes go through
+``sendfile`` into the ssh client's stdin: no copy through Python buffers. One connection
+carries every file of the batch (one request/response turn per file, no new ssh session and
+no new agent per file): that is what makes a 50-file checkpoint cost what its bytes cost.
 
 The connection to rank i+1 is made before the source has verified (so the handshakes overlap
-rank 0's hashing); the receiver changes nothing until it reads the go line ``go SIZE``, which
-the relay sends only once its own go has come (see ``go_line`` / ``read_go_line``).
+rank 0's hashing); the receiver changes nothing until it reads the plan line (see
+``plan_line`` / ``read_plan_line``), which the relay sends only once its own plan has come.
+
+Wire protocol, relay -> receiver: the plan line, then for each file the bytes from the
+offset the receiver asked for. Receiver -> relay, per file: ``{"offset": N}`` (or
+``{"error": ...}``), then that file's result.
 """
 
 from __future__ import annotations
@@ -16,59 +23,105 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import subprocess
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .files import partial_path
 
 # Statuses besides the receiver's own (see receive.py).
+DONE = "done"  # every file of the batch got a result from the receiver
 CONNECT_FAILED = "connect-failed"  # no handshake from the receiver: ssh could not start it
-CANCELLED = "cancelled"  # the go never came (rank 0's archive did not verify)
+CANCELLED = "cancelled"  # the plan never came (rank 0's source did not verify)
 TRANSPORT_ERROR = "transport-error"  # the stream broke after the handshake: resumable
 SOURCE_WITHDRAWN = "source-withdrawn"  # rank i's partial copy was removed or stalled
 
 POLL_SECONDS = 0.02
 REPORT_SECONDS = 0.5
 SEND_CHUNK = 4 << 20
+PLAN_LIMIT = 16 << 20  # a plan of a few thousand files fits many times over
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
-def go_line(size: int) -> bytes:
-    return f"go {size}\n".encode()
+@dataclass(frozen=True)
+class PlannedFile:
+    """One file of a hop: ``source`` on the sending rank (empty on the receiving side, which
+    never needs it), ``path`` on the receiving rank."""
+
+    path: str
+    sha256: str
+    size: int
+    source: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "sha256": self.sha256, "size": self.size, "source": self.source}
 
 
-def read_go_line(fd: int) -> int | None:
-    """The size from a ``go SIZE`` line on ``fd``, read byte by byte so that nothing after
-    the line is consumed; None at end of stream (cancelled) or on anything else."""
+def plan_line(files: Sequence[PlannedFile]) -> bytes:
+    return (json.dumps({"files": [item.as_dict() for item in files]}, sort_keys=True) + "\n").encode()
+
+
+def read_plan_line(fd: int) -> list[PlannedFile] | None:
+    """The files of a plan line read from ``fd``; None at end of stream (cancelled) or on
+    anything that is not a well-formed plan. Read in chunks: the sender writes nothing
+    after the line before the receiver has answered it."""
     line = bytearray()
-    while len(line) < 32:
-        byte = os.read(fd, 1)
-        if not byte:
+    while True:
+        chunk = os.read(fd, 65536)
+        if not chunk or len(line) + len(chunk) > PLAN_LIMIT:
             return None
-        if byte == b"\n":
+        line += chunk
+        end = line.find(b"\n")
+        if end == len(line) - 1:
             break
-        line += byte
-    words = line.decode("ascii", "replace").split()
-    if len(words) != 2 or words[0] != "go" or not words[1].isdigit():
+        if end >= 0:
+            return None  # bytes after the plan line: not our sender
+    try:
+        document = json.loads(line)
+    except ValueError:
         return None
-    return int(words[1])
+    return parse_plan(document)
+
+
+def parse_plan(document: Any) -> list[PlannedFile] | None:
+    if not isinstance(document, dict) or set(document) != {"files"} or not isinstance(document["files"], list):
+        return None
+    planned = []
+    for raw in document["files"]:
+        if not isinstance(raw, dict) or set(raw) != {"path", "sha256", "size", "source"}:
+            return None
+        path, digest, size, source = raw["path"], raw["sha256"], raw["size"], raw["source"]
+        if not isinstance(path, str) or not path.startswith("/") or "\x00" in path:
+            return None
+        if not isinstance(source, str) or "\x00" in source:
+            return None
+        if not isinstance(digest, str) or not _HEX64.match(digest):
+            return None
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            return None
+        planned.append(PlannedFile(path=path, sha256=digest, size=size, source=source))
+    return planned
 
 
 def relay(
-    source: Path,
-    size: int | Callable[[], int | None],
+    files: Sequence[PlannedFile] | Callable[[], Sequence[PlannedFile] | None],
     downstream_argv: list[str],
     *,
     stall_seconds: float = 600.0,
-    progress: Callable[[int], None] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    on_result: Callable[[int, dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    """Forward ``source`` to the receiver ``downstream_argv`` starts. ``size`` is the byte
-    count, or a callable that blocks until the go and returns it (None: cancelled);
-    ``progress`` gets the position reached about twice a second."""
+    """Forward each planned file's ``source`` to the receiver ``downstream_argv`` starts.
+    ``files`` is the plan, or a callable that blocks until the go and returns it (None:
+    cancelled); ``progress(index, position)`` comes about twice a second and
+    ``on_result(index, result)`` as each file's result arrives. The returned ``results``
+    hold one entry per file that got one, in plan order."""
     started = time.monotonic()
     process = subprocess.Popen(
         downstream_argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
@@ -79,57 +132,64 @@ def relay(
     assert process.stdin is not None and process.stdout is not None
     with contextlib.suppress(OSError):
         fcntl.fcntl(process.stdin.fileno(), fcntl.F_SETPIPE_SZ, SEND_CHUNK)  # larger sendfile bursts
-    total = size() if callable(size) else size
-    if total is None:
+    planned = files() if callable(files) else files
+    if planned is None:
         process.kill()
         process.wait()
-        return {"status": CANCELLED, "message": "the source did not verify; nothing was sent"}
-    size = total
+        return {"status": CANCELLED, "message": "the source did not verify; nothing was sent", "results": []}
+    receiving = [PlannedFile(item.path, item.sha256, item.size) for item in planned]  # sources stay here
     with contextlib.suppress(OSError):
-        process.stdin.write(go_line(size))
+        process.stdin.write(plan_line(receiving))
         process.stdin.flush()
-    handshake = _read_json_line(process.stdout)
-    if handshake is None or "offset" not in handshake:
-        with contextlib.suppress(OSError):
-            process.stdin.close()
-        returncode = process.wait()
-        stderr_reader.join(timeout=2)
-        if handshake is not None and "error" in handshake:
-            return {
-                "status": handshake["error"],
-                "message": handshake.get("message", ""),
-                "returncode": returncode,
-            }
-        return {
-            "status": CONNECT_FAILED,
-            "returncode": returncode,
-            "stderr": "\n".join(stderr_tail),
-        }
-    offset = int(handshake["offset"])
+    results: list[dict[str, Any]] = []
+    offsets: list[int] = []
     sent = 0
-    status = None
+    status: str | None = None
     message = ""
-    try:
-        sent = _send(source, offset, size, process.stdin.fileno(), stall_seconds, progress)
-    except _Withdrawn as exc:
-        status, message = SOURCE_WITHDRAWN, str(exc)
-        process.kill()
-    except (BrokenPipeError, ConnectionResetError):
-        status = TRANSPORT_ERROR
+    for index, item in enumerate(planned):
+        handshake = _read_json_line(process.stdout)
+        if handshake is None or "offset" not in handshake:
+            if handshake is not None and "error" in handshake:
+                status, message = str(handshake["error"]), str(handshake.get("message", ""))
+            else:
+                status = CONNECT_FAILED if index == 0 else TRANSPORT_ERROR
+            break
+        offset = int(handshake["offset"])
+        offsets.append(offset)
+        try:
+            sent += _send(Path(item.source), offset, item.size, process.stdin.fileno(), stall_seconds,
+                          (lambda position, index=index: progress(index, position)) if progress else None)
+        except _Withdrawn as exc:
+            status, message = SOURCE_WITHDRAWN, str(exc)
+            process.kill()
+            break
+        except (BrokenPipeError, ConnectionResetError):
+            status = TRANSPORT_ERROR  # the receiver's last word (if any) is read below
+        result = _read_json_line(process.stdout)
+        if result is None or "status" not in result:
+            status = TRANSPORT_ERROR
+            break
+        results.append(result)
+        if on_result:
+            on_result(index, result)
+        if status is not None:
+            break
+        if result["status"] not in ("ok", "sha256-mismatch"):
+            status, message = str(result["status"]), str(result.get("message", ""))
+            break
     with contextlib.suppress(OSError):
         process.stdin.close()
-    result = _read_last_json(process.stdout)
+    for _ in process.stdout:
+        pass
     returncode = process.wait()
     stderr_reader.join(timeout=2)
-    if status is None:
-        status = result.get("status", TRANSPORT_ERROR) if result else TRANSPORT_ERROR
     return {
-        "status": status,
-        "message": message or (result or {}).get("message", ""),
-        "offset": offset,
+        "status": status or DONE,
+        "message": message,
+        "offsets": offsets,
         "sent": sent,
         "seconds": round(time.monotonic() - started, 6),
-        "downstream": result,
+        "results": results,
         "returncode": returncode,
         "stderr": "\n".join(stderr_tail),
     }
@@ -214,13 +274,3 @@ def _read_json_line(stream) -> dict[str, Any] | None:  # type: ignore[no-untyped
     except ValueError:
         return None
     return parsed if isinstance(parsed, dict) else None
-
-
-def _read_last_json(stream) -> dict[str, Any] | None:  # type: ignore[no-untyped-def]
-    last = None
-    for line in stream:
-        with contextlib.suppress(ValueError):
-            parsed = json.loads(line)
-            if isinstance(parsed, dict):
-                last = parsed
-    return last

@@ -103,6 +103,22 @@ class Site:
                 return link
         return None
 
+    def detour(self, broken: set[str]) -> Site | None:
+        """In a ring, the way around the ranks in ``broken``: from the first rank over the
+        closing link backwards, rank 0 -> last -> last-but-one ..., stopping before the
+        first broken rank met that way. None for a chain, or when no rank is reached so."""
+        if self.topology != "ring":
+            return None
+        path = [self.order[0]]
+        for name in reversed(self.order[1:]):
+            if name in broken:
+                break
+            path.append(name)
+        if len(path) < 2:
+            return None
+        return Site(ranks=self.ranks, links=self.links, order=tuple(path), topology="chain", ssh=self.ssh,
+                    agent=self.agent)
+
     def hops(self) -> list[Hop]:
         """The forwarding steps rank i -> i+1 along the order (a ring's closing link is not
         used for forwarding: the chain from rank 0 already reaches every rank)."""

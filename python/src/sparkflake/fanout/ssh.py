@@ -94,6 +94,45 @@ def last_json(text: str) -> dict[str, Any] | None:
     return found
 
 
+class StartedAgent:
+    """An agent started now that reads its input (stdin) later: its SSH session and
+    interpreter start overlap whatever the controller does until ``finish``."""
+
+    def __init__(self, argv: list[str]) -> None:
+        self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True)
+
+    def first_reply(self) -> AgentReply:
+        """The first JSON line the agent writes while it waits for its input; if it ends
+        (or cannot be reached) before writing one, its whole reply."""
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        parsed = last_json(line)
+        if parsed is None:
+            return self.finish()
+        return AgentReply(0, parsed, "")
+
+    def finish(self, input_text: str = "", timeout: float | None = None) -> AgentReply:
+        try:
+            stdout, stderr = self.process.communicate(input_text, timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            self.cancel()
+            return AgentReply(SSH_FAILED, None, f"timed out after {exc.timeout}s")
+        except BrokenPipeError:  # it ended before reading: its output says why
+            stdout, stderr = self.process.communicate()
+        return AgentReply(self.process.returncode, last_json(stdout), stderr)
+
+    def cancel(self) -> None:
+        if self.process.returncode is not None:
+            return  # finished already
+        self.process.kill()
+        self.process.communicate()
+
+
+def start_agent(site: Site, rank: Rank, agent_args: Sequence[str]) -> StartedAgent:
+    return StartedAgent(management_argv(site, rank, agent_args))
+
+
 def run_agent(
     site: Site,
     rank: Rank,
@@ -102,16 +141,4 @@ def run_agent(
     input_text: str | None = None,
     timeout: float | None = None,
 ) -> AgentReply:
-    argv = management_argv(site, rank, agent_args)
-    try:
-        completed = subprocess.run(
-            argv,
-            input=input_text,
-            stdin=subprocess.DEVNULL if input_text is None else None,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-    except subprocess.TimeoutExpired as exc:
-        return AgentReply(SSH_FAILED, None, f"timed out after {exc.timeout}s")
-    return AgentReply(completed.returncode, last_json(completed.stdout), completed.stderr)
+    return start_agent(site, rank, agent_args).finish(input_text or "", timeout=timeout)
