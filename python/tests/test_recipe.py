@@ -76,7 +76,7 @@ def test_bad_recipe_is_input_error(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text("engine = \n")
     completed = cli("recipe", "import", str(bad), "-o", str(tmp_path / "o"))
-    assert completed.returncode == 2 and "not valid TOML" in completed.stderr
+    assert completed.returncode == 2 and "bad.toml: invalid TOML" in completed.stderr
     bad.write_text('args = ["--speculative-config", "{not json"]\n')
     completed = cli("recipe", "import", str(bad), "-o", str(tmp_path / "o"))
     assert completed.returncode == 2 and "args[0] --speculative-config: not JSON" in completed.stderr

@@ -87,7 +87,7 @@ def parse_json(raw: bytes | str, shown: str) -> Any:
     except UnicodeDecodeError as exc:
         raise InputError(f"{shown}: not UTF-8 text (byte offset {exc.start})") from None
     except json.JSONDecodeError as exc:
-        raise InputError(f"{shown}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}") from None
+        raise InputError(f"{shown}: not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
     except ValueError as exc:
         raise parse_limit_error(exc, raw, shown) from None
 

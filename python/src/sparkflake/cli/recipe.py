@@ -59,14 +59,13 @@ def run_import(args: argparse.Namespace) -> int:
 
 def run_export(args: argparse.Namespace) -> int:
     from ..errors import InputError
-    from .launch import _IMAGE_ID
+    from .launch import _IMAGE_ID, parse_rank
 
-    if not args.rank.isdigit():
-        raise InputError(f"RANK {args.rank!r}: expected a non-negative decimal integer")
+    rank = parse_rank(args.rank)
     if args.image and not _IMAGE_ID.match(args.image):
         raise InputError(f"--image {args.image!r}: expected sha256:<64 lowercase hex>")
     plan = plan_launch(
-        rank=int(args.rank),
+        rank=rank,
         env_file=args.env_file,
         contract=load_contract(args.profile),
         engine=Engine("podman", "podman"),

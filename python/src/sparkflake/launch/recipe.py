@@ -11,13 +11,14 @@ report. Nothing is dropped. Export writes a recipe from a launch plan.
 from __future__ import annotations
 
 import json
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .. import canonical_toml
+from ..documents import read_regular_file
 from ..errors import InputError
+from ..lock import parse_toml_text
 from .envfile import render_env_value
 from .settings import CATALOG, parse_value, render_value
 
@@ -98,13 +99,8 @@ class RecipeImport:
 
 
 def read_recipe(path: str) -> dict[str, Any]:
-    try:
-        with open(path, "rb") as handle:
-            return tomllib.load(handle)
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read recipe: {exc.strerror}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"{path}: not valid TOML: {exc}") from None
+    """A recipe file: a regular file, UTF-8 TOML, within the document bound."""
+    return parse_toml_text(read_regular_file(path, "a recipe"), path)
 
 
 def _shell_unquote(text: str) -> str:
