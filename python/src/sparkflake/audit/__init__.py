@@ -97,6 +97,7 @@ def expectations_from(
 ) -> Expectations:
     digests = [parse_expectation(text) for text in expect]
     expected_layers = None
+    file_index = None
     if expect_file is not None:
         document = _read_json(expect_file, "expected digests")
         if not isinstance(document, dict):
@@ -104,6 +105,8 @@ def expectations_from(
         for key, kind in (("manifest", "manifest"), ("config", "config"), ("chain_id", "chain-id")):
             if key in document:
                 digests.append(parse_expectation(f"{document[key]}@{kind}"))
+        if "index" in document:  # checked where the source has an index.json (layout, oci-archive)
+            file_index = parse_expectation(f"{document['index']}@index")[1]
         if "layers" in document:
             if not isinstance(document["layers"], list):
                 raise InputError(f"{expect_file}: $.layers: expected a list")
@@ -133,6 +136,7 @@ def expectations_from(
     return Expectations(
         digests=tuple(digests),
         expected_layers=expected_layers,
+        index_if_present=file_index,
         platform=platform,
         labels=labels,
         receipt=receipt,
