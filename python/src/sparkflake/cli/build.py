@@ -49,6 +49,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--tag", default=None, help="image tag (default: the profile name)")
     parser.add_argument("--profiles-dir", metavar="DIR", help="where profiles live (default: ./profiles upward)")
     parser.add_argument("--keep-work", action="store_true", help="keep the assembled trees (printed)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace the output path even if it is not an output sparkflake wrote (its contents are lost)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.set_defaults(handler=run)
 
@@ -76,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
         options=options,
         use_layer_cache=not args.no_layer_cache,
         keep_work=args.keep_work,
+        force=args.force,
         profiles_dir=Path(args.profiles_dir) if args.profiles_dir else None,
         source_tree=Path(args.source_tree) if args.source_tree else None,
         formats=tuple(part.strip() for part in args.formats.split(",") if part.strip()),

@@ -42,7 +42,13 @@ from pathlib import Path, PurePosixPath
 from packaging.utils import canonicalize_name
 
 from .. import __version__
-from ..atomic_write import atomic_directory, check_output_parent, process_alive, write_bytes_atomic
+from ..atomic_write import (
+    atomic_directory,
+    check_output_parent,
+    check_replaceable_output,
+    process_alive,
+    write_bytes_atomic,
+)
 from ..digest import git_tree_id, nar_hash, sha256_file
 from ..errors import CheckFailed, InputError, SparkflakeError
 from ..fetch import Artifact, BlobCache, default_cache_root, fetch_all
@@ -1090,12 +1096,14 @@ def check_formats(formats: Sequence[str]) -> None:
         raise InputError(f"--formats {','.join(formats)}: expected some of {', '.join(OUTPUT_FORMATS)}")
 
 
-def write_outputs(result: BuildResult, out_dir: Path, formats: Sequence[str] = OUTPUT_FORMATS) -> Path:
+def write_outputs(
+    result: BuildResult, out_dir: Path, formats: Sequence[str] = OUTPUT_FORMATS, *, force: bool = False
+) -> Path:
     """``out_dir``: oci/ (layout, blobs hard-linked from the store), oci-archive.tar,
     docker-archive.tar (each only if in ``formats``), digests.json, receipt.json,
     retained-native.json, source-overlay.json; written beside and swapped in at once."""
     check_formats(formats)
-    with atomic_directory(out_dir) as staging:
+    with atomic_directory(out_dir, owned_output=True, force=force) as staging:
         write_outputs_into(staging, result, formats)
     return out_dir
 
@@ -1152,6 +1160,7 @@ class BuildRequest:
     use_layer_cache: bool = True
     use_tree_cache: bool = True
     keep_work: bool = False
+    force: bool = False  # replace the output path even if sparkflake did not write it
     profiles_dir: Path | None = None
     source_tree: Path | None = None  # checkout of a git vllm_source
     formats: tuple[str, ...] = OUTPUT_FORMATS
@@ -1186,6 +1195,7 @@ def build_profile(request: BuildRequest, progress: ProgressCallback | None = Non
     composition = load_composition(request.profile, request.profiles_dir)
     out_dir = request.output_dir or default_output_dir(composition.profile.name)
     check_output_parent(out_dir)  # refused now, not after the fetch and the layers
+    check_replaceable_output(out_dir, force=request.force)
     root = request.cache_root or default_cache_root()
     cache = BlobCache(root)
     oci_root = request.layer_cache_root or root / "oci"
@@ -1215,7 +1225,7 @@ def build_profile(request: BuildRequest, progress: ProgressCallback | None = Non
         # passed. The lower layers are made as soon as their trees exist, before the
         # overlay is planned, and the archive takes each layer's blob as soon as the
         # layer is made (a refused chain removes the staging directory, archive and all).
-        with atomic_directory(out_dir) as staging:
+        with atomic_directory(out_dir, owned_output=True, force=request.force) as staging:
             combined = start_archive(staging, request.formats, request.options)
             on_layer = combined.add_layer if combined else None
             lower: list[Layer] = []
