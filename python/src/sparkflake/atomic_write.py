@@ -81,10 +81,58 @@ def remove_leftovers(target: Path) -> list[Path]:
 
 def _remove(path: Path) -> None:
     if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
+        remove_tree(path)
     else:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
+
+
+def remove_tree(path: Path) -> None:
+    """``rmtree`` that also empties directories without write permission (a tree holding
+    a package's 0555 directory cannot be removed by a non-root user otherwise)."""
+
+    def writable_and_retry(function, failed_path, _exc_info) -> None:  # noqa: ANN001 - rmtree's onerror
+        parent = os.path.dirname(failed_path)
+        with contextlib.suppress(OSError):
+            os.chmod(parent, os.stat(parent).st_mode | 0o700)
+            if os.path.isdir(failed_path) and not os.path.islink(failed_path):
+                os.chmod(failed_path, os.stat(failed_path).st_mode | 0o700)
+            function(failed_path)
+
+    shutil.rmtree(path, onerror=writable_and_retry)
+
+
+# Directories of one run (a build's work trees, its memory scratch): NAME.<host>.pid<N>.<random>.
+_RUN_DIRECTORY = re.compile(r"\.(?P<host>[A-Za-z0-9_-]+)\.pid(?P<pid>[0-9]+)\.[A-Za-z0-9_]+$")
+
+
+def remove_dead_run_directories(parent: Path, prefix: str = "") -> list[Path]:
+    """Remove the run directories in ``parent`` (names starting with ``prefix``) whose
+    recorded process is gone on this host: what a killed run left. A live run's, another
+    host's (a shared cache) or a name of another shape is never touched."""
+    removed = []
+    host = host_tag()
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return removed
+    for entry in entries:
+        match = _RUN_DIRECTORY.search(entry.name)
+        if not entry.name.startswith(prefix) or match is None or match["host"] != host:
+            continue
+        pid = int(match["pid"])
+        if pid != os.getpid() and not process_alive(pid) and entry.is_dir(follow_symlinks=False):
+            remove_tree(Path(entry.path))
+            removed.append(Path(entry.path))
+    return removed
+
+
+def make_run_directory(parent: Path, name: str) -> Path:
+    """A fresh directory ``parent/NAME.<host>.pid<N>.<random>`` for this run, after what
+    dead runs left in ``parent`` is removed. The caller removes it when done."""
+    parent.mkdir(parents=True, exist_ok=True)
+    remove_dead_run_directories(parent, f"{name}.")
+    return Path(tempfile.mkdtemp(prefix=f"{name}.{_owner_tag()}.", dir=parent))
 
 
 @contextlib.contextmanager

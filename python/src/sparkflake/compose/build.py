@@ -31,8 +31,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
-import tempfile
 import time
 import urllib.error
 from collections.abc import Callable, Mapping, Sequence
@@ -46,7 +44,8 @@ from ..atomic_write import (
     atomic_directory,
     check_output_parent,
     check_replaceable_output,
-    process_alive,
+    make_run_directory,
+    remove_tree,
     write_bytes_atomic,
 )
 from ..digest import git_tree_id, nar_hash, sha256_file
@@ -1171,16 +1170,12 @@ MEMORY_SCRATCH = Path("/dev/shm")
 
 def memory_scratch_dir(prefix: str) -> Path | None:
     """A private directory on the memory file system for short-lived scratch trees, or
-    None (then the work directory is used) when there is none or it is not writable."""
+    None (then the work directory is used) when there is none or it is not writable.
+    Directories a killed build left behind (its pid is gone) are removed first."""
     if not MEMORY_SCRATCH.is_dir() or not os.access(MEMORY_SCRATCH, os.W_OK | os.X_OK):
         return None
-    # Directories a killed build left behind (its pid is gone) are removed first.
-    for stale in MEMORY_SCRATCH.glob("sparkflake-*.pid*.*"):
-        pid = stale.name.rsplit(".pid", 1)[1].split(".", 1)[0]
-        if pid.isdigit() and not process_alive(int(pid)):
-            shutil.rmtree(stale, ignore_errors=True)
     try:
-        return Path(tempfile.mkdtemp(prefix=f"sparkflake-{prefix}.pid{os.getpid()}.", dir=MEMORY_SCRATCH))
+        return make_run_directory(MEMORY_SCRATCH, f"sparkflake-{prefix}")
     except OSError:
         return None
 
@@ -1216,9 +1211,9 @@ def build_profile(request: BuildRequest, progress: ProgressCallback | None = Non
         composition, cache, from_dirs=request.from_dirs, offline=request.offline, progress=progress, hashes=hashes
     )
     lap("fetch_and_verify_inputs")
-    work_parent = root / "work"
-    work_parent.mkdir(parents=True, exist_ok=True)
-    work_dir = Path(tempfile.mkdtemp(prefix=f"{composition.profile.name}.", dir=work_parent))
+    # work/PROFILE.<host>.pid<N>.<random>: a killed build's directory is removed by the next
+    # build (its pid is gone); a concurrent build's, or another host's, is left alone
+    work_dir = make_run_directory(root / "work", composition.profile.name)
     scratch_dir = None if request.keep_work else memory_scratch_dir(composition.profile.name)
     try:
         # The output is staged beside out_dir and swapped in only when every stage
@@ -1270,6 +1265,6 @@ def build_profile(request: BuildRequest, progress: ProgressCallback | None = Non
     finally:
         hashes.save()
         if not request.keep_work:
-            shutil.rmtree(work_dir, ignore_errors=True)
+            remove_tree(work_dir)
         if scratch_dir is not None:
-            shutil.rmtree(scratch_dir, ignore_errors=True)
+            remove_tree(scratch_dir)
