@@ -11,7 +11,7 @@ from ..compose.build import BuildRequest, ImageOptions, build_profile, default_o
 from ..errors import InputError
 from ..oci.compression import Compression
 from ..oci.image import default_source_date_epoch
-from ._output import Progress, print_json, print_line
+from ._output import Progress, print_json, print_line, warn
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -106,6 +106,9 @@ def run(args: argparse.Namespace) -> int:
     }
     if result.assembly is not None:
         record["work_dir"] = str(result.assembly.work_dir)
+    record["evicted"] = list(result.extra.get("evicted", []))
+    for line in record["evicted"]:  # a corrupt cache entry was found, removed and made again
+        warn(f"sparkflake: {line}")
     if args.json:
         print_json(record)
         return 0

@@ -1258,7 +1258,9 @@ def build_profile(request: BuildRequest, progress: ProgressCallback | None = Non
                     combined.abort()
                 raise
         lap("write_outputs")
-        result = dataclasses.replace(result, extra={"timings": timings})
+        result = dataclasses.replace(
+            result, extra={"timings": timings, "evicted": [str(eviction) for eviction in store.evicted]}
+        )
         if not request.keep_work:
             result = dataclasses.replace(result, assembly=None)
         return result
