@@ -223,7 +223,7 @@ def parse_value(setting: Setting, raw: str) -> Any:
 
     Raises ValueError with a message (no location: the caller adds file:line).
     """
-    if raw == AUTO:
+    if raw == AUTO and AUTO not in setting.choices:  # where vLLM itself has "auto" it is a choice
         if setting.auto:
             return AUTO
         raise ValueError(f"{setting.key} has no auto rule; give a value")
