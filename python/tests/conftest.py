@@ -25,7 +25,7 @@ settings.register_profile(
 )
 settings.register_profile(
     "fuzz",
-    max_examples=int(os.environ.get("HYPOTHESIS_MAX_EXAMPLES", "2000")),
+    max_examples=int(os.environ.get("HYPOTHESIS_MAX_EXAMPLES", "300")),
     derandomize=False,
     database=None,
     **_COMMON,

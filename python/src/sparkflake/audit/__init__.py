@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..atomic_write import write_bytes_atomic
+from ..documents import read_json_file
 from ..errors import InputError
 from ..lock import GitPin, OciPin, load_lock
 from .checks import AuditReport, CheckResult, Expectations, audit_image, parse_expectation
@@ -76,14 +77,11 @@ def _lock_digests(path: str | os.PathLike[str]) -> dict[str, str]:
 
 
 def _read_json(path: str | os.PathLike[str], what: str) -> Any:
+    """An expected-digests file or a receipt: a bounded regular file, parsed as JSON."""
     try:
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read {what}: {exc.strerror}") from exc
-    try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: {what} is not valid JSON: {exc}", check_id="document.parse") from exc
+        return read_json_file(path, what)
+    except InputError as exc:
+        raise InputError(exc.message, check_id="document.parse") from None
 
 
 def expectations_from(
