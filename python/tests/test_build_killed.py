@@ -94,14 +94,20 @@ def test_sigkilled_builds_leave_no_process_and_the_next_build_cleans_up(tmp_path
         assert left == [], f"kill {index}: processes left behind: {left}"
     assert with_workers >= 4  # the kills did hit the worker pool
     work = cache / "work"
-    assert list(work.iterdir()), "the killed builds left work directories (the next build is what removes them)"
+    work.mkdir(exist_ok=True)
+    # what the kills left (a kill before the work directory was made leaves none), and one
+    # of a process known to be gone, so the cleanup always has something to remove
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (work / f"fixture.{host_tag()}.pid{dead.pid}.dead1234" / "trees").mkdir(parents=True)
+    left_by_kills = [p.name for p in work.iterdir()]
     # a live build's directory (here: this test process's pid) must survive the cleanup
     live = work / f"fixture.{host_tag()}.pid{os.getpid()}.live1234"
     live.mkdir()
     other_host = work / f"fixture.{'x' + host_tag()}.pid1.other123"
     other_host.mkdir()
     build_profile(BuildRequest(profile=str(FIXTURE), output_dir=tmp_path / "good", cache_root=cache, offline=True))
-    assert sorted(p.name for p in work.iterdir()) == sorted([live.name, other_host.name])
+    assert sorted(p.name for p in work.iterdir()) == sorted([live.name, other_host.name]), left_by_kills
     scratch = [p for p in Path("/dev/shm").glob(f"sparkflake-fixture.{host_tag()}.pid*")
                if not Path(f"/proc/{p.name.split('.pid')[1].split('.')[0]}").exists()]
     assert scratch == []  # the memory scratch of the dead builds is gone too
