@@ -1,12 +1,48 @@
+"""Hypothesis profiles. The README's test command (``./bin/test``, plain pytest) runs the
+``ci`` profile: derandomized (the examples are a function of the test alone) and without
+an example database, so every run on every machine gives the same verdict. ``./bin/fuzz``
+selects ``fuzz`` (``SPARKFLAKE_HYPOTHESIS_PROFILE=fuzz``): many more examples and a fresh
+seed per run, for hunting; a finding is printed with its reproduction blob."""
+
 import os
 
-from hypothesis import HealthCheck, settings
+import pytest
+from hypothesis import HealthCheck, is_hypothesis_test, settings
 from netns_ranks import netns_ranks  # noqa: F401 - session fixture: four ranks in network namespaces
 
+PROFILE_ENV = "SPARKFLAKE_HYPOTHESIS_PROFILE"
+_COMMON = {
+    "deadline": None,
+    "suppress_health_check": [HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    "print_blob": True,
+}
 settings.register_profile(
     "ci",
     max_examples=int(os.environ.get("HYPOTHESIS_MAX_EXAMPLES", "60")),
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    derandomize=True,
+    database=None,
+    **_COMMON,
 )
-settings.load_profile("ci")
+settings.register_profile(
+    "fuzz",
+    max_examples=int(os.environ.get("HYPOTHESIS_MAX_EXAMPLES", "300")),
+    derandomize=False,
+    database=None,
+    **_COMMON,
+)
+PROFILE = os.environ.get(PROFILE_ENV, "ci")
+settings.load_profile(PROFILE)
+
+
+def pytest_report_header() -> str:
+    return f"hypothesis profile: {PROFILE} ({PROFILE_ENV})"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under the fuzz profile only the property tests run (the others learn nothing from
+    a fresh seed)."""
+    if PROFILE != "fuzz":
+        return
+    kept = [item for item in items if is_hypothesis_test(getattr(item, "obj", None))]
+    config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+    items[:] = kept

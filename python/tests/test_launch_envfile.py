@@ -92,7 +92,7 @@ def test_non_utf8_names_line():
 
 
 def test_unreadable_and_directory(tmp_path):
-    with pytest.raises(InputError, match="cannot read env file"):
+    with pytest.raises(InputError, match="cannot read an env file"):
         read_env_file(tmp_path / "missing.env")
     with pytest.raises(InputError, match="is a directory"):
         read_env_file(tmp_path)

@@ -16,10 +16,12 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import json
 import os
 import re
 import shutil
 import socket
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -79,10 +81,58 @@ def remove_leftovers(target: Path) -> list[Path]:
 
 def _remove(path: Path) -> None:
     if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
+        remove_tree(path)
     else:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
+
+
+def remove_tree(path: Path) -> None:
+    """``rmtree`` that also empties directories without write permission (a tree holding
+    a package's 0555 directory cannot be removed by a non-root user otherwise)."""
+
+    def writable_and_retry(function, failed_path, _exc_info) -> None:  # noqa: ANN001 - rmtree's onerror
+        parent = os.path.dirname(failed_path)
+        with contextlib.suppress(OSError):
+            os.chmod(parent, os.stat(parent).st_mode | 0o700)
+            if os.path.isdir(failed_path) and not os.path.islink(failed_path):
+                os.chmod(failed_path, os.stat(failed_path).st_mode | 0o700)
+            function(failed_path)
+
+    shutil.rmtree(path, onerror=writable_and_retry)
+
+
+# Directories of one run (a build's work trees, its memory scratch): NAME.<host>.pid<N>.<random>.
+_RUN_DIRECTORY = re.compile(r"\.(?P<host>[A-Za-z0-9_-]+)\.pid(?P<pid>[0-9]+)\.[A-Za-z0-9_]+$")
+
+
+def remove_dead_run_directories(parent: Path, prefix: str = "") -> list[Path]:
+    """Remove the run directories in ``parent`` (names starting with ``prefix``) whose
+    recorded process is gone on this host: what a killed run left. A live run's, another
+    host's (a shared cache) or a name of another shape is never touched."""
+    removed = []
+    host = host_tag()
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return removed
+    for entry in entries:
+        match = _RUN_DIRECTORY.search(entry.name)
+        if not entry.name.startswith(prefix) or match is None or match["host"] != host:
+            continue
+        pid = int(match["pid"])
+        if pid != os.getpid() and not process_alive(pid) and entry.is_dir(follow_symlinks=False):
+            remove_tree(Path(entry.path))
+            removed.append(Path(entry.path))
+    return removed
+
+
+def make_run_directory(parent: Path, name: str) -> Path:
+    """A fresh directory ``parent/NAME.<host>.pid<N>.<random>`` for this run, after what
+    dead runs left in ``parent`` is removed. The caller removes it when done."""
+    parent.mkdir(parents=True, exist_ok=True)
+    remove_dead_run_directories(parent, f"{name}.")
+    return Path(tempfile.mkdtemp(prefix=f"{name}.{_owner_tag()}.", dir=parent))
 
 
 @contextlib.contextmanager
@@ -149,17 +199,83 @@ def check_output_parent(target: Path) -> None:
         raise InputError(f"{target}: cannot write here: {target.parent} is not writable")
 
 
+# An output directory sparkflake made carries this file: what it is and the top-level
+# entries it wrote. Only such a directory, holding nothing else, is replaced by the next
+# output (``owned_output``); anything else at the path is refused unless forced.
+OUTPUT_MARKER = ".sparkflake-output.json"
+_OUTPUT_KIND = "sparkflake.output-directory"
+
+
+def _written_entries(directory: Path) -> list[str] | None:
+    """The entries the marker of ``directory`` lists, or None when it has no readable one."""
+    try:
+        fd = os.open(directory / OUTPUT_MARKER, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            return None
+        raw = handle.read(1 << 20)
+    try:
+        record = json.loads(raw)
+    except ValueError:
+        return None
+    entries = record.get("entries") if isinstance(record, dict) and record.get("kind") == _OUTPUT_KIND else None
+    return entries if isinstance(entries, list) and all(isinstance(e, str) for e in entries) else None
+
+
+def check_replaceable_output(target: Path, *, force: bool = False) -> None:
+    """Refuse (InputError) to replace ``target`` unless it is absent, an empty directory,
+    or an output directory sparkflake wrote (its marker) holding nothing it did not
+    write; ``force`` replaces whatever is there."""
+    if force or not os.path.lexists(target):
+        return
+    hint = "; choose another -o, move it away, or pass --force to replace it"
+    if target.is_symlink() or not target.is_dir():
+        raise InputError(f"{target}: exists and is not a directory sparkflake wrote (it is {_kind_of(target)}){hint}")
+    present = sorted(os.listdir(target))
+    if not present:
+        return
+    written = _written_entries(target)
+    if written is None:
+        shown = ", ".join(present[:5]) + (", ..." if len(present) > 5 else "")
+        raise InputError(f"{target}: a directory sparkflake did not write (no {OUTPUT_MARKER}; holds {shown}){hint}")
+    foreign = [name for name in present if name != OUTPUT_MARKER and name not in written]
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+        raise InputError(f"{target}: holds entries sparkflake did not write ({shown}); they would be lost{hint}")
+
+
+def _kind_of(path: Path) -> str:
+    mode = os.lstat(path).st_mode
+    if stat.S_ISLNK(mode):
+        return "a symlink"
+    return "a regular file" if stat.S_ISREG(mode) else "not a directory"
+
+
+def _write_output_marker(staging: Path) -> None:
+    entries = sorted(name for name in os.listdir(staging) if name != OUTPUT_MARKER)
+    record = {"kind": _OUTPUT_KIND, "entries": entries}
+    (staging / OUTPUT_MARKER).write_bytes(json.dumps(record, sort_keys=True, indent=1).encode() + b"\n")
+
+
 @contextlib.contextmanager
-def atomic_directory(path: str | os.PathLike[str]) -> Iterator[Path]:
+def atomic_directory(
+    path: str | os.PathLike[str], *, owned_output: bool = False, force: bool = False
+) -> Iterator[Path]:
     """Yield a fresh staging directory; on clean exit it replaces ``path``.
 
     The new directory is exchanged with the previous one in one rename where the file
     system allows it (else the previous one is moved aside first); the previous one is
     removed only after the new one is in place, so at every instant either the old or
-    the new tree is complete.
+    the new tree is complete. ``owned_output``: ``path`` is an operator-named output; it
+    is replaced only if ``check_replaceable_output`` allows (checked before staging and
+    again before the swap), and the new directory gets the marker that allows it next time.
     """
     target = Path(path)
     check_output_parent(target)
+    if owned_output:
+        check_replaceable_output(target, force=force)
     try:
         remove_leftovers(target)
         staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.{_owner_tag()}.", suffix=".partial", dir=target.parent))
@@ -167,6 +283,9 @@ def atomic_directory(path: str | os.PathLike[str]) -> Iterator[Path]:
         raise InputError(f"{target}: cannot write here: {exc.strerror or exc}") from exc
     try:
         yield staging
+        if owned_output:
+            check_replaceable_output(target, force=force)  # it may have changed meanwhile
+            _write_output_marker(staging)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -38,6 +38,7 @@ from packaging.version import InvalidVersion, Version
 
 from . import canonical_toml
 from .atomic_write import write_bytes_atomic
+from .documents import parse_limit_error
 from .errors import InputError
 
 SCHEMA_VERSION = 1
@@ -729,6 +730,8 @@ def parse_toml_text(raw: bytes | str, shown: str) -> dict[str, Any]:
                 f"(at line {line}, column {column}: end of document)"
             )
         raise InputError(f"{shown}: invalid TOML: {message}") from None
+    except (RecursionError, ValueError) as exc:  # Python's limits, not TOML's syntax
+        raise parse_limit_error(exc, text, shown) from None
 
 
 def check_keys(

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..atomic_write import write_bytes_atomic
+from ..documents import read_json_file
 from ..errors import InputError
 from ..lock import GitPin, OciPin, load_lock
 from .checks import AuditReport, CheckResult, Expectations, audit_image, parse_expectation
@@ -76,14 +77,11 @@ def _lock_digests(path: str | os.PathLike[str]) -> dict[str, str]:
 
 
 def _read_json(path: str | os.PathLike[str], what: str) -> Any:
+    """An expected-digests file or a receipt: a bounded regular file, parsed as JSON."""
     try:
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read {what}: {exc.strerror}") from exc
-    try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: {what} is not valid JSON: {exc}", check_id="document.parse") from exc
+        return read_json_file(path, what)
+    except InputError as exc:
+        raise InputError(exc.message, check_id="document.parse") from None
 
 
 def expectations_from(
@@ -97,6 +95,7 @@ def expectations_from(
 ) -> Expectations:
     digests = [parse_expectation(text) for text in expect]
     expected_layers = None
+    file_index = None
     if expect_file is not None:
         document = _read_json(expect_file, "expected digests")
         if not isinstance(document, dict):
@@ -104,6 +103,8 @@ def expectations_from(
         for key, kind in (("manifest", "manifest"), ("config", "config"), ("chain_id", "chain-id")):
             if key in document:
                 digests.append(parse_expectation(f"{document[key]}@{kind}"))
+        if "index" in document:  # checked where the source has an index.json (layout, oci-archive)
+            file_index = parse_expectation(f"{document['index']}@index")[1]
         if "layers" in document:
             if not isinstance(document["layers"], list):
                 raise InputError(f"{expect_file}: $.layers: expected a list")
@@ -133,6 +134,7 @@ def expectations_from(
     return Expectations(
         digests=tuple(digests),
         expected_layers=expected_layers,
+        index_if_present=file_index,
         platform=platform,
         labels=labels,
         receipt=receipt,

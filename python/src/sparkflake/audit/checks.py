@@ -18,6 +18,7 @@ from typing import Any
 from ..errors import InputError
 from ..oci import media_types
 from ..oci.digests import chain_id, sha256_digest
+from ..oci.entry_safety import EntrySafety
 from ..oci.layer_scan import ELF_MACHINE_BY_ARCHITECTURE, ELF_MACHINE_NAMES, ElfFile, scan_layer
 from .sources import ImageSource, platform_string
 
@@ -55,6 +56,9 @@ class Expectations:
 
     digests: Sequence[tuple[str, str]] = ()
     expected_layers: Sequence[Mapping[str, Any]] | None = None
+    # an expected-digests file's index: a docker-archive or a registry manifest has no
+    # index.json, so there it is a skip; an explicit --expect …@index is not optional
+    index_if_present: str | None = None
     platform: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
     receipt: Mapping[str, Any] | None = None
@@ -172,9 +176,15 @@ def audit_image(
     captured: dict[str, bytes] = {}
     elf_files: list[ElfFile] = []
     computed_diff_ids: list[str | None] = []
+    safety = EntrySafety()  # one per image: a symlink of layer 0 makes a write in layer 3 unsafe
     for position, descriptor in enumerate(source.layers):
-        stored_size = source.blob_size(descriptor)
         label = descriptor.digest or descriptor.locator
+        try:
+            stored_size = source.blob_size(descriptor)
+        except InputError as exc:  # a blob that leaves the layout
+            report.add(exc.check_id or "layer.present", "fail", f"layer {position} {label}: {exc.message}", descriptor.digest)
+            computed_diff_ids.append(None)
+            continue
         if stored_size is None:
             report.add("layer.present", "fail", f"layer {position} {label} is missing from {source.location}", descriptor.digest)
             computed_diff_ids.append(None)
@@ -202,9 +212,11 @@ def audit_image(
                     max_uncompressed_bytes=expectations.max_uncompressed_bytes,
                     capture_paths=frozenset({IN_IMAGE_RECEIPT_PATH}),
                     on_bytes=tick,
+                    safety=safety,
                 )
         except InputError as exc:
-            report.add("layer.present", "error", f"layer {position} {label}: {exc.message}", descriptor.digest)
+            check = exc.check_id or "layer.present"
+            report.add(check, "error", f"layer {position} {label}: {exc.message}", descriptor.digest)
             computed_diff_ids.append(None)
             continue
         done += stored_size
@@ -227,6 +239,10 @@ def audit_image(
                 f"layer {position} {label}: media type {descriptor.media_type} but the blob is {scan.compression}",
                 descriptor.digest,
             )
+        if scan.unsafe_entry is not None:
+            report.add("layer.entries-safe", "fail", f"layer {position} {label}: unsafe entry: {scan.unsafe_entry}", descriptor.digest)
+        elif scan.error is None:
+            report.add("layer.entries-safe", "pass", f"layer {position}: every entry stays inside the image root", descriptor.digest)
         computed_diff_ids.append(scan.diff_id)
         captured.update(scan.captured_files)
         elf_files.extend(scan.elf_files)
@@ -514,6 +530,14 @@ def _check_expectations(expectations: Expectations, report: AuditReport) -> None
             report.add(f"expect.{kind}", "pass", f"{kind} digest is {want}", want)
         else:
             report.add(f"expect.{kind}", "fail", f"{kind} digest is {got}, expected {want}", want)
+    if expectations.index_if_present is not None:
+        want = expectations.index_if_present
+        if report.index_digest is None:
+            report.add("expect.index", "skip", f"{report.source_kind} has no index.json to compare with {want}", want)
+        elif report.index_digest == want:
+            report.add("expect.index", "pass", f"index digest is {want}", want)
+        else:
+            report.add("expect.index", "fail", f"index digest is {report.index_digest}, expected {want}", want)
     if expectations.expected_layers is not None:
         # compare the fields the expectation names (an expected-digests file may omit sizes)
         compared = [

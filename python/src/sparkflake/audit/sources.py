@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from ..documents import MAX_DOCUMENT_BYTES
 from ..errors import CheckFailed, InputError
 from ..oci import media_types
 from ..oci.digests import sha256_digest
 from ..oci.reader import DirectoryFiles, TarFiles
 
-MAX_DOCUMENT_BYTES = 4 << 20
 DIGEST_PATTERN = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
@@ -117,7 +117,10 @@ def _read_small(files: DirectoryFiles | TarFiles, name: str, what: str) -> bytes
             check_id="document.size",
         )
     with files.open(name) as handle:
-        return handle.read()
+        raw = handle.read(MAX_DOCUMENT_BYTES + 1)  # the file may have grown since size()
+    if len(raw) > MAX_DOCUMENT_BYTES:
+        raise InputError(f"{files.describe(name)}: {what} is over the {MAX_DOCUMENT_BYTES}-byte limit", check_id="document.size")
+    return raw
 
 
 def open_file_source(path: str | os.PathLike[str], ref_name: str | None, platform: str | None) -> ImageSource:

@@ -11,7 +11,7 @@ from ..compose.build import BuildRequest, ImageOptions, build_profile, default_o
 from ..errors import InputError
 from ..oci.compression import Compression
 from ..oci.image import default_source_date_epoch
-from ._output import Progress, print_json, print_line
+from ._output import Progress, print_json, print_line, warn
 from .fetch import parse_mirrors
 
 
@@ -52,6 +52,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--tag", default=None, help="image tag (default: the profile name)")
     parser.add_argument("--profiles-dir", metavar="DIR", help="where profiles live (default: ./profiles upward)")
     parser.add_argument("--keep-work", action="store_true", help="keep the assembled trees (printed)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace the output path even if it is not an output sparkflake wrote (its contents are lost)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.set_defaults(handler=run)
 
@@ -79,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
         options=options,
         use_layer_cache=not args.no_layer_cache,
         keep_work=args.keep_work,
+        force=args.force,
         profiles_dir=Path(args.profiles_dir) if args.profiles_dir else None,
         source_tree=Path(args.source_tree) if args.source_tree else None,
         git_mirrors=parse_mirrors(args.git_mirror, None),
@@ -110,6 +113,9 @@ def run(args: argparse.Namespace) -> int:
                           "artifact_manifest": result.sbom_artifact.manifest_digest}
     if result.assembly is not None:
         record["work_dir"] = str(result.assembly.work_dir)
+    record["evicted"] = list(result.extra.get("evicted", []))
+    for line in record["evicted"]:  # a corrupt cache entry was found, removed and made again
+        warn(f"sparkflake: {line}")
     if args.json:
         print_json(record)
         return 0

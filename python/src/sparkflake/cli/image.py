@@ -16,7 +16,7 @@ from ..oci import (
     write_image_outputs,
 )
 from ..oci.archive import CombinedArchiveWriter
-from ._output import Progress, print_json, print_line
+from ._output import Progress, print_json, print_line, warn
 
 
 def default_cache_dir() -> Path:
@@ -92,6 +92,8 @@ def run_build(args: argparse.Namespace) -> int:
             combined.abort()
         raise
     record = image.digests_record()
+    for eviction in store.evicted:  # a corrupt cache entry was found, removed and made again
+        warn(f"sparkflake: {eviction}")
     if args.json:
         print_json(record)
         return 0

@@ -67,10 +67,16 @@ def _image_from_args(args: argparse.Namespace) -> str | None:
     return None
 
 
+def parse_rank(text: str) -> int:
+    """RANK as ASCII decimal digits only: ``str.isdigit`` (and ``int``) also take ``²``
+    or other scripts' digits."""
+    if not re.fullmatch(r"0|[1-9][0-9]{0,3}", text):
+        raise InputError(f"RANK {text!r}: expected a non-negative decimal integer (ASCII digits, at most 9999)")
+    return int(text)
+
+
 def run(args: argparse.Namespace) -> int:
-    if not re.fullmatch(r"0|[1-9][0-9]{0,3}", args.rank):
-        raise InputError(f"RANK {args.rank!r}: expected a non-negative decimal integer")
-    rank = int(args.rank)
+    rank = parse_rank(args.rank)
     contract = load_contract(args.profile)
     image = _image_from_args(args)
     try:

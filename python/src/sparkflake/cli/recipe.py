@@ -11,6 +11,7 @@ from ..launch.contract import load_contract
 from ..launch.engine import Engine
 from ..launch.plan import plan_launch
 from ..launch.recipe import dump_recipe, export_recipe, import_recipe, read_recipe, summarize
+from ..lock import read_toml
 from ._output import print_json, print_line
 
 
@@ -36,6 +37,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     exporter.add_argument("env_file", metavar="ENVFILE")
     exporter.add_argument("--profile", default="glm53-dflash7")
     exporter.add_argument("--image", metavar="sha256:ID")
+    exporter.add_argument(
+        "--imported", metavar="PROFILE.toml",
+        help="the profile.toml a `recipe import` wrote: its [recipe] (env, mounts, mods, unmapped arguments, "
+             "other fields) is carried into the export (default: profile.toml beside ENVFILE, if it has [recipe])",
+    )
     exporter.add_argument("-o", "--output", required=True, metavar="FILE.toml")
     exporter.set_defaults(handler=run_export)
 
@@ -52,6 +58,8 @@ def run_import(args: argparse.Namespace) -> int:
     print_line(f"settings: {summarize(sorted(imported.runtime))}")
     print_line(f"unknown fields (kept under [recipe]): {summarize(imported.unknown_fields)}")
     print_line(f"unmapped arguments (kept under [recipe]): {summarize(imported.unmapped_args)}")
+    for conflict in imported.conflicts:
+        print_line(f"conflict: {conflict}")
     for note in imported.notes:
         print_line(f"note: {note}")
     return 0
@@ -59,20 +67,32 @@ def run_import(args: argparse.Namespace) -> int:
 
 def run_export(args: argparse.Namespace) -> int:
     from ..errors import InputError
-    from .launch import _IMAGE_ID
+    from .launch import _IMAGE_ID, parse_rank
 
-    if not args.rank.isdigit():
-        raise InputError(f"RANK {args.rank!r}: expected a non-negative decimal integer")
+    rank = parse_rank(args.rank)
     if args.image and not _IMAGE_ID.match(args.image):
         raise InputError(f"--image {args.image!r}: expected sha256:<64 lowercase hex>")
     plan = plan_launch(
-        rank=int(args.rank),
+        rank=rank,
         env_file=args.env_file,
         contract=load_contract(args.profile),
         engine=Engine("podman", "podman"),
         image_id=args.image,
         run_checks=False,
     )
-    write_bytes_atomic(args.output, dump_recipe(export_recipe(plan)).encode())
+    fragment = Path(args.imported) if args.imported else Path(args.env_file).parent / "profile.toml"
+    recipe_table = None
+    if args.imported or fragment.is_file():
+        recipe_table = read_toml(fragment).get("recipe")
+        if recipe_table is None and args.imported:
+            raise InputError(f"--imported {fragment}: has no [recipe] table (not written by `recipe import`)")
+        if recipe_table is not None and not isinstance(recipe_table, dict):
+            raise InputError(f"{fragment}: recipe: expected a table")
+    exported = export_recipe(plan, recipe_table)
+    write_bytes_atomic(args.output, dump_recipe(exported.document).encode())
+    if recipe_table is not None:
+        print_line(f"carried [recipe] of {fragment}")
+    for note in exported.notes:
+        print_line(f"note: {note}")
     print_line(f"wrote {args.output}")
     return 0

@@ -31,8 +31,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -41,7 +39,14 @@ from pathlib import Path, PurePosixPath
 from packaging.utils import canonicalize_name
 
 from .. import __version__
-from ..atomic_write import atomic_directory, check_output_parent, process_alive, write_bytes_atomic
+from ..atomic_write import (
+    atomic_directory,
+    check_output_parent,
+    check_replaceable_output,
+    make_run_directory,
+    remove_tree,
+    write_bytes_atomic,
+)
 from ..builder_identity import builder_identity
 from ..digest import git_tree_id, nar_hash, sha256_file
 from ..errors import CheckFailed, InputError, SparkflakeError
@@ -1318,12 +1323,14 @@ def check_formats(formats: Sequence[str]) -> None:
         raise InputError(f"--formats {','.join(formats)}: expected some of {', '.join(OUTPUT_FORMATS)}")
 
 
-def write_outputs(result: BuildResult, out_dir: Path, formats: Sequence[str] = OUTPUT_FORMATS) -> Path:
+def write_outputs(
+    result: BuildResult, out_dir: Path, formats: Sequence[str] = OUTPUT_FORMATS, *, force: bool = False
+) -> Path:
     """``out_dir``: oci/ (layout, blobs hard-linked from the store), oci-archive.tar,
     docker-archive.tar (each only if in ``formats``), digests.json, receipt.json,
     retained-native.json, source-overlay.json; written beside and swapped in at once."""
     check_formats(formats)
-    with atomic_directory(out_dir) as staging:
+    with atomic_directory(out_dir, owned_output=True, force=force) as staging:
         write_outputs_into(staging, result, formats)
     return out_dir
 
@@ -1390,6 +1397,7 @@ class BuildRequest:
     use_layer_cache: bool = True
     use_tree_cache: bool = True
     keep_work: bool = False
+    force: bool = False  # replace the output path even if sparkflake did not write it
     profiles_dir: Path | None = None
     source_tree: Path | None = None  # checkout of a git vllm_source
     git_mirrors: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # git input -> URLs tried first
@@ -1401,16 +1409,12 @@ MEMORY_SCRATCH = Path("/dev/shm")
 
 def memory_scratch_dir(prefix: str) -> Path | None:
     """A private directory on the memory file system for short-lived scratch trees, or
-    None (then the work directory is used) when there is none or it is not writable."""
+    None (then the work directory is used) when there is none or it is not writable.
+    Directories a killed build left behind (its pid is gone) are removed first."""
     if not MEMORY_SCRATCH.is_dir() or not os.access(MEMORY_SCRATCH, os.W_OK | os.X_OK):
         return None
-    # Directories a killed build left behind (its pid is gone) are removed first.
-    for stale in MEMORY_SCRATCH.glob("sparkflake-*.pid*.*"):
-        pid = stale.name.rsplit(".pid", 1)[1].split(".", 1)[0]
-        if pid.isdigit() and not process_alive(int(pid)):
-            shutil.rmtree(stale, ignore_errors=True)
     try:
-        return Path(tempfile.mkdtemp(prefix=f"sparkflake-{prefix}.pid{os.getpid()}.", dir=MEMORY_SCRATCH))
+        return make_run_directory(MEMORY_SCRATCH, f"sparkflake-{prefix}")
     except OSError:
         return None
 
@@ -1426,6 +1430,7 @@ def build_profile(request: BuildRequest, progress: ProgressCallback | None = Non
     composition = load_composition(request.profile, request.profiles_dir)
     out_dir = request.output_dir or default_output_dir(composition.profile.name)
     check_output_parent(out_dir)  # refused now, not after the fetch and the layers
+    check_replaceable_output(out_dir, force=request.force)
     root = request.cache_root or default_cache_root()
     cache = BlobCache(root)
     oci_root = request.layer_cache_root or root / "oci"
@@ -1448,16 +1453,16 @@ def build_profile(request: BuildRequest, progress: ProgressCallback | None = Non
         skip_git=[composition.source.name] if request.source_tree is not None else [],
     )
     lap("fetch_and_verify_inputs")
-    work_parent = root / "work"
-    work_parent.mkdir(parents=True, exist_ok=True)
-    work_dir = Path(tempfile.mkdtemp(prefix=f"{composition.profile.name}.", dir=work_parent))
+    # work/PROFILE.<host>.pid<N>.<random>: a killed build's directory is removed by the next
+    # build (its pid is gone); a concurrent build's, or another host's, is left alone
+    work_dir = make_run_directory(root / "work", composition.profile.name)
     scratch_dir = None if request.keep_work else memory_scratch_dir(composition.profile.name)
     try:
         # The output is staged beside out_dir and swapped in only when every stage
         # passed. The lower layers are made as soon as their trees exist, before the
         # overlay is planned, and the archive takes each layer's blob as soon as the
         # layer is made (a refused chain removes the staging directory, archive and all).
-        with atomic_directory(out_dir) as staging:
+        with atomic_directory(out_dir, owned_output=True, force=request.force) as staging:
             combined = start_archive(staging, request.formats, request.options)
             on_layer = combined.add_layer if combined else None
             lower: list[Layer] = []
@@ -1495,13 +1500,15 @@ def build_profile(request: BuildRequest, progress: ProgressCallback | None = Non
                     combined.abort()
                 raise
         lap("write_outputs")
-        result = dataclasses.replace(result, extra={"timings": timings})
+        result = dataclasses.replace(
+            result, extra={"timings": timings, "evicted": [str(eviction) for eviction in store.evicted]}
+        )
         if not request.keep_work:
             result = dataclasses.replace(result, assembly=None)
         return result
     finally:
         hashes.save()
         if not request.keep_work:
-            shutil.rmtree(work_dir, ignore_errors=True)
+            remove_tree(work_dir)
         if scratch_dir is not None:
-            shutil.rmtree(scratch_dir, ignore_errors=True)
+            remove_tree(scratch_dir)

@@ -27,7 +27,6 @@ import stat
 import warnings
 import zipfile
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -43,6 +42,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from ..atomic_write import atomic_directory
 from ..errors import CheckFailed
 from ..resolve.target import DEBIAN_BOOKWORM_ARM64, Target, wheel_tags
+from ..worker_processes import worker_pool
 from .elf import check_machine
 
 ProgressCallback = Callable[[int, int, str], None]
@@ -458,7 +458,7 @@ def assemble_python_env(
         # Larger wheels first so the pool's last task is small.
         schedule = sorted(ordered, key=lambda w: -sizes[w.filename])
         if workers > 1 and len(ordered) > 1:
-            with ProcessPoolExecutor(max_workers=workers) as pool:
+            with worker_pool(workers) as pool:
                 futures = [
                     pool.submit(install_wheel, str(w.path), w.filename, str(stages[w.filename]), prefix, target, tuple(waivers))
                     for w in schedule

@@ -15,6 +15,8 @@ import subprocess
 from dataclasses import dataclass
 
 from ..errors import CheckFailed, InputError
+from ..oci.reader import open_image
+from ..oci.verify import verify_image
 
 ENGINES = ("podman", "docker")
 IMAGE_ID = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -68,6 +70,10 @@ def import_archive(
     if engine not in ENGINES:
         raise InputError(f"--import: expected one of {ENGINES}, got {engine!r}")
     check_image_id(expected_image_id)
+    # The archive's checksum binds it to what the sender sent, not to a safe image: its
+    # digests and every layer entry (oci.entry_safety: no '..', absolute or
+    # through-symlink paths) are checked before the engine unpacks anything.
+    verify_image(open_image(archive))
     output = _run([engine, *engine_args, "load", "-i", archive], f"{engine} load -i {archive}").stdout
     loaded = tuple(name.strip() for match in _LOADED.findall(output) for name in match.split(","))
     if not loaded:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from ..documents import read_regular_file
 from ..errors import InputError
 
 _KEY_START = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")
@@ -33,18 +34,9 @@ class EnvAssignment:
 
 
 def read_env_file(path: str | os.PathLike[str]) -> tuple[EnvAssignment, ...]:
-    """Read and parse one env file; unreadable or malformed input raises InputError."""
-    source = os.fspath(path)
-    try:
-        with open(source, "rb") as handle:
-            raw = handle.read(MAX_ENV_FILE_BYTES + 1)
-    except IsADirectoryError as exc:
-        raise InputError(f"{source}: is a directory, expected an env file") from exc
-    except OSError as exc:
-        raise InputError(f"{source}: cannot read env file: {exc.strerror}") from exc
-    if len(raw) > MAX_ENV_FILE_BYTES:
-        raise InputError(f"{source}: env file larger than {MAX_ENV_FILE_BYTES} bytes")
-    return parse_env_bytes(raw, source)
+    """Read and parse one env file (a regular file, at most ``MAX_ENV_FILE_BYTES``: a FIFO
+    or a device is refused, not waited on); unreadable or malformed input raises InputError."""
+    return parse_env_bytes(read_regular_file(path, "an env file", MAX_ENV_FILE_BYTES), os.fspath(path))
 
 
 def parse_env_bytes(raw: bytes, source: str) -> tuple[EnvAssignment, ...]:

@@ -10,14 +10,15 @@ report. Nothing is dropped. Export writes a recipe from a launch plan.
 
 from __future__ import annotations
 
-import json
-import tomllib
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .. import canonical_toml
+from ..documents import parse_json, read_regular_file
 from ..errors import InputError
+from ..lock import parse_toml_text
 from .envfile import render_env_value
 from .settings import CATALOG, parse_value, render_value
 
@@ -60,6 +61,13 @@ BOOLEAN_FLAGS = {"--trust-remote-code", "--enable-prefix-caching", "--enable-aut
                  "--enable-chunked-prefill", "--language-model-only"}
 
 
+# [recipe] keys the importer writes itself (beside the recipe's own fields, kept verbatim)
+SPECULATIVE_EXTRA = "speculative_config_extra"  # the speculative config without method/depth
+LAUNCHER_ARGS = "launcher_args"  # the recipe's values of flags the launcher sets itself
+UNMAPPED_ARGS = "unmapped_args"
+UNKNOWN_FIELDS = "unknown_fields"
+
+
 @dataclass(frozen=True)
 class RecipeImport:
     runtime: dict[str, str]  # catalog key -> env-file spelling
@@ -68,6 +76,7 @@ class RecipeImport:
     unknown_fields: tuple[str, ...]
     unmapped_args: tuple[str, ...]
     notes: tuple[str, ...]
+    conflicts: tuple[str, ...] = ()  # values the recipe gives twice, differently
 
     def env_text(self, source: str) -> str:
         lines = [f"# imported from {source} by `sparkflake recipe import`", "# site values: fill in"]
@@ -80,11 +89,15 @@ class RecipeImport:
         if self.served_model_name:
             document["served_model_name"] = self.served_model_name
         document["runtime"] = dict(sorted(self.runtime.items()))
-        recipe = dict(self.kept)
-        recipe["unknown_fields"] = list(self.unknown_fields)
-        recipe["unmapped_args"] = list(self.unmapped_args)
-        document["recipe"] = recipe
+        document["recipe"] = self.recipe_table()
         return document
+
+    def recipe_table(self) -> dict[str, Any]:
+        """``[recipe]`` of the imported profile: what ``export_recipe`` carries back."""
+        recipe = dict(self.kept)
+        recipe[UNKNOWN_FIELDS] = list(self.unknown_fields)
+        recipe[UNMAPPED_ARGS] = list(self.unmapped_args)
+        return recipe
 
     def report(self) -> dict[str, Any]:
         return {
@@ -93,18 +106,14 @@ class RecipeImport:
             "unknown_fields": list(self.unknown_fields),
             "unmapped_args": list(self.unmapped_args),
             "kept": sorted(self.kept),
+            "conflicts": list(self.conflicts),
             "notes": list(self.notes),
         }
 
 
 def read_recipe(path: str) -> dict[str, Any]:
-    try:
-        with open(path, "rb") as handle:
-            return tomllib.load(handle)
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read recipe: {exc.strerror}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"{path}: not valid TOML: {exc}") from None
+    """A recipe file: a regular file, UTF-8 TOML, within the document bound."""
+    return parse_toml_text(read_regular_file(path, "a recipe"), path)
 
 
 def _shell_unquote(text: str) -> str:
@@ -115,28 +124,35 @@ def _shell_unquote(text: str) -> str:
     return stripped
 
 
-def _set(runtime: dict[str, str], key: str, raw: str, where: str, notes: list[str]) -> bool:
-    """Map one value; a value the catalog does not accept stays unmapped, with a note."""
+def _accepts(key: str, raw: str) -> str | None:
+    """None if the catalog takes ``raw`` for ``key``, else why not."""
     try:
         parse_value(CATALOG[key], raw)
     except ValueError as exc:
-        notes.append(f"{where}: kept unmapped: {exc}")
-        return False
-    runtime[key] = raw
-    return True
+        return str(exc)
+    return None
+
+
+def _split_args(args: Sequence[str]) -> list[tuple[int, str, str | None]]:
+    """(position, flag, value or None) for each flag of a serve command line."""
+    found = []
+    index = 0
+    while index < len(args):
+        flag = args[index]
+        has_value = flag not in BOOLEAN_FLAGS and index + 1 < len(args) and not args[index + 1].startswith("--")
+        found.append((index, flag, args[index + 1] if has_value else None))
+        index += 2 if has_value else 1
+    return found
 
 
 def import_recipe(document: Mapping[str, Any], source: str) -> RecipeImport:
     runtime: dict[str, str] = {}
     kept: dict[str, Any] = {}
     notes: list[str] = []
+    conflicts: list[str] = []
     unknown = tuple(sorted(key for key in document if key not in KNOWN_FIELDS))
     for key in unknown:
         kept[key] = document[key]
-    for field_name, key in FIELD_SETTINGS.items():
-        if field_name in document:
-            if not _set(runtime, key, str(document[field_name]), f"{source}: {field_name}", notes):
-                kept[field_name] = document[field_name]
     for field_name in ("engine", "name", "docker_image", "entrypoint", "model", "parent_model",
                        "distributed_backend", "shm_size", "env", "extra_mounts", "mods"):
         if field_name in document:
@@ -144,47 +160,76 @@ def import_recipe(document: Mapping[str, Any], source: str) -> RecipeImport:
     args = document.get("args", [])
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
         raise InputError(f"{source}: args: expected an array of strings")
+    flags = _split_args(args)
+    # every flag given more than once is a conflict when the values differ; vLLM's
+    # argparse takes the last occurrence, so that is the one imported
+    occurrences: dict[str, list[tuple[int, str | None]]] = {}
+    for position, flag, value in flags:
+        occurrences.setdefault(flag, []).append((position, value))
+    for flag, seen in occurrences.items():
+        if len(seen) > 1:
+            shown = ", ".join(f"args[{position}] {value!r}" for position, value in seen)
+            if len({value for _, value in seen}) > 1:
+                conflicts.append(f"{source}: {flag} is given {len(seen)} times with different values ({shown}); "
+                                 "vLLM takes the last, so that one is imported")
+            else:
+                notes.append(f"{source}: {flag} is given {len(seen)} times with the same value ({shown})")
+    last = {flag: seen[-1] for flag, seen in occurrences.items()}
+    # a field and a flag for one setting (tensor_parallel_size and --tensor-parallel-size):
+    # the flag is what vLLM reads, so it is imported; differing values are a conflict
+    flag_of_key = {key: flag for flag, key in FLAG_SETTINGS.items()}
+    for field_name, key in FIELD_SETTINGS.items():
+        if field_name not in document:
+            continue
+        field_value = str(document[field_name])
+        flag = flag_of_key.get(key)
+        if flag in last and last[flag][1] is not None and last[flag][1] != field_value:
+            conflicts.append(f"{source}: {field_name} = {field_value} but args[{last[flag][0]}] {flag} "
+                             f"{last[flag][1]}; {key} takes the flag's value (what vLLM reads)")
+            kept[field_name] = document[field_name]
+            continue
+        problem = _accepts(key, field_value)
+        if problem is None:
+            runtime[key] = field_value
+        else:
+            notes.append(f"{source}: {field_name}: kept unmapped: {problem}")
+            kept[field_name] = document[field_name]
     served_model_name = None
     unmapped: list[str] = []
-    index = 0
-    while index < len(args):
-        flag = args[index]
-        has_value = flag not in BOOLEAN_FLAGS and index + 1 < len(args) and not args[index + 1].startswith("--")
-        value = args[index + 1] if has_value else None
-        where = f"{source}: args[{index}] {flag}"
-        index += 2 if has_value else 1
+    launcher_args: list[str] = []
+    for position, flag, value in flags:
+        where = f"{source}: args[{position}] {flag}"
+        words = [flag] + ([value] if value is not None else [])
+        if last[flag][0] != position and flag in FLAG_SETTINGS:
+            unmapped += words  # an earlier occurrence vLLM overrides: kept, reported above
+            continue
         if flag == "--served-model-name" and value is not None:
             served_model_name = value
         elif flag in FLAG_SETTINGS and value is not None:
-            if not _set(runtime, FLAG_SETTINGS[flag], value, where, notes):
-                unmapped += [flag, value]
-        elif flag in KV_MEMORY_FLAGS and value is not None:
-            byte_count = int(value) if value.isdigit() else -1
-            if byte_count > 0 and byte_count % (1 << 30) == 0:
-                _set(runtime, "KV_CACHE_GIB", str(byte_count >> 30), where, notes)
+            problem = _accepts(FLAG_SETTINGS[flag], value)
+            if problem is None:
+                runtime[FLAG_SETTINGS[flag]] = value
             else:
-                unmapped += [flag, value]
-                notes.append(f"{flag} {value}: not a whole number of GiB; kept unmapped")
+                notes.append(f"{where}: kept unmapped: {problem}")
+                unmapped += words
+        elif flag in KV_MEMORY_FLAGS and value is not None:
+            byte_count = int(value) if re.fullmatch(r"[0-9]{1,19}", value) else -1
+            if byte_count > 0 and byte_count % (1 << 30) == 0 and _accepts("KV_CACHE_GIB", str(byte_count >> 30)) is None:
+                runtime["KV_CACHE_GIB"] = str(byte_count >> 30)
+            else:
+                unmapped += words
+                notes.append(f"{where} {value}: not a whole number of GiB; kept unmapped")
         elif flag == "--speculative-config" and value is not None:
-            try:
-                speculative = json.loads(_shell_unquote(value))
-            except ValueError as exc:
-                raise InputError(f"{where}: not JSON: {exc}") from None
-            if not isinstance(speculative, dict):
-                raise InputError(f"{where}: expected a JSON object")
-            method = speculative.get("method")
-            _set(runtime, "SPECULATIVE_METHOD", str(method), where, notes)
-            if "num_speculative_tokens" in speculative:
-                _set(runtime, "SPECULATIVE_TOKENS", str(speculative["num_speculative_tokens"]), where, notes)
-            rest = {k: v for k, v in speculative.items() if k not in ("method", "num_speculative_tokens", "model")}
-            if rest:
-                kept["speculative_config_extra"] = rest
-                notes.append("speculative config fields without a setting kept: " + ", ".join(sorted(rest)))
+            _import_speculative(value, where, runtime, kept, notes)
         elif flag in LAUNCHER_FLAGS:
-            notes.append(f"{flag}: set by the launcher itself")
+            launcher_args += words
+            notes.append(f"{where}: the launcher sets it itself; the recipe's {' '.join(words)!r} is kept "
+                         f"under [recipe].{LAUNCHER_ARGS}")
         else:
-            unmapped += [flag] + ([value] if value is not None else [])
-    transfer = [args[i + 1] for i, a in enumerate(args[:-1]) if a == "--kv-transfer-config"]
+            unmapped += words
+    if launcher_args:
+        kept[LAUNCHER_ARGS] = launcher_args
+    transfer = [value for _, flag, value in flags if flag == "--kv-transfer-config" and value is not None]
     if not any("SparkContextCacheConnector" in value for value in transfer):
         notes.append("the recipe has no SparkCache connector: SPARKCACHE_ENABLED=0 (vLLM prefix caching only)")
         runtime["SPARKCACHE_ENABLED"] = "0"
@@ -197,13 +242,56 @@ def import_recipe(document: Mapping[str, Any], source: str) -> RecipeImport:
         unknown_fields=unknown,
         unmapped_args=tuple(unmapped),
         notes=tuple(notes),
+        conflicts=tuple(conflicts),
     )
 
 
-def export_recipe(plan: Any, extra_fields: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """A recipe document for ``plan`` (a ``LaunchPlan``): what the launcher would run."""
+def _import_speculative(value: str, where: str, runtime: dict[str, str], kept: dict[str, Any], notes: list[str]) -> None:
+    """Method and depth map to settings; the rest (the draft model, "{{dflash}}" in the
+    seed, and keys without a setting) is kept whole under [recipe]."""
+    try:
+        speculative = parse_json(_shell_unquote(value), f"{where}")
+    except InputError as exc:
+        raise InputError(f"{where}: not JSON: {exc.message.removeprefix(where + ': ')}") from None
+    if not isinstance(speculative, dict):
+        raise InputError(f"{where}: expected a JSON object")
+    mapped = {"method": "SPECULATIVE_METHOD", "num_speculative_tokens": "SPECULATIVE_TOKENS"}
+    rest = {k: v for k, v in speculative.items() if k not in mapped}
+    for name, key in mapped.items():
+        if name not in speculative:
+            continue
+        problem = _accepts(key, str(speculative[name]))
+        if problem is None:
+            runtime[key] = str(speculative[name])
+        else:
+            rest[name] = speculative[name]
+            notes.append(f"{where}: {name}: kept unmapped: {problem}")
+    if isinstance(kept.get(SPECULATIVE_EXTRA), dict):  # a recipe we exported: its field is the recipe's own
+        rest = {**rest, **kept[SPECULATIVE_EXTRA]}
+    if rest:
+        kept[SPECULATIVE_EXTRA] = rest
+        notes.append(f"speculative config fields without a setting kept under [recipe].{SPECULATIVE_EXTRA}: "
+                     + ", ".join(sorted(rest)))
+
+
+@dataclass(frozen=True)
+class RecipeExport:
+    document: dict[str, Any]
+    notes: tuple[str, ...]  # what of the imported recipe the launch replaced
+
+
+def export_recipe(plan: Any, imported: Mapping[str, Any] | None = None) -> RecipeExport:
+    """A recipe document for ``plan`` (a ``LaunchPlan``): what the launcher would run.
+    ``imported`` is the ``[recipe]`` table an import wrote: its env vars, mounts, mods,
+    unmapped and launcher arguments, speculative extras and other fields are carried
+    into the document; where the launch sets the same thing differently, the launch's
+    value is written and a note says what of the recipe's was replaced."""
     values = plan.resolution.values
     spec = plan.spec
+    notes: list[str] = []
+    args = list(spec.serve_args[1:])
+    env = dict(spec.env)
+    mounts = [{"host": m.source, "container": m.target, "read_only": m.read_only} for m in spec.mounts]
     document: dict[str, Any] = {
         "engine": "vllm",
         "name": f"{plan.contract.profile} rank {plan.resolution.rank} ({plan.qualification.status})",
@@ -215,17 +303,45 @@ def export_recipe(plan: Any, extra_fields: Mapping[str, Any] | None = None) -> d
         "tensor_parallel_size": values["TP"],
         "pipeline_parallel_size": values["PP"],
         "distributed_backend": "mp",
-        "args": list(spec.serve_args[1:]),
-        "env": dict(sorted(spec.env.items())),
-        "extra_mounts": [
-            {"host": m.source, "container": m.target, "read_only": m.read_only} for m in spec.mounts
-        ],
     }
     if values["SHM_SIZE"] is not None:
         document["shm_size"] = str(values["SHM_SIZE"])
-    for key, value in (extra_fields or {}).items():
-        document.setdefault(key, value)
-    return document
+    recipe = dict(imported or {})
+    launch_flags = {flag: value for _, flag, value in _split_args(args)}
+    for words in (_grouped(recipe.get(UNMAPPED_ARGS, [])), _grouped(recipe.get(LAUNCHER_ARGS, []))):
+        for flag, value in words:
+            if flag in launch_flags:
+                if launch_flags[flag] != value:
+                    notes.append(f"{flag}: the launch sets {launch_flags[flag]!r}; the recipe's {value!r} is not written")
+                continue
+            args += [flag] + ([value] if value is not None else [])
+    for key, value in (recipe.get("env") or {}).items():
+        if key in env and env[key] != value:
+            notes.append(f"env {key}: the launch sets {env[key]!r}; the recipe's {value!r} is not written")
+        else:
+            env[key] = value
+    taken = {m["container"] for m in mounts}
+    for mount in recipe.get("extra_mounts") or []:
+        if isinstance(mount, Mapping) and mount.get("container") in taken:
+            notes.append(f"mount {mount.get('container')}: the launch mounts it itself; the recipe's {dict(mount)} is not written")
+        else:
+            mounts.append(mount)
+    document["args"] = args
+    document["env"] = dict(sorted(env.items()))
+    document["extra_mounts"] = mounts
+    for key, value in recipe.items():
+        if key in (UNMAPPED_ARGS, LAUNCHER_ARGS, UNKNOWN_FIELDS, "env", "extra_mounts"):
+            continue
+        if key in document:  # the launch's own image, model path, name, ranks
+            if document[key] != value:
+                notes.append(f"{key}: the launch sets {document[key]!r}; the recipe's {value!r} is not written")
+            continue
+        document[key] = value  # parent_model, mods, the speculative extras, unknown fields
+    return RecipeExport(document, tuple(notes))
+
+
+def _grouped(words: Sequence[str]) -> list[tuple[str, str | None]]:
+    return [(flag, value) for _, flag, value in _split_args(list(words))]
 
 
 def dump_recipe(document: Mapping[str, Any]) -> str:

@@ -345,7 +345,8 @@ class _Resolver:
         self.sparkcache()
         self.site()
         self.container()
-        leftover = [key for key, value in self.values.items() if value == AUTO]
+        # "auto" that is one of a setting's choices (LOAD_FORMAT: vLLM's own auto) is a value
+        leftover = [key for key, value in self.values.items() if value == AUTO and AUTO not in CATALOG[key].choices]
         if leftover:  # pragma: no cover - every auto setting has a rule above
             raise InputError(f"{self.source}: no auto rule resolved {', '.join(leftover)}")
         return Resolution(

@@ -24,8 +24,10 @@ from ..errors import InputError
 GiB = 1 << 30
 AUTO = "auto"
 
-_DECIMAL = re.compile(r"(0|[1-9][0-9]*)\Z")
-_FLOAT = re.compile(r"(0|[1-9][0-9]*)(\.[0-9]+)?\Z")
+# At most 19 digits (every count and size here fits in 63 bits): a longer number is
+# refused by the pattern, before int() (which raises past 4,300 digits) or float() (inf).
+_DECIMAL = re.compile(r"(0|[1-9][0-9]{0,18})\Z")
+_FLOAT = re.compile(r"(0|[1-9][0-9]{0,18})(\.[0-9]{1,18})?\Z")
 _IFNAME = re.compile(r"[A-Za-z0-9_.:@^!=-]{1,64}(,[A-Za-z0-9_.:@^!=-]{1,64})*\Z")
 _TOKEN = re.compile(r"[A-Za-z0-9_.:-]{1,128}\Z")
 _ULIMIT = re.compile(r"[a-z]+=(-1|[0-9]+)(:(-1|[0-9]+))?\Z")
@@ -217,12 +219,16 @@ def unknown_key_message(key: str) -> str:
     return f"unknown setting {key}{hint}"
 
 
+def _cut(raw: str) -> str:
+    return raw if len(raw) <= 40 else raw[:37] + "..."
+
+
 def parse_value(setting: Setting, raw: str) -> Any:
     """Typed value of ``raw`` for ``setting``; ``AUTO`` stays the string ``"auto"``.
 
     Raises ValueError with a message (no location: the caller adds file:line).
     """
-    if raw == AUTO:
+    if raw == AUTO and AUTO not in setting.choices:  # where vLLM itself has "auto" it is a choice
         if setting.auto:
             return AUTO
         raise ValueError(f"{setting.key} has no auto rule; give a value")
@@ -235,13 +241,13 @@ def parse_value(setting: Setting, raw: str) -> Any:
         if not _DECIMAL.match(raw):
             unit = " in bytes" if kind == "bytes" else ""
             raise ValueError(
-                f"{setting.key}={raw!r}: expected a non-negative decimal integer{unit} "
-                "(no sign, unit, exponent or 0x prefix)"
+                f"{setting.key}={_cut(raw)!r}: expected a non-negative decimal integer{unit} "
+                "of at most 19 digits (no sign, unit, exponent or 0x prefix)"
             )
         value: Any = int(raw)
     elif kind == "float":
         if not _FLOAT.match(raw):
-            raise ValueError(f"{setting.key}={raw!r}: expected a decimal number like 0.86")
+            raise ValueError(f"{setting.key}={_cut(raw)!r}: expected a decimal number like 0.86")
         value = float(raw)
     elif kind == "bool":
         if raw not in ("0", "1"):

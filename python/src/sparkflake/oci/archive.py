@@ -347,8 +347,9 @@ def _docker_layer_source(image: BuiltImage, layer: Layer) -> Path:
     if not _is_zstd(layer):
         return layer.blob_path
     store = image.store
-    if store.has(layer.diff_id, layer.uncompressed_size):
-        return store.path(layer.diff_id)
+    verified = store.verified(layer.diff_id, layer.uncompressed_size)
+    if verified is not None:
+        return verified
     decompressor = Decompressor("zstd")
     hasher = hashlib.sha256()
     with store.new_blob() as (handle, tmp_path):

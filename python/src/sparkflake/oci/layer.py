@@ -90,8 +90,10 @@ class Layer:
 
 
 def cached_layer(record: dict, store: BlobStore) -> Layer | None:
-    """The layer a cache record describes, if its blob is in ``store`` (size checked)."""
-    if not store.has(record["digest"], record["size"]):
+    """The layer a cache record describes, if its blob is in ``store`` and verified
+    (``BlobStore.verified``: a bad blob is evicted, and the layer is made again)."""
+    blob_path = store.verified(record["digest"], record["size"])
+    if blob_path is None:
         return None
     return Layer(
         digest=record["digest"],
@@ -99,7 +101,7 @@ def cached_layer(record: dict, store: BlobStore) -> Layer | None:
         size=record["size"],
         media_type=record["media_type"],
         uncompressed_size=record["uncompressed_size"],
-        blob_path=store.path(record["digest"]),
+        blob_path=blob_path,
         compression=record["compression"],
         from_cache=True,
     )

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from .compression import Decompressor, detect_compression
+from .entry_safety import EntrySafety, kind_of_typeflag
 
 READ_CHUNK = 1 << 20
 BLOCK = 512
@@ -42,6 +43,7 @@ ELF_MACHINE_NAMES = {
     243: "RISC-V",
 }
 _REGULAR_TYPES = (b"0", b"\x00", b"7")
+_META_TYPES = (b"x", b"L", b"K", b"g")  # PAX and GNU headers: they describe the next member
 
 
 @dataclass(frozen=True)
@@ -52,9 +54,12 @@ class ElfFile:
 
 @dataclass
 class TarElfScanner:
-    """Incremental tar reader that records ``ElfFile`` for every ELF regular file."""
+    """Incremental tar reader that records ``ElfFile`` for every ELF regular file and,
+    given an ``EntrySafety``, the first entry it refuses (``unsafe``)."""
 
     capture_paths: frozenset[str] = frozenset()
+    safety: EntrySafety | None = None
+    unsafe: str | None = None
     capture_limit: int = 4 << 20
     elf_files: list[ElfFile] = field(default_factory=list)
     captured_files: dict[str, bytes] = field(default_factory=dict)
@@ -68,6 +73,7 @@ class TarElfScanner:
     _member_name: str = ""
     _next_name: str | None = None
     _next_size: int | None = None
+    _next_link: str | None = None
     _ended: bool = False
 
     def feed(self, chunk: bytes) -> None:
@@ -111,7 +117,14 @@ class TarElfScanner:
             name = self._next_name
         self._member_type = header[156:157]
         self.members += 1
-        if self._member_type in (b"x", b"L", b"g"):
+        if self._member_type not in _META_TYPES:
+            link = self._next_link if self._next_link is not None else _header_field(header, 157, 257)
+            self._next_link = None
+            if self.safety is not None and self.unsafe is None:
+                reason = self.safety.check(name, kind_of_typeflag(self._member_type), link)
+                if reason is not None:
+                    self.unsafe = f"tar member {self.members - 1} {name!r}: {reason}"
+        if self._member_type in _META_TYPES:
             self._capture = bytearray()
             self._capture_need = size
         elif self._member_type in _REGULAR_TYPES:
@@ -138,6 +151,8 @@ class TarElfScanner:
             for key, value in _pax_records(captured):
                 if key == "path":
                     self._next_name = value
+                elif key == "linkpath":
+                    self._next_link = value
                 elif key == "size":
                     try:
                         self._next_size = int(value)
@@ -145,6 +160,8 @@ class TarElfScanner:
                         self.error = f"tar PAX header: bad size {value!r}"
         elif kind == b"L":
             self._next_name = captured.rstrip(b"\x00").decode("utf-8", "surrogateescape")
+        elif kind == b"K":
+            self._next_link = captured.rstrip(b"\x00").decode("utf-8", "surrogateescape")
         elif kind in _REGULAR_TYPES and _clean(self._member_name) in self.capture_paths:
             self.captured_files[_clean(self._member_name)] = captured
         if kind in _REGULAR_TYPES and captured[:4] == b"\x7fELF" and len(captured) >= 20:
@@ -168,6 +185,10 @@ def _header_size(header: bytes) -> int:
         return int(text, 8)
     except ValueError as exc:
         raise ValueError(f"bad size field {field_bytes!r}") from exc
+
+
+def _header_field(header: bytes, start: int, end: int) -> str:
+    return header[start:end].split(b"\x00", 1)[0].decode("utf-8", "surrogateescape")
 
 
 def _header_name(header: bytes) -> str:
@@ -209,6 +230,7 @@ class LayerScan:
     elf_files: tuple[ElfFile, ...]
     captured_files: dict[str, bytes]
     error: str | None
+    unsafe_entry: str | None = None  # the first entry ``EntrySafety`` refused
 
 
 ProgressCallback = Callable[[int], None]
@@ -221,8 +243,11 @@ def scan_layer(
     capture_paths: frozenset[str] = frozenset(),
     scan_tar: bool = True,
     on_bytes: ProgressCallback | None = None,
+    safety: EntrySafety | None = None,
 ) -> LayerScan:
-    """Hash, decompress and scan a layer blob in one pass.
+    """Hash, decompress and scan a layer blob in one pass. With ``safety`` (one per
+    image, fed its layers in order) each tar entry is also checked for what unpacking it
+    would do (``entry_safety``); the first refused entry is ``unsafe_entry``.
 
     ``error`` (blob unreadable, corrupt stream, decompressed size over the bound, broken
     tar) is reported, not raised, so the caller can still name the blob digest.
@@ -271,7 +296,9 @@ def scan_layer(
     worker = threading.Thread(target=produce, name="layer-decompress", daemon=True)
     worker.start()
     diff_hasher = hashlib.sha256()
-    scanner = TarElfScanner(capture_paths=capture_paths)
+    scanner = TarElfScanner(capture_paths=capture_paths, safety=safety)
+    if safety is not None:
+        safety.begin_layer()
     uncompressed = 0
     while (plain := plain_chunks.get()) is not None:
         diff_hasher.update(plain)
@@ -289,4 +316,5 @@ def scan_layer(
         elf_files=tuple(scanner.elf_files),
         captured_files=dict(scanner.captured_files),
         error=str(error) if error else None,
+        unsafe_entry=scanner.unsafe,
     )

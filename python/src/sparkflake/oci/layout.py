@@ -1,7 +1,8 @@
 """Writer of an OCI image layout directory (OCI image spec image-layout.md).
 
 The directory is staged beside its final name and renamed into place (atomic); layer
-blobs are hardlinked from the blob store when it is on the same filesystem."""
+blobs are copies of the blob store's (``copy_blob``: a copy-on-write clone where the file
+system has them), never hard links: an output edited in place must not change the store."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 from ..atomic_write import atomic_directory
 from .artifact import ReferringArtifact
-from .blob_store import link_or_copy
+from .blob_store import copy_blob
 from .canonical_json import canonical_json_bytes
 from .digests import digest_hex
 from .image_model import BuiltImage
@@ -25,7 +26,7 @@ def write_oci_layout(image: BuiltImage, out_dir: str | os.PathLike[str]) -> Path
         blob_dir = staging / "blobs" / "sha256"
         blob_dir.mkdir(parents=True)
         for layer in image.layers:
-            link_or_copy(layer.blob_path, blob_dir / digest_hex(layer.digest))
+            copy_blob(layer.blob_path, blob_dir / digest_hex(layer.digest))
         (blob_dir / digest_hex(image.config_digest)).write_bytes(image.config_bytes)
         (blob_dir / digest_hex(image.manifest_digest)).write_bytes(image.manifest_bytes)
         (staging / "index.json").write_bytes(image.index_bytes)

@@ -27,11 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from ..documents import MAX_DOCUMENT_BYTES, open_regular_file
 from ..errors import InputError
 from . import media_types
 from .digests import digest_hex, is_digest
-
-MAX_DOCUMENT_BYTES = 4 << 20
 
 ProgressCallback = Callable[[int, int, str], None]
 
@@ -67,23 +66,41 @@ class _Slice(io.RawIOBase):
 
 
 class _DirectoryFiles:
+    """The files of a layout directory. What is read: a regular file at its path inside
+    the layout, or a symlink that resolves to one inside the layout. A symlink out of it
+    (to a host file, ``/dev/zero``) is refused (``layout.inside``), and so is anything
+    but a regular file (``layout.regular-file``: a FIFO would hang, a device never ends)."""
+
     def __init__(self, root: Path) -> None:
         self.root = root
+        self._real_root = os.path.realpath(root)
 
     def describe(self, name: str) -> str:
         return str(self.root / name)
 
+    def _inside(self, name: str) -> Path:
+        path = self.root / name
+        real = os.path.realpath(path)
+        if real != self._real_root and not real.startswith(self._real_root.rstrip(os.sep) + os.sep):
+            raise InputError(
+                f"{path}: resolves to {real}, outside the layout {self.root} (only files inside it are read)",
+                check_id="layout.inside",
+            )
+        return path
+
     def size(self, name: str) -> int | None:
         try:
-            return (self.root / name).stat().st_size
+            return os.stat(self._inside(name)).st_size
         except (FileNotFoundError, NotADirectoryError):
             return None
 
     def open(self, name: str) -> BinaryIO:
+        path = self._inside(name)
         try:
-            return open(self.root / name, "rb")  # noqa: SIM115 - caller closes
-        except OSError as exc:
-            raise InputError(f"{self.root / name}: cannot read: {exc.strerror}") from exc
+            fd = open_regular_file(path, "an image document or blob")
+        except InputError as exc:
+            raise InputError(exc.message, check_id="layout.regular-file") from None
+        return os.fdopen(fd, "rb")
 
 
 class _TarFiles:
@@ -92,7 +109,11 @@ class _TarFiles:
         self.members: dict[str, tuple[int, int]] = {}
         links: dict[str, str] = {}
         try:
-            with tarfile.open(archive, "r:") as tar:
+            fd = open_regular_file(archive, "an image archive")
+        except InputError as exc:
+            raise InputError(exc.message, check_id="image.readable") from None
+        try:
+            with os.fdopen(fd, "rb") as handle, tarfile.open(fileobj=handle, mode="r:") as tar:
                 for member in tar:
                     name = _clean_member_name(member.name)
                     if member.isfile():
@@ -208,7 +229,10 @@ def _read_document(files: _DirectoryFiles | _TarFiles, name: str, what: str) -> 
     if size > MAX_DOCUMENT_BYTES:
         raise InputError(f"{files.describe(name)}: {what} is {size} bytes, too large")
     with files.open(name) as handle:
-        return handle.read()
+        raw = handle.read(MAX_DOCUMENT_BYTES + 1)
+    if len(raw) > MAX_DOCUMENT_BYTES:
+        raise InputError(f"{files.describe(name)}: {what} is over {MAX_DOCUMENT_BYTES} bytes, too large")
+    return raw
 
 
 def _blob_name(digest: object, where: str) -> str:

@@ -32,6 +32,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..documents import read_json_file
 from ..errors import InputError
 from .compression import Compression
 from .config import Platform, RuntimeConfig
@@ -84,12 +85,17 @@ class _Context:
 
     def string(self, value: Any, where: str) -> str:
         if not isinstance(value, str):
-            raise self.fail(where, f"expected a string, got {json.dumps(value)}")
+            raise self.fail(where, f"expected a string, got {_shown(value)}")
+        return value
+
+    def items(self, value: Any, where: str) -> list:
+        if not isinstance(value, list):
+            raise self.fail(where, f"expected a list, got {_shown(value)}")
         return value
 
     def strings(self, value: Any, where: str) -> tuple[str, ...]:
         if not isinstance(value, list):
-            raise self.fail(where, f"expected a list of strings, got {json.dumps(value)}")
+            raise self.fail(where, f"expected a list of strings, got {_shown(value)}")
         return tuple(self.string(item, f"{where}[{i}]") for i, item in enumerate(value))
 
     def string_map(self, value: Any, where: str) -> dict[str, str]:
@@ -110,15 +116,13 @@ class _Context:
 
 def load_spec_file(spec_path: str | os.PathLike[str]) -> ImageSpec:
     path = Path(spec_path)
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror}") from exc
-    try:
-        document = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: not valid JSON: {exc}") from exc
-    return parse_spec(document, path)
+    return parse_spec(read_json_file(path, "an image spec"), path)
+
+
+def _shown(value: Any) -> str:
+    """A value as it stands in an error message: JSON, cut short."""
+    text = json.dumps(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def parse_spec(document: Any, spec_path: Path) -> ImageSpec:
@@ -178,7 +182,7 @@ def _parse_layer(ctx: _Context, value: Any, where: str, position: int) -> LayerS
         )
     elif "target" in layer:
         raise ctx.fail(f"{where}.target", "given without a tree")
-    for i, source_value in enumerate(layer.get("sources", [])):
+    for i, source_value in enumerate(ctx.items(layer.get("sources", []), f"{where}.sources")):
         source_where = f"{where}.sources[{i}]"
         source = ctx.keys(source_value, _SOURCE_KEYS, source_where)
         if "tree" not in source:
@@ -189,7 +193,7 @@ def _parse_layer(ctx: _Context, value: Any, where: str, position: int) -> LayerS
             )
         )
     files = []
-    for i, file_value in enumerate(layer.get("files", [])):
+    for i, file_value in enumerate(ctx.items(layer.get("files", []), f"{where}.files")):
         files.append(_parse_file(ctx, file_value, f"{where}.files[{i}]"))
     deletions = ctx.strings(layer.get("delete", []), f"{where}.delete")
     opaque = ctx.strings(layer.get("opaque", []), f"{where}.opaque")

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from ..errors import CheckFailed, InputError
 from . import media_types
 from .digests import chain_id, sha256_digest
+from .entry_safety import EntrySafety
 from .layer_scan import scan_layer
 from .reader import COMBINED_FORMAT, BlobRef, DockerArchiveView, ImageReader
 
@@ -136,9 +137,10 @@ def verify_image(
     total = sum(ref.size or 0 for ref in reader.layer_refs)
     done = 0
     layer_reports = []
+    safety = EntrySafety()
     for position, ref in enumerate(reader.layer_refs):
         if verify_layers:
-            layer = _verify_layer(reader, ref, diff_ids[position], done, total, progress)
+            layer = _verify_layer(reader, ref, diff_ids[position], done, total, progress, safety)
         else:
             if reader.files.size(ref.name) is None:
                 reader.open_blob(ref)  # raises the missing-blob error
@@ -225,6 +227,7 @@ def _verify_layer(
     done_before: int,
     total: int,
     progress: ProgressCallback | None,
+    safety: EntrySafety,
 ) -> LayerReport:
     where = reader.files.describe(ref.name)
 
@@ -235,7 +238,7 @@ def _verify_layer(
 
     tick.seen = 0  # type: ignore[attr-defined]
     with reader.open_blob(ref) as handle:
-        scan = scan_layer(handle, scan_tar=False, on_bytes=tick)
+        scan = scan_layer(handle, on_bytes=tick, safety=safety)
     if scan.error is not None and scan.error.startswith("cannot read"):
         raise InputError(f"{where}: {scan.error}")
     size = scan.size
@@ -261,6 +264,8 @@ def _verify_layer(
             f"the config says {expected_diff_id}",
             check_id="oci.layer-diff-id",
         )
+    if scan.unsafe_entry is not None:
+        raise CheckFailed(f"{ref.role} {ref.digest or where}: unsafe entry: {scan.unsafe_entry}", check_id="oci.layer-entries")
     return LayerReport(
         digest=ref.digest or blob_digest,
         diff_id=diff_id,

@@ -1,0 +1,96 @@
+"""Untrusted documents (specs, recipes, env files, image documents, expected-digest
+files): read from regular files only, with a bound, and parsed without a traceback.
+
+A path may be a symlink to ``/dev/zero`` or a FIFO: it is opened with ``O_NONBLOCK``
+(so a FIFO without a writer does not hang the open) and refused after ``fstat`` unless it
+is a regular file; at most ``limit`` bytes are read, so a file that grows while it is read
+is refused too. Python's parsers raise ``RecursionError`` on deep nesting (json at about
+1,000 levels, tomllib likewise) and ``ValueError`` on an integer of more than 4,300 digits
+(the interpreter's int-str limit, CVE-2020-10735); both become ``InputError``s naming the
+file and, for the integer, its line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import sys
+from typing import Any
+
+from .errors import InputError
+
+MAX_DOCUMENT_BYTES = 4 << 20  # an index, manifest, config, spec or recipe is far smaller
+
+_KIND_OF_MODE = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def file_kind(mode: int) -> str:
+    """What a non-regular file is, in words ("a FIFO", "a character device", ...)."""
+    return next((name for test, name in _KIND_OF_MODE if test(mode)), "not a regular file")
+
+
+def open_regular_file(path: str | os.PathLike[str], what: str) -> int:
+    """An fd of the regular file at ``path`` (a symlink is followed), else InputError."""
+    shown = os.fspath(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise InputError(f"{shown}: cannot read {what}: {exc.strerror or exc}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise InputError(f"{shown}: is {file_kind(mode)}, expected {what} (a regular file)")
+    os.set_blocking(fd, True)
+    return fd
+
+
+def read_regular_file(path: str | os.PathLike[str], what: str, limit: int = MAX_DOCUMENT_BYTES) -> bytes:
+    """The bytes of the regular file at ``path``, at most ``limit`` of them."""
+    fd = open_regular_file(path, what)
+    try:
+        with os.fdopen(fd, "rb") as handle:
+            raw = handle.read(limit + 1)
+    except OSError as exc:
+        raise InputError(f"{os.fspath(path)}: cannot read {what}: {exc.strerror or exc}") from None
+    if len(raw) > limit:
+        raise InputError(f"{os.fspath(path)}: {what} is larger than {limit} bytes")
+    return raw
+
+
+def parse_limit_error(exc: RecursionError | ValueError, text: str | bytes, shown: str) -> InputError:
+    """The InputError for a document Python's parser refused on a limit, not its syntax."""
+    if isinstance(exc, RecursionError):
+        return InputError(f"{shown}: nested too deeply (more levels of arrays or tables than a parser may follow)")
+    digits = sys.get_int_max_str_digits()
+    pattern = rf"[0-9_]{{{digits + 1},}}"
+    found = re.search(pattern.encode() if isinstance(text, bytes) else pattern, text)
+    if found is not None and "digits" in str(exc):
+        line = text[: found.start()].count(b"\n" if isinstance(text, bytes) else "\n") + 1
+        return InputError(f"{shown}:{line}: an integer of more than {digits} digits (not a value any field takes)")
+    return InputError(f"{shown}: not valid: {exc}")
+
+
+def parse_json(raw: bytes | str, shown: str) -> Any:
+    """``json.loads`` whose every refusal is an InputError naming ``shown``."""
+    try:
+        return json.loads(raw)
+    except RecursionError as exc:
+        raise parse_limit_error(exc, raw, shown) from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{shown}: not UTF-8 text (byte offset {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{shown}: not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
+    except ValueError as exc:
+        raise parse_limit_error(exc, raw, shown) from None
+
+
+def read_json_file(path: str | os.PathLike[str], what: str, limit: int = MAX_DOCUMENT_BYTES) -> Any:
+    return parse_json(read_regular_file(path, what, limit), os.fspath(path))
