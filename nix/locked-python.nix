@@ -41,6 +41,11 @@ let
       false
     else if marker == "sys_platform != 'win32'" then
       true
+    # nixpkgs' python3 is CPython (cffi and pycparser, dependencies of cryptography)
+    else if
+      marker == "platform_python_implementation != 'PyPy'" || marker == "implementation_name != 'PyPy'"
+    then
+      true
     else
       throw "python/uv.lock: dependency ${dependency.name} of ${package.name} has marker \"${marker}\", which nix/locked-python.nix does not evaluate";
 
