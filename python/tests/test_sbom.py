@@ -183,7 +183,7 @@ def _pins(draw: st.DrawFn) -> list:
     if draw(st.booleans()):
         url = draw(st.sampled_from(["https://github.com/vllm-project/vllm.git", "https://127.0.0.1:9418/vllm.git",
                                     "file:///srv/git/vllm.git"]))
-        pins.append(GitPin("vllm-git", url, draw(_HEX40), draw(_HEX40), "sha256-" + "A" * 43 + "="))
+        pins.append(GitPin("vllm-git", (url,), draw(_HEX40), draw(_HEX40), "sha256-" + "A" * 43 + "="))
     if draw(st.booleans()):
         urls = draw(st.sampled_from([(), ("https://files.example.com/lib.so",), ("https://localhost:8000/lib.so",)]))
         pins.append(FilePin("nccl-lib", draw(_HEX64), 1, urls, None if urls else "put it in inputs/"))

@@ -72,7 +72,7 @@ def purl(pin: Pin, architecture: str = "") -> str:
     if isinstance(pin, DebPin):
         return f"pkg:deb/debian/{_quote(pin.package)}@{_quote(pin.version)}" + _qualifiers({"arch": pin.architecture})
     if isinstance(pin, GitPin):
-        return f"pkg:generic/{_quote(pin.name)}@{pin.rev}" + _qualifiers({"vcs_url": f"git+{pin.url}@{pin.rev}"})
+        return f"pkg:generic/{_quote(pin.name)}@{pin.rev}" + _qualifiers({"vcs_url": f"git+{pin.urls[0]}@{pin.rev}"})
     if isinstance(pin, FilePin):
         return f"pkg:generic/{_quote(pin.name)}" + _qualifiers(
             {"checksum": f"sha256:{pin.sha256}", "download_url": pin.urls[0] if pin.urls else ""})
@@ -91,8 +91,6 @@ def image_purl(image: ImageIdentity) -> str:
 
 
 def _source_url(pin: Pin) -> str | None:
-    if isinstance(pin, GitPin):
-        return pin.url
     urls = getattr(pin, "urls", ())
     return urls[0] if urls else None
 
