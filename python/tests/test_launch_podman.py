@@ -194,5 +194,5 @@ def test_bad_input_exits_2_naming_file_and_line(world):
     assert completed.returncode == 2
     assert f"{not_dir}:3: TARGET_MODEL_PATH=" in completed.stderr and "is not a directory" in completed.stderr
     unreadable = _launch(world, world["base"] / "missing.env")
-    assert unreadable.returncode == 2 and "cannot read env file" in unreadable.stderr
+    assert unreadable.returncode == 2 and "cannot read an env file" in unreadable.stderr
     assert _containers(world) == []
