@@ -125,7 +125,7 @@ def test_not_a_key_file(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="is a directory"):
         load_public_key(tmp_path)
     os.mkfifo(tmp_path / "fifo")
-    with pytest.raises(InputError, match="not a regular file"):
+    with pytest.raises(InputError, match="is a FIFO, expected a PEM public key"):
         load_public_key(tmp_path / "fifo")
     (tmp_path / "garbage.pub").write_bytes(b"-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n")
     with pytest.raises(InputError, match="not a PKIX public key"):

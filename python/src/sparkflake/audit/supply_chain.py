@@ -18,9 +18,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ..bounded_read import read_small_file
 from ..compose import receipt as receipts
 from ..compose.sbom import IMAGE_ID, SPDX_MEDIA_TYPE, SPDX_VERSION
+from ..documents import read_regular_file
 from ..errors import CheckFailed, InputError
 from ..oci.digests import sha256_digest
 from ..referrers import find_referrers
@@ -52,7 +52,7 @@ def sbom_checks(report: AuditReport, sbom_path: str, *, receipt: Mapping[str, An
                 lock_digests: Mapping[str, str] | None) -> bytes | None:
     """The file checks; returns the file's bytes when it could be read."""
     try:
-        content = read_small_file(sbom_path, limit=SBOM_LIMIT, expected="an SPDX JSON document")
+        content = read_regular_file(sbom_path, "an SPDX JSON document", SBOM_LIMIT)
         document = json.loads(content)
     except InputError as exc:
         report.add("sbom.document", "error", exc.message)

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..bounded_read import read_small_file
+from ..documents import read_regular_file
 from ..errors import InputError
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -94,7 +94,7 @@ RECEIPT_LIMIT = 16 * 1024 * 1024
 
 def load_receipt(path: str | os.PathLike[str]) -> dict[str, Any]:
     """A receipt file given on the command line (bounded, a JSON object)."""
-    content = read_small_file(path, limit=RECEIPT_LIMIT, expected="a receipt (JSON)")
+    content = read_regular_file(path, "a receipt (JSON)", RECEIPT_LIMIT)
     try:
         statement = json.loads(content)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..bounded_read import read_small_file
+from ..documents import read_regular_file
 from ..errors import CheckFailed, InputError
 from . import media_types
 from .canonical_json import canonical_json_bytes
@@ -94,7 +94,7 @@ ARTIFACT_LIMIT = 16 * 1024 * 1024  # an SBOM of a few hundred packages is a few 
 
 def _layout_blob(layout: Path, digest: str, limit: int) -> bytes:
     path = layout / "blobs" / "sha256" / digest_hex(digest)
-    content = read_small_file(path, limit=limit, expected=f"the blob {digest}")
+    content = read_regular_file(path, f"the blob {digest}", limit)
     if sha256_digest(content) != digest:
         raise CheckFailed(f"{path}: content hashes to {sha256_digest(content)}, not {digest}",
                           check_id="layout.blob-digest")

@@ -31,7 +31,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
 
-from ..bounded_read import read_small_file
+from ..documents import read_regular_file
 from ..errors import CheckFailed, InputError
 
 PRIVATE_PEM_TYPES = ("ENCRYPTED SIGSTORE PRIVATE KEY", "ENCRYPTED COSIGN PRIVATE KEY")
@@ -217,7 +217,7 @@ def parse_public_key(content: bytes, where: str) -> PublicKey:
 
 def load_public_key(path: str | os.PathLike[str]) -> PublicKey:
     shown = os.fspath(path)
-    return parse_public_key(read_small_file(path, limit=KEY_FILE_LIMIT, expected="a PEM public key"), shown)
+    return parse_public_key(read_regular_file(path, "a PEM public key", KEY_FILE_LIMIT), shown)
 
 
 def key_password(environ: dict[str, str] | os._Environ[str] | None = None) -> bytes:
@@ -231,5 +231,5 @@ def key_password(environ: dict[str, str] | os._Environ[str] | None = None) -> by
 
 def load_private_key(path: str | os.PathLike[str], password: bytes) -> PrivateKey:
     shown = os.fspath(path)
-    content = read_small_file(path, limit=KEY_FILE_LIMIT, expected="a cosign private key (PEM)")
+    content = read_regular_file(path, "a cosign private key (PEM)", KEY_FILE_LIMIT)
     return decrypt_private_key(content, password, shown)
