@@ -14,6 +14,9 @@ from types import MappingProxyType
 from typing import Any
 
 from ..errors import InputError
+from ..runtime.capabilities import FILE_NAME as CAPABILITIES_FILE
+from ..runtime.capabilities import Capabilities
+from ..runtime.capabilities import load as load_capabilities
 
 _SHA256 = re.compile(r"[0-9a-f]{64}\Z")
 _IMAGE_ID = re.compile(r"sha256:[0-9a-f]{64}\Z")
@@ -51,6 +54,9 @@ class LaunchContract:
     target_files: tuple[IdentityFile, ...]
     draft_files: tuple[IdentityFile, ...]
     components: Mapping[str, str] = field(default_factory=dict)  # vllm/b12x/sparkcache identities
+    # what the profile's image can honour (profiles/<name>/runtime-capabilities.json, written
+    # by `sparkflake runtime check`); None: no manifest, no capability rules apply
+    capabilities: Capabilities | None = None
 
     def __post_init__(self) -> None:
         if self.image_id is not None and not _IMAGE_ID.match(self.image_id):
@@ -150,6 +156,9 @@ def contract_from_profile(profile: Any) -> LaunchContract:
         elif getattr(pin, "version", None):
             components[key] = str(pin.version)
     config_digest = getattr(profile.qualified, "config_digest", None)
+    path = getattr(profile, "path", None)
+    manifest = path.parent / CAPABILITIES_FILE if path is not None else None
+    capabilities = load_capabilities(manifest) if manifest is not None and manifest.exists() else None
     return LaunchContract(
         profile=profile.name,
         status=profile.status,
@@ -164,6 +173,7 @@ def contract_from_profile(profile: Any) -> LaunchContract:
         target_files=identity_files_from_table([_file_row(f) for f in target.files] if target else [], f"{shown}: checkpoints.target.files"),
         draft_files=identity_files_from_table([_file_row(f) for f in draft.files] if draft else [], f"{shown}: checkpoints.draft.files"),
         components=components,
+        capabilities=capabilities,
     )
 
 
