@@ -59,7 +59,7 @@ def test_export_then_import_round_trips_settings(tmp_path):
     runtime = imported.runtime
     assert runtime["DCP"] == "2" and runtime["CP_KV_INTERLEAVE"] == "4"
     assert runtime["MAX_NUM_SEQS"] == "8" and runtime["SPECULATIVE_TOKENS"] == "5"
-    assert runtime["KV_CACHE_GIB"] == "30" and runtime["SPARKCACHE_ENABLED"] == "1"
+    assert runtime["KV_CACHE_GIB"] == "30" and runtime["SPARKCACHE_ENABLED"] == "0"
     assert imported.served_model_name == "glm-5.3-flash-dflash7"
     assert imported.unknown_fields == ()
 

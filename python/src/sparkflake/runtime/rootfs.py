@@ -283,6 +283,15 @@ def unpack_image(reader: ImageReader, scratch: Path, *, progress: ProgressCallba
     layer_digests = tuple(str(ref.digest) for ref in reader.layer_refs)
     root = scratch / "root"
     record_path = scratch / RECORD_NAME
+    for ref in reader.layer_refs:
+        # a reused root stands for these blobs: they must still be there, at their size
+        size = reader.files.size(ref.name)
+        if size is None:
+            raise InputError(f"{ref.role} blob {ref.digest} is missing: {reader.files.describe(ref.name)} "
+                             "does not exist")
+        if ref.size is not None and size != ref.size:
+            raise CheckFailed(f"{ref.role} {ref.digest}: {reader.files.describe(ref.name)} is {size} bytes, "
+                              f"the descriptor says {ref.size}", check_id="oci.blob-size")
     reused = _reusable(root, record_path, layer_digests)
     if reused is not None:
         return UnpackedRoot(root, _manifest_digest(reader), layer_digests, reused, 0)
