@@ -18,7 +18,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sparkflake.errors import CheckFailed, InputError
-from sparkflake.oci import BlobStore, ImageSpec, LayerInput, LayerSpec, TreeSource, build_image, write_image_outputs
+from sparkflake.oci import (
+    BlobStore,
+    ImageSpec,
+    LayerInput,
+    LayerSpec,
+    TreeSource,
+    build_image,
+    write_image_outputs,
+)
 from sparkflake.oci.config import Platform
 from sparkflake.oci.reader import open_image
 from sparkflake.runtime import rootfs

@@ -311,7 +311,7 @@ def unpack_image(reader: ImageReader, scratch: Path, *, progress: ProgressCallba
 
     entries = skipped = 0
     try:
-        for ref, diff_id in zip(reader.layer_refs, diff_ids):
+        for ref, diff_id in zip(reader.layer_refs, diff_ids, strict=True):
             count, skip = unpack_layer(reader, ref, str(diff_id), root, tick)
             entries += count
             skipped += skip
