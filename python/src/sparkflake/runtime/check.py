@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..audit.checks import CheckResult
+from ..compose.tree_paths import image_path
 from ..errors import CheckFailed, InputError
 from ..oci.layer_scan import ELF_MACHINE_BY_ARCHITECTURE
 from ..oci.reader import ImageReader, open_image
@@ -118,27 +119,23 @@ def _interpreter(root: Path, env: Mapping[str, str]) -> tuple[str | None, str]:
 
 
 def _resolve_in_root(root: Path, path: str, hops: int = 40) -> Path | None:
-    current = root
-    parts = [part for part in path.split("/") if part]
-    while parts:
-        part = parts.pop(0)
-        if part == "..":
-            current = current.parent if current != root else root
-            continue
-        candidate = current / part
-        if candidate.is_symlink():
-            hops -= 1
-            if hops < 0:
-                return None
-            target = os.readlink(candidate)
-            parts = [p for p in target.split("/") if p] + parts
-            if target.startswith("/"):
-                current = root
-            continue
-        if not os.path.lexists(candidate):
+    """``path`` of the image, every symlink (the last one too) followed inside ``root``."""
+    relative = path.strip("/")
+    for _ in range(hops):
+        try:
+            candidate = image_path(root, relative, source=path) if relative else root
+            parent = candidate.parent
+        except (CheckFailed, OSError):
             return None
-        current = candidate
-    return current
+        if not candidate.is_symlink():
+            return candidate if candidate.exists() else None
+        target = os.readlink(candidate)
+        inside = os.path.relpath(parent, root)
+        relative = os.path.normpath(target.lstrip("/") if target.startswith("/") else
+                                    os.path.join("" if inside == "." else inside, target))
+        if relative.startswith(".."):
+            return None
+    return None
 
 
 def _elf_machine(path: str) -> int | None:

@@ -32,13 +32,13 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..atomic_write import write_bytes_atomic
+from ..compose.tree_paths import image_path, normalize_member, resolve_parent
 from ..errors import CheckFailed, InputError
 from ..file_hashes import stat_identity
 from ..oci.compression import Decompressor, detect_compression
 from ..oci.reader import BlobRef, ImageReader
 
 READ_CHUNK = 1 << 20
-MAX_SYMLINK_HOPS = 40
 RECORD_NAME = "unpacked-root.json"
 RECORD_SCHEMA = "sparkflake.unpacked-root/v1"
 WHITEOUT_PREFIX = ".wh."
@@ -98,58 +98,17 @@ class _VerifyingStream:
 
 def entry_problem(member: tarfile.TarInfo) -> str | None:
     """Why ``member`` must not be extracted, or None. Skipped kinds are not problems."""
-    name = member.name
-    parts = [part for part in name.split("/") if part not in ("", ".")]
-    if "\x00" in name:
-        return "a NUL byte in the name"
-    if ".." in parts:
-        return "a '..' component"
-    if member.islnk():
-        target = [part for part in member.linkname.split("/") if part not in ("", ".")]
-        if ".." in target or not target:
-            return f"a hard link to {member.linkname!r}, outside the root"
+    try:
+        normalize_member(member.name, source="entry")
+        if member.islnk():
+            if not normalize_member(member.linkname, source="hard link"):
+                return f"a hard link to {member.linkname!r}"
+    except CheckFailed as exc:
+        return exc.message
     if not (member.isreg() or member.isdir() or member.issym() or member.islnk()
             or member.ischr() or member.isblk() or member.isfifo()):
         return f"an entry of unknown type {member.type!r}"
     return None
-
-
-def _parts(name: str) -> list[str]:
-    return [part for part in name.split("/") if part not in ("", ".")]
-
-
-def _resolve_parent(root: Path, parts: list[str]) -> Path:
-    """The directory that holds ``parts[-1]``, resolving symlinks of the parents inside
-    ``root`` as a chroot would (an absolute target restarts at the root)."""
-    current: list[str] = []
-    pending = list(parts[:-1])
-    hops = 0
-    while pending:
-        part = pending.pop(0)
-        if part == "..":
-            if current:
-                current.pop()
-            continue
-        candidate = root.joinpath(*current, part)
-        try:
-            status = os.lstat(candidate)
-        except FileNotFoundError:
-            os.mkdir(candidate, 0o755)
-            current.append(part)
-            continue
-        if stat.S_ISLNK(status.st_mode):
-            hops += 1
-            if hops > MAX_SYMLINK_HOPS:
-                raise InputError(f"{'/'.join(parts)}: too many symlinks in its parents")
-            target = os.readlink(candidate)
-            if target.startswith("/"):
-                current = []
-            pending = _parts(target) + pending
-            continue
-        if not stat.S_ISDIR(status.st_mode):
-            raise InputError(f"{'/'.join(parts)}: parent {'/'.join([*current, part])} is not a directory")
-        current.append(part)
-    return root.joinpath(*current)
 
 
 def _remove(path: Path) -> None:
@@ -168,13 +127,13 @@ def _extract(tar: tarfile.TarFile, member: tarfile.TarInfo, root: Path, where: s
     problem = entry_problem(member)
     if problem is not None:
         raise CheckFailed(f"{where}: entry {member.name!r} refused: {problem}", check_id="runtime.layer-entry")
-    parts = _parts(member.name)
-    if not parts:
+    relative = normalize_member(member.name, source=where)
+    if not relative:
         return True  # the root directory itself
     if member.ischr() or member.isblk() or member.isfifo():
         return False
-    parent = _resolve_parent(root, parts)
-    leaf = parts[-1]
+    parent = resolve_parent(root, relative, source=where)
+    leaf = relative.split("/")[-1]
     if leaf == OPAQUE_WHITEOUT:
         for child in os.listdir(parent):
             _remove(parent / child)
@@ -196,8 +155,7 @@ def _extract(tar: tarfile.TarFile, member: tarfile.TarInfo, root: Path, where: s
         os.symlink(member.linkname, path)
         return True
     if member.islnk():
-        source_parts = _parts(member.linkname)
-        source = _resolve_parent(root, source_parts) / source_parts[-1]
+        source = image_path(root, normalize_member(member.linkname, source=where), source=where)
         if not os.path.isfile(source) or os.path.islink(source):
             raise CheckFailed(f"{where}: hard link {member.name!r} -> {member.linkname!r}: no such regular file "
                               "earlier in the image", check_id="runtime.layer-entry")
