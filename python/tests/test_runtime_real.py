@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -79,9 +80,13 @@ def dflash7(tmp_path_factory):
     cases = [Case(c.name, c.serve_args, c.env) for c in conformance_cases(contract_from_profile(profile))
              if c.serve_args is not None]
     bad = _bad_cases(cases)
-    report = run_check(out, cases=[*cases, *(case for case, _, _ in bad.values())],
-                       expected_versions=expected_versions(profile), platform=profile.platform,
-                       scratch=tmp / "scratch")
+    try:
+        report = run_check(out, cases=[*cases, *(case for case, _, _ in bad.values())],
+                           expected_versions=expected_versions(profile), platform=profile.platform,
+                           scratch=tmp / "scratch")
+    finally:
+        # an unpacked root is about 9 GB: not left for pytest's kept temporary directories
+        shutil.rmtree(tmp, ignore_errors=True)
     return report, cases, bad
 
 
@@ -127,7 +132,11 @@ def test_the_committed_manifest_is_what_the_image_says(dflash7):
 
 def test_mtp5_check_through_the_cli(tmp_path):
     out = _build("glm53-mtp5", tmp_path / "out")
-    completed = _cli("runtime", "check", str(out), "--json", "--scratch", str(tmp_path / "scratch"))
+    try:
+        completed = _cli("runtime", "check", str(out), "--json", "--scratch", str(tmp_path / "scratch"))
+    finally:
+        shutil.rmtree(tmp_path / "scratch", ignore_errors=True)
+        shutil.rmtree(out / "oci", ignore_errors=True)
     assert completed.returncode == 0, completed.stdout[-6000:] + completed.stderr[-2000:]
     assert "Traceback" not in completed.stderr
     report = json.loads(completed.stdout)

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..atomic_write import write_bytes_atomic
 from ..audit.checks import CheckResult
 from ..compose.tree_paths import image_path
 from ..errors import CheckFailed, InputError
@@ -225,8 +226,7 @@ def run_check(
 
 def _run_probe(report: CheckReport, root: Path, scratch: Path, python: str, image_env: Mapping[str, str],
                cases: Sequence[Case], expected_versions: Mapping[str, str], timeout: float) -> dict | None:
-    pycache = scratch / "pycache"
-    pycache.mkdir(exist_ok=True)
+    pycache = _verified_pycache(scratch)
     work = Path(tempfile.mkdtemp(prefix="probe-", dir=scratch))
     try:
         shutil.copyfile(PROBE_SOURCE, work / "probe.py")
@@ -246,6 +246,7 @@ def _run_probe(report: CheckReport, root: Path, scratch: Path, python: str, imag
             [(work, INSIDE, True), (pycache, PYCACHE_INSIDE, True)],
         )
         run = sandbox.run_sandboxed(command, timeout=timeout, stderr_path=work / "stderr.log")
+        _record_pycache(scratch, pycache)
         report.probe_seconds = round(run.seconds, 3)
         result_path = work / "result.json"
         if run.returncode is None:
@@ -279,6 +280,29 @@ def _run_probe(report: CheckReport, root: Path, scratch: Path, python: str, imag
         return result
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _verified_pycache(scratch: Path) -> Path:
+    """The bytecode the image's interpreter wrote in earlier checks of this root, kept only
+    if every entry's stat identity is what the last check recorded; else started afresh.
+    The record goes whenever the root is unpacked again (rootfs removes the scratch root)."""
+    pycache = scratch / "pycache"
+    record = scratch / "pycache.json"
+    try:
+        recorded = json.loads(record.read_bytes()[: 1 << 16]).get("tree")
+    except (OSError, ValueError, AttributeError):
+        recorded = None
+    unpacked = scratch / rootfs.RECORD_NAME
+    if pycache.exists() and (recorded is None or not unpacked.exists()
+                             or record.stat().st_mtime_ns < unpacked.stat().st_mtime_ns
+                             or rootfs.tree_identity(pycache) != recorded):
+        shutil.rmtree(pycache)
+    pycache.mkdir(exist_ok=True)
+    return pycache
+
+
+def _record_pycache(scratch: Path, pycache: Path) -> None:
+    write_bytes_atomic(scratch / "pycache.json", json.dumps({"tree": rootfs.tree_identity(pycache)}).encode())
 
 
 def _dynamic(result: Mapping[str, Any]) -> set[str]:

@@ -23,9 +23,11 @@ import errno
 import hashlib
 import json
 import os
+import queue
 import shutil
 import stat
 import tarfile
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,7 +51,10 @@ ProgressCallback = Callable[[int, int, str], None]
 
 class _VerifyingStream:
     """The decompressed bytes of a blob as a file object for ``tarfile``, hashing both
-    the blob (as stored) and its decompressed stream (the diffID)."""
+    the blob (as stored) and its decompressed stream (the diffID).
+
+    A worker thread reads, hashes and decompresses (zlib, zstd and sha256 release the GIL)
+    while the caller's thread extracts, so on two cores the two overlap."""
 
     def __init__(self, handle: BinaryIO, on_bytes: Callable[[int], None] | None) -> None:
         self._handle = handle
@@ -57,26 +62,44 @@ class _VerifyingStream:
         self.blob_hasher = hashlib.sha256()
         self.diff_hasher = hashlib.sha256()
         self.size = 0
-        self._decompressor: Decompressor | None = None
         self._pending = b""
         self._offset = 0
         self._eof = False
+        self._error: BaseException | None = None
+        self._stop = threading.Event()
+        self._chunks: queue.Queue[bytes | None] = queue.Queue(maxsize=8)
+        self._worker = threading.Thread(target=self._produce, name="layer-unpack", daemon=True)
+        self._worker.start()
+
+    def _produce(self) -> None:
+        decompressor: Decompressor | None = None
+        try:
+            while not self._stop.is_set() and (chunk := self._handle.read(READ_CHUNK)):
+                if decompressor is None:
+                    decompressor = Decompressor(detect_compression(chunk))
+                self.blob_hasher.update(chunk)
+                self.size += len(chunk)
+                if self._on_bytes is not None:
+                    self._on_bytes(len(chunk))
+                plain = decompressor.decompress(chunk)
+                self.diff_hasher.update(plain)
+                if plain:
+                    self._chunks.put(plain)
+            if decompressor is not None and not self._stop.is_set():
+                decompressor.finish()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the reading thread
+            self._error = exc
+        finally:
+            self._chunks.put(None)
 
     def _fill(self) -> None:
-        chunk = self._handle.read(READ_CHUNK)
-        if not chunk:
-            if self._decompressor is not None:
-                self._decompressor.finish()
+        plain = self._chunks.get()
+        if plain is None:
             self._eof = True
+            self._worker.join()
+            if self._error is not None:
+                raise self._error
             return
-        if self._decompressor is None:
-            self._decompressor = Decompressor(detect_compression(chunk))
-        self.blob_hasher.update(chunk)
-        self.size += len(chunk)
-        if self._on_bytes is not None:
-            self._on_bytes(len(chunk))
-        plain = self._decompressor.decompress(chunk)
-        self.diff_hasher.update(plain)
         # copy what is left once per chunk, not once per read
         self._pending = self._pending[self._offset:] + plain
         self._offset = 0
@@ -94,6 +117,16 @@ class _VerifyingStream:
         while not self._eof:
             self._pending, self._offset = b"", 0
             self._fill()
+
+    def close(self) -> None:
+        """Stop the worker (after an error the rest of the blob is not read)."""
+        self._stop.set()
+        while self._worker.is_alive():
+            try:
+                self._chunks.get(timeout=0.1)
+            except queue.Empty:
+                pass
+        self._worker.join()
 
 
 def entry_problem(member: tarfile.TarInfo) -> str | None:
@@ -195,6 +228,8 @@ def unpack_layer(reader: ImageReader, ref: BlobRef, diff_id: str, root: Path,
             stream.drain()
         except (tarfile.TarError, ValueError, EOFError) as exc:
             raise InputError(f"{ref.role} blob {where}: {exc}") from None
+        finally:
+            stream.close()
     blob_digest = "sha256:" + stream.blob_hasher.hexdigest()
     if ref.digest is not None and blob_digest != ref.digest:
         raise CheckFailed(f"{ref.role} blob {where} has digest {blob_digest}, expected {ref.digest}",
