@@ -27,6 +27,19 @@ from sparkflake.runtime.check import Case, run_check
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
+# A directory of verified unpacked roots kept between runs (the check re-verifies a root
+# before it reuses it); unset, each run unpacks into its own temporary directory.
+KEPT_SCRATCH = os.environ.get("SPARKFLAKE_TEST_RUNTIME_SCRATCH")
+
+
+def _scratch(tmp: Path, profile: str) -> Path:
+    return Path(KEPT_SCRATCH) / profile if KEPT_SCRATCH else tmp / "scratch"
+
+
+def _drop(scratch: Path) -> None:
+    # an unpacked root is about 9 GB: not left for pytest's kept temporary directories
+    if not KEPT_SCRATCH:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _cli(*args: str, timeout: float = 3600) -> subprocess.CompletedProcess:
@@ -80,13 +93,14 @@ def dflash7(tmp_path_factory):
     cases = [Case(c.name, c.serve_args, c.env) for c in conformance_cases(contract_from_profile(profile))
              if c.serve_args is not None]
     bad = _bad_cases(cases)
+    scratch = _scratch(tmp, "glm53-dflash7")
     try:
         report = run_check(out, cases=[*cases, *(case for case, _, _ in bad.values())],
                            expected_versions=expected_versions(profile), platform=profile.platform,
-                           scratch=tmp / "scratch")
+                           scratch=scratch)
     finally:
-        # an unpacked root is about 9 GB: not left for pytest's kept temporary directories
-        shutil.rmtree(tmp, ignore_errors=True)
+        _drop(scratch)
+        shutil.rmtree(out / "oci", ignore_errors=True)
     return report, cases, bad
 
 
@@ -132,15 +146,16 @@ def test_the_committed_manifest_is_what_the_image_says(dflash7):
 
 def test_mtp5_check_through_the_cli(tmp_path):
     out = _build("glm53-mtp5", tmp_path / "out")
+    scratch = _scratch(tmp_path, "glm53-mtp5")
     try:
-        completed = _cli("runtime", "check", str(out), "--json", "--scratch", str(tmp_path / "scratch"))
+        completed = _cli("runtime", "check", str(out), "--json", "--scratch", str(scratch))
     finally:
-        shutil.rmtree(tmp_path / "scratch", ignore_errors=True)
-        shutil.rmtree(out / "oci", ignore_errors=True)
+        _drop(scratch)
     assert completed.returncode == 0, completed.stdout[-6000:] + completed.stderr[-2000:]
     assert "Traceback" not in completed.stderr
     report = json.loads(completed.stdout)
     assert report["ok"] and report["capabilities"]["image"]["manifest_digest"]
     committed = REPO / "profiles" / "glm53-mtp5" / capability_file.FILE_NAME
     assert (out / capability_file.FILE_NAME).read_bytes() == committed.read_bytes()
+    shutil.rmtree(out / "oci", ignore_errors=True)
     assert os.path.getsize(committed) < capability_file.MAX_BYTES
