@@ -29,7 +29,6 @@ DRAFT_PATH = "/srv/sparkflake-check/models/draft"
 # Non-default values whose spec differs from the default's (each on DCP1, rank 0)
 VARIANTS: tuple[Mapping[str, str], ...] = (
     {"LOAD_FORMAT": "safetensors"},
-    {"LOAD_FORMAT": "auto"},
     {"CUDA_GRAPH_MODE": "PIECEWISE"},
     {"CUDA_GRAPH_MODE": "FULL"},
     {"CUDA_GRAPH_MODE": "FULL_DECODE_ONLY"},

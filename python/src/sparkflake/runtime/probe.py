@@ -43,12 +43,16 @@ def _track_environ_reads() -> None:
     original_getitem = cls.__getitem__
     original_contains = cls.__contains__
 
+    def note(key) -> None:  # type: ignore[no-untyped-def]
+        # os.environb is an _Environ too: its keys are bytes
+        ENV_READS.add(key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key))
+
     def getitem(self, key):  # type: ignore[no-untyped-def]
-        ENV_READS.add(key)
+        note(key)
         return original_getitem(self, key)
 
     def contains(self, key):  # type: ignore[no-untyped-def]
-        ENV_READS.add(key)
+        note(key)
         return original_contains(self, key)
 
     cls.__getitem__ = getitem  # type: ignore[method-assign]
@@ -109,6 +113,19 @@ def import_runtime(capture: _LogCapture) -> dict[str, object]:
             imports[name] = {"ok": False, "error": _error(exc), "log": capture.records[before:],
                              "stderr": stderr.getvalue()[-4000:]}
     return imports
+
+
+def select_cuda_platform() -> str:
+    """vLLM finds its platform through NVML, which needs the host's driver and a GPU; the
+    check has neither. The image serves on CUDA (GB10), so the check gives vLLM the CUDA
+    platform class it selects itself when NVML is absent (vllm/platforms/cuda.py:1054
+    ``CudaPlatform = NvmlCudaPlatform if nvml_available else NonNvmlCudaPlatform``), set
+    where vllm/platforms/__init__.py:315 keeps the lazily resolved one."""
+    import vllm.platforms as platforms
+    from vllm.platforms.cuda import CudaPlatform
+
+    platforms._current_platform = CudaPlatform()
+    return f"{CudaPlatform.__module__}.{CudaPlatform.__qualname__}"
 
 
 def versions(expected: dict[str, str]) -> dict[str, object]:
@@ -482,6 +499,11 @@ def main(argv: list[str]) -> int:
             logging.getLogger("vllm").addHandler(capture)
         result["imports"] = imports
         result["import_seconds"] = round(time.monotonic() - STARTED, 3)
+        if imports.get("vllm", {}).get("ok"):
+            try:
+                result["platform"] = select_cuda_platform()
+            except BaseException as exc:  # noqa: BLE001
+                result["platform"] = {"error": _error(exc)}
         result["versions"] = versions(request.get("expected_versions", {}))
         result["capabilities"] = capabilities() if imports.get("vllm", {}).get("ok") else {}
         cases = []

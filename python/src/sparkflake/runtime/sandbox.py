@@ -2,7 +2,7 @@
 its own interpreter and libraries, the config's environment; no container engine, no GPU.
 
 bubblewrap (Debian's ``bubblewrap``) makes the root: the unpacked tree read-only at ``/``,
-a fresh ``/dev``, ``/proc`` and ``/tmp``, the host's ``/sys`` read-only (torch's cpuinfo
+a fresh ``/dev``, ``/proc``, ``/tmp`` and ``/root`` (HOME), the host's ``/sys`` read-only (torch's cpuinfo
 reads the CPU list there), no network. On an arm64 host the image's arm64 binaries run
 natively; on x86_64 the kernel hands them to qemu-user through binfmt_misc. The ``F``
 flag makes the kernel open the emulator when it is registered, so it runs inside a root
@@ -97,7 +97,8 @@ def sandbox_argv(root: Path, argv: Sequence[str], env: Mapping[str, str],
     command = [
         bwrap, "--unshare-pid", "--unshare-ipc", "--unshare-net", "--unshare-uts", "--die-with-parent",
         "--ro-bind", str(root), "/", "--dev", "/dev", "--proc", "/proc", "--ro-bind", "/sys", "/sys",
-        "--tmpfs", "/tmp",
+        # what a container's writable layer gives: HOME (/root) and /tmp can be written
+        "--tmpfs", "/tmp", "--tmpfs", "/root",
     ]
     for host, inside, writable in binds:
         command += ["--bind" if writable else "--ro-bind", str(host), inside]
