@@ -227,6 +227,8 @@ def run_check(
 def _run_probe(report: CheckReport, root: Path, scratch: Path, python: str, image_env: Mapping[str, str],
                cases: Sequence[Case], expected_versions: Mapping[str, str], timeout: float) -> dict | None:
     pycache = _verified_pycache(scratch)
+    for stale in scratch.glob("probe-*"):  # left by a check that was killed
+        shutil.rmtree(stale, ignore_errors=True)
     work = Path(tempfile.mkdtemp(prefix="probe-", dir=scratch))
     try:
         shutil.copyfile(PROBE_SOURCE, work / "probe.py")
