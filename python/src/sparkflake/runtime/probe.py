@@ -115,17 +115,26 @@ def import_runtime(capture: _LogCapture) -> dict[str, object]:
     return imports
 
 
-def select_cuda_platform() -> str:
-    """vLLM finds its platform through NVML, which needs the host's driver and a GPU; the
-    check has neither. The image serves on CUDA (GB10), so the check gives vLLM the CUDA
-    platform class it selects itself when NVML is absent (vllm/platforms/cuda.py:1054
-    ``CudaPlatform = NvmlCudaPlatform if nvml_available else NonNvmlCudaPlatform``), set
-    where vllm/platforms/__init__.py:315 keeps the lazily resolved one."""
+def select_platform() -> str:
+    """vLLM finds its platform through NVML and its CUDA platform module links the host
+    driver's libcuda.so.1 (vllm/platforms/cuda.py:23 imports vllm._C_stable_libtorch),
+    which the NVIDIA container toolkit mounts at run time: the image does not contain it
+    and the check has no GPU. So the parser and configs are built on vLLM's CPU platform,
+    as `vllm bench` does on a machine without an accelerator (vllm/entrypoints/cli/main.py:
+    72-86), set where vllm/platforms/__init__.py:315 keeps the resolved platform. What
+    depends on the CUDA platform (kernel selection at start) is not judged here."""
     import vllm.platforms as platforms
-    from vllm.platforms.cuda import CudaPlatform
 
-    platforms._current_platform = CudaPlatform()
-    return f"{CudaPlatform.__module__}.{CudaPlatform.__qualname__}"
+    try:
+        from vllm.platforms.cuda import CudaPlatform  # a host that has the driver
+
+        platforms._current_platform = CudaPlatform()
+        return f"{CudaPlatform.__module__}.{CudaPlatform.__qualname__}"
+    except ImportError as exc:
+        from vllm.platforms.cpu import CpuPlatform
+
+        platforms._current_platform = CpuPlatform()
+        return f"vllm.platforms.cpu.CpuPlatform (CUDA platform not importable: {_error(exc)})"
 
 
 def versions(expected: dict[str, str]) -> dict[str, object]:
@@ -501,7 +510,7 @@ def main(argv: list[str]) -> int:
         result["import_seconds"] = round(time.monotonic() - STARTED, 3)
         if imports.get("vllm", {}).get("ok"):
             try:
-                result["platform"] = select_cuda_platform()
+                result["platform"] = select_platform()
             except BaseException as exc:  # noqa: BLE001
                 result["platform"] = {"error": _error(exc)}
         result["versions"] = versions(request.get("expected_versions", {}))
