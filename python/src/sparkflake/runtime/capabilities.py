@@ -46,6 +46,7 @@ class Capabilities:
     flashinfer_kernels: bool  # vLLM's has_flashinfer(): precompiled cubins, or nvcc + ninja
     quantization_methods: tuple[str, ...]
     plugin_warnings: tuple[str, ...]
+    vllm_platform: str  # the vLLM platform the check's parser and configs were built on
     source: str = field(default="", compare=False)  # the file it was read from
 
     def as_json(self) -> dict[str, Any]:
@@ -68,6 +69,7 @@ class Capabilities:
             "flashinfer_kernels": self.flashinfer_kernels,
             "quantization_methods": list(self.quantization_methods),
             "plugin_warnings": list(self.plugin_warnings),
+            "vllm_platform": self.vllm_platform,
         }
 
 
@@ -138,6 +140,7 @@ def parse(document: Any, where: str) -> Capabilities:
         flashinfer_kernels=flashinfer,
         quantization_methods=_strings(document, ("quantization_methods",), where),
         plugin_warnings=_strings(document, ("plugin_warnings",), where),
+        vllm_platform=str(document.get("vllm_platform", "")),
         source=where,
     )
 

@@ -470,4 +470,5 @@ def _capabilities(result: Mapping[str, Any], reader: ImageReader, config_digest:
         flashinfer_kernels=caps.get("flashinfer_kernels") is True,
         quantization_methods=strings("quantization_methods"),
         plugin_warnings=tuple(warnings),
+        vllm_platform=str(result.get("platform", "")),
     )
