@@ -29,7 +29,8 @@ SEARCHED = ("opt", "usr/lib", "usr/local/lib")
 
 
 def find_names(root: Path, names: Iterable[str], *, timeout: float = 1800) -> dict[str, str]:
-    """name -> the first image path (``/``-rooted) whose bytes contain it as a word."""
+    """name -> the smallest image path (``/``-rooted) whose bytes contain it as a word
+    (the smallest, not the first found: directory order differs between filesystems)."""
     wanted = sorted(set(names))
     if not wanted:
         return {}
@@ -46,11 +47,10 @@ def find_names(root: Path, names: Iterable[str], *, timeout: float = 1800) -> di
         for line in process.stdout:
             path, _, match = line.rstrip(b"\n").partition(b"\x00")
             name = match.decode(errors="replace")
-            if name in wanted and name not in found:
-                found[name] = "/" + str(Path(path.decode(errors="replace")).relative_to(root))
-                if len(found) == len(wanted):
-                    process.kill()
-                    break
+            if name in wanted:
+                shown = "/" + str(Path(path.decode(errors="replace")).relative_to(root))
+                if name not in found or shown < found[name]:
+                    found[name] = shown
         try:
             process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:

@@ -462,14 +462,10 @@ def _build_speculative(cls, values: dict[str, object]) -> dict[str, object]:  # 
         for item in getattr(exc, "errors", lambda: [])():
             if item.get("type") in ("unexpected_keyword_argument", "extra_forbidden"):
                 unexpected.append(str(item.get("loc", ["?"])[-1]))
-        return {"ok": not unexpected and _only_needs_target(text), "error": text,
+        # pydantic validates every given key and value before __post_init__ runs; what
+        # __post_init__ raises without target_model_config is the absent checkpoint
+        return {"ok": type(exc).__name__ != "ValidationError" and not unexpected, "error": text,
                 "unexpected_keys": sorted(set(unexpected))}
-
-
-def _only_needs_target(text: str) -> bool:
-    # Without target_model_config SpeculativeConfig's validator stops where it would read
-    # the target model; that is the absence of a checkpoint here, not a bad key or value.
-    return "target_model_config" in text or "target_parallel_config" in text
 
 
 def _judge_connector(kv_config) -> dict[str, object]:  # type: ignore[no-untyped-def]
@@ -525,8 +521,11 @@ def main(argv: list[str]) -> int:
                 except BaseException as exc:  # noqa: BLE001
                     cases.append({"name": case.get("name"), "error": _error(exc),
                                   "traceback": traceback.format_exc()[-4000:]})
+                # pop() reads the value through __getitem__: that read is the probe's own
+                seen = set(ENV_READS)
                 for key in case.get("env", {}):
                     os.environ.pop(key, None)
+                ENV_READS.intersection_update(seen)
         result["cases"] = cases
         result["env_reads"] = sorted(ENV_READS)
         result["log"] = capture.records[-200:]
