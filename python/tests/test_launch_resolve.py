@@ -175,9 +175,14 @@ def test_unknown_key_suggests_nearest():
 
 
 def test_qualification(tmp_path):
-    contract = bound_contract("glm53-dflash7", tmp_path)
-    # The seeds qualified SparkCache on; this image's SparkCache cannot run GLM-5.3, so the
-    # profile's default (off) is not the qualified configuration
+    # With the image's capabilities, the seeds' qualified configuration (SparkCache on)
+    # cannot run at all: this image's SparkCache refuses GLM-5.3
+    refused = qualify(run(env()), bound_contract("glm53-dflash7", tmp_path), None)
+    assert refused.status == UNQUALIFIED
+    assert "qualified configuration not applicable" in refused.differences[0]
+    assert "SparkCache 0.1.0a2 refuses" in refused.differences[0]
+    # the launcher's own rules: the profile's default (off) is not the qualified configuration
+    contract = dataclasses.replace(bound_contract("glm53-dflash7", tmp_path), capabilities=None)
     default = qualify(run(env()), contract, None)
     assert default.status == UNQUALIFIED
     assert default.differences == ("SPARKCACHE_ENABLED: qualified 1, resolved 0",)
@@ -199,7 +204,8 @@ def test_qualification(tmp_path):
 
 def test_qualified_image_binding(tmp_path):
     image = "sha256:" + "a" * 64
-    contract = dataclasses.replace(bound_contract("glm53-dflash7", tmp_path), status="qualified", image_id=image)
+    contract = dataclasses.replace(bound_contract("glm53-dflash7", tmp_path), status="qualified", image_id=image,
+                                   capabilities=None)
     resolution = run(env(SPARKCACHE_ENABLED="1"))
     assert qualify(resolution, contract, image).status == "qualified"
     other = qualify(resolution, contract, "sha256:" + "b" * 64)
