@@ -39,7 +39,7 @@ def base_identity(**overrides):
         "SPARKCACHE_NAMESPACE": "manager-pages-v2", "SPARKCACHE_PUBLICATION": "snapshot-v1",
         "SPARKCACHE_MODEL_PROFILE": "glm52-nvfp4", "SPARKCACHE_DRAFT_KV_POLICY": "separate",
         "SPECULATIVE_METHOD": "dflash", "SPECULATIVE_TOKENS": 7, "ATTENTION_BACKEND": "",
-        "MOE_BACKEND": "",
+        "MOE_BACKEND": "", "LINEAR_BACKEND": "",
     }
     values.update(overrides)
     return runtime_identity(
@@ -87,7 +87,7 @@ def test_every_identity_field_changes_the_namespace():
     [("TP", 2), ("DCP", 2), ("CP_KV_INTERLEAVE", 4), ("FULL_CKV_GATHER", True), ("NODE_COUNT", 8), ("PP", 2),
      ("KV_CACHE_DTYPE", "bfloat16"), ("KV_BLOCK_SIZE", 128), ("KV_RECORD_BYTES_PER_TOKEN", 1),
      ("SPECULATIVE_TOKENS", 5), ("SPECULATIVE_METHOD", "mtp"), ("ATTENTION_BACKEND", "B12X"),
-     ("MOE_BACKEND", "cutlass")],
+     ("MOE_BACKEND", "cutlass"), ("LINEAR_BACKEND", "cutlass")],
 )
 def test_each_state_changing_setting_changes_the_namespace(setting, value):
     assert namespace(base_identity(**{setting: value})) != namespace(base_identity())
@@ -121,7 +121,7 @@ def _flat(dcp, policy):
         "NODE_COUNT": 4, "KV_CACHE_DTYPE": "fp8", "KV_BLOCK_SIZE": 64, "KV_RECORD_BYTES_PER_TOKEN": 24576,
         "SPARKCACHE_NAMESPACE": "manager-pages-v2", "SPARKCACHE_PUBLICATION": "snapshot-v1",
         "SPARKCACHE_MODEL_PROFILE": "glm52-nvfp4", "SPARKCACHE_DRAFT_KV_POLICY": policy,
-        "SPECULATIVE_METHOD": "dflash", "SPECULATIVE_TOKENS": 7, "ATTENTION_BACKEND": "", "MOE_BACKEND": "",
+        "SPECULATIVE_METHOD": "dflash", "SPECULATIVE_TOKENS": 7, "ATTENTION_BACKEND": "", "MOE_BACKEND": "", "LINEAR_BACKEND": "",
     }
 
 

@@ -35,8 +35,11 @@ def _files(files):
 def golden_plan(profile: str, dcp: int, sparkcache: bool, rank: int, engine: str = "podman"):
     # Components come from the shared lock, which other stages regenerate; the goldens pin
     # them so that they change only when the launcher or the profile's contract does.
+    # The spec builder alone: the image's capabilities would refuse DCP2/DCP4 and SparkCache
+    # on (test_launch_capabilities.py), and the goldens show what each would emit.
     contract = dataclasses.replace(
         real_contract(profile),
+        capabilities=None,
         target_files=_files(TARGET_FILES),
         draft_files=_files(DRAFT_FILES),
         components={"vllm.wheel_sha256": "6" * 64, "vllm.source": "git 331573d2 tree 927f52a0",
@@ -109,7 +112,8 @@ def test_golden_invariants(profile, dcp, sparkcache, rank):
     assert arg("--decode-context-parallel-size") == str(dcp)
     assert arg("--cp-kv-cache-interleave-size") == ("1" if dcp == 1 else "4")
     assert arg("--kv-cache-memory-bytes") == str((26 if dcp == 1 else 30) << 30)
-    assert f"B12X_FULL_CKV_GATHER={'0' if dcp == 1 else '1'}" in argv
+    assert not any("FULL_CKV_GATHER" in item for item in argv)  # read by nothing in the image
+    assert (arg("--attention-backend"), arg("--moe-backend"), arg("--linear-backend")) == ("B12X", "b12x", "b12x")
     assert arg("--max-model-len") == "1048576" and arg("--max-num-batched-tokens") == "8192"
     assert "--enable-prefix-caching" in serve
     assert ("--kv-transfer-config" in serve) is sparkcache
@@ -125,9 +129,12 @@ def test_golden_invariants(profile, dcp, sparkcache, rank):
         assert compilation["pass_config"] == {"fuse_allreduce_rms": False}
         assert "VLLM_ALLREDUCE_USE_SYMM_MEM=0" in argv and "VLLM_ALLREDUCE_USE_FLASHINFER=0" in argv
         expected = "implemented" if dcp == 1 and sparkcache else "implemented-unqualified-configuration"
+        if sparkcache:
+            extra = json.loads(arg("--kv-transfer-config"))["kv_connector_extra_config"]
+            assert "spark_cache_namespace" not in extra and "spark_cache_publication" not in extra
         assert plan.qualification.status == expected
     else:
-        assert speculative == {"method": "mtp", "num_speculative_tokens": 5, "adaptive_num_speculative_tokens": True}
+        assert speculative == {"method": "mtp", "num_speculative_tokens": 5}
         assert f"{ROOT}/models/draft:/models/draft:ro" not in argv
         assert plan.qualification.status == "research-only"
     labels = plan.spec.labels

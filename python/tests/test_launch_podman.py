@@ -115,7 +115,7 @@ def test_launch_creates_and_starts_the_container(world):
     # The rank's state was created under its identity, and the root is now marked.
     root = world["base"] / "cache-good"
     assert (root / ".sparkflake-cache-root.json").is_file()
-    identity_file = root / "glm53-dflash7" / "sparkcache" / report["namespace"] / "identity.json"
+    identity_file = root / "glm53-dflash7" / "jit" / report["namespace"] / "identity.json"  # SparkCache is off
     assert json.loads(identity_file.read_text()) == report["identity"]
     podman("rm", "--force", name)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -17,7 +19,9 @@ ROOT = "/srv/test"
 
 
 def run(text: str, profile: str = "glm53-dflash7", rank: int = 0):
-    contract = real_contract(profile)
+    # The launcher's own rules, with no image's capabilities (test_launch_capabilities.py
+    # has those)
+    contract = dataclasses.replace(real_contract(profile), capabilities=None)
     return resolve(parse_env_text(text, "r.env"), contract, rank, "r.env")
 
 
@@ -66,7 +70,7 @@ def test_other_auto_rules():
     mtp = run(env(draft=False), profile="glm53-mtp5").values
     assert mtp["SPARKCACHE_DRAFT_KV_POLICY"] == "colocated_target"
     assert mtp["DRAFT_TP"] is None
-    assert mtp["SPECULATIVE_ADAPTIVE"] is True
+    assert mtp["SPECULATIVE_ADAPTIVE"] is False  # refused with vLLM 0.33.0: fixed depth
     private = run(env(IPC_MODE="private")).values
     assert private["SHM_SIZE"] == 32 * GiB
 
@@ -95,9 +99,9 @@ def test_explicit_compatible_values_are_kept():
         ({"SPARKCACHE_DRAFT_KV_POLICY": "colocated_target"}, "separate checkpoint", 6),
         ({"SPARKCACHE_MAX_SPAN_TOKENS": "2000000"}, "exceeds MAX_MODEL_LEN", 6),
         ({"SPARKCACHE_MIN_SPAN_TOKENS": "4096", "SPARKCACHE_MAX_SPAN_TOKENS": "2048"}, "exceeds SPARKCACHE_MAX_SPAN_TOKENS", 6),
-        ({"PP": "2", "TP": "2", "NODE_COUNT": "4"}, "PP must be 1 with SPARKCACHE_ENABLED=1", 6),
-        ({"KV_CACHE_DTYPE": "bfloat16", "KV_RECORD_BYTES_PER_TOKEN": "24576"}, "needs SPARKCACHE_ENABLED=0", 6),
-        ({"SPARKCACHE_MIN_SPAN_TOKENS": "128"}, "SparkCache refuses this deployment", 6),
+        ({"PP": "2", "TP": "2", "NODE_COUNT": "4", "SPARKCACHE_ENABLED": "1"}, "PP must be 1 with SPARKCACHE_ENABLED=1", 6),
+        ({"KV_CACHE_DTYPE": "bfloat16", "KV_RECORD_BYTES_PER_TOKEN": "24576", "SPARKCACHE_ENABLED": "1"}, "needs SPARKCACHE_ENABLED=0", 6),
+        ({"SPARKCACHE_MIN_SPAN_TOKENS": "128", "SPARKCACHE_ENABLED": "1"}, "SparkCache refuses this deployment", 6),
         ({"KV_BLOCK_SIZE": "16", "DCP": "2", "CP_KV_INTERLEAVE": "4", "SPARKCACHE_MIN_SPAN_TOKENS": "1024"}, None, None),
         ({"API_PORT": "29501"}, "API_PORT and MASTER_PORT must differ", 6),
         ({"SHM_SIZE": "1073741824"}, "SHM_SIZE cannot be set with IPC_MODE=host", 6),
@@ -171,12 +175,21 @@ def test_unknown_key_suggests_nearest():
 
 
 def test_qualification(tmp_path):
-    contract = bound_contract("glm53-dflash7", tmp_path)
-    default = run(env())
-    qualified = qualify(default, contract, None)
+    # With the image's capabilities, the seeds' qualified configuration (SparkCache on)
+    # cannot run at all: this image's SparkCache refuses GLM-5.3
+    refused = qualify(run(env()), bound_contract("glm53-dflash7", tmp_path), None)
+    assert refused.status == UNQUALIFIED
+    assert "qualified configuration not applicable" in refused.differences[0]
+    assert "SparkCache 0.1.0a2 refuses" in refused.differences[0]
+    # the launcher's own rules: the profile's default (off) is not the qualified configuration
+    contract = dataclasses.replace(bound_contract("glm53-dflash7", tmp_path), capabilities=None)
+    default = qualify(run(env()), contract, None)
+    assert default.status == UNQUALIFIED
+    assert default.differences == ("SPARKCACHE_ENABLED: qualified 1, resolved 0",)
+    qualified = qualify(run(env(SPARKCACHE_ENABLED="1")), contract, None)
     assert qualified.status == "implemented"  # the profile's status: no image binds the claim yet
     assert qualified.differences == ()
-    changed = qualify(run(env(MAX_NUM_SEQS="8")), contract, None)
+    changed = qualify(run(env(MAX_NUM_SEQS="8", SPARKCACHE_ENABLED="1")), contract, None)
     assert changed.status == UNQUALIFIED
     assert changed.differences == ("MAX_NUM_SEQS: qualified 4, resolved 8",)
     assert changed.settings_hash != qualified.settings_hash
@@ -185,16 +198,15 @@ def test_qualification(tmp_path):
     mtp = qualify(run(env(draft=False), profile="glm53-mtp5"), real_contract("glm53-mtp5"), None)
     assert mtp.status == "research-only"
     # site values never change the claim
-    other_site = run(env().replace("/srv/test/cache", "/srv/other/cache"))
+    other_site = run(env(SPARKCACHE_ENABLED="1").replace("/srv/test/cache", "/srv/other/cache"))
     assert qualify(other_site, contract, None).settings_hash == qualified.settings_hash
 
 
 def test_qualified_image_binding(tmp_path):
-    import dataclasses
-
     image = "sha256:" + "a" * 64
-    contract = dataclasses.replace(bound_contract("glm53-dflash7", tmp_path), status="qualified", image_id=image)
-    resolution = run(env())
+    contract = dataclasses.replace(bound_contract("glm53-dflash7", tmp_path), status="qualified", image_id=image,
+                                   capabilities=None)
+    resolution = run(env(SPARKCACHE_ENABLED="1"))
     assert qualify(resolution, contract, image).status == "qualified"
     other = qualify(resolution, contract, "sha256:" + "b" * 64)
     assert other.status == UNQUALIFIED and "not the profile's pinned image" in other.differences[0]

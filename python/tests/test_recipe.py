@@ -52,15 +52,16 @@ def test_seed_recipe_import(tmp_path):
 
 def test_export_then_import_round_trips_settings(tmp_path):
     env_file = tmp_path / "r.env"
-    env_file.write_text(site_env(tmp_path, 0, DCP="2", MAX_NUM_SEQS="8", SPECULATIVE_TOKENS="5"))
+    # DCP1: the profile's image refuses DCP2/DCP4 (no full-CKV gather switch it reads)
+    env_file.write_text(site_env(tmp_path, 0, DCP="1", MAX_NUM_SEQS="8", SPECULATIVE_TOKENS="5"))
     out = tmp_path / "exported.recipe.toml"
     completed = cli("recipe", "export", "0", str(env_file), "--profile", str(PROFILES / "glm53-dflash7"), "-o", str(out))
     assert completed.returncode == 0, completed.stderr
     imported = import_recipe(tomllib.loads(out.read_text()), str(out))
     runtime = imported.runtime
-    assert runtime["DCP"] == "2" and runtime["CP_KV_INTERLEAVE"] == "4"
+    assert runtime["DCP"] == "1" and runtime["CP_KV_INTERLEAVE"] == "1"
     assert runtime["MAX_NUM_SEQS"] == "8" and runtime["SPECULATIVE_TOKENS"] == "5"
-    assert runtime["KV_CACHE_GIB"] == "30" and runtime["SPARKCACHE_ENABLED"] == "1"
+    assert runtime["KV_CACHE_GIB"] == "26" and runtime["SPARKCACHE_ENABLED"] == "0"
     assert imported.served_model_name == "glm-5.3-flash-dflash7"
     assert imported.unknown_fields == ()
 
@@ -119,8 +120,9 @@ def test_export_import_round_trip_property(dcp, sparkcache, seqs, depth, load_fo
     def rows(files):
         return tuple(IdentityFile(n, hashlib.sha256(c).hexdigest(), len(c)) for n, c in sorted(files.items()))
 
+    # the launcher's own rules (the image's capabilities would refuse DCP2/DCP4, SparkCache on)
     contract = dataclasses.replace(real_contract("glm53-dflash7"), target_files=rows(TARGET_FILES),
-                                   draft_files=rows(DRAFT_FILES))
+                                   draft_files=rows(DRAFT_FILES), capabilities=None)
     text = site_env(Path("/srv/p"), 0, DCP=str(dcp), SPARKCACHE_ENABLED=str(int(sparkcache)), MAX_NUM_SEQS=str(seqs),
                     SPECULATIVE_TOKENS=str(depth), MAX_NUM_BATCHED_TOKENS="8192", LOAD_FORMAT=load_format)
     plan = plan_from_assignments(rank=0, assignments=parse_env_text(text, "r.env"), source="r.env", contract=contract,

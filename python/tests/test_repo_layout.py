@@ -51,6 +51,7 @@ STAGES = [
     "compose/",
     "oci/",
     "audit",
+    "runtime/",
     "identity",
     "fanout",
     "launch/",
@@ -141,3 +142,15 @@ def test_bootstrap_is_idempotent() -> None:
         assert "installing" not in completed.stderr
         assert "creating" not in completed.stderr
         assert "WARNING" not in completed.stderr
+
+
+def test_runtime_stage_imports_nothing_later_and_launch_reads_only_its_manifest() -> None:
+    """Flow order: runtime comes after audit and before distribution and launch."""
+    source = REPO / "python" / "src" / "sparkflake"
+    later = re.compile(r"^\s*(from|import)\s+(\.\.|sparkflake\.)(launch|fanout|cli|pipeline)\b", re.M)
+    for path in (source / "runtime").glob("*.py"):
+        assert not later.search(path.read_text()), path
+    runtime_import = re.compile(r"^\s*from\s+\.\.runtime(\.[a-z_]+)?\s+import\s+([^\n]+)", re.M)
+    for path in (source / "launch").glob("*.py"):
+        for module, names in runtime_import.findall(path.read_text()):
+            assert module == ".capabilities", (path, module, names)

@@ -194,6 +194,7 @@ def runtime_identity(
             "draft_kv_policy": v["SPARKCACHE_DRAFT_KV_POLICY"],
             "attention_backend": v["ATTENTION_BACKEND"],
             "moe_backend": v["MOE_BACKEND"],
+            "linear_backend": v["LINEAR_BACKEND"],
         },
     }
 

@@ -14,6 +14,9 @@ from types import MappingProxyType
 from typing import Any
 
 from ..errors import InputError
+from ..runtime.capabilities import FILE_NAME as CAPABILITIES_FILE
+from ..runtime.capabilities import Capabilities
+from ..runtime.capabilities import load as load_capabilities
 
 _SHA256 = re.compile(r"[0-9a-f]{64}\Z")
 _IMAGE_ID = re.compile(r"sha256:[0-9a-f]{64}\Z")
@@ -55,6 +58,9 @@ class LaunchContract:
     # their digests come from the site's pins file (launch.checkpoint_pins)
     target_pin: tuple[str, ...] = ()
     draft_pin: tuple[str, ...] = ()
+    # what the profile's image can honour (profiles/<name>/runtime-capabilities.json, written
+    # by `sparkflake runtime check`); None: no manifest, no capability rules apply
+    capabilities: Capabilities | None = None
 
     def __post_init__(self) -> None:
         if self.image_id is not None and not _IMAGE_ID.match(self.image_id):
@@ -154,6 +160,9 @@ def contract_from_profile(profile: Any) -> LaunchContract:
         elif getattr(pin, "version", None):
             components[key] = str(pin.version)
     config_digest = getattr(profile.qualified, "config_digest", None)
+    path = getattr(profile, "path", None)
+    manifest = path.parent / CAPABILITIES_FILE if path is not None else None
+    capabilities = load_capabilities(manifest) if manifest is not None and manifest.exists() else None
     return LaunchContract(
         profile=profile.name,
         status=profile.status,
@@ -170,6 +179,7 @@ def contract_from_profile(profile: Any) -> LaunchContract:
         components=components,
         target_pin=tuple(target.pin or ()) if target else (),
         draft_pin=tuple(draft.pin or ()) if draft else (),
+        capabilities=capabilities,
     )
 
 

@@ -337,6 +337,15 @@ class _Resolver:
                 "SHM_SIZE",
             )
 
+    def image_capabilities(self) -> None:
+        capabilities = self.contract.capabilities
+        if capabilities is None:
+            return
+        from .capability_rules import refusals
+
+        for keys, message in refusals(self.values, capabilities):
+            raise self.refuse(f"{message} ({capabilities.source})", *keys)
+
     def resolve(self) -> Resolution:
         self.base_values()
         self.topology()
@@ -345,6 +354,7 @@ class _Resolver:
         self.sparkcache()
         self.site()
         self.container()
+        self.image_capabilities()
         # "auto" that is one of a setting's choices (LOAD_FORMAT: vLLM's own auto) is a value
         leftover = [key for key, value in self.values.items() if value == AUTO and AUTO not in CATALOG[key].choices]
         if leftover:  # pragma: no cover - every auto setting has a rule above

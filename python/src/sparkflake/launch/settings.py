@@ -87,7 +87,8 @@ CATALOG_LIST: tuple[Setting, ...] = (
        "KV interleave in tokens; auto: 1 for DCP1, 4 for DCP2/DCP4", default=AUTO, auto=True,
        choices=("1", "4"), identity=True),
     _s("FULL_CKV_GATHER", "bool", "topology",
-       "B12X full-CKV gather; auto: off for DCP1, on for DCP2/DCP4", default=AUTO, auto=True,
+       "B12X full-CKV gather; auto: off for DCP1, on for DCP2/DCP4 (refused unless the image "
+       "reads a gather switch: see runtime-capabilities)", default=AUTO, auto=True,
        identity=True),
     # --- capacity and batching --------------------------------------------------------
     _s("KV_CACHE_GIB", "int", "capacity",
@@ -114,17 +115,27 @@ CATALOG_LIST: tuple[Setting, ...] = (
     _s("SPECULATIVE_TOKENS", "int", "speculation", "speculative depth", default="7",
        minimum=1, maximum=16, identity=True),
     _s("SPECULATIVE_ADAPTIVE", "bool", "speculation",
-       "acceptance-based draft depth up to SPECULATIVE_TOKENS (embedded MTP only)", default="0",
+       "acceptance-based draft depth up to SPECULATIVE_TOKENS (embedded MTP only; refused "
+       "unless the image's SpeculativeConfig has such a field)", default="0",
        identity=True),
     _s("DRAFT_TP", "int", "speculation",
        "draft model tensor-parallel size; auto: TP", default=AUTO, auto=True,
        minimum=1, maximum=64),
     # --- backends ---------------------------------------------------------------------
+    # B12X by default, as the seeds' serving selects it: vLLM 0.33.0's NVFP4 MoE
+    # auto-selection tries FlashInfer first and never picks b12x, and FlashInfer's
+    # precompiled kernels are not in the image. Spellings: AttentionBackendEnum.B12X
+    # (vllm/v1/attention/backends/registry.py:126), "b12x" in MoEBackend and LinearBackend
+    # (vllm/config/kernel.py:134, :253); the runtime check has vLLM's parser accept them.
     _s("ATTENTION_BACKEND", "token", "backends",
-       "vLLM attention backend; empty: vLLM selects", default="", allow_empty=True,
-       identity=True),
-    _s("MOE_BACKEND", "token", "backends", "MoE kernel backend; empty: vLLM selects",
-       default="", allow_empty=True, identity=True),
+       "vLLM attention backend (one of the image's runtime-capabilities); empty: vLLM selects",
+       default="B12X", allow_empty=True, identity=True),
+    _s("MOE_BACKEND", "token", "backends",
+       "MoE kernel backend (one of the image's runtime-capabilities); empty: vLLM selects",
+       default="b12x", allow_empty=True, identity=True),
+    _s("LINEAR_BACKEND", "token", "backends",
+       "linear (GEMM) kernel backend (one of the image's runtime-capabilities); empty: vLLM selects",
+       default="b12x", allow_empty=True, identity=True),
     _s("ALL2ALL_BACKEND", "enum", "backends", "expert all-to-all backend",
        default="allgather_reducescatter",
        choices=("allgather_reducescatter", "naive", "deepep_high_throughput",
@@ -133,8 +144,10 @@ CATALOG_LIST: tuple[Setting, ...] = (
            "deepep_high_throughput": "the image contains no DeepEP (removed as unused)",
            "deepep_low_latency": "the image contains no DeepEP (removed as unused)",
        }),
+    # vLLM's own "auto" loader cannot be spelled here: "auto" is the env file's word for an
+    # auto rule (and LOAD_FORMAT has none), so the choice was never reachable
     _s("LOAD_FORMAT", "enum", "backends", "checkpoint loader", default="fastsafetensors",
-       choices=("fastsafetensors", "safetensors", "auto")),
+       choices=("fastsafetensors", "safetensors")),
     _s("ALLREDUCE_SYMM_MEM", "bool", "backends", "symmetric-memory all-reduce probe",
        default="0"),
     _s("FLASHINFER_ALLREDUCE", "bool", "backends", "FlashInfer all-reduce probe", default="0"),
@@ -153,13 +166,20 @@ CATALOG_LIST: tuple[Setting, ...] = (
        "persistent SparkCache; 0 keeps vLLM prefix caching only", default="1"),
     _s("SPARKCACHE_ACCESS_MODE", "enum", "sparkcache", "publish and/or restore",
        default="read-write", choices=("read-write", "read-only", "write-only")),
-    _s("SPARKCACHE_NAMESPACE", "enum", "sparkcache", "SparkCache namespace",
+    # Part of the runtime identity only: sparkcache 0.1.0a2 reads no namespace or
+    # publication key (spark_context_cache_config.parse_connector_config), so neither is
+    # passed to it.
+    _s("SPARKCACHE_NAMESPACE", "enum", "sparkcache",
+       "SparkCache namespace (runtime identity only; SparkCache 0.1.0a2 reads no such key)",
        default="manager-pages-v2", choices=("manager-pages-v2",), identity=True),
-    _s("SPARKCACHE_PUBLICATION", "enum", "sparkcache", "publication schema",
+    _s("SPARKCACHE_PUBLICATION", "enum", "sparkcache",
+       "publication schema (runtime identity only; SparkCache 0.1.0a2 reads no such key)",
        default="snapshot-v1", choices=("snapshot-v1",), identity=True),
+    # sparkcache 0.1.0a2 has no GLM-5.3 profile (its PROFILES: runtime-capabilities);
+    # glm52-nvfp4 is GLM-5.2's record layout, kept as the only value SparkCache accepts.
     _s("SPARKCACHE_MODEL_PROFILE", "enum", "sparkcache",
-       "SparkCache model profile (persistent record layout)", default="glm52-nvfp4",
-       choices=("glm52-nvfp4",), identity=True),
+       "SparkCache model profile (persistent record layout; GLM-5.2's: SparkCache 0.1.0a2 has none "
+       "for GLM-5.3)", default="glm52-nvfp4", choices=("glm52-nvfp4",), identity=True),
     _s("SPARKCACHE_DRAFT_KV_POLICY", "enum", "sparkcache",
        "draft KV persistence; auto: separate for an external draft, colocated_target otherwise",
        default=AUTO, auto=True, choices=("separate", "colocated_target"), identity=True),

@@ -72,9 +72,9 @@ def speculative_config(values: Mapping[str, Any]) -> dict[str, Any] | None:
     method = values["SPECULATIVE_METHOD"]
     if method == "none":
         return None
+    # SPECULATIVE_ADAPTIVE has no SpeculativeConfig field in vLLM 0.33.0 (its fields:
+    # runtime-capabilities); resolve refuses it, so nothing is emitted for it.
     config: dict[str, Any] = {"method": method, "num_speculative_tokens": values["SPECULATIVE_TOKENS"]}
-    if values["SPECULATIVE_ADAPTIVE"]:
-        config["adaptive_num_speculative_tokens"] = True
     if method == "dflash":
         config["model"] = CONTAINER_DRAFT
         config["draft_tensor_parallel_size"] = values["DRAFT_TP"]
@@ -84,13 +84,13 @@ def speculative_config(values: Mapping[str, Any]) -> dict[str, Any] | None:
 def kv_transfer_config(
     values: Mapping[str, Any], target_checkpoint: str, draft_checkpoint: str | None, cache_root: str
 ) -> dict[str, Any]:
-    """SparkCache's KV-connector configuration (read by ``parse_connector_config``)."""
+    """SparkCache's KV-connector configuration: only keys ``parse_connector_config`` reads
+    (sparkcache/spark_context_cache_config.py:194, every key through
+    ``get_from_extra_config``); the runtime check fails on any other."""
     mode = values["SPARKCACHE_ACCESS_MODE"]
     extra: dict[str, Any] = {
         "spark_cache_root": cache_root,
         "spark_cache_model_profile": values["SPARKCACHE_MODEL_PROFILE"],
-        "spark_cache_namespace": values["SPARKCACHE_NAMESPACE"],
-        "spark_cache_publication": values["SPARKCACHE_PUBLICATION"],
         "spark_cache_target_checkpoint_sha256": target_checkpoint,
         "spark_cache_draft_policy": values["SPARKCACHE_DRAFT_KV_POLICY"],
         "spark_cache_max_bytes": values["SPARKCACHE_MAX_BYTES"],
@@ -153,6 +153,8 @@ def serve_args(
         args += ["--attention-backend", v["ATTENTION_BACKEND"]]
     if v["MOE_BACKEND"]:
         args += ["--moe-backend", v["MOE_BACKEND"]]
+    if v["LINEAR_BACKEND"]:
+        args += ["--linear-backend", v["LINEAR_BACKEND"]]
     if v["LANGUAGE_MODEL_ONLY"]:
         args.append("--language-model-only")
     compilation: dict[str, Any] = {
@@ -178,7 +180,6 @@ def container_env(resolution: Resolution, jit_root: str) -> dict[str, str]:
         "VLLM_ALLREDUCE_USE_SYMM_MEM": "1" if v["ALLREDUCE_SYMM_MEM"] else "0",
         "VLLM_ALLREDUCE_USE_FLASHINFER": "1" if v["FLASHINFER_ALLREDUCE"] else "0",
         "VLLM_HOST_IP": v["NODE_ADDRESS"],
-        "B12X_FULL_CKV_GATHER": "1" if v["FULL_CKV_GATHER"] else "0",
         "VLLM_CACHE_ROOT": f"{jit_root}/vllm",
         "TRITON_CACHE_DIR": f"{jit_root}/triton",
         "TORCHINDUCTOR_CACHE_DIR": f"{jit_root}/inductor",

@@ -1,0 +1,112 @@
+"""`sparkflake runtime check OUT`: the image's own code judges every launch we would make."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from ..errors import InputError
+from ._output import print_json, print_line, warn
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "runtime",
+        help="runtime conformance of a built image (its own vLLM, SparkCache, B12X judge)",
+    )
+    commands = parser.add_subparsers(dest="runtime_command", metavar="COMMAND")
+    commands.required = True
+    check = commands.add_parser(
+        "check",
+        help="run the image's interpreter on every launch spec of the profile",
+        description=(
+            "Unpack the verified layers of OUT (a build output directory, an OCI layout or an "
+            "archive), run the image's own Python in its root (natively on arm64, under "
+            "qemu-user through binfmt_misc elsewhere) and have vLLM's, SparkCache's and the "
+            "other components' code accept every launch spec of the profile. Writes "
+            "OUT/runtime-capabilities.json (OUT a directory) or --capabilities FILE. "
+            "Exit 0 ok, 1 a check failed, 2 bad input."
+        ),
+    )
+    check.add_argument("out", metavar="OUT", help="build output directory, OCI layout or archive")
+    check.add_argument("--profile", help="profile name or path (default: the image's org.sparkflake.profile label)")
+    check.add_argument("--json", action="store_true", help="print the report as JSON")
+    check.add_argument("--capabilities", metavar="FILE", help="write the capability manifest here")
+    check.add_argument("--scratch", metavar="DIR",
+                       help="where the image root is unpacked and kept for reuse after verification "
+                            "(default: $XDG_CACHE_HOME/sparkflake/runtime/PROFILE)")
+    check.add_argument("--timeout", type=float, default=3600.0, help="seconds the probe may take (default 3600)")
+    check.set_defaults(handler=run_check_command)
+
+
+def _scratch(args: argparse.Namespace, profile: str) -> Path:
+    if args.scratch:
+        return Path(args.scratch)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "sparkflake" / "runtime" / profile
+
+
+def _profile_name(args: argparse.Namespace, out: Path) -> str:
+    if args.profile:
+        return args.profile
+    from ..oci.reader import open_image
+    from ..runtime.check import image_location
+
+    labels = (open_image(image_location(out)).config.get("config") or {}).get("Labels") or {}
+    name = labels.get("org.sparkflake.profile")
+    if not isinstance(name, str):
+        raise InputError(f"{out}: the image has no org.sparkflake.profile label; pass --profile")
+    return name
+
+
+def expected_versions(profile) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    """Every wheel of the profile's locks, by distribution name and version."""
+    versions: dict[str, str] = {}
+    for lock in profile.load_locks():
+        for pin in lock.inputs:
+            if getattr(pin, "kind", None) == "wheel" and getattr(pin, "version", None):
+                versions.setdefault(pin.name, str(pin.version))
+    return versions
+
+
+def run_check_command(args: argparse.Namespace) -> int:
+    from ..atomic_write import write_bytes_atomic
+    from ..launch.conformance import conformance_cases
+    from ..launch.contract import contract_from_profile
+    from ..profile import load_profile
+    from ..runtime import capabilities as capability_file
+    from ..runtime.check import SKIP, Case, run_check
+
+    out = Path(args.out)
+    if not out.exists():
+        raise InputError(f"{out}: no such file or directory")
+    profile = load_profile(_profile_name(args, out), check_locks=False)
+    contract = contract_from_profile(profile)
+    cases, refused = [], []
+    for case in conformance_cases(contract):
+        if case.serve_args is None:
+            refused.append(case)
+        else:
+            cases.append(Case(case.name, case.serve_args, case.env))
+    report = run_check(out, cases=cases, expected_versions=expected_versions(profile),
+                       platform=profile.platform, scratch=_scratch(args, profile.name), timeout=args.timeout)
+    for case in refused:
+        report.add("runtime.launch-refused", SKIP, f"{case.name}: the launcher refuses it: {case.refusal}")
+    if report.capabilities is not None:
+        target = Path(args.capabilities) if args.capabilities else (out / capability_file.FILE_NAME if out.is_dir()
+                                                                     else None)
+        if target is not None:
+            write_bytes_atomic(target, capability_file.dumps(report.capabilities))
+    if args.json:
+        print_json(report.as_json())
+    else:
+        for check in report.checks:
+            print_line(f"[{check.status}] {check.id}: {check.detail}")
+        seconds = ", ".join(f"{key} {value:.1f} s" for key, value in
+                            (("unpack", report.unpack_seconds), ("probe", report.probe_seconds)) if value is not None)
+        print_line(f"{len(cases)} launch specs judged by the image's code ({seconds})")
+    failed = report.failed()
+    if failed:
+        warn(f"sparkflake: runtime check failed: {', '.join(sorted({check.id for check in failed}))}")
+    return report.exit_code

@@ -1,0 +1,1 @@
+"""Runtime conformance: the image's own code judges every launch (see check.py)."""

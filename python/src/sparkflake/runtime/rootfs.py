@@ -1,0 +1,341 @@
+"""The image's root filesystem, unpacked from its verified layers into a scratch directory.
+
+One streaming pass per layer, through the project's OCI reader: the compressed bytes are
+hashed (blob digest), decompressed, hashed again (diffID) and extracted as they pass. A
+layer whose digests differ from the manifest or the config fails the check and the
+partial root is removed; nothing of a root is used before every layer of it verified.
+
+Entries are extracted as a container runtime would see them, and no further: paths are
+resolved inside the root (a symlink cannot lead a later entry out of it), OCI whiteouts
+remove what lower layers wrote, device nodes and FIFOs are skipped (the sandbox gives its
+own /dev), set-id bits are dropped, nothing is chowned. ``entry_problem`` is the one
+place that decides whether an entry is refused, so the layer-entry safety check of the
+OCI reader can replace it.
+
+A root is reused only after ``verify_root`` found every entry's stat identity (device,
+inode, size, mtime, ctime: any write changes ctime) equal to what the unpacking recorded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import json
+import os
+import queue
+import shutil
+import stat
+import tarfile
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from ..atomic_write import write_bytes_atomic
+from ..compose.tree_paths import image_path, normalize_member, resolve_parent
+from ..errors import CheckFailed, InputError
+from ..file_hashes import stat_identity
+from ..oci.compression import Decompressor, detect_compression
+from ..oci.reader import BlobRef, ImageReader
+
+READ_CHUNK = 1 << 20
+RECORD_NAME = "unpacked-root.json"
+RECORD_SCHEMA = "sparkflake.unpacked-root/v1"
+WHITEOUT_PREFIX = ".wh."
+OPAQUE_WHITEOUT = ".wh..wh..opq"
+
+ProgressCallback = Callable[[int, int, str], None]
+
+
+class _VerifyingStream:
+    """The decompressed bytes of a blob as a file object for ``tarfile``, hashing both
+    the blob (as stored) and its decompressed stream (the diffID).
+
+    A worker thread reads, hashes and decompresses (zlib, zstd and sha256 release the GIL)
+    while the caller's thread extracts, so on two cores the two overlap."""
+
+    def __init__(self, handle: BinaryIO, on_bytes: Callable[[int], None] | None) -> None:
+        self._handle = handle
+        self._on_bytes = on_bytes
+        self.blob_hasher = hashlib.sha256()
+        self.diff_hasher = hashlib.sha256()
+        self.size = 0
+        self._pending = b""
+        self._offset = 0
+        self._eof = False
+        self._error: BaseException | None = None
+        self._stop = threading.Event()
+        self._chunks: queue.Queue[bytes | None] = queue.Queue(maxsize=8)
+        self._worker = threading.Thread(target=self._produce, name="layer-unpack", daemon=True)
+        self._worker.start()
+
+    def _produce(self) -> None:
+        decompressor: Decompressor | None = None
+        try:
+            while not self._stop.is_set() and (chunk := self._handle.read(READ_CHUNK)):
+                if decompressor is None:
+                    decompressor = Decompressor(detect_compression(chunk))
+                self.blob_hasher.update(chunk)
+                self.size += len(chunk)
+                if self._on_bytes is not None:
+                    self._on_bytes(len(chunk))
+                plain = decompressor.decompress(chunk)
+                self.diff_hasher.update(plain)
+                if plain:
+                    self._chunks.put(plain)
+            if decompressor is not None and not self._stop.is_set():
+                decompressor.finish()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the reading thread
+            self._error = exc
+        finally:
+            self._chunks.put(None)
+
+    def _fill(self) -> None:
+        plain = self._chunks.get()
+        if plain is None:
+            self._eof = True
+            self._worker.join()
+            if self._error is not None:
+                raise self._error
+            return
+        # copy what is left once per chunk, not once per read
+        self._pending = self._pending[self._offset:] + plain
+        self._offset = 0
+
+    def read(self, size: int = -1) -> bytes:
+        while not self._eof and (size < 0 or len(self._pending) - self._offset < size):
+            self._fill()
+        end = len(self._pending) if size < 0 else min(len(self._pending), self._offset + size)
+        out = self._pending[self._offset:end]
+        self._offset = end
+        return out
+
+    def drain(self) -> None:
+        """Read to the end (tar padding after the end-of-archive blocks is hashed too)."""
+        while not self._eof:
+            self._pending, self._offset = b"", 0
+            self._fill()
+
+    def close(self) -> None:
+        """Stop the worker (after an error the rest of the blob is not read)."""
+        self._stop.set()
+        while self._worker.is_alive():
+            try:
+                self._chunks.get(timeout=0.1)
+            except queue.Empty:
+                pass
+        self._worker.join()
+
+
+def entry_problem(member: tarfile.TarInfo) -> str | None:
+    """Why ``member`` must not be extracted, or None. Skipped kinds are not problems."""
+    try:
+        normalize_member(member.name, source="entry")
+        if member.islnk():
+            if not normalize_member(member.linkname, source="hard link"):
+                return f"a hard link to {member.linkname!r}"
+    except CheckFailed as exc:
+        return exc.message
+    if not (member.isreg() or member.isdir() or member.issym() or member.islnk()
+            or member.ischr() or member.isblk() or member.isfifo()):
+        return f"an entry of unknown type {member.type!r}"
+    return None
+
+
+def _remove(path: Path) -> None:
+    try:
+        status = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(status.st_mode):
+        shutil.rmtree(path)
+    else:
+        os.unlink(path)
+
+
+def _extract(tar: tarfile.TarFile, member: tarfile.TarInfo, root: Path, where: str) -> bool:
+    """Extract one entry; False if it was skipped (device node, FIFO)."""
+    problem = entry_problem(member)
+    if problem is not None:
+        raise CheckFailed(f"{where}: entry {member.name!r} refused: {problem}", check_id="runtime.layer-entry")
+    relative = normalize_member(member.name, source=where)
+    if not relative:
+        return True  # the root directory itself
+    if member.ischr() or member.isblk() or member.isfifo():
+        return False
+    parent = resolve_parent(root, relative, source=where)
+    leaf = relative.split("/")[-1]
+    if leaf == OPAQUE_WHITEOUT:
+        for child in os.listdir(parent):
+            _remove(parent / child)
+        return True
+    if leaf.startswith(WHITEOUT_PREFIX):
+        _remove(parent / leaf[len(WHITEOUT_PREFIX):])
+        return True
+    path = parent / leaf
+    mode = member.mode & 0o777
+    if member.isdir():
+        if os.path.lexists(path) and not path.is_dir() or path.is_symlink():
+            _remove(path)
+        if not path.exists():
+            os.mkdir(path, 0o755)
+        os.chmod(path, mode | 0o700)
+        return True
+    _remove(path)
+    if member.issym():
+        os.symlink(member.linkname, path)
+        return True
+    if member.islnk():
+        source = image_path(root, normalize_member(member.linkname, source=where), source=where)
+        if not os.path.isfile(source) or os.path.islink(source):
+            raise CheckFailed(f"{where}: hard link {member.name!r} -> {member.linkname!r}: no such regular file "
+                              "earlier in the image", check_id="runtime.layer-entry")
+        os.link(source, path)
+        return True
+    source_handle = tar.extractfile(member)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    with os.fdopen(descriptor, "wb") as target:
+        if source_handle is not None:
+            shutil.copyfileobj(source_handle, target, READ_CHUNK)
+    os.utime(path, (member.mtime, member.mtime), follow_symlinks=False)
+    return True
+
+
+@dataclass(frozen=True)
+class UnpackedRoot:
+    path: Path
+    manifest_digest: str | None
+    layer_digests: tuple[str, ...]
+    entries: int
+    skipped: int
+
+
+def unpack_layer(reader: ImageReader, ref: BlobRef, diff_id: str, root: Path,
+                 on_bytes: Callable[[int], None] | None = None) -> tuple[int, int]:
+    """Extract one layer over ``root``, verifying its blob digest and diffID."""
+    where = reader.files.describe(ref.name)
+    entries = skipped = 0
+    with reader.open_blob(ref) as handle:
+        stream = _VerifyingStream(handle, on_bytes)
+        try:
+            with tarfile.open(fileobj=stream, mode="r|") as tar:  # type: ignore[call-overload]
+                for member in tar:
+                    entries += 1
+                    if not _extract(tar, member, root, where):
+                        skipped += 1
+            stream.drain()
+        except (tarfile.TarError, ValueError, EOFError) as exc:
+            raise InputError(f"{ref.role} blob {where}: {exc}") from None
+        finally:
+            stream.close()
+    blob_digest = "sha256:" + stream.blob_hasher.hexdigest()
+    if ref.digest is not None and blob_digest != ref.digest:
+        raise CheckFailed(f"{ref.role} blob {where} has digest {blob_digest}, expected {ref.digest}",
+                          check_id="oci.blob-digest")
+    actual_diff_id = "sha256:" + stream.diff_hasher.hexdigest()
+    if actual_diff_id != diff_id:
+        raise CheckFailed(f"{ref.role} {ref.digest or where}: uncompressed digest (diffID) is {actual_diff_id}, "
+                          f"the config says {diff_id}", check_id="oci.layer-diff-id")
+    return entries, skipped
+
+
+def _walk(root: Path) -> Iterator[tuple[str, os.stat_result]]:
+    stack = [root]
+    while stack:
+        directory = stack.pop()
+        with os.scandir(directory) as entries:
+            for entry in sorted(entries, key=lambda item: item.name):
+                status = entry.stat(follow_symlinks=False)
+                yield os.path.relpath(entry.path, root), status
+                if stat.S_ISDIR(status.st_mode):
+                    stack.append(Path(entry.path))
+
+
+def tree_identity(root: Path) -> str:
+    """sha256 over every entry's path, mode and stat identity."""
+    hasher = hashlib.sha256()
+    for relative, status in _walk(root):
+        hasher.update(json.dumps([relative, status.st_mode, *stat_identity(status)]).encode() + b"\n")
+    return "sha256:" + hasher.hexdigest()
+
+
+def unpack_image(reader: ImageReader, scratch: Path, *, progress: ProgressCallback | None = None) -> UnpackedRoot:
+    """Unpack every layer of ``reader`` into ``scratch/root``; reuse a verified earlier one.
+
+    ``scratch`` is sparkflake's own directory (created if absent): ``root/`` and the
+    record ``unpacked-root.json`` binding it to the layer digests and its tree identity.
+    """
+    config = reader.config
+    rootfs = config.get("rootfs")
+    diff_ids = rootfs.get("diff_ids") if isinstance(rootfs, dict) else None
+    if not isinstance(diff_ids, list) or len(diff_ids) != len(reader.layer_refs):
+        raise InputError(f"{reader.files.describe(reader.config_ref.name)}: rootfs.diff_ids does not list "
+                         f"one diffID per layer of the manifest ({len(reader.layer_refs)})")
+    layer_digests = tuple(str(ref.digest) for ref in reader.layer_refs)
+    root = scratch / "root"
+    record_path = scratch / RECORD_NAME
+    for ref in reader.layer_refs:
+        # a reused root stands for these blobs: they must still be there, at their size
+        size = reader.files.size(ref.name)
+        if size is None:
+            raise InputError(f"{ref.role} blob {ref.digest} is missing: {reader.files.describe(ref.name)} "
+                             "does not exist")
+        if ref.size is not None and size != ref.size:
+            raise CheckFailed(f"{ref.role} {ref.digest}: {reader.files.describe(ref.name)} is {size} bytes, "
+                              f"the descriptor says {ref.size}", check_id="oci.blob-size")
+    reused = _reusable(root, record_path, layer_digests)
+    if reused is not None:
+        return UnpackedRoot(root, _manifest_digest(reader), layer_digests, reused, 0)
+    if root.exists():
+        shutil.rmtree(root)
+    scratch.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):  # a root being written has no record
+        os.unlink(record_path)
+    root.mkdir()
+    total = sum(ref.size or 0 for ref in reader.layer_refs)
+    done = [0]
+
+    def tick(count: int) -> None:
+        done[0] += count
+        if progress is not None:
+            progress(min(done[0], total), total, "unpacking layers")
+
+    entries = skipped = 0
+    try:
+        for ref, diff_id in zip(reader.layer_refs, diff_ids, strict=True):
+            count, skip = unpack_layer(reader, ref, str(diff_id), root, tick)
+            entries += count
+            skipped += skip
+    except BaseException:
+        shutil.rmtree(root, ignore_errors=True)
+        raise
+    record = {"schema": RECORD_SCHEMA, "layers": list(layer_digests), "entries": entries,
+              "tree": tree_identity(root)}
+    write_bytes_atomic(record_path, json.dumps(record, sort_keys=True).encode() + b"\n")
+    return UnpackedRoot(root, _manifest_digest(reader), layer_digests, entries, skipped)
+
+
+def _reusable(root: Path, record_path: Path, layer_digests: tuple[str, ...]) -> int | None:
+    try:
+        record = json.loads(record_path.read_bytes()[: 1 << 16])
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or record.get("schema") != RECORD_SCHEMA:
+        return None
+    if record.get("layers") != list(layer_digests) or not root.is_dir():
+        return None
+    try:
+        if tree_identity(root) != record.get("tree"):
+            return None
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            return None
+        raise
+    entries = record.get("entries")
+    return entries if isinstance(entries, int) else 0
+
+
+def _manifest_digest(reader: ImageReader) -> str | None:
+    return reader.manifest_ref.digest if reader.manifest_ref is not None else None

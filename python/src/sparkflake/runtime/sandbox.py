@@ -1,0 +1,133 @@
+"""Run a program of the unpacked image as its container would: the image's root as ``/``,
+its own interpreter and libraries, the config's environment; no container engine, no GPU.
+
+bubblewrap (Debian's ``bubblewrap``) makes the root: the unpacked tree read-only at ``/``,
+a fresh ``/dev``, ``/proc``, ``/tmp`` and ``/root`` (HOME), the host's ``/sys`` read-only (torch's cpuinfo
+reads the CPU list there), no network. On an arm64 host the image's arm64 binaries run
+natively; on x86_64 the kernel hands them to qemu-user through binfmt_misc. The ``F``
+flag makes the kernel open the emulator when it is registered, so it runs inside a root
+that does not contain it. Debian 12's qemu-user 7.2 crashes in ``import torch``; 10.0
+(bookworm-backports) works, so older ones are refused.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import shutil
+import signal
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+BINFMT_DIR = Path("/proc/sys/fs/binfmt_misc")
+# Debian's qemu-user-binfmt registers the emulator under this name
+# (/usr/lib/binfmt.d/qemu-aarch64.conf)
+BINFMT_ENTRY = {"arm64": "qemu-aarch64"}
+HOST_ARCHITECTURES = {"x86_64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
+MIN_QEMU = (10, 0)
+_QEMU_VERSION = re.compile(rb"version (\d+)\.(\d+)")
+
+
+@dataclass(frozen=True)
+class Emulation:
+    """How the image's binaries run here: natively, or through a binfmt_misc emulator."""
+
+    native: bool
+    problem: str | None  # why they cannot run here, or None
+    detail: str
+
+
+def host_architecture() -> str:
+    machine = platform.machine()
+    return HOST_ARCHITECTURES.get(machine, machine)
+
+
+def emulation_for(architecture: str) -> Emulation:
+    host = host_architecture()
+    if architecture == host:
+        return Emulation(True, None, f"native {host}")
+    entry_name = BINFMT_ENTRY.get(architecture)
+    if entry_name is None:
+        return Emulation(False, f"no emulator is known for {architecture} on this {host} host", "")
+    entry = BINFMT_DIR / entry_name
+    try:
+        text = entry.read_text(errors="replace")
+    except OSError:
+        return Emulation(False, f"{entry} is not registered: install qemu-user and qemu-user-binfmt from "
+                         "bookworm-backports and register them (bin/bootstrap does)", "")
+    fields = dict(line.split(" ", 1) for line in text.splitlines() if " " in line)
+    if not text.startswith("enabled"):
+        return Emulation(False, f"{entry} is disabled", "")
+    if "F" not in fields.get("flags:", ""):
+        return Emulation(False, f"{entry} lacks the F flag: the emulator cannot run inside the image's root", "")
+    interpreter = fields.get("interpreter", "")
+    emulator = os.path.realpath(interpreter)
+    try:
+        completed = subprocess.run([emulator, "--version"], capture_output=True, timeout=30, check=False)
+    except OSError as exc:
+        return Emulation(False, f"{interpreter}: {exc.strerror}", "")
+    found = _QEMU_VERSION.search(completed.stdout)
+    if found is None:
+        return Emulation(False, f"{emulator} --version printed no version", "")
+    version = (int(found.group(1)), int(found.group(2)))
+    if version < MIN_QEMU:
+        return Emulation(False, f"{emulator} is qemu {version[0]}.{version[1]}; {MIN_QEMU[0]}.{MIN_QEMU[1]} or "
+                         "newer is needed (7.2 crashes in import torch)", "")
+    return Emulation(False, None, f"{emulator} qemu {version[0]}.{version[1]} via binfmt_misc {entry_name} (F)")
+
+
+def bwrap_path() -> str | None:
+    return shutil.which("bwrap")
+
+
+@dataclass(frozen=True)
+class SandboxRun:
+    returncode: int | None  # None: killed at the timeout
+    stderr_tail: str
+    seconds: float
+
+
+def sandbox_argv(root: Path, argv: Sequence[str], env: Mapping[str, str],
+                 binds: Sequence[tuple[Path, str, bool]]) -> list[str]:
+    """bwrap argv running ``argv`` with ``root`` as ``/``; ``binds``: (host, inside, writable)."""
+    bwrap = bwrap_path() or "bwrap"
+    command = [
+        bwrap, "--unshare-pid", "--unshare-ipc", "--unshare-net", "--unshare-uts", "--die-with-parent",
+        "--ro-bind", str(root), "/", "--dev", "/dev", "--proc", "/proc", "--ro-bind", "/sys", "/sys",
+        # what a container's writable layer gives: HOME (/root) and /tmp can be written
+        "--tmpfs", "/tmp", "--tmpfs", "/root",
+    ]
+    for host, inside, writable in binds:
+        command += ["--bind" if writable else "--ro-bind", str(host), inside]
+    command += ["--chdir", "/", "--clearenv"]
+    for key, value in sorted(env.items()):
+        command += ["--setenv", key, value]
+    command += ["--", *argv]
+    return command
+
+
+def run_sandboxed(command: Sequence[str], *, timeout: float, stderr_path: Path) -> SandboxRun:
+    """Run ``command`` in its own process group; at the timeout the whole group is killed."""
+    import time
+
+    started = time.monotonic()
+    with open(stderr_path, "wb") as stderr:
+        process = subprocess.Popen(list(command), stdin=subprocess.DEVNULL, stdout=stderr, stderr=stderr,
+                                   start_new_session=True)
+        try:
+            returncode: int | None = process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            returncode = None
+        except BaseException:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            raise
+    with open(stderr_path, "rb") as handle:
+        handle.seek(max(0, os.path.getsize(stderr_path) - 8192))
+        tail = handle.read().decode(errors="replace")
+    return SandboxRun(returncode, tail, time.monotonic() - started)

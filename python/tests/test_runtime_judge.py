@@ -1,0 +1,78 @@
+"""From the probe's one JSON document to checks with ids (runtime.check._judge), without
+an interpreter: the verdict shapes are the ones probe.py writes. The same judgements on
+the real image's own verdicts are in test_runtime_real.py."""
+
+from __future__ import annotations
+
+from sparkflake.runtime.check import Case, CheckReport, _env_evidence, _judge
+
+CAPS = {"attention_backends": ["B12X", "TRITON_MLA"], "moe_backends": ["b12x", "triton"],
+        "linear_backends": ["b12x", "cutlass"], "vllm_env_registry": ["VLLM_HOST_IP"]}
+GOOD = {"parser": {"ok": True}, "engine_args": {"ok": True},
+        "configs": {"speculative": {"ok": True, "unexpected_keys": []}, "parallel": {"ok": True}}}
+
+
+def _result(verdicts):
+    return {"imports": {"vllm": {"ok": True}}, "versions": {"vllm": "0.33.0"}, "capabilities": CAPS,
+            "env_reads": ["HF_HUB_OFFLINE"], "cases": verdicts}
+
+
+def _run(cases, verdicts):
+    report = CheckReport()
+    result = _result(verdicts)
+    names = {name for case in cases for name in case.env}
+    evidence = {name: _env_evidence(name, result, {"NCCL_IB_HCA": "/opt/venv/lib/libnccl.so.2"}) for name in names}
+    _judge(report, result, cases, {"vllm": "0.33.0"}, evidence)
+    return report
+
+
+def _failures(report):
+    return {(c.id, c.detail) for c in report.checks if c.status == "fail"}
+
+
+def test_good_case_passes_every_check():
+    case = Case("good", ("/m", "--attention-backend", "B12X", "--moe-backend", "b12x"),
+                {"VLLM_HOST_IP": "1", "HF_HUB_OFFLINE": "1", "NCCL_IB_HCA": "x"})
+    report = _run([case], [{"name": "good", **GOOD}])
+    assert report.exit_code == 0, _failures(report)
+    assert {"runtime.vllm-args", "runtime.env-unread", "runtime.backend-absent"} <= {c.id for c in report.checks}
+
+
+def test_each_kind_of_bad_spec_names_its_check_and_the_offender():
+    cases = [
+        Case("flag", ("/m", "--bogus"), {}),
+        Case("spec", ("/m",), {}),
+        Case("spark", ("/m",), {}),
+        Case("env", ("/m",), {"NOBODY_READS_ME": "1"}),
+        Case("backend", ("/m", "--linear-backend", "nope"), {}),
+    ]
+    verdicts = [
+        {"name": "flag", "parser": {"ok": False, "error": "vllm serve: error: unrecognized arguments: --bogus"}},
+        {"name": "spec", **GOOD, "configs": {"speculative": {
+            "ok": False, "error": "ValidationError", "unexpected_keys": ["adaptive_num_speculative_tokens"]}}},
+        {"name": "spark", **GOOD, "kv_connector": {"ok": True, "source": "m"},
+         "sparkcache": {"connector_config": {"ok": True}, "keys_given": ["spark_cache_root", "spark_cache_x"],
+                        "keys_read": ["spark_cache_root"]}},
+        {"name": "env", **GOOD},
+        {"name": "backend", **GOOD},
+    ]
+    failures = _failures(_run(cases, verdicts))
+    expected = {
+        ("runtime.vllm-args", "--bogus"),
+        ("runtime.speculative-config", "adaptive_num_speculative_tokens"),
+        ("runtime.sparkcache-key-unread", "spark_cache_x"),
+        ("runtime.env-unread", "NOBODY_READS_ME"),
+        ("runtime.backend-absent", "nope"),
+    }
+    for check_id, name in expected:
+        assert any(i == check_id and name in detail for i, detail in failures), (check_id, failures)
+    assert len(failures) == len(expected), failures
+
+
+def test_missing_verdict_and_wrong_version_fail():
+    report = CheckReport()
+    result = _result([])
+    result["versions"] = {"vllm": "0.32.0"}
+    _judge(report, result, [Case("lost", ("/m",), {})], {"vllm": "0.33.0"}, {})
+    assert ("runtime.versions", "vllm: image has '0.32.0', the lock pins 0.33.0") in _failures(report)
+    assert any(i == "runtime.probe" and "lost" in d for i, d in _failures(report))
