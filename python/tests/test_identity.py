@@ -4,6 +4,7 @@ every byte."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import json
 import os
@@ -155,7 +156,8 @@ def test_sparkcache_agrees_with_our_identity(tmp_path, monkeypatch, profile, dcp
         if name.startswith("SPARK_CONTEXT_CACHE_"):
             monkeypatch.delenv(name)
     dflash = profile == "glm53-dflash7"
-    contract = bound_contract(profile, tmp_path)
+    # the launcher's own rules: the image's capabilities refuse DCP2/DCP4 and SparkCache on
+    contract = dataclasses.replace(bound_contract(profile, tmp_path), capabilities=None)
     text = site_env(tmp_path, rank, draft=dflash, DCP=str(dcp))
     resolution = resolve(parse_env_text(text, "r.env"), contract, rank, "r.env")
     values = resolution.values
