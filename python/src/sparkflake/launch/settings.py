@@ -144,10 +144,10 @@ CATALOG_LIST: tuple[Setting, ...] = (
            "deepep_high_throughput": "the image contains no DeepEP (removed as unused)",
            "deepep_low_latency": "the image contains no DeepEP (removed as unused)",
        }),
-    # vLLM's own "auto" loader cannot be spelled here: "auto" is the env file's word for an
-    # auto rule (and LOAD_FORMAT has none), so the choice was never reachable
+    # "auto" here is vLLM's own loader choice (LoadConfig.load_format), not an auto rule:
+    # parse_value takes a choice spelled "auto" as a value
     _s("LOAD_FORMAT", "enum", "backends", "checkpoint loader", default="fastsafetensors",
-       choices=("fastsafetensors", "safetensors")),
+       choices=("fastsafetensors", "safetensors", "auto")),
     _s("ALLREDUCE_SYMM_MEM", "bool", "backends", "symmetric-memory all-reduce probe",
        default="0"),
     _s("FLASHINFER_ALLREDUCE", "bool", "backends", "FlashInfer all-reduce probe", default="0"),
