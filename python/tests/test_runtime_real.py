@@ -25,7 +25,9 @@ from sparkflake.profile import load_profile
 from sparkflake.runtime import capabilities as capability_file
 from sparkflake.runtime.check import Case, run_check
 
-pytestmark = pytest.mark.slow
+# real_image: builds both glm53 images, unpacks 2 x 9 GB and imports vLLM under qemu-user
+# (tens of minutes on two cores); run by ./bin/test-real-images, not yet by ./bin/test
+pytestmark = [pytest.mark.slow, pytest.mark.real_image]
 REPO = Path(__file__).resolve().parents[2]
 # A directory of verified unpacked roots kept between runs (the check re-verifies a root
 # before it reuses it); unset, each run unpacks into its own temporary directory.
