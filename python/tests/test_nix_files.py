@@ -102,13 +102,15 @@ def test_flake_has_one_input_and_the_lock_records_its_reference() -> None:
 def test_host_venv_holds_exactly_the_locked_versions() -> None:
     uv_lock = tomllib.loads((REPO / "python/uv.lock").read_text())
     locked = {p["name"]: p["version"] for p in uv_lock["package"] if p["name"] != "sparkflake"}
+    # uv.lock spells names normalized (PEP 503: boolean.py is boolean-py); METADATA as published
     installed = json.loads(
         subprocess.run(
             [
                 str(HOST_VENV_PYTHON),
                 "-c",
                 "import importlib.metadata as m, json; "
-                "print(json.dumps({d.metadata['Name'].lower(): d.version for d in m.distributions()}))",
+                "import re; print(json.dumps({re.sub(r'[-_.]+', '-', d.metadata['Name']).lower(): d.version"
+                " for d in m.distributions()}))",
             ],
             capture_output=True,
             text=True,
