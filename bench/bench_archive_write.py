@@ -41,7 +41,7 @@ DEFAULT_BLOBS = REPO / "out" / "glm53-dflash7" / "oci" / "blobs" / "sha256"
 
 _OURS = """
 import os, sys, time
-from sparkflake.atomic_write import atomic_stream
+from sparkflake.core.atomic_write import atomic_stream
 from sparkflake.oci.tar_stream import EntryKind, TarEntry, write_tar_file
 out, direct, *sources = sys.argv[1:]
 entries = [TarEntry("blobs/sha256/" + os.path.basename(s), EntryKind.FILE, 0o644, size=os.path.getsize(s), source=s)

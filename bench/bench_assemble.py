@@ -34,8 +34,8 @@ from sparkflake.compose.locked_inputs import (
 )
 from sparkflake.compose.python_env import WheelInput, assemble_python_env
 from sparkflake.fetch import BlobCache
-from sparkflake.lock import load_lock
-from sparkflake.resolve.target import Target
+from sparkflake.lock.pins import load_lock
+from sparkflake.lock.target import Target
 
 
 def count_files(root: Path) -> tuple[int, int]:

@@ -175,7 +175,7 @@ def main() -> int:
     runs = args.runs or (3 if args.small else 5)
     output = args.output or (RESULTS.with_name("digest-small.json") if args.small else RESULTS)
 
-    from sparkflake.digest import git_tree_id, nar_hash
+    from sparkflake.core.tree_digest import git_tree_id, nar_hash
 
     print(f"preparing tree {shape.name} under {CACHE} …", flush=True)
     root = make_tree(shape)

@@ -36,9 +36,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "python" / "tests"))
 
 from netns_ranks import NetnsRanks
-from sparkflake.fanout.distribute import FanoutRequest, fanout
-from sparkflake.fanout.site import Site
-from sparkflake.fanout.ssh import ssh_argv
+from sparkflake.distribute.fanout import FanoutRequest, fanout
+from sparkflake.distribute.site import Site
+from sparkflake.distribute.ssh import ssh_argv
 
 MIB = 1 << 20
 

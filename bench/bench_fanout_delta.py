@@ -38,10 +38,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "python" / "tests"))
 
 from netns_ranks import NetnsRanks
-from sparkflake.digest import sha256_file
-from sparkflake.fanout.blobs import LayoutFanoutRequest, layout_fanout
-from sparkflake.fanout.distribute import FanoutRequest, fanout
-from sparkflake.fanout.site import Site
+from sparkflake.core.digest import sha256_file
+from sparkflake.distribute.blobs import LayoutFanoutRequest, layout_fanout
+from sparkflake.distribute.fanout import FanoutRequest, fanout
+from sparkflake.distribute.site import Site
 
 MIB = 1 << 20
 # layer payloads in MiB, bottom to top; the top one is what the rebuild changes

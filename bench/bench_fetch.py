@@ -27,8 +27,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "python" / "src"))
 
 from sparkflake.fetch import Artifact, BlobCache, fetch_all
-from sparkflake.lock import load_lock
-from sparkflake.resolve.target import Target
+from sparkflake.lock.pins import load_lock
+from sparkflake.lock.target import Target
 
 
 def choose(target_bytes: int) -> list[Artifact]:

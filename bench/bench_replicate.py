@@ -32,8 +32,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "python" / "tests"))
 
 from netns_ranks import NetnsRanks
-from sparkflake.fanout.distribute import FanoutRequest, fanout
-from sparkflake.fanout.replicate import ReplicateRequest, replicate
+from sparkflake.distribute.fanout import FanoutRequest, fanout
+from sparkflake.distribute.replicate import ReplicateRequest, replicate
 
 MIB = 1 << 20
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from sparkflake.launch.contract import IdentityFile, LaunchContract, contract_from_profile
-from sparkflake.profile import load_profile
+from sparkflake.profile.model import load_profile
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILES = REPO / "profiles"
@@ -74,7 +74,7 @@ def write_bound_profile(directory: Path, name: str, target, draft) -> Path:
 
     Written with the profile model's own serializer, into ``directory/profiles/<name>/``.
     """
-    from sparkflake.profile import CheckpointFile, dump_profile
+    from sparkflake.profile.model import CheckpointFile, dump_profile
 
     profile = load_profile(PROFILES / name / "profile.toml", check_locks=False)
     checkpoints = dict(profile.checkpoints)

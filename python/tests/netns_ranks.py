@@ -33,9 +33,9 @@ from pathlib import Path
 
 import pytest
 
-from sparkflake.fanout.site import Link, Rank, Site, SshOptions, dump_site
+from sparkflake.distribute.site import Link, Rank, Site, SshOptions, dump_site
 
-AGENT = (sys.executable, "-m", "sparkflake.fanout.agent")
+AGENT = (sys.executable, "-m", "sparkflake.distribute.agent")
 INSTANCES = 8  # concurrent fixtures (e.g. a CI run beside a developer's run) get distinct slots
 
 

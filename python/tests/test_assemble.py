@@ -31,9 +31,9 @@ from sparkflake.compose.python_env import (
     assemble_python_env,
 )
 from sparkflake.compose.tree_paths import image_path
-from sparkflake.digest import nar_hash
-from sparkflake.errors import CheckFailed
-from sparkflake.lock import load_lock
+from sparkflake.core.errors import CheckFailed
+from sparkflake.core.tree_digest import nar_hash
+from sparkflake.lock.pins import load_lock
 
 MULTIARCH = "usr/lib/aarch64-linux-gnu"
 REPO = Path(__file__).resolve().parents[2]

@@ -12,11 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from input_fixtures import EM_X86_64, elf_stub
 
-from sparkflake.compose.debian_packages import Relation, parse_relations
 from sparkflake.compose.elf import parse_header, read_soname
 from sparkflake.compose.ld_so_cache import CacheEntry, libcmp, parse_cache, serialize_cache
 from sparkflake.compose.tree_paths import normalize_member
-from sparkflake.errors import CheckFailed
+from sparkflake.core.errors import CheckFailed
+from sparkflake.lock.debian_packages import Relation, parse_relations
 
 _soname = st.from_regex(r"lib[a-z_+]{1,8}(-[0-9]\.[0-9])?\.so(\.[0-9]{1,3}){0,3}", fullmatch=True)
 _entry = st.builds(

@@ -15,7 +15,7 @@ from oci_fixtures import podman_store, registry_server, run_tool  # noqa: F401
 
 from sparkflake import audit
 from sparkflake.cli import main
-from sparkflake.errors import SparkflakeError
+from sparkflake.core.errors import SparkflakeError
 from sparkflake.oci.layer_scan import TarElfScanner
 
 ELF_AARCH64 = b"\x7fELF\x02\x01\x01" + bytes(11) + (183).to_bytes(2, "little") + bytes(44)
@@ -378,7 +378,7 @@ def test_registry_unreachable_and_missing(registry_server, capsys):  # noqa: F81
 
 @pytest.mark.parametrize("profile", ["fixture", "glm53-dflash7"])
 def test_committed_expected_digests_are_well_formed(profile):
-    from sparkflake.profile import find_profiles_dir
+    from sparkflake.profile.model import find_profiles_dir
 
     path = find_profiles_dir() / profile / "expected-digests.json"
     expectations = audit.expectations_from(expect_file=str(path))

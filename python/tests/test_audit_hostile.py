@@ -17,7 +17,7 @@ from test_oci_entry_safety import hostile_layout
 
 from sparkflake import audit
 from sparkflake.cli import main
-from sparkflake.errors import InputError
+from sparkflake.core.errors import InputError
 
 SAFE = [[("usr", "dir", ""), ("usr/bin", "dir", ""), ("usr/bin/tool", "file", "")]]
 

@@ -18,8 +18,8 @@ import pytest
 from input_fixtures import RawMember, make_raw_deb, tree_snapshot
 
 from sparkflake.compose.debian_base import DebInput, assemble_base
-from sparkflake.digest import nar_hash
-from sparkflake.errors import CheckFailed
+from sparkflake.core.errors import CheckFailed
+from sparkflake.core.tree_digest import nar_hash
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE_DEB = REPO / "profiles/fixture/inputs/fixture-base_1.0_arm64.deb"

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from sparkflake.audit.receipt import verify_receipt
 from sparkflake.cli import main as cli_main
 from sparkflake.compose.build import (
     BuildRequest,
@@ -25,9 +26,8 @@ from sparkflake.compose.build import (
     prepare_top,
     verify_composition,
 )
-from sparkflake.compose.receipt_verify import verify_receipt
 from sparkflake.compose.verification import ChainFailed
-from sparkflake.errors import CheckFailed, InputError
+from sparkflake.core.errors import CheckFailed, InputError
 from sparkflake.fetch import BlobCache
 from sparkflake.oci.blob_store import BlobStore
 
@@ -425,8 +425,8 @@ def test_work_dir_removed(tmp_path: Path) -> None:
 
 def test_git_source_bound_by_tree_id(tmp_path: Path) -> None:
     from sparkflake.compose.source_overlay import extract_sdist_package
-    from sparkflake.digest import git_tree_id, nar_hash
-    from sparkflake.lock import GitPin, Lock, load_lock, write_lock
+    from sparkflake.core.tree_digest import git_tree_id, nar_hash
+    from sparkflake.lock.pins import GitPin, Lock, load_lock, write_lock
 
     checkout = tmp_path / "checkout"
     extract_sdist_package(FIXTURE / "inputs" / "vllm-0.1.0.tar.gz", "vllm", checkout)

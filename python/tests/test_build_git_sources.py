@@ -15,9 +15,9 @@ from sparkflake.cli import main
 from sparkflake.compose.build import BuildRequest, build_profile
 from sparkflake.compose.source_overlay import extract_sdist_package
 from sparkflake.compose.source_packages import source_tree_sha256
-from sparkflake.errors import CheckFailed, InputError
+from sparkflake.core.errors import CheckFailed, InputError
 from sparkflake.fetch.git import GitCache
-from sparkflake.lock import GitPin, Lock, load_lock, write_lock
+from sparkflake.lock.pins import GitPin, Lock, load_lock, write_lock
 
 FIXTURE = Path(__file__).resolve().parents[2] / "profiles" / "fixture"
 UNREACHABLE = "https://git.sparkflake.invalid"

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkflake.atomic_write import host_tag, remove_dead_run_directories
 from sparkflake.compose.build import BuildRequest, build_profile
+from sparkflake.core.atomic_write import host_tag, remove_dead_run_directories
 
 FIXTURE = Path(__file__).resolve().parents[2] / "profiles" / "fixture"
 CHILD = """

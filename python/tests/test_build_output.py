@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkflake.atomic_write import OUTPUT_MARKER
 from sparkflake.cli import main
+from sparkflake.core.atomic_write import OUTPUT_MARKER
 
 FIXTURE = Path(__file__).resolve().parents[2] / "profiles" / "fixture"
 

@@ -22,7 +22,7 @@ from launch_fixtures import (
     write_env,
 )
 
-from sparkflake.errors import InputError
+from sparkflake.core.errors import InputError
 from sparkflake.launch.checkpoint_pins import (
     PINS_SCHEMA,
     CheckpointPins,
@@ -78,7 +78,7 @@ def test_pinned_checkpoints_pass_and_bind_the_runtime_identity(tmp_path):
     assert {check.status for check in checks.values()} == {"pass"}, checks
     assert "4 identity-bearing files match" in checks["checkpoint.target"].detail
     # the checkpoints' identity is the pinned files', and it is in the runtime identity
-    from sparkflake.identity import checkpoint_identity
+    from sparkflake.launch.identity import checkpoint_identity
 
     expected = checkpoint_identity([IdentityFile(r["path"], r["sha256"], r["size"]) for r in target.values()])
     assert expected in json.dumps(plan.identity)

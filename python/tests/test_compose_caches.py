@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from sparkflake.compose.build import BuildRequest, build_profile
 from sparkflake.compose.tree_cache import TreeCache
-from sparkflake.errors import CheckFailed, InputError
-from sparkflake.file_hashes import FileHashes
+from sparkflake.core.errors import CheckFailed, InputError
+from sparkflake.core.file_hashes import FileHashes
 from sparkflake.oci.layer_tree import walk_tree
 
 REPO = Path(__file__).resolve().parents[2]
@@ -283,7 +283,7 @@ def test_scratch_on_the_memory_file_system_is_private_and_cleaned(tmp_path: Path
     shm = tmp_path / "shm"
     shm.mkdir()
     monkeypatch.setattr(build_module, "MEMORY_SCRATCH", shm)
-    from sparkflake.atomic_write import host_tag
+    from sparkflake.core.atomic_write import host_tag
 
     leftover = shm / f"sparkflake-fixture.{host_tag()}.pid999999999.abc"
     (leftover / "patched-source").mkdir(parents=True)
@@ -310,7 +310,7 @@ def test_copy_bytes_within_and_across_file_systems(tmp_path_factory, size, asked
     """The shared copy: kernel copy on one file system, plain reads/writes from tmpfs to
     disk (copy_file_range refused); asking for more than the source holds returns what
     was there."""
-    from sparkflake.atomic_write import copy_bytes
+    from sparkflake.core.atomic_write import copy_bytes
 
     content = os.urandom(size)
     disk = tmp_path_factory.mktemp("copy")

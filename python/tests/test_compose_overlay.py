@@ -23,7 +23,7 @@ from sparkflake.compose.source_overlay import (
     wheel_native_files,
     write_overlay_tree,
 )
-from sparkflake.errors import CheckFailed, InputError
+from sparkflake.core.errors import CheckFailed, InputError
 
 ELF = b"\x7fELF" + bytes([2, 1, 1, 0]) + bytes(8) + (3).to_bytes(2, "little") + (183).to_bytes(2, "little") + bytes(44)
 

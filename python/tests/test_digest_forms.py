@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparkflake import digest
-from sparkflake.errors import InputError
+from sparkflake.core import digest
+from sparkflake.core.errors import InputError
 
 NIX = ["nix", "--extra-experimental-features", "nix-command"]
 

@@ -24,8 +24,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparkflake import digest
-from sparkflake.errors import InputError
+from sparkflake.core import digest, tree_digest
+from sparkflake.core.errors import InputError
 
 NIX = ["nix", "--extra-experimental-features", "nix-command"]
 GIT_ENV = {
@@ -92,7 +92,7 @@ def _acceptable_name(name: bytes) -> bool:
         and b"\0" not in name
         and len(name) <= 255
         and name.lower() not in _GIT_SPECIAL
-        and not digest._git_refuses_name(name)
+        and not tree_digest._git_refuses_name(name)
     )
 
 
@@ -170,7 +170,7 @@ class GeneratedTree:
 @given(trees)
 def test_nar_hash_equals_nix_hash_path(tree: tuple) -> None:
     with GeneratedTree(tree) as root:
-        ours = digest.nar_hash(root)
+        ours = tree_digest.nar_hash(root)
         assert ours.sri == nix_hash_path(root)
         assert ours.base16 == nix_hash_path(root, "--base16")
         assert ours.nix32 == nix_hash_path(root, "--base32")
@@ -180,13 +180,13 @@ def test_nar_hash_equals_nix_hash_path(tree: tuple) -> None:
 @given(trees, st.sampled_from(["sha1", "sha512"]))
 def test_nar_hash_other_algorithms_equal_nix(tree: tuple, algorithm: str) -> None:
     with GeneratedTree(tree) as root:
-        assert digest.nar_hash(root, algorithm).sri == nix_hash_path(root, "--type", algorithm)
+        assert tree_digest.nar_hash(root, algorithm).sri == nix_hash_path(root, "--type", algorithm)
 
 
 @given(st.one_of(file_nodes, symlink_nodes))
 def test_nar_hash_of_a_single_file_or_symlink_root_equals_nix(node: tuple) -> None:
     with GeneratedTree(node) as root:
-        assert digest.nar_hash(root).sri == nix_hash_path(root)
+        assert tree_digest.nar_hash(root).sri == nix_hash_path(root)
 
 
 @settings(max_examples=25)
@@ -194,11 +194,11 @@ def test_nar_hash_of_a_single_file_or_symlink_root_equals_nix(node: tuple) -> No
 def test_nar_serialization_streams_the_bytes_that_are_hashed(tree: tuple) -> None:
     with GeneratedTree(tree) as root:
         buffer = io.BytesIO()
-        size = digest.nar_serialize(root, buffer.write)
+        size = tree_digest.nar_serialize(root, buffer.write)
         serialized = buffer.getvalue()
         assert size == len(serialized)
         assert size % 8 == 0
-        nar = digest.nar_digest(root)
+        nar = tree_digest.nar_digest(root)
         assert nar.nar_size == size
         assert digest.Hash("sha256", hashlib.sha256(serialized).digest()) == nar.nar_hash
 
@@ -245,7 +245,7 @@ GO_NIX_ONE_BYTE_REGULAR = _nar(
 
 def _serialized(path: Path) -> bytes:
     buffer = io.BytesIO()
-    digest.nar_serialize(path, buffer.write)
+    tree_digest.nar_serialize(path, buffer.write)
     return buffer.getvalue()
 
 
@@ -265,10 +265,10 @@ def test_published_nar_vectors(tmp_path: Path) -> None:
     (complicated / "keep" / ".keep").write_bytes(b"")
     (complicated / "aa").symlink_to("/nix/store/somewhereelse")
     assert _serialized(complicated) == TVIX_NAR_COMPLICATED
-    assert digest.nar_digest(complicated).nar_size == len(TVIX_NAR_COMPLICATED)
+    assert tree_digest.nar_digest(complicated).nar_size == len(TVIX_NAR_COMPLICATED)
     # The same vectors, hashed by Nix itself.
     for name in ("symlink", "helloworld", "onebyte", "complicated"):
-        assert digest.nar_hash(tmp_path / name).sri == nix_hash_path(tmp_path / name)
+        assert tree_digest.nar_hash(tmp_path / name).sri == nix_hash_path(tmp_path / name)
 
 
 def test_nix_own_fixed_output_vector(tmp_path: Path) -> None:
@@ -279,7 +279,7 @@ def test_nix_own_fixed_output_vector(tmp_path: Path) -> None:
     (fixed / "bla").mkdir(parents=True)
     (fixed / "foo").write_text("Hello World!\n")
     (fixed / "bar").symlink_to("foo")
-    assert digest.nar_hash(fixed).nix32 == "1ixr6yd3297ciyp9im522dfxpqbkhcw0pylkb2aab915278fqaik"
+    assert tree_digest.nar_hash(fixed).nix32 == "1ixr6yd3297ciyp9im522dfxpqbkhcw0pylkb2aab915278fqaik"
 
 
 # ---------------------------------------------------------------------------------------
@@ -312,7 +312,7 @@ def test_nar_digest_equals_path_info_of_nix_store_add_path(tree: tuple, nix_stor
     with GeneratedTree(tree) as root:
         info = _add_to_store(root)
         nix_store_paths.append(info["path"])
-        nar = digest.nar_digest(root)
+        nar = tree_digest.nar_digest(root)
         assert digest.parse_hash(info["narHash"]) == nar.nar_hash
         assert info["narSize"] == nar.nar_size
         # "fixed:r:sha256:<nix32>": the recursive content address is the NAR hash too.
@@ -326,16 +326,16 @@ def test_nar_digest_equals_path_info_of_nix_store_add_path(tree: tuple, nix_stor
 @given(trees)
 def test_git_tree_id_equals_git_write_tree(tree: tuple) -> None:
     with GeneratedTree(tree) as root:
-        assert digest.git_tree_id(root) == git_write_tree(root, "sha1")
-        assert digest.git_tree_id(root, "sha256") == git_write_tree(root, "sha256")
+        assert tree_digest.git_tree_id(root) == git_write_tree(root, "sha1")
+        assert tree_digest.git_tree_id(root, "sha256") == git_write_tree(root, "sha256")
 
 
 def test_git_tree_of_empty_and_only_empty_directories(tmp_path: Path) -> None:
     (tmp_path / "a" / "b" / "c").mkdir(parents=True)
     (tmp_path / "d").mkdir()
-    assert digest.git_tree_id(tmp_path) == "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
-    assert digest.git_tree_id(tmp_path) == git_write_tree(tmp_path)
-    assert digest.git_tree_id(tmp_path, "sha256") == git_write_tree(tmp_path, "sha256")
+    assert tree_digest.git_tree_id(tmp_path) == "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+    assert tree_digest.git_tree_id(tmp_path) == git_write_tree(tmp_path)
+    assert tree_digest.git_tree_id(tmp_path, "sha256") == git_write_tree(tmp_path, "sha256")
 
 
 def test_git_tree_orders_directories_as_if_named_with_a_slash(tmp_path: Path) -> None:
@@ -344,12 +344,12 @@ def test_git_tree_orders_directories_as_if_named_with_a_slash(tmp_path: Path) ->
     (tmp_path / "a" / "inner").write_text("x")
     for name in ("a.b", "a-b", "a0", "a=", "a\x01"):
         (tmp_path / name).write_text(name)
-    assert digest.git_tree_id(tmp_path) == git_write_tree(tmp_path)
+    assert tree_digest.git_tree_id(tmp_path) == git_write_tree(tmp_path)
 
 
 @given(st.binary(max_size=2000), st.sampled_from(["sha1", "sha256"]))
 def test_git_blob_id_equals_git_hash_object(content: bytes, object_format: str) -> None:
-    ours = digest.git_blob_id_of_bytes(content, object_format)
+    ours = tree_digest.git_blob_id_of_bytes(content, object_format)
     theirs = subprocess.run(
         ["git", "hash-object", f"--object-format={object_format}", "--stdin"]
         if object_format == "sha256"
@@ -383,14 +383,14 @@ def test_git_blob_id_of_file_and_symlink(tmp_path: Path) -> None:
     content = random.Random(7).randbytes((1 << 20) + 17)
     (tmp_path / "big").write_bytes(content)
     (tmp_path / "link").symlink_to("big")
-    assert digest.git_blob_id(tmp_path / "big") == digest.git_blob_id_of_bytes(content)
-    assert digest.git_blob_id(tmp_path / "link", "sha256") == digest.git_blob_id_of_bytes(
+    assert tree_digest.git_blob_id(tmp_path / "big") == tree_digest.git_blob_id_of_bytes(content)
+    assert tree_digest.git_blob_id(tmp_path / "link", "sha256") == tree_digest.git_blob_id_of_bytes(
         b"big", "sha256"
     )
     expected = subprocess.run(
         ["git", "hash-object", str(tmp_path / "big")], check=True, capture_output=True, text=True
     ).stdout.strip()
-    assert digest.git_blob_id(tmp_path / "big") == expected
+    assert tree_digest.git_blob_id(tmp_path / "big") == expected
 
 
 def test_dot_git_is_excluded_at_every_level(tmp_path: Path) -> None:
@@ -404,9 +404,9 @@ def test_dot_git_is_excluded_at_every_level(tmp_path: Path) -> None:
     (plain / "sub").mkdir(parents=True)
     (plain / "sub" / "kept").write_text("kept")
     (plain / "top").write_text("top")
-    assert digest.git_tree_id(tmp_path) == digest.git_tree_id(plain)
+    assert tree_digest.git_tree_id(tmp_path) == tree_digest.git_tree_id(plain)
     shutil.rmtree(tmp_path / ".git")  # git's own directory must not be in the work tree run
-    assert digest.git_tree_id(tmp_path) == git_write_tree(tmp_path)
+    assert tree_digest.git_tree_id(tmp_path) == git_write_tree(tmp_path)
 
 
 def test_nested_repository_is_refused_with_its_path(tmp_path: Path) -> None:
@@ -414,7 +414,7 @@ def test_nested_repository_is_refused_with_its_path(tmp_path: Path) -> None:
     nested.mkdir(parents=True)
     subprocess.run(["git", "init", "-q", str(nested)], check=True, env=GIT_ENV)
     with pytest.raises(InputError) as refused:
-        digest.git_tree_id(tmp_path)
+        tree_digest.git_tree_id(tmp_path)
     assert str(nested) in str(refused.value)
     assert "submodule" in str(refused.value)
 
@@ -428,10 +428,10 @@ def test_names_git_refuses_are_refused_and_others_match_git(tmp_path: Path, name
     (tmp_path / name).write_text("x")
     if git_add_refuses(tmp_path):
         with pytest.raises(InputError) as refused:
-            digest.git_tree_id(tmp_path)
+            tree_digest.git_tree_id(tmp_path)
         assert str(tmp_path / name) in str(refused.value)
     else:
-        assert digest.git_tree_id(tmp_path) == git_write_tree(tmp_path)
+        assert tree_digest.git_tree_id(tmp_path) == git_write_tree(tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -444,10 +444,10 @@ def test_symlink_names_git_refuses_match_git(tmp_path: Path, name: str) -> None:
     (tmp_path / name).symlink_to("elsewhere")
     if git_add_refuses(tmp_path):
         with pytest.raises(InputError) as refused:
-            digest.git_tree_id(tmp_path)
+            tree_digest.git_tree_id(tmp_path)
         assert str(tmp_path / name) in str(refused.value)
     else:
-        assert digest.git_tree_id(tmp_path) == git_write_tree(tmp_path)
+        assert tree_digest.git_tree_id(tmp_path) == git_write_tree(tmp_path)
 
 
 # ---------------------------------------------------------------------------------------
@@ -468,7 +468,7 @@ def test_socket_inside_tree_is_refused_with_its_path(tmp_path: Path, hasher: str
     path, server = _socket_in(tmp_path / "deep" / "er")
     try:
         with pytest.raises(InputError) as refused:
-            digest.nar_hash(tmp_path) if hasher == "nar" else digest.git_tree_id(tmp_path)
+            tree_digest.nar_hash(tmp_path) if hasher == "nar" else tree_digest.git_tree_id(tmp_path)
     finally:
         server.close()
     assert str(path) in str(refused.value)
@@ -481,7 +481,7 @@ def test_fifo_inside_tree_is_refused_with_its_path(tmp_path: Path, hasher: str) 
     fifo = tmp_path / "sub" / "pipe"
     os.mkfifo(fifo)
     with pytest.raises(InputError) as refused:
-        digest.nar_hash(tmp_path) if hasher == "nar" else digest.git_tree_id(tmp_path)
+        tree_digest.nar_hash(tmp_path) if hasher == "nar" else tree_digest.git_tree_id(tmp_path)
     assert str(fifo) in str(refused.value)
     assert "FIFO" in str(refused.value)
     # Nix refuses it too.
@@ -494,21 +494,21 @@ def test_device_node_is_refused_with_its_path(tmp_path: Path) -> None:
     # /dev/null is a real character device; a symlink to it is only a symlink, so hash the
     # device itself as the root, which is what reaching a device inside a tree comes to.
     with pytest.raises(InputError) as refused:
-        digest.nar_hash("/dev/null")
+        tree_digest.nar_hash("/dev/null")
     assert "/dev/null" in str(refused.value)
     assert "character device" in str(refused.value)
     device = tmp_path / "null"
     os.mknod(device, 0o600 | stat.S_IFCHR, os.makedev(1, 3))
     with pytest.raises(InputError) as refused:
-        digest.nar_hash(tmp_path)
+        tree_digest.nar_hash(tmp_path)
     assert str(device) in str(refused.value)
     with pytest.raises(InputError):
-        digest.git_tree_id(tmp_path)
+        tree_digest.git_tree_id(tmp_path)
 
 
 def test_missing_path_is_named(tmp_path: Path) -> None:
     missing = tmp_path / "no-such-tree"
-    for call in (digest.nar_hash, digest.git_tree_id, digest.git_blob_id, digest.file_hash):
+    for call in (tree_digest.nar_hash, tree_digest.git_tree_id, tree_digest.git_blob_id, digest.file_hash):
         with pytest.raises(InputError) as refused:
             call(missing)
         assert str(missing) in str(refused.value)
@@ -529,7 +529,7 @@ def test_file_whose_bytes_do_not_match_its_size_is_refused() -> None:
     path = next(candidate for candidate in SYSFS_SHORT_READS if os.path.exists(candidate))
     assert os.stat(path).st_size != len(Path(path).read_bytes())
     with pytest.raises(InputError) as refused:
-        digest.nar_hash(path)
+        tree_digest.nar_hash(path)
     assert path in str(refused.value)
     assert "changed size" in str(refused.value)
 
@@ -569,11 +569,11 @@ def real_source_tree() -> Path:
 def test_real_sdist_tree_matches_nix_and_git(real_source_tree: Path) -> None:
     files = sum(len(names) for _, _, names in os.walk(real_source_tree))
     assert files >= 1000
-    nar = digest.nar_digest(real_source_tree)
+    nar = tree_digest.nar_digest(real_source_tree)
     assert nar.nar_hash.sri == nix_hash_path(real_source_tree)
     assert nar.nar_hash.nix32 == nix_hash_path(real_source_tree, "--base32")
     # --force: hash every file, as we do, even if the sdist ships a .gitignore
-    assert digest.git_tree_id(real_source_tree) == git_write_tree(real_source_tree, force=True)
-    assert digest.git_tree_id(real_source_tree, "sha256") == git_write_tree(
+    assert tree_digest.git_tree_id(real_source_tree) == git_write_tree(real_source_tree, force=True)
+    assert tree_digest.git_tree_id(real_source_tree, "sha256") == git_write_tree(
         real_source_tree, "sha256", force=True
     )

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sparkflake.atomic_write import atomic_stream
-from sparkflake.direct_write import ALIGNMENT, DirectWriter
-from sparkflake.errors import InputError
+from sparkflake.core.atomic_write import atomic_stream
+from sparkflake.core.direct_write import ALIGNMENT, DirectWriter
+from sparkflake.core.errors import InputError
 
 SHM = Path("/dev/shm")
 
@@ -128,8 +128,8 @@ def test_stream_replaces_the_file_with_mode(tmp_path):
 
 _FULL_DISK = r"""
 import resource, signal, sys
-from sparkflake.atomic_write import atomic_stream
-from sparkflake.errors import InputError
+from sparkflake.core.atomic_write import atomic_stream
+from sparkflake.core.errors import InputError
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
 try:
@@ -170,7 +170,7 @@ def test_archive_writer_reports_a_source_that_grew(tmp_path):
 _KILLED_MID_WRITE = r"""
 import os, signal, sys
 from pathlib import Path
-from sparkflake.atomic_write import atomic_directory, atomic_stream
+from sparkflake.core.atomic_write import atomic_directory, atomic_stream
 target = Path(sys.argv[1])
 if sys.argv[2] == "directory":
     with atomic_directory(target) as staging:
@@ -190,7 +190,7 @@ def _killed_run(target: Path, kind: str) -> None:
 
 @pytest.mark.parametrize("kind", ["directory", "file"])
 def test_the_next_run_removes_what_a_killed_run_left(tmp_path, kind):
-    from sparkflake.atomic_write import atomic_directory
+    from sparkflake.core.atomic_write import atomic_directory
 
     target = tmp_path / ("out" if kind == "directory" else "archive.tar")
     _killed_run(target, kind)
@@ -209,7 +209,7 @@ def test_the_next_run_removes_what_a_killed_run_left(tmp_path, kind):
 
 
 def test_leftovers_of_live_processes_and_other_hosts_stay(tmp_path):
-    from sparkflake.atomic_write import host_tag, remove_leftovers
+    from sparkflake.core.atomic_write import host_tag, remove_leftovers
 
     host = host_tag()
     sleeper = subprocess.Popen(["sleep", "30"])
@@ -236,7 +236,7 @@ def test_a_swap_cut_between_its_renames_is_undone(tmp_path):
     """Where RENAME_EXCHANGE is missing the swap is two renames; a run killed between
     them leaves the target missing and the previous tree retired: the next run puts it
     back before anything else."""
-    from sparkflake.atomic_write import host_tag, remove_leftovers
+    from sparkflake.core.atomic_write import host_tag, remove_leftovers
 
     host = host_tag()
     gone = subprocess.Popen(["true"])
@@ -254,7 +254,7 @@ def test_a_swap_cut_between_its_renames_is_undone(tmp_path):
 def test_directory_swap_is_one_exchange(tmp_path):
     """On this file system the previous directory and the new one trade places in one
     rename: the target is never missing."""
-    from sparkflake.atomic_write import _exchange, atomic_directory
+    from sparkflake.core.atomic_write import _exchange, atomic_directory
 
     first, second = tmp_path / "a", tmp_path / "b"
     first.mkdir()

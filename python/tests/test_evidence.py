@@ -5,9 +5,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sparkflake import evidence
 from sparkflake.cli import main
-from sparkflake.errors import InputError
+from sparkflake.core.errors import InputError
+from sparkflake.launch import evidence
 
 HEX = "0123456789abcdef"
 digests = st.text(HEX, min_size=64, max_size=64).map(lambda h: f"sha256:{h}")

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from netns_ranks import NetnsRanks
 
-from sparkflake.fanout.distribute import FanoutRequest, fanout
-from sparkflake.fanout.files import partial_path
+from sparkflake.distribute.fanout import FanoutRequest, fanout
+from sparkflake.distribute.files import partial_path
 
 MIB = 1 << 20
 

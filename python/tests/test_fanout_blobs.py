@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from netns_ranks import NetnsRanks
 
-from sparkflake.fanout.files import partial_path
+from sparkflake.distribute.files import partial_path
 
 MIB = 1 << 20
 

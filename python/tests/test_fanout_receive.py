@@ -19,11 +19,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sparkflake.fanout import receive as receive_module
-from sparkflake.fanout import relay as relay_module
-from sparkflake.fanout.files import inspect_copy, partial_path
-from sparkflake.fanout.receive import MISMATCH, NO_SPACE, OK, receive
-from sparkflake.fanout.relay import (
+from sparkflake.distribute import receive as receive_module
+from sparkflake.distribute import relay as relay_module
+from sparkflake.distribute.files import inspect_copy, partial_path
+from sparkflake.distribute.receive import MISMATCH, NO_SPACE, OK, receive
+from sparkflake.distribute.relay import (
     CANCELLED,
     CONNECT_FAILED,
     DONE,
@@ -33,10 +33,10 @@ from sparkflake.fanout.relay import (
     read_plan_line,
     relay,
 )
-from sparkflake.fanout.site import SshOptions
-from sparkflake.fanout.ssh import ssh_argv
+from sparkflake.distribute.site import SshOptions
+from sparkflake.distribute.ssh import ssh_argv
 
-AGENT = [sys.executable, "-m", "sparkflake.fanout.agent"]
+AGENT = [sys.executable, "-m", "sparkflake.distribute.agent"]
 
 
 def sha(content: bytes) -> str:

@@ -15,8 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from netns_ranks import NetnsRanks
 
-from sparkflake.errors import InputError
-from sparkflake.fanout.manifest import (
+from sparkflake.core.errors import InputError
+from sparkflake.distribute.manifest import (
     RECORD_NAME,
     FileEntry,
     build_manifest,

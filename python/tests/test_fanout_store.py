@@ -15,9 +15,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sparkflake.errors import CheckFailed, InputError
-from sparkflake.fanout.engine import storage_specifier
-from sparkflake.fanout.store import (
+from sparkflake.core.errors import CheckFailed, InputError
+from sparkflake.core.file_hashes import stat_identity
+from sparkflake.distribute.engine import storage_specifier
+from sparkflake.distribute.store import (
     RECORD_NAME,
     BlobDescriptor,
     LayoutPlan,
@@ -30,7 +31,6 @@ from sparkflake.fanout.store import (
     read_layout,
     recorded_blobs,
 )
-from sparkflake.file_hashes import stat_identity
 from sparkflake.oci import (
     BlobStore,
     ImageSpec,

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from input_fixtures import fixture_server
 
-from sparkflake.errors import CheckFailed, InputError
+from sparkflake.core.errors import CheckFailed, InputError
 from sparkflake.fetch import Artifact, BlobCache, fetch_all, fetch_artifact, import_from_dirs
 
 PAYLOAD = os.urandom(256 * 1024 + 12345)

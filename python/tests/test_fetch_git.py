@@ -19,8 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sparkflake.cli import main
-from sparkflake.digest import git_tree_id, nar_hash
-from sparkflake.errors import CheckFailed, InputError
+from sparkflake.core.errors import CheckFailed, InputError
+from sparkflake.core.tree_digest import git_tree_id, nar_hash
 from sparkflake.fetch.git import (
     GitCache,
     commit_tree,
@@ -29,7 +29,7 @@ from sparkflake.fetch.git import (
     git_object_id,
     parse_ls_tree,
 )
-from sparkflake.lock import GitPin, Lock, Target, write_lock
+from sparkflake.lock.pins import GitPin, Lock, Target, write_lock
 
 FILES_1 = {
     "pkg/__init__.py": b"VERSION = 1\n",
@@ -240,7 +240,7 @@ def test_an_interrupted_fetch_leaves_nothing_unverified_and_is_redone(tmp_path: 
     git("update-server-info", cwd=loose)
     cache_root = tmp_path / "cache"
     script = (
-        "import sys; from sparkflake.fetch.git import GitCache, fetch_git; from sparkflake.lock import GitPin; "
+        "import sys; from sparkflake.fetch.git import GitCache, fetch_git; from sparkflake.lock.pins import GitPin; "
         "fetch_git(GitPin(name='src', urls=(sys.argv[1],), rev=sys.argv[2], tree=sys.argv[3]), GitCache(sys.argv[4]))"
     )
     with http_server(tmp_path / "site", smart=False, delay_objects=60) as base:

@@ -17,8 +17,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from launch_fixtures import PROFILES, site_env
 
-from sparkflake.documents import MAX_DOCUMENT_BYTES, parse_json, read_regular_file
-from sparkflake.errors import InputError
+from sparkflake.core.documents import MAX_DOCUMENT_BYTES, parse_json, read_regular_file
+from sparkflake.core.errors import InputError
 
 REPO = Path(__file__).resolve().parents[2]
 HUGE = "9" * 5000

@@ -16,7 +16,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from launch_fixtures import bound_contract, site_env
 
-from sparkflake.identity import (
+from sparkflake.launch.envfile import parse_env_text
+from sparkflake.launch.identity import (
     IDENTITY_FILE,
     accept_state,
     checkpoint_identity,
@@ -25,7 +26,6 @@ from sparkflake.identity import (
     runtime_identity,
     sparkcache_identity,
 )
-from sparkflake.launch.envfile import parse_env_text
 from sparkflake.launch.resolve import resolve
 from sparkflake.launch.spec import kv_transfer_config
 

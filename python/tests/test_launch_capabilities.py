@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from launch_fixtures import PROFILES, real_contract, site_env
 
-from sparkflake.errors import InputError
+from sparkflake.core.errors import InputError
 from sparkflake.launch.envfile import parse_env_text
 from sparkflake.launch.plan import plan_from_assignments
 from sparkflake.runtime import capabilities as capability_file

@@ -25,7 +25,7 @@ def test_hash_cache_hits_only_while_the_stat_key_is_unchanged(tmp_path):
 
     def counting(path):
         calls.append(path)
-        from sparkflake.digest import sha256_file
+        from sparkflake.core.digest import sha256_file
 
         return sha256_file(path)
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sparkflake.errors import InputError
+from sparkflake.core.errors import InputError
 from sparkflake.launch.envfile import (
     parse_env_bytes,
     parse_env_text,

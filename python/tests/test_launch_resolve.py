@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from launch_fixtures import bound_contract, real_contract, site_env
 
-from sparkflake.errors import InputError
+from sparkflake.core.errors import InputError
 from sparkflake.launch.envfile import parse_env_text
 from sparkflake.launch.qualification import UNQUALIFIED, qualify
 from sparkflake.launch.resolve import resolve

@@ -9,9 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_lock_strategies import locks
 
-from sparkflake import canonical_toml
-from sparkflake.errors import InputError
-from sparkflake.lock import Lock, dump_lock, parse_lock, read_pylock
+from sparkflake.core import canonical_toml
+from sparkflake.core.errors import InputError
+from sparkflake.lock.pins import Lock, dump_lock, parse_lock, read_pylock
 
 SHOWN = "fuzz.lock"
 

@@ -13,9 +13,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_lock_strategies import hex64, locks, pins, sri_sha256
 
-from sparkflake.digest import parse_hash
-from sparkflake.errors import InputError
-from sparkflake.lock import (
+from sparkflake.core.digest import parse_hash
+from sparkflake.core.errors import InputError
+from sparkflake.lock.pins import (
     DebPin,
     FilePin,
     GitPin,

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from sparkflake.cli import main
-from sparkflake.errors import CheckFailed
-from sparkflake.lock import dump_lock, load_lock, write_lock
-from sparkflake.profile import load_profile
-from sparkflake.resolve.profile_lock import artifacts, check_lock, request_for, sharing_profiles
+from sparkflake.core.errors import CheckFailed
+from sparkflake.lock.pins import dump_lock, load_lock, write_lock
+from sparkflake.lock.profile_lock import artifacts, check_lock, request_for, sharing_profiles
+from sparkflake.profile.model import load_profile
 
 REPO_PROFILES = Path(__file__).resolve().parents[2] / "profiles"
 

@@ -12,9 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_lock_strategies import sdists, wheels
 
-from sparkflake import canonical_toml
-from sparkflake.errors import InputError
-from sparkflake.lock import Lock, Target, dump_lock, parse_lock, read_pylock
+from sparkflake.core import canonical_toml
+from sparkflake.core.errors import InputError
+from sparkflake.lock.pins import Lock, Target, dump_lock, parse_lock, read_pylock
 
 SHA = "8abb2f1d86890a2dfb989f9a77cfcfd3e47c2a354b01111771326f8aa26e0254"
 SIX = f'''\

@@ -7,7 +7,7 @@ import itertools
 
 from hypothesis import strategies as st
 
-from sparkflake.lock import (
+from sparkflake.lock.pins import (
     DebPin,
     FilePin,
     GitPin,
@@ -190,7 +190,7 @@ locks = st.builds(
 
 from hypothesis import given  # noqa: E402
 
-from sparkflake.lock import pin_from_dict, pin_to_dict  # noqa: E402
+from sparkflake.lock.pins import pin_from_dict, pin_to_dict  # noqa: E402
 
 
 @given(pins)

@@ -1,4 +1,4 @@
-"""The canonical TOML writer (sparkflake.canonical_toml) against tomllib."""
+"""The canonical TOML writer (sparkflake.core.canonical_toml) against tomllib."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from sparkflake import canonical_toml
+from sparkflake.core import canonical_toml
 
 any_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=30)
 scalars = st.one_of(

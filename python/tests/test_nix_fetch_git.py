@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from git_fixtures import make_repository
 
-from sparkflake.digest import nar_hash
-from sparkflake.errors import InputError
+from sparkflake.core.errors import InputError
+from sparkflake.core.tree_digest import nar_hash
 from sparkflake.fetch.git import GitCache, fetch_git, fetch_git_inputs
-from sparkflake.lock import GitPin
+from sparkflake.lock.pins import GitPin
 
 REPO = Path(__file__).resolve().parents[2]
 FETCH_GIT = REPO / "nix" / "fetch-git.nix"

@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sparkflake.errors import CheckFailed, InputError
+from sparkflake.core.digest import sha256_digest
+from sparkflake.core.errors import CheckFailed, InputError
 from sparkflake.oci.artifact import (
     EMPTY_CONFIG,
     fallback_tag,
@@ -20,7 +21,6 @@ from sparkflake.oci.artifact import (
     referrers_index,
     referring_artifact,
 )
-from sparkflake.oci.digests import sha256_digest
 from sparkflake.oci.layout import add_artifact_blobs
 
 _HEX = st.text(alphabet="0123456789abcdef", min_size=64, max_size=64)

@@ -26,7 +26,8 @@ from oci_fixtures import (  # noqa: F401 - pytest fixtures
 )
 
 from sparkflake.cli import main as cli_main
-from sparkflake.errors import CheckFailed, InputError
+from sparkflake.core.canonical_json import canonical_json_bytes
+from sparkflake.core.errors import CheckFailed, InputError
 from sparkflake.oci import (
     BlobStore,
     Compression,
@@ -45,7 +46,6 @@ from sparkflake.oci import (
 )
 from sparkflake.oci import archive as archive_module
 from sparkflake.oci.archive import combined_archive_allowed, docker_archive_manifest
-from sparkflake.oci.canonical_json import canonical_json_bytes
 
 COMBINED = "oci-archive+docker-archive"
 
@@ -465,7 +465,7 @@ def _documented_combined_archive(image, out):
     blobs/sha256/, each layer blob once in layer order, config, manifest, index.json,
     oci-layout, manifest.json) with the plain tar writer: the reference the streaming
     writer is held to."""
-    from sparkflake.atomic_write import atomic_stream
+    from sparkflake.core.atomic_write import atomic_stream
     from sparkflake.oci.archive import docker_archive_manifest
     from sparkflake.oci.layout import OCI_LAYOUT_BYTES
     from sparkflake.oci.tar_stream import EntryKind, TarEntry, write_tar_file

@@ -13,7 +13,7 @@ import zstandard
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sparkflake.errors import InputError
+from sparkflake.core.errors import InputError
 from sparkflake.oci.compression import (
     GZIP_HEADER,
     Compression,

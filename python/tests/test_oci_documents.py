@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sparkflake.errors import CheckFailed, InputError
+from sparkflake.core.canonical_json import canonical_json_bytes
+from sparkflake.core.errors import CheckFailed, InputError
 from sparkflake.oci import Platform, RuntimeConfig, chain_id
-from sparkflake.oci.canonical_json import canonical_json_bytes
 from sparkflake.oci.config import config_document
 from sparkflake.oci.reader import open_image
 from sparkflake.oci.verify import verify_image

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from sparkflake import audit
 from sparkflake.cli import main
-from sparkflake.errors import CheckFailed
-from sparkflake.fanout.engine import import_archive
+from sparkflake.core.errors import CheckFailed
+from sparkflake.distribute.engine import import_archive
 from sparkflake.oci.entry_safety import EntrySafety
 from sparkflake.oci.layer_scan import scan_layer
 

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from oci_fixtures import TreeVariant, materialize_tree, tree_specs
 
-from sparkflake.errors import InputError
+from sparkflake.core.errors import InputError
 from sparkflake.oci import (
     BlobStore,
     Compression,

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sparkflake.errors import InputError
+from sparkflake.core.errors import InputError
 from sparkflake.oci import ImageSpec, parse_spec
 
 

@@ -9,13 +9,7 @@ import tarfile
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sparkflake.oci.tar_stream import (
-    BLOCK,
-    EntryKind,
-    TarEntry,
-    header_bytes,
-    iter_tar_chunks,
-)
+from sparkflake.oci.tar_stream import BLOCK, EntryKind, TarEntry, header_bytes, iter_tar_chunks
 
 _SEGMENT = st.text(
     alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="/\0"),
@@ -122,7 +116,7 @@ def test_host_files_that_changed_size_since_the_scan_are_refused(tmp_path_factor
     between is refused with its path; an unchanged one streams exactly."""
     import pytest
 
-    from sparkflake.errors import InputError
+    from sparkflake.core.errors import InputError
 
     path = tmp_path_factory.mktemp("grow") / "f"
     content = bytes(range(256)) * (size // 256) + bytes(size % 256)

@@ -16,7 +16,7 @@ from sparkflake.compose.patches import (
     load_patch_set,
     parse_unified_diff,
 )
-from sparkflake.errors import CheckFailed, InputError
+from sparkflake.core.errors import CheckFailed, InputError
 
 REPO = Path(__file__).resolve().parents[2]
 

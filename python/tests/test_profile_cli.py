@@ -12,7 +12,7 @@ import pytest
 from test_profile_model import DFLASH7_TEXT, MTP5_TEXT, REPO_PROFILES, make_profiles_dir, small_lock
 
 from sparkflake.cli import main
-from sparkflake.profile import PROFILES_DIR_ENV, load_profile, parse_profile, profile_to_dict
+from sparkflake.profile.model import PROFILES_DIR_ENV, load_profile, parse_profile, profile_to_dict
 
 SPARKFLAKE = str(Path(sys.executable).parent / "sparkflake")
 
@@ -138,7 +138,7 @@ def test_validate_refuses_a_runtime_key_the_launcher_does_not_know(tmp_path, cap
     import shutil
 
     from sparkflake.cli import main as cli_main
-    from sparkflake.profile import find_profiles_dir
+    from sparkflake.profile.model import find_profiles_dir
 
     source = find_profiles_dir()
     profiles = tmp_path / "profiles"

@@ -12,9 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_lock_strategies import free_text, hex40, hex64, oci_digest
 
-from sparkflake.errors import InputError
-from sparkflake.lock import DebPin, Lock, SdistPin, Target, WheelPin, write_lock
-from sparkflake.profile import (
+from sparkflake.core.errors import InputError
+from sparkflake.lock.pins import DebPin, Lock, SdistPin, Target, WheelPin, write_lock
+from sparkflake.profile.model import (
     CLAIM_STATUSES,
     KNOWN_ROLES,
     PROFILES_DIR_ENV,
@@ -555,7 +555,7 @@ def _value_paths(node: object, prefix: tuple = ()) -> list[tuple]:
 
 @given(st.sampled_from([DFLASH7_TEXT, MTP5_TEXT]), st.data())
 def test_structural_mutations_give_input_errors(text: str, data: st.DataObject) -> None:
-    from sparkflake import canonical_toml
+    from sparkflake.core import canonical_toml
 
     document = tomllib.loads(text)
     path = data.draw(st.sampled_from(_value_paths(document)))

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from sparkflake.compose import receipt
 from sparkflake.compose.verification import ChainFailed, Link, run_chain
-from sparkflake.errors import CheckFailed
+from sparkflake.core.errors import CheckFailed
 
 _hex = st.text(alphabet="0123456789abcdef", min_size=64, max_size=64)
 _text = st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=0x2FF), max_size=12)

@@ -90,7 +90,7 @@ def test_import_never_drops_an_argument(args):
     try:
         imported = import_recipe({"args": args}, "r.toml")
     except Exception as exc:  # only our input error is acceptable
-        from sparkflake.errors import InputError
+        from sparkflake.core.errors import InputError
 
         assert isinstance(exc, InputError)
         return

@@ -24,8 +24,8 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from sparkflake.errors import CheckFailed, InputError
-from sparkflake.registry import (
+from sparkflake.core.errors import CheckFailed, InputError
+from sparkflake.oci.remote import (
     OCI_INDEX,
     OCI_MANIFEST,
     Credentials,

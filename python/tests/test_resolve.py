@@ -10,7 +10,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparkflake.compose.debian_packages import (
+from sparkflake.core.errors import CheckFailed, InputError
+from sparkflake.lock.debian import (
+    BOOKWORM_SUITES,
+    DEFAULT_KEYRING,
+    parse_release,
+    snapshot_timestamp,
+    verify_inrelease,
+)
+from sparkflake.lock.debian_packages import (
     DebPackage,
     PackageIndex,
     compare_versions,
@@ -19,16 +27,8 @@ from sparkflake.compose.debian_packages import (
     parse_relations,
     resolve_closure,
 )
-from sparkflake.errors import CheckFailed, InputError
-from sparkflake.resolve.debian import (
-    BOOKWORM_SUITES,
-    DEFAULT_KEYRING,
-    parse_release,
-    snapshot_timestamp,
-    verify_inrelease,
-)
-from sparkflake.resolve.python import select_wheels
-from sparkflake.resolve.target import Target, wheel_tags
+from sparkflake.lock.python import select_wheels
+from sparkflake.lock.target import Target, wheel_tags
 
 _fragment = st.text(alphabet="0123456789abcz.+~", min_size=1, max_size=6)
 _upstream = st.builds(lambda d, rest: d + rest, st.sampled_from("0123456789"), st.text(alphabet="0123456789az.+~", max_size=6))

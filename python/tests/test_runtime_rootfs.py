@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparkflake.errors import CheckFailed, InputError
+from sparkflake.core.errors import CheckFailed, InputError
 from sparkflake.oci import (
     BlobStore,
     ImageSpec,

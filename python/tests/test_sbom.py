@@ -24,7 +24,7 @@ from sparkflake.compose import receipt, sbom
 from sparkflake.compose.build import BuildRequest, build_profile, load_composition
 from sparkflake.compose.package_license import license_from_metadata, sdist_license, wheel_license
 from sparkflake.fetch import BlobCache
-from sparkflake.lock import DebPin, FilePin, GitPin, SdistPin, WheelPin, load_lock
+from sparkflake.lock.pins import DebPin, FilePin, GitPin, SdistPin, WheelPin, load_lock
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "profiles" / "fixture"

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sparkflake.cli import main as cli_main
-from sparkflake.errors import CheckFailed, InputError
+from sparkflake.core.errors import CheckFailed, InputError
 from sparkflake.signing import payloads
 from sparkflake.signing.keys import (
     decrypt_private_key,

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sparkflake.errors import InputError
-from sparkflake.fanout.site import (
+from sparkflake.core.errors import InputError
+from sparkflake.distribute.site import (
     SCHEMA,
     Link,
     Rank,

@@ -23,7 +23,7 @@ from sparkflake.compose.native_interface import (
     unresolved_imports,
 )
 from sparkflake.compose.source_packages import package_parent, source_tree_sha256
-from sparkflake.errors import InputError
+from sparkflake.core.errors import InputError
 
 
 def reference_source_sha256(root: Path) -> str:

@@ -13,10 +13,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..atomic_write import write_bytes_atomic
-from ..documents import read_json_file
-from ..errors import InputError
-from ..lock import GitPin, OciPin, load_lock
+from ..core.atomic_write import write_bytes_atomic
+from ..core.documents import read_json_file
+from ..core.errors import InputError
+from ..lock.pins import GitPin, OciPin, load_lock
 from .checks import AuditReport, CheckResult, Expectations, audit_image, parse_expectation
 from .sources import ImageSource, open_engine_source, open_file_source
 
@@ -113,7 +113,7 @@ def expectations_from(
     labels: dict[str, str] = {}
     lock_path = lock_file
     if profile_name is not None:
-        from ..profile import load_profile
+        from ..profile.model import load_profile
 
         profile = load_profile(profile_name, check_locks=False)
         platform = profile.platform

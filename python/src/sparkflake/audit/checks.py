@@ -15,9 +15,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import InputError
+from ..core.digest import chain_id, sha256_digest
+from ..core.errors import InputError
 from ..oci import media_types
-from ..oci.digests import chain_id, sha256_digest
 from ..oci.entry_safety import EntrySafety
 from ..oci.layer_scan import ELF_MACHINE_BY_ARCHITECTURE, ELF_MACHINE_NAMES, ElfFile, scan_layer
 from .sources import ImageSource, platform_string

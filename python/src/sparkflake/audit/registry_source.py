@@ -1,6 +1,6 @@
 """An image in a registry, read over the OCI distribution API for the audit.
 
-Manifests and the config come from ``sparkflake.registry`` (OCI and Docker media types in
+Manifests and the config come from ``sparkflake.oci.remote`` (OCI and Docker media types in
 Accept, anonymous or bearer-token auth, the 4 MiB manifest limit, a digest reference
 verified against the bytes served). Layer blobs are streamed raw, so the audit itself
 hashes them and names a mismatch; the size comes from a HEAD before any byte is hashed.
@@ -10,13 +10,8 @@ from __future__ import annotations
 
 from typing import BinaryIO
 
-from ..errors import InputError
-from ..registry import (
-    INDEX_TYPES,
-    Credentials,
-    RegistryClient,
-    parse_reference,
-)
+from ..core.errors import InputError
+from ..oci.remote import INDEX_TYPES, Credentials, RegistryClient, parse_reference
 from .sources import (
     Descriptor,
     ImageSource,

@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from ..documents import MAX_DOCUMENT_BYTES
-from ..errors import CheckFailed, InputError
+from ..core.digest import sha256_digest
+from ..core.documents import MAX_DOCUMENT_BYTES
+from ..core.errors import CheckFailed, InputError
 from ..oci import media_types
-from ..oci.digests import sha256_digest
 from ..oci.reader import DirectoryFiles, TarFiles
 
 DIGEST_PATTERN = re.compile(r"^sha256:[0-9a-f]{64}$")

@@ -20,11 +20,11 @@ from typing import Any
 
 from ..compose import receipt as receipts
 from ..compose.sbom import IMAGE_ID, SPDX_MEDIA_TYPE, SPDX_VERSION
-from ..documents import read_regular_file
-from ..errors import CheckFailed, InputError
-from ..oci.digests import sha256_digest
-from ..referrers import find_referrers
-from ..registry import RegistryClient, parse_reference
+from ..core.digest import sha256_digest
+from ..core.documents import read_regular_file
+from ..core.errors import CheckFailed, InputError
+from ..oci.referrers import find_referrers
+from ..oci.remote import RegistryClient, parse_reference
 from ..signing.cosign import verify_attestation, verify_signature
 from ..signing.keys import load_public_key
 from .checks import AuditReport

@@ -13,7 +13,7 @@ import importlib
 import pkgutil
 import sys
 
-from ..errors import SparkflakeError
+from ..core.errors import SparkflakeError
 
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1

@@ -13,7 +13,7 @@ from ..compose.locked_inputs import (
     policy_path_for,
 )
 from ..fetch import BlobCache
-from ..resolve.profile_lock import default_cache, load_profile_lock, profile_from_arg
+from ..lock.profile_lock import default_cache, load_profile_lock, profile_from_arg
 from ._output import Progress, print_json, print_line
 
 

@@ -7,7 +7,7 @@ import argparse
 from .. import audit
 from ..audit import checks as audit_checks
 from ..audit import supply_chain
-from ..errors import InputError
+from ..core.errors import InputError
 from ._output import Progress, print_json, print_line
 
 _SYMBOL = {"pass": "ok  ", "fail": "FAIL", "error": "ERR ", "skip": "skip"}

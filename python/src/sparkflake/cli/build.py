@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from ..compose.build import BuildRequest, ImageOptions, build_profile, default_output_dir
-from ..errors import InputError
+from ..core.errors import InputError
 from ..oci.compression import Compression
 from ..oci.image import default_source_date_epoch
 from ._output import Progress, print_json, print_line, warn

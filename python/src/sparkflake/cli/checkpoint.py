@@ -6,10 +6,10 @@ import argparse
 import os
 from pathlib import Path
 
-from ..atomic_write import check_output_parent
-from ..errors import InputError
+from ..core.atomic_write import check_output_parent
+from ..core.errors import InputError
 from ..launch.checkpoint_pins import CheckpointPins, pin_checkpoint, read_pins, write_pins
-from ..profile import load_profile
+from ..profile.model import load_profile
 from ._output import Progress, print_json, print_line, warn
 
 DEFAULT_PINS = "checkpoint-pins.json"

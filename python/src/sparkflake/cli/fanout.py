@@ -7,12 +7,12 @@ import argparse
 import json
 from pathlib import Path
 
-from ..atomic_write import write_bytes_atomic
-from ..errors import InputError
-from ..fanout.blobs import LayoutFanoutRequest, layout_fanout
-from ..fanout.distribute import FanoutRequest, fanout
-from ..fanout.registry_mode import RegistryFanoutRequest, registry_fanout
-from ..fanout.site import load_site
+from ..core.atomic_write import write_bytes_atomic
+from ..core.errors import InputError
+from ..distribute.blobs import LayoutFanoutRequest, layout_fanout
+from ..distribute.fanout import FanoutRequest, fanout
+from ..distribute.registry_mode import RegistryFanoutRequest, registry_fanout
+from ..distribute.site import load_site
 from ._output import Progress, print_json, print_line, warn
 
 

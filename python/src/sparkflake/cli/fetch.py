@@ -7,11 +7,11 @@ import dataclasses
 import time
 from pathlib import Path
 
-from ..errors import InputError
+from ..core.errors import InputError
 from ..fetch import BlobCache, FetchReport, fetch_all, offline_opener
 from ..fetch.git import GitCache, GitOutcome, fetch_git_inputs
-from ..lock import InvalidField, Lock, load_lock, require_git_url
-from ..resolve.profile_lock import artifacts, default_cache, load_profile_lock, profile_from_arg
+from ..lock.pins import InvalidField, Lock, load_lock, require_git_url
+from ..lock.profile_lock import artifacts, default_cache, load_profile_lock, profile_from_arg
 from ._output import Progress, print_json, print_line
 
 KINDS = ("wheel", "sdist", "deb", "file", "git")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from .. import digest
+from ..core import digest, tree_digest
 from ._output import print_json, print_line
 
 
@@ -50,7 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     path_parser.add_argument(
         "--object-format",
-        choices=digest.GIT_OBJECT_FORMATS,
+        choices=tree_digest.GIT_OBJECT_FORMATS,
         default="sha1",
         help="git object format for --git (default sha1)",
     )
@@ -89,7 +89,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_path(args: argparse.Namespace) -> int:
     if args.git:
-        tree_id = digest.git_tree_id(args.path, args.object_format)
+        tree_id = tree_digest.git_tree_id(args.path, args.object_format)
         if args.json:
             print_json(
                 {
@@ -101,7 +101,7 @@ def run_path(args: argparse.Namespace) -> int:
         else:
             print_line(tree_id)
         return 0
-    nar = digest.nar_digest(args.path, args.algorithm)
+    nar = tree_digest.nar_digest(args.path, args.algorithm)
     if args.json:
         print_json(
             {

@@ -8,7 +8,7 @@ import re
 import shlex
 import sys
 
-from ..errors import InputError
+from ..core.errors import InputError
 from ..launch.contract import load_contract
 from ..launch.engine import detect_engine
 from ..launch.plan import plan_launch, prepare_state
@@ -58,7 +58,7 @@ def _image_from_args(args: argparse.Namespace) -> str | None:
             raise InputError(f"--image {args.image!r}: expected sha256:<64 lowercase hex>")
         return args.image
     if args.digests:
-        from ..evidence import load_built_image
+        from ..launch.evidence import load_built_image
 
         built = load_built_image(args.digests)
         if built is None:
@@ -135,7 +135,7 @@ def _print_human(report: dict, *, explain: bool) -> None:
 def main(argv: list[str] | None = None) -> int:
     """`launch-rank` alone, without importing every other command group (a launcher
     started on every rank should not pay for the build stages' imports)."""
-    from ..errors import SparkflakeError
+    from ..core.errors import SparkflakeError
     from . import _Parser
 
     parser = _Parser(prog="sparkflake-launch-rank")

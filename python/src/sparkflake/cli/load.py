@@ -6,8 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
-from ..errors import InputError
-from ..fanout.engine import ENGINES, import_archive
+from ..core.errors import InputError
+from ..distribute.engine import ENGINES, import_archive
 from ._output import print_json, print_line
 
 ARCHIVES = ("docker-archive.tar", "oci-archive.tar")

@@ -2,7 +2,7 @@
 `sparkflake lock PROFILE`, which lives in ``cli/lock_profile.py``)
 
 The ``lock`` command reads its first word as a positional, not as a sub-parser choice, so
-that resolution, ``sparkflake lock PROFILE [--check | --update NAME]`` (``sparkflake.resolve``),
+that resolution, ``sparkflake lock PROFILE [--check | --update NAME]`` (``sparkflake.lock``),
 can share the command: a first word found in ``ACTIONS`` runs that action, any other word
 is for the profile mode, which adds its options in ``register`` and its branch in ``run``.
 """
@@ -13,8 +13,8 @@ import argparse
 from collections import Counter
 from collections.abc import Callable
 
-from ..errors import InputError
-from ..lock import KINDS, load_lock, lock_to_dict
+from ..core.errors import InputError
+from ..lock.pins import KINDS, load_lock, lock_to_dict
 from ._output import print_json, print_line
 
 EXIT_OK = 0
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(
                 f"lock {args.action}: unexpected argument {args.file!r} (FILE goes with `lock validate`)"
             )
-        from .lock_profile import run_profile  # resolution: sparkflake.resolve
+        from .lock_profile import run_profile  # resolution: sparkflake.lock
 
         return run_profile(args)
     return action(args)

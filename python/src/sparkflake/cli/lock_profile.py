@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from ..lock import dump_lock, load_lock
-from ..resolve.profile_lock import (
+from ..lock.pins import dump_lock, load_lock
+from ..lock.profile_lock import (
     check_lock,
     default_cache,
     load_profile_lock,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..launch.settings import validate_runtime_table
-from ..profile import (
+from ..profile.model import (
     check_profiles_distinct,
     dump_profile,
     find_profiles_dir,

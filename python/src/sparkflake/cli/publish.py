@@ -6,12 +6,12 @@ import argparse
 import json
 from pathlib import Path
 
-from ..atomic_write import write_bytes_atomic
 from ..compose import receipt
-from ..errors import InputError
+from ..core.atomic_write import write_bytes_atomic
+from ..core.errors import InputError
 from ..oci.artifact import ReferringArtifact, read_referring_artifact
-from ..referrers import push_referrer
-from ..registry import RegistryClient, load_credentials, parse_reference, push_layout
+from ..oci.referrers import push_referrer
+from ..oci.remote import RegistryClient, load_credentials, parse_reference, push_layout
 from ._output import Progress, print_json, print_line
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..compose.receipt_verify import ReceiptCheckFailed, verify_receipt
+from ..audit.receipt import ReceiptCheckFailed, verify_receipt
 from ._output import print_json, print_line, warn
 
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .. import canonical_toml
-from ..atomic_write import write_bytes_atomic
+from ..core import canonical_toml
+from ..core.atomic_write import write_bytes_atomic
 from ..launch.contract import load_contract
 from ..launch.engine import Engine
 from ..launch.plan import plan_launch
 from ..launch.recipe import dump_recipe, export_recipe, import_recipe, read_recipe, summarize
-from ..lock import read_toml
+from ..lock.pins import read_toml
 from ._output import print_json, print_line
 
 
@@ -66,7 +66,7 @@ def run_import(args: argparse.Namespace) -> int:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from ..errors import InputError
+    from ..core.errors import InputError
     from .launch import _IMAGE_ID, parse_rank
 
     rank = parse_rank(args.rank)

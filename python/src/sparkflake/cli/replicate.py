@@ -6,9 +6,9 @@ import argparse
 import json
 from pathlib import Path
 
-from ..atomic_write import write_bytes_atomic
-from ..fanout.replicate import ReplicateRequest, replicate
-from ..fanout.site import load_site
+from ..core.atomic_write import write_bytes_atomic
+from ..distribute.replicate import ReplicateRequest, replicate
+from ..distribute.site import load_site
 from ._output import Progress, print_json, print_line, warn
 
 

@@ -6,7 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
-from ..errors import InputError
+from ..core.errors import InputError
 from ._output import print_json, print_line, warn
 
 
@@ -71,10 +71,10 @@ def expected_versions(profile) -> dict[str, str]:  # type: ignore[no-untyped-def
 
 
 def run_check_command(args: argparse.Namespace) -> int:
-    from ..atomic_write import write_bytes_atomic
+    from ..core.atomic_write import write_bytes_atomic
     from ..launch.conformance import conformance_cases
     from ..launch.contract import contract_from_profile
-    from ..profile import load_profile
+    from ..profile.model import load_profile
     from ..runtime import capabilities as capability_file
     from ..runtime.check import SKIP, Case, run_check
 

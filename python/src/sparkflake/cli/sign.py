@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..compose.receipt import load_receipt
-from ..registry import RegistryClient, load_credentials, parse_reference
+from ..oci.remote import RegistryClient, load_credentials, parse_reference
 from ..signing.cosign import sign_image
 from ..signing.keys import PASSWORD_VARIABLE, key_password, load_private_key
 from ._output import print_json, print_line

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .. import evidence
-from ..profile import find_profiles_dir, list_profiles, load_profile
+from ..launch import evidence
+from ..profile.model import find_profiles_dir, list_profiles, load_profile
 from ._output import print_json, print_line
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..errors import CheckFailed
-from ..registry import parse_reference
+from ..core.errors import CheckFailed
+from ..oci.remote import parse_reference
 from ..signing.cosign import resolve_digest, verify_attestation, verify_signature
 from ..signing.keys import load_public_key
 from ._output import print_json, print_line

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..builder_identity import builder_identity
+from ..core.builder_identity import builder_identity
 from ._output import print_json, print_line
 
 

@@ -39,7 +39,7 @@ from pathlib import Path, PurePosixPath
 from packaging.utils import canonicalize_name
 
 from .. import __version__
-from ..atomic_write import (
+from ..core.atomic_write import (
     atomic_directory,
     check_output_parent,
     check_replaceable_output,
@@ -47,13 +47,15 @@ from ..atomic_write import (
     remove_tree,
     write_bytes_atomic,
 )
-from ..builder_identity import builder_identity
-from ..digest import git_tree_id, nar_hash, sha256_file
-from ..errors import CheckFailed, InputError, SparkflakeError
+from ..core.builder_identity import builder_identity
+from ..core.digest import sha256_file
+from ..core.errors import CheckFailed, InputError, SparkflakeError
+from ..core.file_hashes import FileHashes
+from ..core.tree_digest import git_tree_id, nar_hash
 from ..fetch import Artifact, BlobCache, default_cache_root, fetch_all, offline_opener
 from ..fetch.git import GitCache, fetch_git_inputs
-from ..file_hashes import FileHashes
-from ..lock import DebPin, GitPin, Lock, Pin, SdistPin, WheelPin
+from ..lock.pins import DebPin, GitPin, Lock, Pin, SdistPin, WheelPin
+from ..lock.target import Target
 from ..oci.archive import CombinedArchiveWriter, write_archives
 from ..oci.artifact import ReferringArtifact, referring_artifact
 from ..oci.blob_store import BlobStore
@@ -66,8 +68,13 @@ from ..oci.layer_cache import LayerCache
 from ..oci.layer_tree import LayerInput, TreeSource
 from ..oci.layout import add_artifact_blobs, write_oci_layout
 from ..oci.media_types import CREATED_ANNOTATION
-from ..profile import Profile, check_against_locks, profile_path, profile_to_dict, read_profile
-from ..resolve.target import Target
+from ..profile.model import (
+    Profile,
+    check_against_locks,
+    profile_path,
+    profile_to_dict,
+    read_profile,
+)
 from . import generated, receipt, sbom
 from .debian_base import DebInput, assemble_base
 from .elf import check_machine, elf_machines, iter_elf_files
@@ -1181,7 +1188,7 @@ def verification_links(
         problems = []
         if recorded != expected:
             problems.append("receipt's upstreamClaims differ from the profile's claims")
-        from ..profile import CLAIM_STATUSES
+        from ..profile.model import CLAIM_STATUSES
 
         problems += [f"{c['name']}: status {c.get('status')!r} not in {CLAIM_STATUSES}" for c in recorded if c.get("status") not in CLAIM_STATUSES]
         require_no_problems(problems, "upstream claims", "claims")

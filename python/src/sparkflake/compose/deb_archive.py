@@ -20,8 +20,8 @@ from typing import BinaryIO
 
 import zstandard
 
-from ..errors import CheckFailed, InputError
-from .debian_packages import parse_paragraphs
+from ..core.errors import CheckFailed, InputError
+from ..lock.debian_packages import parse_paragraphs
 
 AR_MAGIC = b"!<arch>\n"
 _AR_HEADER = 60

@@ -36,8 +36,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..atomic_write import atomic_directory
-from ..errors import CheckFailed
+from ..core.atomic_write import atomic_directory
+from ..core.errors import CheckFailed
 from .deb_archive import ARCHIVE_ERRORS, ar_members, find_member, open_tar_member, read_control
 from .elf import EM_AARCH64, PLATFORM_MACHINE, check_machine
 from .ld_so_cache import write_ld_so_cache

@@ -13,7 +13,7 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ..errors import CheckFailed
+from ..core.errors import CheckFailed
 
 ELF_MAGIC = b"\x7fELF"
 

@@ -114,7 +114,7 @@ def composition_labels(facts: LabelFacts, profile_labels: Mapping[str, str]) -> 
     labels = dict(profile_labels)
     for key, value in computed.items():
         if key in labels and labels[key] != value:
-            from ..errors import InputError
+            from ..core.errors import InputError
 
             raise InputError(
                 f"profile labels.\"{key}\" = {labels[key]!r} conflicts with the computed value {value!r}"

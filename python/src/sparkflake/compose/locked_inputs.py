@@ -13,10 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import CheckFailed, InputError
+from ..core.errors import CheckFailed, InputError
 from ..fetch import Artifact, BlobCache
-from ..lock import Lock
-from ..resolve.target import DEBIAN_BOOKWORM_ARM64, Target
+from ..lock.pins import Lock
+from ..lock.target import DEBIAN_BOOKWORM_ARM64, Target
 from .debian_base import BaseManifest, DebInput, assemble_base
 from .python_env import (
     DEFAULT_PREFIX,

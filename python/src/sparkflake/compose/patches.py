@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from ..errors import CheckFailed, InputError
+from ..core.errors import CheckFailed, InputError
 
 PATCH_SET_MANIFEST = "patches.toml"
 PATCH_SET_FORMAT = 1

@@ -39,10 +39,10 @@ from installer.sources import WheelFile
 from installer.utils import copyfileobj_with_hashing
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from ..atomic_write import atomic_directory
-from ..errors import CheckFailed
-from ..resolve.target import DEBIAN_BOOKWORM_ARM64, Target, wheel_tags
-from ..worker_processes import worker_pool
+from ..core.atomic_write import atomic_directory
+from ..core.errors import CheckFailed
+from ..core.worker_processes import worker_pool
+from ..lock.target import DEBIAN_BOOKWORM_ARM64, Target, wheel_tags
 from .elf import check_machine
 
 ProgressCallback = Callable[[int, int, str], None]

@@ -25,9 +25,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..lock import DebPin, FilePin, GitPin, OciPin, Pin, SdistPin, WheelPin
+from ..core.digest import digest_hex
+from ..lock.pins import DebPin, FilePin, GitPin, OciPin, Pin, SdistPin, WheelPin
 from ..oci.config import rfc3339
-from ..oci.digests import digest_hex
 from .package_license import (
     METADATA_LIMIT,
     StatedLicense,

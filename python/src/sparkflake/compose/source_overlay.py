@@ -27,9 +27,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from ..atomic_write import copy_bytes
-from ..digest import sha256_file
-from ..errors import CheckFailed, InputError
+from ..core.atomic_write import copy_bytes
+from ..core.digest import sha256_file
+from ..core.errors import CheckFailed, InputError
 from .elf import ELF_MAGIC, iter_elf_files, parse_header
 from .patches import ABSENT, FileReader, PatchedFile, PatchSet, apply_patch_set, canonical_json
 

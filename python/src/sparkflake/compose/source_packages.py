@@ -15,9 +15,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..digest import git_tree_id, nar_hash
-from ..errors import CheckFailed, InputError
-from ..lock import GitPin, WheelPin
+from ..core.errors import CheckFailed, InputError
+from ..core.tree_digest import git_tree_id, nar_hash
+from ..lock.pins import GitPin, WheelPin
 from .source_overlay import (
     DELETE,
     OverlayPlan,

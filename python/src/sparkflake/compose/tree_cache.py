@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import __version__
-from ..atomic_write import atomic_directory, write_bytes_atomic
+from ..core.atomic_write import atomic_directory, write_bytes_atomic
 from ..oci.layer_tree import TreeWalk, walk_lstat, walk_tree
 
 ENTRY_FORMAT = "sparkflake-tree-cache-v1"

@@ -15,7 +15,7 @@ import posixpath
 import stat
 from pathlib import Path
 
-from ..errors import CheckFailed
+from ..core.errors import CheckFailed
 
 _MAX_SYMLINK_HOPS = 40
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ..errors import CheckFailed, SparkflakeError
+from ..core.errors import CheckFailed, SparkflakeError
 
 PASSED = "passed"
 FAILED = "failed"

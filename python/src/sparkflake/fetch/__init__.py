@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import CheckFailed, InputError
+from ..core.errors import CheckFailed, InputError
 
 ProgressCallback = Callable[[int, int, str], None]
 

@@ -10,7 +10,7 @@ server cannot serve a shallow one, as git's dumb HTTP cannot), then:
 2. reads the tree id from the commit's ``tree`` header and requires the pin's ``tree``;
 3. writes the tree's files from git's objects (``ls-tree`` + ``cat-file --batch``: no
    checkout, so no ``.gitattributes`` conversion, filter or hook runs), computes the git
-   tree id of what it wrote with ``sparkflake.digest.git_tree_id`` and requires ``tree``
+   tree id of what it wrote with ``sparkflake.core.tree_digest.git_tree_id`` and requires ``tree``
    again; then the optional ``nar_hash``;
 4. renames the checkout into ``git/trees/<tree>`` and writes ``git/commits/<rev>``.
 
@@ -38,10 +38,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..atomic_write import process_alive, write_bytes_atomic
-from ..digest import git_tree_id, nar_hash
-from ..errors import CheckFailed, InputError
-from ..lock import GitPin
+from ..core.atomic_write import process_alive, write_bytes_atomic
+from ..core.errors import CheckFailed, InputError
+from ..core.tree_digest import git_tree_id, nar_hash
+from ..lock.pins import GitPin
 from .git_archive import ArchiveRefused, checked_relative, download, extract_archive
 
 GIT_TIMEOUT = 600.0  # seconds for one fetch; vLLM's tree at depth 1 is ~30 MB

@@ -12,7 +12,7 @@ import urllib.request
 import zlib
 from pathlib import Path, PurePosixPath
 
-from ..errors import InputError
+from ..core.errors import InputError
 
 
 class ArchiveRefused(Exception):

@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from ..atomic_write import write_bytes_atomic
-from ..digest import file_digest, file_kind
-from ..errors import InputError
-from ..file_hashes import stat_identity
+from ..core.atomic_write import write_bytes_atomic
+from ..core.digest import file_digest, file_kind
+from ..core.errors import InputError
+from ..core.file_hashes import stat_identity
 from .contract import IdentityFile
 
 PINS_SCHEMA = "sparkflake.checkpoint-pins/v1"

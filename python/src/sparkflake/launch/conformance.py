@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from ..errors import InputError
+from ..core.errors import InputError
 from .contract import LaunchContract
 from .envfile import EnvAssignment
 from .plan import plan_from_assignments

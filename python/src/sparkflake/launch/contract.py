@@ -1,6 +1,6 @@
 """What the launcher needs from a profile: its runtime contract, as plain frozen data.
 
-``contract_from_profile`` adapts the profile model (``sparkflake.profile``) to this
+``contract_from_profile`` adapts the profile model (``sparkflake.profile.model``) to this
 shape, so the launcher's logic is tested against plain data and the profile file format
 can evolve behind one function.
 """
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from ..errors import InputError
+from ..core.errors import InputError
 from ..runtime.capabilities import FILE_NAME as CAPABILITIES_FILE
 from ..runtime.capabilities import Capabilities
 from ..runtime.capabilities import load as load_capabilities
@@ -124,7 +124,7 @@ def _auto_equivalents(runtime: Mapping[str, str]) -> dict[str, str]:
 
 
 def contract_from_profile(profile: Any) -> LaunchContract:
-    """Adapt a ``sparkflake.profile.Profile`` to the launcher's contract."""
+    """Adapt a ``sparkflake.profile.model.Profile`` to the launcher's contract."""
     from .settings import table_value_text, validate_runtime_table
 
     shown = profile._shown() if hasattr(profile, "_shown") else f"profile {profile.name}"
@@ -188,6 +188,6 @@ def _file_row(entry: Any) -> dict[str, Any]:
 
 
 def load_contract(name_or_path: str) -> LaunchContract:
-    from ..profile import load_profile
+    from ..profile.model import load_profile
 
     return contract_from_profile(load_profile(name_or_path, check_locks=False))

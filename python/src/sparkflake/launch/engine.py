@@ -16,7 +16,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ..errors import InputError
+from ..core.errors import InputError
 
 ENGINES = ("podman", "docker")
 

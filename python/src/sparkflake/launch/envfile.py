@@ -15,8 +15,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from ..documents import read_regular_file
-from ..errors import InputError
+from ..core.documents import read_regular_file
+from ..core.errors import InputError
 
 _KEY_START = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")
 _KEY_REST = _KEY_START | frozenset("0123456789")

@@ -16,9 +16,9 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from ..atomic_write import write_bytes_atomic
-from ..digest import sha256_file
-from ..file_hashes import stat_identity
+from ..core.atomic_write import write_bytes_atomic
+from ..core.digest import sha256_file
+from ..core.file_hashes import stat_identity
 
 SCHEMA = "sparkflake.verified-hashes/v1"
 

@@ -14,16 +14,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..atomic_write import write_bytes_atomic
-from ..errors import InputError
-from ..identity import (
-    StateDecision,
-    accept_state,
-    checkpoint_identity,
-    identity_hash,
-    namespace,
-    runtime_identity,
-)
+from ..core.atomic_write import write_bytes_atomic
+from ..core.errors import InputError
 from .checkpoint_pins import pinned_files, read_pins
 from .checks import (
     CACHE_ROOT_MARKER,
@@ -44,6 +36,14 @@ from .contract import LaunchContract
 from .engine import Engine
 from .envfile import read_env_file
 from .hashcache import VerifiedHashCache
+from .identity import (
+    StateDecision,
+    accept_state,
+    checkpoint_identity,
+    identity_hash,
+    namespace,
+    runtime_identity,
+)
 from .qualification import Qualification, qualify
 from .resolve import Resolution, resolve
 from .spec import LABEL_PREFIX, ContainerSpec, build_spec, engine_argv

@@ -12,10 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import InputError
-from ..identity import canonical_json
+from ..core.errors import InputError
 from .contract import LaunchContract
 from .envfile import EnvAssignment
+from .identity import canonical_json
 from .resolve import Resolution, resolve
 from .settings import CATALOG, render_value
 

@@ -15,10 +15,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .. import canonical_toml
-from ..documents import parse_json, read_regular_file
-from ..errors import InputError
-from ..lock import parse_toml_text
+from ..core import canonical_toml
+from ..core.documents import parse_json, read_regular_file
+from ..core.errors import InputError
+from ..lock.pins import parse_toml_text
 from .envfile import render_env_value
 from .settings import CATALOG, parse_value, render_value
 

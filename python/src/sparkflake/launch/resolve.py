@@ -14,17 +14,10 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from ..errors import InputError
+from ..core.errors import InputError
 from .contract import LaunchContract
 from .envfile import EnvAssignment
-from .settings import (
-    AUTO,
-    CATALOG,
-    CATALOG_LIST,
-    GiB,
-    parse_value,
-    unknown_key_message,
-)
+from .settings import AUTO, CATALOG, CATALOG_LIST, GiB, parse_value, unknown_key_message
 
 # Topology rules of the seeds (R8): DCP1 interleaves KV per token without full-CKV
 # gather; DCP2/DCP4 interleave four tokens and need B12X's full-CKV gather.
@@ -277,7 +270,7 @@ class _Resolver:
                 f"KV_CACHE_DTYPE={v['KV_CACHE_DTYPE']} needs SPARKCACHE_ENABLED=0",
                 "KV_CACHE_DTYPE",
             )
-        from ..identity import sparkcache_deployment_problem
+        from .identity import sparkcache_deployment_problem
 
         problem = sparkcache_deployment_problem(
             v["SPARKCACHE_MODEL_PROFILE"], v["DCP"], v["KV_BLOCK_SIZE"], v["SPARKCACHE_MIN_SPAN_TOKENS"]

@@ -16,11 +16,11 @@ Public API (other stages build on these):
 - ``load_spec_file(path) -> ImageSpec`` for SPEC.json.
 """
 
+from ..core.digest import chain_id
 from .archive import write_archives, write_docker_archive, write_oci_archive
 from .blob_store import BlobStore
 from .compression import Compression
 from .config import Platform, RuntimeConfig
-from .digests import chain_id
 from .image import (
     ImageOutputs,
     ImageSpec,

@@ -35,11 +35,11 @@ import secrets
 import threading
 from pathlib import Path
 
-from ..atomic_write import atomic_stream
-from ..errors import CheckFailed, InputError
-from .canonical_json import canonical_json_bytes
+from ..core.atomic_write import atomic_stream
+from ..core.canonical_json import canonical_json_bytes
+from ..core.digest import digest_hex
+from ..core.errors import CheckFailed, InputError
 from .compression import Decompressor
-from .digests import digest_hex
 from .image_model import BuiltImage
 from .layer import Layer
 from .layout import OCI_LAYOUT_BYTES

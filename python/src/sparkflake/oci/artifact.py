@@ -15,11 +15,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..documents import read_regular_file
-from ..errors import CheckFailed, InputError
+from ..core.canonical_json import canonical_json_bytes
+from ..core.digest import digest_hex, sha256_digest
+from ..core.documents import read_regular_file
+from ..core.errors import CheckFailed, InputError
 from . import media_types
-from .canonical_json import canonical_json_bytes
-from .digests import digest_hex, sha256_digest
 
 EMPTY_CONFIG_MEDIA_TYPE = "application/vnd.oci.empty.v1+json"
 EMPTY_CONFIG = b"{}"

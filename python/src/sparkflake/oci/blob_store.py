@@ -37,9 +37,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from ..atomic_write import copy_bytes, write_bytes_atomic
-from ..file_hashes import stat_identity
-from .digests import digest_hex
+from ..core.atomic_write import copy_bytes, write_bytes_atomic
+from ..core.digest import digest_hex
+from ..core.file_hashes import stat_identity
 
 RECORD_FORMAT = "sparkflake-blob-verified-v1"
 READ_CHUNK = 1 << 20

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 import deflate
 import zstandard
 
-from ..errors import InputError
+from ..core.errors import InputError
 from .media_types import LAYER_MEDIA_TYPES
 
 COMPRESSIONS = ("gzip", "zstd", "none")

@@ -8,7 +8,7 @@ import datetime
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ..errors import InputError
+from ..core.errors import InputError
 
 _ARCH_VARIANTS = {"arm64": "v8", "amd64": None}
 

@@ -14,20 +14,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..atomic_write import write_bytes_atomic
-from ..errors import InputError
+from ..core.atomic_write import write_bytes_atomic
+from ..core.canonical_json import canonical_json_bytes
+from ..core.digest import chain_id, sha256_digest
+from ..core.errors import InputError
 from . import media_types
-from .archive import (
-    DOCKER_ARCHIVE,
-    OCI_ARCHIVE,
-    CombinedArchiveWriter,
-    write_archives,
-)
+from .archive import DOCKER_ARCHIVE, OCI_ARCHIVE, CombinedArchiveWriter, write_archives
 from .blob_store import BlobStore
-from .canonical_json import canonical_json_bytes
 from .compression import Compression
 from .config import Platform, RuntimeConfig, config_document, rfc3339
-from .digests import chain_id, sha256_digest
 from .image_model import BuiltImage
 from .layer import DEFAULT_SOURCE_DATE_EPOCH, Layer, LayerOptions, build_layer
 from .layer_cache import LayerCache

@@ -24,7 +24,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import InputError
+from ..core.errors import InputError
 from .blob_store import BlobStore
 from .compression import (
     DEFLATE_WINDOW,

@@ -37,9 +37,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from ..atomic_write import write_bytes_atomic
-from ..file_hashes import RACY_WINDOW_NS, FileHashes
-from .canonical_json import canonical_json_bytes
+from ..core.atomic_write import write_bytes_atomic
+from ..core.canonical_json import canonical_json_bytes
+from ..core.file_hashes import RACY_WINDOW_NS, FileHashes
 from .layer_tree import LayerInput, ScannedEntry, walk_tree
 from .tar_stream import EntryKind
 

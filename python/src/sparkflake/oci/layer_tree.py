@@ -25,7 +25,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from ..errors import InputError
+from ..core.errors import InputError
 from .tar_stream import EntryKind, TarEntry, encode_name
 
 WHITEOUT_PREFIX = ".wh."

@@ -9,11 +9,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..atomic_write import atomic_directory
+from ..core.atomic_write import atomic_directory
+from ..core.canonical_json import canonical_json_bytes
+from ..core.digest import digest_hex
 from .artifact import ReferringArtifact
 from .blob_store import copy_blob
-from .canonical_json import canonical_json_bytes
-from .digests import digest_hex
 from .image_model import BuiltImage
 from .media_types import OCI_LAYOUT_VERSION
 

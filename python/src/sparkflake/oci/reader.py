@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from ..documents import MAX_DOCUMENT_BYTES, open_regular_file
-from ..errors import InputError
+from ..core.digest import digest_hex, is_digest
+from ..core.documents import MAX_DOCUMENT_BYTES, open_regular_file
+from ..core.errors import InputError
 from . import media_types
-from .digests import digest_hex, is_digest
 
 ProgressCallback = Callable[[int, int, str], None]
 

@@ -32,8 +32,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..documents import read_json_file
-from ..errors import InputError
+from ..core.documents import read_json_file
+from ..core.errors import InputError
 from .compression import Compression
 from .config import Platform, RuntimeConfig
 from .image import ImageSpec, LayerSpec, default_source_date_epoch

@@ -18,8 +18,8 @@ import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from ..direct_write import DirectWriter
-from ..errors import InputError
+from ..core.direct_write import DirectWriter
+from ..core.errors import InputError
 
 BLOCK = 512
 CHUNK = 1 << 20

@@ -15,9 +15,9 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..errors import CheckFailed, InputError
+from ..core.digest import chain_id, sha256_digest
+from ..core.errors import CheckFailed, InputError
 from . import media_types
-from .digests import chain_id, sha256_digest
 from .entry_safety import EntrySafety
 from .layer_scan import scan_layer
 from .reader import COMBINED_FORMAT, BlobRef, DockerArchiveView, ImageReader

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
+from ..core.errors import InputError
 
 SCHEMA = "sparkflake.runtime-capabilities/v1"
 FILE_NAME = "runtime-capabilities.json"

@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..atomic_write import write_bytes_atomic
 from ..audit.checks import CheckResult
 from ..compose.tree_paths import image_path
-from ..errors import CheckFailed, InputError
+from ..core.atomic_write import write_bytes_atomic
+from ..core.errors import CheckFailed, InputError
 from ..oci.layer_scan import ELF_MACHINE_BY_ARCHITECTURE
 from ..oci.reader import ImageReader, open_image
 from . import rootfs, sandbox

@@ -33,10 +33,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from ..atomic_write import write_bytes_atomic
 from ..compose.tree_paths import image_path, normalize_member, resolve_parent
-from ..errors import CheckFailed, InputError
-from ..file_hashes import stat_identity
+from ..core.atomic_write import write_bytes_atomic
+from ..core.errors import CheckFailed, InputError
+from ..core.file_hashes import stat_identity
 from ..oci.compression import Decompressor, detect_compression
 from ..oci.reader import BlobRef, ImageReader
 

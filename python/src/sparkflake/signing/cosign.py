@@ -26,10 +26,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import CheckFailed
-from ..oci.canonical_json import canonical_json_bytes
-from ..oci.digests import digest_hex, sha256_digest
-from ..registry import OCI_MANIFEST, Reference, RegistryClient
+from ..core.canonical_json import canonical_json_bytes
+from ..core.digest import digest_hex, sha256_digest
+from ..core.errors import CheckFailed
+from ..oci.remote import OCI_MANIFEST, Reference, RegistryClient
 from . import payloads
 from .keys import PrivateKey, PublicKey
 

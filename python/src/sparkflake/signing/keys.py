@@ -31,8 +31,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
 
-from ..documents import read_regular_file
-from ..errors import CheckFailed, InputError
+from ..core.documents import read_regular_file
+from ..core.errors import CheckFailed, InputError
 
 PRIVATE_PEM_TYPES = ("ENCRYPTED SIGSTORE PRIVATE KEY", "ENCRYPTED COSIGN PRIVATE KEY")
 PUBLIC_PEM_TYPE = "PUBLIC KEY"

@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import CheckFailed
-from ..oci.digests import is_digest
+from ..core.digest import is_digest
+from ..core.errors import CheckFailed
 
 SIMPLE_SIGNING_TYPE = "cosign container image signature"
 IN_TOTO_PAYLOAD_TYPE = "application/vnd.in-toto+json"

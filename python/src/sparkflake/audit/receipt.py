@@ -1,0 +1,304 @@
+"""Re-check a full receipt against an image (OCI layout, oci-archive or docker-archive).
+
+Everything is re-derived from the image's bytes: the manifest, config and layer digests
+(``oci.verify``), then the receipt's claims about them: subject = manifest digest, config
+and layer byproducts, labels = the receipt's labels, the in-image receipt equal to the one
+the full receipt derives from, both manifests in ``/etc/sparkflake/`` equal to their
+byproduct digests, every retained ELF file and every overlay target at its recorded
+sha256 in the merged image filesystem (whiteouts applied).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import posixpath
+import tarfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..compose import generated, receipt
+from ..compose.verification import FAILED, PASSED, LinkResult
+from ..core.errors import CheckFailed, InputError, SparkflakeError
+from ..oci.compression import Decompressor, detect_compression
+from ..oci.reader import ImageReader, open_image
+from ..oci.verify import verify_image
+
+READ_CHUNK = 1 << 20
+ABSENT = ""
+
+
+class _DecompressingReader(io.RawIOBase):
+    """A readable stream of a layer blob's uncompressed tar bytes."""
+
+    def __init__(self, handle) -> None:  # noqa: ANN001 (binary file object)
+        self._handle = handle
+        self._decompressor: Decompressor | None = None
+        self._buffer = b""
+        self._eof = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, target) -> int:  # type: ignore[override]  # noqa: ANN001
+        while not self._buffer and not self._eof:
+            chunk = self._handle.read(READ_CHUNK)
+            if not chunk:
+                self._eof = True
+                break
+            if self._decompressor is None:
+                self._decompressor = Decompressor(detect_compression(chunk))
+            self._buffer = self._decompressor.decompress(chunk)
+        count = min(len(target), len(self._buffer))
+        target[:count] = self._buffer[:count]
+        self._buffer = self._buffer[count:]
+        return count
+
+
+def merged_files(
+    reader: ImageReader, wanted: Iterable[str], contents_of: Iterable[str] = ()
+) -> tuple[dict[str, tuple[str, int]], dict[str, bytes]]:
+    """sha256 and size of ``wanted`` image paths (no leading '/') in the merged filesystem,
+    and the bytes of the (small) files in ``contents_of``, in one pass over the layers.
+
+    Layers are applied bottom to top; a whiteout ``.wh.NAME`` removes a path, an opaque
+    ``.wh..wh..opq`` removes a directory's lower contents. Paths absent at the end are
+    left out of the results.
+    """
+    content_set = {path.lstrip("/") for path in contents_of}
+    wanted_set = {path.lstrip("/") for path in wanted} | content_set
+    state: dict[str, tuple[str, int]] = {}
+    contents: dict[str, bytes] = {}
+
+    def remove(prefix_test) -> None:  # noqa: ANN001
+        for path in [p for p in state if prefix_test(p)]:
+            del state[path]
+            contents.pop(path, None)
+
+    for ref in reader.layer_refs:
+        with reader.open_blob(ref) as handle:
+            stream = io.BufferedReader(_DecompressingReader(handle), READ_CHUNK)
+            try:
+                with tarfile.open(fileobj=stream, mode="r|") as archive:
+                    for member in archive:
+                        name = posixpath.normpath(member.name.lstrip("./") or ".")
+                        base = posixpath.basename(name)
+                        parent = posixpath.dirname(name)
+                        if base == ".wh..wh..opq":
+                            prefix = f"{parent}/" if parent else ""
+                            remove(lambda p, prefix=prefix: p.startswith(prefix))
+                            continue
+                        if base.startswith(".wh."):
+                            removed = posixpath.join(parent, base[len(".wh."):])
+                            remove(lambda p, removed=removed: p == removed or p.startswith(removed + "/"))
+                            continue
+                        if name not in wanted_set:
+                            continue
+                        if not member.isfile():
+                            remove(lambda p, name=name: p == name)
+                            continue
+                        extracted = archive.extractfile(member)
+                        assert extracted is not None
+                        hasher = hashlib.sha256()
+                        kept = [] if name in content_set else None
+                        while chunk := extracted.read(READ_CHUNK):
+                            hasher.update(chunk)
+                            if kept is not None:
+                                kept.append(chunk)
+                        state[name] = (hasher.hexdigest(), member.size)
+                        if kept is not None:
+                            contents[name] = b"".join(kept)
+            except (tarfile.TarError, ValueError) as exc:
+                raise InputError(f"layer {ref.digest or ref.name}: cannot read tar stream: {exc}") from exc
+    return state, contents
+
+
+@dataclass(frozen=True)
+class ReceiptReport:
+    image_format: str
+    manifest_digest: str | None
+    config_digest: str
+    links: tuple[LinkResult, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(link.status == PASSED for link in self.links)
+
+    def as_record(self) -> dict[str, object]:
+        return {
+            "format": self.image_format,
+            "manifest": self.manifest_digest,
+            "config": self.config_digest,
+            "ok": self.ok,
+            "links": [link.as_record() for link in self.links],
+        }
+
+
+def load_receipt(path: str | os.PathLike[str]) -> dict:
+    try:
+        document = json.loads(Path(path).read_bytes())
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror}") from exc
+    except ValueError as exc:
+        raise InputError(f"{path}: not JSON: {exc}") from exc
+    if not isinstance(document, dict):
+        raise InputError(f"{path}: expected a JSON object")
+    if document.get("_type") != receipt.STATEMENT_TYPE:
+        raise InputError(f"{path}: _type: expected {receipt.STATEMENT_TYPE}, got {document.get('_type')!r}")
+    if document.get("predicateType") != receipt.PREDICATE_TYPE:
+        raise InputError(f"{path}: predicateType: expected {receipt.PREDICATE_TYPE}, got {document.get('predicateType')!r}")
+    try:
+        document["predicate"]["runDetails"]["byproducts"]
+        document["predicate"]["buildDefinition"]["internalParameters"]["labels"]
+        document["subject"][0]["digest"]["sha256"]
+    except (KeyError, IndexError, TypeError) as exc:
+        raise InputError(f"{path}: not a sparkflake build receipt (missing {exc})") from exc
+    return document
+
+
+def verify_receipt(receipt_path: str | os.PathLike[str], image_path: str | os.PathLike[str]) -> ReceiptReport:
+    """Every link is checked; a ``CheckFailed`` names the first failing one."""
+    full = load_receipt(receipt_path)
+    reader = open_image(image_path)
+    report = verify_image(reader)  # digests of every blob re-derived from bytes
+    links: list[LinkResult] = []
+
+    def link(link_id: str, check) -> None:  # noqa: ANN001
+        try:
+            detail = check()
+        except SparkflakeError as exc:
+            links.append(LinkResult(link_id, FAILED, exc.message))
+        else:
+            links.append(LinkResult(link_id, PASSED, detail))
+
+    def subject() -> str:
+        expected = "sha256:" + full["subject"][0]["digest"]["sha256"]
+        if report.manifest_digest is None:
+            return f"{report.format} carries no OCI manifest; subject {expected} checked through config and layers"
+        if report.manifest_digest != expected:
+            raise CheckFailed(f"image manifest digest {report.manifest_digest}, receipt subject {expected}")
+        return f"subject = manifest {expected}"
+
+    def config() -> str:
+        item = receipt.byproduct(full, receipt.CONFIG)
+        expected = "sha256:" + item["digest"]["sha256"] if item else None
+        if report.config_digest != expected:
+            raise CheckFailed(f"image config digest {report.config_digest}, receipt says {expected}")
+        return f"config {expected}"
+
+    def layers() -> str:
+        recorded = receipt.layer_byproducts(full)
+        if len(recorded) != len(report.layers):
+            raise CheckFailed(f"image has {len(report.layers)} layers, receipt {len(recorded)}")
+        problems = []
+        for index, (item, layer) in enumerate(zip(recorded, report.layers, strict=True)):
+            diff_id = item["annotations"]["diff_id"]
+            if layer.diff_id != diff_id:
+                problems.append(f"layer[{index}] diffID {layer.diff_id}, receipt {diff_id}")
+            blob = "sha256:" + item["digest"]["sha256"]
+            if report.format != "docker-archive" and layer.digest != blob:
+                problems.append(f"layer[{index}] digest {layer.digest}, receipt {blob}")
+        if problems:
+            raise CheckFailed("; ".join(problems))
+        return f"{len(recorded)} layers: digests and diffIDs equal"
+
+    def labels() -> str:
+        recorded = full["predicate"]["buildDefinition"]["internalParameters"]["labels"]
+        current = report.labels
+        problems = [
+            f"{key}: image {current.get(key)!r}, receipt {recorded.get(key)!r}"
+            for key in sorted(set(current) | set(recorded))
+            if current.get(key) != recorded.get(key)
+        ]
+        missing = generated.missing_labels(current)
+        problems += [f"{key}: missing" for key in missing]
+        if problems:
+            raise CheckFailed("; ".join(problems[:10]))
+        return f"{len(current)} labels equal to the receipt"
+
+    wanted_manifests = {
+        generated.RECEIPT_PATH: receipt.IN_IMAGE_RECEIPT,
+        generated.RETAINED_NATIVE_PATH: receipt.RETAINED_NATIVE,
+        generated.OVERLAY_PATH: receipt.OVERLAY,
+    }
+    # The manifests say which files to hash, so the small documents are read first (a pass
+    # over the layers that hashes nothing else), then every listed file in a second pass.
+    _, found = merged_files(reader, (), wanted_manifests)
+    documents: dict[str, bytes | None] = {path: found.get(path.lstrip("/")) for path in wanted_manifests}
+
+    def embedded() -> str:
+        problems = []
+        for path, name in wanted_manifests.items():
+            item = receipt.byproduct(full, name)
+            content = documents[path]
+            if item is None:
+                problems.append(f"receipt has no {name} byproduct")
+            elif content is None:
+                problems.append(f"{path}: absent from the image")
+            elif hashlib.sha256(content).hexdigest() != item["digest"]["sha256"]:
+                problems.append(f"{path}: sha256 {hashlib.sha256(content).hexdigest()}, receipt {item['digest']['sha256']}")
+        derived = receipt.canonical_bytes(receipt.in_image_from_full(full))
+        if documents[generated.RECEIPT_PATH] is not None and documents[generated.RECEIPT_PATH] != derived:
+            problems.append(f"{generated.RECEIPT_PATH}: differs from the in-image statement the full receipt derives")
+        if problems:
+            raise CheckFailed("; ".join(problems))
+        return "in-image receipt and both manifests equal their byproduct digests"
+
+    def _manifest(path: str) -> Mapping[str, object]:
+        content = documents[path]
+        if content is None:
+            raise CheckFailed(f"{path}: absent from the image")
+        return json.loads(content)
+
+    def files() -> tuple[str, str]:
+        retained = _manifest(generated.RETAINED_NATIVE_PATH)
+        overlay = _manifest(generated.OVERLAY_PATH)
+        prefix = str(overlay["install_prefix"]).strip("/")
+        wanted = {f"{prefix}/{e['path']}" for e in retained["files"]} | {f"{prefix}/{e['path']}" for e in overlay["entries"]}
+        merged, _ = merged_files(reader, wanted)
+        native_problems = []
+        for entry in retained["files"]:
+            found = merged.get(f"{prefix}/{entry['path']}")
+            if found != (entry["sha256"], entry["size"]):
+                native_problems.append(f"{entry['path']}: image {found}, manifest ({entry['sha256']}, {entry['size']})")
+        overlay_problems = []
+        for entry in overlay["entries"]:
+            found = merged.get(f"{prefix}/{entry['path']}")
+            actual = found[0] if found else ABSENT
+            if actual != entry["target_sha256"]:
+                overlay_problems.append(f"{entry['path']}: image {actual or 'absent'}, manifest {entry['target_sha256'] or 'absent'}")
+        return "; ".join(native_problems), "; ".join(overlay_problems)
+
+    link("subject", subject)
+    link("config", config)
+    link("layers", layers)
+    link("labels", labels)
+    link("embedded", embedded)
+    try:
+        native_problems, overlay_problems = files()
+    except SparkflakeError as exc:
+        links.append(LinkResult("retained-native", FAILED, exc.message))
+    else:
+        links.append(LinkResult("retained-native", FAILED, native_problems) if native_problems
+                     else LinkResult("retained-native", PASSED, "every retained ELF file at its recorded sha256"))
+        links.append(LinkResult("overlay", FAILED, overlay_problems) if overlay_problems
+                     else LinkResult("overlay", PASSED, "every overlay target at its recorded sha256"))
+    result = ReceiptReport(report.format, report.manifest_digest, report.config_digest, tuple(links))
+    failures = [item for item in links if item.status == FAILED]
+    if failures:
+        raise ReceiptCheckFailed(
+            "receipt does not match the image: " + "; ".join(f"{f.link}: {f.detail}" for f in failures),
+            check_id=f"receipt.{failures[0].link}",
+            report=result,
+        )
+    return result
+
+
+class ReceiptCheckFailed(CheckFailed):
+    def __init__(self, message: str, *, check_id: str, report: ReceiptReport) -> None:
+        super().__init__(message, check_id=check_id)
+        self.report = report
+

@@ -1,0 +1,277 @@
+"""``sparkflake fanout OUT --site SITE``: an OCI layout to every rank, blob by blob; each rank
+receives only the blobs its image store does not already hold verified.
+
+Order of work, so that bad input moves no byte: rank 0 reads the layout's documents (index,
+manifest, config re-derived from their bytes); every other rank says which of the image's
+blobs its store holds verified (``store.blob_status``); the hops are set up while rank 0
+hashes the blobs that will travel, and no byte moves before they verified (the gate). The
+missing blobs then go down the chain in one transfer (one relay per hop, pipelined, each
+blob verified by size and sha256 before it takes its name). As soon as a rank has every
+blob, it writes the manifest and then ``index.json`` (``store.commit``) and, with
+``--import podman``, copies the image into podman's store with skopeo, which skips the
+layers that store already has, and checks the image ID before the tag counts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Any
+
+from ..core.errors import CheckFailed, InputError
+from .chain import FAILED, ChainTransfer, Progress, SizeGate, Transfer, cancel_relay, start_relays
+from .engine import ENGINES, check_image_id
+from .evidence import EVIDENCE_SCHEMA, REPORT_SCHEMA
+from .fanout import check_images
+from .site import Rank, Site
+from .ssh import AgentReply, StartedAgent, run_agent, start_agent
+from .store import STORE_NAME, LayoutPlan, blob_path, plan_from_document
+
+
+@dataclass(frozen=True)
+class LayoutFanoutRequest:
+    layout: str  # absolute path on rank 0: an OCI layout, or a build output holding oci/
+    image_id: str | None = None  # when given, the layout's config digest must equal it
+    engine: str | None = None
+    tag: str | None = None
+    verify_only: bool = False
+    retry_seconds: float = 120.0
+
+
+def validate_layout_request(request: LayoutFanoutRequest) -> None:
+    if not request.layout.startswith("/"):
+        raise InputError(f"{request.layout}: expected an absolute path of an OCI layout on rank 0")
+    if request.image_id is not None:
+        check_image_id(request.image_id)
+    if request.engine is not None:
+        if request.engine not in ENGINES:
+            raise InputError(f"--import: expected one of {ENGINES}, got {request.engine!r}")
+        if request.engine != "podman":
+            raise InputError(f"--import {request.engine}: the blob route imports into podman's "
+                             "containers-storage; use the archive route (ARCHIVE --sha256) for docker")
+        if not request.tag:
+            raise InputError("--import with a layout needs --tag: the name the image gets in podman's store")
+
+
+def store_path(rank: Rank) -> str:
+    return str(PurePosixPath(rank.data_dir) / STORE_NAME)
+
+
+def layout_fanout(site: Site, request: LayoutFanoutRequest, *, progress: Progress | None = None) -> dict[str, Any]:
+    validate_layout_request(request)
+    started = time.monotonic()
+    ranks = site.ordered_ranks()
+    first = ranks[0]
+    stores = {rank.name: store_path(rank) for rank in ranks}
+    # A run that sends starts each rank's settling agent first: it lists what the rank's
+    # record holds (stat only) while rank 0 reads the layout, then waits, its SSH session
+    # and interpreter ready, until the rank holds every blob and it commits (and imports).
+    # --verify instead hashes each blob of the plan on every rank.
+    pool = ThreadPoolExecutor(max_workers=len(ranks))
+    committers: dict[str, StartedAgent] = {}
+    relays: dict[str, Any] = {}
+    try:
+        if not request.verify_only:
+            committers = {rank.name: start_agent(site, rank, ["commit-layout", "--report-held", "--store",
+                                                              stores[rank.name], *_import_args(rank, request)])
+                          for rank in ranks[1:]}
+            relays = start_relays(site)  # every hop set up too; they wait for their plans
+        listed = {name: pool.submit(committer.first_reply) for name, committer in committers.items()}
+        layout, plan = _read_source_plan(site, first, request)
+        image_id = plan.config.digest
+        if request.image_id is not None and request.image_id != image_id:
+            raise CheckFailed(f"rank {first.name}: layout {layout} has image ID (config digest) {image_id}, "
+                              f"expected {request.image_id}; nothing transferred", check_id="fanout.image-id")
+        blobs = plan.blobs
+        blob_list = json.dumps([blob.as_dict() for blob in blobs])
+        if request.verify_only:
+            listed = {rank.name: pool.submit(run_agent, site, rank, ["blob-status", "--rehash", "--no-record",
+                                                                     "--store", stores[rank.name]],
+                                             input_text=blob_list)
+                      for rank in ranks[1:]}
+        replies = {name: future.result() for name, future in listed.items()}
+    except BaseException:
+        for committer in committers.values():
+            committer.cancel()
+        for relay_process in relays.values():
+            cancel_relay(relay_process)
+        raise
+    finally:
+        pool.shutdown(wait=True)
+    stores[first.name] = layout
+    evidence = {rank.name: _new_record(rank, stores[rank.name], plan, len(blobs)) for rank in ranks}
+    evidence[first.name].update(role="source", status="verified", blobs_reused=len(blobs))
+
+    needs: dict[str, list[int]] = {}
+    unreachable: dict[str, str] = {}
+    for rank in ranks[1:]:
+        reply, record = replies[rank.name], evidence[rank.name]
+        if reply.result is None or reply.result.get("status") != "ok":
+            message = f"rank {rank.name} ({rank.ssh}): cannot check its image store: {reply.describe_failure()}"
+            unreachable[rank.name] = message
+            record.update(status="failed", error=message)
+            continue
+        held = set(reply.result["held"])
+        needs[rank.name] = [k for k, blob in enumerate(blobs) if blob.digest not in held]
+        record.update(blobs_reused=len(blobs) - len(needs[rank.name]),
+                      present_wrong=list(reply.result.get("present_wrong", [])),
+                      status="verified" if not needs[rank.name]
+                      else "mismatch" if reply.result.get("present_wrong") else "missing")
+
+    if request.verify_only:
+        source = _source_check(site, first, layout, blobs)
+        if source:
+            raise CheckFailed(source, check_id="fanout.source-sha256")
+        if request.engine:
+            check_images(site, ranks, request.engine, image_id, evidence)
+        return _summary(request, plan, evidence, ranks, started)
+
+    travelling = sorted({k for wanted in needs.values() for k in wanted})
+    transfers = [Transfer(sha256=blob.digest.removeprefix("sha256:"), size=blob.size,
+                          paths={name: str(blob_path(PurePosixPath(root), blob.digest)) for name, root in stores.items()})
+                 for blob in blobs]
+    gate = SizeGate()
+    workers: list[threading.Thread] = []
+    chain: ChainTransfer | None = None
+
+    def complete(name: str) -> None:
+        worker = threading.Thread(target=_settle, args=(site, site.rank(name), stores[name], plan, request,
+                                                        chain, evidence[name], committers.pop(name, None)))
+        workers.append(worker)
+        worker.start()
+
+    chain = ChainTransfer(site, transfers, gate, needs=needs, failed=unreachable,
+                          retry_seconds=request.retry_seconds, on_verified=complete, progress=progress,
+                          prestarted=relays)
+    chain.start()
+    try:
+        failure = _source_check(site, first, layout, [blobs[k] for k in travelling]) if travelling else None
+        if failure:
+            raise CheckFailed(failure, check_id="fanout.source-sha256")
+    except BaseException:
+        gate.cancel()
+        with contextlib.suppress(Exception):
+            chain.join()  # ended by the cancelled gate; the first error is the one to report
+        for committer in committers.values():
+            committer.cancel()
+        raise
+    gate.open(0)
+    if request.engine:
+        complete(first.name)
+    for name, wanted in needs.items():
+        if not wanted:
+            complete(name)  # holds every blob: only the manifest and index are written
+    outcomes = chain.join()
+    for worker in list(workers):
+        worker.join()
+    for committer in committers.values():  # ranks the chain did not complete
+        committer.cancel()
+    for name, outcome in outcomes.items():
+        if name not in needs and name not in unreachable:
+            continue
+        record = evidence[name]
+        record.update(outcome.evidence(), blobs_sent=[blobs[k].digest for k in outcome.files_received],
+                      blobs_reused=len(blobs) - len(outcome.files_received))
+        if outcome.status == FAILED:
+            record["error"] = outcome.error or record.get("error")
+        elif needs.get(name):
+            record["seconds"] = outcome.seconds
+    return _summary(request, plan, evidence, ranks, started)
+
+
+def _new_record(rank: Rank, store: str, plan: LayoutPlan, count: int) -> dict[str, Any]:
+    return {"schema": EVIDENCE_SCHEMA, "kind": "fanout-blobs", "rank": rank.name, "ssh": rank.ssh,
+            "store": store, "manifest_digest": plan.manifest_digest, "status": "pending", "error": None,
+            "blobs": count, "blobs_sent": [], "blobs_reused": 0, "present_wrong": [],
+            "bytes_received": 0, "seconds": 0.0, "attempts": 0, "resumed_from": [],
+            "committed": False, "image_id": None, "imported": False}
+
+
+def _read_source_plan(site: Site, first: Rank, request: LayoutFanoutRequest) -> tuple[str, LayoutPlan]:
+    reply = run_agent(site, first, ["layout-plan", "--layout", request.layout])
+    if reply.result is None:
+        raise InputError(f"rank {first.name} ({first.ssh}): cannot reach rank 0: {reply.describe_failure()}; "
+                         "nothing transferred")
+    if reply.result.get("status") != "ok":
+        error = CheckFailed if reply.returncode == 1 else InputError
+        raise error(f"rank {first.name}: {reply.describe_failure()}; nothing transferred")
+    layout = str(reply.result.get("layout", request.layout))
+    return layout, plan_from_document(reply.result, f"rank {first.name}: layout {layout}")
+
+
+def _source_check(site: Site, first: Rank, layout: str, blobs: list[Any]) -> str | None:
+    """Rank 0 hashes the blobs that will travel; the message when one is missing or wrong."""
+    reply = run_agent(site, first, ["blob-status", "--rehash", "--no-record", "--store", layout],
+                      input_text=json.dumps([blob.as_dict() for blob in blobs]))
+    if reply.result is None or reply.result.get("status") != "ok":
+        return f"rank {first.name}: cannot hash the blobs of {layout}: {reply.describe_failure()}; nothing transferred"
+    bad = [blob.digest for blob in blobs if blob.digest not in set(reply.result["held"])]
+    if bad:
+        return (f"rank {first.name}: layout {layout}: {len(bad)} blobs missing or not matching their digest "
+                f"({', '.join(bad)}); nothing transferred")
+    return None
+
+
+def _import_args(rank: Rank, request: LayoutFanoutRequest) -> list[str]:
+    if not request.engine:
+        return []
+    assert request.tag is not None
+    return ["--engine", request.engine, "--tag", request.tag, "--engine-args-json", json.dumps(list(rank.engine_args))]
+
+
+def _settle(site: Site, rank: Rank, store: str, plan: LayoutPlan, request: LayoutFanoutRequest,
+            chain: ChainTransfer | None, record: dict[str, Any], committer: StartedAgent | None) -> None:
+    """Once a rank holds every blob: manifest and index (not on rank 0, whose layout is the
+    source), then the import and the image ID check, in one agent call."""
+    began = time.monotonic()
+    if committer is None:  # rank 0: its layout is the source, only the import
+        if not request.engine:
+            return
+        reply = run_agent(site, rank, ["import-layout", "--layout", store, "--image-id", plan.config.digest,
+                                       *_import_args(rank, request)])
+        imported = reply.result if _ok(reply) else None
+    else:
+        identities = chain.outcomes[rank.name].identities if chain is not None else {}
+        received = {plan.blobs[k].digest: identity for k, identity in identities.items()}
+        reply = committer.finish(json.dumps({"plan": plan.as_dict(), "received": received}))
+        if reply.result is not None and reply.result.get("manifest_digest"):
+            record.update(status="verified", committed=True)
+        imported = (reply.result or {}).get("import") if _ok(reply) else None
+        if not record["committed"]:
+            record.update(status="failed", error=f"rank {rank.name}: {reply.describe_failure()}")
+            return
+    record["settle_seconds"] = round(time.monotonic() - began, 6)
+    if not request.engine:
+        return
+    if imported is None:
+        record.update(status="failed", error=f"rank {rank.name}: import failed: {reply.describe_failure()}")
+        return
+    record.update(imported=True, image_id=imported["image_id"], tag=imported.get("tag"),
+                  layers_reused_by_engine=imported.get("reused_layers", []))
+
+
+def _ok(reply: AgentReply) -> bool:
+    return reply.returncode == 0 and bool(reply.result) and reply.result.get("status") == "ok"  # type: ignore[union-attr]
+
+
+def _summary(request: LayoutFanoutRequest, plan: LayoutPlan, evidence: dict[str, dict[str, Any]],
+             ranks: list[Rank], started: float) -> dict[str, Any]:
+    records = [evidence[rank.name] for rank in ranks]
+    complete = all(record["status"] == "verified" and (not request.engine or record["imported"])
+                   for record in records)
+    return {
+        "schema": REPORT_SCHEMA,
+        "kind": "fanout-blobs",
+        "layout": request.layout,
+        "manifest_digest": plan.manifest_digest,
+        "image_id": plan.config.digest,
+        "verify_only": request.verify_only,
+        "complete": complete,
+        "seconds": round(time.monotonic() - started, 6),
+        "ranks": records,
+    }

@@ -1,0 +1,100 @@
+"""Rank 0 fetching the archive from a URL: resumable (HTTP Range from the partial copy's
+size), hashed in the same pass, published under the final name only when sha256 matches."""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import os
+import re
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from ..core.digest import READ_CHUNK
+from ..core.errors import InputError
+from .files import fsync_directory, hash_prefix, move_aside, partial_path
+from .receive import INCOMPLETE, MISMATCH, OK
+
+_CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
+
+
+def download(url: str, final: Path, sha256: str, *, timeout: float = 60.0) -> dict[str, Any]:
+    if not url.startswith(("https://", "http://")):
+        raise InputError(f"{url}: expected an http(s) URL")
+    started = time.monotonic()
+    final.parent.mkdir(parents=True, exist_ok=True)
+    if final.is_file() and hash_prefix(final, final.stat().st_size).hexdigest() == sha256:
+        return {"status": OK, "path": str(final), "size": final.stat().st_size, "received": 0,
+                "offset": 0, "seconds": 0.0, "sha256": sha256, "reused": True}
+    if final.exists():
+        move_aside(final, "mismatch")
+    partial = partial_path(final)
+    offset = partial.stat().st_size if partial.is_file() else 0
+    request = urllib.request.Request(url)
+    if offset:
+        request.add_header("Range", f"bytes={offset}-")
+    try:
+        response = urllib.request.urlopen(request, timeout=timeout)  # noqa: S310 - scheme checked
+    except urllib.error.HTTPError as exc:
+        if exc.code == 416 and offset:
+            # the partial copy already holds everything the server has
+            response = None
+        else:
+            raise InputError(f"{url}: HTTP {exc.code} {exc.reason}") from exc
+    except (urllib.error.URLError, OSError) as exc:
+        raise InputError(f"{url}: cannot connect: {getattr(exc, 'reason', exc)}") from exc
+    received = 0
+    expected_total = None
+    interrupted = False
+    if response is not None:
+        with response:
+            if offset and response.status == 206:
+                match = _CONTENT_RANGE.match(response.headers.get("Content-Range", ""))
+                if not match or int(match.group(1)) != offset:
+                    raise InputError(f"{url}: server answered Range bytes={offset}- with "
+                                     f"Content-Range {response.headers.get('Content-Range')!r}")
+                expected_total = None if match.group(3) == "*" else int(match.group(3))
+                hasher = hash_prefix(partial, offset)
+                mode = "ab"
+            else:
+                offset = 0  # the server ignored Range: start over
+                length = response.headers.get("Content-Length")
+                expected_total = int(length) if length and length.isdigit() else None
+                hasher = hashlib.sha256()
+                mode = "wb"
+            with open(partial, mode) as sink:
+                while True:
+                    try:
+                        chunk = response.read(READ_CHUNK)
+                    except (http.client.IncompleteRead, ConnectionError, TimeoutError):
+                        interrupted = True
+                        break
+                    if not chunk:
+                        break
+                    sink.write(chunk)
+                    hasher.update(chunk)
+                    received += len(chunk)
+                sink.flush()
+                os.fsync(sink.fileno())
+    else:
+        hasher = hash_prefix(partial, offset)
+    size = offset + received
+    if interrupted or (expected_total is not None and size < expected_total):
+        return {"status": INCOMPLETE, "path": str(final), "size": size, "offset": offset,
+                "received": received, "reused": False, "seconds": round(time.monotonic() - started, 6),
+                "message": f"{url}: connection ended after {size} of {expected_total} bytes; resumable"}
+    digest = hasher.hexdigest()
+    result: dict[str, Any] = {"path": str(final), "size": size, "offset": offset,
+                              "received": received, "sha256": digest, "reused": False,
+                              "seconds": round(time.monotonic() - started, 6)}
+    if digest != sha256:
+        result.update(status=MISMATCH, moved_aside=str(move_aside(partial, "mismatch")),
+                      message=f"{url}: sha256 {digest} does not match the expected {sha256}")
+        return result
+    os.replace(partial, final)
+    fsync_directory(final.parent)
+    result["status"] = OK
+    return result

@@ -1,0 +1,144 @@
+"""Import a verified image into a rank's container engine, check the image ID, then tag.
+
+Two routes: ``import_archive`` loads a whole archive (``podman load`` / ``docker load``);
+``import_layout`` copies from the rank's OCI layout into podman's containers-storage with
+skopeo, whose containers-storage destination skips every layer the store already has (it
+looks the blob up by digest before reading it), so a rebuild that changed one layer reads
+one layer. The image ID (the config digest) is compared before the tag is applied, so a
+tag never points at an image other than the one the archive or layout was bound to.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from dataclasses import dataclass
+
+from ..core.errors import CheckFailed, InputError
+from ..oci.reader import open_image
+from ..oci.verify import verify_image
+
+ENGINES = ("podman", "docker")
+IMAGE_ID = re.compile(r"^sha256:[0-9a-f]{64}$")
+_SKIPPED = re.compile(r"Skipping blob (sha256:[0-9a-f]{64}) \(already present\)")
+_LOADED = re.compile(r"^Loaded image(?:\(s\))?(?: ID)?:\s*(.+)$", re.MULTILINE)
+
+
+def check_image_id(value: str, where: str = "--image-id") -> str:
+    if not IMAGE_ID.match(value):
+        raise InputError(f"{where}: expected sha256: followed by 64 lowercase hex digits, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    engine: str
+    loaded: tuple[str, ...]
+    image_id: str
+    tag: str | None
+    reused_layers: tuple[str, ...] = ()  # layers the engine's store already had (not read)
+
+
+def _run(argv: list[str], what: str) -> subprocess.CompletedProcess[str]:
+    try:
+        completed = subprocess.run(argv, capture_output=True, text=True)
+    except FileNotFoundError as exc:
+        raise InputError(f"{what}: {argv[0]} is not installed") from exc
+    if completed.returncode != 0:
+        raise CheckFailed(
+            f"{what}: {argv[0]} exited {completed.returncode}: {completed.stderr.strip()[-2000:]}",
+            check_id="fanout.import",
+        )
+    return completed
+
+
+def image_id_of(engine: str, engine_args: list[str], reference: str) -> str | None:
+    completed = subprocess.run(
+        [engine, *engine_args, "image", "inspect", "--format", "{{.Id}}", reference],
+        capture_output=True,
+        text=True,
+    )
+    if completed.returncode != 0:
+        return None
+    found = completed.stdout.strip().splitlines()[0] if completed.stdout.strip() else ""
+    return found if found.startswith("sha256:") else f"sha256:{found}"
+
+
+def import_archive(
+    engine: str, engine_args: list[str], archive: str, expected_image_id: str, tag: str | None
+) -> ImportResult:
+    if engine not in ENGINES:
+        raise InputError(f"--import: expected one of {ENGINES}, got {engine!r}")
+    check_image_id(expected_image_id)
+    # The archive's checksum binds it to what the sender sent, not to a safe image: its
+    # digests and every layer entry (oci.entry_safety: no '..', absolute or
+    # through-symlink paths) are checked before the engine unpacks anything.
+    verify_image(open_image(archive))
+    output = _run([engine, *engine_args, "load", "-i", archive], f"{engine} load -i {archive}").stdout
+    loaded = tuple(name.strip() for match in _LOADED.findall(output) for name in match.split(","))
+    if not loaded:
+        raise CheckFailed(f"{engine} load -i {archive}: reported no loaded image: {output.strip()!r}")
+    found_ids = {reference: image_id_of(engine, engine_args, reference) for reference in loaded}
+    if expected_image_id not in found_ids.values():
+        raise CheckFailed(
+            f"{archive}: {engine} loaded image ID {sorted(set(map(str, found_ids.values())))}, "
+            f"expected {expected_image_id}; not tagged",
+            check_id="fanout.image-id",
+        )
+    if tag:
+        _run([engine, *engine_args, "tag", expected_image_id, tag], f"{engine} tag {tag}")
+    return ImportResult(engine=engine, loaded=loaded, image_id=expected_image_id, tag=tag)
+
+
+# podman's global options that say where its containers-storage is; skopeo takes the same
+# store as a ``[driver@root+runroot]`` specifier (containers-transports(5), containers-storage)
+_STORE_OPTIONS = {"--root": "root", "--runroot": "runroot", "--storage-driver": "driver"}
+
+
+def storage_specifier(engine_args: list[str]) -> str:
+    """The ``[driver@root+runroot]`` part of a containers-storage reference for the store
+    podman uses with ``engine_args``; empty for podman's default store."""
+    found: dict[str, str] = {}
+    position = 0
+    while position < len(engine_args):
+        argument = engine_args[position]
+        name, equals, value = argument.partition("=")
+        if name in _STORE_OPTIONS:
+            if not equals:
+                if position + 1 >= len(engine_args):
+                    raise InputError(f"engine_args: {name} needs a value")
+                position += 1
+                value = engine_args[position]
+            found[_STORE_OPTIONS[name]] = value
+        position += 1
+    if not found:
+        return ""
+    if "root" not in found:
+        raise InputError("engine_args: a --runroot or --storage-driver without --root cannot be given to skopeo")
+    driver = f"{found['driver']}@" if "driver" in found else ""
+    runroot = f"+{found['runroot']}" if "runroot" in found else ""
+    return f"[{driver}{found['root']}{runroot}]"
+
+
+def import_layout(
+    engine: str, engine_args: list[str], layout: str, expected_image_id: str, tag: str
+) -> ImportResult:
+    """``skopeo copy oci:LAYOUT containers-storage:[STORE]TAG``, then the image ID check.
+    The copy names the image ``TAG`` only in podman's store; if the ID differs the name is
+    removed again before anything else can use it."""
+    if engine != "podman":
+        raise InputError(f"--import {engine}: the blob route imports into podman's containers-storage; "
+                         "use the archive route for docker")
+    check_image_id(expected_image_id)
+    destination = f"containers-storage:{storage_specifier(engine_args)}{tag}"
+    # --debug: the only output that says which layers were skipped: containers/image's copy
+    # logs "Skipping blob sha256:... (already present):" when the store has the layer (seen
+    # with Debian 12's skopeo 1.9.3; without --debug both cases print "Copying blob")
+    copied = _run(["skopeo", "--debug", "copy", f"oci:{layout}", destination], f"skopeo copy oci:{layout} {destination}")
+    reused = tuple(dict.fromkeys(_SKIPPED.findall(copied.stderr)))
+    found = image_id_of(engine, engine_args, tag)
+    if found != expected_image_id:
+        subprocess.run([engine, *engine_args, "untag", tag], capture_output=True)
+        raise CheckFailed(f"{layout}: {engine} holds image ID {found} under {tag} after the copy, expected "
+                          f"{expected_image_id}; the name was removed", check_id="fanout.image-id")
+    return ImportResult(engine=engine, loaded=(tag,), image_id=expected_image_id, tag=tag, reused_layers=reused)

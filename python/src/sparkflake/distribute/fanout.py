@@ -1,0 +1,290 @@
+"""``sparkflake fanout``: one checksum-bound archive to every rank of a site.
+
+Order of work, so that bad input moves no byte: the request is validated (digest, image
+ID, archive name), then rank 0's archive is hashed (or downloaded and hashed), then every
+other rank reports what it holds (a verified copy is reused, a wrong one moved aside), then
+the chain transfer runs, then each verified rank optionally imports the archive and checks
+the image ID before tagging. ``verify_only`` hashes and reports, changing nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Any
+from urllib.parse import urlparse
+
+from ..core.errors import CheckFailed, InputError
+from .chain import FAILED, ChainTransfer, Progress, SizeGate, Transfer
+from .engine import ENGINES, check_image_id
+from .evidence import EVIDENCE_SCHEMA, REPORT_SCHEMA
+from .site import Rank, Site
+from .ssh import AgentReply, run_agent
+
+HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True)
+class FanoutRequest:
+    archive: str  # a path on rank 0, or an http(s) URL rank 0 downloads (resumable)
+    sha256: str
+    image_id: str | None = None
+    engine: str | None = None
+    tag: str | None = None
+    verify_only: bool = False
+    retry_seconds: float = 120.0
+
+    @property
+    def is_url(self) -> bool:
+        return self.archive.startswith(("http://", "https://"))
+
+    @property
+    def name(self) -> str:
+        raw = urlparse(self.archive).path if self.is_url else self.archive
+        return PurePosixPath(raw).name
+
+
+def validate_request(request: FanoutRequest) -> None:
+    if not HEX64.match(request.sha256):
+        raise InputError(f"--sha256: expected 64 lowercase hex digits, got {request.sha256!r}")
+    if request.image_id is not None:
+        check_image_id(request.image_id)
+    if request.engine is not None:
+        if request.engine not in ENGINES:
+            raise InputError(f"--import: expected one of {ENGINES}, got {request.engine!r}")
+        if request.image_id is None:
+            raise InputError("--import needs --image-id: the image ID is checked before tagging")
+    name = request.name
+    if not name or name in (".", "..") or name.startswith("."):
+        raise InputError(f"{request.archive}: cannot derive an archive file name from it")
+    if not request.is_url and not request.archive.startswith("/"):
+        raise InputError(f"{request.archive}: expected an absolute path on rank 0 or an http(s) URL")
+
+
+def archive_path(rank: Rank, name: str) -> str:
+    return str(PurePosixPath(rank.data_dir) / name)
+
+
+def fanout(site: Site, request: FanoutRequest, *, progress: Progress | None = None) -> dict[str, Any]:
+    validate_request(request)
+    started = time.monotonic()
+    ranks = site.ordered_ranks()
+    first = ranks[0]
+    evidence: dict[str, dict[str, Any]] = {
+        rank.name: {"schema": EVIDENCE_SCHEMA, "kind": "fanout", "rank": rank.name, "ssh": rank.ssh,
+                    "sha256": None, "bytes": None,
+                    "bytes_received": 0, "seconds": None, "status": "pending", "error": None,
+                    "image_id": None, "imported": False, "attempts": 0, "resumed_from": []}
+        for rank in ranks
+    }
+
+    paths = {rank.name: archive_path(rank, request.name) for rank in ranks}
+    if not request.is_url:
+        paths[first.name] = request.archive
+    # Rank 0's check and the others' (read-only) status run together, and the hops are set
+    # up while rank 0 is still hashing; but no rank changes anything and no byte moves
+    # before rank 0's archive has verified (the gate). A wrong copy is moved aside by the
+    # receiver that replaces it.
+    pool = ThreadPoolExecutor(max_workers=len(ranks))
+    try:
+        source_future = pool.submit(_prepare_source, site, first, request, evidence[first.name])
+        status_futures = {rank.name: pool.submit(_status, site, rank, paths[rank.name], request)
+                          for rank in ranks[1:]}
+        replies = {name: future.result() for name, future in status_futures.items()}
+        if request.verify_only:
+            source_future.result()
+    except BaseException:
+        pool.shutdown(wait=True)
+        raise
+
+    needs: set[str] = set()
+    unreachable: dict[str, str] = {}
+    for rank in ranks[1:]:
+        reply = replies[rank.name]
+        record = evidence[rank.name]
+        record["path"] = paths[rank.name]
+        if reply.result is None or reply.returncode != 0:
+            message = f"rank {rank.name} ({rank.ssh}): cannot run the status check: {reply.describe_failure()}"
+            unreachable[rank.name] = message
+            record.update(status="failed", error=message)
+            continue
+        state = reply.result
+        record["moved_aside"] = None
+        if state.get("matches"):
+            record.update(status="verified", reused=True, sha256=request.sha256, bytes=state.get("size"),
+                          seconds=0.0)
+        else:
+            record.update(status="missing" if not state.get("exists") else "mismatch")
+            record["partial_bytes"] = state.get("partial_size", 0)
+            needs.add(rank.name)
+
+    if request.verify_only:
+        pool.shutdown(wait=True)
+        if request.engine and request.image_id:
+            check_images(site, ranks, request.engine, request.image_id, evidence)
+        return _summary(site, request, evidence, started)
+
+    imports: list[threading.Thread] = []
+    gate = SizeGate()
+
+    def verified(name: str) -> None:
+        record = evidence[name]
+        record.update(status="verified", sha256=request.sha256, bytes=gate.size)
+        if request.engine:
+            worker = threading.Thread(target=_import, args=(site, site.rank(name), paths[name], request, record))
+            imports.append(worker)
+            worker.start()
+
+    chain = ChainTransfer(
+        site,
+        [Transfer(sha256=request.sha256, paths=paths)],
+        gate,
+        needs={name: [0] for name in needs},
+        failed=unreachable,
+        retry_seconds=request.retry_seconds,
+        on_verified=verified,
+        progress=progress,
+    )
+    chain.start()
+    try:
+        source_future.result()
+    except BaseException:
+        gate.cancel()
+        with contextlib.suppress(Exception):
+            chain.join()  # ended by the cancelled gate; the first error is the one to report
+        raise
+    finally:
+        pool.shutdown(wait=True)
+    gate.open(int(evidence[first.name]["bytes"]))
+
+    if request.engine:
+        verified(first.name)
+    for name in evidence:
+        if name != first.name and evidence[name]["status"] == "verified":
+            verified(name)
+    outcomes = chain.join()
+    for worker in list(imports):
+        worker.join()
+    for name, outcome in outcomes.items():
+        if name not in needs and name not in unreachable:
+            continue
+        record = evidence[name]
+        record.update(outcome.evidence())
+        if outcome.status == FAILED:
+            record["error"] = outcome.error or record.get("error")
+        else:
+            record["seconds"] = outcome.seconds
+    return _summary(site, request, evidence, started)
+
+
+def _prepare_source(site: Site, first: Rank, request: FanoutRequest, record: dict[str, Any]) -> str:
+    began = time.monotonic()
+    if request.is_url and not request.verify_only:  # --verify reads what rank 0 already holds
+        path = archive_path(first, request.name)
+        deadline = time.monotonic() + request.retry_seconds
+        received = 0
+        attempts = 0
+        while True:
+            attempts += 1
+            reply = run_agent(site, first, ["download", "--url", request.archive, "--path", path,
+                                            "--sha256", request.sha256])
+            received += int((reply.result or {}).get("received", 0) or 0)
+            if (reply.result or {}).get("status") != "incomplete" or time.monotonic() > deadline:
+                break
+            time.sleep(1.0)
+        _require_source(first, reply, request)
+        record.update(bytes_received=received, attempts=attempts)
+    else:
+        path = archive_path(first, request.name) if request.is_url else request.archive
+        reply = run_agent(site, first, ["status", "--path", path, "--sha256", request.sha256])
+        _require_source(first, reply, request)
+        state = reply.result
+        assert state is not None
+        if not state["exists"]:
+            raise InputError(f"rank {first.name}: archive {path} does not exist; nothing transferred")
+        if not state["matches"]:
+            raise CheckFailed(
+                f"rank {first.name}: archive {path} has sha256 {state['sha256']}, expected "
+                f"{request.sha256}; nothing transferred",
+                check_id="fanout.source-sha256",
+            )
+    assert reply.result is not None
+    record.update(status="verified", sha256=request.sha256, bytes=int(reply.result["size"]),
+                  seconds=round(time.monotonic() - began, 6), path=path, role="source")
+    return path
+
+
+def _require_source(first: Rank, reply: AgentReply, request: FanoutRequest) -> None:
+    if reply.result is None:
+        # A rank that cannot be reached is a rank that could not be completed (exit 1, as
+        # for every other rank; docs/distribution.md), not bad input.
+        raise CheckFailed(f"rank {first.name} ({first.ssh}): cannot reach rank 0: {reply.describe_failure()}; "
+                          "nothing transferred", check_id="fanout.rank-reachable")
+    status = reply.result.get("status")
+    if status == "incomplete":
+        raise CheckFailed(f"rank {first.name}: {reply.result.get('message')}; gave up after --retry-seconds",
+                          check_id="fanout.download")
+    if status == "sha256-mismatch":
+        raise CheckFailed(f"rank {first.name}: {reply.result.get('message')}; nothing transferred",
+                          check_id="fanout.source-sha256")
+    if status == "failed":
+        raise InputError(f"rank {first.name}: {reply.result.get('message')}; nothing transferred")
+
+
+def _status(site: Site, rank: Rank, path: str, request: FanoutRequest) -> AgentReply:
+    return run_agent(site, rank, ["status", "--path", path, "--sha256", request.sha256])
+
+
+def _import(site: Site, rank: Rank, path: str, request: FanoutRequest, record: dict[str, Any]) -> None:
+    assert request.engine and request.image_id
+    args = ["import", "--archive", path, "--engine", request.engine, "--image-id", request.image_id,
+            "--engine-args-json", json.dumps(list(rank.engine_args))]
+    if request.tag:
+        args += ["--tag", request.tag]
+    began = time.monotonic()
+    reply = run_agent(site, rank, args)
+    record["import_seconds"] = round(time.monotonic() - began, 6)
+    if reply.returncode == 0 and reply.result and reply.result.get("status") == "ok":
+        record.update(imported=True, image_id=reply.result["image_id"], tag=reply.result.get("tag"))
+    else:
+        record.update(status="failed", error=f"rank {rank.name}: import failed: {reply.describe_failure()}")
+
+
+def check_images(site: Site, ranks: list[Rank], engine: str, image_id: str,
+                 evidence: dict[str, dict[str, Any]]) -> None:
+    """Read-only: does each rank's engine hold ``image_id``?"""
+    for rank in ranks:
+        record = evidence[rank.name]
+        if record["status"] == "failed":
+            continue
+        reply = run_agent(site, rank, ["image-status", "--engine", engine, "--image-id", image_id,
+                                       "--engine-args-json", json.dumps(list(rank.engine_args))])
+        present = bool(reply.result and reply.result.get("present"))
+        record["image_id"] = image_id if present else None
+        record["imported"] = present
+        if not present:
+            record["image_missing"] = True
+
+
+def _summary(site: Site, request: FanoutRequest, evidence: dict[str, dict[str, Any]], started: float) -> dict[str, Any]:
+    records = [evidence[name] for name in site.order]
+    complete = all(
+        record["status"] == "verified" and (not request.engine or record["imported"]) for record in records
+    )
+    return {
+        "schema": REPORT_SCHEMA,
+        "kind": "fanout",
+        "archive": request.archive,
+        "sha256": request.sha256,
+        "image_id": request.image_id,
+        "verify_only": request.verify_only,
+        "complete": complete,
+        "seconds": round(time.monotonic() - started, 6),
+        "ranks": records,
+    }

@@ -1,0 +1,109 @@
+"""Where a rank keeps a copy while it arrives, and what happens to a copy that is wrong.
+
+A copy of ``DIR/NAME`` grows in ``DIR/.NAME.partial`` and becomes ``DIR/NAME`` only by an
+atomic rename after its sha256 matched, so the final name never holds unverified bytes.
+A wrong file found under the final name is moved aside to ``NAME.mismatch-<UTC time>``,
+never overwritten, so an operator can look at what was there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..core.digest import READ_CHUNK
+
+
+def partial_path(final: Path) -> Path:
+    return final.with_name(f".{final.name}.partial")
+
+
+def lock_path(final: Path) -> Path:
+    return final.with_name(f".{final.name}.lock")
+
+
+def move_aside(path: Path, reason: str) -> Path:
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    candidate = path.with_name(f"{path.name}.{reason}-{stamp}")
+    serial = 1
+    while candidate.exists():
+        serial += 1
+        candidate = path.with_name(f"{path.name}.{reason}-{stamp}-{serial}")
+    os.rename(path, candidate)
+    return candidate
+
+
+def hash_prefix(path: Path, length: int) -> hashlib._Hash:
+    """A sha256 state over the first ``length`` bytes, so a resumed copy is hashed in one
+    pass overall (the received prefix once, the rest as it arrives)."""
+    hasher = hashlib.sha256()
+    remaining = length
+    with open(path, "rb") as handle:
+        while remaining > 0:
+            chunk = handle.read(min(READ_CHUNK, remaining))
+            if not chunk:
+                break
+            hasher.update(chunk)
+            remaining -= len(chunk)
+    return hasher
+
+
+def free_bytes(directory: Path) -> int:
+    stats = os.statvfs(directory)
+    return stats.f_bavail * stats.f_frsize
+
+
+def fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@dataclass(frozen=True)
+class CopyState:
+    """What a rank holds for one expected file."""
+
+    path: str
+    exists: bool
+    size: int | None
+    sha256: str | None
+    matches: bool
+    partial_size: int
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "path": self.path,
+            "exists": self.exists,
+            "size": self.size,
+            "sha256": self.sha256,
+            "matches": self.matches,
+            "partial_size": self.partial_size,
+        }
+
+
+def inspect_copy(final: Path, expected_sha256: str, expected_size: int | None) -> CopyState:
+    """Hash the copy under the final name (if any), read-only: a wrong copy is moved aside
+    only by the receiver that replaces it, so a check never changes what a rank holds."""
+    exists = final.is_file()
+    size = digest = None
+    matches = False
+    if exists:
+        size = final.stat().st_size
+        if expected_size is None or size == expected_size:
+            digest = hash_prefix(final, size).hexdigest()
+            matches = digest == expected_sha256
+    partial = partial_path(final)
+    partial_size = partial.stat().st_size if partial.is_file() else 0
+    return CopyState(
+        path=str(final),
+        exists=exists,
+        size=size,
+        sha256=digest,
+        matches=matches,
+        partial_size=partial_size,
+    )

@@ -1,0 +1,194 @@
+"""The receiving end of one hop: append a byte stream to the partial copy, hash it in the
+same pass, and publish it under the final name only when the sha256 matches.
+
+Protocol (JSON lines on the reply channel): first ``{"offset": N}`` — how many bytes this
+rank already holds, so the sender resumes there — or ``{"error": ...}``; last the result.
+A receiver left behind by a dropped connection still holds the lock; a new one takes over
+by ending it (it is the same program on the same file), so two writers never interleave.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import io
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from ..core.digest import READ_CHUNK
+from ..core.file_hashes import stat_identity
+from .files import free_bytes, fsync_directory, hash_prefix, lock_path, move_aside, partial_path
+
+# Result statuses; the controller decides from them whether to retry.
+OK = "ok"
+INCOMPLETE = "incomplete"  # the stream ended early: resumable
+MISMATCH = "sha256-mismatch"  # received bytes were wrong: moved aside, fetch again
+NO_SPACE = "no-space"  # permanent for this run
+FAILED = "failed"
+
+TAKEOVER_SECONDS = 15.0
+
+
+def receive(
+    final: Path,
+    size: int,
+    sha256: str,
+    source: BinaryIO,
+    reply: Callable[[dict[str, Any]], None],
+) -> dict[str, Any]:
+    started = time.monotonic()
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with _exclusive(lock_path(final)):
+        partial = partial_path(final)
+        moved_aside = None
+        if final.is_file():
+            if final.stat().st_size == size and hash_prefix(final, size).hexdigest() == sha256:
+                reply({"offset": size})
+                result = _result(OK, final, size, 0, 0, started, sha256, reused=True)
+                result["identity"] = stat_identity(os.stat(final))
+                return result
+            moved_aside = str(move_aside(final, "mismatch"))
+        offset = partial.stat().st_size if partial.is_file() else 0
+        if offset > size:
+            move_aside(partial, "oversize")
+            offset = 0
+        available = free_bytes(final.parent)
+        if available < size - offset:
+            message = (
+                f"no space left for {final}: needs {size - offset} more bytes, "
+                f"{available} free in {final.parent}"
+            )
+            reply({"error": NO_SPACE, "message": message})
+            return {"status": NO_SPACE, "message": message, "path": str(final)}
+        hasher = hash_prefix(partial, offset) if offset else hashlib.sha256()
+        reply({"offset": offset})
+        received = 0
+        try:
+            sink = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            try:
+                received = _copy_hashing(source, sink, size - offset, hasher)
+                os.fsync(sink)
+            finally:
+                os.close(sink)
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                with contextlib.suppress(FileNotFoundError):
+                    partial.unlink()
+                message = f"no space left on device writing {partial} at byte {offset + received} of {size}"
+                return {"status": NO_SPACE, "message": message, "path": str(final)}
+            return {"status": FAILED, "message": f"cannot write {partial}: {exc.strerror}", "path": str(final)}
+        if offset + received < size:
+            return _result(INCOMPLETE, final, offset + received, offset, received, started, None)
+        digest = hasher.hexdigest()
+        if digest != sha256:
+            aside = move_aside(partial, "mismatch")
+            result = _result(MISMATCH, final, size, offset, received, started, digest)
+            result["moved_aside"] = str(aside)
+            result["message"] = f"{final}: sha256 {digest} does not match the expected {sha256}"
+            return result
+        os.replace(partial, final)
+        fsync_directory(final.parent)
+        result = _result(OK, final, size, offset, received, started, digest)
+        # what the copy looked like once verified: a store trusts it later while it is unchanged
+        result["identity"] = stat_identity(os.stat(final))
+        if moved_aside:
+            result["moved_aside_final"] = moved_aside
+        return result
+
+
+def _copy_hashing(source: BinaryIO, sink: int, limit: int, hasher: Any) -> int:
+    """Up to ``limit`` bytes from ``source`` to the ``sink`` fd, hashed on the way, through
+    one reused buffer (no per-chunk allocation); a short count means the stream ended."""
+    try:
+        fd = source.fileno()
+    except (AttributeError, OSError, io.UnsupportedOperation):
+        fd = None
+    if fd is not None:
+        with contextlib.suppress(OSError):
+            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, READ_CHUNK)  # fewer wakeups when stdin is a pipe
+    buffer = bytearray(READ_CHUNK)
+    view = memoryview(buffer)
+    copied = 0
+    while copied < limit:
+        window = view[: min(READ_CHUNK, limit - copied)]
+        count = os.readv(fd, [window]) if fd is not None else source.readinto(window)
+        if count == 0:
+            break
+        chunk = view[:count]
+        written = 0
+        while written < count:
+            written += os.write(sink, chunk[written:])
+        hasher.update(chunk)
+        copied += count
+    return copied
+
+
+def _result(
+    status: str,
+    final: Path,
+    size: int,
+    offset: int,
+    received: int,
+    started: float,
+    digest: str | None,
+    *,
+    reused: bool = False,
+) -> dict[str, Any]:
+    return {
+        "status": status,
+        "path": str(final),
+        "size": size,
+        "offset": offset,
+        "received": received,
+        "seconds": round(time.monotonic() - started, 6),
+        "sha256": digest,
+        "reused": reused,
+    }
+
+
+@contextlib.contextmanager
+def _exclusive(path: Path):  # type: ignore[no-untyped-def]
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            _end_previous_holder(fd)
+            deadline = time.monotonic() + TAKEOVER_SECONDS
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise OSError(errno.EBUSY, f"{path} is held by another receiver") from None
+                    time.sleep(0.05)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _end_previous_holder(fd: int) -> None:
+    """The holder is a receiver orphaned by a dropped connection (its sshd session may not
+    notice for minutes); it is ended only if its command line says it is our receiver."""
+    try:
+        pid = int(os.pread(fd, 32, 0).decode().strip() or "0")
+    except ValueError:
+        return
+    if pid <= 0 or pid == os.getpid():
+        return
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return
+    if b"sparkflake.distribute.agent" in cmdline or any(part.endswith(b"sparkflake") for part in cmdline):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)

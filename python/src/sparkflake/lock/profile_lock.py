@@ -1,0 +1,294 @@
+"""A profile's lock: resolve (Python with uv, Debian from signed indices), check, update.
+
+Profiles that list the same lock file share it (glm53-dflash7 and glm53-mtp5 both use
+``profiles/glm53.lock``): resolution takes the union of their requirements and seeds, so
+one lock serves all of them.
+
+Every Debian base also gets ``CONTAINER_SEEDS`` (base-files for /etc/os-release and the
+directory skeleton, base-passwd for the passwd/group masters): a container root needs
+them whatever the profile's own seeds are.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import tomllib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from ..core.errors import CheckFailed, InputError
+from ..fetch import Artifact, BlobCache
+from ..profile.model import Profile, check_against_locks, list_profiles, load_profile
+from . import debian as debian_resolver
+from . import python as python_resolver
+from .pins import DebPin, Lock, Pin, SdistPin, WheelPin, load_lock, sdist_input_name, write_lock
+from .pins import Target as LockTarget
+from .target import Target
+
+CONTAINER_SEEDS: tuple[str, ...] = ("base-files", "base-passwd")
+
+
+def target_for(profile: Profile) -> Target:
+    if profile.platform != "linux/arm64":
+        raise InputError(f"{profile.name}: platform {profile.platform!r}: only linux/arm64 bases are resolved")
+    if profile.debian.suite != "bookworm":
+        raise InputError(f"{profile.name}: debian.suite {profile.debian.suite!r}: only bookworm is known")
+    return Target()
+
+
+def lock_target(target: Target) -> LockTarget:
+    return LockTarget(platform=target.platform, python=target.python_minor, glibc=f"{target.glibc[0]}.{target.glibc[1]}")
+
+
+def sharing_profiles(profile: Profile) -> list[Profile]:
+    """Every profile in the same profiles directory that lists the same first lock file
+    (the one resolution writes; later locks hold hand-pinned inputs, e.g. git sources)."""
+    lock_path = profile.lock_paths()[0]
+    directory = profile.directory.parent
+    sharing = []
+    for name in list_profiles(directory):
+        other = load_profile(directory / name / "profile.toml", check_locks=False)
+        if other.lock_paths()[0] == lock_path:
+            sharing.append(other)
+    return sharing or [profile]
+
+
+@dataclass(frozen=True)
+class ResolutionRequest:
+    requirements: tuple[str, ...]
+    seeds: tuple[str, ...]
+    sdist_names: tuple[str, ...]  # input names ending in -sdist the profiles ask for
+
+
+def request_for(profiles: Sequence[Profile]) -> ResolutionRequest:
+    requirements: list[str] = []
+    seeds: list[str] = list(CONTAINER_SEEDS)
+    sdists: list[str] = []
+    for profile in profiles:
+        requirements += [r for r in profile.python.requirements if r not in requirements]
+        seeds += [s for s in profile.debian.seed if s not in seeds]
+        sdists += [n for n in profile.inputs.values() if n.endswith("-sdist") and n not in sdists]
+    return ResolutionRequest(tuple(requirements), tuple(seeds), tuple(sdists))
+
+
+def python_pins(pylock_text: str, target: Target, sdist_names: Sequence[str]) -> list[Pin]:
+    document = tomllib.loads(pylock_text)
+    pins: list[Pin] = []
+    for wheel in python_resolver.select_wheels(document, target=target):
+        pins.append(
+            WheelPin(
+                name=canonicalize_name(wheel.name),
+                version=wheel.version,
+                filename=wheel.filename,
+                sha256=wheel.sha256,
+                size=wheel.size,
+                tags=wheel.tags,
+                urls=(wheel.url,),
+            )
+        )
+    wanted = set(sdist_names)
+    for package in document.get("packages", []):
+        name = sdist_input_name(package["name"])
+        if name not in wanted or "sdist" not in package:
+            continue
+        sdist = package["sdist"]
+        url = sdist["url"]
+        pins.append(
+            SdistPin(
+                name=name,
+                version=str(package["version"]),
+                filename=sdist.get("name") or url.rsplit("/", 1)[-1],
+                sha256=sdist["hashes"]["sha256"],
+                size=int(sdist["size"]),
+                urls=(url,),
+            )
+        )
+        wanted.discard(name)
+    if wanted:
+        raise InputError(f"no sdist on the index for: {', '.join(sorted(wanted))}", check_id="python-resolve")
+    return pins
+
+
+def deb_pins(resolution: debian_resolver.DebianResolution) -> list[Pin]:
+    return [
+        DebPin(
+            name=f"{p['package']}:{p['architecture']}",
+            package=str(p["package"]),
+            version=str(p["version"]),
+            architecture=str(p["architecture"]),
+            sha256=str(p["sha256"]),
+            size=int(p["size"]),  # type: ignore[arg-type]
+            urls=tuple(p["urls"]),  # type: ignore[arg-type]
+        )
+        for p in resolution.pins
+    ]
+
+
+def resolve_lock(
+    profile: Profile,
+    *,
+    cache: BlobCache | None = None,
+    constraints: Sequence[str] = (),
+    exclude_newer: str | None = None,
+) -> Lock:
+    """Resolve the lock shared by ``profile`` and its siblings, from scratch."""
+    target = target_for(profile)
+    request = request_for(sharing_profiles(profile))
+    requirements = list(request.requirements)
+    text = _compile(requirements, target, constraints, exclude_newer)
+    pins = python_pins(text, target, request.sdist_names)
+    resolution = debian_resolver.resolve_debian(request.seeds, cache=cache or BlobCache())
+    pins += deb_pins(resolution)
+    return Lock(target=lock_target(target), inputs=tuple(pins))
+
+
+def _compile(requirements: list[str], target: Target, constraints: Sequence[str], exclude_newer: str | None) -> str:
+    if not constraints:
+        return python_resolver.compile_pylock(requirements, target=target, exclude_newer=exclude_newer)
+    # uv takes constraints from a file; pass them as requirements' companions.
+    with tempfile.TemporaryDirectory(prefix="sparkflake-constraints-") as scratch:
+        path = Path(scratch) / "constraints.txt"
+        path.write_text("".join(f"{c}\n" for c in constraints), encoding="utf-8")
+        return python_resolver.compile_pylock(
+            requirements, target=target, exclude_newer=exclude_newer, extra_args=("--constraint", str(path))
+        )
+
+
+def update_input(profile: Profile, lock: Lock, name: str, *, cache: BlobCache | None = None) -> Lock:
+    """Refresh one input; every other pin stays as locked (uv constraints for wheels).
+
+    A wheel/sdist update may add inputs the new version needs; a deb update replaces the
+    package with the index's newest and adds what its new dependencies need.
+    """
+    existing = lock.get(name)
+    if existing is None:
+        raise InputError(f"lock --update: no input named {name!r} in the lock")
+    target = target_for(profile)
+    request = request_for(sharing_profiles(profile))
+    if isinstance(existing, (WheelPin, SdistPin)):
+        distribution = existing.name.removesuffix("-sdist") if isinstance(existing, SdistPin) else existing.name
+        constraints = [
+            f"{pin.name}=={pin.version}"
+            for pin in lock.of_kind("wheel")
+            if pin.name != distribution
+        ]
+        text = _compile(list(request.requirements), target, constraints, None)
+        fresh = {pin.name: pin for pin in python_pins(text, target, request.sdist_names)}
+        updated = lock
+        for pin in fresh.values():
+            if pin.name in (distribution, sdist_input_name(distribution)) or pin.name not in lock:
+                updated = updated.replace_input(pin)
+        return updated
+    if isinstance(existing, DebPin):
+        resolution = debian_resolver.resolve_debian(request.seeds, cache=cache or BlobCache())
+        fresh_debs = {pin.name: pin for pin in deb_pins(resolution)}
+        if name not in fresh_debs:
+            raise InputError(f"lock --update: {name} is no longer in the seeds' closure")
+        updated = lock
+        for pin in fresh_debs.values():
+            if pin.name == name or pin.name not in lock:
+                updated = updated.replace_input(pin)
+        return updated
+    raise InputError(f"lock --update: {name} is a {existing.kind} input; edit it in the lock file")
+
+
+def check_lock(profile: Profile) -> dict[str, object]:
+    """Offline: the lock exists, is valid, and covers every profile sharing it."""
+    paths = profile.lock_paths()
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        raise CheckFailed(f"{profile.name}: lock file missing: {', '.join(missing)}; run `sparkflake lock {profile.name}`", check_id="lock-complete")
+    locks = profile.load_locks()
+    lock = locks[0]
+    target = target_for(profile)
+    problems: list[str] = []
+    for path, each in zip(paths, locks, strict=True):
+        if each.target != lock_target(target):
+            problems.append(f"{path.name}: target is {each.target}, the profile's base needs {lock_target(target)}")
+    sharing = sharing_profiles(profile)
+    for member in sharing:
+        try:  # each against its own locks: a profile may list more locks after the shared one
+            check_against_locks(member, member.load_locks())
+        except InputError as exc:
+            problems.append(str(exc))
+    request = request_for(sharing)
+    wheels = {pin.name: pin for pin in lock.of_kind("wheel")}
+    environment = target.marker_environment() | {"extra": ""}
+    for text in request.requirements:
+        requirement = Requirement(text)
+        if requirement.marker is not None and not requirement.marker.evaluate(environment):
+            continue
+        pin = wheels.get(canonicalize_name(requirement.name))
+        if pin is None:
+            problems.append(f"requirement {text!r}: no wheel input {canonicalize_name(requirement.name)!r}")
+        elif not requirement.specifier.contains(pin.version, prereleases=True):
+            problems.append(f"requirement {text!r}: locked {pin.name} {pin.version} does not satisfy it")
+    for pin in wheels.values():
+        if target.wheel_rank(pin.tag_set()) is None:
+            problems.append(f"{pin.name}: {pin.filename} does not fit {target.platform} {target.python_tag}")
+    debs = {pin.package for pin in lock.of_kind("deb")}  # type: ignore[union-attr]
+    for seed in request.seeds:
+        if seed not in debs:
+            problems.append(f"debian seed {seed!r}: no deb input")
+    for pin in lock.of_kind("deb"):
+        if pin.architecture not in (target.debian_architecture, "all"):  # type: ignore[union-attr]
+            problems.append(f"{pin.name}: architecture {pin.architecture}, the base is {target.debian_architecture}")  # type: ignore[union-attr]
+    if problems:
+        raise CheckFailed(
+            f"{paths[0]}: does not match {', '.join(p.name for p in sharing)}:\n  " + "\n  ".join(problems),
+            check_id="lock-complete",
+        )
+    return {
+        "lock": str(paths[0]),
+        "profiles": [p.name for p in sharing],
+        "wheels": len(wheels),
+        "debs": len(debs),
+        "inputs": len(lock.inputs),
+        "bytes": sum(getattr(pin, "size", 0) for pin in lock.inputs),
+        # git inputs of every lock the profile lists (the shared lock has none)
+        "git": [pin.name for each in locks for pin in each.of_kind("git")],
+        "locks": [str(path) for path in paths],
+    }
+
+
+def write_profile_lock(profile: Profile, lock: Lock) -> Path:
+    path = profile.lock_paths()[0]
+    write_lock(path, lock)
+    return path
+
+
+def load_profile_lock(profile: Profile) -> Lock:
+    path = profile.lock_paths()[0]
+    if not path.is_file():
+        raise InputError(f"{profile.name}: no lock at {path}; run `sparkflake lock {profile.name}`")
+    return load_lock(path)
+
+
+def artifacts(lock: Lock, *, kinds: Sequence[str] = ("wheel", "sdist", "deb", "file")) -> list[Artifact]:
+    """Fetchable inputs of a lock as plain artifacts (git and oci inputs are not files)."""
+    found: list[Artifact] = []
+    for pin in lock.inputs:
+        if pin.kind not in kinds or pin.kind in ("git", "oci"):
+            continue
+        if pin.kind == "deb":
+            version = pin.version.split(":", 1)[-1]  # type: ignore[union-attr]
+            filename = f"{pin.package}_{version}_{pin.architecture}.deb"  # type: ignore[union-attr]
+        elif pin.kind == "file":
+            filename = pin.name
+        else:
+            filename = pin.filename  # type: ignore[union-attr]
+        found.append(Artifact(pin.name, filename, pin.sha256, pin.size, tuple(pin.urls)))  # type: ignore[union-attr]
+    return found
+
+
+def profile_from_arg(name: str) -> Profile:
+    return load_profile(name, check_locks=False)
+
+
+def default_cache() -> BlobCache:
+    return BlobCache(os.environ.get("SPARKFLAKE_CACHE") or None)

@@ -1,0 +1,183 @@
+"""The Python closure for the target, resolved by uv, pinned to exactly one wheel each.
+
+``uv pip compile --format pylock.toml`` gives a PEP 751 lock with every candidate file's
+url, size and sha256 for the target platform. From it we keep, per package whose marker
+holds on the target, the single wheel the target's tag order prefers. Packages with no
+fitting wheel are refused: building an sdist would mean running a build backend for the
+target, which this pipeline never does.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.markers import InvalidMarker, Marker
+
+from ..core.errors import CheckFailed, InputError
+from .target import DEBIAN_BOOKWORM_ARM64, Target, wheel_tags
+
+PYPI_INDEX = "https://pypi.org/simple"
+
+# The glm53 requirement set (issue 4); profiles may override it.
+GLM53_REQUIREMENTS: tuple[str, ...] = (
+    "vllm==0.33.0",
+    "b12x",
+    "sparkcache",
+    "fastsafetensors",
+    "nvidia-nccl-cu13==2.30.7",
+)
+
+
+@dataclass(frozen=True)
+class WheelPin:
+    name: str
+    version: str
+    filename: str
+    url: str
+    sha256: str
+    size: int
+    tags: tuple[str, ...]
+
+
+def find_uv() -> str:
+    """uv beside the running interpreter (the project venv), else on PATH."""
+    beside = Path(sys.executable).parent / "uv"
+    if beside.is_file():
+        return str(beside)
+    found = shutil.which("uv")
+    if found is None:
+        raise InputError("uv not found (beside the interpreter or on PATH); it resolves the Python lock")
+    return found
+
+
+def compile_pylock(
+    requirements: Sequence[str],
+    *,
+    target: Target = DEBIAN_BOOKWORM_ARM64,
+    index_url: str = PYPI_INDEX,
+    exclude_newer: str | None = None,
+    uv: str | None = None,
+    extra_args: Sequence[str] = (),
+) -> str:
+    """Run uv for the target and return the pylock.toml text it wrote."""
+    with tempfile.TemporaryDirectory(prefix="sparkflake-uv-") as scratch:
+        requirements_in = Path(scratch) / "requirements.in"
+        requirements_in.write_text("".join(f"{r}\n" for r in requirements), encoding="utf-8")
+        output = Path(scratch) / "pylock.toml"
+        argv = [
+            uv or find_uv(),
+            "pip",
+            "compile",
+            str(requirements_in),
+            "--no-config",
+            "--python-platform",
+            target.uv_python_platform,
+            "--python-version",
+            target.python_minor,
+            "--format",
+            "pylock.toml",
+            "--default-index",
+            index_url,
+            "--no-header",
+            "--quiet",
+            "-o",
+            str(output),
+        ]
+        if exclude_newer:
+            argv += ["--exclude-newer", exclude_newer]
+        argv += list(extra_args)
+        environment = {k: v for k, v in os.environ.items() if not k.startswith(("UV_", "PIP_"))}
+        result = subprocess.run(argv, capture_output=True, text=True, check=False, env=environment, cwd=scratch)
+        if result.returncode != 0:
+            raise InputError(
+                f"uv could not resolve {', '.join(requirements)} for {target.uv_python_platform} "
+                f"python {target.python_minor}: {result.stderr.strip()[-2000:]}",
+                check_id="python-resolve",
+            )
+        return output.read_text(encoding="utf-8")
+
+
+def select_wheels(
+    pylock: Mapping[str, object],
+    *,
+    target: Target = DEBIAN_BOOKWORM_ARM64,
+    source: str = "pylock.toml",
+) -> list[WheelPin]:
+    """One wheel per package that applies to the target, the best tag match."""
+    packages = pylock.get("packages")
+    if not isinstance(packages, list):
+        raise InputError(f"{source}: no [[packages]] array")
+    environment = target.marker_environment()
+    pins: list[WheelPin] = []
+    refused: list[str] = []
+    for position, package in enumerate(packages):
+        where = f"{source}: packages[{position}]"
+        if not isinstance(package, dict) or "name" not in package or "version" not in package:
+            raise InputError(f"{where}: name and version are required")
+        marker_text = package.get("marker")
+        if marker_text:
+            try:
+                applies = Marker(str(marker_text)).evaluate(dict(environment) | {"extra": ""})
+            except InvalidMarker as exc:
+                raise InputError(f"{where}.marker: {exc}") from exc
+            if not applies:
+                continue
+        best: tuple[int, WheelPin] | None = None
+        for wheel_position, wheel in enumerate(package.get("wheels", ())):
+            url = str(wheel.get("url", ""))
+            filename = str(wheel.get("name") or url.rsplit("/", 1)[-1])
+            try:
+                tags = wheel_tags(filename)
+            except ValueError as exc:
+                raise InputError(f"{where}.wheels[{wheel_position}]: {exc}") from exc
+            rank = target.wheel_rank(tags)
+            if rank is None:
+                continue
+            hashes = wheel.get("hashes", {})
+            if "sha256" not in hashes or "size" not in wheel or not url:
+                raise InputError(f"{where}.wheels[{wheel_position}]: url, size and sha256 are required")
+            pin = WheelPin(
+                name=str(package["name"]),
+                version=str(package["version"]),
+                filename=filename,
+                url=url,
+                sha256=str(hashes["sha256"]),
+                size=int(wheel["size"]),
+                tags=tuple(sorted(str(t) for t in tags)),
+            )
+            if best is None or rank < best[0]:
+                best = (rank, pin)
+        if best is None:
+            refused.append(f"{package['name']} {package['version']}")
+            continue
+        pins.append(best[1])
+    if refused:
+        raise CheckFailed(
+            f"{source}: no wheel fits {target.platform} cp{target.python_version[0]}{target.python_version[1]} "
+            f"(manylinux ≤ {target.glibc[0]}.{target.glibc[1]}) for: {', '.join(refused)}; "
+            "sdists are not built (that would run a build for the target)",
+            check_id="wheel-tags",
+        )
+    pins.sort(key=lambda p: p.name)
+    return pins
+
+
+def resolve_python(
+    requirements: Sequence[str] = GLM53_REQUIREMENTS,
+    *,
+    target: Target = DEBIAN_BOOKWORM_ARM64,
+    index_url: str = PYPI_INDEX,
+    exclude_newer: str | None = None,
+) -> tuple[str, list[WheelPin]]:
+    """(pylock.toml text as uv wrote it, the selected wheel pins)."""
+    text = compile_pylock(requirements, target=target, index_url=index_url, exclude_newer=exclude_newer)
+    pins = select_wheels(tomllib.loads(text), target=target)
+    return text, pins

@@ -1,0 +1,773 @@
+"""A client for the OCI distribution API (the CNCF distribution registry, ghcr.io, ...).
+
+Pushes are digest-preserving: our blobs and our exact manifest bytes go up, and the digest
+the registry answers (``Docker-Content-Digest``) must equal the sha256 of those bytes, so
+the manifest digest known at build time is the one the registry serves. Pulls verify every
+byte against its digest before anything is written under its final name.
+
+Limits, on purpose: a manifest or index is at most 4 MiB (the distribution spec's own
+guidance), read in full only up to that limit; blobs stream. Plain HTTP (``insecure``) is
+allowed only to a loopback registry; anything else is HTTPS, optionally with a private CA.
+Anonymous access first; on a 401 the ``WWW-Authenticate`` challenge is answered with a
+bearer token from the realm (with Basic credentials if given) or with Basic credentials.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import http.client
+import ipaddress
+import json
+import os
+import re
+import ssl
+import tempfile
+import urllib.parse
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..core.atomic_write import atomic_directory, atomic_file
+from ..core.errors import CheckFailed, InputError
+
+MANIFEST_LIMIT = 4 * 1024 * 1024
+CHUNK = 1 << 20
+
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
+DOCKER_MANIFEST_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
+MANIFEST_TYPES = (OCI_MANIFEST, DOCKER_MANIFEST)
+INDEX_TYPES = (OCI_INDEX, DOCKER_MANIFEST_LIST)
+ACCEPT = ", ".join((*MANIFEST_TYPES, *INDEX_TYPES))
+
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+_REPOSITORY = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$")
+_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+_CHALLENGE_PARAM = re.compile(r'(\w+)\s*=\s*"([^"]*)"')
+
+Progress = Callable[[int, int, str], None]
+
+
+# ---- references -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Reference:
+    """``REGISTRY/REPOSITORY[:TAG][@sha256:HEX]``; the registry part is required (no implied
+    docker.io: the operator always names where an image lives)."""
+
+    registry: str
+    repository: str
+    tag: str | None = None
+    digest: str | None = None
+
+    @property
+    def reference(self) -> str:
+        """What goes in ``/v2/<repo>/manifests/<reference>``: the digest when pinned."""
+        if self.digest:
+            return self.digest
+        return self.tag or "latest"
+
+    def __str__(self) -> str:
+        text = f"{self.registry}/{self.repository}"
+        if self.tag:
+            text += f":{self.tag}"
+        if self.digest:
+            text += f"@{self.digest}"
+        return text
+
+
+def parse_reference(text: str) -> Reference:
+    """Parse ``REGISTRY/REPO[:TAG][@sha256:HEX]``; a leading ``docker://`` is accepted."""
+    remainder, digest = text.removeprefix("docker://"), None
+    if "@" in remainder:
+        remainder, digest = remainder.split("@", 1)
+        if not _DIGEST.match(digest):
+            raise InputError(f"{text}: digest: expected sha256: and 64 lowercase hex digits, got {digest!r}",
+                             check_id="registry.digest")
+    if "/" not in remainder:
+        raise InputError(f"{text}: expected REGISTRY/REPOSITORY[:TAG][@DIGEST]")
+    registry, path = remainder.split("/", 1)
+    if not registry or not re.match(r"^[A-Za-z0-9.-]+(?::[0-9]{1,5})?$|^\[[0-9a-fA-F:]+\](?::[0-9]{1,5})?$", registry):
+        raise InputError(f"{text}: registry: expected HOST[:PORT], got {registry!r}")
+    tag = None
+    if ":" in path.rsplit("/", 1)[-1]:
+        path, tag = path.rsplit(":", 1)
+        if not _TAG.match(tag):
+            raise InputError(f"{text}: tag: expected [A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}}, got {tag!r}")
+    if not _REPOSITORY.match(path):
+        raise InputError(f"{text}: repository: expected lowercase path components, got {path!r}")
+    return Reference(registry=registry, repository=path, tag=tag, digest=digest)
+
+
+def is_loopback(host: str) -> bool:
+    bare = host.strip("[]")
+    if bare == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(bare).is_loopback
+    except ValueError:
+        return False
+
+
+def _split_host(registry: str) -> tuple[str, int | None]:
+    if registry.startswith("["):
+        host, _, rest = registry[1:].partition("]")
+        return host, int(rest[1:]) if rest.startswith(":") else None
+    host, _, port = registry.partition(":")
+    return host, int(port) if port else None
+
+
+# ---- results ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Manifest:
+    media_type: str
+    digest: str
+    content: bytes
+
+    def document(self) -> dict[str, Any]:
+        return _json_object(self.content, self.digest)
+
+
+@dataclass(frozen=True)
+class Credentials:
+    username: str
+    password: str
+
+
+def load_credentials(path: str | os.PathLike[str]) -> Credentials:
+    try:
+        document = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read registry credentials: {exc.strerror}") from exc
+    except ValueError as exc:
+        raise InputError(f"{path}: not JSON: {exc}") from exc
+    if not isinstance(document, dict) or set(document) != {"username", "password"} or not all(
+        isinstance(value, str) for value in document.values()
+    ):
+        raise InputError(f"{path}: expected {{\"username\": \"...\", \"password\": \"...\"}}")
+    return Credentials(document["username"], document["password"])
+
+
+# ---- the client -------------------------------------------------------------------------
+class RegistryClient:
+    def __init__(
+        self,
+        registry: str,
+        *,
+        insecure: bool = False,
+        ca_file: str | None = None,
+        credentials: Credentials | None = None,
+        timeout: float = 60.0,
+    ) -> None:
+        self.registry = registry
+        self.host, self.port = _split_host(registry)
+        if insecure and not is_loopback(self.host):
+            raise InputError(
+                f"{registry}: plain HTTP is allowed only to a loopback registry; use HTTPS "
+                "(--ca-file for a private CA)"
+            )
+        self.insecure = insecure
+        self.credentials = credentials
+        self.timeout = timeout
+        self._tls = None if insecure else ssl.create_default_context(cafile=ca_file)
+        self._tokens: dict[str, str] = {}
+        self._basic = False
+
+    # -- transport
+    def _connection(self, host: str, port: int | None, secure: bool) -> http.client.HTTPConnection:
+        if secure:
+            return http.client.HTTPSConnection(host, port, timeout=self.timeout, context=self._tls, blocksize=CHUNK)
+        return http.client.HTTPConnection(host, port, timeout=self.timeout, blocksize=CHUNK)
+
+    def _authorization(self, scope: str) -> dict[str, str]:
+        if scope in self._tokens:
+            return {"Authorization": f"Bearer {self._tokens[scope]}"}
+        if self._basic and self.credentials:
+            return {"Authorization": _basic_header(self.credentials)}
+        return {}
+
+    def _request(
+        self,
+        method: str,
+        path_or_url: str,
+        *,
+        scope: str,
+        headers: dict[str, str] | None = None,
+        body: Callable[[], Any] | None = None,
+        expect: tuple[int, ...] = (200,),
+        what: str,
+    ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+        """One exchange, answering at most one auth challenge and following redirects;
+        ``body`` is a factory so a retried request re-reads its body from the start."""
+        url = path_or_url
+        authorized = False
+        for _ in range(6):
+            parsed = urllib.parse.urlsplit(url)
+            if parsed.scheme:
+                host, port = parsed.hostname or "", parsed.port
+                secure = parsed.scheme == "https"
+                target = parsed.path + (f"?{parsed.query}" if parsed.query else "")
+                own = (host, port) == (self.host, self.port)
+                if not secure and not is_loopback(host):
+                    raise InputError(f"{what}: refusing a plain HTTP redirect to {host}")
+            else:
+                host, port, secure, target, own = self.host, self.port, not self.insecure, url, True
+            request_headers = dict(headers or {})
+            if own:
+                request_headers.update(self._authorization(scope))
+            connection = self._connection(host, port, secure)
+            try:
+                connection.request(method, target, body=body() if body else None, headers=request_headers)
+                response = connection.getresponse()
+            except ssl.SSLError as exc:
+                connection.close()
+                hint = ""
+                if exc.reason == "WRONG_VERSION_NUMBER":  # the server answered without TLS
+                    hint = (f"; {self.registry} speaks plain HTTP: pass --insecure "
+                            "(--insecure-registry for fanout), allowed for loopback registries")
+                raise InputError(f"{what}: TLS with {self.registry} failed: {exc.reason or exc}{hint}") from exc
+            except (OSError, http.client.HTTPException) as exc:
+                connection.close()
+                reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+                raise InputError(f"{what}: cannot reach registry {self.registry}: {reason}") from exc
+            if response.status in expect:
+                return connection, response
+            detail = _error_detail(response)
+            connection.close()
+            if response.status == 401 and own and not authorized:
+                self._answer_challenge(response.headers.get("WWW-Authenticate", ""), scope, what)
+                authorized = True
+                continue
+            if response.status in (301, 302, 303, 307, 308) and response.headers.get("Location"):
+                url = urllib.parse.urljoin(
+                    f"{'https' if secure else 'http'}://{_netloc(host, port)}{target}",
+                    response.headers["Location"],
+                )
+                if response.status == 303:
+                    method, body = "GET", None
+                continue
+            if response.status == 401:
+                raise InputError(f"{what}: {self.registry} refused the credentials (401): {detail}")
+            if response.status == 403:
+                raise InputError(f"{what}: {self.registry} denied access (403): {detail}")
+            if response.status == 404:
+                raise CheckFailed(f"{what}: not found in {self.registry} (404): {detail}", check_id="registry.not-found")
+            raise CheckFailed(f"{what}: {self.registry} answered HTTP {response.status}: {detail}",
+                              check_id="registry.http")
+        raise InputError(f"{what}: too many redirects from {self.registry}")
+
+    def _answer_challenge(self, challenge: str, scope: str, what: str) -> None:
+        scheme, _, params_text = challenge.strip().partition(" ")
+        params = dict(_CHALLENGE_PARAM.findall(params_text))
+        if scheme.lower() == "basic":
+            if not self.credentials:
+                raise InputError(f"{what}: {self.registry} requires credentials (401 Basic) and none were given")
+            self._basic = True
+            return
+        if scheme.lower() != "bearer" or "realm" not in params:
+            raise InputError(f"{what}: {self.registry} answered 401 with an unusable challenge {challenge!r}")
+        realm = urllib.parse.urlsplit(params["realm"])
+        if realm.scheme == "http" and not is_loopback(realm.hostname or ""):
+            raise InputError(f"{what}: refusing a plain HTTP token realm {params['realm']}")
+        if realm.scheme not in ("http", "https"):
+            raise InputError(f"{what}: token realm {params['realm']!r} is not an http(s) URL")
+        query = {"service": params["service"]} if "service" in params else {}
+        query["scope"] = params.get("scope", scope)
+        target = realm.path or "/"
+        joined = "&".join(filter(None, [realm.query, urllib.parse.urlencode(query)]))
+        headers = {"Accept": "application/json"}
+        if self.credentials:
+            headers["Authorization"] = _basic_header(self.credentials)
+        connection = self._connection(realm.hostname or "", realm.port, realm.scheme == "https")
+        try:
+            connection.request("GET", f"{target}?{joined}", headers=headers)
+            response = connection.getresponse()
+            payload = response.read(MANIFEST_LIMIT + 1)
+        except (OSError, http.client.HTTPException) as exc:
+            raise InputError(f"{what}: cannot reach token service {params['realm']}: {exc}") from exc
+        finally:
+            connection.close()
+        if response.status != 200:
+            raise InputError(f"{what}: token service {params['realm']} answered HTTP {response.status} "
+                             f"(credentials {'given' if self.credentials else 'not given'})")
+        try:
+            document = json.loads(payload)
+            token = document.get("token") or document.get("access_token")
+        except (ValueError, AttributeError):
+            token = None
+        if not isinstance(token, str) or not token:
+            raise InputError(f"{what}: token service {params['realm']} returned no token")
+        self._tokens[scope] = token
+
+    # -- API
+    def ping(self) -> None:
+        connection, response = self._request("GET", "/v2/", scope="registry:catalog:*", what=f"{self.registry}/v2/")
+        response.read()
+        connection.close()
+
+    def blob_size(self, repository: str, digest: str) -> int | None:
+        """HEAD a blob: its size if the registry has it, else None."""
+        what = f"HEAD {self.registry}/{repository}@{digest}"
+        connection, response = self._request(
+            "HEAD", f"/v2/{repository}/blobs/{digest}", scope=_scope(repository, "pull"),
+            expect=(200, 404), what=what,
+        )
+        response.read()
+        connection.close()
+        if response.status == 404:
+            return None
+        return int(response.headers.get("Content-Length", "0"))
+
+    def push_blob(self, repository: str, digest: str, size: int, path: Path) -> bool:
+        """Upload one blob monolithically unless the registry already has it; True if sent."""
+        _check_digest(digest)
+        if self.blob_size(repository, digest) == size:
+            return False
+        scope = _scope(repository, "pull,push")
+        what = f"push {self.registry}/{repository}@{digest}"
+        connection, response = self._request(
+            "POST", f"/v2/{repository}/blobs/uploads/", scope=scope, expect=(202,),
+            headers={"Content-Length": "0"}, what=what,
+        )
+        response.read()
+        connection.close()
+        location = response.headers.get("Location")
+        if not location:
+            raise CheckFailed(f"{what}: the registry started an upload without a Location")
+        separator = "&" if "?" in location else "?"
+        opened: list[Any] = []
+
+        def body() -> Any:
+            for handle in opened:
+                handle.close()
+            handle = open(path, "rb")  # noqa: SIM115 - closed below, reopened on a retry
+            opened.append(handle)
+            return handle
+
+        try:
+            connection, response = self._request(
+                "PUT", f"{location}{separator}digest={urllib.parse.quote(digest)}", scope=scope,
+                expect=(201,), body=body,
+                headers={"Content-Type": "application/octet-stream", "Content-Length": str(size)},
+                what=what,
+            )
+            response.read()
+            connection.close()
+        finally:
+            for handle in opened:
+                handle.close()
+        answered = response.headers.get("Docker-Content-Digest")
+        if answered and answered != digest:
+            raise CheckFailed(f"{what}: the registry stored the blob as {answered}", check_id="registry.blob-digest")
+        return True
+
+    def push_small_blob(self, repository: str, content: bytes) -> str:
+        """Upload a blob made in memory (a signature payload, an SBOM); returns its digest."""
+        digest = "sha256:" + hashlib.sha256(content).hexdigest()
+        with tempfile.TemporaryDirectory(prefix="sparkflake-blob.") as scratch:
+            path = Path(scratch) / "blob"
+            path.write_bytes(content)
+            self.push_blob(repository, digest, len(content), path)
+        return digest
+
+    def referrers(self, repository: str, digest: str) -> dict[str, Any] | None:
+        """The index the OCI 1.1 referrers API answers for ``digest``, or None when the
+        registry has no referrers API (404; distribution 2.x), so the caller falls back to
+        the ``sha256-<hex>`` tag (distribution-spec, "Referrers Tag Schema")."""
+        _check_digest(digest)
+        what = f"referrers {self.registry}/{repository}@{digest}"
+        connection, response = self._request(
+            "GET", f"/v2/{repository}/referrers/{digest}", scope=_scope(repository, "pull"),
+            headers={"Accept": OCI_INDEX}, expect=(200, 404), what=what,
+        )
+        try:
+            content = response.read(MANIFEST_LIMIT + 1)
+        finally:
+            connection.close()
+        if response.status == 404:
+            return None
+        if len(content) > MANIFEST_LIMIT:
+            raise CheckFailed(f"{what}: more than {MANIFEST_LIMIT} bytes", check_id="registry.manifest-limit")
+        return _json_object(content, what)
+
+    def push_manifest(self, repository: str, reference: str, content: bytes, media_type: str) -> str:
+        """PUT our exact manifest bytes; returns the digest, which must be sha256(content)."""
+        ours = "sha256:" + hashlib.sha256(content).hexdigest()
+        what = f"push manifest {self.registry}/{repository}:{reference}"
+        if len(content) > MANIFEST_LIMIT:
+            raise InputError(f"{what}: {len(content)} bytes exceeds the {MANIFEST_LIMIT}-byte manifest limit")
+        connection, response = self._request(
+            "PUT", f"/v2/{repository}/manifests/{reference}", scope=_scope(repository, "pull,push"),
+            expect=(201,), body=lambda: content,
+            headers={"Content-Type": media_type, "Content-Length": str(len(content))}, what=what,
+        )
+        response.read()
+        connection.close()
+        answered = response.headers.get("Docker-Content-Digest")
+        if answered is not None and answered != ours:
+            raise CheckFailed(
+                f"{what}: the registry answered digest {answered}, our manifest bytes are {ours}",
+                check_id="registry.manifest-digest",
+            )
+        return ours
+
+    def head_manifest(self, repository: str, reference: str) -> tuple[str, str, int] | None:
+        """(digest, media type, size) of a manifest, or None if the registry lacks it."""
+        what = f"HEAD {self.registry}/{repository}:{reference}"
+        connection, response = self._request(
+            "HEAD", f"/v2/{repository}/manifests/{reference}", scope=_scope(repository, "pull"),
+            headers={"Accept": ACCEPT}, expect=(200, 404), what=what,
+        )
+        response.read()
+        connection.close()
+        if response.status == 404:
+            return None
+        return (
+            response.headers.get("Docker-Content-Digest", ""),
+            response.headers.get("Content-Type", ""),
+            int(response.headers.get("Content-Length", "0")),
+        )
+
+    def get_manifest(self, repository: str, reference: str) -> Manifest:
+        what = f"manifest {self.registry}/{repository}{'@' if reference.startswith('sha256:') else ':'}{reference}"
+        connection, response = self._request(
+            "GET", f"/v2/{repository}/manifests/{reference}", scope=_scope(repository, "pull"),
+            headers={"Accept": ACCEPT}, what=what,
+        )
+        try:
+            declared = response.headers.get("Content-Length")
+            if declared is not None and int(declared) > MANIFEST_LIMIT:
+                raise CheckFailed(f"{what}: {declared} bytes exceeds the {MANIFEST_LIMIT}-byte manifest limit",
+                                  check_id="registry.manifest-limit")
+            content = response.read(MANIFEST_LIMIT + 1)
+        finally:
+            connection.close()
+        if len(content) > MANIFEST_LIMIT:
+            raise CheckFailed(f"{what}: more than {MANIFEST_LIMIT} bytes", check_id="registry.manifest-limit")
+        digest = "sha256:" + hashlib.sha256(content).hexdigest()
+        if reference.startswith("sha256:") and digest != reference:
+            raise CheckFailed(f"{what}: the bytes served hash to {digest}", check_id="registry.manifest-digest")
+        answered = response.headers.get("Docker-Content-Digest")
+        if answered and answered != digest:
+            raise CheckFailed(f"{what}: Docker-Content-Digest {answered} but the bytes hash to {digest}",
+                              check_id="registry.manifest-digest")
+        media_type = response.headers.get("Content-Type", "").split(";")[0].strip()
+        document = _json_object(content, what)
+        media_type = document.get("mediaType") or media_type
+        if media_type not in (*MANIFEST_TYPES, *INDEX_TYPES):
+            raise CheckFailed(f"{what}: unsupported media type {media_type!r}", check_id="registry.media-type")
+        return Manifest(media_type=media_type, digest=digest, content=content)
+
+    def read_blob(self, repository: str, digest: str, *, limit: int = MANIFEST_LIMIT) -> bytes:
+        """A small blob (a config) in memory, verified."""
+        chunks = list(self._blob_chunks(repository, digest, limit=limit))
+        return b"".join(chunks)
+
+    def iter_blob(self, repository: str, digest: str, *, size: int | None = None) -> Iterator[bytes]:
+        """Stream a blob's bytes for a consumer that works in the same pass (decompress,
+        hash); the digest (and ``size``, if given) are checked when the stream ends, and a
+        mismatch raises from the final ``next()``, so a consumer that reads to the end never
+        accepts bad bytes."""
+        return self._blob_chunks(repository, digest, size=size)
+
+    def fetch_blob(self, repository: str, digest: str, destination: Path, *, size: int | None = None,
+                   progress: Progress | None = None) -> int:
+        """Stream a blob to ``destination`` (atomic); nothing lands there unless it verified."""
+        written = 0
+        with atomic_file(destination) as sink:
+            for chunk in self._blob_chunks(repository, digest, size=size):
+                sink.write(chunk)
+                written += len(chunk)
+                if progress:
+                    progress(written, size or written, digest)
+        return written
+
+    def _blob_chunks(self, repository: str, digest: str, *, size: int | None = None,
+                     limit: int | None = None) -> Iterator[bytes]:
+        _check_digest(digest)
+        what = f"blob {self.registry}/{repository}@{digest}"
+        connection, response = self._request(
+            "GET", f"/v2/{repository}/blobs/{digest}", scope=_scope(repository, "pull"), what=what,
+        )
+        hasher = hashlib.sha256()
+        received = 0
+        try:
+            while chunk := response.read(CHUNK):
+                received += len(chunk)
+                if limit is not None and received > limit:
+                    raise CheckFailed(f"{what}: more than {limit} bytes", check_id="registry.blob-limit")
+                if size is not None and received > size:
+                    raise CheckFailed(f"{what}: more than the {size} bytes its descriptor says",
+                                      check_id="registry.blob-size")
+                hasher.update(chunk)
+                yield chunk
+        finally:
+            connection.close()
+        if size is not None and received != size:
+            raise CheckFailed(f"{what}: {received} bytes, its descriptor says {size}", check_id="registry.blob-size")
+        found = "sha256:" + hasher.hexdigest()
+        if found != digest:
+            raise CheckFailed(f"{what}: the bytes hash to {found}", check_id="registry.blob-digest")
+
+
+# ---- manifests and platforms --------------------------------------------------------------
+@dataclass(frozen=True)
+class Platform:
+    os: str
+    architecture: str
+    variant: str | None = None
+
+
+def parse_platform(text: str) -> Platform:
+    parts = text.split("/")
+    if len(parts) not in (2, 3) or not all(parts):
+        raise InputError(f"platform: expected OS/ARCH[/VARIANT], got {text!r}")
+    return Platform(parts[0], parts[1], parts[2] if len(parts) == 3 else None)
+
+
+def select_platform(index: dict[str, Any], platform: Platform, where: str) -> dict[str, Any]:
+    """The one manifest descriptor of an index for ``platform`` (arm64 without a variant
+    matches v8, as the OCI platform rules say)."""
+    manifests = index.get("manifests")
+    if not isinstance(manifests, list):
+        raise CheckFailed(f"{where}: an index without a manifests array")
+    matches = []
+    for descriptor in manifests:
+        found = descriptor.get("platform") if isinstance(descriptor, dict) else None
+        if not isinstance(found, dict):
+            continue
+        if found.get("os") != platform.os or found.get("architecture") != platform.architecture:
+            continue
+        wanted = platform.variant or ("v8" if platform.architecture == "arm64" else None)
+        have = found.get("variant") or ("v8" if platform.architecture == "arm64" else None)
+        if wanted == have:
+            matches.append(descriptor)
+    if not matches:
+        available = [
+            "/".join(filter(None, [d.get("platform", {}).get("os"), d.get("platform", {}).get("architecture"),
+                                   d.get("platform", {}).get("variant")]))
+            for d in manifests if isinstance(d, dict)
+        ]
+        raise CheckFailed(f"{where}: no manifest for {platform.os}/{platform.architecture}"
+                          f"{'/' + platform.variant if platform.variant else ''} (index has {available})",
+                          check_id="registry.platform")
+    return matches[0]
+
+
+def _descriptor(raw: Any, where: str) -> tuple[str, str, int]:
+    if not isinstance(raw, dict):
+        raise CheckFailed(f"{where}: expected a descriptor object")
+    digest, media_type, size = raw.get("digest"), raw.get("mediaType"), raw.get("size")
+    if not isinstance(digest, str) or not _DIGEST.match(digest):
+        raise CheckFailed(f"{where}.digest: expected sha256:<64 hex>, got {digest!r}")
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise CheckFailed(f"{where}.size: expected a non-negative integer, got {size!r}")
+    return digest, media_type if isinstance(media_type, str) else "", size
+
+
+def image_blobs(manifest: dict[str, Any], where: str) -> list[tuple[str, str, int]]:
+    """(digest, media type, size) of the config and every layer of an image manifest."""
+    blobs = [_descriptor(manifest.get("config"), f"{where}.config")]
+    layers = manifest.get("layers")
+    if not isinstance(layers, list):
+        raise CheckFailed(f"{where}.layers: expected an array")
+    blobs += [_descriptor(layer, f"{where}.layers[{i}]") for i, layer in enumerate(layers)]
+    return blobs
+
+
+# ---- push a layout, pull into a layout ---------------------------------------------------
+@dataclass(frozen=True)
+class PushResult:
+    reference: str
+    pinned: str  # REGISTRY/REPOSITORY@DIGEST: what ranks pull
+    manifest_digest: str
+    media_type: str
+    blobs_pushed: tuple[str, ...]
+    blobs_present: tuple[str, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "reference": self.reference,
+            "manifest_digest": self.manifest_digest,
+            "media_type": self.media_type,
+            "pinned": self.pinned,
+            "blobs_pushed": list(self.blobs_pushed),
+            "blobs_present": list(self.blobs_present),
+        }
+
+
+def push_layout(client: RegistryClient, layout: Path, target: Reference,
+                progress: Progress | None = None) -> PushResult:
+    """Push the image an OCI layout's index.json names (its one entry, or the entry whose
+    ref name is the target tag): blobs first, then our manifest bytes, then an index if the
+    entry is one."""
+    index = _json_object(_read_layout_file(layout, "index.json"), f"{layout}/index.json")
+    entries = index.get("manifests")
+    if not isinstance(entries, list) or not entries:
+        raise InputError(f"{layout}/index.json: no manifests")
+    if len(entries) > 1:
+        named = [e for e in entries if isinstance(e, dict)
+                 and e.get("annotations", {}).get("org.opencontainers.image.ref.name") == target.tag]
+        if len(named) != 1:
+            raise InputError(f"{layout}/index.json: {len(entries)} manifests and none named {target.tag!r}")
+        entries = named
+    top_digest, top_type, _ = _descriptor(entries[0], f"{layout}/index.json manifests[0]")
+    pushed: list[str] = []
+    present: list[str] = []
+
+    def push_image_manifest(digest: str, media_type: str, tag: str) -> None:
+        content = _read_blob_file(layout, digest)
+        manifest = _json_object(content, f"{layout} {digest}")
+        blobs = image_blobs(manifest, f"{layout} manifest {digest}")
+        total = sum(size for _, _, size in blobs)
+        done = 0
+        for blob_digest, _, size in blobs:
+            path = _blob_path(layout, blob_digest)
+            if not path.is_file() or path.stat().st_size != size:
+                raise InputError(f"{path}: missing or not {size} bytes, as manifest {digest} says")
+            (pushed if client.push_blob(target.repository, blob_digest, size, path) else present).append(blob_digest)
+            done += size
+            if progress:
+                progress(done, total, f"push {blob_digest[:19]}")
+        client.push_manifest(target.repository, tag, content, media_type or OCI_MANIFEST)
+
+    if top_type in INDEX_TYPES:
+        content = _read_blob_file(layout, top_digest)
+        child_index = _json_object(content, f"{layout} {top_digest}")
+        for position, child in enumerate(child_index.get("manifests") or []):
+            child_digest, child_type, _ = _descriptor(child, f"{layout} {top_digest} manifests[{position}]")
+            push_image_manifest(child_digest, child_type, child_digest)
+        digest = client.push_manifest(target.repository, target.tag or top_digest, content, top_type)
+    else:
+        content = _read_blob_file(layout, top_digest)
+        push_image_manifest(top_digest, top_type, target.tag or top_digest)
+        digest = "sha256:" + hashlib.sha256(content).hexdigest()
+    if digest != top_digest:
+        raise CheckFailed(f"{layout}: pushed manifest digest {digest} differs from the layout's {top_digest}",
+                          check_id="registry.manifest-digest")
+    pinned = f"{target.registry}/{target.repository}@{digest}"
+    return PushResult(str(target), pinned, digest, top_type, tuple(pushed), tuple(present))
+
+
+@dataclass(frozen=True)
+class PullResult:
+    reference: str
+    manifest_digest: str
+    config_digest: str  # the image ID in podman/docker stores
+    bytes: int
+    layout: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"reference": self.reference, "manifest_digest": self.manifest_digest,
+                "config_digest": self.config_digest, "image_id": self.config_digest,
+                "bytes": self.bytes, "layout": self.layout}
+
+
+def resolve_manifest(client: RegistryClient, source: Reference, platform: Platform) -> tuple[Manifest, Manifest]:
+    """(what the reference names, the image manifest for ``platform``): the same object
+    twice when the reference names an image manifest, else the index and its entry."""
+    top = client.get_manifest(source.repository, source.reference)
+    if top.media_type not in INDEX_TYPES:
+        return top, top
+    descriptor = select_platform(top.document(), platform, f"{source}")
+    digest, _, _ = _descriptor(descriptor, f"{source} platform manifest")
+    manifest = client.get_manifest(source.repository, digest)
+    if manifest.media_type in INDEX_TYPES:
+        raise CheckFailed(f"{source}: platform entry {digest} is itself an index", check_id="registry.media-type")
+    return top, manifest
+
+
+def pull_to_layout(client: RegistryClient, source: Reference, layout: Path, platform: Platform,
+                   progress: Progress | None = None) -> PullResult:
+    """Fetch an image into an OCI layout directory, every byte verified; an index is
+    resolved to the platform's manifest. The layout appears atomically."""
+    _, manifest = resolve_manifest(client, source, platform)
+    blobs = image_blobs(manifest.document(), f"{source} manifest {manifest.digest}")
+    total = sum(size for _, _, size in blobs)
+    fetched = 0
+    with atomic_directory(layout) as staging:
+        staging.chmod(0o755)
+        blob_dir = staging / "blobs" / "sha256"
+        blob_dir.mkdir(parents=True)
+        for digest, _, size in blobs:
+            fetched += client.fetch_blob(source.repository, digest, blob_dir / digest.split(":", 1)[1], size=size)
+            if progress:
+                progress(fetched, total, source.repository)
+        (blob_dir / manifest.digest.split(":", 1)[1]).write_bytes(manifest.content)
+        entry = {"mediaType": manifest.media_type, "digest": manifest.digest, "size": len(manifest.content)}
+        if source.tag:
+            entry["annotations"] = {"org.opencontainers.image.ref.name": source.tag}
+        (staging / "index.json").write_bytes(json.dumps(
+            {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [entry]}, sort_keys=True).encode())
+        (staging / "oci-layout").write_bytes(b'{"imageLayoutVersion":"1.0.0"}')
+    return PullResult(str(source), manifest.digest, blobs[0][0], fetched, str(layout))
+
+
+# ---- small pieces -----------------------------------------------------------------------
+def _scope(repository: str, actions: str) -> str:
+    return f"repository:{repository}:{actions}"
+
+
+def _basic_header(credentials: Credentials) -> str:
+    raw = f"{credentials.username}:{credentials.password}".encode()
+    return "Basic " + base64.b64encode(raw).decode()
+
+
+def _netloc(host: str, port: int | None) -> str:
+    bracketed = f"[{host}]" if ":" in host else host
+    return f"{bracketed}:{port}" if port else bracketed
+
+
+def _check_digest(digest: str) -> None:
+    if not _DIGEST.match(digest):
+        raise InputError(f"digest: expected sha256: and 64 lowercase hex digits, got {digest!r}",
+                         check_id="registry.digest")
+
+
+def _error_detail(response: http.client.HTTPResponse) -> str:
+    try:
+        raw = response.read(65536)
+        document = json.loads(raw)
+        errors = document.get("errors") if isinstance(document, dict) else None
+        if isinstance(errors, list) and errors:
+            return "; ".join(f"{e.get('code')}: {e.get('message')}" for e in errors if isinstance(e, dict))
+        return raw.decode("utf-8", "replace")[:300]
+    except (ValueError, OSError, http.client.HTTPException):
+        return response.reason
+
+
+def _json_object(content: bytes, where: str) -> dict[str, Any]:
+    try:
+        document = json.loads(content)
+    except ValueError as exc:
+        raise CheckFailed(f"{where}: not JSON: {exc}") from exc
+    if not isinstance(document, dict):
+        raise CheckFailed(f"{where}: expected a JSON object")
+    return document
+
+
+def _blob_path(layout: Path, digest: str) -> Path:
+    _check_digest(digest)
+    return layout / "blobs" / "sha256" / digest.split(":", 1)[1]
+
+
+def _read_layout_file(layout: Path, name: str) -> bytes:
+    try:
+        with open(layout / name, "rb") as handle:
+            content = handle.read(MANIFEST_LIMIT + 1)
+    except OSError as exc:
+        raise InputError(f"{layout / name}: cannot read: {exc.strerror}") from exc
+    if len(content) > MANIFEST_LIMIT:
+        raise InputError(f"{layout / name}: larger than {MANIFEST_LIMIT} bytes")
+    return content
+
+
+def _read_blob_file(layout: Path, digest: str) -> bytes:
+    path = _blob_path(layout, digest)
+    content = _read_layout_file(path.parent, path.name)
+    found = "sha256:" + hashlib.sha256(content).hexdigest()
+    if found != digest:
+        raise CheckFailed(f"{path}: content hashes to {found}, not {digest}", check_id="registry.layout-digest")
+    return content

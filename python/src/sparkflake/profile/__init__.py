@@ -1,0 +1,1 @@
+"""What a composition is: ``profiles/<name>/profile.toml`` read into a validated record."""

@@ -1,0 +1,885 @@
+"""Profiles: ``profiles/<name>/profile.toml``, what one runtime composition is.
+
+A profile names its inputs by role (``vllm_wheel = "vllm"``: role → input name in the
+locks it lists), its Python requirements and Debian seed packages (what the resolver
+locks), required absences, runtime-contract defaults (``[runtime]``, the launcher's
+``runtime.env`` keys), the settings the seeds qualified (``[qualified]``), checkpoint
+identity files, image labels, and the seeds' upstream identities as claims with a status.
+
+Records are frozen dataclasses that validate themselves; parsing adds the file and the
+place (``profile.toml: runtime.tp: expected an UPPER_SNAKE_CASE key``). Tables of free
+keys (inputs, runtime, settings, labels) are read-only mappings kept sorted by key, so
+equal profiles dump to the same bytes (``dump_profile``). docs/profiles.md has the format.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import posixpath
+import re
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import MISSING, dataclass, field, fields, replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, ClassVar
+
+from packaging.requirements import InvalidRequirement, Requirement
+
+from ..core import canonical_toml
+from ..core.errors import InputError
+from ..lock.pins import (
+    InvalidField,
+    Lock,
+    Pin,
+    check_keys,
+    describe,
+    join_path,
+    load_lock,
+    parse_toml_text,
+    read_toml,
+    require_input_name,
+    require_match,
+    require_oci_digest,
+    require_sha1_hex,
+    require_sha256_hex,
+    require_size,
+    require_str,
+    require_str_tuple,
+    require_table,
+)
+
+SCHEMA_VERSION = 1
+PROFILE_FILE = "profile.toml"
+PROFILES_DIR_ENV = "SPARKFLAKE_PROFILES_DIR"
+# Set by bin/sparkflake to its checkout's profiles/: used only when neither
+# --profiles-dir, SPARKFLAKE_PROFILES_DIR nor a profiles/ above the working directory gives one.
+CHECKOUT_PROFILES_ENV = "SPARKFLAKE_CHECKOUT_PROFILES"
+
+STATUSES = ("qualified", "implemented", "research-only", "unsupported")
+CLAIM_STATUSES = ("unverified", "verified", "contradicted")
+CLAIM_KINDS = ("git", "file", "oci")
+
+# Roles the composition stages look up; a profile may name more (any lowercase word).
+KNOWN_ROLES = (
+    "vllm_wheel",
+    "vllm_source",
+    "b12x",
+    "sparkcache",
+    "fastsafetensors",
+    "nccl",
+    "torch",
+)
+
+_PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+_ROLE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
+_ENV_KEY = re.compile(r"^[A-Z][A-Z0-9_]*$")
+_LABEL_KEY = re.compile(r"^[a-z0-9]+(?:[.-][a-z0-9]+)*(?:\.[a-z0-9]+(?:[-_][a-z0-9]+)*)+$")
+_DISTRIBUTION = re.compile(r"^([A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9])$")
+_DEB_PACKAGE = re.compile(r"^[a-z0-9][a-z0-9.+-]+$")
+_SUITE = re.compile(r"^[a-z][a-z0-9-]*$")
+_PLATFORM = re.compile(r"^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$")
+_CLAIM_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,99}$")
+_OCI_REPOSITORY = re.compile(
+    r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)+$"
+)
+
+RuntimeValue = str | int | float | bool
+
+
+# --------------------------------------------------------------------------- small checks
+
+
+def _frozen_mapping(value: Mapping[str, Any]) -> Mapping[str, Any]:
+    return MappingProxyType(dict(sorted(value.items())))
+
+
+def _require_mapping(path: str, value: object) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise InvalidField(path, f"expected a table, got {describe(value)}")
+    return value
+
+
+def _require_abs_path(path: str, value: object) -> str:
+    text = require_str(path, value)
+    if not text.startswith("/") or posixpath.normpath(text) != text or text == "/":
+        raise InvalidField(
+            path,
+            f"expected a normalized absolute path (no '..', '//' or trailing '/'), got {describe(text)}",
+        )
+    return text
+
+
+def _require_rel_path(path: str, value: object) -> str:
+    text = require_str(path, value)
+    parts = text.split("/")
+    if text.startswith("/") or any(part in ("", ".", "..") for part in parts):
+        raise InvalidField(path, f"expected a normalized relative path, got {describe(text)}")
+    return text
+
+
+def _require_pin_pattern(path: str, value: object) -> str:
+    text = _require_rel_path(path, value)
+    if any(char in text for char in "*?[") and "/" in text:
+        raise InvalidField(path, f"a pattern matches top-level names only, got {describe(text)}")
+    return text
+
+
+def _require_lock_ref(path: str, value: object) -> str:
+    text = require_str(path, value)
+    if text.startswith("/") or "\\" in text or not text.endswith(".lock"):
+        raise InvalidField(path, f"expected a relative path to a .lock file, got {describe(text)}")
+    return text
+
+
+def _require_runtime_value(path: str, value: object) -> RuntimeValue:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InvalidField(path, f"expected a finite number, got {describe(value)}")
+    if isinstance(value, (str, int, float, bool)):
+        if isinstance(value, str):
+            require_str(path, value, allow_empty=True)
+        return value
+    raise InvalidField(path, f"expected a string, integer, float or boolean, got {describe(value)}")
+
+
+def _require_env_table(path: str, value: object) -> Mapping[str, RuntimeValue]:
+    table = _require_mapping(path, value)
+    for key, item in table.items():
+        key_path = join_path(path, key)
+        if not _ENV_KEY.fullmatch(key):
+            raise InvalidField(key_path, f"expected an UPPER_SNAKE_CASE key, got {describe(key)}")
+        _require_runtime_value(key_path, item)
+    return _frozen_mapping(table)
+
+
+def _require_choice(path: str, value: object, choices: Sequence[str]) -> str:
+    text = require_str(path, value, allow_empty=True)
+    if text not in choices:
+        raise InvalidField(path, f"expected one of {', '.join(choices)}, got {describe(text)}")
+    return text
+
+
+def _require_requirement(path: str, value: object) -> str:
+    text = require_str(path, value)
+    try:
+        Requirement(text)
+    except InvalidRequirement as exc:
+        raise InvalidField(path, f"not a PEP 508 requirement ({exc}): {describe(text)}") from None
+    return text
+
+
+def _require_distribution(path: str, value: object) -> str:
+    return require_match(path, value, _DISTRIBUTION, "a Python distribution name")
+
+
+def _nested(prefix: str, error: InvalidField) -> InvalidField:
+    return InvalidField(
+        f"{prefix}.{error.field_path}" if prefix else error.field_path, error.problem
+    )
+
+
+def _freeze(record: object, name: str, value: object) -> None:
+    object.__setattr__(record, name, value)
+
+
+# --------------------------------------------------------------------------- records
+
+
+@dataclass(frozen=True)
+class PythonSpec:
+    """PEP 508 requirements the resolver locks for the target."""
+
+    requirements: tuple[str, ...]
+
+    FIELD_ORDER: ClassVar[tuple[str, ...]] = ("requirements",)
+
+    def __post_init__(self) -> None:
+        _freeze(
+            self,
+            "requirements",
+            require_str_tuple(
+                "requirements", self.requirements, _require_requirement, non_empty=True
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class DebianSpec:
+    """The OS base: a Debian suite and the seed packages whose closure the resolver locks."""
+
+    suite: str
+    seed: tuple[str, ...]
+
+    FIELD_ORDER: ClassVar[tuple[str, ...]] = ("suite", "seed")
+
+    def __post_init__(self) -> None:
+        require_match("suite", self.suite, _SUITE, 'a Debian suite like "bookworm"')
+        _freeze(
+            self,
+            "seed",
+            require_str_tuple(
+                "seed",
+                self.seed,
+                lambda p, v: require_match(p, v, _DEB_PACKAGE, "a Debian package name"),
+                non_empty=True,
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class Absences:
+    """What must not be in the image (checked by the composition's verification chain)."""
+
+    distributions: tuple[str, ...] = ()
+
+    FIELD_ORDER: ClassVar[tuple[str, ...]] = ("distributions",)
+
+    def __post_init__(self) -> None:
+        _freeze(
+            self,
+            "distributions",
+            require_str_tuple(
+                "distributions", self.distributions, _require_distribution, non_empty=False
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class Qualification:
+    """The exact settings a qualification covered, what it covered (``scope``), what it did
+    not (``limits``), where the claim comes from, and the image it is bound to (if any)."""
+
+    settings: Mapping[str, RuntimeValue] = field(default_factory=dict)
+    scope: tuple[str, ...] = ()
+    limits: tuple[str, ...] = ()
+    source: str | None = None
+    manifest_digest: str | None = None
+    config_digest: str | None = None
+
+    FIELD_ORDER: ClassVar[tuple[str, ...]] = (
+        "source",
+        "manifest_digest",
+        "config_digest",
+        "scope",
+        "limits",
+        "settings",
+    )
+
+    def __post_init__(self) -> None:
+        _freeze(self, "settings", _require_env_table("settings", self.settings))
+        text_item = lambda p, v: require_str(p, v, free_text=True)  # noqa: E731
+        _freeze(self, "scope", require_str_tuple("scope", self.scope, text_item, non_empty=False))
+        _freeze(
+            self, "limits", require_str_tuple("limits", self.limits, text_item, non_empty=False)
+        )
+        if self.source is not None:
+            require_str("source", self.source, free_text=True)
+        for key in ("manifest_digest", "config_digest"):
+            if getattr(self, key) is not None:
+                require_oci_digest(key, getattr(self, key))
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.settings and not self.scope
+
+
+@dataclass(frozen=True)
+class CheckpointFile:
+    """One identity-bearing checkpoint file, relative to the checkpoint directory."""
+
+    path: str
+    sha256: str
+    size: int
+
+    FIELD_ORDER: ClassVar[tuple[str, ...]] = ("path", "sha256", "size")
+
+    def __post_init__(self) -> None:
+        _require_rel_path("path", self.path)
+        require_sha256_hex("sha256", self.sha256)
+        require_size("size", self.size)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A model checkpoint mounted at run time (never in the image)."""
+
+    description: str
+    repository: str | None = None
+    # What `sparkflake checkpoint pin` records (names, or patterns of top-level names):
+    # the files that say which model this is. The hashes go to a site-owned pins file,
+    # so a committed profile stays the same for every site's copy of the checkpoint.
+    # None (no `pin` key) keeps the profile document, embedded in the image, as it was.
+    pin: tuple[str, ...] | None = None
+    files: tuple[CheckpointFile, ...] = ()
+
+    FIELD_ORDER: ClassVar[tuple[str, ...]] = ("description", "repository", "pin", "files")
+
+    def __post_init__(self) -> None:
+        require_str("description", self.description, free_text=True)
+        if self.repository is not None:
+            require_str("repository", self.repository)
+        if self.pin is not None:
+            patterns = tuple(self.pin)
+            for index, pattern in enumerate(patterns):
+                _require_pin_pattern(f"pin[{index}]", pattern)
+                if pattern in patterns[:index]:
+                    raise InvalidField(f"pin[{index}]", f"duplicate pattern {describe(pattern)}")
+            _freeze(self, "pin", patterns)
+        files = tuple(self.files)
+        seen: set[str] = set()
+        for index, entry in enumerate(files):
+            if not isinstance(entry, CheckpointFile):
+                raise InvalidField(
+                    f"files[{index}]", f"expected a checkpoint file, got {describe(entry)}"
+                )
+            if entry.path in seen:
+                raise InvalidField(f"files[{index}].path", f"duplicate path {describe(entry.path)}")
+            seen.add(entry.path)
+        _freeze(self, "files", files)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """An upstream identity the seeds state, with how far sparkflake has confirmed it.
+
+    ``unverified``: stated by the seeds, not reproduced here; ``verified``: sparkflake
+    derived the same digest from bytes; ``contradicted``: it derived a different one.
+    """
+
+    name: str
+    kind: str
+    subject: str
+    status: str
+    source: str
+    rev: str | None = None
+    tree: str | None = None
+    source_sha256: str | None = None
+    sha256: str | None = None
+    reference: str | None = None
+    manifest_digest: str | None = None
+    config_digest: str | None = None
+
+    FIELD_ORDER: ClassVar[tuple[str, ...]] = (
+        "name",
+        "kind",
+        "subject",
+        "status",
+        "source",
+        "rev",
+        "tree",
+        "source_sha256",
+        "sha256",
+        "reference",
+        "manifest_digest",
+        "config_digest",
+    )
+    KIND_FIELDS: ClassVar[dict[str, tuple[tuple[str, ...], tuple[str, ...]]]] = {
+        # kind: (required, optional)
+        "git": (("rev", "tree"), ("source_sha256",)),
+        "file": (("sha256",), ()),
+        "oci": (("reference",), ("manifest_digest", "config_digest")),
+    }
+
+    def __post_init__(self) -> None:
+        require_match("name", self.name, _CLAIM_NAME, "a lowercase claim name")
+        kind = _require_choice("kind", self.kind, CLAIM_KINDS)
+        require_str("subject", self.subject, free_text=True)
+        _require_choice("status", self.status, CLAIM_STATUSES)
+        require_str("source", self.source, free_text=True)
+        required, optional = self.KIND_FIELDS[kind]
+        for key in self.FIELD_ORDER[5:]:
+            value = getattr(self, key)
+            if key in required and value is None:
+                raise InvalidField(key, f"a {kind} claim needs {key}")
+            if value is not None and key not in required and key not in optional:
+                raise InvalidField(key, f"not part of a {kind} claim")
+        if self.rev is not None:
+            require_sha1_hex("rev", self.rev)
+        if self.tree is not None:
+            require_sha1_hex("tree", self.tree)
+        for key in ("source_sha256", "sha256"):
+            if getattr(self, key) is not None:
+                require_sha256_hex(key, getattr(self, key))
+        if self.reference is not None:
+            require_match(
+                "reference",
+                self.reference,
+                _OCI_REPOSITORY,
+                "an image repository like ghcr.io/org/name",
+            )
+        for key in ("manifest_digest", "config_digest"):
+            if getattr(self, key) is not None:
+                require_oci_digest(key, getattr(self, key))
+        if kind == "oci" and self.manifest_digest is None and self.config_digest is None:
+            raise InvalidField(
+                "manifest_digest", "an oci claim needs manifest_digest or config_digest"
+            )
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One runtime composition (see the module docstring). ``path`` is where it was read
+    from (not part of equality or of the serialized form)."""
+
+    name: str
+    description: str
+    status: str
+    platform: str
+    served_model_name: str
+    cache_root: str
+    jit_root: str
+    locks: tuple[str, ...]
+    inputs: Mapping[str, str]
+    python: PythonSpec
+    debian: DebianSpec
+    runtime: Mapping[str, RuntimeValue]
+    checkpoints: Mapping[str, Checkpoint]
+    absent: Absences = field(default_factory=Absences)
+    qualified: Qualification = field(default_factory=Qualification)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    claims: tuple[Claim, ...] = ()
+    schema: int = SCHEMA_VERSION
+    path: Path | None = field(default=None, compare=False, repr=False)
+
+    FIELD_ORDER: ClassVar[tuple[str, ...]] = (
+        "schema",
+        "name",
+        "description",
+        "status",
+        "platform",
+        "served_model_name",
+        "cache_root",
+        "jit_root",
+        "locks",
+        "inputs",
+        "python",
+        "debian",
+        "absent",
+        "runtime",
+        "qualified",
+        "checkpoints",
+        "labels",
+        "claims",
+    )
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"absent", "qualified", "labels", "claims"})
+
+    def __post_init__(self) -> None:
+        if isinstance(self.schema, bool) or self.schema != SCHEMA_VERSION:
+            raise InvalidField("schema", f"expected {SCHEMA_VERSION}, got {describe(self.schema)}")
+        require_match("name", self.name, _PROFILE_NAME, "a lowercase profile name of [a-z0-9-]")
+        require_str("description", self.description, free_text=True)
+        _require_choice("status", self.status, STATUSES)
+        require_match("platform", self.platform, _PLATFORM, 'an OCI platform like "linux/arm64"')
+        require_str("served_model_name", self.served_model_name)
+        cache_root = _require_abs_path("cache_root", self.cache_root)
+        jit_root = _require_abs_path("jit_root", self.jit_root)
+        if cache_root == jit_root:
+            raise InvalidField(
+                "jit_root", f"must differ from cache_root, both are {describe(cache_root)}"
+            )
+        _freeze(
+            self, "locks", require_str_tuple("locks", self.locks, _require_lock_ref, non_empty=True)
+        )
+
+        inputs = _require_mapping("inputs", self.inputs)
+        if not inputs:
+            raise InvalidField("inputs", "expected at least one role")
+        for role, input_name in inputs.items():
+            if not _ROLE.fullmatch(role):
+                raise InvalidField(
+                    join_path("inputs", role),
+                    f"expected a lowercase role name of [a-z0-9_], got {describe(role)}",
+                )
+            require_input_name(join_path("inputs", role), input_name)
+        _freeze(self, "inputs", _frozen_mapping(inputs))
+
+        for key, cls in (
+            ("python", PythonSpec),
+            ("debian", DebianSpec),
+            ("absent", Absences),
+            ("qualified", Qualification),
+        ):
+            if not isinstance(getattr(self, key), cls):
+                raise InvalidField(
+                    key, f"expected a {cls.__name__}, got {describe(getattr(self, key))}"
+                )
+        _freeze(self, "runtime", _require_env_table("runtime", self.runtime))
+
+        checkpoints = _require_mapping("checkpoints", self.checkpoints)
+        if "target" not in checkpoints:
+            raise InvalidField("checkpoints.target", "missing required table")
+        for key, checkpoint in checkpoints.items():
+            if key not in ("target", "draft"):
+                raise InvalidField(
+                    f"checkpoints.{key}", "unknown checkpoint (expected target or draft)"
+                )
+            if not isinstance(checkpoint, Checkpoint):
+                raise InvalidField(
+                    f"checkpoints.{key}", f"expected a Checkpoint, got {describe(checkpoint)}"
+                )
+        _freeze(
+            self,
+            "checkpoints",
+            MappingProxyType({k: checkpoints[k] for k in ("target", "draft") if k in checkpoints}),
+        )
+
+        labels = _require_mapping("labels", self.labels)
+        for key, value in labels.items():
+            shown = join_path("labels", key)
+            if not _LABEL_KEY.fullmatch(key):
+                raise InvalidField(
+                    shown,
+                    f"expected a reverse-DNS label key like org.opencontainers.image.title, got {describe(key)}",
+                )
+            require_str(shown, value, free_text=True)
+        _freeze(self, "labels", _frozen_mapping(labels))
+
+        claims = tuple(self.claims)
+        seen: set[str] = set()
+        for index, claim in enumerate(claims):
+            if not isinstance(claim, Claim):
+                raise InvalidField(f"claims[{index}]", f"expected a Claim, got {describe(claim)}")
+            if claim.name in seen:
+                raise InvalidField(
+                    f"claims[{index}].name", f"duplicate claim name {describe(claim.name)}"
+                )
+            seen.add(claim.name)
+        _freeze(self, "claims", claims)
+
+        if self.status == "qualified" and (
+            self.qualified.is_empty or self.qualified.manifest_digest is None
+        ):
+            raise InvalidField(
+                "status",
+                "qualified needs [qualified] settings and the manifest_digest of the image the "
+                "qualification is bound to; until evidence binds one, the status is implemented",
+            )
+
+    # -- lock access -------------------------------------------------------------------
+
+    @property
+    def directory(self) -> Path:
+        if self.path is None:
+            raise InputError(
+                f"profile {self.name}: not read from a file, its locks have no base directory"
+            )
+        return self.path.parent
+
+    def lock_paths(self) -> tuple[Path, ...]:
+        """The listed lock files, resolved against the profile's directory."""
+        return tuple(Path(os.path.normpath(self.directory / ref)) for ref in self.locks)
+
+    def load_locks(self) -> tuple[Lock, ...]:
+        return tuple(load_lock(path) for path in self.lock_paths())
+
+    def input_for(self, role: str, locks: Iterable[Lock]) -> Pin:
+        """The pinned input that plays ``role`` (the first listed lock holding it wins)."""
+        if role not in self.inputs:
+            raise InputError(
+                f"{self._shown()}: inputs.{role}: no such role (roles: {', '.join(self.inputs)})"
+            )
+        name = self.inputs[role]
+        for lock in locks:
+            pin = lock.get(name)
+            if pin is not None:
+                return pin
+        raise InputError(
+            f"{self._shown()}: inputs.{role}: no input named {describe(name)} in {', '.join(self.locks)}"
+        )
+
+    def _shown(self) -> str:
+        return os.fspath(self.path) if self.path is not None else f"profile {self.name}"
+
+
+# --------------------------------------------------------------------------- serialization
+
+
+def _record_to_dict(record: Any) -> dict[str, Any]:
+    document: dict[str, Any] = {}
+    for key in record.FIELD_ORDER:
+        value = getattr(record, key)
+        if value is None:
+            continue
+        if isinstance(value, tuple):
+            value = [
+                _record_to_dict(item) if hasattr(item, "FIELD_ORDER") else item for item in value
+            ]
+        elif isinstance(value, Mapping):
+            value = {
+                k: _record_to_dict(v) if hasattr(v, "FIELD_ORDER") else v for k, v in value.items()
+            }
+        elif hasattr(value, "FIELD_ORDER"):
+            value = _record_to_dict(value)
+        document[key] = value
+    return document
+
+
+def profile_to_dict(profile: Profile) -> dict[str, Any]:
+    """The profile as plain data in canonical order (its JSON form, and its TOML form)."""
+    return _record_to_dict(profile)
+
+
+def dump_profile(profile: Profile) -> str:
+    return canonical_toml.dumps(profile_to_dict(profile))
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def _build(cls: type[Any], table: object, where: str) -> Any:
+    """A record from a TOML table: unknown keys refused, arrays made tuples, paths kept."""
+    table = require_table(where, table)
+    optional = {spec.name for spec in fields(cls) if _has_default(spec)}
+    required = [key for key in cls.FIELD_ORDER if key not in optional]
+    check_keys(table, where, required, [key for key in cls.FIELD_ORDER if key in optional])
+    arguments = {
+        key: (tuple(value) if isinstance(value, list) else value) for key, value in table.items()
+    }
+    try:
+        return cls(**arguments)
+    except InvalidField as error:
+        raise _nested(where, error) from None
+
+
+def _has_default(spec: Any) -> bool:
+    return spec.default is not MISSING or spec.default_factory is not MISSING
+
+
+def profile_from_dict(document: Mapping[str, Any]) -> Profile:
+    """A parsed TOML document to a ``Profile``; errors are ``InvalidField`` with a path."""
+    required = [key for key in Profile.FIELD_ORDER if key not in Profile.OPTIONAL]
+    check_keys(document, "", required, Profile.OPTIONAL)
+    schema = document["schema"]
+    if isinstance(schema, bool) or not isinstance(schema, int) or schema != SCHEMA_VERSION:
+        raise InvalidField(
+            "schema", f"expected the integer {SCHEMA_VERSION}, got {describe(schema)}"
+        )
+    arguments: dict[str, Any] = {}
+    for key in Profile.FIELD_ORDER:
+        if key not in document:
+            continue
+        value = document[key]
+        if key == "python":
+            value = _build(PythonSpec, value, "python")
+        elif key == "debian":
+            value = _build(DebianSpec, value, "debian")
+        elif key == "absent":
+            value = _build(Absences, value, "absent")
+        elif key == "qualified":
+            value = _build(Qualification, value, "qualified")
+        elif key == "checkpoints":
+            value = _checkpoints_from_dict(value)
+        elif key == "claims":
+            if not isinstance(value, list):
+                raise InvalidField(
+                    "claims", f"expected an array of tables ([[claims]]), got {describe(value)}"
+                )
+            value = tuple(
+                _build(Claim, entry, f"claims[{index}]") for index, entry in enumerate(value)
+            )
+        elif key in ("inputs", "runtime", "labels"):
+            value = require_table(key, value)
+        elif isinstance(value, list):
+            value = tuple(value)
+        arguments[key] = value
+    return Profile(**arguments)
+
+
+def _checkpoints_from_dict(value: object) -> dict[str, Checkpoint]:
+    table = require_table("checkpoints", value)
+    check_keys(table, "checkpoints", ("target",), ("draft",))
+    checkpoints: dict[str, Checkpoint] = {}
+    for key, entry in table.items():
+        where = f"checkpoints.{key}"
+        entry = require_table(where, entry)
+        check_keys(entry, where, ("description",), ("repository", "pin", "files"))
+        pin_raw = entry.get("pin")
+        if pin_raw is not None and not isinstance(pin_raw, list):
+            raise InvalidField(f"{where}.pin", f"expected an array of strings, got {describe(pin_raw)}")
+        files_raw = entry.get("files", [])
+        if not isinstance(files_raw, list):
+            raise InvalidField(
+                f"{where}.files", f"expected an array of tables, got {describe(files_raw)}"
+            )
+        files = tuple(
+            _build(CheckpointFile, item, f"{where}.files[{index}]")
+            for index, item in enumerate(files_raw)
+        )
+        try:
+            checkpoints[key] = Checkpoint(
+                description=entry["description"], repository=entry.get("repository"),
+                pin=None if pin_raw is None else tuple(pin_raw), files=files,
+            )
+        except InvalidField as error:
+            raise _nested(where, error) from None
+    return checkpoints
+
+
+def parse_profile(text: str | bytes, shown: str = "<profile>") -> Profile:
+    """Parse profile text (structure only: no lock files are read)."""
+    document = parse_toml_text(text, shown)
+    try:
+        return profile_from_dict(document)
+    except InvalidField as error:
+        raise InputError(f"{shown}: {error.field_path}: {error.problem}") from None
+
+
+def read_profile(path: str | os.PathLike[str]) -> Profile:
+    """Read and validate one profile.toml (structure, and name = its directory's name)."""
+    shown = os.fspath(path)
+    document = read_toml(path)
+    try:
+        profile = profile_from_dict(document)
+    except InvalidField as error:
+        raise InputError(f"{shown}: {error.field_path}: {error.problem}") from None
+    folder = Path(path).resolve().parent.name
+    if profile.name != folder:
+        raise InputError(
+            f"{shown}: name: expected the directory's name {describe(folder)}, got {describe(profile.name)}"
+        )
+    return replace(profile, path=Path(path))
+
+
+def check_against_locks(profile: Profile, locks: Sequence[Lock]) -> None:
+    """Every role names an input of the locks, every Debian seed package is locked."""
+    shown = profile._shown()
+    for role, name in profile.inputs.items():
+        if not any(name in lock for lock in locks):
+            raise InputError(
+                f"{shown}: inputs.{role}: no input named {describe(name)} in {', '.join(profile.locks)}"
+            )
+    locked_packages = {pin.package for lock in locks for pin in lock.of_kind("deb")}  # type: ignore[union-attr]
+    for index, package in enumerate(profile.debian.seed):
+        if package not in locked_packages:
+            raise InputError(
+                f"{shown}: debian.seed[{index}]: package {describe(package)} has no deb input in {', '.join(profile.locks)}"
+            )
+    for lock, ref in zip(locks, profile.locks, strict=True):
+        if lock.target.platform != profile.platform:
+            raise InputError(
+                f"{shown}: platform: {describe(profile.platform)} but {ref} is locked for {describe(lock.target.platform)}"
+            )
+
+
+# --------------------------------------------------------------------------- lookup
+
+
+def bundled_profiles_dir() -> Path:
+    """Where an installation carries its own profiles: the Nix package installs them at
+    ``<prefix>/share/sparkflake/profiles`` (nix/locked-python.nix), so ``nix run
+    .#launch-rank`` works from any directory."""
+    return Path(sys.prefix) / "share" / "sparkflake" / "profiles"
+
+
+def find_profiles_dir(start: str | os.PathLike[str] | None = None) -> Path:
+    """``$SPARKFLAKE_PROFILES_DIR``, else the nearest ``profiles/`` holding a profile,
+    searching upward from ``start`` (default: the working directory), else
+    ``$SPARKFLAKE_CHECKOUT_PROFILES`` (the checkout ``bin/sparkflake`` belongs to), else the
+    profiles bundled with the installation."""
+    from_env = os.environ.get(PROFILES_DIR_ENV)
+    if from_env:
+        directory = Path(from_env)
+        if not directory.is_dir():
+            raise InputError(f"{PROFILES_DIR_ENV}={from_env}: not a directory")
+        return directory
+    here = Path(start if start is not None else Path.cwd()).resolve()
+    for directory in (here, *here.parents):
+        candidate = directory / "profiles"
+        if candidate.is_dir() and any(candidate.glob(f"*/{PROFILE_FILE}")):
+            return candidate
+    checkout = os.environ.get(CHECKOUT_PROFILES_ENV)
+    if checkout and Path(checkout).is_dir():
+        return Path(checkout)
+    bundled = bundled_profiles_dir()
+    if bundled.is_dir() and any(bundled.glob(f"*/{PROFILE_FILE}")):
+        return bundled
+    raise InputError(
+        f"no profiles directory found: set {PROFILES_DIR_ENV} or run inside a checkout "
+        f"(searched upward from {here} for profiles/*/{PROFILE_FILE}, and {bundled})"
+    )
+
+
+def list_profiles(profiles_dir: str | os.PathLike[str]) -> list[str]:
+    return sorted(path.parent.name for path in Path(profiles_dir).glob(f"*/{PROFILE_FILE}"))
+
+
+def profile_path(
+    name_or_path: str | os.PathLike[str], profiles_dir: str | os.PathLike[str] | None = None
+) -> Path:
+    """Where a profile lives: an existing file or directory path as given, else a name
+    looked up in the profiles directory."""
+    text = os.fspath(name_or_path)
+    candidate = Path(text)
+    looks_like_path = "/" in text or text.endswith(".toml") or text in (".", "..")
+    if looks_like_path or (not _PROFILE_NAME.fullmatch(text) and candidate.exists()):
+        if candidate.is_dir():
+            candidate = candidate / PROFILE_FILE
+        if not candidate.is_file():
+            raise InputError(f"{text}: no such profile file")
+        return candidate
+    if not _PROFILE_NAME.fullmatch(text):
+        raise InputError(f"{text!r}: not a profile name ([a-z0-9-]) nor a path to a profile.toml")
+    directory = Path(profiles_dir) if profiles_dir is not None else find_profiles_dir()
+    path = directory / text / PROFILE_FILE
+    if not path.is_file():
+        known = ", ".join(list_profiles(directory)) or "none"
+        raise InputError(f"no profile named {text!r} in {directory} (profiles: {known})")
+    return path
+
+
+def load_profile(
+    name_or_path: str | os.PathLike[str],
+    profiles_dir: str | os.PathLike[str] | None = None,
+    *,
+    check_locks: bool = True,
+) -> Profile:
+    """Read a profile by name or path and validate it; with ``check_locks``, also check it
+    against its lock files when they all exist (a missing lock is the resolver's to write)."""
+    profile = read_profile(profile_path(name_or_path, profiles_dir))
+    if check_locks:
+        paths = profile.lock_paths()
+        if all(path.is_file() for path in paths):
+            check_against_locks(profile, profile.load_locks())
+    return profile
+
+
+def check_profiles_distinct(profiles: Sequence[Profile]) -> None:
+    """Profiles side by side never share a served-model name, a cache root or a JIT root
+    (nor nest one root inside another profile's)."""
+    roots: list[tuple[str, str, Profile]] = []
+    names: dict[str, Profile] = {}
+    for profile in profiles:
+        other = names.get(profile.served_model_name)
+        if other is not None:
+            raise InputError(
+                f"{profile._shown()}: served_model_name: {describe(profile.served_model_name)} is also used by {other._shown()}"
+            )
+        names[profile.served_model_name] = profile
+        for key in ("cache_root", "jit_root"):
+            root = getattr(profile, key)
+            for other_key, other_root, other_profile in roots:
+                if other_profile is profile:
+                    continue
+                if root == other_root or _nests(root, other_root):
+                    raise InputError(
+                        f"{profile._shown()}: {key}: {describe(root)} overlaps {other_key} "
+                        f"{describe(other_root)} of {other_profile._shown()}"
+                    )
+            roots.append((key, root, profile))
+
+
+def _nests(first: str, second: str) -> bool:
+    return first.startswith(second.rstrip("/") + "/") or second.startswith(first.rstrip("/") + "/")
+
+
+def load_all_profiles(
+    profiles_dir: str | os.PathLike[str] | None = None, *, check_locks: bool = True
+) -> list[Profile]:
+    directory = Path(profiles_dir) if profiles_dir is not None else find_profiles_dir()
+    profiles = [
+        load_profile(directory / name / PROFILE_FILE, check_locks=check_locks)
+        for name in list_profiles(directory)
+    ]
+    check_profiles_distinct(profiles)
+    return profiles
