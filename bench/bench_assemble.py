@@ -33,8 +33,8 @@ from sparkflake.compose.locked_inputs import (
     wheel_inputs,
 )
 from sparkflake.compose.python_env import WheelInput, assemble_python_env
-from sparkflake.fetch import BlobCache
-from sparkflake.lock.pins import load_lock
+from sparkflake.core.blob_cache import BlobCache
+from sparkflake.lock.lock_file import load_lock
 from sparkflake.lock.target import Target
 
 

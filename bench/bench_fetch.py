@@ -26,8 +26,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "python" / "src"))
 
-from sparkflake.fetch import Artifact, BlobCache, fetch_all
-from sparkflake.lock.pins import load_lock
+from sparkflake.core.blob_cache import Artifact, BlobCache
+from sparkflake.fetch import fetch_all
+from sparkflake.lock.lock_file import load_lock
 from sparkflake.lock.target import Target
 
 

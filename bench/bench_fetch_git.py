@@ -30,9 +30,10 @@ sys.path.insert(0, str(REPO / "python" / "src"))
 sys.path.insert(0, str(REPO / "python" / "tests"))
 
 from git_fixtures import GIT_ENV, git, git_daemon
-from sparkflake.fetch import default_cache_root
+from sparkflake.core.blob_cache import default_cache_root
 from sparkflake.fetch.git import GitCache, fetch_git
-from sparkflake.lock.pins import GitPin, load_lock
+from sparkflake.lock.lock_file import load_lock
+from sparkflake.lock.pins import GitPin
 
 
 def make_repository(root: Path) -> tuple[Path, str, str]:

@@ -98,7 +98,8 @@ def setup(work: Path, draft_bytes: int) -> dict:
     # a profile whose contract pins these files, written by the profile model's serializer
     import dataclasses
 
-    from sparkflake.profile.model import CheckpointFile, dump_profile, load_profile
+    from sparkflake.lock.profile_locks import load_profile
+    from sparkflake.profile.model import CheckpointFile, dump_profile
 
     profile = load_profile(REPO / "profiles" / "glm53-dflash7" / "profile.toml", check_locks=False)
     checkpoints = {

@@ -33,8 +33,8 @@ sys.path.insert(0, str(REPO / "python" / "src"))
 
 from sparkflake.launch.conformance import conformance_cases
 from sparkflake.launch.contract import contract_from_profile
+from sparkflake.lock.profile_locks import load_profile
 from sparkflake.oci.reader import open_image
-from sparkflake.profile.model import load_profile
 from sparkflake.runtime import rootfs, sandbox
 from sparkflake.runtime.check import (
     PYCACHE_INSIDE,

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from sparkflake.launch.contract import IdentityFile, LaunchContract, contract_from_profile
-from sparkflake.profile.model import load_profile
+from sparkflake.lock.profile_locks import load_profile
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILES = REPO / "profiles"

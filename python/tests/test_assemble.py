@@ -33,7 +33,7 @@ from sparkflake.compose.python_env import (
 from sparkflake.compose.tree_paths import image_path
 from sparkflake.core.errors import CheckFailed
 from sparkflake.core.tree_digest import nar_hash
-from sparkflake.lock.pins import load_lock
+from sparkflake.lock.lock_file import load_lock
 
 MULTIARCH = "usr/lib/aarch64-linux-gnu"
 REPO = Path(__file__).resolve().parents[2]

@@ -27,8 +27,8 @@ from sparkflake.compose.build import (
     verify_composition,
 )
 from sparkflake.compose.verification import ChainFailed
+from sparkflake.core.blob_cache import BlobCache
 from sparkflake.core.errors import CheckFailed, InputError
-from sparkflake.fetch import BlobCache
 from sparkflake.oci.blob_store import BlobStore
 
 REPO = Path(__file__).resolve().parents[2]
@@ -426,7 +426,8 @@ def test_work_dir_removed(tmp_path: Path) -> None:
 def test_git_source_bound_by_tree_id(tmp_path: Path) -> None:
     from sparkflake.compose.source_overlay import extract_sdist_package
     from sparkflake.core.tree_digest import git_tree_id, nar_hash
-    from sparkflake.lock.pins import GitPin, Lock, load_lock, write_lock
+    from sparkflake.lock.lock_file import load_lock, write_lock
+    from sparkflake.lock.pins import GitPin, Lock
 
     checkout = tmp_path / "checkout"
     extract_sdist_package(FIXTURE / "inputs" / "vllm-0.1.0.tar.gz", "vllm", checkout)

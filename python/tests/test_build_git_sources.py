@@ -17,7 +17,8 @@ from sparkflake.compose.source_overlay import extract_sdist_package
 from sparkflake.compose.source_packages import source_tree_sha256
 from sparkflake.core.errors import CheckFailed, InputError
 from sparkflake.fetch.git import GitCache
-from sparkflake.lock.pins import GitPin, Lock, load_lock, write_lock
+from sparkflake.lock.lock_file import load_lock, write_lock
+from sparkflake.lock.pins import GitPin, Lock
 
 FIXTURE = Path(__file__).resolve().parents[2] / "profiles" / "fixture"
 UNREACHABLE = "https://git.sparkflake.invalid"

@@ -13,8 +13,9 @@ import pytest
 
 from sparkflake.cli import main
 from sparkflake.compose.build import load_composition
-from sparkflake.lock.pins import GitPin, load_lock
-from sparkflake.profile.model import load_profile
+from sparkflake.lock.lock_file import load_lock
+from sparkflake.lock.pins import GitPin
+from sparkflake.lock.profile_locks import load_profile
 
 REPO = Path(__file__).resolve().parents[2]
 EXACT = ("glm53-dflash7-exact", "glm53-mtp5-exact")

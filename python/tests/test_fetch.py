@@ -12,8 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from input_fixtures import fixture_server
 
+from sparkflake.core.blob_cache import Artifact, BlobCache, fetch_artifact
 from sparkflake.core.errors import CheckFailed, InputError
-from sparkflake.fetch import Artifact, BlobCache, fetch_all, fetch_artifact, import_from_dirs
+from sparkflake.fetch import fetch_all, import_from_dirs
 
 PAYLOAD = os.urandom(256 * 1024 + 12345)
 PAYLOAD_SHA = hashlib.sha256(PAYLOAD).hexdigest()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sparkflake.cli import main
-from sparkflake.lock.pins import load_lock
+from sparkflake.lock.lock_file import load_lock
 
 FIXTURE = Path(__file__).resolve().parents[2] / "profiles" / "fixture"
 

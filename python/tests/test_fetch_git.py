@@ -29,7 +29,8 @@ from sparkflake.fetch.git import (
     git_object_id,
     parse_ls_tree,
 )
-from sparkflake.lock.pins import GitPin, Lock, Target, write_lock
+from sparkflake.lock.lock_file import write_lock
+from sparkflake.lock.pins import GitPin, Lock, Target
 
 FILES_1 = {
     "pkg/__init__.py": b"VERSION = 1\n",

@@ -11,7 +11,9 @@ from test_lock_strategies import locks
 
 from sparkflake.core import canonical_toml
 from sparkflake.core.errors import InputError
-from sparkflake.lock.pins import Lock, dump_lock, parse_lock, read_pylock
+from sparkflake.lock.lock_file import dump_lock, parse_lock
+from sparkflake.lock.pins import Lock
+from sparkflake.lock.pylock import read_pylock
 
 SHOWN = "fuzz.lock"
 

@@ -15,21 +15,8 @@ from test_lock_strategies import hex64, locks, pins, sri_sha256
 
 from sparkflake.core.digest import parse_hash
 from sparkflake.core.errors import InputError
-from sparkflake.lock.pins import (
-    DebPin,
-    FilePin,
-    GitPin,
-    Lock,
-    OciPin,
-    SdistPin,
-    Target,
-    WheelPin,
-    dump_lock,
-    load_lock,
-    lock_to_dict,
-    parse_lock,
-    write_lock,
-)
+from sparkflake.lock.lock_file import dump_lock, load_lock, lock_to_dict, parse_lock, write_lock
+from sparkflake.lock.pins import DebPin, FilePin, GitPin, Lock, OciPin, SdistPin, Target, WheelPin
 
 SHA = "5f1c3f10d5ace66d4ba584415bbfe42b6ac1a0a9116a3b81dcbe50516ad924b3"
 SRI = "sha256-47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU="

@@ -9,9 +9,9 @@ import pytest
 
 from sparkflake.cli import main
 from sparkflake.core.errors import CheckFailed
-from sparkflake.lock.pins import dump_lock, load_lock, write_lock
-from sparkflake.lock.profile_lock import artifacts, check_lock, request_for, sharing_profiles
-from sparkflake.profile.model import load_profile
+from sparkflake.lock.lock_file import dump_lock, load_lock, write_lock
+from sparkflake.lock.profile_locks import load_profile
+from sparkflake.lock.resolve import artifacts, check_lock, request_for, sharing_profiles
 
 REPO_PROFILES = Path(__file__).resolve().parents[2] / "profiles"
 

@@ -14,7 +14,9 @@ from test_lock_strategies import sdists, wheels
 
 from sparkflake.core import canonical_toml
 from sparkflake.core.errors import InputError
-from sparkflake.lock.pins import Lock, Target, dump_lock, parse_lock, read_pylock
+from sparkflake.lock.lock_file import dump_lock, parse_lock
+from sparkflake.lock.pins import Lock, Target
+from sparkflake.lock.pylock import read_pylock
 
 SHA = "8abb2f1d86890a2dfb989f9a77cfcfd3e47c2a354b01111771326f8aa26e0254"
 SIX = f'''\

@@ -190,7 +190,7 @@ locks = st.builds(
 
 from hypothesis import given  # noqa: E402
 
-from sparkflake.lock.pins import pin_from_dict, pin_to_dict  # noqa: E402
+from sparkflake.lock.lock_file import pin_from_dict, pin_to_dict  # noqa: E402
 
 
 @given(pins)

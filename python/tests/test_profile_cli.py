@@ -12,7 +12,8 @@ import pytest
 from test_profile_model import DFLASH7_TEXT, MTP5_TEXT, REPO_PROFILES, make_profiles_dir, small_lock
 
 from sparkflake.cli import main
-from sparkflake.profile.model import PROFILES_DIR_ENV, load_profile, parse_profile, profile_to_dict
+from sparkflake.lock.profile_locks import load_profile
+from sparkflake.profile.model import PROFILES_DIR_ENV, parse_profile, profile_to_dict
 
 SPARKFLAKE = str(Path(sys.executable).parent / "sparkflake")
 

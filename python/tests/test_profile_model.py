@@ -13,7 +13,9 @@ from hypothesis import strategies as st
 from test_lock_strategies import free_text, hex40, hex64, oci_digest
 
 from sparkflake.core.errors import InputError
-from sparkflake.lock.pins import DebPin, Lock, SdistPin, Target, WheelPin, write_lock
+from sparkflake.lock.lock_file import write_lock
+from sparkflake.lock.pins import DebPin, Lock, SdistPin, Target, WheelPin
+from sparkflake.lock.profile_locks import input_for, load_all_profiles, load_locks, load_profile
 from sparkflake.profile.model import (
     CLAIM_STATUSES,
     KNOWN_ROLES,
@@ -31,8 +33,6 @@ from sparkflake.profile.model import (
     dump_profile,
     find_profiles_dir,
     list_profiles,
-    load_all_profiles,
-    load_profile,
     parse_profile,
     profile_to_dict,
     read_profile,
@@ -106,10 +106,10 @@ def test_repository_profiles_validate_against_the_shared_lock() -> None:
         assert profile.lock_paths() == (REPO_PROFILES / "glm53.lock",)
         assert set(KNOWN_ROLES) <= set(profile.inputs)
         if (REPO_PROFILES / "glm53.lock").is_file():
-            locks = profile.load_locks()
-            assert profile.input_for("vllm_wheel", locks).kind == "wheel"
-            assert profile.input_for("vllm_source", locks).kind in ("sdist", "git")
-            assert profile.input_for("nccl", locks).version == "2.30.7"  # type: ignore[union-attr]
+            locks = load_locks(profile)
+            assert input_for(profile, "vllm_wheel", locks).kind == "wheel"
+            assert input_for(profile, "vllm_source", locks).kind in ("sdist", "git")
+            assert input_for(profile, "nccl", locks).version == "2.30.7"  # type: ignore[union-attr]
 
 
 def test_the_two_glm53_profiles_differ_where_the_seeds_say() -> None:
@@ -422,7 +422,7 @@ def test_a_missing_lock_is_not_an_error_until_it_is_needed(tmp_path: Path) -> No
     profiles = make_profiles_dir(tmp_path)
     profile = load_profile("glm53-dflash7", profiles)
     with pytest.raises(InputError, match=r"glm53\.lock: cannot read: No such file or directory"):
-        profile.load_locks()
+        load_locks(profile)
 
 
 def test_an_invalid_lock_is_reported_with_its_own_path(tmp_path: Path) -> None:
@@ -437,11 +437,11 @@ def test_an_invalid_lock_is_reported_with_its_own_path(tmp_path: Path) -> None:
 def test_input_for_resolves_a_role() -> None:
     profile = parse_profile(DFLASH7_TEXT)
     lock = small_lock()
-    assert profile.input_for("vllm_source", [lock]).name == "vllm-sdist"
+    assert input_for(profile, "vllm_source", [lock]).name == "vllm-sdist"
     with pytest.raises(InputError, match=r"inputs\.draft: no such role"):
-        profile.input_for("draft", [lock])
+        input_for(profile, "draft", [lock])
     with pytest.raises(InputError, match=r'inputs\.torch: no input named "torch"'):
-        profile.input_for("torch", [small_lock(without=("torch",))])
+        input_for(profile, "torch", [small_lock(without=("torch",))])
 
 
 # --------------------------------------------------------------------------- side by side

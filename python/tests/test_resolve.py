@@ -11,13 +11,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sparkflake.core.errors import CheckFailed, InputError
-from sparkflake.lock.debian import (
-    BOOKWORM_SUITES,
-    DEFAULT_KEYRING,
-    parse_release,
-    snapshot_timestamp,
-    verify_inrelease,
-)
 from sparkflake.lock.debian_packages import (
     DebPackage,
     PackageIndex,
@@ -27,7 +20,14 @@ from sparkflake.lock.debian_packages import (
     parse_relations,
     resolve_closure,
 )
-from sparkflake.lock.python import select_wheels
+from sparkflake.lock.resolve_debian import (
+    BOOKWORM_SUITES,
+    DEFAULT_KEYRING,
+    parse_release,
+    snapshot_timestamp,
+    verify_inrelease,
+)
+from sparkflake.lock.resolve_python import select_wheels
 from sparkflake.lock.target import Target, wheel_tags
 
 _fragment = st.text(alphabet="0123456789abcz.+~", min_size=1, max_size=6)

@@ -13,10 +13,11 @@ import pytest
 
 from sparkflake.compose.debian_base import DebInput, assemble_base
 from sparkflake.compose.python_env import WheelInput, assemble_python_env
+from sparkflake.core.blob_cache import Artifact, BlobCache
 from sparkflake.core.tree_digest import nar_hash
-from sparkflake.fetch import Artifact, BlobCache, fetch_all
-from sparkflake.lock.debian import resolve_debian
-from sparkflake.lock.python import compile_pylock, select_wheels
+from sparkflake.fetch import fetch_all
+from sparkflake.lock.resolve_debian import resolve_debian
+from sparkflake.lock.resolve_python import compile_pylock, select_wheels
 
 
 def _heavy(name: str) -> bool:
@@ -61,9 +62,10 @@ def test_real_subset_locks_fetches_and_assembles_identically(tmp_path: Path) -> 
 def test_update_refreshes_one_input_and_keeps_the_rest(tmp_path: Path) -> None:
     import shutil
 
-    from sparkflake.lock.pins import Lock, load_lock
-    from sparkflake.lock.profile_lock import update_input
-    from sparkflake.profile.model import load_profile
+    from sparkflake.lock.lock_file import load_lock
+    from sparkflake.lock.pins import Lock
+    from sparkflake.lock.profile_locks import load_profile
+    from sparkflake.lock.resolve import update_input
 
     repo_profiles = Path(__file__).resolve().parents[2] / "profiles"
     profiles = tmp_path / "profiles"

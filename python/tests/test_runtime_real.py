@@ -21,7 +21,7 @@ import pytest
 from sparkflake.cli.runtime import expected_versions
 from sparkflake.launch.conformance import conformance_cases
 from sparkflake.launch.contract import contract_from_profile
-from sparkflake.profile.model import load_profile
+from sparkflake.lock.profile_locks import load_profile
 from sparkflake.runtime import capabilities as capability_file
 from sparkflake.runtime.check import Case, run_check
 

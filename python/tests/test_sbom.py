@@ -23,8 +23,9 @@ from spdx_tools.spdx.validation.document_validator import validate_full_spdx_doc
 from sparkflake.compose import receipt, sbom
 from sparkflake.compose.build import BuildRequest, build_profile, load_composition
 from sparkflake.compose.package_license import license_from_metadata, sdist_license, wheel_license
-from sparkflake.fetch import BlobCache
-from sparkflake.lock.pins import DebPin, FilePin, GitPin, SdistPin, WheelPin, load_lock
+from sparkflake.core.blob_cache import BlobCache
+from sparkflake.lock.lock_file import load_lock
+from sparkflake.lock.pins import DebPin, FilePin, GitPin, SdistPin, WheelPin
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "profiles" / "fixture"

@@ -16,7 +16,8 @@ from typing import Any
 from ..core.atomic_write import write_bytes_atomic
 from ..core.documents import read_json_file
 from ..core.errors import InputError
-from ..lock.pins import GitPin, OciPin, load_lock
+from ..lock.lock_file import load_lock
+from ..lock.pins import GitPin, OciPin
 from .checks import AuditReport, CheckResult, Expectations, audit_image, parse_expectation
 from .sources import ImageSource, open_engine_source, open_file_source
 
@@ -113,7 +114,7 @@ def expectations_from(
     labels: dict[str, str] = {}
     lock_path = lock_file
     if profile_name is not None:
-        from ..profile.model import load_profile
+        from ..lock.profile_locks import load_profile
 
         profile = load_profile(profile_name, check_locks=False)
         platform = profile.platform

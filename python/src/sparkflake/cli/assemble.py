@@ -12,8 +12,8 @@ from ..compose.locked_inputs import (
     load_policy,
     policy_path_for,
 )
-from ..fetch import BlobCache
-from ..lock.profile_lock import default_cache, load_profile_lock, profile_from_arg
+from ..core.blob_cache import BlobCache
+from ..lock.resolve import default_cache, load_profile_lock, profile_from_arg
 from ._output import Progress, print_json, print_line
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from ..core.atomic_write import check_output_parent
 from ..core.errors import InputError
 from ..launch.checkpoint_pins import CheckpointPins, pin_checkpoint, read_pins, write_pins
-from ..profile.model import load_profile
+from ..lock.profile_locks import load_profile
 from ._output import Progress, print_json, print_line, warn
 
 DEFAULT_PINS = "checkpoint-pins.json"

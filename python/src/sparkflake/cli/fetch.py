@@ -7,11 +7,14 @@ import dataclasses
 import time
 from pathlib import Path
 
+from ..core.blob_cache import BlobCache, offline_opener
 from ..core.errors import InputError
-from ..fetch import BlobCache, FetchReport, fetch_all, offline_opener
+from ..core.records import InvalidField, require_git_url
+from ..fetch import FetchReport, fetch_all
 from ..fetch.git import GitCache, GitOutcome, fetch_git_inputs
-from ..lock.pins import InvalidField, Lock, load_lock, require_git_url
-from ..lock.profile_lock import artifacts, default_cache, load_profile_lock, profile_from_arg
+from ..lock.lock_file import load_lock
+from ..lock.pins import Lock
+from ..lock.resolve import artifacts, default_cache, load_profile_lock, profile_from_arg
 from ._output import Progress, print_json, print_line
 
 KINDS = ("wheel", "sdist", "deb", "file", "git")

@@ -14,7 +14,8 @@ from collections import Counter
 from collections.abc import Callable
 
 from ..core.errors import InputError
-from ..lock.pins import KINDS, load_lock, lock_to_dict
+from ..lock.lock_file import load_lock, lock_to_dict
+from ..lock.pins import KINDS
 from ._output import print_json, print_line
 
 EXIT_OK = 0

@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from ..lock.pins import dump_lock, load_lock
-from ..lock.profile_lock import (
+from ..lock.lock_file import dump_lock, load_lock
+from ..lock.resolve import (
     check_lock,
     default_cache,
     load_profile_lock,

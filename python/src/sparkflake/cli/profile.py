@@ -5,13 +5,12 @@ from __future__ import annotations
 import argparse
 
 from ..launch.settings import validate_runtime_table
+from ..lock.profile_locks import load_all_profiles, load_profile
 from ..profile.model import (
     check_profiles_distinct,
     dump_profile,
     find_profiles_dir,
     list_profiles,
-    load_all_profiles,
-    load_profile,
     profile_to_dict,
 )
 from ._output import print_json, print_line

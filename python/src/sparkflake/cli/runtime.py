@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from ..core.errors import InputError
+from ..lock.profile_locks import load_locks
 from ._output import print_json, print_line, warn
 
 
@@ -63,7 +64,7 @@ def _profile_name(args: argparse.Namespace, out: Path) -> str:
 def expected_versions(profile) -> dict[str, str]:  # type: ignore[no-untyped-def]
     """Every wheel of the profile's locks, by distribution name and version."""
     versions: dict[str, str] = {}
-    for lock in profile.load_locks():
+    for lock in load_locks(profile):
         for pin in lock.inputs:
             if getattr(pin, "kind", None) == "wheel" and getattr(pin, "version", None):
                 versions.setdefault(pin.name, str(pin.version))
@@ -74,7 +75,7 @@ def run_check_command(args: argparse.Namespace) -> int:
     from ..core.atomic_write import write_bytes_atomic
     from ..launch.conformance import conformance_cases
     from ..launch.contract import contract_from_profile
-    from ..profile.model import load_profile
+    from ..lock.profile_locks import load_profile
     from ..runtime import capabilities as capability_file
     from ..runtime.check import SKIP, Case, run_check
 

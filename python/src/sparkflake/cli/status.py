@@ -6,7 +6,8 @@ import argparse
 from pathlib import Path
 
 from ..launch import evidence
-from ..profile.model import find_profiles_dir, list_profiles, load_profile
+from ..lock.profile_locks import load_profile
+from ..profile.model import find_profiles_dir, list_profiles
 from ._output import print_json, print_line
 
 

@@ -47,14 +47,16 @@ from ..core.atomic_write import (
     remove_tree,
     write_bytes_atomic,
 )
+from ..core.blob_cache import Artifact, BlobCache, default_cache_root, offline_opener
 from ..core.builder_identity import builder_identity
 from ..core.digest import sha256_file
 from ..core.errors import CheckFailed, InputError, SparkflakeError
 from ..core.file_hashes import FileHashes
 from ..core.tree_digest import git_tree_id, nar_hash
-from ..fetch import Artifact, BlobCache, default_cache_root, fetch_all, offline_opener
+from ..fetch import fetch_all
 from ..fetch.git import GitCache, fetch_git_inputs
 from ..lock.pins import DebPin, GitPin, Lock, Pin, SdistPin, WheelPin
+from ..lock.profile_locks import check_against_locks, input_for, load_locks
 from ..lock.target import Target
 from ..oci.archive import CombinedArchiveWriter, write_archives
 from ..oci.artifact import ReferringArtifact, referring_artifact
@@ -68,13 +70,7 @@ from ..oci.layer_cache import LayerCache
 from ..oci.layer_tree import LayerInput, TreeSource
 from ..oci.layout import add_artifact_blobs, write_oci_layout
 from ..oci.media_types import CREATED_ANNOTATION
-from ..profile.model import (
-    Profile,
-    check_against_locks,
-    profile_path,
-    profile_to_dict,
-    read_profile,
-)
+from ..profile.model import Profile, profile_path, profile_to_dict, read_profile
 from . import generated, receipt, sbom
 from .debian_base import DebInput, assemble_base
 from .elf import check_machine, elf_machines, iter_elf_files
@@ -175,9 +171,9 @@ def load_composition(name_or_path: str | os.PathLike[str], profiles_dir: str | o
     """The profile, its locks and every input it builds from, checked against each other."""
     path = profile_path(name_or_path, profiles_dir)
     profile = read_profile(path)
-    locks = profile.load_locks()
+    locks = load_locks(profile)
     check_against_locks(profile, locks)
-    roles = {role: profile.input_for(role, locks) for role in profile.inputs}
+    roles = {role: input_for(profile, role, locks) for role in profile.inputs}
     for role in ("vllm_wheel", "vllm_source", *{r for r in generated.ROLE_LABELS.values()}):
         if role not in roles:
             raise InputError(f"{path}: inputs.{role}: the composition needs this role")

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.blob_cache import Artifact, BlobCache
 from ..core.errors import CheckFailed, InputError
-from ..fetch import Artifact, BlobCache
 from ..lock.pins import Lock
 from ..lock.target import DEBIAN_BOOKWORM_ARM64, Target
 from .debian_base import BaseManifest, DebInput, assemble_base

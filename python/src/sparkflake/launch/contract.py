@@ -14,6 +14,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ..core.errors import InputError
+from ..lock.profile_locks import input_for, load_locks
 from ..runtime.capabilities import FILE_NAME as CAPABILITIES_FILE
 from ..runtime.capabilities import Capabilities
 from ..runtime.capabilities import load as load_capabilities
@@ -127,7 +128,7 @@ def contract_from_profile(profile: Any) -> LaunchContract:
     """Adapt a ``sparkflake.profile.model.Profile`` to the launcher's contract."""
     from .settings import table_value_text, validate_runtime_table
 
-    shown = profile._shown() if hasattr(profile, "_shown") else f"profile {profile.name}"
+    shown = profile.shown() if hasattr(profile, "_shown") else f"profile {profile.name}"
     validate_runtime_table(profile.runtime, f"{shown}: runtime")
     validate_runtime_table(profile.qualified.settings, f"{shown}: qualified.settings")
     runtime = {key: table_value_text(value) or "" for key, value in profile.runtime.items()}
@@ -145,14 +146,14 @@ def contract_from_profile(profile: Any) -> LaunchContract:
             if claim.name in role:
                 components[role[claim.name]] = text
     try:
-        locks = profile.load_locks() if all(path.is_file() for path in profile.lock_paths()) else ()
+        locks = load_locks(profile) if all(path.is_file() for path in profile.lock_paths()) else ()
     except InputError:
         locks = ()
     for role, key in (("vllm_wheel", "vllm.wheel_sha256"), ("sparkcache", "sparkcache.version")):
         if not locks or role not in profile.inputs:
             continue
         try:
-            pin = profile.input_for(role, locks)
+            pin = input_for(profile, role, locks)
         except InputError:
             continue
         if key.endswith("sha256") and getattr(pin, "sha256", None):
@@ -188,6 +189,6 @@ def _file_row(entry: Any) -> dict[str, Any]:
 
 
 def load_contract(name_or_path: str) -> LaunchContract:
-    from ..profile.model import load_profile
+    from ..lock.profile_locks import load_profile
 
     return contract_from_profile(load_profile(name_or_path, check_locks=False))

@@ -18,7 +18,7 @@ from typing import Any
 from ..core import canonical_toml
 from ..core.documents import parse_json, read_regular_file
 from ..core.errors import InputError
-from ..lock.pins import parse_toml_text
+from ..core.records import parse_toml_text
 from .envfile import render_env_value
 from .settings import CATALOG, parse_value, render_value
 

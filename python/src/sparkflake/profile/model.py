@@ -19,7 +19,7 @@ import os
 import posixpath
 import re
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -29,14 +29,11 @@ from packaging.requirements import InvalidRequirement, Requirement
 
 from ..core import canonical_toml
 from ..core.errors import InputError
-from ..lock.pins import (
+from ..core.records import (
     InvalidField,
-    Lock,
-    Pin,
     check_keys,
     describe,
     join_path,
-    load_lock,
     parse_toml_text,
     read_toml,
     require_input_name,
@@ -570,25 +567,7 @@ class Profile:
         """The listed lock files, resolved against the profile's directory."""
         return tuple(Path(os.path.normpath(self.directory / ref)) for ref in self.locks)
 
-    def load_locks(self) -> tuple[Lock, ...]:
-        return tuple(load_lock(path) for path in self.lock_paths())
-
-    def input_for(self, role: str, locks: Iterable[Lock]) -> Pin:
-        """The pinned input that plays ``role`` (the first listed lock holding it wins)."""
-        if role not in self.inputs:
-            raise InputError(
-                f"{self._shown()}: inputs.{role}: no such role (roles: {', '.join(self.inputs)})"
-            )
-        name = self.inputs[role]
-        for lock in locks:
-            pin = lock.get(name)
-            if pin is not None:
-                return pin
-        raise InputError(
-            f"{self._shown()}: inputs.{role}: no input named {describe(name)} in {', '.join(self.locks)}"
-        )
-
-    def _shown(self) -> str:
+    def shown(self) -> str:
         return os.fspath(self.path) if self.path is not None else f"profile {self.name}"
 
 
@@ -741,27 +720,6 @@ def read_profile(path: str | os.PathLike[str]) -> Profile:
     return replace(profile, path=Path(path))
 
 
-def check_against_locks(profile: Profile, locks: Sequence[Lock]) -> None:
-    """Every role names an input of the locks, every Debian seed package is locked."""
-    shown = profile._shown()
-    for role, name in profile.inputs.items():
-        if not any(name in lock for lock in locks):
-            raise InputError(
-                f"{shown}: inputs.{role}: no input named {describe(name)} in {', '.join(profile.locks)}"
-            )
-    locked_packages = {pin.package for lock in locks for pin in lock.of_kind("deb")}  # type: ignore[union-attr]
-    for index, package in enumerate(profile.debian.seed):
-        if package not in locked_packages:
-            raise InputError(
-                f"{shown}: debian.seed[{index}]: package {describe(package)} has no deb input in {', '.join(profile.locks)}"
-            )
-    for lock, ref in zip(locks, profile.locks, strict=True):
-        if lock.target.platform != profile.platform:
-            raise InputError(
-                f"{shown}: platform: {describe(profile.platform)} but {ref} is locked for {describe(lock.target.platform)}"
-            )
-
-
 # --------------------------------------------------------------------------- lookup
 
 
@@ -828,22 +786,6 @@ def profile_path(
     return path
 
 
-def load_profile(
-    name_or_path: str | os.PathLike[str],
-    profiles_dir: str | os.PathLike[str] | None = None,
-    *,
-    check_locks: bool = True,
-) -> Profile:
-    """Read a profile by name or path and validate it; with ``check_locks``, also check it
-    against its lock files when they all exist (a missing lock is the resolver's to write)."""
-    profile = read_profile(profile_path(name_or_path, profiles_dir))
-    if check_locks:
-        paths = profile.lock_paths()
-        if all(path.is_file() for path in paths):
-            check_against_locks(profile, profile.load_locks())
-    return profile
-
-
 def check_profiles_distinct(profiles: Sequence[Profile]) -> None:
     """Profiles side by side never share a served-model name, a cache root or a JIT root
     (nor nest one root inside another profile's)."""
@@ -853,7 +795,7 @@ def check_profiles_distinct(profiles: Sequence[Profile]) -> None:
         other = names.get(profile.served_model_name)
         if other is not None:
             raise InputError(
-                f"{profile._shown()}: served_model_name: {describe(profile.served_model_name)} is also used by {other._shown()}"
+                f"{profile.shown()}: served_model_name: {describe(profile.served_model_name)} is also used by {other.shown()}"
             )
         names[profile.served_model_name] = profile
         for key in ("cache_root", "jit_root"):
@@ -863,8 +805,8 @@ def check_profiles_distinct(profiles: Sequence[Profile]) -> None:
                     continue
                 if root == other_root or _nests(root, other_root):
                     raise InputError(
-                        f"{profile._shown()}: {key}: {describe(root)} overlaps {other_key} "
-                        f"{describe(other_root)} of {other_profile._shown()}"
+                        f"{profile.shown()}: {key}: {describe(root)} overlaps {other_key} "
+                        f"{describe(other_root)} of {other_profile.shown()}"
                     )
             roots.append((key, root, profile))
 
@@ -873,13 +815,3 @@ def _nests(first: str, second: str) -> bool:
     return first.startswith(second.rstrip("/") + "/") or second.startswith(first.rstrip("/") + "/")
 
 
-def load_all_profiles(
-    profiles_dir: str | os.PathLike[str] | None = None, *, check_locks: bool = True
-) -> list[Profile]:
-    directory = Path(profiles_dir) if profiles_dir is not None else find_profiles_dir()
-    profiles = [
-        load_profile(directory / name / PROFILE_FILE, check_locks=check_locks)
-        for name in list_profiles(directory)
-    ]
-    check_profiles_distinct(profiles)
-    return profiles

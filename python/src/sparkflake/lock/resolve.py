@@ -21,13 +21,15 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from ..core.blob_cache import Artifact, BlobCache
 from ..core.errors import CheckFailed, InputError
-from ..fetch import Artifact, BlobCache
-from ..profile.model import Profile, check_against_locks, list_profiles, load_profile
-from . import debian as debian_resolver
-from . import python as python_resolver
-from .pins import DebPin, Lock, Pin, SdistPin, WheelPin, load_lock, sdist_input_name, write_lock
+from ..profile.model import Profile, list_profiles
+from . import resolve_debian as debian_resolver
+from . import resolve_python as python_resolver
+from .lock_file import load_lock, write_lock
+from .pins import DebPin, Lock, Pin, SdistPin, WheelPin, sdist_input_name
 from .pins import Target as LockTarget
+from .profile_locks import check_against_locks, load_locks, load_profile
 from .target import Target
 
 CONTAINER_SEEDS: tuple[str, ...] = ("base-files", "base-passwd")
@@ -203,7 +205,7 @@ def check_lock(profile: Profile) -> dict[str, object]:
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:
         raise CheckFailed(f"{profile.name}: lock file missing: {', '.join(missing)}; run `sparkflake lock {profile.name}`", check_id="lock-complete")
-    locks = profile.load_locks()
+    locks = load_locks(profile)
     lock = locks[0]
     target = target_for(profile)
     problems: list[str] = []
@@ -213,7 +215,7 @@ def check_lock(profile: Profile) -> dict[str, object]:
     sharing = sharing_profiles(profile)
     for member in sharing:
         try:  # each against its own locks: a profile may list more locks after the shared one
-            check_against_locks(member, member.load_locks())
+            check_against_locks(member, load_locks(member))
         except InputError as exc:
             problems.append(str(exc))
     request = request_for(sharing)

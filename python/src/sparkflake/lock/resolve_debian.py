@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.blob_cache import Artifact, BlobCache, fetch_artifact
 from ..core.errors import CheckFailed, InputError
-from ..fetch import Artifact, BlobCache, fetch_artifact
 from .debian_packages import ClosureResult, PackageIndex, parse_paragraphs, resolve_closure
 
 DEFAULT_KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")

@@ -1,0 +1,356 @@
+"""The content-addressed cache and the download of one artifact into it, every byte verified
+before it enters (the fetch stage fetches a lock's whole set; resolution fetches indices).
+
+Layout under the cache root (``$XDG_CACHE_HOME/sparkflake``, default ``~/.cache/sparkflake``)::
+
+    blobs/sha256/<hex>          complete, verified blobs (read-only by convention)
+    partial/<hex>.partial       downloads in progress; resumed with an HTTP Range request
+    locks/<hex>                 advisory locks: one fetch per blob at a time, across processes
+
+A blob is renamed into ``blobs/`` only after its size and sha256 matched the lock in the
+same pass that wrote it, so a truncated, oversized or altered download never becomes a
+cache entry. An entry altered later (disk fault, a hand edit) is detected when it is used
+(``BlobCache.verified_path``) or fetched again, and evicted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import re
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .digest import sha256_file
+from .errors import CheckFailed, InputError
+
+ProgressCallback = Callable[[int, int, str], None]
+
+COPY_CHUNK = 1 << 20
+USER_AGENT = "sparkflake-fetch/0.1"
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """One locked file: what it is called in the lock, where it may come from, its bytes."""
+
+    name: str
+    filename: str
+    sha256: str
+    size: int | None
+    urls: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not _HEX64.match(self.sha256):
+            raise InputError(f"{self.name}: sha256 must be 64 lowercase hex digits, got {self.sha256!r}")
+
+
+@dataclass(frozen=True)
+class FetchOutcome:
+    name: str
+    sha256: str
+    size: int
+    source: str  # "cache", "download", "import"
+    url: str | None = None
+    evicted_corrupt: bool = False
+
+
+def default_cache_root() -> Path:
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg) if xdg else Path.home() / ".cache"
+    return base / "sparkflake"
+
+
+class BlobCache:
+    """The content-addressed store. Paths only; every entry's bytes match its name."""
+
+    def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
+        self.root = Path(root) if root is not None else default_cache_root()
+        self.blob_dir = self.root / "blobs" / "sha256"
+        self.partial_dir = self.root / "partial"
+
+    def blob_path(self, sha256: str) -> Path:
+        return self.blob_dir / sha256
+
+    def partial_path(self, sha256: str) -> Path:
+        return self.partial_dir / f"{sha256}.partial"
+
+    def contains(self, sha256: str) -> bool:
+        return self.blob_path(sha256).is_file()
+
+    def verify_entry(self, sha256: str, size: int | None) -> bool:
+        """True when the entry exists and its bytes hash to its name; a bad entry is evicted."""
+        path = self.blob_path(sha256)
+        if not path.is_file():
+            return False
+        if size is not None and path.stat().st_size != size:
+            path.unlink()
+            return False
+        if sha256_file(path) != sha256:
+            path.unlink()
+            return False
+        return True
+
+    def verified_path(self, artifact: Artifact) -> Path:
+        """The blob for ``artifact`` after re-hashing it; refuses (and evicts) a tampered entry."""
+        path = self.blob_path(artifact.sha256)
+        if not path.is_file():
+            raise InputError(
+                f"{artifact.name}: {artifact.filename} (sha256 {artifact.sha256}) is not in the "
+                f"cache {self.blob_dir}; run `sparkflake fetch` first",
+                check_id="fetch-missing",
+            )
+        actual_size = path.stat().st_size
+        actual = sha256_file(path)
+        if actual != artifact.sha256 or (artifact.size is not None and actual_size != artifact.size):
+            path.unlink()
+            raise CheckFailed(
+                f"{artifact.name}: cache entry {path} was altered (sha256 {actual}, size "
+                f"{actual_size}; lock says sha256 {artifact.sha256}, size {artifact.size}); "
+                "evicted, run `sparkflake fetch` again",
+                check_id="cache-entry",
+            )
+        return path
+
+    def admit(self, source: Path, artifact: Artifact) -> None:
+        """Move an already-verified partial file into the store (atomic rename)."""
+        self.blob_dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(source, 0o444)
+        os.replace(source, self.blob_path(artifact.sha256))
+
+    def import_file(self, path: Path, artifact: Artifact) -> None:
+        """Copy an operator-supplied file in, hashing in the same pass; refuse on mismatch."""
+        self.partial_dir.mkdir(parents=True, exist_ok=True)
+        staging = self.partial_dir / f"{artifact.sha256}.import.{os.getpid()}.{threading.get_ident()}"
+        hasher = hashlib.sha256()
+        size = 0
+        try:
+            with open(path, "rb") as src, open(staging, "wb") as dst:
+                while chunk := src.read(COPY_CHUNK):
+                    hasher.update(chunk)
+                    dst.write(chunk)
+                    size += len(chunk)
+            if hasher.hexdigest() != artifact.sha256 or (
+                artifact.size is not None and size != artifact.size
+            ):
+                raise CheckFailed(
+                    f"{artifact.name}: {path} has sha256 {hasher.hexdigest()} size {size}, "
+                    f"lock says sha256 {artifact.sha256} size {artifact.size}",
+                    check_id="fetch-hash",
+                )
+            self.admit(staging, artifact)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                staging.unlink()
+
+
+
+
+class _DownloadRefused(Exception):
+    """One URL did not give the locked bytes; the reason goes into the final report."""
+
+    def __init__(self, reason: str, *, resumable: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.resumable = resumable
+
+
+class ByteMeter:
+    """Thread-safe running total for the progress callback: bytes held per input."""
+
+    def __init__(self, total: int, progress: ProgressCallback | None) -> None:
+        self.total = total
+        self.progress = progress
+        self._held: dict[str, int] = {}
+        self._done = 0
+        self._lock = threading.Lock()
+
+    def set(self, artifact: Artifact, held: int) -> None:
+        if self.progress is None:
+            return
+        with self._lock:
+            self._done += held - self._held.get(artifact.sha256, 0)
+            self._held[artifact.sha256] = held
+            self.progress(self._done, self.total, artifact.filename)
+
+
+Opener = Callable[[urllib.request.Request, float], object]
+
+
+def offline_opener(request: urllib.request.Request, timeout: float) -> object:
+    """The opener of an offline run: every URL fails, so only the cache and imports count."""
+    raise urllib.error.URLError("offline (--offline): no network access")
+
+
+def default_opener(request: urllib.request.Request, timeout: float) -> object:
+    return urllib.request.urlopen(request, timeout=timeout)  # noqa: S310 (https/file URLs from the lock)
+
+
+def _download_once(
+    url: str,
+    artifact: Artifact,
+    cache: BlobCache,
+    meter: ByteMeter,
+    opener: Opener,
+    timeout: float,
+) -> None:
+    """Append to the partial file from ``url`` and verify; raises _DownloadRefused."""
+    partial = cache.partial_path(artifact.sha256)
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    have = partial.stat().st_size if partial.exists() else 0
+    if artifact.size is not None and have > artifact.size:
+        partial.unlink()
+        have = 0
+    request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
+    if have and url.startswith(("http://", "https://")):
+        request.add_header("Range", f"bytes={have}-")
+    try:
+        response = opener(request, timeout)
+    except urllib.error.HTTPError as exc:
+        if exc.code == 416 and have:
+            # The server says our partial already covers the whole file; verify it as is.
+            response = None
+        else:
+            raise _DownloadRefused(f"HTTP {exc.code} {exc.reason}") from exc
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        # A host that cannot be reached is not retried; the next mirror is.
+        raise _DownloadRefused(f"{type(exc).__name__}: {reason}") from exc
+
+    hasher = hashlib.sha256()
+    if response is not None:
+        status = getattr(response, "status", 200) or 200
+        append = have and status == 206
+        if append:
+            content_range = response.headers.get("Content-Range", "")
+            match = re.match(r"bytes (\d+)-", content_range)
+            if not match or int(match.group(1)) != have:
+                append = False
+        mode = "ab" if append else "wb"
+        if append:
+            with open(partial, "rb") as existing:
+                while chunk := existing.read(COPY_CHUNK):
+                    hasher.update(chunk)
+        else:
+            have = 0
+        written = have
+        try:
+            with response, open(partial, mode) as out:  # type: ignore[attr-defined]
+                while True:
+                    chunk = response.read(COPY_CHUNK)  # type: ignore[attr-defined]
+                    if not chunk:
+                        break
+                    written += len(chunk)
+                    if artifact.size is not None and written > artifact.size:
+                        out.close()
+                        partial.unlink()
+                        raise _DownloadRefused(
+                            f"server sent more than the locked size {artifact.size} bytes"
+                        )
+                    hasher.update(chunk)
+                    out.write(chunk)
+                    meter.set(artifact, written)
+        except _DownloadRefused:
+            raise
+        except (OSError, ValueError) as exc:
+            # http.client.IncompleteRead and resets land here: keep the prefix for a Range resume.
+            raise _DownloadRefused(
+                f"transfer interrupted after {written} bytes: {type(exc).__name__}", resumable=True
+            ) from exc
+    else:
+        with open(partial, "rb") as existing:
+            while chunk := existing.read(COPY_CHUNK):
+                hasher.update(chunk)
+
+    size = partial.stat().st_size
+    if artifact.size is not None and size < artifact.size:
+        raise _DownloadRefused(
+            f"truncated: got {size} of {artifact.size} bytes", resumable=True
+        )
+    digest = hasher.hexdigest()
+    if digest != artifact.sha256 or (artifact.size is not None and size != artifact.size):
+        partial.unlink()
+        meter.set(artifact, 0)
+        raise _DownloadRefused(f"sha256 mismatch: got {digest} ({size} bytes)")
+    cache.admit(partial, artifact)
+
+
+def fetch_artifact(
+    artifact: Artifact,
+    cache: BlobCache,
+    *,
+    meter: ByteMeter | None = None,
+    opener: Opener = default_opener,
+    timeout: float = 60.0,
+    attempts_per_url: int = 3,
+) -> FetchOutcome:
+    """Make ``artifact`` a verified cache entry, trying each mirror URL in order.
+
+    An advisory lock per blob keeps two fetches (two processes) off one partial file.
+    """
+    meter = meter or ByteMeter(0, None)
+    lock_dir = cache.root / "locks"
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    with open(lock_dir / artifact.sha256, "wb") as lock_file:
+        fcntl.flock(lock_file, fcntl.LOCK_EX)
+        return _fetch_locked(artifact, cache, meter, opener, timeout, attempts_per_url)
+
+
+def _fetch_locked(
+    artifact: Artifact,
+    cache: BlobCache,
+    meter: ByteMeter,
+    opener: Opener,
+    timeout: float,
+    attempts_per_url: int,
+) -> FetchOutcome:
+    evicted = False
+    if cache.contains(artifact.sha256):
+        if cache.verify_entry(artifact.sha256, artifact.size):
+            return FetchOutcome(artifact.name, artifact.sha256, artifact.size or 0, "cache")
+        evicted = True
+    tried: list[str] = []
+    for url in artifact.urls:
+        for attempt in range(attempts_per_url):
+            try:
+                _download_once(url, artifact, cache, meter, opener, timeout)
+            except _DownloadRefused as refusal:
+                if refusal.resumable and attempt + 1 < attempts_per_url:
+                    continue
+                tried.append(f"{url}: {refusal.reason}")
+                break
+            size = cache.blob_path(artifact.sha256).stat().st_size
+            return FetchOutcome(artifact.name, artifact.sha256, size, "download", url, evicted)
+    with contextlib.suppress(FileNotFoundError):
+        cache.partial_path(artifact.sha256).unlink()
+    raise MissingInput(artifact, tried)
+
+
+class MissingInput(Exception):
+    def __init__(self, artifact: Artifact, tried: list[str]) -> None:
+        super().__init__(artifact.name)
+        self.artifact = artifact
+        self.tried = tried
+
+    def describe(self, cache: BlobCache) -> str:
+        artifact = self.artifact
+        lines = [
+            f"{artifact.name}: {artifact.filename} (sha256 {artifact.sha256}, "
+            f"{artifact.size if artifact.size is not None else 'unknown'} bytes) could not be fetched"
+        ]
+        if self.tried:
+            lines += [f"    tried {entry}" for entry in self.tried]
+        else:
+            lines.append("    no URL in the lock (operator-supplied input)")
+        lines.append(
+            f"    supply it: put the file in a directory DIR and run `sparkflake fetch PROFILE "
+            f"--from DIR` (matched by sha256), or place it at {cache.blob_path(artifact.sha256)}"
+        )
+        return "\n".join(lines)

@@ -1,0 +1,272 @@
+"""Validated records read from TOML and JSON: one error type that names the field path, the
+value checks every reader uses (strings, hex digests, sizes, URLs, names), and the bounded
+TOML read. Profiles, locks and the launch files are all read through these."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import os
+import re
+import stat
+import tomllib
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from .documents import parse_limit_error
+from .errors import InputError
+
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_HEX40 = re.compile(r"^[0-9a-f]{40}$")
+_OCI_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+_INPUT_NAME = re.compile(r"^[a-z0-9][a-z0-9._+:-]{0,199}$")
+_FILENAME = re.compile(r"^[^/\x00]+$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+class InvalidField(InputError):
+    """A record's field failed validation; ``field_path`` is relative to the record.
+
+    Parsers catch it and re-raise with the file name and the record's place in the file;
+    code that builds records directly sees ``<field path>: <problem>``.
+    """
+
+    def __init__(self, field_path: str, problem: str) -> None:
+        super().__init__(f"{field_path}: {problem}")
+        self.field_path = field_path
+        self.problem = problem
+
+
+def describe(value: object) -> str:
+    """How a bad value is shown in a message: strings quoted (JSON escapes), others typed."""
+    if isinstance(value, bool):
+        return f"boolean {'true' if value else 'false'}"
+    if isinstance(value, int):
+        return f"integer {value}"
+    if isinstance(value, float):
+        return f"float {value!r}"
+    if isinstance(value, str):
+        shown = json.dumps(value, ensure_ascii=False)
+        return shown if len(shown) <= 90 else shown[:80] + '…"'
+    if isinstance(value, Mapping):
+        return "a table"
+    if isinstance(value, (list, tuple)):
+        return "an array"
+    return f"a {type(value).__name__}"
+
+
+def require_str(
+    path: str, value: object, *, allow_empty: bool = False, free_text: bool = False
+) -> str:
+    """A string; identifiers refuse control characters, ``free_text`` (notes for people,
+    which may span lines) takes any character."""
+    if not isinstance(value, str):
+        raise InvalidField(path, f"expected a string, got {describe(value)}")
+    if not allow_empty and not value:
+        raise InvalidField(path, "expected a non-empty string")
+    if not free_text and _CONTROL.search(value):
+        raise InvalidField(path, f"control characters are not allowed, got {describe(value)}")
+    return value
+
+
+def require_match(path: str, value: object, pattern: re.Pattern[str], expected: str) -> str:
+    text = require_str(path, value, allow_empty=True)
+    if not pattern.fullmatch(text):
+        raise InvalidField(path, f"expected {expected}, got {describe(text)}")
+    return text
+
+
+def require_sha256_hex(path: str, value: object) -> str:
+    return require_match(path, value, _HEX64, "64 lowercase hex digits")
+
+
+def require_sha1_hex(path: str, value: object) -> str:
+    return require_match(path, value, _HEX40, "40 lowercase hex digits")
+
+
+def require_oci_digest(path: str, value: object) -> str:
+    return require_match(path, value, _OCI_DIGEST, '"sha256:" and 64 lowercase hex digits')
+
+
+def require_sri_sha256(path: str, value: object) -> str:
+    """An SRI hash ``sha256-<base64 of 32 bytes>``, in its one canonical spelling."""
+    text = require_str(path, value, allow_empty=True)
+    expected = 'an SRI hash "sha256-" + 44 base64 characters (32 bytes)'
+    algorithm, sep, encoded = text.partition("-")
+    if sep != "-" or algorithm != "sha256":
+        raise InvalidField(path, f"expected {expected}, got {describe(text)}")
+    try:
+        raw = base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidField(path, f"expected {expected}, got {describe(text)}") from None
+    if len(raw) != 32 or base64.b64encode(raw).decode("ascii") != encoded:
+        raise InvalidField(path, f"expected {expected}, got {describe(text)}")
+    return text
+
+
+def require_size(path: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidField(path, f"expected a non-negative integer, got {describe(value)}")
+    if value < 0:
+        raise InvalidField(path, f"expected a non-negative integer, got {describe(value)}")
+    return value
+
+
+def require_url(path: str, value: object) -> str:
+    text = require_str(path, value, allow_empty=True)
+    if text.startswith("https://"):
+        rest = text[len("https://") :]
+        if not rest or rest.startswith("/"):
+            raise InvalidField(path, f"expected an https:// URL with a host, got {describe(text)}")
+    elif text.startswith("file://"):
+        if not text[len("file://") :].startswith("/"):
+            raise InvalidField(path, f"expected a file:///absolute/path URL, got {describe(text)}")
+    else:
+        raise InvalidField(path, f"expected an https:// or file:// URL, got {describe(text)}")
+    if any(char.isspace() for char in text):
+        raise InvalidField(path, f"URLs may not contain whitespace, got {describe(text)}")
+    return text
+
+
+# git's own transports, spelled as URLs (no scp-like "host:path", no "ext::" or other
+# remote helpers); plain http:// and git:// are accepted because the commit and tree ids,
+# not the transport, bind what is fetched
+_GIT_URL = re.compile(r"^(https?|git|ssh)://[^/\s]+/\S*$|^file:///\S*$")
+
+
+def require_git_url(path: str, value: object) -> str:
+    text = require_str(path, value, allow_empty=True)
+    if not _GIT_URL.fullmatch(text):
+        raise InvalidField(
+            path,
+            "expected a git URL https://, http://, git://, ssh://host/path or file:///absolute, "
+            f"got {describe(text)}",
+        )
+    return text
+
+
+_ARCHIVE_URL = re.compile(r"^https?://[^/\s]+/\S*$|^file:///\S*$")
+
+
+def require_archive_url(path: str, value: object) -> str:
+    """A forge archive of a commit (a .tar.gz over https, http or file): bound, like the
+    git URLs, by the tree id of what it holds, not by its transport."""
+    text = require_str(path, value, allow_empty=True)
+    if not _ARCHIVE_URL.fullmatch(text):
+        raise InvalidField(path, f"expected an https://, http:// or file:/// URL of a .tar.gz archive, got {describe(text)}")
+    return text
+
+
+def require_str_tuple(
+    path: str, value: object, item_check: Callable[[str, object], str], *, non_empty: bool
+) -> tuple[str, ...]:
+    if not isinstance(value, (list, tuple)):
+        raise InvalidField(path, f"expected an array of strings, got {describe(value)}")
+    if non_empty and not value:
+        raise InvalidField(path, "expected at least one element")
+    checked = tuple(item_check(f"{path}[{index}]", item) for index, item in enumerate(value))
+    seen: set[str] = set()
+    for index, item in enumerate(checked):
+        if item in seen:
+            raise InvalidField(f"{path}[{index}]", f"duplicate element {describe(item)}")
+        seen.add(item)
+    return checked
+
+
+def require_input_name(path: str, value: object) -> str:
+    return require_match(
+        path, value, _INPUT_NAME, "a lowercase name of [a-z0-9._+:-], starting with [a-z0-9]"
+    )
+
+
+def require_filename(path: str, value: object) -> str:
+    text = require_match(path, value, _FILENAME, "a file name without '/'")
+    if text in (".", ".."):
+        raise InvalidField(path, f"expected a file name, got {describe(text)}")
+    return text
+
+
+def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """tomllib with errors that name the file (and line/column for syntax errors)."""
+    shown = os.fspath(path)
+    try:
+        # O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except IsADirectoryError:
+        raise InputError(f"{shown}: is a directory, expected a TOML file") from None
+    except OSError as exc:
+        raise InputError(f"{shown}: cannot read: {exc.strerror or exc}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        if stat.S_ISDIR(mode):
+            raise InputError(f"{shown}: is a directory, expected a TOML file")
+        raise InputError(f"{shown}: not a regular file, expected a TOML file")
+    os.set_blocking(fd, True)
+    with os.fdopen(fd, "rb") as handle:
+        try:
+            raw = handle.read()
+        except OSError as exc:
+            raise InputError(f"{shown}: cannot read: {exc.strerror or exc}") from None
+    return parse_toml_text(raw, shown)
+
+
+def parse_toml_text(raw: bytes | str, shown: str) -> dict[str, Any]:
+    if isinstance(raw, bytes):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InputError(f"{shown}: not UTF-8 text (byte offset {exc.start})") from None
+    else:
+        text = raw
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        # tomllib says "(at line L, column C)", or "(at end of document)" for a truncated
+        # file: give the end's line and column too, so every syntax error has a place
+        message = str(exc)
+        if message.endswith("(at end of document)"):
+            line = text.count("\n") + 1
+            column = len(text) - (text.rfind("\n") + 1) + 1
+            message = message.removesuffix("(at end of document)") + (
+                f"(at line {line}, column {column}: end of document)"
+            )
+        raise InputError(f"{shown}: invalid TOML: {message}") from None
+    except (RecursionError, ValueError) as exc:  # Python's limits, not TOML's syntax
+        raise parse_limit_error(exc, text, shown) from None
+
+
+def check_keys(
+    table: Mapping[str, Any],
+    where: str,
+    required: Iterable[str],
+    optional: Iterable[str] = (),
+) -> None:
+    """Refuse unknown keys and report the first missing required key, each by its path."""
+    required = tuple(required)
+    known = set(required) | set(optional)
+    for key in table:
+        if key not in known:
+            raise InvalidField(
+                join_path(where, key), f"unknown key (expected one of: {', '.join(sorted(known))})"
+            )
+    for key in required:
+        if key not in table:
+            raise InvalidField(join_path(where, key), "missing required key")
+
+
+def require_table(path: str, value: object) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise InvalidField(path, f"expected a table, got {describe(value)}")
+    return value
+
+
+def join_path(where: str, key: str) -> str:
+    """``where.key``; a key that is not bare TOML is shown quoted (JSON escapes)."""
+    shown_key = key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key, ensure_ascii=False)
+    return f"{where}.{shown_key}" if where else shown_key
+
+
+def prefixed(where: str, error: InvalidField) -> InvalidField:
+    return InvalidField(f"{where}.{error.field_path}" if where else error.field_path, error.problem)

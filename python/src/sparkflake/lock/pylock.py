@@ -1,0 +1,224 @@
+"""A PEP 751 ``pylock.toml`` (as ``uv pip compile --format pylock.toml`` writes it) read into
+wheel and sdist pins for one target: the best wheel per package by the target's tag order."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion
+
+from ..core.errors import InputError
+from ..core.records import (
+    InvalidField,
+    check_keys,
+    describe,
+    join_path,
+    prefixed,
+    read_toml,
+    require_filename,
+    require_sha256_hex,
+    require_size,
+    require_str,
+    require_table,
+    require_url,
+)
+from .pins import SdistPin, WheelPin, sdist_input_name
+
+_PYLOCK_TOP_KEYS = (
+    "lock-version",
+    "environments",
+    "requires-python",
+    "extras",
+    "dependency-groups",
+    "default-groups",
+    "created-by",
+    "packages",
+    "tool",
+)
+
+
+_PYLOCK_PACKAGE_KEYS = (
+    "name",
+    "version",
+    "marker",
+    "requires-python",
+    "dependencies",
+    "vcs",
+    "directory",
+    "archive",
+    "index",
+    "sdist",
+    "wheels",
+    "attestation-identities",
+    "tool",
+)
+
+
+_PYLOCK_FILE_KEYS = ("name", "upload-time", "url", "path", "size", "hashes")
+
+
+def read_pylock(
+    path: str | os.PathLike[str], *, supported_tags: Sequence[str] | None = None
+) -> list[WheelPin | SdistPin]:
+    """The wheels and sdists of a PEP 751 ``pylock.toml`` as lock records.
+
+    Only index artifacts are accepted (``vcs``, ``directory`` and ``archive`` packages are
+    refused: they have no file hash to pin), each with a URL, ``size`` and a sha256 in
+    ``hashes``. The file is read as a single-target lock: markers are not evaluated. When
+    a package lists several wheels, ``supported_tags`` (most preferred first, e.g. from
+    ``packaging.tags``) picks the best one; without it several wheels are an error.
+    """
+    shown = os.fspath(path)
+    document = read_toml(path)
+    try:
+        return _pylock_pins(document, supported_tags)
+    except InvalidField as error:
+        raise InputError(f"{shown}: {error.field_path}: {error.problem}") from None
+
+
+def _pylock_pins(
+    document: Mapping[str, Any], supported_tags: Sequence[str] | None
+) -> list[WheelPin | SdistPin]:
+    check_keys(document, "", ("lock-version", "created-by", "packages"), _PYLOCK_TOP_KEYS)
+    lock_version = document["lock-version"]
+    if not isinstance(lock_version, str) or not re.fullmatch(r"1\.[0-9]+", lock_version):
+        raise InvalidField("lock-version", f'expected "1.x", got {describe(lock_version)}')
+    packages = document["packages"]
+    if not isinstance(packages, list):
+        raise InvalidField("packages", f"expected an array of tables, got {describe(packages)}")
+    preference = {tag: rank for rank, tag in enumerate(supported_tags or ())}
+    pins: list[WheelPin | SdistPin] = []
+    first_index: dict[str, int] = {}
+    for index, package in enumerate(packages):
+        where = f"packages[{index}]"
+        package = require_table(where, package)
+        check_keys(package, where, ("name",), _PYLOCK_PACKAGE_KEYS)
+        for unsupported in ("vcs", "directory", "archive"):
+            if unsupported in package:
+                raise InvalidField(
+                    join_path(where, unsupported),
+                    "only index wheels and sdists can be pinned (no file hash for this source)",
+                )
+        name = canonicalize_name(require_str(join_path(where, "name"), package["name"]))
+        if name in first_index:
+            raise InvalidField(
+                join_path(where, "name"),
+                f"{describe(name)} again (first at packages[{first_index[name]}]): markers are "
+                "not evaluated, resolve the pylock for one target",
+            )
+        first_index[name] = index
+        if "version" not in package:
+            raise InvalidField(join_path(where, "version"), "missing required key")
+        version = require_str(join_path(where, "version"), package["version"])
+        wheels_raw = package.get("wheels", [])
+        if not isinstance(wheels_raw, list):
+            raise InvalidField(
+                join_path(where, "wheels"),
+                f"expected an array of tables, got {describe(wheels_raw)}",
+            )
+        wheels = [
+            _pylock_wheel(entry, f"{where}.wheels[{w}]", name, version)
+            for w, entry in enumerate(wheels_raw)
+        ]
+        sdist = None
+        if "sdist" in package:
+            sdist = _pylock_sdist(package["sdist"], f"{where}.sdist", name, version)
+        if not wheels and sdist is None:
+            raise InvalidField(where, "a package needs wheels or an sdist")
+        if preference and wheels:
+            wheels = _best_wheels(wheels, preference)
+            if not wheels and sdist is None:
+                raise InvalidField(
+                    join_path(where, "wheels"), "no wheel runs on the target and there is no sdist"
+                )
+        elif len(wheels) > 1:
+            raise InvalidField(
+                join_path(where, "wheels"),
+                f"{len(wheels)} wheels for one package; pass the target's supported tags to choose one",
+            )
+        pins.extend(wheels)
+        if sdist is not None:
+            pins.append(sdist)
+    return pins
+
+
+def _best_wheels(wheels: list[WheelPin], preference: Mapping[str, int]) -> list[WheelPin]:
+    """The one most preferred wheel that runs on the target (first listed on a tie), or
+    none when no wheel does."""
+    ranked = [
+        (min(preference[tag] for tag in wheel.tags if tag in preference), position, wheel)
+        for position, wheel in enumerate(wheels)
+        if any(tag in preference for tag in wheel.tags)
+    ]
+    if not ranked:
+        return []
+    return [min(ranked, key=lambda entry: (entry[0], entry[1]))[2]]
+
+
+def _pylock_file(table: object, where: str) -> tuple[str, str, int, str]:
+    """(filename, url, size, sha256) of a pylock wheel/sdist table."""
+    table = require_table(where, table)
+    check_keys(table, where, ("hashes",), _PYLOCK_FILE_KEYS)
+    if "url" not in table:
+        raise InvalidField(
+            join_path(where, "url"), "missing required key (local paths cannot be pinned)"
+        )
+    url = require_url(join_path(where, "url"), table["url"])
+    if "size" not in table:
+        raise InvalidField(join_path(where, "size"), "missing required key")
+    size = require_size(join_path(where, "size"), table["size"])
+    hashes = require_table(join_path(where, "hashes"), table["hashes"])
+    if "sha256" not in hashes:
+        raise InvalidField(join_path(join_path(where, "hashes"), "sha256"), "missing required key")
+    sha256 = require_sha256_hex(join_path(join_path(where, "hashes"), "sha256"), hashes["sha256"])
+    for algorithm, value in hashes.items():
+        require_str(join_path(join_path(where, "hashes"), algorithm), value)
+    if "name" in table:
+        filename = require_filename(join_path(where, "name"), table["name"])
+    else:
+        filename = url.rsplit("/", 1)[-1].split("#", 1)[0].split("?", 1)[0]
+    if "upload-time" in table and not isinstance(table["upload-time"], datetime.datetime):
+        raise InvalidField(join_path(where, "upload-time"), "expected a TOML datetime")
+    return filename, url, size, sha256
+
+
+def _pylock_wheel(table: object, where: str, name: str, version: str) -> WheelPin:
+    filename, url, size, sha256 = _pylock_file(table, where)
+    try:
+        _dist, _version, _build, tags = parse_wheel_filename(filename)
+    except (InvalidWheelFilename, InvalidVersion) as exc:
+        raise InvalidField(
+            join_path(where, "name"), f"not a valid wheel file name: {exc}"
+        ) from None
+    try:
+        return WheelPin(
+            name=name,
+            version=version,
+            filename=filename,
+            sha256=sha256,
+            size=size,
+            tags=tuple(sorted(str(tag) for tag in tags)),
+            urls=(url,),
+        )
+    except InvalidField as error:
+        raise prefixed(where, error) from None
+
+
+def _pylock_sdist(table: object, where: str, name: str, version: str) -> SdistPin:
+    filename, url, size, sha256 = _pylock_file(table, where)
+    try:
+        return SdistPin(
+            name=sdist_input_name(name),
+            version=version,
+            filename=filename,
+            sha256=sha256,
+            size=size,
+            urls=(url,),
+        )
+    except InvalidField as error:
+        raise prefixed(where, error) from None
