@@ -29,14 +29,13 @@ from sparkflake.oci.remote import (
     OCI_INDEX,
     OCI_MANIFEST,
     Credentials,
-    Platform,
     RegistryClient,
-    parse_platform,
     parse_reference,
     pull_to_layout,
     push_layout,
     select_platform,
 )
+from sparkflake.oci.types import Platform
 
 
 def free_port() -> int:
@@ -306,13 +305,13 @@ def test_bearer_token_flow_and_index_to_platform_manifest(emulator: Emulator, tm
 
     client = RegistryClient(emulator.address, insecure=True, credentials=Credentials(*emulator.credentials))
     pulled = pull_to_layout(client, parse_reference(f"{emulator.address}/x:multi"), tmp_path / "arm",
-                            parse_platform("linux/arm64"))
+                            Platform.parse_any("linux/arm64"))
     assert pulled.manifest_digest == arm_digest and pulled.config_digest == arm_config
     assert "service=emulator" in emulator.token_requests[-1]
     assert (tmp_path / "arm" / "blobs" / "sha256" / arm_digest.split(":")[1]).is_file()
     with pytest.raises(CheckFailed, match="no manifest for linux/riscv64"):
         pull_to_layout(client, parse_reference(f"{emulator.address}/x:multi"), tmp_path / "riscv",
-                       parse_platform("linux/riscv64"))
+                       Platform.parse_any("linux/riscv64"))
     assert not (tmp_path / "riscv").exists()
 
 
@@ -369,7 +368,7 @@ def test_select_platform_treats_arm64_without_variant_as_v8() -> None:
     with pytest.raises(CheckFailed, match="index has \\['linux/arm64'\\]"):
         select_platform(index, Platform("linux", "amd64"), "i")
     with pytest.raises(InputError):
-        parse_platform("linux")
+        Platform.parse_any("linux")
 
 
 def test_registry_answers_on_v2(registry: str) -> None:

@@ -27,8 +27,8 @@ from sparkflake.oci import (
     build_image,
     write_image_outputs,
 )
-from sparkflake.oci.config import Platform
 from sparkflake.oci.reader import open_image
+from sparkflake.oci.types import Platform
 from sparkflake.runtime import rootfs
 from sparkflake.runtime.check import run_check
 

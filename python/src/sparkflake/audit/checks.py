@@ -20,7 +20,8 @@ from ..core.errors import InputError
 from ..oci import media_types
 from ..oci.entry_safety import EntrySafety
 from ..oci.layer_scan import ELF_MACHINE_BY_ARCHITECTURE, ELF_MACHINE_NAMES, ElfFile, scan_layer
-from .sources import ImageSource, platform_string
+from ..oci.types import Platform, platform_text
+from .sources import ImageSource
 
 REPORT_SCHEMA = 1
 DIGEST_PATTERN = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -454,10 +455,10 @@ def _check_platform(
     expectations: Expectations,
     report: AuditReport,
 ) -> None:
-    config_platform = platform_string(config)
+    config_platform = platform_text(config)
     report.platform = config_platform
     if source.index_platform is not None:
-        index_platform = platform_string(source.index_platform)
+        index_platform = platform_text(source.index_platform)
         if index_platform == config_platform:
             report.add("platform.index", "pass", f"config and index both say {config_platform}")
         else:
@@ -497,10 +498,10 @@ def _check_platform(
 
 
 def _platform_matches(actual: str, expected: str) -> bool:
-    if actual == expected:
-        return True
-    # linux/arm64 names the same platform as linux/arm64/v8
-    return actual.removesuffix("/v8") == expected.removesuffix("/v8") and "arm64" in actual
+    try:
+        return Platform.parse_any(actual).matches(Platform.parse_any(expected))
+    except InputError:
+        return actual == expected
 
 
 def _labels(config: Mapping[str, Any]) -> dict[str, str]:

@@ -26,6 +26,7 @@ from ..core.documents import MAX_DOCUMENT_BYTES
 from ..core.errors import CheckFailed, InputError
 from ..oci import media_types
 from ..oci.reader import DirectoryFiles, TarFiles
+from ..oci.types import Platform
 
 DIGEST_PATTERN = re.compile(r"^sha256:[0-9a-f]{64}$")
 
@@ -233,19 +234,14 @@ def select_platform_manifest(
         if len(linux) == 1:
             return linux[0]
         raise InputError(f"{where}: index lists {len(found)} manifests; name the platform", check_id="image.readable")
+    try:
+        wanted = Platform.parse_any(platform)
+    except InputError:
+        wanted = None
     for descriptor, record_platform in found:
-        if record_platform and platform_string(record_platform) == platform:
-            return descriptor, record_platform
-    wanted_base = "/".join(platform.split("/")[:2])
-    for descriptor, record_platform in found:
-        if record_platform and platform_string(record_platform).startswith(wanted_base):
+        if wanted is not None and record_platform and wanted.matches(Platform.of_record(record_platform)):
             return descriptor, record_platform
     raise InputError(f"{where}: no manifest for platform {platform}", check_id="platform.index")
-
-
-def platform_string(platform: dict[str, Any]) -> str:
-    parts = [platform.get("os"), platform.get("architecture"), platform.get("variant")]
-    return "/".join(str(p) for p in parts if p)
 
 
 def source_from_manifest(

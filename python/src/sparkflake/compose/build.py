@@ -52,6 +52,7 @@ from ..core.builder_identity import builder_identity
 from ..core.digest import sha256_file
 from ..core.errors import CheckFailed, InputError, SparkflakeError
 from ..core.file_hashes import FileHashes
+from ..core.timestamps import rfc3339
 from ..core.tree_digest import git_tree_id, nar_hash
 from ..fetch import fetch_all
 from ..fetch.git import GitCache, fetch_git_inputs
@@ -62,18 +63,19 @@ from ..oci.archive import CombinedArchiveWriter, write_archives
 from ..oci.artifact import ReferringArtifact, referring_artifact
 from ..oci.blob_store import BlobStore
 from ..oci.compression import Compression
-from ..oci.config import Platform, RuntimeConfig, rfc3339
+from ..oci.config import RuntimeConfig
 from ..oci.image import ImageSpec, LayerSpec, assemble_image
 from ..oci.image_model import BuiltImage
 from ..oci.layer import Layer, LayerOptions, build_layer, layer_by_fingerprint
 from ..oci.layer_cache import LayerCache
-from ..oci.layer_tree import LayerInput, TreeSource
 from ..oci.layout import add_artifact_blobs, write_oci_layout
 from ..oci.media_types import CREATED_ANNOTATION
+from ..oci.types import Platform
 from ..profile.model import Profile, profile_path, profile_to_dict, read_profile
 from . import generated, receipt, sbom
 from .debian_base import DebInput, assemble_base
 from .elf import check_machine, elf_machines, iter_elf_files
+from .layer_input import LayerInput, TreeSource
 from .locked_inputs import load_policy, policy_path_for
 from .native_interface import (
     missing_ops,

@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..oci.layer_tree import GeneratedFile
+from .layer_input import GeneratedFile
 
 # The launcher supplies only `vllm serve` arguments (seeds: "Entrypoint: vllm serve").
 ENTRYPOINT = ("vllm", "serve")

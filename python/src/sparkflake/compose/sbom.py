@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.digest import digest_hex
+from ..core.timestamps import rfc3339
 from ..lock.pins import DebPin, FilePin, GitPin, OciPin, Pin, SdistPin, WheelPin
-from ..oci.config import rfc3339
 from .package_license import (
     METADATA_LIMIT,
     StatedLicense,

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..core.atomic_write import atomic_directory, write_bytes_atomic
-from ..oci.layer_tree import TreeWalk, walk_lstat, walk_tree
+from .layer_input import TreeWalk, walk_lstat, walk_tree
 
 ENTRY_FORMAT = "sparkflake-tree-cache-v1"
 ENTRY_FILE = "entry.json"

@@ -13,7 +13,8 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from ..core.errors import InputError
-from ..oci.remote import parse_platform, parse_reference
+from ..oci.remote import parse_reference
+from ..oci.types import Platform
 from .engine import ENGINES, check_image_id
 from .evidence import EVIDENCE_SCHEMA, REPORT_SCHEMA
 from .site import Rank, Site
@@ -36,7 +37,7 @@ def validate_registry_request(request: RegistryFanoutRequest) -> None:
     source = parse_reference(request.reference)
     if not source.digest:
         raise InputError(f"{request.reference}: ranks pull by digest: expected REGISTRY/REPO@sha256:...")
-    parse_platform(request.platform)
+    Platform.parse_any(request.platform)
     if request.image_id is not None:
         check_image_id(request.image_id)
     if request.engine is not None:

@@ -16,11 +16,12 @@ Public API (other stages build on these):
 - ``load_spec_file(path) -> ImageSpec`` for SPEC.json.
 """
 
+from ..compose.layer_input import GeneratedFile, LayerInput, TreeSource
 from ..core.digest import chain_id
 from .archive import write_archives, write_docker_archive, write_oci_archive
 from .blob_store import BlobStore
 from .compression import Compression
-from .config import Platform, RuntimeConfig
+from .config import RuntimeConfig
 from .image import (
     ImageOutputs,
     ImageSpec,
@@ -33,10 +34,10 @@ from .image import (
 from .image_model import BuiltImage
 from .layer import Layer, LayerOptions, build_layer
 from .layer_cache import LayerCache
-from .layer_tree import GeneratedFile, LayerInput, TreeSource
 from .layout import write_oci_layout
 from .reader import ImageReader, open_image
 from .spec_file import load_spec_file, parse_spec
+from .types import Platform
 from .verify import ImageReport, LayerReport, verify_image
 
 __all__ = [

@@ -4,42 +4,11 @@ SOURCE_DATE_EPOCH, so the config digest (the image ID) depends on content only."
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ..core.errors import InputError
-
-_ARCH_VARIANTS = {"arm64": "v8", "amd64": None}
-
-
-@dataclass(frozen=True)
-class Platform:
-    os: str = "linux"
-    architecture: str = "arm64"
-    variant: str | None = "v8"
-
-    @classmethod
-    def parse(cls, text: str) -> Platform:
-        """``linux/arm64`` (variant v8 implied), ``linux/arm64/v8`` or ``linux/amd64``."""
-        parts = text.split("/") if isinstance(text, str) else []
-        if len(parts) not in (2, 3) or parts[0] != "linux" or parts[1] not in _ARCH_VARIANTS:
-            raise InputError(
-                f"platform {text!r}: expected linux/arm64, linux/arm64/v8 or linux/amd64"
-            )
-        variant = _ARCH_VARIANTS[parts[1]]
-        if len(parts) == 3 and parts[2] != variant:
-            raise InputError(f"platform {text!r}: {parts[1]} supports variant {variant}")
-        return cls(os=parts[0], architecture=parts[1], variant=variant)
-
-    def as_record(self) -> dict[str, str]:
-        record = {"architecture": self.architecture, "os": self.os}
-        if self.variant:
-            record["variant"] = self.variant
-        return record
-
-    def __str__(self) -> str:
-        return "/".join(p for p in (self.os, self.architecture, self.variant) if p)
+from ..core.timestamps import rfc3339
+from .types import Platform
 
 
 @dataclass(frozen=True)
@@ -74,11 +43,6 @@ class RuntimeConfig:
         if self.stop_signal:
             record["StopSignal"] = self.stop_signal
         return record
-
-
-def rfc3339(epoch: int) -> str:
-    moment = datetime.datetime.fromtimestamp(epoch, tz=datetime.UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def config_document(

@@ -14,21 +14,23 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..compose.layer_input import LayerInput
 from ..core.atomic_write import write_bytes_atomic
 from ..core.canonical_json import canonical_json_bytes
 from ..core.digest import chain_id, sha256_digest
 from ..core.errors import InputError
+from ..core.timestamps import rfc3339
 from . import media_types
 from .archive import DOCKER_ARCHIVE, OCI_ARCHIVE, CombinedArchiveWriter, write_archives
 from .blob_store import BlobStore
 from .compression import Compression
-from .config import Platform, RuntimeConfig, config_document, rfc3339
+from .config import RuntimeConfig, config_document
 from .image_model import BuiltImage
 from .layer import DEFAULT_SOURCE_DATE_EPOCH, Layer, LayerOptions, build_layer
 from .layer_cache import LayerCache
-from .layer_tree import LayerInput
 from .layout import write_oci_layout
 from .manifest import Descriptor, index_document, layer_descriptor, manifest_document
+from .types import Platform
 
 ProgressCallback = Callable[[int, int, str], None]
 

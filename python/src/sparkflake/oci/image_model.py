@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .blob_store import BlobStore
-from .config import Platform
 from .layer import Layer
+from .types import Platform
 
 
 @dataclass(frozen=True)

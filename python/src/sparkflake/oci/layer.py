@@ -24,6 +24,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..compose.layer_input import LayerInput
 from ..core.errors import InputError
 from .blob_store import BlobStore
 from .compression import (
@@ -37,7 +38,7 @@ from .compression import (
     zstd_block,
 )
 from .layer_cache import InputFingerprint, LayerCache
-from .layer_tree import LayerInput, ScannedEntry, scan_layer
+from .layer_tree import ScannedEntry, scan_layer
 from .tar_stream import EntryKind, iter_tar_chunks
 
 QUEUE_CHUNKS = 8

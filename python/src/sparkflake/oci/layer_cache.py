@@ -13,7 +13,7 @@ files whose identity changed are read again. ctime cannot be set by ordinary pro
 a file rewritten in place with its mtime restored is still noticed.
 
 A second, faster route maps the layer's *input fingerprint* to its key: one sorted walk
-of the input trees taking every path's stat identity (``layer_tree.walk_tree``: type,
+of the input trees taking every path's stat identity (``compose.layer_input.walk_tree``: type,
 mode, size, mtime_ns, ctime_ns, inode, link count; a symlink's target) plus the generated
 files, deletions and options. A tree source that carries the walk its validator just
 took (the compose stage's tree cache) is not walked again. An unchanged input gives the
@@ -37,10 +37,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
+from ..compose.layer_input import LayerInput, walk_tree
 from ..core.atomic_write import write_bytes_atomic
 from ..core.canonical_json import canonical_json_bytes
 from ..core.file_hashes import RACY_WINDOW_NS, FileHashes
-from .layer_tree import LayerInput, ScannedEntry, walk_tree
+from .layer_tree import ScannedEntry
 from .tar_stream import EntryKind
 
 CACHE_FORMAT = "sparkflake-layer-cache-v1"

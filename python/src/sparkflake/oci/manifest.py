@@ -6,8 +6,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from . import media_types
-from .config import Platform
 from .layer import Layer
+from .types import Platform
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from ..core.digest import digest_hex, is_digest
 from ..core.documents import MAX_DOCUMENT_BYTES, open_regular_file
 from ..core.errors import InputError
 from . import media_types
+from .types import CLUSTER_PLATFORM, matching_entries
 
 ProgressCallback = Callable[[int, int, str], None]
 
@@ -347,20 +348,13 @@ def _select_manifest(
         raise InputError(f"{where}: holds {len(candidates)} manifests ({names}); name one")
     ref, name = candidates[0]
     if ref.media_type in media_types.INDEX_MEDIA_TYPES:
-        # A nested index (multi-platform image): follow its linux/arm64 manifest (the
-        # cluster's platform), else its only or first manifest.
+        # A nested index (multi-platform image): follow its manifest for the cluster's
+        # platform, else its only or first manifest.
         nested_where = files.describe(ref.name)
         nested = _parse_json(_read_document(files, ref.name, f"index {ref.digest}"), nested_where)
         entries = nested.get("manifests")
         if isinstance(entries, list) and len(entries) > 1:
-            preferred = [
-                entry
-                for entry in entries
-                if isinstance(entry, dict)
-                and isinstance(entry.get("platform"), dict)
-                and entry["platform"].get("os") == "linux"
-                and entry["platform"].get("architecture") == "arm64"
-            ]
+            preferred = matching_entries(entries, CLUSTER_PLATFORM)
             nested = {**nested, "manifests": (preferred or entries)[:1]}
         nested_ref, _ = _select_manifest(nested, nested_where, files, None)
         return nested_ref, name

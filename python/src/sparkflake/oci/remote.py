@@ -31,6 +31,7 @@ from typing import Any
 
 from ..core.atomic_write import atomic_directory, atomic_file
 from ..core.errors import CheckFailed, InputError
+from .types import Platform, matching_entries, platform_text
 
 MANIFEST_LIMIT = 4 * 1024 * 1024
 CHUNK = 1 << 20
@@ -513,46 +514,18 @@ class RegistryClient:
 
 
 # ---- manifests and platforms --------------------------------------------------------------
-@dataclass(frozen=True)
-class Platform:
-    os: str
-    architecture: str
-    variant: str | None = None
-
-
-def parse_platform(text: str) -> Platform:
-    parts = text.split("/")
-    if len(parts) not in (2, 3) or not all(parts):
-        raise InputError(f"platform: expected OS/ARCH[/VARIANT], got {text!r}")
-    return Platform(parts[0], parts[1], parts[2] if len(parts) == 3 else None)
-
-
 def select_platform(index: dict[str, Any], platform: Platform, where: str) -> dict[str, Any]:
-    """The one manifest descriptor of an index for ``platform`` (arm64 without a variant
-    matches v8, as the OCI platform rules say)."""
+    """The one manifest descriptor of an index for ``platform`` (``oci.types``' rule: arm64
+    without a variant is v8)."""
     manifests = index.get("manifests")
     if not isinstance(manifests, list):
         raise CheckFailed(f"{where}: an index without a manifests array")
-    matches = []
-    for descriptor in manifests:
-        found = descriptor.get("platform") if isinstance(descriptor, dict) else None
-        if not isinstance(found, dict):
-            continue
-        if found.get("os") != platform.os or found.get("architecture") != platform.architecture:
-            continue
-        wanted = platform.variant or ("v8" if platform.architecture == "arm64" else None)
-        have = found.get("variant") or ("v8" if platform.architecture == "arm64" else None)
-        if wanted == have:
-            matches.append(descriptor)
+    matches = matching_entries(manifests, platform)
     if not matches:
         available = [
-            "/".join(filter(None, [d.get("platform", {}).get("os"), d.get("platform", {}).get("architecture"),
-                                   d.get("platform", {}).get("variant")]))
-            for d in manifests if isinstance(d, dict)
+            platform_text(d["platform"]) for d in manifests if isinstance(d, dict) and isinstance(d.get("platform"), dict)
         ]
-        raise CheckFailed(f"{where}: no manifest for {platform.os}/{platform.architecture}"
-                          f"{'/' + platform.variant if platform.variant else ''} (index has {available})",
-                          check_id="registry.platform")
+        raise CheckFailed(f"{where}: no manifest for {platform} (index has {available})", check_id="registry.platform")
     return matches[0]
 
 

@@ -21,6 +21,7 @@ from . import media_types
 from .entry_safety import EntrySafety
 from .layer_scan import scan_layer
 from .reader import COMBINED_FORMAT, BlobRef, DockerArchiveView, ImageReader
+from .types import platform_text
 
 READ_CHUNK = 1 << 20
 
@@ -156,11 +157,7 @@ def verify_image(
         )
     annotations = (manifest or {}).get("annotations") or {}
     labels = (config.get("config") or {}).get("Labels") or {}
-    platform = "/".join(
-        str(part)
-        for part in (config.get("os"), config.get("architecture"), config.get("variant"))
-        if part
-    )
+    platform = platform_text(config)
     return ImageReport(
         format=reader.format,
         path=str(reader.path),
