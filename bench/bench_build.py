@@ -90,7 +90,7 @@ def reference_pipeline(tree: Path) -> tuple[float, str, str]:
 
 def layer_trees(profile: str, cache: Path, scratch: Path) -> list[Path]:
     """The trees the build layers (from the tree cache), plus the overlay tree."""
-    from sparkflake.compose.build import BuildRequest, build_profile
+    from sparkflake.pipeline import BuildRequest, build_profile
 
     result = build_profile(
         BuildRequest(profile=profile, output_dir=scratch / "prepare-out", cache_root=cache, offline=True, keep_work=True)
@@ -123,7 +123,7 @@ def warm_file_table(assembly, layer_cache: Path) -> None:
 def changed_profile(profile: str, scratch: Path) -> str:
     """A copy of the profile whose patch set has one more patch: it adds one Python file
     to the overlay (anchored: absent before, its sha256 after)."""
-    from sparkflake.compose.build import load_composition
+    from sparkflake.compose.composition import load_composition
     from sparkflake.compose.patches import load_patch_set
 
     composition = load_composition(profile)

@@ -15,21 +15,16 @@ import pytest
 
 from sparkflake.audit.receipt import verify_receipt
 from sparkflake.cli import main as cli_main
-from sparkflake.compose.build import (
-    BuildRequest,
-    ImageOptions,
-    assemble,
-    build_lower_layers,
-    build_profile,
-    fetch_inputs,
-    load_composition,
-    prepare_top,
-    verify_composition,
-)
+from sparkflake.compose.assembly import assemble
+from sparkflake.compose.chain_links import verify_composition
+from sparkflake.compose.composition import load_composition
+from sparkflake.compose.inputs import fetch_inputs
 from sparkflake.compose.verification import ChainFailed
 from sparkflake.core.blob_cache import BlobCache
 from sparkflake.core.errors import CheckFailed, InputError
 from sparkflake.oci.blob_store import BlobStore
+from sparkflake.oci.composed_image import ImageOptions, build_lower_layers, prepare_top_over_layers
+from sparkflake.pipeline import BuildRequest, build_profile
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "profiles" / "fixture"
@@ -210,7 +205,7 @@ def stages(tmp_path: Path):
     store = BlobStore(cache_root / "oci")
     options = ImageOptions()
     lower = build_lower_layers(assembly.lower_layers(), options, store, None)
-    prepared = prepare_top(composition, assembly, lower, options, store)
+    prepared = prepare_top_over_layers(composition, assembly, lower, options, store)
     return composition, fetched, assembly, prepared
 
 

@@ -12,13 +12,13 @@ import pytest
 from git_fixtures import git_daemon, http_server, make_repository
 
 from sparkflake.cli import main
-from sparkflake.compose.build import BuildRequest, build_profile
 from sparkflake.compose.source_overlay import extract_sdist_package
 from sparkflake.compose.source_packages import source_tree_sha256
 from sparkflake.core.errors import CheckFailed, InputError
 from sparkflake.fetch.git import GitCache
 from sparkflake.lock.lock_file import load_lock, write_lock
 from sparkflake.lock.pins import GitPin, Lock
+from sparkflake.pipeline import BuildRequest, build_profile
 
 FIXTURE = Path(__file__).resolve().parents[2] / "profiles" / "fixture"
 UNREACHABLE = "https://git.sparkflake.invalid"

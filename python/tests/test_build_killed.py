@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from sparkflake.compose.build import BuildRequest, build_profile
 from sparkflake.core.atomic_write import host_tag, remove_dead_run_directories
+from sparkflake.pipeline import BuildRequest, build_profile
 
 FIXTURE = Path(__file__).resolve().parents[2] / "profiles" / "fixture"
 CHILD = """
 import sys
 from pathlib import Path
-from sparkflake.compose.build import BuildRequest, build_profile
+from sparkflake.pipeline import BuildRequest, build_profile
 build_profile(BuildRequest(profile=sys.argv[1], output_dir=Path(sys.argv[2]), cache_root=Path(sys.argv[3]),
                            offline=True, use_tree_cache=False))
 """

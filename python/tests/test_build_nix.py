@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from oci_fixtures import PodmanStore, RegistryServer, podman_store, registry_server  # noqa: F401 - pytest fixtures
 
-from sparkflake.compose.build import BuildRequest, build_profile
+from sparkflake.pipeline import BuildRequest, build_profile
 
 REPO = Path(__file__).resolve().parents[2]
 EXPECTED = json.loads((REPO / "profiles" / "fixture" / "expected-digests.json").read_text())

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from sparkflake.cli import main
-from sparkflake.compose.build import load_composition
+from sparkflake.compose.composition import load_composition
 from sparkflake.lock.lock_file import load_lock
 from sparkflake.lock.pins import GitPin
 from sparkflake.lock.profile_locks import load_profile

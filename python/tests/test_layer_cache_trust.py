@@ -14,9 +14,9 @@ import pytest
 
 from sparkflake import audit
 from sparkflake.cli import main
-from sparkflake.compose.build import BuildRequest, build_profile
 from sparkflake.oci import blob_store
 from sparkflake.oci.blob_store import BlobStore
+from sparkflake.pipeline import BuildRequest, build_profile
 
 FIXTURE = Path(__file__).resolve().parents[2] / "profiles" / "fixture"
 

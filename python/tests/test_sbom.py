@@ -21,11 +21,12 @@ from spdx_tools.spdx.parser.jsonlikedict.json_like_dict_parser import JsonLikeDi
 from spdx_tools.spdx.validation.document_validator import validate_full_spdx_document
 
 from sparkflake.compose import receipt, sbom
-from sparkflake.compose.build import BuildRequest, build_profile, load_composition
+from sparkflake.compose.composition import load_composition
 from sparkflake.compose.package_license import license_from_metadata, sdist_license, wheel_license
 from sparkflake.core.blob_cache import BlobCache
 from sparkflake.lock.lock_file import load_lock
 from sparkflake.lock.pins import DebPin, FilePin, GitPin, SdistPin, WheelPin
+from sparkflake.pipeline import BuildRequest, build_profile
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "profiles" / "fixture"

@@ -21,10 +21,10 @@ import pytest
 from oci_fixtures import RegistryServer, registry_server  # noqa: F401
 
 from sparkflake.cli import main as cli_main
-from sparkflake.compose.build import BuildRequest, build_profile
 from sparkflake.oci.artifact import fallback_tag
 from sparkflake.oci.referrers import find_referrers
 from sparkflake.oci.remote import OCI_MANIFEST, RegistryClient
+from sparkflake.pipeline import BuildRequest, build_profile
 from sparkflake.signing.cosign import attestation_tag, signature_tag
 
 REPO = Path(__file__).resolve().parents[2]

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.digest import chain_id, sha256_digest
 from ..core.errors import InputError
+from ..core.progress import ProgressCallback
 from ..oci import media_types
 from ..oci.entry_safety import EntrySafety
 from ..oci.layer_scan import ELF_MACHINE_BY_ARCHITECTURE, ELF_MACHINE_NAMES, ElfFile, scan_layer
@@ -154,7 +155,6 @@ def parse_expectation(text: str) -> tuple[str, str]:
     return ("config" if kind == "image-id" else kind, digest)
 
 
-ProgressCallback = Callable[[int, int, str], None]
 
 
 def audit_image(

@@ -7,10 +7,11 @@ import os
 import time
 from pathlib import Path
 
-from ..compose.build import BuildRequest, ImageOptions, build_profile, default_output_dir
 from ..core.errors import InputError
+from ..oci.composed_image import ImageOptions
 from ..oci.compression import Compression
 from ..oci.image import default_source_date_epoch
+from ..pipeline import BuildRequest, build_profile, default_output_dir
 from ._output import Progress, print_json, print_line, warn
 from .fetch import parse_mirrors
 

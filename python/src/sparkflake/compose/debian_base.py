@@ -32,18 +32,17 @@ import os
 import shutil
 import stat
 import tarfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.atomic_write import atomic_directory
 from ..core.errors import CheckFailed
+from ..core.progress import ProgressCallback
 from .deb_archive import ARCHIVE_ERRORS, ar_members, find_member, open_tar_member, read_control
 from .elf import EM_AARCH64, PLATFORM_MACHINE, check_machine
 from .ld_so_cache import write_ld_so_cache
 from .tree_paths import check_link_target, image_path, normalize_member, resolve_parent
-
-ProgressCallback = Callable[[int, int, str], None]
 
 MERGED_USR = (("bin", "usr/bin"), ("sbin", "usr/sbin"), ("lib", "usr/lib"))
 DEFAULT_TIMEZONE = "Etc/UTC"

@@ -9,12 +9,12 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.blob_cache import Artifact, BlobCache
 from ..core.errors import CheckFailed, InputError
+from ..core.progress import ProgressCallback
 from ..lock.pins import Lock
 from ..lock.target import DEBIAN_BOOKWORM_ARM64, Target
 from .debian_base import BaseManifest, DebInput, assemble_base
@@ -26,8 +26,6 @@ from .python_env import (
     WheelInput,
     assemble_python_env,
 )
-
-ProgressCallback = Callable[[int, int, str], None]
 
 
 def policy_path_for(lock_path: str | os.PathLike[str]) -> Path:

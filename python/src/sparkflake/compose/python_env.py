@@ -26,7 +26,7 @@ import shutil
 import stat
 import warnings
 import zipfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -41,11 +41,10 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from ..core.atomic_write import atomic_directory
 from ..core.errors import CheckFailed
+from ..core.progress import ProgressCallback
 from ..core.worker_processes import worker_pool
 from ..lock.target import DEBIAN_BOOKWORM_ARM64, Target, wheel_tags
 from .elf import check_machine
-
-ProgressCallback = Callable[[int, int, str], None]
 
 DEFAULT_PREFIX = "/opt/venv"
 INSTALLER_NAME = b"sparkflake\n"

@@ -29,8 +29,7 @@ from pathlib import Path
 
 from .digest import sha256_file
 from .errors import CheckFailed, InputError
-
-ProgressCallback = Callable[[int, int, str], None]
+from .progress import ProgressCallback
 
 COPY_CHUNK = 1 << 20
 USER_AGENT = "sparkflake-fetch/0.1"

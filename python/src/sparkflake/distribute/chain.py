@@ -24,11 +24,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.progress import ProgressCallback as Progress
 from . import receive, relay
 from .site import Hop, Site
 from .ssh import SSH_FAILED, hop_argv, last_json, management_argv
-
-Progress = Callable[[int, int, str], None]
 
 HAS = "has"
 PENDING = "pending"

@@ -19,6 +19,7 @@ from ..core.atomic_write import write_bytes_atomic
 from ..core.canonical_json import canonical_json_bytes
 from ..core.digest import chain_id, sha256_digest
 from ..core.errors import InputError
+from ..core.progress import ProgressCallback
 from ..core.timestamps import rfc3339
 from . import media_types
 from .archive import DOCKER_ARCHIVE, OCI_ARCHIVE, CombinedArchiveWriter, write_archives
@@ -31,8 +32,6 @@ from .layer_cache import LayerCache
 from .layout import write_oci_layout
 from .manifest import Descriptor, index_document, layer_descriptor, manifest_document
 from .types import Platform
-
-ProgressCallback = Callable[[int, int, str], None]
 
 _TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 _REPOSITORY = re.compile(

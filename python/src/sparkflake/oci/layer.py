@@ -19,13 +19,14 @@ import os
 import queue
 import threading
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..compose.layer_input import LayerInput
 from ..core.errors import InputError
+from ..core.progress import ProgressCallback
 from .blob_store import BlobStore
 from .compression import (
     DEFLATE_WINDOW,
@@ -44,7 +45,6 @@ from .tar_stream import EntryKind, iter_tar_chunks
 QUEUE_CHUNKS = 8
 DEFAULT_SOURCE_DATE_EPOCH = 1
 
-ProgressCallback = Callable[[int, int, str], None]
 
 
 @dataclass(frozen=True)

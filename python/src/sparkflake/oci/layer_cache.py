@@ -33,7 +33,7 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -41,12 +41,12 @@ from ..compose.layer_input import LayerInput, walk_tree
 from ..core.atomic_write import write_bytes_atomic
 from ..core.canonical_json import canonical_json_bytes
 from ..core.file_hashes import RACY_WINDOW_NS, FileHashes
+from ..core.progress import ProgressCallback
 from .layer_tree import ScannedEntry
 from .tar_stream import EntryKind
 
 CACHE_FORMAT = "sparkflake-layer-cache-v1"
 
-ProgressCallback = Callable[[int, int, str], None]
 
 
 class InputFingerprint(NamedTuple):

@@ -22,7 +22,6 @@ import io
 import json
 import os
 import tarfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -32,8 +31,6 @@ from ..core.documents import MAX_DOCUMENT_BYTES, open_regular_file
 from ..core.errors import InputError
 from . import media_types
 from .types import CLUSTER_PLATFORM, matching_entries
-
-ProgressCallback = Callable[[int, int, str], None]
 
 
 class _Slice(io.RawIOBase):

@@ -31,6 +31,7 @@ from typing import Any
 
 from ..core.atomic_write import atomic_directory, atomic_file
 from ..core.errors import CheckFailed, InputError
+from ..core.progress import ProgressCallback as Progress
 from .types import Platform, matching_entries, platform_text
 
 MANIFEST_LIMIT = 4 * 1024 * 1024
@@ -49,7 +50,6 @@ _REPOSITORY = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _CHALLENGE_PARAM = re.compile(r'(\w+)\s*=\s*"([^"]*)"')
 
-Progress = Callable[[int, int, str], None]
 
 
 # ---- references -------------------------------------------------------------------------

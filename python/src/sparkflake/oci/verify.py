@@ -12,11 +12,11 @@ read or decompressed raises ``InputError``.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..core.digest import chain_id, sha256_digest
 from ..core.errors import CheckFailed, InputError
+from ..core.progress import ProgressCallback
 from . import media_types
 from .entry_safety import EntrySafety
 from .layer_scan import scan_layer
@@ -25,7 +25,6 @@ from .types import platform_text
 
 READ_CHUNK = 1 << 20
 
-ProgressCallback = Callable[[int, int, str], None]
 
 
 @dataclass(frozen=True)

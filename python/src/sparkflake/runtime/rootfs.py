@@ -37,6 +37,7 @@ from ..compose.tree_paths import image_path, normalize_member, resolve_parent
 from ..core.atomic_write import write_bytes_atomic
 from ..core.errors import CheckFailed, InputError
 from ..core.file_hashes import stat_identity
+from ..core.progress import ProgressCallback
 from ..oci.compression import Decompressor, detect_compression
 from ..oci.reader import BlobRef, ImageReader
 
@@ -46,7 +47,6 @@ RECORD_SCHEMA = "sparkflake.unpacked-root/v1"
 WHITEOUT_PREFIX = ".wh."
 OPAQUE_WHITEOUT = ".wh..wh..opq"
 
-ProgressCallback = Callable[[int, int, str], None]
 
 
 class _VerifyingStream:

@@ -1,0 +1,311 @@
+"""The oci stage applied to a composition: the lower layers from compose's trees (layer cache:
+an unchanged tree is never re-tarred or re-compressed), the top layer, config, manifest,
+full receipt and SBOM, and the output directory (layout, archives, digests, receipt)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import __version__
+from ..compose import generated, receipt, sbom
+from ..compose.assembly import Assembly, LayerTree, python_group, source_packages_document_of
+from ..compose.composition import Composition
+from ..compose.inputs import FetchedInputs
+from ..compose.top_layer import DEFAULT_ENV, PreparedTop, prepare_top
+from ..compose.verification import LinkResult
+from ..core.atomic_write import atomic_directory, write_bytes_atomic
+from ..core.builder_identity import builder_identity
+from ..core.errors import InputError
+from ..core.progress import ProgressCallback
+from ..core.timestamps import rfc3339
+from ..lock.pins import Pin
+from ..profile.model import Profile
+from .archive import CombinedArchiveWriter, write_archives
+from .artifact import ReferringArtifact, referring_artifact
+from .blob_store import BlobStore
+from .compression import Compression
+from .config import RuntimeConfig
+from .image import ImageSpec, LayerSpec, assemble_image
+from .image_model import BuiltImage
+from .layer import Layer, LayerOptions, build_layer, layer_by_fingerprint
+from .layer_cache import LayerCache
+from .layout import add_artifact_blobs, write_oci_layout
+from .media_types import CREATED_ANNOTATION
+from .types import Platform
+
+DEFAULT_REPOSITORY = "localhost/sparkflake"
+
+
+
+@dataclass(frozen=True)
+class ImageOptions:
+    compression: Compression = Compression("gzip")
+    source_date_epoch: int = 1
+    repository: str = DEFAULT_REPOSITORY
+    tag: str | None = None  # default: the profile name
+
+
+
+def build_lower_layers(
+    trees: Sequence[LayerTree],
+    options: ImageOptions,
+    store: BlobStore,
+    layer_cache: LayerCache | None,
+    progress: ProgressCallback | None = None,
+    on_layer: Callable[[Layer], None] | None = None,
+) -> list[Layer]:
+    """One layer per lower tree; an unchanged tree is a layer-cache hit found by its input
+    fingerprint (one lstat walk, see ``oci.layer_cache``). ``on_layer`` gets each layer
+    as soon as it is made."""
+    layer_options = LayerOptions(options.compression, options.source_date_epoch)
+    built = []
+    for tree in trees:
+        def layer_progress(done: int, total: int, what: str, name: str = tree.name) -> None:
+            if progress:
+                progress(done, total, f"{name}: {what}")
+
+        built.append(build_layer(tree.layer_input, layer_options, store, layer_cache, layer_progress))
+        if on_layer is not None:
+            on_layer(built[-1])
+    return built
+
+
+
+def cached_lower_layers(
+    trees: Sequence[LayerTree], options: ImageOptions, store: BlobStore, layer_cache: LayerCache | None
+) -> list[Layer]:
+    """The first of ``trees`` whose layers the layer cache already holds (found by input
+    fingerprint, nothing scanned or compressed), in order, up to the first it lacks."""
+    if layer_cache is None:
+        return []
+    layer_options = LayerOptions(options.compression, options.source_date_epoch)
+    found: list[Layer] = []
+    for tree in trees:
+        layer = layer_by_fingerprint(tree.layer_input, layer_options, store, layer_cache)
+        if layer is None:
+            break
+        found.append(layer)
+    return found
+
+
+
+def _platform(profile: Profile) -> Platform:
+    platform = Platform.parse(profile.platform)
+    if platform.architecture == "arm64" and not platform.variant:
+        platform = Platform.parse("linux/arm64/v8")
+    return platform
+
+
+
+def _spec(profile: Profile, options: ImageOptions, layers: Sequence[LayerTree], runtime: RuntimeConfig) -> ImageSpec:
+    return ImageSpec(
+        layers=tuple(LayerSpec(tree.layer_input, tree.created_by) for tree in layers),
+        platform=_platform(profile),
+        runtime=runtime,
+        compression=options.compression,
+        source_date_epoch=options.source_date_epoch,
+        tag=options.tag or profile.name,
+        repository=options.repository,
+    )
+
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    profile: str
+    image: BuiltImage
+    full_receipt: Mapping[str, object]
+    chain: tuple[LinkResult, ...]
+    layer_names: tuple[str, ...]
+    layers_from_cache: tuple[bool, ...]
+    assembly: Assembly | None = None
+    sbom_bytes: bytes | None = None  # OUT/sbom.spdx.json
+    sbom_artifact: ReferringArtifact | None = None  # the SBOM as an OCI artifact whose subject is the image
+    extra: Mapping[str, object] = field(default_factory=dict)
+
+
+
+def image_sbom(composition: Composition, fetched: FetchedInputs, image: BuiltImage,
+               assembly: Assembly | None = None) -> tuple[bytes, ReferringArtifact]:
+    """The SPDX SBOM of the image (compose.sbom) and the OCI artifact that carries it; both
+    digests follow from the lock and the image, so they are known at build time. With the
+    assembly, wheel licenses are read from the METADATA files it installed."""
+    pins: list[Pin] = [*composition.debs, *composition.wheels, composition.source]
+    layer_of = {pin.name: "os-base" for pin in composition.debs}
+    layer_of.update({pin.name: python_group(pin.name) for pin in composition.wheels})
+    layer_of[composition.source.name] = "composition"
+    installed: dict[str, Path] = {}
+    if assembly is not None:
+        site = assembly.site_packages.lstrip("/")
+        for wheel in composition.wheels:
+            tree = assembly.python_trees.get(layer_of[wheel.name])
+            if tree is not None:
+                installed[wheel.name] = tree / site / sbom.dist_info_name(wheel) / "METADATA"
+    document = sbom.sbom_document(
+        profile_name=composition.profile.name,
+        image=sbom.ImageIdentity(image.repository, image.tag, image.manifest_digest, image.platform.architecture),
+        pins=pins,
+        source_date_epoch=image.source_date_epoch,
+        tool_version=__version__,
+        licenses=sbom.stated_licenses(pins, fetched.paths, installed),
+        layer_of=layer_of,
+        roles={pin.name: role for role, pin in composition.roles.items()},
+        patch_set=(f"patch-set:{composition.patch_set_name}", composition.patch_set.patch_set_sha256),
+        source_name=composition.source.name,
+    )
+    content = receipt.canonical_bytes(document)
+    artifact = referring_artifact(
+        artifact_type=sbom.SPDX_MEDIA_TYPE, blob=content, title=SBOM_FILE,
+        subject_digest=image.manifest_digest, subject_size=len(image.manifest_bytes),
+        annotations={CREATED_ANNOTATION: rfc3339(image.source_date_epoch)},
+    )
+    return content, artifact
+
+
+
+def prepare_top_over_layers(
+    composition: Composition, assembly: Assembly, lower: Sequence[Layer], options: ImageOptions, store: BlobStore
+) -> PreparedTop:
+    """``compose.top_layer.prepare_top`` over the made lower layers; its ``base.digest``
+    label is the manifest digest of the OS base layer alone as an image."""
+    base_image = assemble_image(
+        _spec(composition.profile, options, assembly.lower_layers()[:1], RuntimeConfig()), [lower[0]], store
+    )
+    return prepare_top(
+        composition,
+        assembly,
+        lower_diff_ids=[layer.diff_id for layer in lower],
+        base_digest=base_image.manifest_digest,
+        compression=options.compression.as_record(),
+        source_date_epoch=options.source_date_epoch,
+    )
+
+
+def finish(
+    composition: Composition,
+    fetched: FetchedInputs,
+    assembly: Assembly,
+    lower: Sequence[Layer],
+    prepared: PreparedTop,
+    chain: Sequence[LinkResult],
+    options: ImageOptions,
+    store: BlobStore,
+    layer_cache: LayerCache | None,
+) -> BuildResult:
+    profile = composition.profile
+    top_tree = LayerTree("composition", prepared.top_input,
+                         "sparkflake: vLLM source overlay, anchored patches, generated files", (assembly.overlay_tree,))
+    top = build_layer(prepared.top_input, LayerOptions(options.compression, options.source_date_epoch), store, layer_cache)
+    layers = [*lower, top]
+    runtime = RuntimeConfig(
+        env=DEFAULT_ENV,
+        entrypoint=generated.ENTRYPOINT,
+        labels=prepared.labels,
+        working_dir="/",
+    )
+    trees = [*assembly.lower_layers(), top_tree]
+    image = assemble_image(_spec(profile, options, trees, runtime), layers, store)
+    full = receipt.full_statement(
+        prepared.in_image_receipt,
+        image_name=f"{image.repository}:{image.tag}",
+        manifest_digest=image.manifest_digest,
+        config_digest=image.config_digest,
+        layers=[layer.as_record() for layer in layers],
+        builder_versions=builder_identity(),
+    )
+    full["predicate"]["runDetails"]["metadata"] = {  # type: ignore[index]
+        "verification": [result.as_record() for result in chain],
+    }
+    sbom_content, sbom_artifact = image_sbom(composition, fetched, image, assembly)
+    receipt.add_sbom_byproducts(full, sbom_content, sbom_artifact.manifest_digest, SBOM_FILE)
+    return BuildResult(
+        profile=profile.name,
+        image=image,
+        full_receipt=full,
+        chain=tuple(chain),
+        layer_names=tuple(tree.name for tree in trees),
+        layers_from_cache=tuple(layer.from_cache for layer in layers),
+        assembly=assembly,
+        sbom_bytes=sbom_content,
+        sbom_artifact=sbom_artifact,
+    )
+
+
+
+OUTPUT_FORMATS = ("oci", "oci-archive", "docker-archive")
+
+
+
+SBOM_FILE = "sbom.spdx.json"
+
+
+
+def check_formats(formats: Sequence[str]) -> None:
+    unknown = set(formats) - set(OUTPUT_FORMATS)
+    if unknown or not formats:
+        raise InputError(f"--formats {','.join(formats)}: expected some of {', '.join(OUTPUT_FORMATS)}")
+
+
+
+def write_outputs(
+    result: BuildResult, out_dir: Path, formats: Sequence[str] = OUTPUT_FORMATS, *, force: bool = False
+) -> Path:
+    """``out_dir``: oci/ (layout, blobs hard-linked from the store), oci-archive.tar,
+    docker-archive.tar (each only if in ``formats``), digests.json, receipt.json,
+    retained-native.json, source-overlay.json; written beside and swapped in at once."""
+    check_formats(formats)
+    with atomic_directory(out_dir, owned_output=True, force=force) as staging:
+        write_outputs_into(staging, result, formats)
+    return out_dir
+
+
+
+def start_archive(staging: Path, formats: Sequence[str], options: ImageOptions) -> CombinedArchiveWriter | None:
+    """The combined archive (oci-archive and docker-archive in one file) started in the
+    staging directory: each layer handed to it (``add_layer``) is copied on a background
+    thread while the next layers are made and the chain is verified. None when no archive
+    is asked for or the layers are zstd (then ``write_outputs_into`` writes the archives
+    at the end)."""
+    names = [f"{kind}.tar" for kind in ("oci-archive", "docker-archive") if kind in formats]
+    if not names or options.compression.algorithm == "zstd":
+        return None
+    return CombinedArchiveWriter(staging / names[0], options.source_date_epoch)
+
+
+
+def write_outputs_into(
+    staging: Path, result: BuildResult, formats: Sequence[str], combined: CombinedArchiveWriter | None = None
+) -> None:
+    """The files of ``write_outputs`` into a staging directory; ``combined`` is the
+    archive ``start_archive`` began there (finished here)."""
+    if "oci" in formats:
+        write_oci_layout(result.image, staging / "oci")
+        if result.sbom_artifact is not None:
+            # beside the image in blobs/, reachable from the image through the artifact's
+            # subject; index.json keeps the image alone (its digest, and tools that take
+            # oci:DIR without a tag, stay as they were)
+            add_artifact_blobs(staging / "oci", result.sbom_artifact)
+    # One file for both archives when the layers allow it (gzip or none): the
+    # oci-archive that is also a docker-archive, the second name a hard link.
+    write_archives(
+        result.image,
+        staging / "oci-archive.tar" if "oci-archive" in formats else None,
+        staging / "docker-archive.tar" if "docker-archive" in formats else None,
+        combined,
+    )
+    write_bytes_atomic(staging / "receipt.json", receipt.canonical_bytes(result.full_receipt))
+    if result.sbom_bytes is not None:
+        write_bytes_atomic(staging / SBOM_FILE, result.sbom_bytes)
+    if result.assembly is not None:
+        write_bytes_atomic(staging / "retained-native.json", result.assembly.retained_native_bytes)
+        write_bytes_atomic(staging / "source-overlay.json", result.assembly.overlay_bytes)
+        if result.assembly.package_overlays:
+            write_bytes_atomic(staging / "source-packages.json",
+                               generated.json_file_bytes(source_packages_document_of(result.assembly)))
+    digests = result.image.digests_record()
+    digests["profile"] = result.profile
+    digests["layer_names"] = list(result.layer_names)
+    write_bytes_atomic(staging / "digests.json", (json.dumps(digests, indent=2, sort_keys=True) + "\n").encode())
