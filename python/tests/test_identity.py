@@ -26,7 +26,7 @@ from sparkflake.launch.identity import (
     runtime_identity,
     sparkcache_identity,
 )
-from sparkflake.launch.resolve import resolve
+from sparkflake.launch.resolution import resolve
 from sparkflake.launch.spec import kv_transfer_config
 
 T = "1" * 64

@@ -9,7 +9,7 @@ from launch_fixtures import PROFILES, real_contract
 
 from sparkflake.launch.envfile import parse_env_text
 from sparkflake.launch.example import render_example
-from sparkflake.launch.resolve import resolve
+from sparkflake.launch.resolution import resolve
 from sparkflake.launch.settings import CATALOG, REQUIRED_SITE_KEYS
 
 

@@ -12,7 +12,7 @@ from launch_fixtures import bound_contract, real_contract, site_env
 from sparkflake.core.errors import InputError
 from sparkflake.launch.envfile import parse_env_text
 from sparkflake.launch.qualification import UNQUALIFIED, qualify
-from sparkflake.launch.resolve import resolve
+from sparkflake.launch.resolution import resolve
 from sparkflake.launch.settings import CATALOG, GiB, parse_value, validate_runtime_table
 
 ROOT = "/srv/test"

@@ -14,10 +14,17 @@ from types import MappingProxyType
 from typing import Any
 
 from ..core.errors import InputError
-from ..lock.profile_locks import input_for, load_locks
+from ..lock.profile_locks import input_for, load_locks, load_profile
 from ..runtime.capabilities import FILE_NAME as CAPABILITIES_FILE
 from ..runtime.capabilities import Capabilities
 from ..runtime.capabilities import load as load_capabilities
+from .settings import (
+    DCP_FULL_CKV_GATHER,
+    DCP_INTERLEAVE,
+    DCP_KV_GIB,
+    table_value_text,
+    validate_runtime_table,
+)
 
 _SHA256 = re.compile(r"[0-9a-f]{64}\Z")
 _IMAGE_ID = re.compile(r"sha256:[0-9a-f]{64}\Z")
@@ -108,7 +115,6 @@ def _auto_equivalents(runtime: Mapping[str, str]) -> dict[str, str]:
     an explicit value would refuse a DCP2 env file that leaves the interleave to the rule.
     Such restatements are read as ``auto``; any other value stays an explicit default.
     """
-    from .resolve import DCP_FULL_CKV_GATHER, DCP_INTERLEAVE, DCP_KV_GIB
 
     try:
         dcp = int(runtime.get("DCP", "1"))
@@ -126,7 +132,6 @@ def _auto_equivalents(runtime: Mapping[str, str]) -> dict[str, str]:
 
 def contract_from_profile(profile: Any) -> LaunchContract:
     """Adapt a ``sparkflake.profile.model.Profile`` to the launcher's contract."""
-    from .settings import table_value_text, validate_runtime_table
 
     shown = profile.shown() if hasattr(profile, "_shown") else f"profile {profile.name}"
     validate_runtime_table(profile.runtime, f"{shown}: runtime")
@@ -189,6 +194,5 @@ def _file_row(entry: Any) -> dict[str, Any]:
 
 
 def load_contract(name_or_path: str) -> LaunchContract:
-    from ..lock.profile_locks import load_profile
 
     return contract_from_profile(load_profile(name_or_path, check_locks=False))

@@ -45,7 +45,7 @@ from .identity import (
     runtime_identity,
 )
 from .qualification import Qualification, qualify
-from .resolve import Resolution, resolve
+from .resolution import Resolution, resolve
 from .spec import LABEL_PREFIX, ContainerSpec, build_spec, engine_argv
 
 REPORT_SCHEMA = "sparkflake.launch-plan/v1"

@@ -16,7 +16,7 @@ from ..core.errors import InputError
 from .contract import LaunchContract
 from .envfile import EnvAssignment
 from .identity import canonical_json
-from .resolve import Resolution, resolve
+from .resolution import Resolution, resolve
 from .settings import CATALOG, render_value
 
 UNQUALIFIED = "implemented-unqualified-configuration"

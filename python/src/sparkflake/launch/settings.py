@@ -373,3 +373,10 @@ def table_value_text(raw: Any) -> str | None:
     if isinstance(raw, str):
         return raw
     return None
+
+
+# Topology rules of the seeds (R8): DCP1 interleaves KV per token without full-CKV
+# gather; DCP2/DCP4 interleave four tokens and need B12X's full-CKV gather.
+DCP_INTERLEAVE = {1: 1, 2: 4, 4: 4}
+DCP_FULL_CKV_GATHER = {1: False, 2: True, 4: True}
+DCP_KV_GIB = {1: 26, 2: 30, 4: 30}

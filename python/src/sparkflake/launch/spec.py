@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .contract import LaunchContract
-from .resolve import Resolution
+from .resolution import Resolution
 
 CONTAINER_TARGET = "/models/target"
 CONTAINER_DRAFT = "/models/draft"

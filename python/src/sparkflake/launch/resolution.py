@@ -17,13 +17,18 @@ from typing import Any
 from ..core.errors import InputError
 from .contract import LaunchContract
 from .envfile import EnvAssignment
-from .settings import AUTO, CATALOG, CATALOG_LIST, GiB, parse_value, unknown_key_message
+from .settings import (
+    AUTO,
+    CATALOG,
+    CATALOG_LIST,
+    DCP_FULL_CKV_GATHER,
+    DCP_INTERLEAVE,
+    DCP_KV_GIB,
+    GiB,
+    parse_value,
+    unknown_key_message,
+)
 
-# Topology rules of the seeds (R8): DCP1 interleaves KV per token without full-CKV
-# gather; DCP2/DCP4 interleave four tokens and need B12X's full-CKV gather.
-DCP_INTERLEAVE = {1: 1, 2: 4, 4: 4}
-DCP_FULL_CKV_GATHER = {1: False, 2: True, 4: True}
-DCP_KV_GIB = {1: 26, 2: 30, 4: 30}
 PRIVATE_IPC_SHM_BYTES = 32 * GiB
 
 
