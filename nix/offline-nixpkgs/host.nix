@@ -4,7 +4,7 @@
 # Python 3.13 is the stand-in's python3, as nixpkgs at the pinned revision has
 # (pkgs/top-level/all-packages.nix: python3 = python313). Debian's nix-bin provides nix.
 # Builds run unsandboxed (sandbox = false on Debian), so builders may execute these paths; a
-# sandboxed build needs them as extra-sandbox-paths (see python/tests/test_build_nix.py).
+# sandboxed build needs them as extra-sandbox-paths (see python/tests/nix/test_build_nix.py).
 rec {
   venv = "/opt/sparkflake/venv";
   python = "${venv}/bin/python";

@@ -1,0 +1,114 @@
+"""The audit and `image inspect` against hostile layouts and archives: documents that
+are symlinks to devices or FIFOs (bounded, never read without end, never waited on), blobs
+that are symlinks out of the layout (refused with a check), and `--expect-file
+digests.json` covering index.json."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fixtures.hostile_layers import hostile_layout
+
+from sparkflake import audit
+from sparkflake.cli import main
+from sparkflake.core.errors import InputError
+
+SAFE = [[("usr", "dir", ""), ("usr/bin", "dir", ""), ("usr/bin/tool", "file", "")]]
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sparkflake.cli", *args], capture_output=True, text=True,
+                          timeout=60, check=False)
+
+
+def _manifest_and_config(layout: Path) -> tuple[Path, Path, Path]:
+    blobs = layout / "blobs" / "sha256"
+    index = json.loads((layout / "index.json").read_text())
+    manifest = blobs / index["manifests"][0]["digest"].split(":")[1]
+    document = json.loads(manifest.read_text())
+    return manifest, blobs / document["config"]["digest"].split(":")[1], blobs / document["layers"][0]["digest"].split(":")[1]
+
+
+@pytest.mark.parametrize("document", ["index.json", "oci-layout", "manifest", "config"])
+@pytest.mark.parametrize("device", ["/dev/zero", "/dev/urandom", "fifo"])
+@pytest.mark.parametrize("command", ["audit", "inspect"])
+def test_document_that_is_a_device_or_fifo(tmp_path, document, device, command):
+    layout = hostile_layout(tmp_path / "oci", SAFE)
+    manifest, config, _ = _manifest_and_config(layout)
+    path = {"index.json": layout / "index.json", "oci-layout": layout / "oci-layout",
+            "manifest": manifest, "config": config}[document]
+    path.unlink()
+    if device == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to(device)
+    argv = ["audit", f"oci:{layout}"] if command == "audit" else ["image", "inspect", str(layout)]
+    completed = cli(*argv)  # a hang would be the 60 s timeout; an unbounded read, a MemoryError
+    assert completed.returncode == 2, completed.stderr
+    assert "Traceback" not in completed.stderr
+    assert str(layout) in completed.stderr
+    expected = "a FIFO" if device == "fifo" else ("outside the layout" if path.is_symlink() else "device")
+    assert expected in completed.stderr, completed.stderr
+
+
+def test_blob_symlink_out_of_the_layout_is_a_named_check(tmp_path):
+    layout = hostile_layout(tmp_path / "oci", SAFE)
+    _, _, layer = _manifest_and_config(layout)
+    elsewhere = tmp_path / "elsewhere.blob"
+    shutil.move(layer, elsewhere)  # the same bytes, so every digest still matches
+    layer.symlink_to(elsewhere)
+    report = audit.audit_image(audit.open_target(f"oci:{layout}"), audit.expectations_from())
+    failing = {c.id: c for c in report.failures}
+    assert set(failing) == {"layout.inside"}, report.checks
+    assert str(elsewhere) in failing["layout.inside"].detail and "layer 0" in failing["layout.inside"].detail
+    assert report.exit_code == 1
+    with pytest.raises(InputError) as caught:  # image inspect reads through the same files
+        from sparkflake.oci.reader import open_image
+        from sparkflake.oci.verify import verify_image
+
+        verify_image(open_image(layout))
+    assert caught.value.check_id == "layout.inside"
+
+
+def test_blob_symlink_inside_the_layout_is_read(tmp_path):
+    """What the audit accepts: a symlink that stays inside the layout (to a regular file)."""
+    layout = hostile_layout(tmp_path / "oci", SAFE)
+    _, _, layer = _manifest_and_config(layout)
+    kept = layout / "kept.blob"
+    shutil.move(layer, kept)
+    layer.symlink_to("../../kept.blob")
+    report = audit.audit_image(audit.open_target(f"oci:{layout}"), audit.expectations_from())
+    assert report.exit_code == 0, report.failures
+
+
+def test_archive_that_is_a_fifo(tmp_path):
+    fifo = tmp_path / "image.tar"
+    os.mkfifo(fifo)
+    completed = cli("audit", str(fifo))
+    assert completed.returncode == 2 and "is a FIFO" in completed.stderr and "Traceback" not in completed.stderr
+
+
+def test_expect_file_covers_the_index(tmp_path, capsys):
+    spec_dir = tmp_path / "spec"
+    (spec_dir / "tree").mkdir(parents=True)
+    (spec_dir / "tree" / "hello").write_text("hi\n")
+    (spec_dir / "spec.json").write_text(json.dumps({"layers": [{"tree": "tree"}]}))
+    assert main(["image", "build", str(spec_dir / "spec.json"), "-o", str(tmp_path / "out"),
+                 "--cache", str(tmp_path / "cache")]) == 0
+    out = tmp_path / "out"
+    digests = str(out / "digests.json")
+    good = audit.audit_image(audit.open_target(f"oci:{out / 'oci'}"), audit.expectations_from(expect_file=digests))
+    assert [c.status for c in good.checks if c.id == "expect.index"] == ["pass"]
+    # an index.json that adds an annotation (manifest, config and layers untouched)
+    index = json.loads((out / "oci" / "index.json").read_text())
+    index["annotations"] = {"org.example.injected": "yes"}
+    (out / "oci" / "index.json").write_text(json.dumps(index))
+    bad = audit.audit_image(audit.open_target(f"oci:{out / 'oci'}"), audit.expectations_from(expect_file=digests))
+    assert [c.id for c in bad.failures] == ["expect.index"]
+    assert json.loads(Path(digests).read_text())["index"] in bad.failures[0].detail

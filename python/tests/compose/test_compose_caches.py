@@ -1,0 +1,326 @@
+"""The build's caches: stat-keyed file hashes and the assembled-tree cache."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sparkflake.compose.layer_input import walk_tree
+from sparkflake.compose.tree_cache import TreeCache
+from sparkflake.core.errors import CheckFailed, InputError
+from sparkflake.core.file_hashes import FileHashes
+from sparkflake.pipeline import BuildRequest, build_profile
+
+REPO = Path(__file__).resolve().parents[3]
+FIXTURE = REPO / "profiles" / "fixture"
+
+
+def test_file_hashes_rehash_after_rewrite_with_same_mtime(tmp_path: Path) -> None:
+    target = tmp_path / "f"
+    target.write_bytes(b"one")
+    hashes = FileHashes(tmp_path / "table.json", racy_window_ns=0)
+    assert hashes.sha256(target) == hashlib.sha256(b"one").hexdigest()
+    hashes.save()
+    assert str(target) in (tmp_path / "table.json").read_text()
+    status = target.stat()
+    target.write_bytes(b"two")
+    os.utime(target, ns=(status.st_atime_ns, status.st_mtime_ns))  # mtime restored, ctime not
+    again = FileHashes(tmp_path / "table.json", racy_window_ns=0)
+    assert again.sha256(target) == hashlib.sha256(b"two").hexdigest()
+
+
+def test_file_hashes_trust_the_table_only_for_the_same_identity(tmp_path: Path) -> None:
+    """A remembered digest is returned without reading the file while the identity is
+    the same (shown by planting another digest in the table); a fresh file (changed
+    within the racy window) is neither looked up nor remembered."""
+    import json
+
+    target = tmp_path / "f"
+    target.write_bytes(b"content")
+    table = tmp_path / "table.json"
+    settled = FileHashes(table, racy_window_ns=0)
+    settled.sha256(target)
+    settled.save()
+    document = json.loads(table.read_text())
+    document["files"][str(target)][-1] = "planted"
+    table.write_text(json.dumps(document))
+    assert FileHashes(table, racy_window_ns=0).sha256(target) == "planted"
+    fresh = FileHashes(table)  # default window: the file was written just now
+    assert fresh.sha256(target) == hashlib.sha256(b"content").hexdigest()
+    table.unlink()
+    fresh.sha256(target)
+    fresh.save()
+    assert not table.exists()  # nothing new was remembered, nothing written
+
+
+def test_file_hashes_name_an_unreadable_file(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match=r"missing: cannot read: No such file"):
+        FileHashes(None).sha256(tmp_path / "missing")
+
+
+def test_tree_cache_reuses_intact_and_rebuilds_changed(tmp_path: Path) -> None:
+    cache = TreeCache(tmp_path / "trees")
+    builds = []
+
+    def build(tree: Path) -> dict:
+        builds.append(tree)
+        (tree / "sub").mkdir(parents=True)
+        (tree / "sub" / "file").write_text("content")
+        os.symlink("sub/file", tree / "link")
+        return {"files": 1}
+
+    first = cache.get_or_build({"kind": "t", "inputs": ["a"]}, build)
+    assert not first.reused and first.manifest == {"files": 1}
+    second = cache.get_or_build({"kind": "t", "inputs": ["a"]}, build)
+    assert second.reused and second.tree == first.tree and len(builds) == 1
+    (second.tree / "sub" / "file").write_text("CONTENT")
+    third = cache.get_or_build({"kind": "t", "inputs": ["a"]}, build)
+    assert not third.reused and len(builds) == 2
+    assert (third.tree / "sub" / "file").read_text() == "content"
+    (third.tree / "extra").write_text("x")
+    assert not cache.get_or_build({"kind": "t", "inputs": ["a"]}, build).reused
+    other = cache.get_or_build({"kind": "t", "inputs": ["b"]}, build)
+    assert other.tree != third.tree
+    assert other.walk == walk_tree(other.tree)  # handed on: the walk that recorded it
+    assert cache.get_or_build({"kind": "t", "inputs": ["b"]}, build).walk == other.walk
+
+
+def test_tree_cache_checks_an_entry_of_the_earlier_format_once(tmp_path: Path) -> None:
+    """Entries written before the walk digest list every path's identity: such an entry
+    is checked against its list, then given its digest; a list that no longer matches
+    discards the entry."""
+    import json
+
+    from sparkflake.compose.tree_cache import ENTRY_FILE, _listed_identity
+
+    cache = TreeCache(tmp_path / "trees")
+    builds = []
+
+    def build(tree: Path) -> dict:
+        builds.append(tree)
+        tree.mkdir(parents=True)
+        (tree / "file").write_text("content")
+        return {}
+
+    entry = cache.get_or_build({"kind": "t"}, build)
+    entry_file = entry.tree.parent / ENTRY_FILE
+    entry_file.write_text(json.dumps({"identity": _listed_identity(entry.tree)}))
+    again = cache.get_or_build({"kind": "t"}, build)
+    assert again.reused and len(builds) == 1
+    assert json.loads(entry_file.read_text()) == {"walk": walk_tree(entry.tree).digest}
+    stale = _listed_identity(entry.tree)
+    stale["file"][1] += 1  # another size than the tree has
+    entry_file.write_text(json.dumps({"identity": stale}))
+    assert not cache.get_or_build({"kind": "t"}, build).reused and len(builds) == 2
+
+
+def test_walk_tree_changes_with_every_kind_of_change(tmp_path: Path) -> None:
+    """The walk digest is stable while nothing changes and differs after each change a
+    cache must notice, including a rewrite that restores size and mtime."""
+    root = tmp_path / "t"
+    (root / "d").mkdir(parents=True)
+    (root / "d" / "f").write_bytes(b"12345")
+    os.symlink("d/f", root / "link")
+    seen = {walk_tree(root).digest}
+    assert walk_tree(root).digest in seen
+
+    def changed() -> None:
+        digest = walk_tree(root).digest
+        assert digest not in seen
+        seen.add(digest)
+
+    status = (root / "d" / "f").stat()
+    (root / "d" / "f").write_bytes(b"54321")
+    os.utime(root / "d" / "f", ns=(status.st_atime_ns, status.st_mtime_ns))
+    changed()
+    (root / "d" / "f").chmod(0o600)
+    changed()
+    (root / "d" / "g").write_bytes(b"")
+    changed()
+    os.link(root / "d" / "g", tmp_path / "outside")  # a hard link from outside the tree
+    changed()
+    os.rename(root / "d" / "g", root / "d" / "h")
+    changed()
+    os.unlink(root / "link")
+    os.symlink("d/h", root / "link")
+    changed()
+    (root / "d" / "h").unlink()
+    changed()
+
+
+def test_build_reuses_trees_and_refuses_nothing_when_intact(tmp_path: Path) -> None:
+    request = BuildRequest(profile=str(FIXTURE), output_dir=tmp_path / "o", cache_root=tmp_path / "c", offline=True, keep_work=True)
+    first = build_profile(request)
+    assert first.assembly is not None and not any(first.assembly.trees_reused.values())
+    second = build_profile(request)
+    assert second.assembly is not None and all(second.assembly.trees_reused.values())
+    assert second.image.manifest_digest == first.image.manifest_digest
+    # A cached tree changed behind the build's back is assembled again, not trusted.
+    so = second.assembly.vllm_tree / "opt/venv/lib/python3.11/site-packages/vllm/_C.abi3.so"
+    so.write_bytes(so.read_bytes() + b"\0")
+    third = build_profile(request)
+    assert third.assembly is not None and third.assembly.trees_reused["vllm"] is False
+    assert third.image.manifest_digest == first.image.manifest_digest
+
+
+def test_cached_trees_keep_their_elf_facts_and_lose_them_when_changed(tmp_path: Path) -> None:
+    """A validated cached tree is not re-read for the ELF check (the machines are kept
+    beside the entry); its layer is a layer-cache hit; a changed tree loses its facts with
+    its entry; a layer record whose blob left the store is not trusted."""
+    request = BuildRequest(profile=str(FIXTURE), output_dir=tmp_path / "o", cache_root=tmp_path / "c", offline=True, keep_work=True)
+    first = build_profile(request)
+    assert first.assembly is not None
+    facts = sorted(p.name for p in (tmp_path / "c" / "trees").glob("*/fact-*.json"))
+    lower = len(first.image.layers) - 1
+    assert facts == ["fact-elf-machines.json"] * lower, facts
+    second = build_profile(request)
+    assert [layer.from_cache for layer in second.image.layers[:-1]] == [True] * lower
+    assert second.image.manifest_digest == first.image.manifest_digest
+    # The vllm tree changes behind the build's back: entry and facts are gone, the tree
+    # is assembled again (so back to its true bytes) and its layer comes out the same.
+    assert second.assembly is not None
+    vllm_entry = second.assembly.vllm_tree.parent
+    so = second.assembly.vllm_tree / "opt/venv/lib/python3.11/site-packages/vllm/_C.abi3.so"
+    so.write_bytes(so.read_bytes() + b"\0")
+    marker = vllm_entry / "fact-marker.json"
+    marker.write_text('{"value": 1}')
+    third = build_profile(request)
+    assert not marker.exists()
+    assert third.image.manifest_digest == first.image.manifest_digest
+    # A layer record whose blob was removed from the store is rebuilt, not trusted.
+    blob = third.image.layers[0].blob_path
+    blob.unlink()
+    fourth = build_profile(request)
+    assert fourth.image.layers[0].from_cache is False
+    assert fourth.image.layers[0].digest == first.image.layers[0].digest
+
+
+def _reference_elf_walk(root):
+    """The walk iter_elf_files used to do (os.walk, sorted, lstat, relpath): the order the
+    retained-native manifest records, which must not change."""
+    import os
+    import stat as stat_module
+
+    from sparkflake.compose.elf import parse_header
+
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for filename in sorted(filenames):
+            full = os.path.join(dirpath, filename)
+            status = os.lstat(full)
+            if not stat_module.S_ISREG(status.st_mode) or status.st_size < 20:
+                continue
+            with open(full, "rb") as handle:
+                header = parse_header(handle.read(20))
+            if header is not None:
+                found.append((os.path.relpath(full, root), status.st_size, header.machine))
+    return found
+
+
+_ELF_AARCH64 = bytes.fromhex("7f454c460201010000000000000000000300b700") + b"\0" * 44
+_ELF_X86_64 = bytes.fromhex("7f454c4602010100000000000000000003003e00") + b"\0" * 44
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    layout=st.lists(
+        st.tuples(
+            st.lists(st.sampled_from(["a", "b", "a-b", "a.b", "Z", "_"]), min_size=1, max_size=4),
+            st.sampled_from(["aarch64", "x86_64", "text", "short", "link", "dirlink"]),
+        ),
+        max_size=25,
+    )
+)
+def test_elf_walk_keeps_the_os_walk_order_and_the_machines(tmp_path_factory, layout):
+    import hashlib
+    import os
+
+    from sparkflake.compose.elf import check_machine, elf_machines, iter_elf_files
+
+    root = tmp_path_factory.mktemp("elf")
+    for parts, kind in layout:
+        path = root.joinpath(*parts)
+        ancestors = [root.joinpath(*parts[:i]) for i in range(1, len(parts))]
+        if any(a.is_symlink() or (a.exists() and not a.is_dir()) for a in ancestors):
+            continue
+        if path.exists() or path.is_symlink():
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if kind == "link":
+            os.symlink("a", path)
+        elif kind == "dirlink":
+            os.symlink(".", path)
+        else:
+            content = {"aarch64": _ELF_AARCH64, "x86_64": _ELF_X86_64, "text": b"#!/bin/sh\n" * 5, "short": b"\x7fELF"}[kind]
+            path.write_bytes(content)
+    listed = list(iter_elf_files(root, with_sha256=True))
+    assert [(e.path, e.size, e.machine) for e in listed] == _reference_elf_walk(root)
+    for elf in listed:
+        assert elf.sha256 == hashlib.sha256((root / elf.path).read_bytes()).hexdigest()
+    assert elf_machines(root) == [[e.path, e.machine] for e in listed]
+    x86 = [e.path for e in listed if e.machine != 183]
+    if x86:
+        with pytest.raises(CheckFailed, match="elf-machine|not AArch64") as refused:
+            check_machine(root, "linux/arm64")
+        assert x86[0] in str(refused.value)
+    else:
+        assert check_machine(root, "linux/arm64") == len(listed)
+        assert check_machine(root, "linux/arm64", elf_machines(root)) == len(listed)
+
+
+def test_scratch_on_the_memory_file_system_is_private_and_cleaned(tmp_path: Path, monkeypatch) -> None:
+    """The patched-source scratch goes to /dev/shm (a copy across file systems works),
+    is gone after the build, and a killed build's leftover is removed by the next one."""
+    from sparkflake.compose import build as build_module
+    from sparkflake.compose.source_overlay import _copy_file
+
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    monkeypatch.setattr(build_module, "MEMORY_SCRATCH", shm)
+    from sparkflake.core.atomic_write import host_tag
+
+    leftover = shm / f"sparkflake-fixture.{host_tag()}.pid999999999.abc"
+    (leftover / "patched-source").mkdir(parents=True)
+    mine = shm / f"sparkflake-fixture.{host_tag()}.pid{os.getpid()}.keep"
+    mine.mkdir()
+    request = BuildRequest(profile=str(FIXTURE), output_dir=tmp_path / "o", cache_root=tmp_path / "c", offline=True)
+    result = build_profile(request)
+    assert result.image.manifest_digest
+    assert sorted(p.name for p in shm.iterdir()) == [mine.name]  # ours cleaned, the dead one too
+    real_shm = Path("/dev/shm")
+    assert real_shm.is_dir(), "CI machines have /dev/shm"
+    source = real_shm / f"sparkflake-test-{os.getpid()}"
+    source.write_bytes(os.urandom(3 << 20) + b"tail")
+    try:
+        _copy_file(str(source), str(tmp_path / "copied"))  # tmpfs -> disk: another file system
+        assert (tmp_path / "copied").read_bytes() == source.read_bytes()
+    finally:
+        source.unlink()
+
+
+@settings(max_examples=30, deadline=None)
+@given(size=st.integers(0, 3 << 20), asked_more=st.integers(0, 5000))
+def test_copy_bytes_within_and_across_file_systems(tmp_path_factory, size, asked_more):
+    """The shared copy: kernel copy on one file system, plain reads/writes from tmpfs to
+    disk (copy_file_range refused); asking for more than the source holds returns what
+    was there."""
+    from sparkflake.core.atomic_write import copy_bytes
+
+    content = os.urandom(size)
+    disk = tmp_path_factory.mktemp("copy")
+    for source_dir in (disk, Path("/dev/shm")):
+        source = source_dir / f"sparkflake-copy-test-{os.getpid()}"
+        source.write_bytes(content)
+        target = disk / "target"
+        try:
+            with open(source, "rb") as reader, open(target, "wb") as writer:
+                assert copy_bytes(reader.fileno(), writer.fileno(), size + asked_more) == size
+            assert target.read_bytes() == content
+        finally:
+            source.unlink()

@@ -1,0 +1,81 @@
+"""Registry mode end to end: publish to the CNCF distribution registry (HTTPS with a private
+CA, on the management bridge), then every rank pulls by digest, verifies every byte, loads
+into its own podman store and checks the image ID before tagging."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from fixtures.netns_ranks import NetnsRanks
+from fixtures.oci import free_port
+from fixtures.registry import build_image, start_registry
+
+
+def test_publish_then_every_rank_pulls_by_digest(netns_ranks: NetnsRanks, tmp_path: Path) -> None:
+    gateway = netns_ranks.mgmt_gateway
+    certificate, key = tmp_path / "registry.crt", tmp_path / "registry.key"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+         "-keyout", str(key), "-out", str(certificate), "-days", "1", "-subj", "/CN=sparkflake-test-registry",
+         "-addext", f"subjectAltName=IP:{gateway}"],
+        check=True, capture_output=True,
+    )
+    port = free_port()
+    registry = start_registry(tmp_path, gateway, port, tls=(certificate, key))
+    try:
+        digests = build_image(tmp_path / "image", seed=21)
+        published = subprocess.run(
+            [sys.executable, "-m", "sparkflake.cli", "publish", str(tmp_path / "image" / "out"),
+             f"{gateway}:{port}/sparkflake/glm53:r8", "--ca-file", str(certificate), "--json"],
+            capture_output=True, text=True,
+        )
+        assert published.returncode == 0, published.stderr
+        pinned = json.loads(published.stdout)["pinned"]
+        assert pinned == f"{gateway}:{port}/sparkflake/glm53@{digests['manifest']}"
+
+        site = netns_ranks.write_site(tmp_path / "site.toml")
+        done = subprocess.run(
+            [sys.executable, "-m", "sparkflake.cli", "fanout", "--from-registry", pinned, "--site", str(site),
+             "--platform", "linux/amd64", "--ca-file", str(certificate), "--image-id", digests["image_id"],
+             "--import", "podman", "--tag", "localhost/glm53:registry", "--json"],
+            capture_output=True, text=True,
+        )
+        assert done.returncode == 0, done.stderr
+        report = json.loads(done.stdout)
+        for index, record in enumerate(report["ranks"]):
+            assert record["manifest_digest"] == digests["manifest"]
+            assert record["image_id"] == digests["image_id"] and record["imported"]
+            engine_args = netns_ranks.site().ranks[index].engine_args
+            found = subprocess.run(
+                ["ip", "netns", "exec", netns_ranks.namespace(index), "podman", *engine_args, "image", "inspect",
+                 "--format", "{{.Id}}", "localhost/glm53:registry"], capture_output=True, text=True,
+            )
+            assert "sha256:" + found.stdout.strip() == digests["image_id"]
+
+        # A wrong expected image ID is caught after the verified pull and nothing is tagged.
+        wrong_id = "sha256:" + "e" * 64
+        refused = subprocess.run(
+            [sys.executable, "-m", "sparkflake.cli", "fanout", "--from-registry", pinned, "--site", str(site),
+             "--platform", "linux/amd64", "--ca-file", str(certificate), "--image-id", wrong_id,
+             "--import", "podman", "--tag", "localhost/glm53:wrong"],
+            capture_output=True, text=True,
+        )
+        assert refused.returncode == 1 and "expected " + wrong_id in refused.stderr
+        untagged = subprocess.run(
+            ["ip", "netns", "exec", netns_ranks.namespace(1), "podman", *netns_ranks.site().ranks[1].engine_args,
+             "image", "exists", "localhost/glm53:wrong"],
+        )
+        assert untagged.returncode == 1
+
+        # Plain HTTP to a registry off loopback is refused before any rank is contacted.
+        insecure = subprocess.run(
+            [sys.executable, "-m", "sparkflake.cli", "fanout", "--from-registry", pinned, "--site", str(site),
+             "--insecure-registry"], capture_output=True, text=True,
+        )
+        assert insecure.returncode == 2 and "loopback" in insecure.stderr
+    finally:
+        registry.terminate()
+        registry.wait(timeout=10)

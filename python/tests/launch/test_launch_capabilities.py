@@ -1,0 +1,123 @@
+"""launch-rank consults the image's capability manifest (profiles/<name>/runtime-capabilities.json,
+recorded by `sparkflake runtime check` on the real image): what the image cannot honour is
+refused with the reason, and nothing is emitted that nothing in the image reads."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+import pytest
+from fixtures.launch import PROFILES, real_contract, site_env
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sparkflake.core.errors import InputError
+from sparkflake.launch.envfile import parse_env_text
+from sparkflake.launch.plan import plan_from_assignments
+from sparkflake.runtime import capabilities as capability_file
+
+ROOT = Path("/srv/test")
+
+
+def plan(profile: str, **extra: str):
+    text = site_env(ROOT, 0, draft=profile == "glm53-dflash7", **extra)
+    return plan_from_assignments(rank=0, assignments=parse_env_text(text, "r.env"), source="r.env",
+                                 contract=real_contract(profile), engine=None, run_checks=False)
+
+
+@pytest.mark.parametrize("profile", ["glm53-dflash7", "glm53-mtp5"])
+def test_the_profile_carries_its_image_manifest(profile):
+    caps = real_contract(profile).capabilities
+    assert caps is not None and caps.source == str(PROFILES / profile / capability_file.FILE_NAME)
+    assert caps.versions["vllm"] == "0.33.0" and caps.manifest_digest.startswith("sha256:")
+
+
+@pytest.mark.parametrize("profile", ["glm53-dflash7", "glm53-mtp5"])
+def test_default_launch_emits_only_what_the_image_reads(profile):
+    started = time.perf_counter()
+    launch = plan(profile)
+    assert time.perf_counter() - started < 1.0
+    caps = launch.contract.capabilities
+    serve = list(launch.spec.serve_args)
+    assert serve[serve.index("--attention-backend") + 1] in caps.attention_backends
+    assert serve[serve.index("--moe-backend") + 1] in caps.moe_backends
+    assert serve[serve.index("--linear-backend") + 1] in caps.linear_backends
+    assert set(launch.spec.env) <= set(caps.env_read), set(launch.spec.env) - set(caps.env_read)
+    speculative = json.loads(serve[serve.index("--speculative-config") + 1])
+    assert set(speculative) <= set(caps.speculative_config_fields)
+    # SparkCache on, as the launcher's own rules would emit it: every key is one SparkCache reads
+    spark = plan_from_assignments(
+        rank=0, assignments=parse_env_text(site_env(ROOT, 0, draft=profile == "glm53-dflash7",
+                                                    SPARKCACHE_ENABLED="1"), "r.env"),
+        source="r.env", contract=dataclasses.replace(real_contract(profile), capabilities=None),
+        engine=None, run_checks=False)
+    args = list(spark.spec.serve_args)
+    extra = json.loads(args[args.index("--kv-transfer-config") + 1])["kv_connector_extra_config"]
+    assert set(extra) <= set(caps.sparkcache_extra_keys_read), set(extra) - set(caps.sparkcache_extra_keys_read)
+
+
+@pytest.mark.parametrize(
+    ("profile", "extra", "fragments"),
+    [
+        ("glm53-dflash7", {"DCP": "2"}, ["full-CKV gather", "VLLM_B12X_MLA_CKV_GATHER", "use DCP=1"]),
+        ("glm53-dflash7", {"DCP": "4"}, ["full-CKV gather"]),
+        ("glm53-dflash7", {"SPARKCACHE_ENABLED": "1"}, ["SparkCache 0.1.0a2 refuses", "Mamba",
+                                                         "set SPARKCACHE_ENABLED=0"]),
+        ("glm53-mtp5", {"SPECULATIVE_ADAPTIVE": "1"}, ["adaptive_num_speculative_tokens", "SPECULATIVE_ADAPTIVE=0"]),
+        ("glm53-dflash7", {"ATTENTION_BACKEND": "NOPE_ATTN"}, ["no such backend", "B12X"]),
+        ("glm53-dflash7", {"MOE_BACKEND": "flashinfer_cutlass"}, ["FlashInfer's kernels cannot run"]),
+        ("glm53-dflash7", {"FLASHINFER_ALLREDUCE": "1"}, ["FLASHINFER_ALLREDUCE=1", "flashinfer-cubin"]),
+    ],
+)
+def test_what_the_image_cannot_honour_is_refused(profile, extra, fragments):
+    with pytest.raises(InputError) as caught:
+        plan(profile, **extra)
+    message = str(caught.value)
+    assert message.startswith("r.env:"), message
+    assert str(PROFILES / profile / capability_file.FILE_NAME) in message
+    for fragment in fragments:
+        assert fragment in message, (fragment, message)
+
+
+def test_empty_backends_leave_the_choice_to_vllm():
+    launch = plan("glm53-dflash7", ATTENTION_BACKEND="", MOE_BACKEND="", LINEAR_BACKEND="")
+    assert not {"--attention-backend", "--moe-backend", "--linear-backend"} & set(launch.spec.serve_args)
+
+
+def test_manifest_round_trips_and_rejects_bad_documents(tmp_path):
+    path = PROFILES / "glm53-dflash7" / capability_file.FILE_NAME
+    caps = capability_file.load(path)
+    assert capability_file.dumps(caps) == path.read_bytes()
+    document = json.loads(path.read_bytes())
+    for mutate, fragment in (
+        (lambda d: d.update(schema="other"), "schema"),
+        (lambda d: d["backends"].update(attention="B12X"), "backends.attention"),
+        (lambda d: d.update(flashinfer_kernels="no"), "flashinfer_kernels"),
+        (lambda d: d["sparkcache"].update(glm5next_kv_groups_refusal=1), "glm5next_kv_groups_refusal"),
+    ):
+        broken = json.loads(json.dumps(document))
+        mutate(broken)
+        target = tmp_path / "caps.json"
+        target.write_text(json.dumps(broken))
+        with pytest.raises(InputError, match=fragment) as caught:
+            capability_file.load(target)
+        assert str(target) in str(caught.value)
+    with pytest.raises(InputError, match="not a regular file"):
+        capability_file.load(tmp_path)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(
+    names=st.lists(st.text(alphabet="ABCDEFGHIJ_0123456789abc", min_size=1, max_size=12), max_size=6, unique=True),
+    refusal=st.one_of(st.none(), st.text(max_size=40)),
+    flashinfer=st.booleans(),
+)
+def test_manifest_serialization_round_trips(names, refusal, flashinfer):
+    caps = capability_file.load(PROFILES / "glm53-dflash7" / capability_file.FILE_NAME)
+    changed = dataclasses.replace(caps, attention_backends=tuple(names), env_read={n: "evidence" for n in names},
+                                  sparkcache_glm5next_refusal=refusal, flashinfer_kernels=flashinfer, source="x")
+    again = capability_file.parse(json.loads(capability_file.dumps(changed)), "x")
+    assert again == changed

@@ -1,0 +1,289 @@
+"""Recipes: the seed's TOML recipe imports without dropping anything; export round-trips."""
+
+from __future__ import annotations
+
+import functools
+import json
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+from fixtures.launch import PROFILES, site_env
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sparkflake.launch.envfile import parse_env_text
+from sparkflake.launch.recipe import dump_recipe, import_recipe
+from sparkflake.launch.settings import render_value
+
+SEED_RECIPE = Path(__file__).parents[1] / "golden" / "launch" / "recipes" / "kindling-2x.recipe.toml"
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sparkflake.cli", *args], capture_output=True, text=True,
+                          timeout=120, check=False)
+
+
+def test_seed_recipe_import(tmp_path):
+    completed = cli("recipe", "import", str(SEED_RECIPE), "-o", str(tmp_path / "out"), "--json")
+    assert completed.returncode == 0, completed.stderr
+    report = json.loads(completed.stdout)
+    assert report["runtime"]["TP"] == "2" and report["runtime"]["NODE_COUNT"] == "2"
+    assert report["runtime"]["MAX_MODEL_LEN"] == "163840"
+    assert report["runtime"]["KV_CACHE_GIB"] == "8"  # --kv-cache-memory 8589934592
+    assert report["runtime"]["SPECULATIVE_METHOD"] == "dflash" and report["runtime"]["SPECULATIVE_TOKENS"] == "7"
+    assert report["runtime"]["SPARKCACHE_ENABLED"] == "0"
+    assert report["served_model_name"] == "glm53"
+    assert report["unknown_fields"] == ["docker_image_dir"]
+    assert "--chat-template" in report["unmapped_args"] and "--block-size" in report["unmapped_args"]
+    profile = tomllib.loads((tmp_path / "out" / "profile.toml").read_text())
+    source = tomllib.loads(SEED_RECIPE.read_text())
+    recipe = profile["recipe"]
+    # nothing is dropped: every field is mapped or kept verbatim
+    for key in ("docker_image", "docker_image_dir", "entrypoint", "model", "env", "extra_mounts", "mods"):
+        assert recipe[key] == source[key], key
+    assert recipe["env"]["VLLM_DENSE_W4"] == source["env"]["VLLM_DENSE_W4"]
+    assert recipe["speculative_config_extra"]["num_speculative_tokens_per_batch_size"][0] == [1, 1, 7]
+    # the env file parses as data and only holds catalog keys
+    env = parse_env_text((tmp_path / "out" / "runtime.env").read_text(), "runtime.env")
+    assert {a.key: a.value for a in env} == profile["runtime"]
+
+
+def test_export_then_import_round_trips_settings(tmp_path):
+    env_file = tmp_path / "r.env"
+    # DCP1: the profile's image refuses DCP2/DCP4 (no full-CKV gather switch it reads)
+    env_file.write_text(site_env(tmp_path, 0, DCP="1", MAX_NUM_SEQS="8", SPECULATIVE_TOKENS="5"))
+    out = tmp_path / "exported.recipe.toml"
+    completed = cli("recipe", "export", "0", str(env_file), "--profile", str(PROFILES / "glm53-dflash7"), "-o", str(out))
+    assert completed.returncode == 0, completed.stderr
+    imported = import_recipe(tomllib.loads(out.read_text()), str(out))
+    runtime = imported.runtime
+    assert runtime["DCP"] == "1" and runtime["CP_KV_INTERLEAVE"] == "1"
+    assert runtime["MAX_NUM_SEQS"] == "8" and runtime["SPECULATIVE_TOKENS"] == "5"
+    assert runtime["KV_CACHE_GIB"] == "26" and runtime["SPARKCACHE_ENABLED"] == "0"
+    assert imported.served_model_name == "glm-5.3-flash-dflash7"
+    assert imported.unknown_fields == ()
+
+
+def test_unknown_fields_are_reported_not_dropped(tmp_path):
+    document = tomllib.loads(SEED_RECIPE.read_text())
+    document["future_field"] = {"x": [1, 2]}
+    imported = import_recipe(document, "r.toml")
+    assert "future_field" in imported.unknown_fields
+    assert imported.profile_document()["recipe"]["future_field"] == {"x": [1, 2]}
+
+
+def test_bad_recipe_is_input_error(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("engine = \n")
+    completed = cli("recipe", "import", str(bad), "-o", str(tmp_path / "o"))
+    assert completed.returncode == 2 and "bad.toml: invalid TOML" in completed.stderr
+    bad.write_text('args = ["--speculative-config", "{not json"]\n')
+    completed = cli("recipe", "import", str(bad), "-o", str(tmp_path / "o"))
+    assert completed.returncode == 2 and "args[0] --speculative-config: not JSON" in completed.stderr
+
+
+@given(st.lists(st.sampled_from(["--max-model-len", "4096", "--x", "--block-size", "64", "auto", "--trust-remote-code",
+                                  "--speculative-config", '{"method":"mtp"}', "-1", "0x10"]), max_size=12))
+def test_import_never_drops_an_argument(args):
+    try:
+        imported = import_recipe({"args": args}, "r.toml")
+    except Exception as exc:  # only our input error is acceptable
+        from sparkflake.core.errors import InputError
+
+        assert isinstance(exc, InputError)
+        return
+    accounted = set(imported.unmapped_args) | {a for a in args if a.startswith("--")}
+    assert all(a in accounted or any(a in n for n in imported.notes) or a in imported.runtime.values()
+               or a.startswith("{") for a in args)
+
+
+@given(
+    st.sampled_from([1, 2, 4]),
+    st.booleans(),
+    st.integers(1, 64),
+    st.integers(1, 8),
+    st.sampled_from(["fastsafetensors", "safetensors"]),
+)
+def test_export_import_round_trip_property(dcp, sparkcache, seqs, depth, load_format):
+    import dataclasses
+    import hashlib
+
+    from fixtures.launch import DRAFT_FILES, TARGET_FILES, real_contract
+
+    from sparkflake.launch.contract import IdentityFile
+    from sparkflake.launch.engine import Engine
+    from sparkflake.launch.plan import plan_from_assignments
+    from sparkflake.launch.recipe import export_recipe
+
+    def rows(files):
+        return tuple(IdentityFile(n, hashlib.sha256(c).hexdigest(), len(c)) for n, c in sorted(files.items()))
+
+    # the launcher's own rules (the image's capabilities would refuse DCP2/DCP4, SparkCache on)
+    contract = dataclasses.replace(real_contract("glm53-dflash7"), target_files=rows(TARGET_FILES),
+                                   draft_files=rows(DRAFT_FILES), capabilities=None)
+    text = site_env(Path("/srv/p"), 0, DCP=str(dcp), SPARKCACHE_ENABLED=str(int(sparkcache)), MAX_NUM_SEQS=str(seqs),
+                    SPECULATIVE_TOKENS=str(depth), MAX_NUM_BATCHED_TOKENS="8192", LOAD_FORMAT=load_format)
+    plan = plan_from_assignments(rank=0, assignments=parse_env_text(text, "r.env"), source="r.env", contract=contract,
+                                 engine=Engine("podman", "podman"), image_id="sha256:" + "7" * 64, run_checks=False)
+    document = tomllib.loads(dump_recipe(export_recipe(plan).document))
+    imported = import_recipe(document, "exported.toml")
+    values = plan.resolution.values
+    for key, raw in imported.runtime.items():
+        assert raw == render_value(values[key]), key
+    for key in ("DCP", "MAX_NUM_SEQS", "SPECULATIVE_TOKENS", "SPARKCACHE_ENABLED", "LOAD_FORMAT", "KV_CACHE_GIB"):
+        assert key in imported.runtime, key
+
+
+# --------------------------------------------------------------- hostile input (issue 14)
+
+SEED = tomllib.loads(SEED_RECIPE.read_text()) if SEED_RECIPE.is_file() else {}
+
+
+def test_seed_import_keeps_the_draft_model_load_format_and_launcher_args():
+    imported = import_recipe(SEED, "seed.toml")
+    assert imported.kept["speculative_config_extra"]["model"] == "{{dflash}}"
+    assert imported.runtime["LOAD_FORMAT"] == "auto" and "--load-format" not in imported.unmapped_args
+    assert imported.kept["launcher_args"] == ["--distributed-executor-backend", "mp", "--enable-prefix-caching"]
+    assert imported.conflicts == ()
+
+
+def test_every_conflict_is_reported_and_vllm_s_last_value_imported():
+    document = dict(SEED)
+    document["args"] = [*SEED["args"], "--max-model-len", "131072", "--tensor-parallel-size", "4"]
+    imported = import_recipe(document, "r.toml")
+    assert imported.runtime["MAX_MODEL_LEN"] == "131072" and imported.runtime["TP"] == "4"
+    joined = "\n".join(imported.conflicts)
+    assert "--max-model-len is given 2 times with different values" in joined
+    assert "'163840'" in joined and "'131072'" in joined
+    assert "tensor_parallel_size = 2 but args[" in joined and "--tensor-parallel-size 4" in joined
+    assert len(imported.conflicts) == 2
+    assert imported.kept["tensor_parallel_size"] == 2  # the field is kept, not dropped
+    overridden = imported.unmapped_args.index("--max-model-len")  # the earlier one, kept
+    assert imported.unmapped_args[overridden + 1] == "163840"
+
+
+def test_custom_launcher_args_are_kept_as_data():
+    document = dict(SEED)
+    custom = ["--compilation-config", '{"level":3,"cudagraph_mode":"FULL"}', "--host", "10.1.2.3",
+              "--kv-transfer-config", '{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}']
+    document["args"] = [*SEED["args"], *custom]
+    imported = import_recipe(document, "r.toml")
+    kept = imported.kept["launcher_args"]
+    for flag, value in zip(custom[::2], custom[1::2], strict=True):
+        assert kept[kept.index(flag) + 1] == value
+    assert all(flag in " ".join(imported.notes) for flag in custom[::2])
+
+
+def test_export_of_an_imported_env_keeps_env_mounts_mods_and_unmapped_args(tmp_path):
+    out = tmp_path / "imported"
+    completed = cli("recipe", "import", str(SEED_RECIPE), "-o", str(out))
+    assert completed.returncode == 0, completed.stderr
+    env_file = out / "runtime.env"
+    env_file.write_text(env_file.read_text() + site_env(tmp_path, 0))
+    exported_path = tmp_path / "back.recipe.toml"
+    export = ["recipe", "export", "0", str(env_file), "--profile", str(PROFILES / "glm53-dflash7"),
+              "-o", str(exported_path)]
+    # The seed's MoE backend is one this image cannot run (its runtime-capabilities.json):
+    # the export, a launch resolution, refuses it by name before anything is written
+    refused = cli(*export)
+    assert refused.returncode == 2 and "MOE_BACKEND=flashinfer_cutlass" in refused.stderr, refused.stderr
+    assert not exported_path.exists()
+    env_file.write_text(env_file.read_text().replace("MOE_BACKEND=flashinfer_cutlass", "MOE_BACKEND=b12x"))
+    completed = cli(*export)
+    assert completed.returncode == 0, completed.stderr
+    assert f"carried [recipe] of {out / 'profile.toml'}" in completed.stdout
+    exported = tomllib.loads(exported_path.read_text())
+    replaced = completed.stdout
+    for key, value in SEED["env"].items():
+        assert exported["env"].get(key) == value or f"env {key}:" in replaced, key
+    for mount in SEED["extra_mounts"]:
+        assert mount in exported["extra_mounts"], mount
+    assert exported["mods"] == SEED["mods"]
+    args = exported["args"]
+    unmapped = import_recipe(SEED, "seed").unmapped_args
+    for flag in [word for word in unmapped if word.startswith("--")]:
+        assert flag in args or f"{flag}:" in replaced, flag
+    assert exported["docker_image_dir"] == SEED["docker_image_dir"]
+    assert exported["speculative_config_extra"]["model"] == "{{dflash}}"
+    assert exported["parent_model"] == SEED["parent_model"]
+    assert f"name: the launch sets {exported['name']!r}; the recipe's {SEED['name']!r} is not written" in replaced
+
+
+_ENV_KEYS = st.sampled_from(["HF_HUB_OFFLINE", "VLLM_X", "MAX_JOBS", "TRITON_CACHE_DIR", "VLLM_CACHE_ROOT", "A_B"])
+_WORDS = st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), max_size=12)
+_UNMAPPED = st.lists(st.sampled_from([["--chat-template", "t.jinja"], ["--trust-remote-code"], ["--tool-call-parser", "glm47"],
+                                       ["--block-size", "2304"], ["--host", "0.0.0.0"], ["--scheduler-cls", "x.Y"],
+                                       ["--compilation-config", '{"level":3}'], ["--max-model-len", "4096"]]),
+                     max_size=5).map(lambda groups: [word for group in groups for word in group])
+
+
+@given(
+    env=st.dictionaries(_ENV_KEYS, _WORDS, max_size=5),
+    mounts=st.lists(st.fixed_dictionaries({"host": st.sampled_from(["~/a", "/srv/b"]),
+                                           "container": st.sampled_from(["/root/.cache/x", "dflash", "/models/target"])}),
+                    max_size=3),
+    mods=st.none() | st.fixed_dictionaries({"commands": st.lists(st.fixed_dictionaries(
+        {"command": _WORDS, "on_failure": st.sampled_from(["warn", "fail"])}), max_size=2)}),
+    unknown=st.dictionaries(st.sampled_from(["docker_image_dir", "future_field", "bench"]),
+                            st.integers(0, 9) | _WORDS | st.lists(st.integers(0, 3), max_size=2), max_size=2),
+    unmapped=_UNMAPPED,
+    parent_model=st.none() | _WORDS,
+)
+def test_import_export_round_trips_the_recipe_s_fields(env, mounts, mods, unknown, unmapped, parent_model):
+    from sparkflake.launch.recipe import LAUNCHER_ARGS, UNMAPPED_ARGS, _grouped, export_recipe
+
+    recipe = {"engine": "vllm", "name": "r", "env": env, "extra_mounts": mounts, "args": unmapped, **unknown}
+    if mods is not None:
+        recipe["mods"] = mods
+    if parent_model is not None:
+        recipe["parent_model"] = parent_model
+    first = import_recipe(recipe, "r.toml")
+    plan = _fixed_plan()
+    # through TOML, as the CLI does: the [recipe] table and the exported file
+    table = tomllib.loads(dump_recipe(first.recipe_table()))
+    exported = export_recipe(plan, table)
+    document = tomllib.loads(dump_recipe(exported.document))
+    said = "\n".join(exported.notes)
+    for key, value in env.items():
+        assert document["env"].get(key) == value or f"env {key}:" in said, key
+    for mount in mounts:
+        assert mount in document["extra_mounts"] or f"mount {mount['container']}:" in said, mount
+    assert document.get("mods") == mods
+    assert document.get("parent_model") == parent_model
+    for key, value in unknown.items():
+        assert document[key] == value, key
+    launch_flags = dict(_grouped(plan.spec.serve_args[1:]))
+    written = _grouped(document["args"])
+    for flag, value in _grouped([*table.get(UNMAPPED_ARGS, []), *table.get(LAUNCHER_ARGS, [])]):
+        if flag in launch_flags and launch_flags[flag] != value:
+            assert f"{flag}: the launch sets" in said, flag
+        else:
+            assert (flag, value) in written, (flag, value)
+    second = import_recipe(document, "exported.toml")
+    for key, value in unknown.items():
+        assert second.kept[key] == value
+    assert second.kept.get("mods") == mods
+    assert {k: v for k, v in env.items() if document["env"].get(k) == v}.items() <= second.kept["env"].items()
+
+
+@functools.lru_cache(maxsize=1)
+def _fixed_plan():
+    import dataclasses
+    import hashlib
+
+    from fixtures.launch import DRAFT_FILES, TARGET_FILES, real_contract
+
+    from sparkflake.launch.contract import IdentityFile
+    from sparkflake.launch.engine import Engine
+    from sparkflake.launch.plan import plan_from_assignments
+
+    def rows(files):
+        return tuple(IdentityFile(n, hashlib.sha256(c).hexdigest(), len(c)) for n, c in sorted(files.items()))
+
+    contract = dataclasses.replace(real_contract("glm53-dflash7"), target_files=rows(TARGET_FILES),
+                                   draft_files=rows(DRAFT_FILES))
+    return plan_from_assignments(rank=0, assignments=parse_env_text(site_env(Path("/srv/p"), 0), "r.env"), source="r.env",
+                                 contract=contract, engine=Engine("podman", "podman"), image_id="sha256:" + "7" * 64,
+                                 run_checks=False)

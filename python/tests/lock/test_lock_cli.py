@@ -1,0 +1,110 @@
+"""`sparkflake lock validate FILE [--json]`, in process and through the console script."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_lock_model import SHA, VALID
+
+from sparkflake.cli import main
+
+pytestmark = pytest.mark.nix_sandbox  # needs nothing but Python: also run by the flake check
+
+SPARKFLAKE = str(Path(sys.executable).parent / "sparkflake")
+
+
+def _write(tmp_path: Path, text: str, name: str = "glm53.lock") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_valid_lock_exit_0_with_a_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _write(tmp_path, VALID)
+    assert main(["lock", "validate", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert out == f"{path}: valid (schema 1, linux/arm64, 1 deb, 1 file, 1 git, 1 oci, 1 sdist, 1 wheel)\n"
+
+
+def test_valid_lock_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _write(tmp_path, VALID)
+    assert main(["lock", "validate", str(path), "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["valid"] is True and document["file"] == str(path)
+    assert [pin["name"] for pin in document["lock"]["inputs"]] == [
+        "libc6:arm64", "nccl-switchless", "vllm-composition", "r8-image", "vllm-sdist", "vllm",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        (f'sha256 = "{SHA}"\nsize = 1', 'sha256 = "ABC"\nsize = 1',
+         'inputs[5].sha256: expected 64 lowercase hex digits, got "ABC"'),
+        ('size = 2\n', 'size = -2\n', "inputs[0].size: expected a non-negative integer, got integer -2"),
+        ('name = "r8-image"', 'name = "vllm"', 'inputs[5].name: duplicate input name "vllm"'),
+        ('urls = ["https://github.com', 'urls = ["ext::github.com', "inputs[2].urls[0]: expected a git URL"),
+        ('kind = "git"\n', 'kind = "git"\nextra = 1\n', "inputs[2].extra: unknown key"),
+        ('nar_hash = "sha256-47DEQ', 'nar_hash = "sha256-47DE', 'inputs[2].nar_hash: expected an SRI hash'),
+    ],
+)
+def test_invalid_lock_exit_2_names_file_and_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], old: str, new: str, expected: str
+) -> None:
+    path = _write(tmp_path, VALID.replace(old, new, 1))
+    assert main(["lock", "validate", str(path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith(f"sparkflake: error: {path}: {expected}")
+
+
+def test_console_script_truncated_toml(tmp_path: Path) -> None:
+    path = _write(tmp_path, VALID[: VALID.index("[[inputs]]") + 5])
+    result = subprocess.run([SPARKFLAKE, "lock", "validate", str(path)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.startswith(f"sparkflake: error: {path}: invalid TOML: ")
+    assert "(at line 8, column" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_console_script_wrong_type(tmp_path: Path) -> None:
+    path = _write(tmp_path, VALID.replace("size = 3\n", 'size = "3"\n'))
+    result = subprocess.run([SPARKFLAKE, "lock", "validate", str(path)], capture_output=True, text=True, timeout=60)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == (
+        f'sparkflake: error: {path}: inputs[1].size: expected a non-negative integer, got "3"\n'
+    )
+
+
+def test_console_script_valid(tmp_path: Path) -> None:
+    path = _write(tmp_path, VALID)
+    result = subprocess.run([SPARKFLAKE, "lock", "validate", str(path), "--json"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["lock"]["target"] == {"platform": "linux/arm64", "python": "3.11", "glibc": "2.36"}
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["lock", "validate", "/nonexistent/glm53.lock"], "sparkflake: error: /nonexistent/glm53.lock: cannot read: No such file or directory\n"),
+        (["lock", "validate"], "sparkflake: error: lock validate: missing FILE\n"),
+        (["lock", "validate", "x.lock", "--check"], "sparkflake: error: lock validate: --check and --update belong to"),
+    ],
+)
+def test_bad_usage_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str], expected: str) -> None:
+    assert main(argv) == 2
+    assert capsys.readouterr().err.startswith(expected)
+
+
+def test_directory_and_binary_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["lock", "validate", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == f"sparkflake: error: {tmp_path}: is a directory, expected a TOML file\n"
+    binary = tmp_path / "x.lock"
+    binary.write_bytes(b"\x00\xff\xfe")
+    assert main(["lock", "validate", str(binary)]) == 2
+    assert capsys.readouterr().err == f"sparkflake: error: {binary}: not UTF-8 text (byte offset 1)\n"

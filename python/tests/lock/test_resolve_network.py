@@ -1,0 +1,85 @@
+"""Networked (PyPI, Debian): lock, fetch and assemble a real subset twice; same NAR hash.
+
+The subset: sparkcache, b12x and fastsafetensors with their closure minus torch and the
+CUDA libraries it pulls (tens of MB instead of GB), and python3-minimal's Debian closure.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from sparkflake.compose.debian_base import DebInput, assemble_base
+from sparkflake.compose.python_env import WheelInput, assemble_python_env
+from sparkflake.core.blob_cache import Artifact, BlobCache
+from sparkflake.core.tree_digest import nar_hash
+from sparkflake.fetch import fetch_all
+from sparkflake.lock.resolve_debian import resolve_debian
+from sparkflake.lock.resolve_python import compile_pylock, select_wheels
+
+
+def _heavy(name: str) -> bool:
+    return name == "torch" or name.startswith(("nvidia-", "triton", "cuda-"))
+
+
+def _lock_subset(cache: BlobCache) -> tuple[list, list]:
+    text = compile_pylock(["sparkcache", "b12x", "fastsafetensors"])
+    wheels = [w for w in select_wheels(tomllib.loads(text)) if not _heavy(w.name)]
+    debs = resolve_debian(["python3-minimal"], cache=cache).pins
+    return wheels, debs
+
+
+@pytest.mark.network
+@pytest.mark.slow
+def test_real_subset_locks_fetches_and_assembles_identically(tmp_path: Path) -> None:
+    cache = BlobCache(tmp_path / "cache")
+    wheels, debs = _lock_subset(cache)
+    wheels_again, debs_again = _lock_subset(cache)
+    assert wheels == wheels_again and debs == debs_again  # resolution is stable
+    names = {w.name for w in wheels}
+    assert {"sparkcache", "b12x", "fastsafetensors"} <= names and "torch" not in names
+    assert {"python3-minimal", "python3.11-minimal", "libc6"} <= {d["package"] for d in debs}
+    wheel_artifacts = [Artifact(w.name, w.filename, w.sha256, w.size, (w.url,)) for w in wheels]
+    deb_artifacts = [Artifact(f"{d['package']}:{d['architecture']}", str(d["filename"]), str(d["sha256"]), int(d["size"]), tuple(d["urls"])) for d in debs]
+    report = fetch_all(wheel_artifacts + deb_artifacts, cache)
+    assert report.total_bytes == sum(a.size or 0 for a in wheel_artifacts + deb_artifacts)
+    wheel_inputs = [WheelInput(w.name, w.version, w.filename, cache.verified_path(a)) for w, a in zip(wheels, wheel_artifacts, strict=True)]
+    deb_inputs = [DebInput(str(d["package"]), str(d["version"]), str(d["architecture"]), cache.verified_path(a)) for d, a in zip(debs, deb_artifacts, strict=True)]
+    hashes = []
+    for run in ("first", "second"):
+        assemble_base(deb_inputs, tmp_path / run / "base")
+        assemble_python_env(wheel_inputs, tmp_path / run / "python")
+        hashes.append((nar_hash(tmp_path / run / "base"), nar_hash(tmp_path / run / "python")))
+    assert hashes[0] == hashes[1]
+    assert (tmp_path / "first/base/usr/bin/python3.11").is_file()
+    assert (tmp_path / "first/python/opt/venv/lib/python3.11/site-packages/sparkcache").is_dir()
+
+
+@pytest.mark.network
+@pytest.mark.slow
+def test_update_refreshes_one_input_and_keeps_the_rest(tmp_path: Path) -> None:
+    import shutil
+
+    from sparkflake.lock.lock_file import load_lock
+    from sparkflake.lock.pins import Lock
+    from sparkflake.lock.profile_locks import load_profile
+    from sparkflake.lock.resolve import update_input
+
+    repo_profiles = Path(__file__).resolve().parents[3] / "profiles"
+    profiles = tmp_path / "profiles"
+    for name in ("glm53-dflash7", "glm53-mtp5"):
+        (profiles / name).mkdir(parents=True)
+        shutil.copy(repo_profiles / name / "profile.toml", profiles / name / "profile.toml")
+    lock = load_lock(repo_profiles / "glm53.lock")
+    # pretend sparkcache and tzdata were locked long ago: drop them, then update each
+    aged = Lock(target=lock.target, inputs=tuple(p for p in lock.inputs if p.name not in ("idna",)))
+    aged = aged.replace_input(lock.by_name("sparkcache"))
+    profile = load_profile(profiles / "glm53-dflash7" / "profile.toml", check_locks=False)
+    updated = update_input(profile, aged, "sparkcache", cache=BlobCache(tmp_path / "cache"))
+    kept = {p.name for p in aged.inputs} - {"sparkcache"}
+    assert all(updated.get(name) == aged.get(name) for name in kept)
+    assert updated.get("idna") is not None  # a missing dependency comes back
+    updated_deb = update_input(profile, aged, "tzdata:all", cache=BlobCache(tmp_path / "cache"))
+    assert all(updated_deb.get(p.name) == p for p in aged.inputs if p.name != "tzdata:all")

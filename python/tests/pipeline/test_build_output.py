@@ -1,0 +1,88 @@
+"""`build -o PATH` replaces only an output sparkflake wrote (its marker, nothing else in
+it); a regular file, a symlink, a directory it did not write or an output an operator
+added to is refused with a clear error and left as it was; --force replaces it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sparkflake.cli import main
+from sparkflake.core.atomic_write import OUTPUT_MARKER
+
+FIXTURE = Path(__file__).resolve().parents[3] / "profiles" / "fixture"
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("build-output-cache")
+
+
+def build(out: Path, cache: Path, *extra: str) -> int:
+    return main(["build", str(FIXTURE), "-o", str(out), "--cache", str(cache), "--offline", *extra])
+
+
+def snapshot(path: Path) -> dict[str, bytes]:
+    if path.is_file():
+        return {"": path.read_bytes()}
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def test_a_regular_file_is_refused_and_kept(tmp_path, cache, capsys):
+    out = tmp_path / "result"
+    out.write_text("the operator's notes\n")
+    assert build(out, cache) == 2
+    err = capsys.readouterr().err
+    assert f"{out}: exists and is not a directory sparkflake wrote (it is a regular file)" in err
+    assert "--force" in err
+    assert out.read_text() == "the operator's notes\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["result"]  # no staging left
+
+
+def test_a_foreign_directory_is_refused_and_kept(tmp_path, cache, capsys):
+    out = tmp_path / "result"
+    out.mkdir()
+    (out / "thesis.tex").write_text("years of work\n")
+    assert build(out, cache) == 2
+    assert f"{out}: a directory sparkflake did not write (no {OUTPUT_MARKER}; holds thesis.tex)" in capsys.readouterr().err
+    assert snapshot(out) == {"thesis.tex": b"years of work\n"}
+
+
+def test_a_symlink_is_refused(tmp_path, cache, capsys):
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    out = tmp_path / "result"
+    out.symlink_to(target)
+    assert build(out, cache) == 2
+    assert "(it is a symlink)" in capsys.readouterr().err
+    assert out.is_symlink() and list(target.iterdir()) == []
+
+
+def test_own_output_is_replaced_but_not_with_an_added_file(tmp_path, cache, capsys):
+    out = tmp_path / "result"
+    assert build(out, cache) == 0
+    marker = json.loads((out / OUTPUT_MARKER).read_text())
+    assert marker["kind"] == "sparkflake.output-directory"
+    assert set(marker["entries"]) == {p.name for p in out.iterdir()} - {OUTPUT_MARKER}
+    assert build(out, cache) == 0  # a rebuild replaces what sparkflake wrote
+    (out / "my-notes.txt").write_text("keep me\n")
+    before = snapshot(out)
+    assert build(out, cache) == 2
+    assert "holds entries sparkflake did not write (my-notes.txt); they would be lost" in capsys.readouterr().err
+    assert snapshot(out) == before
+
+
+def test_force_replaces_anything(tmp_path, cache):
+    out = tmp_path / "result"
+    out.write_text("x")
+    assert build(out, cache, "--force") == 0
+    assert (out / "digests.json").is_file() and (out / OUTPUT_MARKER).is_file()
+
+
+def test_an_empty_directory_is_used(tmp_path, cache):
+    out = tmp_path / "result"
+    out.mkdir()
+    assert build(out, cache) == 0
+    assert (out / OUTPUT_MARKER).is_file()

@@ -1,0 +1,158 @@
+"""The repository shape of DESIGN.md, the README's two quick-start commands and the CI hook
+that ties the README's test command to .ci/run, and the bootstrap scripts."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from sparkflake.cli import build_parser
+
+pytestmark = pytest.mark.nix_sandbox  # needs nothing but Python: also run by the flake check
+
+REPO = Path(__file__).resolve().parents[3]
+README = REPO / "README.md"
+# The project hook: the README's first line matching this appears verbatim in .ci/run.
+TEST_COMMAND_LINE = re.compile(r"^\s*(\./|make |bin/|nix |sparkflake )[^#]*test")
+
+LAYOUT = [
+    "flake.nix",
+    "flake.lock",
+    "nix/package.nix",
+    "nix/fetch-locked.nix",
+    "nix/offline-nixpkgs/flake.nix",
+    "overlays/default.nix",
+    "overlays/vllm",
+    "checks/default.nix",
+    "profiles/glm53-dflash7/profile.toml",
+    "profiles/glm53-mtp5/profile.toml",
+    "python/pyproject.toml",
+    "python/uv.lock",
+    "python/src/sparkflake/__init__.py",
+    "python/tests",
+    "docs/quickstart.md",
+    "docs/architecture.md",
+    "bench",
+    "README.md",
+    ".ci/run",
+    "bin/test",
+    "bin/sparkflake",
+    "bin/bootstrap",
+    "bin/nix-offline",
+    "bin/debian-packages.txt",
+]
+STAGES = [
+    "core/",
+    "profile/",
+    "lock/",
+    "fetch/",
+    "compose/",
+    "oci/",
+    "signing/",
+    "audit/",
+    "runtime/",
+    "distribute/",
+    "launch/",
+    "cli/",
+]
+
+
+@pytest.mark.parametrize("relative", LAYOUT)
+def test_design_layout_exists(relative: str) -> None:
+    assert (REPO / relative).exists(), relative
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_one_module_or_package_per_stage(stage: str) -> None:
+    package_root = REPO / "python" / "src" / "sparkflake"
+    name = stage.rstrip("/")
+    as_package = package_root / name / "__init__.py"
+    as_module = package_root / f"{name}.py"
+    assert as_package.is_file() or (not stage.endswith("/") and as_module.is_file()), stage
+
+
+def quick_start_commands() -> list[str]:
+    text = README.read_text()
+    section = text.split("## Quick start", 1)[1]
+    block = section.split("```sh\n", 1)[1].split("```", 1)[0]
+    return [line for line in block.splitlines() if line.strip()]
+
+
+def test_readme_quick_start_is_exactly_the_main_job_and_the_test_command() -> None:
+    assert quick_start_commands() == ["./bin/sparkflake build glm53-dflash7", "./bin/test"]
+
+
+def test_readme_test_command_line_is_verbatim_in_ci_run() -> None:
+    matching = [line for line in README.read_text().splitlines() if TEST_COMMAND_LINE.match(line)]
+    assert matching, "README has no test command line"
+    assert matching[0] == "./bin/test"
+    assert matching[0] in (REPO / ".ci" / "run").read_text().splitlines()
+
+
+def test_the_main_job_is_a_real_cli_command() -> None:
+    main_job = quick_start_commands()[0].split()
+    assert main_job[0] == "./bin/sparkflake"
+    arguments = build_parser().parse_args(main_job[1:])
+    assert callable(arguments.handler)
+
+
+def test_readme_names_only_documents_that_exist() -> None:
+    named = set(re.findall(r"\bdocs/[a-z-]+\.md\b", README.read_text()))
+    assert {"docs/quickstart.md", "docs/architecture.md"} <= named
+    assert [name for name in sorted(named) if not (REPO / name).is_file()] == []
+
+
+@pytest.mark.parametrize(
+    "script", [".ci/run", "bin/test", "bin/sparkflake", "bin/bootstrap", "bin/nix-offline"]
+)
+def test_scripts_are_executable_bash_that_parses(script: str) -> None:
+    path = REPO / script
+    assert os.access(path, os.X_OK), script
+    assert path.read_text().startswith("#!/usr/bin/env bash\n")
+    completed = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+    assert completed.returncode == 0, completed.stderr
+
+
+def test_ci_runs_the_readme_test_command_from_its_own_checkout() -> None:
+    ci_run = (REPO / ".ci" / "run").read_text()
+    assert 'cd "$(dirname "${BASH_SOURCE[0]}")/.."' in ci_run
+    assert ci_run.rstrip().endswith("./bin/test")
+
+
+def test_debian_package_list_has_every_tool_the_tests_use() -> None:
+    listed = {
+        line.split("#", 1)[0].strip()
+        for line in (REPO / "bin" / "debian-packages.txt").read_text().splitlines()
+    } - {""}
+    required = {"nix-bin", "skopeo", "umoci", "podman", "docker-registry", "openssh-server"}
+    required |= {"iproute2", "dpkg-dev", "zstd", "python3-venv"}
+    assert required <= listed
+
+
+@pytest.mark.network
+def test_bootstrap_is_idempotent() -> None:
+    # After ./bin/test's own bootstrap, a run finds everything in place: nothing is installed.
+    for _ in range(2):
+        completed = subprocess.run(
+            [str(REPO / "bin" / "bootstrap")], capture_output=True, text=True, timeout=600
+        )
+        assert completed.returncode == 0, completed.stderr
+        assert "installing" not in completed.stderr
+        assert "creating" not in completed.stderr
+        assert "WARNING" not in completed.stderr
+
+
+def test_runtime_stage_imports_nothing_later_and_launch_reads_only_its_manifest() -> None:
+    """Flow order: runtime comes after audit and before distribution and launch."""
+    source = REPO / "python" / "src" / "sparkflake"
+    later = re.compile(r"^\s*(from|import)\s+(\.\.|sparkflake\.)(launch|distribute|cli|pipeline)\b", re.M)
+    for path in (source / "runtime").glob("*.py"):
+        assert not later.search(path.read_text()), path
+    runtime_import = re.compile(r"^\s*from\s+\.\.runtime(\.[a-z_]+)?\s+import\s+([^\n]+)", re.M)
+    for path in (source / "launch").glob("*.py"):
+        for module, names in runtime_import.findall(path.read_text()):
+            assert module == ".capabilities", (path, module, names)

@@ -1,0 +1,189 @@
+"""Unpacking an image's verified layers into a scratch root (runtime.rootfs), and the
+check's refusals of bad images before any interpreter runs: no Python, another platform,
+a missing or altered layer. Images are built by sparkflake's own OCI builder."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sparkflake.core.errors import CheckFailed, InputError
+from sparkflake.oci import (
+    BlobStore,
+    ImageSpec,
+    LayerInput,
+    LayerSpec,
+    TreeSource,
+    build_image,
+    write_image_outputs,
+)
+from sparkflake.oci.reader import open_image
+from sparkflake.oci.types import Platform
+from sparkflake.runtime import rootfs
+from sparkflake.runtime.check import run_check
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _image(tmp: Path, trees: list[Path], deletions: tuple[str, ...] = (), platform: str = "linux/arm64") -> Path:
+    layers = [LayerSpec(LayerInput(sources=(TreeSource(str(tree)),)), f"layer {i}") for i, tree in enumerate(trees)]
+    if deletions:
+        layers.append(LayerSpec(LayerInput(deletions=deletions), "deletions"))
+    image = build_image(ImageSpec(layers=tuple(layers), platform=Platform.parse(platform)), BlobStore(tmp / "cache"))
+    write_image_outputs(image, tmp / "out")
+    return tmp / "out"
+
+
+def _tree(root: Path, files: dict[str, bytes], links: dict[str, str] | None = None) -> Path:
+    for name, content in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content)
+    for name, target in (links or {}).items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(target, path)
+    return root
+
+
+def test_unpack_applies_layers_whiteouts_and_symlinks(tmp_path):
+    lower = _tree(tmp_path / "lower", {"usr/lib/a.txt": b"a", "usr/lib/gone.txt": b"x", "etc/keep": b"k"},
+                  {"lib": "usr/lib", "etc/abs": "/usr/lib/a.txt"})
+    upper = _tree(tmp_path / "upper", {"usr/lib/a.txt": b"new", "usr/bin/tool": b"\x7fELF"})
+    out = _image(tmp_path, [lower, upper], deletions=("/usr/lib/gone.txt",))
+    unpacked = rootfs.unpack_image(open_image(out / "oci"), tmp_path / "scratch")
+    root = unpacked.path
+    assert (root / "usr/lib/a.txt").read_bytes() == b"new"
+    assert not (root / "usr/lib/gone.txt").exists()
+    assert os.readlink(root / "lib") == "usr/lib" and os.readlink(root / "etc/abs") == "/usr/lib/a.txt"
+    assert (root / "usr/bin/tool").read_bytes() == b"\x7fELF"
+    # reused only while every entry's stat identity is as recorded
+    again = rootfs.unpack_image(open_image(out / "oci"), tmp_path / "scratch")
+    assert again.entries == unpacked.entries and (root / "usr/lib/a.txt").read_bytes() == b"new"
+    (root / "usr/lib/a.txt").write_bytes(b"tampered")
+    rootfs.unpack_image(open_image(out / "oci"), tmp_path / "scratch")
+    assert (root / "usr/lib/a.txt").read_bytes() == b"new"
+
+
+def _raw_layer(members: list[tuple[tarfile.TarInfo, bytes]]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for info, content in members:
+            info.size = len(content) if info.isreg() else 0
+            tar.addfile(info, io.BytesIO(content) if info.isreg() else None)
+    return buffer.getvalue()
+
+
+def _entry(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    info.linkname = link
+    info.mode = 0o644
+    return info
+
+
+@pytest.mark.parametrize(
+    ("members", "fragment"),
+    [
+        ([(_entry("../escape"), b"x")], "contains '..'"),
+        ([(_entry("a/../../escape"), b"x")], "contains '..'"),
+        ([(_entry("/abs"), b"x")], "absolute path"),
+        ([(_entry("hard", tarfile.LNKTYPE, "../etc/passwd"), b"")], "contains '..'"),
+    ],
+)
+def test_unsafe_entries_are_refused(tmp_path, members, fragment):
+    (tmp_path / "root").mkdir()
+    with tarfile.open(fileobj=io.BytesIO(_raw_layer(members)), mode="r|") as tar:
+        with pytest.raises(CheckFailed) as caught:
+            for member in tar:
+                rootfs._extract(tar, member, tmp_path / "root", "layer.tar")
+    assert fragment in str(caught.value) and caught.value.check_id == "runtime.layer-entry"
+
+
+def test_a_symlink_cannot_lead_an_entry_out_of_the_root(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    root = tmp_path / "root"
+    root.mkdir()
+    members = [(_entry("evil", tarfile.SYMTYPE, str(outside)), b""), (_entry("evil/planted"), b"x"),
+               (_entry("rel", tarfile.SYMTYPE, "../../../../.."), b""), (_entry("rel/planted2"), b"y")]
+    with tarfile.open(fileobj=io.BytesIO(_raw_layer(members)), mode="r|") as tar:
+        with pytest.raises(CheckFailed) as caught:
+            for member in tar:
+                rootfs._extract(tar, member, root, "layer.tar")
+    assert caught.value.check_id == "path-escape" and "rel/planted2" in str(caught.value)
+    assert list(outside.iterdir()) == []
+    # an absolute target is followed inside the root, as a container's chroot would
+    assert (root / str(outside).lstrip("/") / "planted").read_bytes() == b"x"
+
+
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(st.lists(st.text(alphabet="ab./", min_size=1, max_size=12), min_size=1, max_size=6))
+def test_entry_names_never_escape(tmp_path_factory, names):
+    base = tmp_path_factory.mktemp("case")
+    root = base / "root"
+    root.mkdir()
+    members = [(_entry(name), b"z") for name in names]
+    try:
+        with tarfile.open(fileobj=io.BytesIO(_raw_layer(members)), mode="r|") as tar:
+            for member in tar:
+                rootfs._extract(tar, member, root, "layer.tar")
+    except (CheckFailed, InputError, OSError):
+        pass
+    assert [p.name for p in base.iterdir()] == ["root"]
+
+
+def test_altered_layer_fails_and_leaves_no_root(tmp_path):
+    out = _image(tmp_path, [_tree(tmp_path / "t", {"f": bytes(range(256)) * 64})])
+    reader = open_image(out / "oci")
+    blob = out / "oci" / reader.layer_refs[0].name
+    data = bytearray(blob.read_bytes())
+    data[-9] ^= 0xFF  # inside the gzip trailer (CRC32): the tar stream itself still reads
+    blob.write_bytes(bytes(data))
+    with pytest.raises((CheckFailed, InputError)):
+        rootfs.unpack_image(open_image(out / "oci"), tmp_path / "scratch")
+    assert not (tmp_path / "scratch" / "root").exists()
+
+
+def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sparkflake.cli", *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=600, check=False)
+
+
+def test_bad_images_are_named_check_failures(tmp_path):
+    """No Python, another platform, a missing layer: a check id, exit 1 or 2, no traceback."""
+    no_python = _image(tmp_path / "a", [_tree(tmp_path / "a" / "t", {"etc/os-release": b"ID=none\n"})])
+    amd64 = _image(tmp_path / "b", [_tree(tmp_path / "b" / "t", {"f": b"x"})], platform="linux/amd64")
+    missing = tmp_path / "c"
+    shutil.copytree(no_python, missing)
+    reader = open_image(missing / "oci")
+    (missing / "oci" / reader.layer_refs[0].name).unlink()
+    expectations = [(no_python, 1, "runtime.interpreter", "no Python interpreter"),
+                    (amd64, 1, "runtime.platform", "linux/amd64"),
+                    (missing, 2, "runtime.unpack", "is missing")]
+    for out, code, check_id, fragment in expectations:
+        completed = _cli("runtime", "check", str(out), "--profile", "glm53-dflash7", "--json",
+                         "--scratch", str(tmp_path / "scratch"))
+        assert completed.returncode == code, (out, completed.stdout, completed.stderr)
+        assert "Traceback" not in completed.stderr
+        report = json.loads(completed.stdout)
+        failed = [c for c in report["checks"] if c["status"] in ("fail", "error")]
+        assert failed and failed[0]["id"] == check_id and fragment in failed[0]["detail"], failed
+        assert report["capabilities"] is None
+
+
+def test_run_check_never_raises_on_a_path_that_is_not_an_image(tmp_path):
+    (tmp_path / "junk").write_bytes(b"not an image")
+    report = run_check(tmp_path / "junk", cases=[], expected_versions={}, platform="linux/arm64",
+                       scratch=tmp_path / "scratch")
+    assert report.exit_code == 2 and report.checks[0].id == "runtime.unpack"
