@@ -277,7 +277,7 @@ def test_elf_walk_keeps_the_os_walk_order_and_the_machines(tmp_path_factory, lay
 def test_scratch_on_the_memory_file_system_is_private_and_cleaned(tmp_path: Path, monkeypatch) -> None:
     """The patched-source scratch goes to /dev/shm (a copy across file systems works),
     is gone after the build, and a killed build's leftover is removed by the next one."""
-    from sparkflake.compose import build as build_module
+    from sparkflake import pipeline as build_module
     from sparkflake.compose.source_overlay import _copy_file
 
     shm = tmp_path / "shm"

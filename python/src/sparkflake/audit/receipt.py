@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ..compose import generated, receipt
 from ..compose.verification import FAILED, PASSED, LinkResult
+from ..core.canonical_json import readable_json_bytes
 from ..core.errors import CheckFailed, InputError, SparkflakeError
 from ..oci.compression import Decompressor, detect_compression
 from ..oci.reader import ImageReader, open_image
@@ -240,7 +241,7 @@ def verify_receipt(receipt_path: str | os.PathLike[str], image_path: str | os.Pa
                 problems.append(f"{path}: absent from the image")
             elif hashlib.sha256(content).hexdigest() != item["digest"]["sha256"]:
                 problems.append(f"{path}: sha256 {hashlib.sha256(content).hexdigest()}, receipt {item['digest']['sha256']}")
-        derived = receipt.canonical_bytes(receipt.in_image_from_full(full))
+        derived = readable_json_bytes(receipt.in_image_from_full(full))
         if documents[generated.RECEIPT_PATH] is not None and documents[generated.RECEIPT_PATH] != derived:
             problems.append(f"{generated.RECEIPT_PATH}: differs from the in-image statement the full receipt derives")
         if problems:

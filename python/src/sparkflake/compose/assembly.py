@@ -16,6 +16,7 @@ from pathlib import Path, PurePosixPath
 from packaging.utils import canonicalize_name
 
 from ..core.atomic_write import write_bytes_atomic
+from ..core.canonical_json import readable_json_bytes
 from ..core.digest import sha256_file
 from ..core.errors import CheckFailed, InputError
 from ..core.file_hashes import FileHashes
@@ -23,7 +24,6 @@ from ..core.progress import ProgressCallback
 from ..core.tree_digest import git_tree_id, nar_hash
 from ..lock.pins import GitPin, Lock, SdistPin, WheelPin
 from ..lock.target import Target
-from . import generated
 from .composition import OVERLAY_PACKAGE, Composition
 from .debian_base import DebInput, assemble_base
 from .elf import iter_elf_files
@@ -350,9 +350,9 @@ def assemble(
         overlay_tree=overlay_tree,
         overlay_deletions=tuple(deleted),
         retained_native=retained,
-        retained_native_bytes=generated.json_file_bytes(retained),
+        retained_native_bytes=readable_json_bytes(retained),
         overlay=overlay,
-        overlay_bytes=generated.json_file_bytes(overlay),
+        overlay_bytes=readable_json_bytes(overlay),
         source_identity=source_identity,
         nccl_library_sha256=nccl_library,
         env_distributions=tuple(distributions),

@@ -8,7 +8,6 @@ keys (source, revision, version, created, licenses, base.digest) and ``org.spark
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -127,8 +126,6 @@ def missing_labels(labels: Mapping[str, str]) -> list[str]:
     return [key for key in REQUIRED_LABELS if not labels.get(key)]
 
 
-def json_file_bytes(document: object) -> bytes:
-    return (json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
 
 
 def generated_files(

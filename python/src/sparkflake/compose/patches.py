@@ -17,7 +17,6 @@ POSIX paths from the tree root, e.g. ``vllm/envs.py`` for the vLLM source.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import tomllib
@@ -25,6 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from ..core.canonical_json import canonical_json_bytes
 from ..core.errors import CheckFailed, InputError
 
 PATCH_SET_MANIFEST = "patches.toml"
@@ -102,7 +102,7 @@ class PatchSet:
     def patch_set_sha256(self) -> str:
         """sha256 of the canonical JSON of names, diff hashes and anchors: changes when
         any diff byte or any anchor changes."""
-        return hashlib.sha256(canonical_json(self.identity())).hexdigest()
+        return hashlib.sha256(canonical_json_bytes(self.identity())).hexdigest()
 
     def identity(self) -> dict[str, object]:
         return {
@@ -132,8 +132,6 @@ class PatchedFile:
     content: bytes | None
 
 
-def canonical_json(document: object) -> bytes:
-    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def sha256_bytes(content: bytes) -> str:

@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.canonical_json import readable_json_bytes
 from ..core.documents import read_regular_file
 from ..core.errors import InputError
 
@@ -104,10 +105,6 @@ def load_receipt(path: str | os.PathLike[str]) -> dict[str, Any]:
     return statement
 
 
-def canonical_bytes(document: object) -> bytes:
-    """The receipt's stored bytes: sorted keys, 2-space indent, final newline (readable
-    and still byte-stable)."""
-    return (json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
 
 
 def sha256_hex(content: bytes) -> str:
@@ -174,7 +171,7 @@ def full_statement(
         {
             "name": IN_IMAGE_RECEIPT,
             "uri": "file:///etc/sparkflake/receipt.json",
-            "digest": {"sha256": sha256_hex(canonical_bytes(in_image))},
+            "digest": {"sha256": sha256_hex(readable_json_bytes(in_image))},
         }
     )
     for index, layer in enumerate(layers):

@@ -28,10 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from ..core.atomic_write import copy_bytes
+from ..core.canonical_json import canonical_json_bytes
 from ..core.digest import sha256_file
 from ..core.errors import CheckFailed, InputError
 from .elf import ELF_MAGIC, iter_elf_files, parse_header
-from .patches import ABSENT, FileReader, PatchedFile, PatchSet, apply_patch_set, canonical_json
+from .patches import ABSENT, FileReader, PatchedFile, PatchSet, apply_patch_set
 
 RETAINED_NATIVE_SCHEMA = "https://sparkflake.dev/retained-native/v1"
 OVERLAY_SCHEMA = "https://sparkflake.dev/source-overlay/v1"
@@ -394,7 +395,7 @@ def overlay_manifest(
 
 def manifest_sha256(manifest: Mapping[str, object]) -> str:
     """sha256 of a manifest's canonical JSON (sorted keys, no spaces): the bytes stored."""
-    return hashlib.sha256(canonical_json(manifest)).hexdigest()
+    return hashlib.sha256(canonical_json_bytes(manifest)).hexdigest()
 
 
 def package_tree_hashes(

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .. import __version__
+from ..core.canonical_json import readable_json_bytes
 from ..core.digest import sha256_file
 from ..core.timestamps import rfc3339
 from ..lock.pins import GitPin, Pin
@@ -147,7 +148,7 @@ def prepare_top(
     labels = generated.composition_labels(facts, profile.labels)
     resolved = resolved_dependencies(composition, assembly)
     profile_document = profile_to_dict(profile)
-    profile_bytes = generated.json_file_bytes(profile_document)
+    profile_bytes = readable_json_bytes(profile_document)
     byproducts = [
         {
             "name": receipt.RETAINED_NATIVE,
@@ -177,7 +178,7 @@ def prepare_top(
     provenance: dict[str, object] = {}
     if assembly.package_overlays:
         document = source_packages_document_of(assembly)
-        source_packages = generated.json_file_bytes(document)
+        source_packages = readable_json_bytes(document)
         # which files came from which source, per package (the lists: source-packages.json)
         provenance["sourcePackages"] = [
             {"package": entry["package"], "source": entry["source"],
@@ -215,7 +216,7 @@ def prepare_top(
         builder_version=__version__,
     )
     in_image = receipt.in_image_statement(lower_diff_ids=list(lower_diff_ids), predicate=predicate)
-    in_image_bytes = receipt.canonical_bytes(in_image)
+    in_image_bytes = readable_json_bytes(in_image)
     top_input = _top_input(assembly, in_image_bytes, profile_bytes, source_packages)
     return PreparedTop(labels, in_image, in_image_bytes, profile_bytes, top_input, base_digest, resolved)
 

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..core.atomic_write import atomic_directory, write_bytes_atomic
+from ..core.canonical_json import canonical_json_bytes
 from .layer_input import TreeWalk, walk_lstat, walk_tree
 
 ENTRY_FORMAT = "sparkflake-tree-cache-v1"
@@ -37,7 +38,7 @@ TREE_DIR = "tree"
 
 def recipe_key(recipe: Mapping[str, object]) -> str:
     material = {"format": ENTRY_FORMAT, "sparkflake": __version__, **recipe}
-    return hashlib.sha256(json.dumps(material, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    return hashlib.sha256(canonical_json_bytes(material, ascii_only=True)).hexdigest()
 
 
 def _listed_identity(root: Path) -> dict[str, list]:

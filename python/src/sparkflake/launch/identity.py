@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.atomic_write import write_bytes_atomic
+from ..core.canonical_json import canonical_json_bytes
 from ..core.errors import InputError
 
 IDENTITY_SCHEMA = "sparkflake.runtime-identity/v1"
@@ -39,16 +40,12 @@ IDENTITY_FILE = "identity.json"
 NAMESPACE_HEX_CHARS = 24
 
 
-def canonical_json(document: Any) -> bytes:
-    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode(
-        "ascii"
-    )
 
 
 def checkpoint_identity(files: Any) -> str:
     """SHA-256 over the sorted (path, sha256, size) list of identity-bearing files."""
     rows = sorted(({"path": f.path, "sha256": f.sha256, "size": f.size} for f in files), key=lambda r: r["path"])
-    return hashlib.sha256(canonical_json(rows)).hexdigest()
+    return hashlib.sha256(canonical_json_bytes(rows, ascii_only=True)).hexdigest()
 
 
 def sparkcache_version() -> str:
@@ -200,7 +197,7 @@ def runtime_identity(
 
 
 def identity_hash(identity: Mapping[str, Any]) -> str:
-    return hashlib.sha256(canonical_json(identity)).hexdigest()
+    return hashlib.sha256(canonical_json_bytes(identity, ascii_only=True)).hexdigest()
 
 
 def namespace(identity: Mapping[str, Any]) -> str:
@@ -261,7 +258,7 @@ def accept_state(
         moved_to = str(quarantine(state, Path(quarantine_root), reason or "mismatch", identity, now=now))
     if action != "reused":
         state.mkdir(parents=True, exist_ok=True)
-        write_bytes_atomic(state / IDENTITY_FILE, canonical_json(dict(identity)) + b"\n")
+        write_bytes_atomic(state / IDENTITY_FILE, canonical_json_bytes(dict(identity), ascii_only=True) + b"\n")
     return StateDecision(path=str(state), action=action, quarantine=moved_to, reason=reason)
 
 

@@ -12,10 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.canonical_json import canonical_json_bytes
 from ..core.errors import InputError
 from .contract import LaunchContract
 from .envfile import EnvAssignment
-from .identity import canonical_json
 from .resolution import Resolution, resolve
 from .settings import CATALOG, render_value
 
@@ -44,7 +44,7 @@ def qualification_values(values: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def settings_hash(values: Mapping[str, Any]) -> str:
-    return "sha256:" + hashlib.sha256(canonical_json(qualification_values(values))).hexdigest()
+    return "sha256:" + hashlib.sha256(canonical_json_bytes(qualification_values(values), ascii_only=True)).hexdigest()
 
 
 def qualify(resolution: Resolution, contract: LaunchContract, image_id: str | None) -> Qualification:

@@ -18,6 +18,7 @@ from ..compose.top_layer import DEFAULT_ENV, PreparedTop, prepare_top
 from ..compose.verification import LinkResult
 from ..core.atomic_write import atomic_directory, write_bytes_atomic
 from ..core.builder_identity import builder_identity
+from ..core.canonical_json import readable_json_bytes
 from ..core.errors import InputError
 from ..core.progress import ProgressCallback
 from ..core.timestamps import rfc3339
@@ -156,7 +157,7 @@ def image_sbom(composition: Composition, fetched: FetchedInputs, image: BuiltIma
         patch_set=(f"patch-set:{composition.patch_set_name}", composition.patch_set.patch_set_sha256),
         source_name=composition.source.name,
     )
-    content = receipt.canonical_bytes(document)
+    content = readable_json_bytes(document)
     artifact = referring_artifact(
         artifact_type=sbom.SPDX_MEDIA_TYPE, blob=content, title=SBOM_FILE,
         subject_digest=image.manifest_digest, subject_size=len(image.manifest_bytes),
@@ -296,7 +297,7 @@ def write_outputs_into(
         staging / "docker-archive.tar" if "docker-archive" in formats else None,
         combined,
     )
-    write_bytes_atomic(staging / "receipt.json", receipt.canonical_bytes(result.full_receipt))
+    write_bytes_atomic(staging / "receipt.json", readable_json_bytes(result.full_receipt))
     if result.sbom_bytes is not None:
         write_bytes_atomic(staging / SBOM_FILE, result.sbom_bytes)
     if result.assembly is not None:
@@ -304,7 +305,7 @@ def write_outputs_into(
         write_bytes_atomic(staging / "source-overlay.json", result.assembly.overlay_bytes)
         if result.assembly.package_overlays:
             write_bytes_atomic(staging / "source-packages.json",
-                               generated.json_file_bytes(source_packages_document_of(result.assembly)))
+                               readable_json_bytes(source_packages_document_of(result.assembly)))
     digests = result.image.digests_record()
     digests["profile"] = result.profile
     digests["layer_names"] = list(result.layer_names)

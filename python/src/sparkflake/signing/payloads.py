@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.canonical_json import canonical_json_bytes
 from ..core.digest import is_digest
 from ..core.errors import CheckFailed
 
@@ -151,7 +152,7 @@ def provenance_statement(receipt: Mapping[str, Any], subject_name: str, manifest
         "predicateType": SLSA_PROVENANCE_V1,
         "predicate": receipt["predicate"],
     }
-    return json.dumps(statement, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    return canonical_json_bytes(statement)
 
 
 def statement_subject_digests(statement: Mapping[str, Any], where: str) -> set[str]:
