@@ -99,7 +99,8 @@ def setup(work: Path, draft_bytes: int) -> dict:
     import dataclasses
 
     from sparkflake.lock.profile_locks import load_profile
-    from sparkflake.profile.model import CheckpointFile, dump_profile
+    from sparkflake.profile.model import CheckpointFile
+    from sparkflake.profile.profile_file import dump_profile
 
     profile = load_profile(REPO / "profiles" / "glm53-dflash7" / "profile.toml", check_locks=False)
     checkpoints = {

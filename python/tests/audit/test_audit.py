@@ -378,7 +378,7 @@ def test_registry_unreachable_and_missing(registry_server, capsys):  # noqa: F81
 
 @pytest.mark.parametrize("profile", ["fixture", "glm53-dflash7"])
 def test_committed_expected_digests_are_well_formed(profile):
-    from sparkflake.profile.model import find_profiles_dir
+    from sparkflake.profile.lookup import find_profiles_dir
 
     path = find_profiles_dir() / profile / "expected-digests.json"
     expectations = audit.expectations_from(expect_file=str(path))

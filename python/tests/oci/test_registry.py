@@ -25,14 +25,13 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from sparkflake.core.errors import CheckFailed, InputError
+from sparkflake.distribute.registry import pull_to_layout, push_layout
 from sparkflake.oci.remote import (
     OCI_INDEX,
     OCI_MANIFEST,
     Credentials,
     RegistryClient,
     parse_reference,
-    pull_to_layout,
-    push_layout,
     select_platform,
 )
 from sparkflake.oci.types import Platform

@@ -13,7 +13,8 @@ from test_profile_model import DFLASH7_TEXT, MTP5_TEXT, REPO_PROFILES, make_prof
 
 from sparkflake.cli import main
 from sparkflake.lock.profile_locks import load_profile
-from sparkflake.profile.model import PROFILES_DIR_ENV, parse_profile, profile_to_dict
+from sparkflake.profile.model import PROFILES_DIR_ENV
+from sparkflake.profile.profile_file import parse_profile, profile_to_dict
 
 pytestmark = pytest.mark.nix_sandbox  # needs nothing but Python: also run by the flake check
 
@@ -141,7 +142,7 @@ def test_validate_refuses_a_runtime_key_the_launcher_does_not_know(tmp_path, cap
     import shutil
 
     from sparkflake.cli import main as cli_main
-    from sparkflake.profile.model import find_profiles_dir
+    from sparkflake.profile.lookup import find_profiles_dir
 
     source = find_profiles_dir()
     profiles = tmp_path / "profiles"

@@ -16,6 +16,7 @@ from sparkflake.core.errors import InputError
 from sparkflake.lock.lock_file import write_lock
 from sparkflake.lock.pins import DebPin, Lock, SdistPin, Target, WheelPin
 from sparkflake.lock.profile_locks import input_for, load_all_profiles, load_locks, load_profile
+from sparkflake.profile.lookup import check_profiles_distinct, find_profiles_dir, list_profiles
 from sparkflake.profile.model import (
     CLAIM_STATUSES,
     KNOWN_ROLES,
@@ -29,10 +30,9 @@ from sparkflake.profile.model import (
     Profile,
     PythonSpec,
     Qualification,
-    check_profiles_distinct,
+)
+from sparkflake.profile.profile_file import (
     dump_profile,
-    find_profiles_dir,
-    list_profiles,
     parse_profile,
     profile_to_dict,
     read_profile,

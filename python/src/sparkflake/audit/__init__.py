@@ -14,11 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from ..core.atomic_write import write_bytes_atomic
+from ..core.check_result import CheckResult
 from ..core.documents import read_json_file
 from ..core.errors import InputError
 from ..lock.lock_file import load_lock
 from ..lock.pins import GitPin, OciPin
-from .checks import AuditReport, CheckResult, Expectations, audit_image, parse_expectation
+from .checks import audit_image
+from .report import AuditReport, Expectations, parse_expectation
 from .sources import ImageSource, open_engine_source, open_file_source
 
 __all__ = [

@@ -27,7 +27,7 @@ from ..oci.referrers import find_referrers
 from ..oci.remote import RegistryClient, parse_reference
 from ..signing.cosign import verify_attestation, verify_signature
 from ..signing.keys import load_public_key
-from .checks import AuditReport
+from .report import AuditReport
 
 SBOM_LIMIT = 64 * 1024 * 1024
 REFERRER_LIMIT = 64  # SPDX artifacts of one image fetched to look for the file

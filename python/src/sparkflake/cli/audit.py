@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 
 from .. import audit
-from ..audit import checks as audit_checks
 from ..audit import supply_chain
+from ..audit.report import REPORT_SCHEMA
 from ..core.errors import InputError
 from ._output import Progress, print_json, print_line
 
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     except InputError as exc:
         if args.json:
             print_json({
-                "schema": audit_checks.REPORT_SCHEMA, "kind": "sparkflake.audit", "target": args.target,
+                "schema": REPORT_SCHEMA, "kind": "sparkflake.audit", "target": args.target,
                 "passed": False, "checks": [{"id": exc.check_id or "image.readable", "status": "error", "detail": exc.message, "digest": None}],
             })
         raise

@@ -6,13 +6,8 @@ import argparse
 
 from ..launch.settings import validate_runtime_table
 from ..lock.profile_locks import load_all_profiles, load_profile
-from ..profile.model import (
-    check_profiles_distinct,
-    dump_profile,
-    find_profiles_dir,
-    list_profiles,
-    profile_to_dict,
-)
+from ..profile.lookup import check_profiles_distinct, find_profiles_dir, list_profiles
+from ..profile.profile_file import dump_profile, profile_to_dict
 from ._output import print_json, print_line
 
 EXIT_OK = 0

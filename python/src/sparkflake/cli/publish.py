@@ -9,9 +9,10 @@ from pathlib import Path
 from ..compose import receipt
 from ..core.atomic_write import write_bytes_atomic
 from ..core.errors import InputError
+from ..distribute.registry import push_layout
 from ..oci.artifact import ReferringArtifact, read_referring_artifact
 from ..oci.referrers import push_referrer
-from ..oci.remote import RegistryClient, load_credentials, parse_reference, push_layout
+from ..oci.remote import RegistryClient, load_credentials, parse_reference
 from ._output import Progress, print_json, print_line
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..launch import evidence
 from ..lock.profile_locks import load_profile
-from ..profile.model import find_profiles_dir, list_profiles
+from ..profile.lookup import find_profiles_dir, list_profiles
 from ._output import print_json, print_line
 
 

@@ -14,7 +14,9 @@ from packaging.utils import canonicalize_name
 from ..core.errors import CheckFailed, InputError
 from ..lock.pins import DebPin, GitPin, Lock, Pin, SdistPin, WheelPin
 from ..lock.profile_locks import check_against_locks, input_for, load_locks
-from ..profile.model import Profile, profile_path, read_profile
+from ..profile.lookup import profile_path
+from ..profile.model import Profile
+from ..profile.profile_file import read_profile
 from . import generated
 from .locked_inputs import load_policy, policy_path_for
 from .patches import PatchSet, load_patch_set

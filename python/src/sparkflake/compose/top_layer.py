@@ -11,7 +11,8 @@ from ..core.canonical_json import readable_json_bytes
 from ..core.digest import sha256_file
 from ..core.timestamps import rfc3339
 from ..lock.pins import GitPin, Pin
-from ..profile.model import Profile, profile_to_dict
+from ..profile.model import Profile
+from ..profile.profile_file import profile_to_dict
 from . import generated, receipt
 from .assembly import Assembly, source_packages_document_of
 from .composition import Composition

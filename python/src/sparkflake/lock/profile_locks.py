@@ -10,15 +10,9 @@ from pathlib import Path
 
 from ..core.errors import InputError
 from ..core.records import describe
-from ..profile.model import (
-    PROFILE_FILE,
-    Profile,
-    check_profiles_distinct,
-    find_profiles_dir,
-    list_profiles,
-    profile_path,
-    read_profile,
-)
+from ..profile.lookup import check_profiles_distinct, find_profiles_dir, list_profiles, profile_path
+from ..profile.model import PROFILE_FILE, Profile
+from ..profile.profile_file import read_profile
 from .lock_file import load_lock
 from .pins import Lock, Pin
 

@@ -23,7 +23,8 @@ from packaging.utils import canonicalize_name
 
 from ..core.blob_cache import Artifact, BlobCache
 from ..core.errors import CheckFailed, InputError
-from ..profile.model import Profile, list_profiles
+from ..profile.lookup import list_profiles
+from ..profile.model import Profile
 from . import resolve_debian as debian_resolver
 from . import resolve_python as python_resolver
 from .lock_file import load_lock, write_lock

@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..core.atomic_write import atomic_directory, atomic_file
+from ..core.atomic_write import atomic_file
 from ..core.errors import CheckFailed, InputError
-from ..core.progress import ProgressCallback as Progress
+from ..core.progress import ProgressCallback
 from .types import Platform, matching_entries, platform_text
 
 MANIFEST_LIMIT = 4 * 1024 * 1024
@@ -49,7 +49,6 @@ _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _REPOSITORY = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$")
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _CHALLENGE_PARAM = re.compile(r'(\w+)\s*=\s*"([^"]*)"')
-
 
 
 # ---- references -------------------------------------------------------------------------
@@ -128,7 +127,7 @@ class Manifest:
     content: bytes
 
     def document(self) -> dict[str, Any]:
-        return _json_object(self.content, self.digest)
+        return json_object(self.content, self.digest)
 
 
 @dataclass(frozen=True)
@@ -391,7 +390,7 @@ class RegistryClient:
             return None
         if len(content) > MANIFEST_LIMIT:
             raise CheckFailed(f"{what}: more than {MANIFEST_LIMIT} bytes", check_id="registry.manifest-limit")
-        return _json_object(content, what)
+        return json_object(content, what)
 
     def push_manifest(self, repository: str, reference: str, content: bytes, media_type: str) -> str:
         """PUT our exact manifest bytes; returns the digest, which must be sha256(content)."""
@@ -455,7 +454,7 @@ class RegistryClient:
             raise CheckFailed(f"{what}: Docker-Content-Digest {answered} but the bytes hash to {digest}",
                               check_id="registry.manifest-digest")
         media_type = response.headers.get("Content-Type", "").split(";")[0].strip()
-        document = _json_object(content, what)
+        document = json_object(content, what)
         media_type = document.get("mediaType") or media_type
         if media_type not in (*MANIFEST_TYPES, *INDEX_TYPES):
             raise CheckFailed(f"{what}: unsupported media type {media_type!r}", check_id="registry.media-type")
@@ -474,7 +473,7 @@ class RegistryClient:
         return self._blob_chunks(repository, digest, size=size)
 
     def fetch_blob(self, repository: str, digest: str, destination: Path, *, size: int | None = None,
-                   progress: Progress | None = None) -> int:
+                   progress: ProgressCallback | None = None) -> int:
         """Stream a blob to ``destination`` (atomic); nothing lands there unless it verified."""
         written = 0
         with atomic_file(destination) as sink:
@@ -550,134 +549,6 @@ def image_blobs(manifest: dict[str, Any], where: str) -> list[tuple[str, str, in
     return blobs
 
 
-# ---- push a layout, pull into a layout ---------------------------------------------------
-@dataclass(frozen=True)
-class PushResult:
-    reference: str
-    pinned: str  # REGISTRY/REPOSITORY@DIGEST: what ranks pull
-    manifest_digest: str
-    media_type: str
-    blobs_pushed: tuple[str, ...]
-    blobs_present: tuple[str, ...]
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "reference": self.reference,
-            "manifest_digest": self.manifest_digest,
-            "media_type": self.media_type,
-            "pinned": self.pinned,
-            "blobs_pushed": list(self.blobs_pushed),
-            "blobs_present": list(self.blobs_present),
-        }
-
-
-def push_layout(client: RegistryClient, layout: Path, target: Reference,
-                progress: Progress | None = None) -> PushResult:
-    """Push the image an OCI layout's index.json names (its one entry, or the entry whose
-    ref name is the target tag): blobs first, then our manifest bytes, then an index if the
-    entry is one."""
-    index = _json_object(_read_layout_file(layout, "index.json"), f"{layout}/index.json")
-    entries = index.get("manifests")
-    if not isinstance(entries, list) or not entries:
-        raise InputError(f"{layout}/index.json: no manifests")
-    if len(entries) > 1:
-        named = [e for e in entries if isinstance(e, dict)
-                 and e.get("annotations", {}).get("org.opencontainers.image.ref.name") == target.tag]
-        if len(named) != 1:
-            raise InputError(f"{layout}/index.json: {len(entries)} manifests and none named {target.tag!r}")
-        entries = named
-    top_digest, top_type, _ = _descriptor(entries[0], f"{layout}/index.json manifests[0]")
-    pushed: list[str] = []
-    present: list[str] = []
-
-    def push_image_manifest(digest: str, media_type: str, tag: str) -> None:
-        content = _read_blob_file(layout, digest)
-        manifest = _json_object(content, f"{layout} {digest}")
-        blobs = image_blobs(manifest, f"{layout} manifest {digest}")
-        total = sum(size for _, _, size in blobs)
-        done = 0
-        for blob_digest, _, size in blobs:
-            path = _blob_path(layout, blob_digest)
-            if not path.is_file() or path.stat().st_size != size:
-                raise InputError(f"{path}: missing or not {size} bytes, as manifest {digest} says")
-            (pushed if client.push_blob(target.repository, blob_digest, size, path) else present).append(blob_digest)
-            done += size
-            if progress:
-                progress(done, total, f"push {blob_digest[:19]}")
-        client.push_manifest(target.repository, tag, content, media_type or OCI_MANIFEST)
-
-    if top_type in INDEX_TYPES:
-        content = _read_blob_file(layout, top_digest)
-        child_index = _json_object(content, f"{layout} {top_digest}")
-        for position, child in enumerate(child_index.get("manifests") or []):
-            child_digest, child_type, _ = _descriptor(child, f"{layout} {top_digest} manifests[{position}]")
-            push_image_manifest(child_digest, child_type, child_digest)
-        digest = client.push_manifest(target.repository, target.tag or top_digest, content, top_type)
-    else:
-        content = _read_blob_file(layout, top_digest)
-        push_image_manifest(top_digest, top_type, target.tag or top_digest)
-        digest = "sha256:" + hashlib.sha256(content).hexdigest()
-    if digest != top_digest:
-        raise CheckFailed(f"{layout}: pushed manifest digest {digest} differs from the layout's {top_digest}",
-                          check_id="registry.manifest-digest")
-    pinned = f"{target.registry}/{target.repository}@{digest}"
-    return PushResult(str(target), pinned, digest, top_type, tuple(pushed), tuple(present))
-
-
-@dataclass(frozen=True)
-class PullResult:
-    reference: str
-    manifest_digest: str
-    config_digest: str  # the image ID in podman/docker stores
-    bytes: int
-    layout: str
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"reference": self.reference, "manifest_digest": self.manifest_digest,
-                "config_digest": self.config_digest, "image_id": self.config_digest,
-                "bytes": self.bytes, "layout": self.layout}
-
-
-def resolve_manifest(client: RegistryClient, source: Reference, platform: Platform) -> tuple[Manifest, Manifest]:
-    """(what the reference names, the image manifest for ``platform``): the same object
-    twice when the reference names an image manifest, else the index and its entry."""
-    top = client.get_manifest(source.repository, source.reference)
-    if top.media_type not in INDEX_TYPES:
-        return top, top
-    descriptor = select_platform(top.document(), platform, f"{source}")
-    digest, _, _ = _descriptor(descriptor, f"{source} platform manifest")
-    manifest = client.get_manifest(source.repository, digest)
-    if manifest.media_type in INDEX_TYPES:
-        raise CheckFailed(f"{source}: platform entry {digest} is itself an index", check_id="registry.media-type")
-    return top, manifest
-
-
-def pull_to_layout(client: RegistryClient, source: Reference, layout: Path, platform: Platform,
-                   progress: Progress | None = None) -> PullResult:
-    """Fetch an image into an OCI layout directory, every byte verified; an index is
-    resolved to the platform's manifest. The layout appears atomically."""
-    _, manifest = resolve_manifest(client, source, platform)
-    blobs = image_blobs(manifest.document(), f"{source} manifest {manifest.digest}")
-    total = sum(size for _, _, size in blobs)
-    fetched = 0
-    with atomic_directory(layout) as staging:
-        staging.chmod(0o755)
-        blob_dir = staging / "blobs" / "sha256"
-        blob_dir.mkdir(parents=True)
-        for digest, _, size in blobs:
-            fetched += client.fetch_blob(source.repository, digest, blob_dir / digest.split(":", 1)[1], size=size)
-            if progress:
-                progress(fetched, total, source.repository)
-        (blob_dir / manifest.digest.split(":", 1)[1]).write_bytes(manifest.content)
-        entry = {"mediaType": manifest.media_type, "digest": manifest.digest, "size": len(manifest.content)}
-        if source.tag:
-            entry["annotations"] = {"org.opencontainers.image.ref.name": source.tag}
-        (staging / "index.json").write_bytes(json.dumps(
-            {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [entry]}, sort_keys=True).encode())
-        (staging / "oci-layout").write_bytes(b'{"imageLayoutVersion":"1.0.0"}')
-    return PullResult(str(source), manifest.digest, blobs[0][0], fetched, str(layout))
-
-
 # ---- small pieces -----------------------------------------------------------------------
 def _scope(repository: str, actions: str) -> str:
     return f"repository:{repository}:{actions}"
@@ -711,7 +582,7 @@ def _error_detail(response: http.client.HTTPResponse) -> str:
         return response.reason
 
 
-def _json_object(content: bytes, where: str) -> dict[str, Any]:
+def json_object(content: bytes, where: str) -> dict[str, Any]:
     try:
         document = json.loads(content)
     except ValueError as exc:
@@ -721,26 +592,3 @@ def _json_object(content: bytes, where: str) -> dict[str, Any]:
     return document
 
 
-def _blob_path(layout: Path, digest: str) -> Path:
-    _check_digest(digest)
-    return layout / "blobs" / "sha256" / digest.split(":", 1)[1]
-
-
-def _read_layout_file(layout: Path, name: str) -> bytes:
-    try:
-        with open(layout / name, "rb") as handle:
-            content = handle.read(MANIFEST_LIMIT + 1)
-    except OSError as exc:
-        raise InputError(f"{layout / name}: cannot read: {exc.strerror}") from exc
-    if len(content) > MANIFEST_LIMIT:
-        raise InputError(f"{layout / name}: larger than {MANIFEST_LIMIT} bytes")
-    return content
-
-
-def _read_blob_file(layout: Path, digest: str) -> bytes:
-    path = _blob_path(layout, digest)
-    content = _read_layout_file(path.parent, path.name)
-    found = "sha256:" + hashlib.sha256(content).hexdigest()
-    if found != digest:
-        raise CheckFailed(f"{path}: content hashes to {found}, not {digest}", check_id="registry.layout-digest")
-    return content

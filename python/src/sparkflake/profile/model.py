@@ -18,24 +18,19 @@ import math
 import os
 import posixpath
 import re
-import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import MISSING, dataclass, field, fields, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, ClassVar
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from ..core import canonical_toml
 from ..core.errors import InputError
 from ..core.records import (
     InvalidField,
-    check_keys,
     describe,
     join_path,
-    parse_toml_text,
-    read_toml,
     require_input_name,
     require_match,
     require_oci_digest,
@@ -44,7 +39,6 @@ from ..core.records import (
     require_size,
     require_str,
     require_str_tuple,
-    require_table,
 )
 
 SCHEMA_VERSION = 1
@@ -69,7 +63,7 @@ KNOWN_ROLES = (
     "torch",
 )
 
-_PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 _ROLE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 _ENV_KEY = re.compile(r"^[A-Z][A-Z0-9_]*$")
 _LABEL_KEY = re.compile(r"^[a-z0-9]+(?:[.-][a-z0-9]+)*(?:\.[a-z0-9]+(?:[-_][a-z0-9]+)*)+$")
@@ -464,7 +458,7 @@ class Profile:
     def __post_init__(self) -> None:
         if isinstance(self.schema, bool) or self.schema != SCHEMA_VERSION:
             raise InvalidField("schema", f"expected {SCHEMA_VERSION}, got {describe(self.schema)}")
-        require_match("name", self.name, _PROFILE_NAME, "a lowercase profile name of [a-z0-9-]")
+        require_match("name", self.name, PROFILE_NAME, "a lowercase profile name of [a-z0-9-]")
         require_str("description", self.description, free_text=True)
         _require_choice("status", self.status, STATUSES)
         require_match("platform", self.platform, _PLATFORM, 'an OCI platform like "linux/arm64"')
@@ -574,244 +568,9 @@ class Profile:
 # --------------------------------------------------------------------------- serialization
 
 
-def _record_to_dict(record: Any) -> dict[str, Any]:
-    document: dict[str, Any] = {}
-    for key in record.FIELD_ORDER:
-        value = getattr(record, key)
-        if value is None:
-            continue
-        if isinstance(value, tuple):
-            value = [
-                _record_to_dict(item) if hasattr(item, "FIELD_ORDER") else item for item in value
-            ]
-        elif isinstance(value, Mapping):
-            value = {
-                k: _record_to_dict(v) if hasattr(v, "FIELD_ORDER") else v for k, v in value.items()
-            }
-        elif hasattr(value, "FIELD_ORDER"):
-            value = _record_to_dict(value)
-        document[key] = value
-    return document
-
-
-def profile_to_dict(profile: Profile) -> dict[str, Any]:
-    """The profile as plain data in canonical order (its JSON form, and its TOML form)."""
-    return _record_to_dict(profile)
-
-
-def dump_profile(profile: Profile) -> str:
-    return canonical_toml.dumps(profile_to_dict(profile))
-
-
 # --------------------------------------------------------------------------- parsing
 
 
-def _build(cls: type[Any], table: object, where: str) -> Any:
-    """A record from a TOML table: unknown keys refused, arrays made tuples, paths kept."""
-    table = require_table(where, table)
-    optional = {spec.name for spec in fields(cls) if _has_default(spec)}
-    required = [key for key in cls.FIELD_ORDER if key not in optional]
-    check_keys(table, where, required, [key for key in cls.FIELD_ORDER if key in optional])
-    arguments = {
-        key: (tuple(value) if isinstance(value, list) else value) for key, value in table.items()
-    }
-    try:
-        return cls(**arguments)
-    except InvalidField as error:
-        raise _nested(where, error) from None
-
-
-def _has_default(spec: Any) -> bool:
-    return spec.default is not MISSING or spec.default_factory is not MISSING
-
-
-def profile_from_dict(document: Mapping[str, Any]) -> Profile:
-    """A parsed TOML document to a ``Profile``; errors are ``InvalidField`` with a path."""
-    required = [key for key in Profile.FIELD_ORDER if key not in Profile.OPTIONAL]
-    check_keys(document, "", required, Profile.OPTIONAL)
-    schema = document["schema"]
-    if isinstance(schema, bool) or not isinstance(schema, int) or schema != SCHEMA_VERSION:
-        raise InvalidField(
-            "schema", f"expected the integer {SCHEMA_VERSION}, got {describe(schema)}"
-        )
-    arguments: dict[str, Any] = {}
-    for key in Profile.FIELD_ORDER:
-        if key not in document:
-            continue
-        value = document[key]
-        if key == "python":
-            value = _build(PythonSpec, value, "python")
-        elif key == "debian":
-            value = _build(DebianSpec, value, "debian")
-        elif key == "absent":
-            value = _build(Absences, value, "absent")
-        elif key == "qualified":
-            value = _build(Qualification, value, "qualified")
-        elif key == "checkpoints":
-            value = _checkpoints_from_dict(value)
-        elif key == "claims":
-            if not isinstance(value, list):
-                raise InvalidField(
-                    "claims", f"expected an array of tables ([[claims]]), got {describe(value)}"
-                )
-            value = tuple(
-                _build(Claim, entry, f"claims[{index}]") for index, entry in enumerate(value)
-            )
-        elif key in ("inputs", "runtime", "labels"):
-            value = require_table(key, value)
-        elif isinstance(value, list):
-            value = tuple(value)
-        arguments[key] = value
-    return Profile(**arguments)
-
-
-def _checkpoints_from_dict(value: object) -> dict[str, Checkpoint]:
-    table = require_table("checkpoints", value)
-    check_keys(table, "checkpoints", ("target",), ("draft",))
-    checkpoints: dict[str, Checkpoint] = {}
-    for key, entry in table.items():
-        where = f"checkpoints.{key}"
-        entry = require_table(where, entry)
-        check_keys(entry, where, ("description",), ("repository", "pin", "files"))
-        pin_raw = entry.get("pin")
-        if pin_raw is not None and not isinstance(pin_raw, list):
-            raise InvalidField(f"{where}.pin", f"expected an array of strings, got {describe(pin_raw)}")
-        files_raw = entry.get("files", [])
-        if not isinstance(files_raw, list):
-            raise InvalidField(
-                f"{where}.files", f"expected an array of tables, got {describe(files_raw)}"
-            )
-        files = tuple(
-            _build(CheckpointFile, item, f"{where}.files[{index}]")
-            for index, item in enumerate(files_raw)
-        )
-        try:
-            checkpoints[key] = Checkpoint(
-                description=entry["description"], repository=entry.get("repository"),
-                pin=None if pin_raw is None else tuple(pin_raw), files=files,
-            )
-        except InvalidField as error:
-            raise _nested(where, error) from None
-    return checkpoints
-
-
-def parse_profile(text: str | bytes, shown: str = "<profile>") -> Profile:
-    """Parse profile text (structure only: no lock files are read)."""
-    document = parse_toml_text(text, shown)
-    try:
-        return profile_from_dict(document)
-    except InvalidField as error:
-        raise InputError(f"{shown}: {error.field_path}: {error.problem}") from None
-
-
-def read_profile(path: str | os.PathLike[str]) -> Profile:
-    """Read and validate one profile.toml (structure, and name = its directory's name)."""
-    shown = os.fspath(path)
-    document = read_toml(path)
-    try:
-        profile = profile_from_dict(document)
-    except InvalidField as error:
-        raise InputError(f"{shown}: {error.field_path}: {error.problem}") from None
-    folder = Path(path).resolve().parent.name
-    if profile.name != folder:
-        raise InputError(
-            f"{shown}: name: expected the directory's name {describe(folder)}, got {describe(profile.name)}"
-        )
-    return replace(profile, path=Path(path))
-
-
 # --------------------------------------------------------------------------- lookup
-
-
-def bundled_profiles_dir() -> Path:
-    """Where an installation carries its own profiles: the Nix package installs them at
-    ``<prefix>/share/sparkflake/profiles`` (nix/locked-python.nix), so ``nix run
-    .#launch-rank`` works from any directory."""
-    return Path(sys.prefix) / "share" / "sparkflake" / "profiles"
-
-
-def find_profiles_dir(start: str | os.PathLike[str] | None = None) -> Path:
-    """``$SPARKFLAKE_PROFILES_DIR``, else the nearest ``profiles/`` holding a profile,
-    searching upward from ``start`` (default: the working directory), else
-    ``$SPARKFLAKE_CHECKOUT_PROFILES`` (the checkout ``bin/sparkflake`` belongs to), else the
-    profiles bundled with the installation."""
-    from_env = os.environ.get(PROFILES_DIR_ENV)
-    if from_env:
-        directory = Path(from_env)
-        if not directory.is_dir():
-            raise InputError(f"{PROFILES_DIR_ENV}={from_env}: not a directory")
-        return directory
-    here = Path(start if start is not None else Path.cwd()).resolve()
-    for directory in (here, *here.parents):
-        candidate = directory / "profiles"
-        if candidate.is_dir() and any(candidate.glob(f"*/{PROFILE_FILE}")):
-            return candidate
-    checkout = os.environ.get(CHECKOUT_PROFILES_ENV)
-    if checkout and Path(checkout).is_dir():
-        return Path(checkout)
-    bundled = bundled_profiles_dir()
-    if bundled.is_dir() and any(bundled.glob(f"*/{PROFILE_FILE}")):
-        return bundled
-    raise InputError(
-        f"no profiles directory found: set {PROFILES_DIR_ENV} or run inside a checkout "
-        f"(searched upward from {here} for profiles/*/{PROFILE_FILE}, and {bundled})"
-    )
-
-
-def list_profiles(profiles_dir: str | os.PathLike[str]) -> list[str]:
-    return sorted(path.parent.name for path in Path(profiles_dir).glob(f"*/{PROFILE_FILE}"))
-
-
-def profile_path(
-    name_or_path: str | os.PathLike[str], profiles_dir: str | os.PathLike[str] | None = None
-) -> Path:
-    """Where a profile lives: an existing file or directory path as given, else a name
-    looked up in the profiles directory."""
-    text = os.fspath(name_or_path)
-    candidate = Path(text)
-    looks_like_path = "/" in text or text.endswith(".toml") or text in (".", "..")
-    if looks_like_path or (not _PROFILE_NAME.fullmatch(text) and candidate.exists()):
-        if candidate.is_dir():
-            candidate = candidate / PROFILE_FILE
-        if not candidate.is_file():
-            raise InputError(f"{text}: no such profile file")
-        return candidate
-    if not _PROFILE_NAME.fullmatch(text):
-        raise InputError(f"{text!r}: not a profile name ([a-z0-9-]) nor a path to a profile.toml")
-    directory = Path(profiles_dir) if profiles_dir is not None else find_profiles_dir()
-    path = directory / text / PROFILE_FILE
-    if not path.is_file():
-        known = ", ".join(list_profiles(directory)) or "none"
-        raise InputError(f"no profile named {text!r} in {directory} (profiles: {known})")
-    return path
-
-
-def check_profiles_distinct(profiles: Sequence[Profile]) -> None:
-    """Profiles side by side never share a served-model name, a cache root or a JIT root
-    (nor nest one root inside another profile's)."""
-    roots: list[tuple[str, str, Profile]] = []
-    names: dict[str, Profile] = {}
-    for profile in profiles:
-        other = names.get(profile.served_model_name)
-        if other is not None:
-            raise InputError(
-                f"{profile.shown()}: served_model_name: {describe(profile.served_model_name)} is also used by {other.shown()}"
-            )
-        names[profile.served_model_name] = profile
-        for key in ("cache_root", "jit_root"):
-            root = getattr(profile, key)
-            for other_key, other_root, other_profile in roots:
-                if other_profile is profile:
-                    continue
-                if root == other_root or _nests(root, other_root):
-                    raise InputError(
-                        f"{profile.shown()}: {key}: {describe(root)} overlaps {other_key} "
-                        f"{describe(other_root)} of {other_profile.shown()}"
-                    )
-            roots.append((key, root, profile))
-
-
-def _nests(first: str, second: str) -> bool:
-    return first.startswith(second.rstrip("/") + "/") or second.startswith(first.rstrip("/") + "/")
 
 

@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..audit.checks import CheckResult
 from ..compose.tree_paths import image_path
 from ..core.atomic_write import write_bytes_atomic
+from ..core.check_result import CheckResult
 from ..core.errors import CheckFailed, InputError
 from ..oci.layer_scan import ELF_MACHINE_BY_ARCHITECTURE
 from ..oci.reader import ImageReader, open_image

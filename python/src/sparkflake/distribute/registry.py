@@ -1,0 +1,183 @@
+"""Distribution through a registry: push an OCI layout digest-preserving (every blob and
+manifest keeps its digest), pull an image into a layout with every byte verified. The
+client itself is ``oci.remote``, the registry medium."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..core.atomic_write import atomic_directory
+from ..core.errors import CheckFailed, InputError
+from ..core.progress import ProgressCallback
+from ..oci.remote import (
+    INDEX_TYPES,
+    MANIFEST_LIMIT,
+    OCI_INDEX,
+    OCI_MANIFEST,
+    Manifest,
+    Reference,
+    RegistryClient,
+    _check_digest,
+    _descriptor,
+    image_blobs,
+    json_object,
+    select_platform,
+)
+from ..oci.types import Platform
+
+
+# ---- push a layout, pull into a layout ---------------------------------------------------
+@dataclass(frozen=True)
+class PushResult:
+    reference: str
+    pinned: str  # REGISTRY/REPOSITORY@DIGEST: what ranks pull
+    manifest_digest: str
+    media_type: str
+    blobs_pushed: tuple[str, ...]
+    blobs_present: tuple[str, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "reference": self.reference,
+            "manifest_digest": self.manifest_digest,
+            "media_type": self.media_type,
+            "pinned": self.pinned,
+            "blobs_pushed": list(self.blobs_pushed),
+            "blobs_present": list(self.blobs_present),
+        }
+
+
+def push_layout(client: RegistryClient, layout: Path, target: Reference,
+                progress: ProgressCallback | None = None) -> PushResult:
+    """Push the image an OCI layout's index.json names (its one entry, or the entry whose
+    ref name is the target tag): blobs first, then our manifest bytes, then an index if the
+    entry is one."""
+    index = json_object(_read_layout_file(layout, "index.json"), f"{layout}/index.json")
+    entries = index.get("manifests")
+    if not isinstance(entries, list) or not entries:
+        raise InputError(f"{layout}/index.json: no manifests")
+    if len(entries) > 1:
+        named = [e for e in entries if isinstance(e, dict)
+                 and e.get("annotations", {}).get("org.opencontainers.image.ref.name") == target.tag]
+        if len(named) != 1:
+            raise InputError(f"{layout}/index.json: {len(entries)} manifests and none named {target.tag!r}")
+        entries = named
+    top_digest, top_type, _ = _descriptor(entries[0], f"{layout}/index.json manifests[0]")
+    pushed: list[str] = []
+    present: list[str] = []
+
+    def push_image_manifest(digest: str, media_type: str, tag: str) -> None:
+        content = _read_blob_file(layout, digest)
+        manifest = json_object(content, f"{layout} {digest}")
+        blobs = image_blobs(manifest, f"{layout} manifest {digest}")
+        total = sum(size for _, _, size in blobs)
+        done = 0
+        for blob_digest, _, size in blobs:
+            path = _blob_path(layout, blob_digest)
+            if not path.is_file() or path.stat().st_size != size:
+                raise InputError(f"{path}: missing or not {size} bytes, as manifest {digest} says")
+            (pushed if client.push_blob(target.repository, blob_digest, size, path) else present).append(blob_digest)
+            done += size
+            if progress:
+                progress(done, total, f"push {blob_digest[:19]}")
+        client.push_manifest(target.repository, tag, content, media_type or OCI_MANIFEST)
+
+    if top_type in INDEX_TYPES:
+        content = _read_blob_file(layout, top_digest)
+        child_index = json_object(content, f"{layout} {top_digest}")
+        for position, child in enumerate(child_index.get("manifests") or []):
+            child_digest, child_type, _ = _descriptor(child, f"{layout} {top_digest} manifests[{position}]")
+            push_image_manifest(child_digest, child_type, child_digest)
+        digest = client.push_manifest(target.repository, target.tag or top_digest, content, top_type)
+    else:
+        content = _read_blob_file(layout, top_digest)
+        push_image_manifest(top_digest, top_type, target.tag or top_digest)
+        digest = "sha256:" + hashlib.sha256(content).hexdigest()
+    if digest != top_digest:
+        raise CheckFailed(f"{layout}: pushed manifest digest {digest} differs from the layout's {top_digest}",
+                          check_id="registry.manifest-digest")
+    pinned = f"{target.registry}/{target.repository}@{digest}"
+    return PushResult(str(target), pinned, digest, top_type, tuple(pushed), tuple(present))
+
+
+@dataclass(frozen=True)
+class PullResult:
+    reference: str
+    manifest_digest: str
+    config_digest: str  # the image ID in podman/docker stores
+    bytes: int
+    layout: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"reference": self.reference, "manifest_digest": self.manifest_digest,
+                "config_digest": self.config_digest, "image_id": self.config_digest,
+                "bytes": self.bytes, "layout": self.layout}
+
+
+def resolve_manifest(client: RegistryClient, source: Reference, platform: Platform) -> tuple[Manifest, Manifest]:
+    """(what the reference names, the image manifest for ``platform``): the same object
+    twice when the reference names an image manifest, else the index and its entry."""
+    top = client.get_manifest(source.repository, source.reference)
+    if top.media_type not in INDEX_TYPES:
+        return top, top
+    descriptor = select_platform(top.document(), platform, f"{source}")
+    digest, _, _ = _descriptor(descriptor, f"{source} platform manifest")
+    manifest = client.get_manifest(source.repository, digest)
+    if manifest.media_type in INDEX_TYPES:
+        raise CheckFailed(f"{source}: platform entry {digest} is itself an index", check_id="registry.media-type")
+    return top, manifest
+
+
+def pull_to_layout(client: RegistryClient, source: Reference, layout: Path, platform: Platform,
+                   progress: ProgressCallback | None = None) -> PullResult:
+    """Fetch an image into an OCI layout directory, every byte verified; an index is
+    resolved to the platform's manifest. The layout appears atomically."""
+    _, manifest = resolve_manifest(client, source, platform)
+    blobs = image_blobs(manifest.document(), f"{source} manifest {manifest.digest}")
+    total = sum(size for _, _, size in blobs)
+    fetched = 0
+    with atomic_directory(layout) as staging:
+        staging.chmod(0o755)
+        blob_dir = staging / "blobs" / "sha256"
+        blob_dir.mkdir(parents=True)
+        for digest, _, size in blobs:
+            fetched += client.fetch_blob(source.repository, digest, blob_dir / digest.split(":", 1)[1], size=size)
+            if progress:
+                progress(fetched, total, source.repository)
+        (blob_dir / manifest.digest.split(":", 1)[1]).write_bytes(manifest.content)
+        entry = {"mediaType": manifest.media_type, "digest": manifest.digest, "size": len(manifest.content)}
+        if source.tag:
+            entry["annotations"] = {"org.opencontainers.image.ref.name": source.tag}
+        (staging / "index.json").write_bytes(json.dumps(
+            {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [entry]}, sort_keys=True).encode())
+        (staging / "oci-layout").write_bytes(b'{"imageLayoutVersion":"1.0.0"}')
+    return PullResult(str(source), manifest.digest, blobs[0][0], fetched, str(layout))
+
+
+def _blob_path(layout: Path, digest: str) -> Path:
+    _check_digest(digest)
+    return layout / "blobs" / "sha256" / digest.split(":", 1)[1]
+
+
+def _read_layout_file(layout: Path, name: str) -> bytes:
+    try:
+        with open(layout / name, "rb") as handle:
+            content = handle.read(MANIFEST_LIMIT + 1)
+    except OSError as exc:
+        raise InputError(f"{layout / name}: cannot read: {exc.strerror}") from exc
+    if len(content) > MANIFEST_LIMIT:
+        raise InputError(f"{layout / name}: larger than {MANIFEST_LIMIT} bytes")
+    return content
+
+
+def _read_blob_file(layout: Path, digest: str) -> bytes:
+    path = _blob_path(layout, digest)
+    content = _read_layout_file(path.parent, path.name)
+    found = "sha256:" + hashlib.sha256(content).hexdigest()
+    if found != digest:
+        raise CheckFailed(f"{path}: content hashes to {found}, not {digest}", check_id="registry.layout-digest")
+    return content

@@ -1,0 +1,176 @@
+"""profile.toml in and out: the canonical TOML a profile is written as, and the validated read
+that names the file and the field of every problem."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import MISSING, fields, replace
+from pathlib import Path
+from typing import Any
+
+from ..core import canonical_toml
+from ..core.errors import InputError
+from ..core.records import (
+    InvalidField,
+    check_keys,
+    describe,
+    parse_toml_text,
+    read_toml,
+    require_table,
+)
+from .model import (
+    SCHEMA_VERSION,
+    Absences,
+    Checkpoint,
+    CheckpointFile,
+    Claim,
+    DebianSpec,
+    Profile,
+    PythonSpec,
+    Qualification,
+    _nested,
+)
+
+
+def _record_to_dict(record: Any) -> dict[str, Any]:
+    document: dict[str, Any] = {}
+    for key in record.FIELD_ORDER:
+        value = getattr(record, key)
+        if value is None:
+            continue
+        if isinstance(value, tuple):
+            value = [
+                _record_to_dict(item) if hasattr(item, "FIELD_ORDER") else item for item in value
+            ]
+        elif isinstance(value, Mapping):
+            value = {
+                k: _record_to_dict(v) if hasattr(v, "FIELD_ORDER") else v for k, v in value.items()
+            }
+        elif hasattr(value, "FIELD_ORDER"):
+            value = _record_to_dict(value)
+        document[key] = value
+    return document
+
+
+def profile_to_dict(profile: Profile) -> dict[str, Any]:
+    """The profile as plain data in canonical order (its JSON form, and its TOML form)."""
+    return _record_to_dict(profile)
+
+
+def dump_profile(profile: Profile) -> str:
+    return canonical_toml.dumps(profile_to_dict(profile))
+
+
+def _build(cls: type[Any], table: object, where: str) -> Any:
+    """A record from a TOML table: unknown keys refused, arrays made tuples, paths kept."""
+    table = require_table(where, table)
+    optional = {spec.name for spec in fields(cls) if _has_default(spec)}
+    required = [key for key in cls.FIELD_ORDER if key not in optional]
+    check_keys(table, where, required, [key for key in cls.FIELD_ORDER if key in optional])
+    arguments = {
+        key: (tuple(value) if isinstance(value, list) else value) for key, value in table.items()
+    }
+    try:
+        return cls(**arguments)
+    except InvalidField as error:
+        raise _nested(where, error) from None
+
+
+def _has_default(spec: Any) -> bool:
+    return spec.default is not MISSING or spec.default_factory is not MISSING
+
+
+def profile_from_dict(document: Mapping[str, Any]) -> Profile:
+    """A parsed TOML document to a ``Profile``; errors are ``InvalidField`` with a path."""
+    required = [key for key in Profile.FIELD_ORDER if key not in Profile.OPTIONAL]
+    check_keys(document, "", required, Profile.OPTIONAL)
+    schema = document["schema"]
+    if isinstance(schema, bool) or not isinstance(schema, int) or schema != SCHEMA_VERSION:
+        raise InvalidField(
+            "schema", f"expected the integer {SCHEMA_VERSION}, got {describe(schema)}"
+        )
+    arguments: dict[str, Any] = {}
+    for key in Profile.FIELD_ORDER:
+        if key not in document:
+            continue
+        value = document[key]
+        if key == "python":
+            value = _build(PythonSpec, value, "python")
+        elif key == "debian":
+            value = _build(DebianSpec, value, "debian")
+        elif key == "absent":
+            value = _build(Absences, value, "absent")
+        elif key == "qualified":
+            value = _build(Qualification, value, "qualified")
+        elif key == "checkpoints":
+            value = _checkpoints_from_dict(value)
+        elif key == "claims":
+            if not isinstance(value, list):
+                raise InvalidField(
+                    "claims", f"expected an array of tables ([[claims]]), got {describe(value)}"
+                )
+            value = tuple(
+                _build(Claim, entry, f"claims[{index}]") for index, entry in enumerate(value)
+            )
+        elif key in ("inputs", "runtime", "labels"):
+            value = require_table(key, value)
+        elif isinstance(value, list):
+            value = tuple(value)
+        arguments[key] = value
+    return Profile(**arguments)
+
+
+def _checkpoints_from_dict(value: object) -> dict[str, Checkpoint]:
+    table = require_table("checkpoints", value)
+    check_keys(table, "checkpoints", ("target",), ("draft",))
+    checkpoints: dict[str, Checkpoint] = {}
+    for key, entry in table.items():
+        where = f"checkpoints.{key}"
+        entry = require_table(where, entry)
+        check_keys(entry, where, ("description",), ("repository", "pin", "files"))
+        pin_raw = entry.get("pin")
+        if pin_raw is not None and not isinstance(pin_raw, list):
+            raise InvalidField(f"{where}.pin", f"expected an array of strings, got {describe(pin_raw)}")
+        files_raw = entry.get("files", [])
+        if not isinstance(files_raw, list):
+            raise InvalidField(
+                f"{where}.files", f"expected an array of tables, got {describe(files_raw)}"
+            )
+        files = tuple(
+            _build(CheckpointFile, item, f"{where}.files[{index}]")
+            for index, item in enumerate(files_raw)
+        )
+        try:
+            checkpoints[key] = Checkpoint(
+                description=entry["description"], repository=entry.get("repository"),
+                pin=None if pin_raw is None else tuple(pin_raw), files=files,
+            )
+        except InvalidField as error:
+            raise _nested(where, error) from None
+    return checkpoints
+
+
+def parse_profile(text: str | bytes, shown: str = "<profile>") -> Profile:
+    """Parse profile text (structure only: no lock files are read)."""
+    document = parse_toml_text(text, shown)
+    try:
+        return profile_from_dict(document)
+    except InvalidField as error:
+        raise InputError(f"{shown}: {error.field_path}: {error.problem}") from None
+
+
+def read_profile(path: str | os.PathLike[str]) -> Profile:
+    """Read and validate one profile.toml (structure, and name = its directory's name)."""
+    shown = os.fspath(path)
+    document = read_toml(path)
+    try:
+        profile = profile_from_dict(document)
+    except InvalidField as error:
+        raise InputError(f"{shown}: {error.field_path}: {error.problem}") from None
+    folder = Path(path).resolve().parent.name
+    if profile.name != folder:
+        raise InputError(
+            f"{shown}: name: expected the directory's name {describe(folder)}, got {describe(profile.name)}"
+        )
+    return replace(profile, path=Path(path))
