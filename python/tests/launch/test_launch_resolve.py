@@ -10,8 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sparkflake.core.errors import InputError
+from sparkflake.core.status import UNQUALIFIED_CONFIGURATION
 from sparkflake.launch.envfile import parse_env_text
-from sparkflake.launch.qualification import UNQUALIFIED, qualify
+from sparkflake.launch.qualification import qualify
 from sparkflake.launch.resolution import resolve
 from sparkflake.launch.settings import CATALOG, GiB, parse_value, validate_runtime_table
 
@@ -178,23 +179,23 @@ def test_qualification(tmp_path):
     # With the image's capabilities, the seeds' qualified configuration (SparkCache on)
     # cannot run at all: this image's SparkCache refuses GLM-5.3
     refused = qualify(run(env()), bound_contract("glm53-dflash7", tmp_path), None)
-    assert refused.status == UNQUALIFIED
+    assert refused.status == UNQUALIFIED_CONFIGURATION
     assert "qualified configuration not applicable" in refused.differences[0]
     assert "SparkCache 0.1.0a2 refuses" in refused.differences[0]
     # the launcher's own rules: the profile's default (off) is not the qualified configuration
     contract = dataclasses.replace(bound_contract("glm53-dflash7", tmp_path), capabilities=None)
     default = qualify(run(env()), contract, None)
-    assert default.status == UNQUALIFIED
+    assert default.status == UNQUALIFIED_CONFIGURATION
     assert default.differences == ("SPARKCACHE_ENABLED: qualified 1, resolved 0",)
     qualified = qualify(run(env(SPARKCACHE_ENABLED="1")), contract, None)
     assert qualified.status == "implemented"  # the profile's status: no image binds the claim yet
     assert qualified.differences == ()
     changed = qualify(run(env(MAX_NUM_SEQS="8", SPARKCACHE_ENABLED="1")), contract, None)
-    assert changed.status == UNQUALIFIED
+    assert changed.status == UNQUALIFIED_CONFIGURATION
     assert changed.differences == ("MAX_NUM_SEQS: qualified 4, resolved 8",)
     assert changed.settings_hash != qualified.settings_hash
     dcp2 = qualify(run(env(DCP="2")), contract, None)
-    assert dcp2.status == UNQUALIFIED and any(d.startswith("DCP:") for d in dcp2.differences)
+    assert dcp2.status == UNQUALIFIED_CONFIGURATION and any(d.startswith("DCP:") for d in dcp2.differences)
     mtp = qualify(run(env(draft=False), profile="glm53-mtp5"), real_contract("glm53-mtp5"), None)
     assert mtp.status == "research-only"
     # site values never change the claim
@@ -209,7 +210,7 @@ def test_qualified_image_binding(tmp_path):
     resolution = run(env(SPARKCACHE_ENABLED="1"))
     assert qualify(resolution, contract, image).status == "qualified"
     other = qualify(resolution, contract, "sha256:" + "b" * 64)
-    assert other.status == UNQUALIFIED and "not the profile's pinned image" in other.differences[0]
+    assert other.status == UNQUALIFIED_CONFIGURATION and "not the profile's pinned image" in other.differences[0]
 
 
 def test_validate_runtime_table_hook():

@@ -11,13 +11,15 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from ..core.digest import sha256_file
-from ..profile.model import CLAIM_STATUSES, Profile
+from ..core.status import CLAIM_STATUSES
+from ..profile.model import Profile
 from . import generated, receipt
 from .assembly import Assembly, wheel_interface, wheel_native
 from .composition import OVERLAY_PACKAGE, Composition
 from .elf import check_machine, elf_machines
 from .inputs import FetchedInputs
 from .native_interface import missing_ops, python_module_imports, python_op_uses, unresolved_imports
+from .patches import expected_post_images, expected_pre_images
 from .source_overlay import (
     compare_overlay,
     compare_retained_native,
@@ -95,12 +97,8 @@ def check_patches(context: ChainContext) -> str:
     problems = []
     source_files = package_tree_hashes(context.assembly.source_root / OVERLAY_PACKAGE, context.assembly.hash_file)
     base_files = package_tree_hashes(context.vllm_site / OVERLAY_PACKAGE, context.assembly.hash_file)
-    final: dict[str, str] = {}
-    first: dict[str, str] = {}
-    for patch in context.composition.patch_set.patches:
-        for anchor in patch.anchors:
-            first.setdefault(anchor.path, anchor.pre_sha256)
-            final[anchor.path] = anchor.post_sha256
+    first = expected_pre_images(context.composition.patch_set)
+    final = expected_post_images(context.composition.patch_set)
     for path, pre in first.items():
         relative = path.removeprefix(f"{OVERLAY_PACKAGE}/")
         actual = source_files.get(relative, base_files.get(relative, ""))

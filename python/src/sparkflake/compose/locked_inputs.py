@@ -72,18 +72,6 @@ def load_policy(path: str | os.PathLike[str], lock: Lock) -> AssemblyPolicy:
     return AssemblyPolicy(_record_waivers(document, source, lock), tuple(collisions))
 
 
-# Earlier names, kept for callers written against them: the waivers file became the policy.
-waivers_path_for = policy_path_for
-
-
-def load_record_waivers(path: str | os.PathLike[str], lock: Lock) -> tuple[RecordWaiver, ...]:
-    return load_policy(path, lock).waivers
-
-
-def load_collision_rules(path: str | os.PathLike[str], lock: Lock) -> tuple[CollisionRule, ...]:
-    return load_policy(path, lock).collisions
-
-
 def _record_waivers(document: dict, source: Path, lock: Lock) -> tuple[RecordWaiver, ...]:
     """Waivers for upstream RECORD defects; each bound to a locked wheel by its sha256."""
     wheels = {pin.filename: pin for pin in lock.of_kind("wheel")}  # type: ignore[union-attr]

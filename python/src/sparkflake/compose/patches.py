@@ -20,7 +20,7 @@ import hashlib
 import os
 import re
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -473,29 +473,19 @@ class FileReader:
         return None
 
 
-def check_patch_set_applied(
-    patch_set: PatchSet, tree_files: Mapping[str, str | None]
-) -> list[str]:
-    """Post-check: every path's final sha256 in the tree equals the set's last post-image.
-
-    ``tree_files`` maps path -> sha256 (None = absent). Returns mismatch descriptions.
-    """
-    final: dict[str, str] = {}
-    for patch in patch_set.patches:
-        for anchor in patch.anchors:
-            final[anchor.path] = anchor.post_sha256
-    problems = []
-    for path, expected in sorted(final.items()):
-        actual = tree_files.get(path) or ABSENT
-        if actual != expected:
-            problems.append(f"{path}: post-image sha256 expected {expected or 'absent'}, found {actual or 'absent'}")
-    return problems
-
-
 def expected_pre_images(patch_set: PatchSet) -> dict[str, str]:
-    """The sha256 each path must have before the set runs (its first patch's pre)."""
+    """The sha256 each path must have before the set runs (its first patch's pre-image)."""
     first: dict[str, str] = {}
     for patch in patch_set.patches:
         for anchor in patch.anchors:
             first.setdefault(anchor.path, anchor.pre_sha256)
     return first
+
+
+def expected_post_images(patch_set: PatchSet) -> dict[str, str]:
+    """The sha256 each path has after the set ran (its last patch's post-image)."""
+    final: dict[str, str] = {}
+    for patch in patch_set.patches:
+        for anchor in patch.anchors:
+            final[anchor.path] = anchor.post_sha256
+    return final

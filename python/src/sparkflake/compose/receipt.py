@@ -65,31 +65,6 @@ class ResolvedDependency:
         return descriptor
 
 
-@dataclass(frozen=True)
-class UpstreamClaim:
-    """An identity stated by the seeds (a commit, a tree, a file sha256, an image digest).
-
-    ``status`` says what this build knows about it: ``matches`` (an input of this build
-    has this identity), ``differs`` (the corresponding input has another one, named in
-    ``observed``), ``recorded`` (no input of this build can be compared with it).
-    """
-
-    name: str
-    kind: str
-    value: str
-    status: str
-    observed: str = ""
-
-    def as_record(self) -> dict[str, str]:
-        record = {"name": self.name, "kind": self.kind, "value": self.value, "status": self.status}
-        if self.observed:
-            record["observed"] = self.observed
-        return record
-
-
-CLAIM_STATUSES = ("matches", "differs", "recorded")
-
-
 RECEIPT_LIMIT = 16 * 1024 * 1024
 
 
@@ -103,8 +78,6 @@ def load_receipt(path: str | os.PathLike[str]) -> dict[str, Any]:
     if not isinstance(statement, dict):
         raise InputError(f"{os.fspath(path)}: $: expected an in-toto statement object")
     return statement
-
-
 
 
 def sha256_hex(content: bytes) -> str:

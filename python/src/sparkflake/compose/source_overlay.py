@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from ..core.atomic_write import copy_bytes
-from ..core.canonical_json import canonical_json_bytes
 from ..core.digest import sha256_file
 from ..core.errors import CheckFailed, InputError
 from .elf import ELF_MAGIC, iter_elf_files, parse_header
@@ -391,11 +390,6 @@ def overlay_manifest(
             for entry in plan.entries
         ],
     }
-
-
-def manifest_sha256(manifest: Mapping[str, object]) -> str:
-    """sha256 of a manifest's canonical JSON (sorted keys, no spaces): the bytes stored."""
-    return hashlib.sha256(canonical_json_bytes(manifest)).hexdigest()
 
 
 def package_tree_hashes(

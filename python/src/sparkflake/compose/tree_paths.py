@@ -11,7 +11,6 @@ through a symlink to a place outside the tree.
 from __future__ import annotations
 
 import os
-import posixpath
 import stat
 from pathlib import Path
 
@@ -111,5 +110,3 @@ def check_link_target(relative: str, target: str, *, source: str) -> None:
             depth += 1
 
 
-def posix_join(*parts: str) -> str:
-    return posixpath.join(*parts)

@@ -68,11 +68,6 @@ class ChainFailed(CheckFailed):
         self.results = results
 
 
-def require(condition: bool, message: str, link_id: str) -> None:
-    if not condition:
-        raise CheckFailed(message, check_id=link_id)
-
-
 def require_no_problems(problems: Sequence[str], what: str, link_id: str, limit: int = 10) -> None:
     if problems:
         shown = "; ".join(problems[:limit])

@@ -35,12 +35,11 @@ from typing import Any
 
 from ..core.atomic_write import write_bytes_atomic
 from ..core.errors import InputError
+from ..core.status import STATUSES
 
 SCHEMA_VERSION = 1
 RECORD_KIND = "sparkflake.evidence"
-STATUSES = ("qualified", "implemented", "research-only", "unsupported")
 ORIGINS = ("local", "external")
-UNQUALIFIED_CONFIGURATION = "implemented-unqualified-configuration"
 
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _DATE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")

@@ -14,12 +14,12 @@ from typing import Any
 
 from ..core.canonical_json import canonical_json_bytes
 from ..core.errors import InputError
+from ..core.status import UNQUALIFIED_CONFIGURATION
 from .contract import LaunchContract
 from .envfile import EnvAssignment
 from .resolution import Resolution, resolve
 from .settings import CATALOG, render_value
 
-UNQUALIFIED = "implemented-unqualified-configuration"
 RESEARCH_ONLY = "research-only"
 
 
@@ -54,7 +54,7 @@ def qualify(resolution: Resolution, contract: LaunchContract, image_id: str | No
     if contract.status == RESEARCH_ONLY:
         return Qualification(RESEARCH_ONLY, digest, (), image_matches)
     if not contract.qualified:
-        return Qualification(UNQUALIFIED, digest, ("profile has no qualified configuration",), image_matches)
+        return Qualification(UNQUALIFIED_CONFIGURATION, digest, ("profile has no qualified configuration",), image_matches)
     site = [
         EnvAssignment(key, render_value(value), 0)
         for key, value in resolution.values.items()
@@ -66,7 +66,7 @@ def qualify(resolution: Resolution, contract: LaunchContract, image_id: str | No
             resolve(site + qualified_assignments, contract, resolution.rank, f"profile {contract.profile} [qualified]").values
         )
     except InputError as exc:
-        return Qualification(UNQUALIFIED, digest, (f"qualified configuration not applicable: {exc}",), image_matches)
+        return Qualification(UNQUALIFIED_CONFIGURATION, digest, (f"qualified configuration not applicable: {exc}",), image_matches)
     differences = tuple(
         f"{key}: qualified {render_value(expected.get(key))}, resolved {render_value(resolved.get(key))}"
         for key in sorted(set(expected) | set(resolved))
@@ -74,5 +74,5 @@ def qualify(resolution: Resolution, contract: LaunchContract, image_id: str | No
     )
     if contract.status == "qualified" and not image_matches:
         differences += (f"image {image_id} is not the profile's pinned image {contract.image_id}",)
-    status = contract.status if not differences else UNQUALIFIED
+    status = contract.status if not differences else UNQUALIFIED_CONFIGURATION
     return Qualification(status, digest, differences, image_matches)

@@ -20,7 +20,7 @@ from ..core.documents import parse_json, read_regular_file
 from ..core.errors import InputError
 from ..core.records import parse_toml_text
 from .envfile import render_env_value
-from .settings import CATALOG, parse_value, render_value
+from .settings import CATALOG, parse_value
 
 KNOWN_FIELDS = (
     "engine", "name", "docker_image", "entrypoint", "model", "parent_model", "port",
@@ -346,10 +346,6 @@ def _grouped(words: Sequence[str]) -> list[tuple[str, str | None]]:
 
 def dump_recipe(document: Mapping[str, Any]) -> str:
     return canonical_toml.dumps(document)
-
-
-def runtime_from_plan(plan: Any) -> dict[str, str]:
-    return {key: render_value(value) for key, value in plan.resolution.values.items() if value is not None}
 
 
 def summarize(items: Sequence[str]) -> str:

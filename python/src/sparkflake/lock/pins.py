@@ -14,7 +14,6 @@ docs/lock-format.md describes the format for people.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -525,6 +524,3 @@ def _freeze(record: object, name: str, value: object) -> None:
     object.__setattr__(record, name, value)
 
 
-def iter_pins(locks: Iterable[Lock]) -> Iterator[Pin]:
-    for lock in locks:
-        yield from lock.inputs

@@ -40,6 +40,7 @@ from ..core.records import (
     require_str,
     require_str_tuple,
 )
+from ..core.status import CLAIM_STATUSES, STATUSES
 
 SCHEMA_VERSION = 1
 PROFILE_FILE = "profile.toml"
@@ -48,8 +49,6 @@ PROFILES_DIR_ENV = "SPARKFLAKE_PROFILES_DIR"
 # --profiles-dir, SPARKFLAKE_PROFILES_DIR nor a profiles/ above the working directory gives one.
 CHECKOUT_PROFILES_ENV = "SPARKFLAKE_CHECKOUT_PROFILES"
 
-STATUSES = ("qualified", "implemented", "research-only", "unsupported")
-CLAIM_STATUSES = ("unverified", "verified", "contradicted")
 CLAIM_KINDS = ("git", "file", "oci")
 
 # Roles the composition stages look up; a profile may name more (any lowercase word).
