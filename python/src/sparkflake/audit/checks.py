@@ -13,15 +13,16 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..core.digest import chain_id, sha256_digest
+from ..core.digest import chain_id, is_digest, sha256_digest
+from ..core.elf_machines import MACHINE_BY_ARCHITECTURE, MACHINE_TITLES
 from ..core.errors import InputError
 from ..core.progress import ProgressCallback
 from ..oci import media_types
 from ..oci.entry_safety import EntrySafety
-from ..oci.layer_scan import ELF_MACHINE_BY_ARCHITECTURE, ELF_MACHINE_NAMES, ElfFile, scan_layer
+from ..oci.layer_scan import ElfFile, scan_layer
 from ..oci.types import Platform, platform_text
 from .receipt_checks import check_receipt
-from .report import DIGEST_PATTERN, IN_IMAGE_RECEIPT_PATH, AuditReport, Expectations, LayerFinding
+from .report import IN_IMAGE_RECEIPT_PATH, AuditReport, Expectations, LayerFinding
 from .sources import ImageSource
 
 _OCI_LAYER_TYPES = {media_types.OCI_LAYER_TAR, media_types.OCI_LAYER_GZIP, media_types.OCI_LAYER_ZSTD}
@@ -127,7 +128,7 @@ def audit_image(
         elf_files.extend(scan.elf_files)
         machines: dict[str, int] = {}
         for elf in scan.elf_files:
-            name = ELF_MACHINE_NAMES.get(elf.machine, f"e_machine {elf.machine}")
+            name = MACHINE_TITLES.get(elf.machine, f"e_machine {elf.machine}")
             machines[name] = machines.get(name, 0) + 1
         report.layers.append(
             LayerFinding(
@@ -187,7 +188,7 @@ def _check_digest_forms(source: ImageSource, report: AuditReport) -> None:
             found.extend((f"rootfs.diff_ids[{i}]", d) for i, d in enumerate(diff_ids) if isinstance(d, str))
     except (ValueError, UnicodeDecodeError, AttributeError):
         pass
-    bad = [(where, digest) for where, digest in found if not DIGEST_PATTERN.match(digest)]
+    bad = [(where, digest) for where, digest in found if not is_digest(digest)]
     if bad:
         where, digest = bad[0]
         report.add(
@@ -354,24 +355,24 @@ def _check_platform(
                 "platform.expected", "fail",
                 f"config says {config_platform}, expected {expectations.platform}", report.config_digest,
             )
-    expected_machine = ELF_MACHINE_BY_ARCHITECTURE.get(str(config.get("architecture")))
+    expected_machine = MACHINE_BY_ARCHITECTURE.get(str(config.get("architecture")))
     if expected_machine is None:
         report.add("platform.elf", "fail", f"unknown architecture {config.get('architecture')!r} in the config", report.config_digest)
         return
     wrong = [elf for elf in elf_files if elf.machine != expected_machine]
     if wrong:
         shown = ", ".join(
-            f"{elf.path} ({ELF_MACHINE_NAMES.get(elf.machine, elf.machine)})" for elf in wrong[:5]
+            f"{elf.path} ({MACHINE_TITLES.get(elf.machine, elf.machine)})" for elf in wrong[:5]
         )
         report.add(
             "platform.elf", "fail",
-            f"{len(wrong)} of {len(elf_files)} ELF files are not {ELF_MACHINE_NAMES[expected_machine]}: {shown}",
+            f"{len(wrong)} of {len(elf_files)} ELF files are not {MACHINE_TITLES[expected_machine]}: {shown}",
             report.config_digest,
         )
     else:
         report.add(
             "platform.elf", "pass",
-            f"{len(elf_files)} ELF files, all {ELF_MACHINE_NAMES[expected_machine]}",
+            f"{len(elf_files)} ELF files, all {MACHINE_TITLES[expected_machine]}",
         )
 
 

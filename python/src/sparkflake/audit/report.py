@@ -4,16 +4,15 @@ as."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.check_result import CheckResult
+from ..core.digest import is_digest
 from ..core.errors import InputError
 
 REPORT_SCHEMA = 1
-DIGEST_PATTERN = re.compile(r"^sha256:[0-9a-f]{64}$")
 EXPECT_KINDS = ("manifest", "config", "image-id", "index", "chain-id", "layer", "diff-id")
 IN_IMAGE_RECEIPT_PATH = "etc/sparkflake/receipt.json"
 DEFAULT_MAX_UNCOMPRESSED = 1 << 40
@@ -115,7 +114,7 @@ def parse_expectation(text: str) -> tuple[str, str]:
         raise InputError(f"--expect {text!r}: expected sha256:<64 lowercase hex>@KIND", check_id="digest.well-formed")
     if kind not in EXPECT_KINDS:
         raise InputError(f"--expect {text!r}: unknown kind {kind!r} (expected one of {', '.join(EXPECT_KINDS)})")
-    if not DIGEST_PATTERN.match(digest):
+    if not is_digest(digest):
         raise InputError(
             f"--expect {text!r}: expected sha256:<64 lowercase hex digits>, got {digest!r}",
             check_id="digest.well-formed",

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 import shutil
 import subprocess
 import tempfile
@@ -21,14 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from ..core.digest import sha256_digest
+from ..core.digest import is_digest, sha256_digest
 from ..core.documents import MAX_DOCUMENT_BYTES
 from ..core.errors import CheckFailed, InputError
 from ..oci import media_types
 from ..oci.reader import DirectoryFiles, TarFiles
 from ..oci.types import Platform
-
-DIGEST_PATTERN = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
 @dataclass(frozen=True)
@@ -91,7 +88,7 @@ def descriptor_from(record: object, role: str, where: str, locate: Callable[[str
     digest = record.get("digest")
     size = record.get("size")
     media_type = record.get("mediaType", "")
-    if not isinstance(digest, str) or not DIGEST_PATTERN.match(digest):
+    if not is_digest(digest):
         raise InputError(
             f"{where}.digest: expected sha256:<64 lowercase hex digits>, got {digest!r}",
             check_id="digest.well-formed",

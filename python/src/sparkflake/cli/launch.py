@@ -8,13 +8,12 @@ import re
 import shlex
 import sys
 
+from ..core.digest import is_digest
 from ..core.errors import InputError
 from ..launch.contract import load_contract
 from ..launch.engine import detect_engine
 from ..launch.plan import plan_launch, prepare_state
 from ._output import print_json, print_line, warn
-
-_IMAGE_ID = re.compile(r"sha256:[0-9a-f]{64}\Z")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -54,7 +53,7 @@ def _image_from_args(args: argparse.Namespace) -> str | None:
     if args.image and args.digests:
         raise InputError("--image and --digests are exclusive")
     if args.image:
-        if not _IMAGE_ID.match(args.image):
+        if not is_digest(args.image):
             raise InputError(f"--image {args.image!r}: expected sha256:<64 lowercase hex>")
         return args.image
     if args.digests:

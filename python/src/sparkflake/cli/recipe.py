@@ -66,11 +66,12 @@ def run_import(args: argparse.Namespace) -> int:
 
 
 def run_export(args: argparse.Namespace) -> int:
+    from ..core.digest import is_digest
     from ..core.errors import InputError
-    from .launch import _IMAGE_ID, parse_rank
+    from .launch import parse_rank
 
     rank = parse_rank(args.rank)
-    if args.image and not _IMAGE_ID.match(args.image):
+    if args.image and not is_digest(args.image):
         raise InputError(f"--image {args.image!r}: expected sha256:<64 lowercase hex>")
     plan = plan_launch(
         rank=rank,

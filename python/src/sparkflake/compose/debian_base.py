@@ -37,10 +37,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.atomic_write import atomic_directory
+from ..core.elf_machines import EM_AARCH64
 from ..core.errors import CheckFailed
 from ..core.progress import ProgressCallback
 from .deb_archive import ARCHIVE_ERRORS, ar_members, find_member, open_tar_member, read_control
-from .elf import EM_AARCH64, PLATFORM_MACHINE, check_machine
+from .elf import PLATFORM_MACHINE, check_machine
 from .ld_so_cache import write_ld_so_cache
 from .tree_paths import check_link_target, image_path, normalize_member, resolve_parent
 

@@ -13,27 +13,11 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from ..core.elf_machines import EM_AARCH64, EM_X86_64, MACHINE_NAMES
 from ..core.errors import CheckFailed
 
 ELF_MAGIC = b"\x7fELF"
 
-# e_machine values (System V ABI, elf.h) for the architectures an image may target.
-EM_386 = 3
-EM_ARM = 40
-EM_X86_64 = 62
-EM_AARCH64 = 183
-EM_RISCV = 243
-MACHINE_NAMES = {
-    EM_386: "i386",
-    EM_ARM: "arm",
-    EM_X86_64: "x86_64",
-    EM_AARCH64: "aarch64",
-    EM_RISCV: "riscv",
-    8: "mips",
-    20: "ppc",
-    21: "ppc64",
-    22: "s390",
-}
 PLATFORM_MACHINE = {"linux/arm64": EM_AARCH64, "linux/amd64": EM_X86_64}
 
 _SHT_NOBITS = 8

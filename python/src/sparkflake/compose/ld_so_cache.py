@@ -27,13 +27,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .elf import EM_AARCH64, EM_X86_64, read_header, read_soname
+from ..core.elf_machines import EM_AARCH64, EM_X86_64
+from .elf import read_header, read_soname
 from .tree_paths import resolve_parent
 
 CACHE_MAGIC = b"glibc-ld.so.cache" + b"1.1"
 FLAG_ELF_LIBC6 = 0x0003
 ARCH_FLAGS = {EM_AARCH64: 0x0A00, EM_X86_64: 0x0300}
-ARCH_LABELS = {EM_AARCH64: "AArch64", EM_X86_64: "x86-64"}
 MULTIARCH = {EM_AARCH64: "aarch64-linux-gnu", EM_X86_64: "x86_64-linux-gnu"}
 _ENDIAN_LITTLE = 2
 

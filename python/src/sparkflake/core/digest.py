@@ -379,7 +379,8 @@ def changed_while_read(path: bytes) -> InputError:
 # ---------------------------------------------------------------------------------------
 # Digest strings (``sha256:<hex>``, the OCI form) and the digests derived from others
 
-_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+# The one digest form: matched whole (``fullmatch``: no trailing newline slips through ``$``).
+DIGEST_PATTERN = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 def sha256_digest(content: bytes) -> str:
@@ -388,13 +389,13 @@ def sha256_digest(content: bytes) -> str:
 
 def digest_hex(digest: str) -> str:
     """The hex part of a ``sha256:<hex>`` digest; anything else is refused."""
-    if not _DIGEST.fullmatch(digest):
+    if not DIGEST_PATTERN.fullmatch(digest):
         raise InputError(f"not a sha256 digest: {digest!r} (expected sha256:<64 lowercase hex>)")
     return digest[len("sha256:") :]
 
 
 def is_digest(text: object) -> bool:
-    return isinstance(text, str) and _DIGEST.fullmatch(text) is not None
+    return isinstance(text, str) and DIGEST_PATTERN.fullmatch(text) is not None
 
 
 def chain_id(diff_ids: Sequence[str]) -> str:

@@ -14,12 +14,12 @@ import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from .digest import DIGEST_PATTERN
 from .documents import parse_limit_error
 from .errors import InputError
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
-_OCI_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _INPUT_NAME = re.compile(r"^[a-z0-9][a-z0-9._+:-]{0,199}$")
 _FILENAME = re.compile(r"^[^/\x00]+$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -86,7 +86,7 @@ def require_sha1_hex(path: str, value: object) -> str:
 
 
 def require_oci_digest(path: str, value: object) -> str:
-    return require_match(path, value, _OCI_DIGEST, '"sha256:" and 64 lowercase hex digits')
+    return require_match(path, value, DIGEST_PATTERN, '"sha256:" and 64 lowercase hex digits')
 
 
 def require_sri_sha256(path: str, value: object) -> str:

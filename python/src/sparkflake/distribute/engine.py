@@ -14,18 +14,18 @@ import re
 import subprocess
 from dataclasses import dataclass
 
+from ..core.digest import is_digest
 from ..core.errors import CheckFailed, InputError
 from ..oci.reader import open_image
 from ..oci.verify import verify_image
 
 ENGINES = ("podman", "docker")
-IMAGE_ID = re.compile(r"^sha256:[0-9a-f]{64}$")
 _SKIPPED = re.compile(r"Skipping blob (sha256:[0-9a-f]{64}) \(already present\)")
 _LOADED = re.compile(r"^Loaded image(?:\(s\))?(?: ID)?:\s*(.+)$", re.MULTILINE)
 
 
 def check_image_id(value: str, where: str = "--image-id") -> str:
-    if not IMAGE_ID.match(value):
+    if not is_digest(value):
         raise InputError(f"{where}: expected sha256: followed by 64 lowercase hex digits, got {value!r}")
     return value
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from ..core.digest import is_digest
 from ..core.errors import InputError
 from ..lock.profile_locks import input_for, load_locks, load_profile
 from ..runtime.capabilities import FILE_NAME as CAPABILITIES_FILE
@@ -27,7 +28,6 @@ from .settings import (
 )
 
 _SHA256 = re.compile(r"[0-9a-f]{64}\Z")
-_IMAGE_ID = re.compile(r"sha256:[0-9a-f]{64}\Z")
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ class LaunchContract:
     capabilities: Capabilities | None = None
 
     def __post_init__(self) -> None:
-        if self.image_id is not None and not _IMAGE_ID.match(self.image_id):
+        if self.image_id is not None and not is_digest(self.image_id):
             raise InputError(
                 f"profile {self.profile}: image ID {self.image_id!r} is not sha256:<64 hex>"
             )

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.atomic_write import write_bytes_atomic
+from ..core.digest import is_digest
 from ..core.errors import InputError
 from ..core.status import STATUSES
 
@@ -41,7 +42,6 @@ SCHEMA_VERSION = 1
 RECORD_KIND = "sparkflake.evidence"
 ORIGINS = ("local", "external")
 
-_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _DATE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
 _RECORD_KEYS = {
     "schema",
@@ -144,7 +144,7 @@ def parse_record(text: str | bytes, where: str) -> EvidenceRecord:
         raise InputError(f"{where}: $.image.reference: expected a string")
     settings_hash = document.get("settings_hash")
     if settings_hash is not None and (
-        not isinstance(settings_hash, str) or not _DIGEST.match(settings_hash)
+        not is_digest(settings_hash)
     ):
         raise InputError(
             f"{where}: $.settings_hash: expected null or sha256:<64 lowercase hex>, "
@@ -350,7 +350,7 @@ def _string(mapping: Mapping[str, Any], key: str, where: str, place: str) -> str
 
 def _digest(mapping: Mapping[str, Any], key: str, where: str, place: str) -> str:
     value = mapping.get(key)
-    if not isinstance(value, str) or not _DIGEST.match(value):
+    if not is_digest(value):
         raise InputError(
             f"{where}: {place}.{key}: expected sha256:<64 lowercase hex digits>, got {value!r}"
         )

@@ -23,25 +23,6 @@ from .entry_safety import EntrySafety, kind_of_typeflag
 READ_CHUNK = 1 << 20
 BLOCK = 512
 
-# e_machine values (System V ABI) for the architectures an OCI config can name
-ELF_MACHINE_BY_ARCHITECTURE = {
-    "arm64": 183,
-    "amd64": 62,
-    "arm": 40,
-    "386": 3,
-    "ppc64le": 21,
-    "s390x": 22,
-    "riscv64": 243,
-}
-ELF_MACHINE_NAMES = {
-    183: "AArch64",
-    62: "x86-64",
-    40: "ARM",
-    3: "i386",
-    21: "PowerPC64",
-    22: "S/390",
-    243: "RISC-V",
-}
 _REGULAR_TYPES = (b"0", b"\x00", b"7")
 _META_TYPES = (b"x", b"L", b"K", b"g")  # PAX and GNU headers: they describe the next member
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.atomic_write import atomic_file
+from ..core.digest import is_digest
 from ..core.errors import CheckFailed, InputError
 from ..core.progress import ProgressCallback
 from .types import Platform, matching_entries, platform_text
@@ -45,7 +46,6 @@ MANIFEST_TYPES = (OCI_MANIFEST, DOCKER_MANIFEST)
 INDEX_TYPES = (OCI_INDEX, DOCKER_MANIFEST_LIST)
 ACCEPT = ", ".join((*MANIFEST_TYPES, *INDEX_TYPES))
 
-_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _REPOSITORY = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$")
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _CHALLENGE_PARAM = re.compile(r'(\w+)\s*=\s*"([^"]*)"')
@@ -83,7 +83,7 @@ def parse_reference(text: str) -> Reference:
     remainder, digest = text.removeprefix("docker://"), None
     if "@" in remainder:
         remainder, digest = remainder.split("@", 1)
-        if not _DIGEST.match(digest):
+        if not is_digest(digest):
             raise InputError(f"{text}: digest: expected sha256: and 64 lowercase hex digits, got {digest!r}",
                              check_id="registry.digest")
     if "/" not in remainder:
@@ -532,7 +532,7 @@ def _descriptor(raw: Any, where: str) -> tuple[str, str, int]:
     if not isinstance(raw, dict):
         raise CheckFailed(f"{where}: expected a descriptor object")
     digest, media_type, size = raw.get("digest"), raw.get("mediaType"), raw.get("size")
-    if not isinstance(digest, str) or not _DIGEST.match(digest):
+    if not is_digest(digest):
         raise CheckFailed(f"{where}.digest: expected sha256:<64 hex>, got {digest!r}")
     if isinstance(size, bool) or not isinstance(size, int) or size < 0:
         raise CheckFailed(f"{where}.size: expected a non-negative integer, got {size!r}")
@@ -565,7 +565,7 @@ def _netloc(host: str, port: int | None) -> str:
 
 
 def _check_digest(digest: str) -> None:
-    if not _DIGEST.match(digest):
+    if not is_digest(digest):
         raise InputError(f"digest: expected sha256: and 64 lowercase hex digits, got {digest!r}",
                          check_id="registry.digest")
 

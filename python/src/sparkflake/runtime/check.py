@@ -30,8 +30,8 @@ from typing import Any
 from ..compose.tree_paths import image_path
 from ..core.atomic_write import write_bytes_atomic
 from ..core.check_result import CheckResult
+from ..core.elf_machines import MACHINE_BY_ARCHITECTURE
 from ..core.errors import CheckFailed, InputError
-from ..oci.layer_scan import ELF_MACHINE_BY_ARCHITECTURE
 from ..oci.reader import ImageReader, open_image
 from . import rootfs, sandbox
 from .capabilities import Capabilities
@@ -208,7 +208,7 @@ def run_check(
         report.add("runtime.interpreter", FAIL, f"the image has no Python interpreter (looked for {resolved})")
         return report
     machine = _elf_machine(resolved)
-    if machine != ELF_MACHINE_BY_ARCHITECTURE.get(image_arch):
+    if machine != MACHINE_BY_ARCHITECTURE.get(image_arch):
         report.add("runtime.interpreter", FAIL, f"{inside} is not an {image_arch} ELF executable")
         return report
     report.add("runtime.interpreter", PASS, inside)
