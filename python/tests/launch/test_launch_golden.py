@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from fixtures.launch import DRAFT_FILES, TARGET_FILES, real_contract
 
+from sparkflake.core.container_engine import Engine
 from sparkflake.launch.contract import IdentityFile
-from sparkflake.launch.engine import Engine
 from sparkflake.launch.envfile import parse_env_text
 from sparkflake.launch.plan import plan_from_assignments
 from sparkflake.launch.spec import LABEL_PREFIX

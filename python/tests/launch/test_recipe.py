@@ -112,8 +112,8 @@ def test_export_import_round_trip_property(dcp, sparkcache, seqs, depth, load_fo
 
     from fixtures.launch import DRAFT_FILES, TARGET_FILES, real_contract
 
+    from sparkflake.core.container_engine import Engine
     from sparkflake.launch.contract import IdentityFile
-    from sparkflake.launch.engine import Engine
     from sparkflake.launch.plan import plan_from_assignments
     from sparkflake.launch.recipe import export_recipe
 
@@ -275,8 +275,8 @@ def _fixed_plan():
 
     from fixtures.launch import DRAFT_FILES, TARGET_FILES, real_contract
 
+    from sparkflake.core.container_engine import Engine
     from sparkflake.launch.contract import IdentityFile
-    from sparkflake.launch.engine import Engine
     from sparkflake.launch.plan import plan_from_assignments
 
     def rows(files):

@@ -8,10 +8,10 @@ import re
 import shlex
 import sys
 
+from ..core.container_engine import detect_engine
 from ..core.digest import is_digest
 from ..core.errors import InputError
 from ..launch.contract import load_contract
-from ..launch.engine import detect_engine
 from ..launch.plan import plan_launch, prepare_state
 from ._output import print_json, print_line, warn
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from ..core import canonical_toml
 from ..core.atomic_write import write_bytes_atomic
+from ..core.container_engine import Engine
 from ..core.records import read_toml
 from ..launch.contract import load_contract
-from ..launch.engine import Engine
 from ..launch.plan import plan_launch
 from ..launch.recipe import dump_recipe, export_recipe, import_recipe, read_recipe, summarize
 from ._output import print_json, print_line

@@ -14,6 +14,7 @@ import re
 import subprocess
 from dataclasses import dataclass
 
+from ..core.container_engine import Engine, image_id
 from ..core.digest import is_digest
 from ..core.errors import CheckFailed, InputError
 from ..oci.reader import open_image
@@ -53,15 +54,7 @@ def _run(argv: list[str], what: str) -> subprocess.CompletedProcess[str]:
 
 
 def image_id_of(engine: str, engine_args: list[str], reference: str) -> str | None:
-    completed = subprocess.run(
-        [engine, *engine_args, "image", "inspect", "--format", "{{.Id}}", reference],
-        capture_output=True,
-        text=True,
-    )
-    if completed.returncode != 0:
-        return None
-    found = completed.stdout.strip().splitlines()[0] if completed.stdout.strip() else ""
-    return found if found.startswith("sha256:") else f"sha256:{found}"
+    return image_id(Engine(engine, engine, tuple(engine_args)), reference)
 
 
 def import_archive(

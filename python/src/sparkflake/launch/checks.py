@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..core.container_engine import Engine, container_exists, inspect_image
 from .checkpoint_pins import is_pattern
 from .contract import IdentityFile
-from .engine import Engine, container_exists, inspect_image
 from .hashcache import VerifiedHashCache
 from .identity import inspect_state
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.atomic_write import write_bytes_atomic
+from ..core.container_engine import Engine
 from ..core.errors import InputError
 from .checkpoint_pins import pinned_files, read_pins
 from .checks import (
@@ -33,7 +34,6 @@ from .checks import (
     check_ports,
 )
 from .contract import LaunchContract
-from .engine import Engine
 from .envfile import read_env_file
 from .hashcache import VerifiedHashCache
 from .identity import (

@@ -16,7 +16,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ..core.errors import InputError
+from .errors import InputError
 
 ENGINES = ("podman", "docker")
 
@@ -91,3 +91,15 @@ def inspect_image(engine: Engine, reference: str) -> ImageRecord | None:
 def container_exists(engine: Engine, name: str) -> bool:
     result = _run(engine, "container", "inspect", name)
     return result.returncode == 0
+
+
+def image_id(engine: Engine, reference: str) -> str | None:
+    """The ID (config digest) the engine gives ``reference``, or None when it has no such
+    image. podman prints the bare hex, docker ``sha256:<hex>``; both come back as the
+    latter."""
+    result = _run(engine, "image", "inspect", "--format", "{{.Id}}", reference)
+    found = result.stdout.decode(errors="replace").strip()
+    if result.returncode != 0 or not found:
+        return None
+    found = found.splitlines()[0]
+    return found if found.startswith("sha256:") else f"sha256:{found}"
