@@ -44,7 +44,7 @@ class _DecompressingReader(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, target) -> int:  # type: ignore[override]  # noqa: ANN001
+    def readinto(self, target) -> int:  # noqa: ANN001
         while not self._buffer and not self._eof:
             chunk = self._handle.read(READ_CHUNK)
             if not chunk:

@@ -60,7 +60,7 @@ def open_registry_source(
             what=f"blob {reference.registry}/{repository}@{blob.locator}",
         )
         response.close = _closing(connection, response.close)  # type: ignore[method-assign]
-        return response  # type: ignore[return-value]
+        return response
 
     def read_config(blob: Descriptor) -> bytes:
         with open_blob(blob) as handle:

@@ -126,7 +126,7 @@ def run_inspect(args: argparse.Namespace) -> int:
         print_line(f"ref.name  {report.ref_name}")
     for tag in report.repo_tags:
         print_line(f"repo tag  {tag}")
-    for kind, digest in record["digests"].items():  # type: ignore[union-attr]
+    for kind, digest in record["digests"].items():
         if digest:
             print_line(f"{kind:<9} {digest}")
     for position, layer in enumerate(report.layers):

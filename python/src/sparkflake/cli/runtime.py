@@ -61,7 +61,7 @@ def _profile_name(args: argparse.Namespace, out: Path) -> str:
     return name
 
 
-def expected_versions(profile) -> dict[str, str]:  # type: ignore[no-untyped-def]
+def expected_versions(profile) -> dict[str, str]:
     """Every wheel of the profile's locks, by distribution name and version."""
     versions: dict[str, str] = {}
     for lock in load_locks(profile):

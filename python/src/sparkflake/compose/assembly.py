@@ -264,7 +264,7 @@ def assemble(
             ),
         )
         distributions.extend(manifest["distributions"])  # type: ignore[arg-type]
-        for image_path, wheel in manifest["owners"].items():  # type: ignore[union-attr]
+        for image_path, wheel in manifest["owners"].items():
             previous = owners.get(image_path)
             if previous is not None:
                 other_tree = python_trees[previous[1]]

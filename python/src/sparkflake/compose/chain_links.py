@@ -69,7 +69,7 @@ def check_retained_native(context: ChainContext) -> str:
         "retained-native",
     )
     overlaid_elf = [
-        entry["path"] for entry in context.assembly.overlay["entries"]  # type: ignore[index, union-attr]
+        entry["path"] for entry in context.assembly.overlay["entries"]
         if entry["path"] in shipped
     ]
     require_no_problems([f"{p}: overlaid" for p in overlaid_elf], "overlay touches compiled extensions", "retained-native")
@@ -89,7 +89,7 @@ def check_overlay(context: ChainContext) -> str:
     for path in context.assembly.overlay_deletions:
         after.pop(path, None)
     require_no_problems(compare_overlay(context.assembly.overlay, before, after), "overlay differs from its manifest", "overlay")
-    entries = context.assembly.overlay["entries"]  # type: ignore[index]
+    entries = context.assembly.overlay["entries"]
     return f"{len(entries)} overlay changes equal the manifest; every other file of {OVERLAY_PACKAGE}/ unchanged"
 
 
@@ -104,7 +104,7 @@ def check_patches(context: ChainContext) -> str:
         actual = source_files.get(relative, base_files.get(relative, ""))
         if actual != pre:
             problems.append(f"{path}: pre-image sha256 expected {pre or 'absent'}, source has {actual or 'absent'}")
-    overlay_by_path = {e["path"]: e for e in context.assembly.overlay["entries"]}  # type: ignore[index, union-attr]
+    overlay_by_path = {e["path"]: e for e in context.assembly.overlay["entries"]}
     for path, post in final.items():
         patched_file = context.assembly.patched_source / path.removeprefix(f"{OVERLAY_PACKAGE}/")
         actual = sha256_file(patched_file) if patched_file.is_file() else ""

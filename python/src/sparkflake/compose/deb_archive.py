@@ -93,11 +93,11 @@ def open_tar_member(handle: BinaryIO, member: ArMember, *, source: str) -> Itera
     if name.endswith(".xz"):
         stream: BinaryIO = lzma.open(raw)  # type: ignore[assignment]
     elif name.endswith(".zst"):
-        stream = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)  # type: ignore[assignment]
+        stream = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
     elif name.endswith(".gz"):
         stream = gzip.GzipFile(fileobj=raw)  # type: ignore[assignment]
     elif name.endswith(".tar"):
-        stream = raw  # type: ignore[assignment]
+        stream = raw
     else:
         raise CheckFailed(f"{source}: unsupported member compression {name!r}", check_id="deb-archive")
     with stream, tarfile.open(fileobj=stream, mode="r|") as archive:

@@ -136,7 +136,7 @@ def full_statement(
     that decide image bytes) becomes ``runDetails.builder.version`` here only: the in-image
     statement names sparkflake's version alone, since its bytes are part of a layer and the
     digests must not depend on the builder's interpreter."""
-    predicate = copy.deepcopy(dict(in_image["predicate"]))  # type: ignore[arg-type]
+    predicate = copy.deepcopy(dict(in_image["predicate"]))
     if builder_versions is not None:
         predicate["runDetails"]["builder"]["version"] = dict(builder_versions)
     byproducts = predicate["runDetails"]["byproducts"]
@@ -219,7 +219,7 @@ def in_image_from_full(full: Mapping[str, object]) -> dict[str, object]:
     The subjects of the in-image statement are the lower layers' diffIDs, taken from the
     layer byproducts (all but the last layer).
     """
-    predicate = copy.deepcopy(dict(full["predicate"]))  # type: ignore[arg-type]
+    predicate = copy.deepcopy(dict(full["predicate"]))
     added = {IN_IMAGE_RECEIPT, CONFIG, MANIFEST, SBOM, SBOM_ARTIFACT}
     layers = []
     kept = []

@@ -193,7 +193,7 @@ def compare_retained_native(
     manifest: Mapping[str, object], shipped: Mapping[str, tuple[int, str]]
 ) -> list[str]:
     """Differences between a retained-native manifest and a wheel's ELF members."""
-    recorded = {entry["path"]: (entry["size"], entry["sha256"]) for entry in manifest["files"]}  # type: ignore[index, union-attr]
+    recorded = {entry["path"]: (entry["size"], entry["sha256"]) for entry in manifest["files"]}
     problems: list[str] = []
     for path in sorted(set(recorded) | set(shipped)):
         if path not in shipped:
@@ -410,7 +410,7 @@ def compare_overlay(
     package without and with the overlay). Every path not in the manifest must be equal.
     """
     problems: list[str] = []
-    declared = {entry["path"]: entry for entry in manifest["entries"]}  # type: ignore[index, union-attr]
+    declared = {entry["path"]: entry for entry in manifest["entries"]}
     for path in sorted(set(before) | set(after) | set(declared)):
         old, new = before.get(path, ABSENT), after.get(path, ABSENT)
         entry = declared.get(path)

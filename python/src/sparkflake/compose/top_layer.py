@@ -184,7 +184,7 @@ def prepare_top(
         provenance["sourcePackages"] = [
             {"package": entry["package"], "source": entry["source"],
              "filesFromSource": len(entry["files_from_source"]), "filesFromWheel": len(entry["files_from_wheel"])}
-            for entry in document["packages"]  # type: ignore[union-attr]
+            for entry in document["packages"]
         ]
         byproducts.append({
             "name": "source-packages",

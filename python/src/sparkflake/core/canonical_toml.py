@@ -150,7 +150,7 @@ def _emit_table(path: list[str], table: Mapping[str, object], out: list[str]) ->
     for key, value in table.items():
         if _is_table_array(value):
             sub_path = [*path, format_key(key)]
-            for element in value:  # type: ignore[union-attr]
+            for element in value:
                 _separate(out)
                 out.append(f"[[{'.'.join(sub_path)}]]\n")
                 _emit_table(sub_path, element, out)

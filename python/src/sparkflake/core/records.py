@@ -23,6 +23,8 @@ _HEX40 = re.compile(r"^[0-9a-f]{40}$")
 _INPUT_NAME = re.compile(r"^[a-z0-9][a-z0-9._+:-]{0,199}$")
 _FILENAME = re.compile(r"^[^/\x00]+$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+PLATFORM_PATTERN = re.compile(r"^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$")
+DEB_PACKAGE_PATTERN = re.compile(r"^[a-z0-9][a-z0-9.+-]+$")
 
 
 class InvalidField(InputError):
@@ -270,3 +272,9 @@ def join_path(where: str, key: str) -> str:
 
 def prefixed(where: str, error: InvalidField) -> InvalidField:
     return InvalidField(f"{where}.{error.field_path}" if where else error.field_path, error.problem)
+
+
+def freeze_field(record: object, name: str, value: object) -> None:
+    """Set a field of a frozen record in its ``__post_init__`` (the validated, normalized
+    value replaces the given one)."""
+    object.__setattr__(record, name, value)

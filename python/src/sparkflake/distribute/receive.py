@@ -153,7 +153,7 @@ def _result(
 
 
 @contextlib.contextmanager
-def _exclusive(path: Path):  # type: ignore[no-untyped-def]
+def _exclusive(path: Path):
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:

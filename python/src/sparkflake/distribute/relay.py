@@ -234,7 +234,7 @@ def _send(
     return sent
 
 
-def _open_growing(source: Path, stall_seconds: float):  # type: ignore[no-untyped-def]
+def _open_growing(source: Path, stall_seconds: float):
     """The final copy if present, else the partial one that is arriving; the partial is
     renamed to the final name once verified, which keeps the open handle valid."""
     deadline = time.monotonic() + stall_seconds
@@ -248,7 +248,7 @@ def _open_growing(source: Path, stall_seconds: float):  # type: ignore[no-untype
         time.sleep(POLL_SECONDS)
 
 
-def _still_published(source: Path, handle) -> bool:  # type: ignore[no-untyped-def]
+def _still_published(source: Path, handle) -> bool:
     mine = os.fstat(handle.fileno())
     if mine.st_nlink == 0:
         return False
@@ -260,12 +260,12 @@ def _still_published(source: Path, handle) -> bool:  # type: ignore[no-untyped-d
     return False
 
 
-def _drain(stream, tail: deque[str]) -> None:  # type: ignore[no-untyped-def]
+def _drain(stream, tail: deque[str]) -> None:
     for raw in stream:
         tail.append(raw.decode("utf-8", "replace").rstrip())
 
 
-def _read_json_line(stream) -> dict[str, Any] | None:  # type: ignore[no-untyped-def]
+def _read_json_line(stream) -> dict[str, Any] | None:
     line = stream.readline()
     if not line:
         return None

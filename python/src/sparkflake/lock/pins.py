@@ -30,8 +30,11 @@ from packaging.version import InvalidVersion, Version
 
 from ..core.errors import InputError
 from ..core.records import (
+    DEB_PACKAGE_PATTERN,
+    PLATFORM_PATTERN,
     InvalidField,
     describe,
+    freeze_field,
     require_archive_url,
     require_filename,
     require_git_url,
@@ -49,10 +52,8 @@ from ..core.records import (
 
 SCHEMA_VERSION = 1
 
-_PLATFORM = re.compile(r"^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$")
 _PYTHON_VERSION = re.compile(r"^3\.[0-9]{1,2}(\.[0-9]{1,3})?$")
 _GLIBC_VERSION = re.compile(r"^2\.[0-9]{1,3}$")
-_DEB_PACKAGE = re.compile(r"^[a-z0-9][a-z0-9.+-]+$")
 _DEB_ARCH = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 # Debian policy 5.6.12: [epoch:]upstream[-revision]; characters only, the ordering is dpkg's
 _DEB_VERSION = re.compile(r"^([0-9]+:)?[0-9][A-Za-z0-9.+~:-]*$")
@@ -83,7 +84,7 @@ class Target:
     FIELD_ORDER: ClassVar[tuple[str, ...]] = ("platform", "python", "glibc")
 
     def __post_init__(self) -> None:
-        require_match("platform", self.platform, _PLATFORM, 'an OCI platform like "linux/arm64"')
+        require_match("platform", self.platform, PLATFORM_PATTERN, 'an OCI platform like "linux/arm64"')
         require_match("python", self.python, _PYTHON_VERSION, 'a CPython version like "3.11"')
         require_match("glibc", self.glibc, _GLIBC_VERSION, 'a glibc version like "2.36"')
 
@@ -167,8 +168,8 @@ class WheelPin:
             lambda p, v: require_match(p, v, _WHEEL_TAG, "a wheel tag"),
             non_empty=True,
         )
-        _freeze(self, "tags", tags)
-        _freeze(self, "urls", require_str_tuple("urls", self.urls, require_url, non_empty=True))
+        freeze_field(self, "tags", tags)
+        freeze_field(self, "urls", require_str_tuple("urls", self.urls, require_url, non_empty=True))
         try:
             dist, file_version, _build, file_tags = parse_wheel_filename(filename)
         except (InvalidWheelFilename, InvalidVersion) as exc:
@@ -221,7 +222,7 @@ class SdistPin:
         filename = require_filename("filename", self.filename)
         require_sha256_hex("sha256", self.sha256)
         require_size("size", self.size)
-        _freeze(self, "urls", require_str_tuple("urls", self.urls, require_url, non_empty=True))
+        freeze_field(self, "urls", require_str_tuple("urls", self.urls, require_url, non_empty=True))
         try:
             dist, file_version = parse_sdist_filename(filename)
         except (InvalidSdistFilename, InvalidVersion) as exc:
@@ -269,7 +270,7 @@ class DebPin:
 
     def __post_init__(self) -> None:
         require_input_name("name", self.name)
-        package = require_match("package", self.package, _DEB_PACKAGE, "a Debian package name")
+        package = require_match("package", self.package, DEB_PACKAGE_PATTERN, "a Debian package name")
         require_match("version", self.version, _DEB_VERSION, "a Debian version")
         architecture = require_match(
             "architecture",
@@ -279,7 +280,7 @@ class DebPin:
         )
         require_sha256_hex("sha256", self.sha256)
         require_size("size", self.size)
-        _freeze(self, "urls", require_str_tuple("urls", self.urls, require_url, non_empty=True))
+        freeze_field(self, "urls", require_str_tuple("urls", self.urls, require_url, non_empty=True))
         if self.name != f"{package}:{architecture}":
             raise InvalidField(
                 "name",
@@ -320,14 +321,14 @@ class GitPin:
 
     def __post_init__(self) -> None:
         require_input_name("name", self.name)
-        _freeze(self, "urls", require_str_tuple("urls", self.urls, require_git_url, non_empty=True))
+        freeze_field(self, "urls", require_str_tuple("urls", self.urls, require_git_url, non_empty=True))
         require_sha1_hex("rev", self.rev)
         require_sha1_hex("tree", self.tree)
         if self.nar_hash is not None:
             require_sri_sha256("nar_hash", self.nar_hash)
         if self.source_sha256 is not None:
             require_sha256_hex("source_sha256", self.source_sha256)
-        _freeze(self, "archive_urls", require_str_tuple("archive_urls", self.archive_urls, require_archive_url, non_empty=False))
+        freeze_field(self, "archive_urls", require_str_tuple("archive_urls", self.archive_urls, require_archive_url, non_empty=False))
 
 
 @dataclass(frozen=True)
@@ -406,7 +407,7 @@ class FilePin:
         require_input_name("name", self.name)
         require_sha256_hex("sha256", self.sha256)
         require_size("size", self.size)
-        _freeze(self, "urls", require_str_tuple("urls", self.urls, require_url, non_empty=False))
+        freeze_field(self, "urls", require_str_tuple("urls", self.urls, require_url, non_empty=False))
         if self.how_to_supply is not None:
             require_str("how_to_supply", self.how_to_supply, free_text=True)
         elif not self.urls:
@@ -463,8 +464,8 @@ class Lock:
                     f"duplicate input name {describe(pin.name)} (already used by a {by_name[pin.name].kind} input)",
                 )
             by_name[pin.name] = pin
-        _freeze(self, "inputs", tuple(sorted(inputs, key=sort_key)))
-        _freeze(self, "_by_name", by_name)
+        freeze_field(self, "inputs", tuple(sorted(inputs, key=sort_key)))
+        freeze_field(self, "_by_name", by_name)
 
     def by_name(self, name: str) -> Pin:
         try:
@@ -518,9 +519,5 @@ def _split_oci_tag(reference: str) -> tuple[str, str | None]:
     if colon > last_slash:
         return reference[:colon], reference[colon + 1 :]
     return reference, None
-
-
-def _freeze(record: object, name: str, value: object) -> None:
-    object.__setattr__(record, name, value)
 
 

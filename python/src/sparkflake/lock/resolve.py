@@ -125,7 +125,7 @@ def deb_pins(resolution: debian_resolver.DebianResolution) -> list[Pin]:
             version=str(p["version"]),
             architecture=str(p["architecture"]),
             sha256=str(p["sha256"]),
-            size=int(p["size"]),  # type: ignore[arg-type]
+            size=int(p["size"]),
             urls=tuple(p["urls"]),  # type: ignore[arg-type]
         )
         for p in resolution.pins

@@ -53,7 +53,7 @@ class _Slice(io.RawIOBase):
         self._remaining -= len(chunk)
         return chunk
 
-    def readinto(self, buffer) -> int:  # type: ignore[override]
+    def readinto(self, buffer) -> int:
         chunk = self.read(len(buffer))
         buffer[: len(chunk)] = chunk
         return len(chunk)

@@ -28,8 +28,11 @@ from packaging.requirements import InvalidRequirement, Requirement
 
 from ..core.errors import InputError
 from ..core.records import (
+    DEB_PACKAGE_PATTERN,
+    PLATFORM_PATTERN,
     InvalidField,
     describe,
+    freeze_field,
     join_path,
     require_input_name,
     require_match,
@@ -67,9 +70,7 @@ _ROLE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 _ENV_KEY = re.compile(r"^[A-Z][A-Z0-9_]*$")
 _LABEL_KEY = re.compile(r"^[a-z0-9]+(?:[.-][a-z0-9]+)*(?:\.[a-z0-9]+(?:[-_][a-z0-9]+)*)+$")
 _DISTRIBUTION = re.compile(r"^([A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9])$")
-_DEB_PACKAGE = re.compile(r"^[a-z0-9][a-z0-9.+-]+$")
 _SUITE = re.compile(r"^[a-z][a-z0-9-]*$")
-_PLATFORM = re.compile(r"^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$")
 _CLAIM_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,99}$")
 _OCI_REPOSITORY = re.compile(
     r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)+$"
@@ -169,10 +170,6 @@ def _nested(prefix: str, error: InvalidField) -> InvalidField:
     )
 
 
-def _freeze(record: object, name: str, value: object) -> None:
-    object.__setattr__(record, name, value)
-
-
 # --------------------------------------------------------------------------- records
 
 
@@ -185,7 +182,7 @@ class PythonSpec:
     FIELD_ORDER: ClassVar[tuple[str, ...]] = ("requirements",)
 
     def __post_init__(self) -> None:
-        _freeze(
+        freeze_field(
             self,
             "requirements",
             require_str_tuple(
@@ -205,13 +202,13 @@ class DebianSpec:
 
     def __post_init__(self) -> None:
         require_match("suite", self.suite, _SUITE, 'a Debian suite like "bookworm"')
-        _freeze(
+        freeze_field(
             self,
             "seed",
             require_str_tuple(
                 "seed",
                 self.seed,
-                lambda p, v: require_match(p, v, _DEB_PACKAGE, "a Debian package name"),
+                lambda p, v: require_match(p, v, DEB_PACKAGE_PATTERN, "a Debian package name"),
                 non_empty=True,
             ),
         )
@@ -226,7 +223,7 @@ class Absences:
     FIELD_ORDER: ClassVar[tuple[str, ...]] = ("distributions",)
 
     def __post_init__(self) -> None:
-        _freeze(
+        freeze_field(
             self,
             "distributions",
             require_str_tuple(
@@ -257,10 +254,10 @@ class Qualification:
     )
 
     def __post_init__(self) -> None:
-        _freeze(self, "settings", _require_env_table("settings", self.settings))
+        freeze_field(self, "settings", _require_env_table("settings", self.settings))
         text_item = lambda p, v: require_str(p, v, free_text=True)  # noqa: E731
-        _freeze(self, "scope", require_str_tuple("scope", self.scope, text_item, non_empty=False))
-        _freeze(
+        freeze_field(self, "scope", require_str_tuple("scope", self.scope, text_item, non_empty=False))
+        freeze_field(
             self, "limits", require_str_tuple("limits", self.limits, text_item, non_empty=False)
         )
         if self.source is not None:
@@ -315,7 +312,7 @@ class Checkpoint:
                 _require_pin_pattern(f"pin[{index}]", pattern)
                 if pattern in patterns[:index]:
                     raise InvalidField(f"pin[{index}]", f"duplicate pattern {describe(pattern)}")
-            _freeze(self, "pin", patterns)
+            freeze_field(self, "pin", patterns)
         files = tuple(self.files)
         seen: set[str] = set()
         for index, entry in enumerate(files):
@@ -326,7 +323,7 @@ class Checkpoint:
             if entry.path in seen:
                 raise InvalidField(f"files[{index}].path", f"duplicate path {describe(entry.path)}")
             seen.add(entry.path)
-        _freeze(self, "files", files)
+        freeze_field(self, "files", files)
 
 
 @dataclass(frozen=True)
@@ -460,7 +457,7 @@ class Profile:
         require_match("name", self.name, PROFILE_NAME, "a lowercase profile name of [a-z0-9-]")
         require_str("description", self.description, free_text=True)
         _require_choice("status", self.status, STATUSES)
-        require_match("platform", self.platform, _PLATFORM, 'an OCI platform like "linux/arm64"')
+        require_match("platform", self.platform, PLATFORM_PATTERN, 'an OCI platform like "linux/arm64"')
         require_str("served_model_name", self.served_model_name)
         cache_root = _require_abs_path("cache_root", self.cache_root)
         jit_root = _require_abs_path("jit_root", self.jit_root)
@@ -468,7 +465,7 @@ class Profile:
             raise InvalidField(
                 "jit_root", f"must differ from cache_root, both are {describe(cache_root)}"
             )
-        _freeze(
+        freeze_field(
             self, "locks", require_str_tuple("locks", self.locks, _require_lock_ref, non_empty=True)
         )
 
@@ -482,7 +479,7 @@ class Profile:
                     f"expected a lowercase role name of [a-z0-9_], got {describe(role)}",
                 )
             require_input_name(join_path("inputs", role), input_name)
-        _freeze(self, "inputs", _frozen_mapping(inputs))
+        freeze_field(self, "inputs", _frozen_mapping(inputs))
 
         for key, cls in (
             ("python", PythonSpec),
@@ -494,7 +491,7 @@ class Profile:
                 raise InvalidField(
                     key, f"expected a {cls.__name__}, got {describe(getattr(self, key))}"
                 )
-        _freeze(self, "runtime", _require_env_table("runtime", self.runtime))
+        freeze_field(self, "runtime", _require_env_table("runtime", self.runtime))
 
         checkpoints = _require_mapping("checkpoints", self.checkpoints)
         if "target" not in checkpoints:
@@ -508,7 +505,7 @@ class Profile:
                 raise InvalidField(
                     f"checkpoints.{key}", f"expected a Checkpoint, got {describe(checkpoint)}"
                 )
-        _freeze(
+        freeze_field(
             self,
             "checkpoints",
             MappingProxyType({k: checkpoints[k] for k in ("target", "draft") if k in checkpoints}),
@@ -523,7 +520,7 @@ class Profile:
                     f"expected a reverse-DNS label key like org.opencontainers.image.title, got {describe(key)}",
                 )
             require_str(shown, value, free_text=True)
-        _freeze(self, "labels", _frozen_mapping(labels))
+        freeze_field(self, "labels", _frozen_mapping(labels))
 
         claims = tuple(self.claims)
         seen: set[str] = set()
@@ -535,7 +532,7 @@ class Profile:
                     f"claims[{index}].name", f"duplicate claim name {describe(claim.name)}"
                 )
             seen.add(claim.name)
-        _freeze(self, "claims", claims)
+        freeze_field(self, "claims", claims)
 
         if self.status == "qualified" and (
             self.qualified.is_empty or self.qualified.manifest_digest is None

@@ -43,15 +43,15 @@ def _track_environ_reads() -> None:
     original_getitem = cls.__getitem__
     original_contains = cls.__contains__
 
-    def note(key) -> None:  # type: ignore[no-untyped-def]
+    def note(key) -> None:
         # os.environb is an _Environ too: its keys are bytes
         ENV_READS.add(key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key))
 
-    def getitem(self, key):  # type: ignore[no-untyped-def]
+    def getitem(self, key):
         note(key)
         return original_getitem(self, key)
 
-    def contains(self, key):  # type: ignore[no-untyped-def]
+    def contains(self, key):
         note(key)
         return original_contains(self, key)
 
@@ -150,7 +150,7 @@ def versions(expected: dict[str, str]) -> dict[str, object]:
 def capabilities() -> dict[str, object]:
     caps: dict[str, object] = {}
 
-    def record(key: str, producer) -> None:  # type: ignore[no-untyped-def]
+    def record(key: str, producer) -> None:
         try:
             caps[key] = producer()
         except BaseException as exc:  # noqa: BLE001
@@ -253,7 +253,7 @@ def capabilities() -> dict[str, object]:
     return caps
 
 
-def _serve_parser():  # type: ignore[no-untyped-def]
+def _serve_parser():
     # The parser `vllm serve` uses: vllm/entrypoints/cli/main.py:88-108 builds a
     # FlexibleArgumentParser with subparsers and calls each subcommand's subparser_init;
     # vllm/entrypoints/cli/serve.py:161 ServeSubcommand.subparser_init, :158 validate.
@@ -284,24 +284,24 @@ def _parse(serve_args: list[str]) -> tuple[object | None, str | None]:
 class _ReadTracking(dict):
     """The extra config as SparkCache sees it, remembering which keys were read."""
 
-    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.read: set[str] = set()
 
-    def get(self, key, default=None):  # type: ignore[no-untyped-def]
+    def get(self, key, default=None):
         self.read.add(key)
         return super().get(key, default)
 
-    def __getitem__(self, key):  # type: ignore[no-untyped-def]
+    def __getitem__(self, key):
         self.read.add(key)
         return super().__getitem__(key)
 
-    def __contains__(self, key) -> bool:  # type: ignore[no-untyped-def]
+    def __contains__(self, key) -> bool:
         self.read.add(key)
         return super().__contains__(key)
 
 
-def _kv_cache_config(spec) -> object:  # type: ignore[no-untyped-def]
+def _kv_cache_config(spec) -> object:
     """A KV-cache configuration with one group of ``spec``, as
     sparkcache.spark_context_cache_config.kv_group_topology reads it (:112: the
     ``kv_cache_groups`` attribute, each group's ``kv_cache_spec`` and ``layer_names``)."""
@@ -309,7 +309,7 @@ def _kv_cache_config(spec) -> object:  # type: ignore[no-untyped-def]
     return types.SimpleNamespace(kv_cache_groups=[group])
 
 
-def _mla_spec(block_size: int, dtype: str):  # type: ignore[no-untyped-def]
+def _mla_spec(block_size: int, dtype: str):
     import torch
     from vllm.v1.kv_cache_interface import MLAAttentionSpec
 
@@ -321,14 +321,14 @@ def _mla_spec(block_size: int, dtype: str):  # type: ignore[no-untyped-def]
     )
 
 
-def _mamba_spec(block_size: int):  # type: ignore[no-untyped-def]
+def _mamba_spec(block_size: int):
     import torch
     from vllm.v1.kv_cache_interface import MambaSpec
 
     return MambaSpec(block_size=block_size, shapes=((1, 128),), dtypes=(torch.bfloat16,))
 
 
-def judge_sparkcache(engine_args, kv_config) -> dict[str, object]:  # type: ignore[no-untyped-def]
+def judge_sparkcache(engine_args, kv_config) -> dict[str, object]:
     """SparkCache's own parse_connector_config on the case's configuration
     (sparkcache/spark_context_cache_config.py:194; keys read via
     ``kv_transfer_config.get_from_extra_config`` at :225)."""
@@ -373,7 +373,7 @@ def judge_sparkcache(engine_args, kv_config) -> dict[str, object]:  # type: igno
 
 def judge_case(case: dict[str, object]) -> dict[str, object]:
     verdict: dict[str, object] = {"name": case["name"]}
-    args, error = _parse(list(case["serve_args"]))  # type: ignore[arg-type]
+    args, error = _parse(list(case["serve_args"]))
     verdict["parser"] = {"ok": error is None, "error": error}
     if args is None:
         return verdict
@@ -393,7 +393,7 @@ def judge_case(case: dict[str, object]) -> dict[str, object]:
     verdict["load_format"] = getattr(engine_args, "load_format", None)
     configs: dict[str, object] = {}
 
-    def build(name: str, producer) -> object:  # type: ignore[no-untyped-def]
+    def build(name: str, producer) -> object:
         try:
             built = producer()
             configs[name] = {"ok": True}
@@ -440,7 +440,7 @@ def judge_case(case: dict[str, object]) -> dict[str, object]:
     return verdict
 
 
-def _cache_config(engine_args):  # type: ignore[no-untyped-def]
+def _cache_config(engine_args):
     from vllm.config import CacheConfig
 
     return CacheConfig(
@@ -452,7 +452,7 @@ def _cache_config(engine_args):  # type: ignore[no-untyped-def]
     )
 
 
-def _build_speculative(cls, values: dict[str, object]) -> dict[str, object]:  # type: ignore[no-untyped-def]
+def _build_speculative(cls, values: dict[str, object]) -> dict[str, object]:
     try:
         cls(**values)
         return {"ok": True}
@@ -468,7 +468,7 @@ def _build_speculative(cls, values: dict[str, object]) -> dict[str, object]:  # 
                 "unexpected_keys": sorted(set(unexpected))}
 
 
-def _judge_connector(kv_config) -> dict[str, object]:  # type: ignore[no-untyped-def]
+def _judge_connector(kv_config) -> dict[str, object]:
     """The connector class exists where the config says (module path + class name), as
     KVConnectorFactory loads it (vllm/distributed/kv_transfer/kv_connector/factory.py)."""
     name = kv_config.kv_connector
