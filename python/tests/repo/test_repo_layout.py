@@ -100,10 +100,21 @@ def test_the_main_job_is_a_real_cli_command() -> None:
     assert callable(arguments.handler)
 
 
-def test_readme_names_only_documents_that_exist() -> None:
+def test_readme_names_every_document_and_only_documents_that_exist() -> None:
     named = set(re.findall(r"\bdocs/[a-z-]+\.md\b", README.read_text()))
-    assert {"docs/quickstart.md", "docs/architecture.md"} <= named
+    present = {f"docs/{path.name}" for path in (REPO / "docs").glob("*.md")}
     assert [name for name in sorted(named) if not (REPO / name).is_file()] == []
+    assert sorted(present - named) == []
+
+
+def test_architecture_reading_table_names_every_stage_package() -> None:
+    text = (REPO / "docs" / "architecture.md").read_text()
+    table = text.split("## Reading the code", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"^\| `([a-z_]+)(?:/|\.py)` \|", table, re.M))
+    source = REPO / "python" / "src" / "sparkflake"
+    packages = {path.name for path in source.iterdir() if (path / "__init__.py").is_file()}
+    modules = {path.stem for path in source.glob("*.py")} - {"__init__"}
+    assert listed == packages | modules
 
 
 @pytest.mark.parametrize(
