@@ -16,7 +16,7 @@ from typing import Any
 from ..core.digest import chain_id, is_digest, sha256_digest
 from ..core.elf_machines import MACHINE_BY_ARCHITECTURE, MACHINE_TITLES
 from ..core.errors import InputError
-from ..core.progress import ProgressCallback
+from ..core.progress import BytesProgress, ProgressCallback
 from ..oci import media_types
 from ..oci.entry_safety import EntrySafety
 from ..oci.layer_scan import ElfFile, scan_layer
@@ -79,12 +79,7 @@ def audit_image(
             done += descriptor.size or 0
             continue
 
-        def tick(count: int, _base: int = done) -> None:
-            if progress is not None:
-                tick.seen += count  # type: ignore[attr-defined]
-                progress(min(total, _base + tick.seen), total, "auditing layers")  # type: ignore[attr-defined]
-
-        tick.seen = 0  # type: ignore[attr-defined]
+        tick = BytesProgress(progress, done, total, "auditing layers")
         try:
             with source.open_blob(descriptor) as handle:
                 scan = scan_layer(

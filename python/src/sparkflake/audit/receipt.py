@@ -19,6 +19,7 @@ import tarfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..compose import generated, receipt
 from ..compose.verification import FAILED, PASSED, LinkResult
@@ -128,7 +129,7 @@ class ReceiptReport:
     def ok(self) -> bool:
         return all(link.status == PASSED for link in self.links)
 
-    def as_record(self) -> dict[str, object]:
+    def as_record(self) -> dict[str, Any]:
         return {
             "format": self.image_format,
             "manifest": self.manifest_digest,
@@ -248,7 +249,7 @@ def verify_receipt(receipt_path: str | os.PathLike[str], image_path: str | os.Pa
             raise CheckFailed("; ".join(problems))
         return "in-image receipt and both manifests equal their byproduct digests"
 
-    def _manifest(path: str) -> Mapping[str, object]:
+    def _manifest(path: str) -> Mapping[str, Any]:
         content = documents[path]
         if content is None:
             raise CheckFailed(f"{path}: absent from the image")

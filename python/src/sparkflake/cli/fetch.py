@@ -13,7 +13,7 @@ from ..core.records import InvalidField, require_git_url
 from ..fetch import FetchReport, fetch_all
 from ..fetch.git import GitCache, GitOutcome, fetch_git_inputs
 from ..lock.lock_file import load_lock
-from ..lock.pins import Lock
+from ..lock.pins import GitPin, Lock
 from ..lock.resolve import artifacts, default_cache, load_profile_lock, profile_from_arg
 from ._output import Progress, print_json, print_line
 
@@ -89,7 +89,7 @@ def fetch_lock(
     git_outcomes: list[GitOutcome] = []
     try:
         git_outcomes = fetch_git_inputs(
-            [pin for pin in lock.of_kind("git") if "git" in kinds],  # type: ignore[misc]
+            [pin for pin in lock.pins_of(GitPin) if "git" in kinds],
             GitCache(cache.root), mirrors=mirrors, local_repositories=from_dirs, offline=offline,
         )
     except InputError as error:

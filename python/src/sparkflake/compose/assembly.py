@@ -12,6 +12,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from packaging.utils import canonicalize_name
 
@@ -74,13 +75,13 @@ class Assembly:
     patched_source: Path  # the patched source package tree (vllm/)
     overlay_tree: Path  # site-packages-relative files the overlay adds/replaces
     overlay_deletions: tuple[str, ...]
-    retained_native: Mapping[str, object]
+    retained_native: Mapping[str, Any]
     retained_native_bytes: bytes
-    overlay: Mapping[str, object]
+    overlay: Mapping[str, Any]
     overlay_bytes: bytes
-    source_identity: Mapping[str, object]
+    source_identity: Mapping[str, Any]
     nccl_library_sha256: str
-    env_distributions: tuple[Mapping[str, object], ...]
+    env_distributions: tuple[Mapping[str, Any], ...]
     hashes: FileHashes | None = None
     trees_reused: Mapping[str, bool] = field(default_factory=dict)
     cached_trees: Mapping[Path, CachedTree] = field(default_factory=dict)  # tree -> its cache entry
@@ -214,7 +215,7 @@ def assemble(
     reused: dict[str, bool] = {}
     entries: dict[Path, CachedTree] = {}
 
-    def cached(name: str, recipe: dict[str, object], build: Callable[[Path], Mapping[str, object]]) -> tuple[Path, Mapping[str, object]]:
+    def cached(name: str, recipe: dict[str, Any], build: Callable[[Path], Mapping[str, Any]]) -> tuple[Path, Mapping[str, Any]]:
         if tree_cache is None:
             tree = work_dir / name
             return tree, build(tree)
@@ -241,7 +242,7 @@ def assemble(
     rules = _collision_rules_by_group(composition.collisions, group_pins)
     python_trees: dict[str, Path] = {}
     owners: dict[str, tuple[str, str]] = {}
-    distributions: list[Mapping[str, object]] = []
+    distributions: list[Mapping[str, Any]] = []
     for group, _member in PYTHON_GROUPS:
         if group not in groups:
             continue
@@ -263,7 +264,7 @@ def assemble(
                 )
             ),
         )
-        distributions.extend(manifest["distributions"])  # type: ignore[arg-type]
+        distributions.extend(manifest["distributions"])
         for image_path, wheel in manifest["owners"].items():
             previous = owners.get(image_path)
             if previous is not None:
@@ -293,7 +294,7 @@ def assemble(
             {"kind": "sdist-package", "sdist_sha256": source.sha256, "package": OVERLAY_PACKAGE},
             lambda tree: {"package": str(extract_sdist_package(sdist_path, OVERLAY_PACKAGE, tree).name)},
         )
-        source_identity: dict[str, object] = {
+        source_identity: dict[str, Any] = {
             "kind": "sdist",
             "name": source.name,
             "filename": source.filename,
@@ -364,11 +365,11 @@ def assemble(
 
 
 
-def source_packages_document_of(assembly: Assembly) -> dict[str, object]:
+def source_packages_document_of(assembly: Assembly) -> dict[str, Any]:
     vllm_site = assembly.vllm_tree / assembly.site_packages.lstrip("/")
     return source_packages_document(
         OVERLAY_PACKAGE, vllm_site / OVERLAY_PACKAGE, assembly.patched_source, assembly.source_identity,
-        assembly.overlay["entries"], assembly.package_overlays,  # type: ignore[arg-type]
+        assembly.overlay["entries"], assembly.package_overlays,
     )
 
 

@@ -56,10 +56,10 @@ class ChainContext:
 
 
 def check_retained_native(context: ChainContext) -> str:
-    wheel = context.composition.roles["vllm_wheel"]
-    shipped = wheel_native(context.fetched.paths[wheel.name], wheel.sha256, OVERLAY_PACKAGE, context.assembly.hashes)  # type: ignore[union-attr]
+    wheel = context.composition.vllm_wheel
+    shipped = wheel_native(context.fetched.paths[wheel.name], wheel.sha256, OVERLAY_PACKAGE, context.assembly.hashes)
     current = retained_native_manifest(
-        context.vllm_site, OVERLAY_PACKAGE, wheel_filename=wheel.filename, wheel_sha256=wheel.sha256,  # type: ignore[union-attr]
+        context.vllm_site, OVERLAY_PACKAGE, wheel_filename=wheel.filename, wheel_sha256=wheel.sha256,
         hash_file=context.assembly.hash_file,
     )
     require_no_problems(compare_retained_native(current, shipped), "retained native files differ from the wheel", "retained-native")
@@ -73,7 +73,7 @@ def check_retained_native(context: ChainContext) -> str:
         if entry["path"] in shipped
     ]
     require_no_problems([f"{p}: overlaid" for p in overlaid_elf], "overlay touches compiled extensions", "retained-native")
-    return f"{len(shipped)} ELF files of {wheel.filename} retained byte for byte"  # type: ignore[union-attr]
+    return f"{len(shipped)} ELF files of {wheel.filename} retained byte for byte"
 
 
 def check_overlay(context: ChainContext) -> str:
@@ -116,14 +116,14 @@ def check_patches(context: ChainContext) -> str:
     require_no_problems(problems, "patch anchors", "patches")
     # The patched tree's git tree id and NAR hash were taken from this tree when the
     # overlay manifest was made; the image holds the overlay tree, checked above.
-    tree = context.assembly.overlay["patched_source"]["git_tree"]  # type: ignore[index]
+    tree = context.assembly.overlay["patched_source"]["git_tree"]
     count = sum(len(p.anchors) for p in context.composition.patch_set.patches)
     return f"{len(context.composition.patch_set.patches)} patches, {count} anchors: pre- and post-images match; patched tree git {tree}"
 
 
 def check_native_interface(context: ChainContext) -> str:
-    wheel = context.composition.roles["vllm_wheel"]
-    retained = wheel_interface(context.vllm_site / OVERLAY_PACKAGE, wheel.sha256, context.assembly.hashes)  # type: ignore[union-attr]
+    wheel = context.composition.vllm_wheel
+    retained = wheel_interface(context.vllm_site / OVERLAY_PACKAGE, wheel.sha256, context.assembly.hashes)
     final_files = {f"{OVERLAY_PACKAGE}/{p}": path for p, path in package_files(context.assembly.patched_source).items()}
     final_uses = python_op_uses(final_files)
     final_imports = python_module_imports(final_files, OVERLAY_PACKAGE)
@@ -157,8 +157,8 @@ def check_source_packages(context: ChainContext) -> str:
         problems += compare_overlay(overlay.manifest, before, after)
     require_no_problems(problems, "a source package differs from its manifest", "source-packages")
     return ", ".join(
-        f"{o.package}: {len(o.manifest['files_from_source'])} files from {o.manifest['source']['rev'][:12]}, "  # type: ignore[index]
-        f"{len(o.manifest['files_from_wheel'])} from {o.manifest['wheel']['filename']}"  # type: ignore[index]
+        f"{o.package}: {len(o.manifest['files_from_source'])} files from {o.manifest['source']['rev'][:12]}, "
+        f"{len(o.manifest['files_from_wheel'])} from {o.manifest['wheel']['filename']}"
         for o in context.assembly.package_overlays
     )
 
@@ -198,7 +198,7 @@ def check_labels(context: ChainContext) -> str:
     current = dict(context.prepared.labels)
     missing = generated.missing_labels(current)
     require_no_problems([f"{key}: missing or empty" for key in missing], "labels incomplete", "labels")
-    recorded = context.prepared.in_image_receipt["predicate"]["buildDefinition"]["internalParameters"]["labels"]  # type: ignore[index]
+    recorded = context.prepared.in_image_receipt["predicate"]["buildDefinition"]["internalParameters"]["labels"]
     problems = [
         f"{key}: label {current.get(key)!r}, receipt {recorded.get(key)!r}"
         for key in sorted(set(current) | set(recorded))
@@ -226,7 +226,7 @@ def check_labels(context: ChainContext) -> str:
 
 
 def check_claims(context: ChainContext) -> str:
-    recorded = context.prepared.in_image_receipt["predicate"]["buildDefinition"]["internalParameters"]["upstreamClaims"]  # type: ignore[index]
+    recorded = context.prepared.in_image_receipt["predicate"]["buildDefinition"]["internalParameters"]["upstreamClaims"]
     expected = claim_records(context.profile, context.composition.git_pins())
     problems = []
     if recorded != expected:

@@ -52,6 +52,13 @@ class Composition:
     # pure-Python packages laid over their wheels from git sources (b12x, sparkcache)
     package_sources: tuple[tuple[SourcePackageRole, WheelPin, GitPin], ...] = ()
 
+    @property
+    def vllm_wheel(self) -> WheelPin:
+        """The vLLM wheel (``load_composition`` refused any other kind for the role)."""
+        wheel = self.roles["vllm_wheel"]
+        assert isinstance(wheel, WheelPin)
+        return wheel
+
     def git_pins(self) -> list[GitPin]:
         pins = [self.source] if isinstance(self.source, GitPin) else []
         return pins + [source for _role, _wheel, source in self.package_sources]

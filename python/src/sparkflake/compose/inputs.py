@@ -27,8 +27,7 @@ def _artifact(pin: Pin) -> Artifact:
     if isinstance(pin, WheelPin | SdistPin):
         return Artifact(pin.name, pin.filename, pin.sha256, pin.size, tuple(pin.urls))
     if isinstance(pin, DebPin):
-        filename = f"{pin.package}_{pin.version.split(':')[-1]}_{pin.architecture}.deb"
-        return Artifact(pin.name, filename, pin.sha256, pin.size, tuple(pin.urls))
+        return Artifact(pin.name, pin.pool_filename, pin.sha256, pin.size, tuple(pin.urls))
     raise InputError(f"{pin.name}: {pin.kind} inputs are not fetched as files by the build")
 
 

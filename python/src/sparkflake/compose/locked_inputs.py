@@ -15,7 +15,7 @@ from pathlib import Path
 from ..core.blob_cache import Artifact, BlobCache
 from ..core.errors import CheckFailed, InputError
 from ..core.progress import ProgressCallback
-from ..lock.pins import Lock
+from ..lock.pins import DebPin, Lock, WheelPin
 from ..lock.target import DEBIAN_BOOKWORM_ARM64, Target
 from .debian_base import BaseManifest, DebInput, assemble_base
 from .python_env import (
@@ -53,7 +53,7 @@ def load_policy(path: str | os.PathLike[str], lock: Lock) -> AssemblyPolicy:
     unknown = set(document) - {"record_waiver", "collision"}
     if unknown:
         raise InputError(f"{source}: unknown tables {', '.join(sorted(unknown))} (expected record_waiver, collision)")
-    wheel_names = {pin.filename for pin in lock.of_kind("wheel")}  # type: ignore[union-attr]
+    wheel_names = {pin.filename for pin in lock.pins_of(WheelPin)}
     collisions = []
     for index, table in enumerate(document.get("collision", [])):
         where = f"{source}: collision[{index}]"
@@ -74,7 +74,7 @@ def load_policy(path: str | os.PathLike[str], lock: Lock) -> AssemblyPolicy:
 
 def _record_waivers(document: dict, source: Path, lock: Lock) -> tuple[RecordWaiver, ...]:
     """Waivers for upstream RECORD defects; each bound to a locked wheel by its sha256."""
-    wheels = {pin.filename: pin for pin in lock.of_kind("wheel")}  # type: ignore[union-attr]
+    wheels = {pin.filename: pin for pin in lock.pins_of(WheelPin)}
     waivers = []
     for index, table in enumerate(document.get("record_waiver", [])):
         where = f"{source}: record_waiver[{index}]"
@@ -106,18 +106,17 @@ def _record_waivers(document: dict, source: Path, lock: Lock) -> tuple[RecordWai
 
 def deb_inputs(lock: Lock, cache: BlobCache) -> list[DebInput]:
     found = []
-    for pin in lock.of_kind("deb"):
-        version = pin.version.split(":", 1)[-1]  # type: ignore[union-attr]
-        artifact = Artifact(pin.name, f"{pin.package}_{version}_{pin.architecture}.deb", pin.sha256, pin.size)  # type: ignore[union-attr]
-        found.append(DebInput(pin.package, pin.version, pin.architecture, cache.verified_path(artifact)))  # type: ignore[union-attr]
+    for pin in lock.pins_of(DebPin):
+        artifact = Artifact(pin.name, pin.pool_filename, pin.sha256, pin.size)
+        found.append(DebInput(pin.package, pin.version, pin.architecture, cache.verified_path(artifact)))
     return found
 
 
 def wheel_inputs(lock: Lock, cache: BlobCache) -> list[WheelInput]:
     found = []
-    for pin in lock.of_kind("wheel"):
-        artifact = Artifact(pin.name, pin.filename, pin.sha256, pin.size)  # type: ignore[union-attr]
-        found.append(WheelInput(pin.name, pin.version, pin.filename, cache.verified_path(artifact)))  # type: ignore[union-attr]
+    for pin in lock.pins_of(WheelPin):
+        artifact = Artifact(pin.name, pin.filename, pin.sha256, pin.size)
+        found.append(WheelInput(pin.name, pin.version, pin.filename, cache.verified_path(artifact)))
     return found
 
 

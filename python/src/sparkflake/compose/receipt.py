@@ -54,10 +54,10 @@ class ResolvedDependency:
     name: str
     uri: str
     digest: Mapping[str, str]
-    annotations: Mapping[str, object] = field(default_factory=dict)
+    annotations: Mapping[str, Any] = field(default_factory=dict)
 
-    def as_descriptor(self) -> dict[str, object]:
-        descriptor: dict[str, object] = {"name": self.name, "digest": dict(sorted(self.digest.items()))}
+    def as_descriptor(self) -> dict[str, Any]:
+        descriptor: dict[str, Any] = {"name": self.name, "digest": dict(sorted(self.digest.items()))}
         if self.uri:
             descriptor["uri"] = self.uri
         if self.annotations:
@@ -86,12 +86,12 @@ def sha256_hex(content: bytes) -> str:
 
 def provenance_predicate(
     *,
-    external_parameters: Mapping[str, object],
-    internal_parameters: Mapping[str, object],
+    external_parameters: Mapping[str, Any],
+    internal_parameters: Mapping[str, Any],
     resolved_dependencies: Sequence[ResolvedDependency],
-    byproducts: Sequence[Mapping[str, object]],
+    byproducts: Sequence[Mapping[str, Any]],
     builder_version: str,
-) -> dict[str, object]:
+) -> dict[str, Any]:
     return {
         "buildDefinition": {
             "buildType": BUILD_TYPE,
@@ -107,8 +107,8 @@ def provenance_predicate(
 
 
 def in_image_statement(
-    *, lower_diff_ids: Sequence[str], predicate: Mapping[str, object]
-) -> dict[str, object]:
+    *, lower_diff_ids: Sequence[str], predicate: Mapping[str, Any]
+) -> dict[str, Any]:
     """The statement stored inside the image: subjects are the lower layers' diffIDs."""
     return {
         "_type": STATEMENT_TYPE,
@@ -122,14 +122,14 @@ def in_image_statement(
 
 
 def full_statement(
-    in_image: Mapping[str, object],
+    in_image: Mapping[str, Any],
     *,
     image_name: str,
     manifest_digest: str,
     config_digest: str,
-    layers: Sequence[Mapping[str, object]],
+    layers: Sequence[Mapping[str, Any]],
     builder_versions: Mapping[str, str] | None = None,
-) -> dict[str, object]:
+) -> dict[str, Any]:
     """The statement written next to the image; subject = the image manifest digest.
 
     ``builder_versions`` (``builder_identity``: sparkflake, the interpreter, the libraries
@@ -181,10 +181,10 @@ def full_statement(
     }
 
 
-def add_sbom_byproducts(full: Mapping[str, object], sbom: bytes, artifact_manifest_digest: str, file_name: str) -> None:
+def add_sbom_byproducts(full: Mapping[str, Any], sbom: bytes, artifact_manifest_digest: str, file_name: str) -> None:
     """Record the SBOM's sha256 and its artifact manifest's digest in a full receipt (only
     there: the SBOM names the manifest digest, which the in-image receipt cannot know)."""
-    byproducts = full["predicate"]["runDetails"]["byproducts"]  # type: ignore[index]
+    byproducts = full["predicate"]["runDetails"]["byproducts"]
     byproducts.append(
         {"name": SBOM, "uri": file_name, "digest": {"sha256": sha256_hex(sbom)}, "mediaType": "application/spdx+json"}
     )
@@ -197,23 +197,23 @@ def add_sbom_byproducts(full: Mapping[str, object], sbom: bytes, artifact_manife
     )
 
 
-def byproduct(statement: Mapping[str, object], name: str) -> Mapping[str, object] | None:
-    for item in statement["predicate"]["runDetails"]["byproducts"]:  # type: ignore[index]
+def byproduct(statement: Mapping[str, Any], name: str) -> Mapping[str, Any] | None:
+    for item in statement["predicate"]["runDetails"]["byproducts"]:
         if item.get("name") == name:
             return item
     return None
 
 
-def layer_byproducts(statement: Mapping[str, object]) -> list[Mapping[str, object]]:
+def layer_byproducts(statement: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     found = []
-    for item in statement["predicate"]["runDetails"]["byproducts"]:  # type: ignore[index]
+    for item in statement["predicate"]["runDetails"]["byproducts"]:
         name = str(item.get("name", ""))
         if name.startswith(f"{LAYER_PREFIX}[") and name.endswith("]"):
             found.append(item)
     return found
 
 
-def in_image_from_full(full: Mapping[str, object]) -> dict[str, object]:
+def in_image_from_full(full: Mapping[str, Any]) -> dict[str, Any]:
     """Re-derive the in-image statement from a full one (drop what only the full adds).
 
     The subjects of the in-image statement are the lower layers' diffIDs, taken from the

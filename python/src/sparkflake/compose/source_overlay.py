@@ -26,6 +26,7 @@ import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from ..core.atomic_write import copy_bytes
 from ..core.digest import sha256_file
@@ -148,7 +149,7 @@ def retained_native_manifest(
     wheel_filename: str,
     wheel_sha256: str,
     hash_file: Callable[[Path], str] = sha256_file,
-) -> dict[str, object]:
+) -> dict[str, Any]:
     """Every ELF file under ``site_packages/package`` with its size, sha256 and machine."""
     package_dir = Path(site_packages) / package
     if not package_dir.is_dir():
@@ -190,7 +191,7 @@ def wheel_native_files(wheel: str | os.PathLike[str], package: str) -> dict[str,
 
 
 def compare_retained_native(
-    manifest: Mapping[str, object], shipped: Mapping[str, tuple[int, str]]
+    manifest: Mapping[str, Any], shipped: Mapping[str, tuple[int, str]]
 ) -> list[str]:
     """Differences between a retained-native manifest and a wheel's ELF members."""
     recorded = {entry["path"]: (entry["size"], entry["sha256"]) for entry in manifest["files"]}
@@ -365,12 +366,12 @@ def write_overlay_tree(plan: OverlayPlan, destination: str | os.PathLike[str]) -
 def overlay_manifest(
     plan: OverlayPlan,
     *,
-    source_identity: Mapping[str, object],
+    source_identity: Mapping[str, Any],
     patch_set_sha256: str,
     patched_tree_git: str,
     patched_tree_nar_hash: str,
     install_prefix: str,
-) -> dict[str, object]:
+) -> dict[str, Any]:
     """The active Python overlay manifest (JSON-ready)."""
     return {
         "schema": OVERLAY_SCHEMA,
@@ -400,7 +401,7 @@ def package_tree_hashes(
 
 
 def compare_overlay(
-    manifest: Mapping[str, object],
+    manifest: Mapping[str, Any],
     before: Mapping[str, str],
     after: Mapping[str, str],
 ) -> list[str]:

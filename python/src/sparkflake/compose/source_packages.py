@@ -14,6 +14,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..core.errors import CheckFailed, InputError
 from ..core.tree_digest import git_tree_id, nar_hash
@@ -125,7 +126,7 @@ class PackageOverlay:
     tree: Path  # the Python layer tree holding the wheel's install of the package
     plan: OverlayPlan
     deletions: tuple[str, ...]
-    manifest: Mapping[str, object]  # overlay entries, files from source and from the wheel
+    manifest: Mapping[str, Any]  # overlay entries, files from source and from the wheel
 
 
 def overlay_package(

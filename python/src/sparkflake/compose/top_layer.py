@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .. import __version__
 from ..core.canonical_json import readable_json_bytes
@@ -35,7 +36,7 @@ DEFAULT_ENV = (
 @dataclass(frozen=True)
 class PreparedTop:
     labels: Mapping[str, str]
-    in_image_receipt: Mapping[str, object]
+    in_image_receipt: Mapping[str, Any]
     in_image_receipt_bytes: bytes
     profile_bytes: bytes
     top_input: LayerInput
@@ -50,7 +51,7 @@ def resolved_dependencies(composition: Composition, assembly: Assembly) -> tuple
     pins: list[Pin] = [*composition.debs, *composition.wheels, composition.source,
                        *(source for _role, _wheel, source in composition.package_sources)]
     for pin in sorted(pins, key=lambda p: (p.kind, p.name)):
-        annotations: dict[str, object] = {"kind": pin.kind}
+        annotations: dict[str, Any] = {"kind": pin.kind}
         if pin.name in role_of:
             annotations["role"] = role_of[pin.name]
         version = getattr(pin, "version", None)
@@ -80,14 +81,14 @@ def resolved_dependencies(composition: Composition, assembly: Assembly) -> tuple
 
 
 
-def claim_records(profile: Profile, fetched_git: Sequence[GitPin] = ()) -> list[dict[str, object]]:
+def claim_records(profile: Profile, fetched_git: Sequence[GitPin] = ()) -> list[dict[str, Any]]:
     """The profile's claims as receipt records. A git claim whose commit and tree are those
     of a git input this build fetched and checked (and whose source sha256, if it states
     one, the input pins and the build checked) is recorded as ``verified``."""
     bound = {(pin.rev, pin.tree): pin for pin in fetched_git}
     records = []
     for claim in profile.claims:
-        record: dict[str, object] = {
+        record: dict[str, Any] = {
             "name": claim.name,
             "kind": claim.kind,
             "subject": claim.subject,
@@ -113,7 +114,7 @@ def prepare_top(
     *,
     lower_diff_ids: Sequence[str],
     base_digest: str,
-    compression: Mapping[str, object],
+    compression: Mapping[str, Any],
     source_date_epoch: int,
 ) -> PreparedTop:
     """The top layer's generated files, labels and in-image receipt over the lower layers
@@ -176,7 +177,7 @@ def prepare_top(
         },
     ]
     source_packages = None
-    provenance: dict[str, object] = {}
+    provenance: dict[str, Any] = {}
     if assembly.package_overlays:
         document = source_packages_document_of(assembly)
         source_packages = readable_json_bytes(document)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from packaging import tags as packaging_tags
 from packaging.tags import Tag
@@ -287,6 +287,11 @@ class DebPin:
                 f"expected {describe(f'{package}:{architecture}')}, got {describe(self.name)}",
             )
 
+    @property
+    def pool_filename(self) -> str:
+        """The file name in Debian's pool: the version without its epoch."""
+        return f"{self.package}_{self.version.split(':', 1)[-1]}_{self.architecture}.deb"
+
 
 @dataclass(frozen=True)
 class GitPin:
@@ -421,6 +426,7 @@ class FilePin:
 
 
 Pin = WheelPin | SdistPin | DebPin | GitPin | OciPin | FilePin
+PinT = TypeVar("PinT", WheelPin, SdistPin, DebPin, GitPin, OciPin, FilePin)
 
 PIN_TYPES: dict[str, type[Any]] = {
     cls.kind: cls for cls in (DebPin, FilePin, GitPin, OciPin, SdistPin, WheelPin)
@@ -481,6 +487,10 @@ class Lock:
 
     def of_kind(self, kind: str) -> tuple[Pin, ...]:
         return tuple(pin for pin in self.inputs if pin.kind == kind)
+
+    def pins_of(self, record: type[PinT]) -> tuple[PinT, ...]:
+        """The inputs of one record type (``lock.pins_of(DebPin)``), typed as that record."""
+        return tuple(pin for pin in self.inputs if isinstance(pin, record))
 
     def replace_input(self, pin: Pin) -> Lock:
         """A new lock with ``pin`` added, or replacing the input of the same name."""

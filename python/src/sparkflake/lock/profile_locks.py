@@ -14,7 +14,7 @@ from ..profile.lookup import check_profiles_distinct, find_profiles_dir, list_pr
 from ..profile.model import PROFILE_FILE, Profile
 from ..profile.profile_file import read_profile
 from .lock_file import load_lock
-from .pins import Lock, Pin
+from .pins import DebPin, Lock, Pin
 
 
 def check_against_locks(profile: Profile, locks: Sequence[Lock]) -> None:
@@ -25,7 +25,7 @@ def check_against_locks(profile: Profile, locks: Sequence[Lock]) -> None:
             raise InputError(
                 f"{shown}: inputs.{role}: no input named {describe(name)} in {', '.join(profile.locks)}"
             )
-    locked_packages = {pin.package for lock in locks for pin in lock.of_kind("deb")}  # type: ignore[union-attr]
+    locked_packages = {pin.package for lock in locks for pin in lock.pins_of(DebPin)}
     for index, package in enumerate(profile.debian.seed):
         if package not in locked_packages:
             raise InputError(

@@ -28,7 +28,7 @@ from ..profile.model import Profile
 from . import resolve_debian as debian_resolver
 from . import resolve_python as python_resolver
 from .lock_file import load_lock, write_lock
-from .pins import DebPin, Lock, Pin, SdistPin, WheelPin, sdist_input_name
+from .pins import DebPin, FilePin, GitPin, Lock, OciPin, Pin, SdistPin, WheelPin, sdist_input_name
 from .pins import Target as LockTarget
 from .profile_locks import check_against_locks, load_locks, load_profile
 from .target import Target
@@ -234,13 +234,13 @@ def check_lock(profile: Profile) -> dict[str, object]:
     for pin in wheels.values():
         if target.wheel_rank(pin.tag_set()) is None:
             problems.append(f"{pin.name}: {pin.filename} does not fit {target.platform} {target.python_tag}")
-    debs = {pin.package for pin in lock.of_kind("deb")}  # type: ignore[union-attr]
+    debs = {pin.package for pin in lock.pins_of(DebPin)}
     for seed in request.seeds:
         if seed not in debs:
             problems.append(f"debian seed {seed!r}: no deb input")
-    for pin in lock.of_kind("deb"):
-        if pin.architecture not in (target.debian_architecture, "all"):  # type: ignore[union-attr]
-            problems.append(f"{pin.name}: architecture {pin.architecture}, the base is {target.debian_architecture}")  # type: ignore[union-attr]
+    for pin in lock.pins_of(DebPin):
+        if pin.architecture not in (target.debian_architecture, "all"):
+            problems.append(f"{pin.name}: architecture {pin.architecture}, the base is {target.debian_architecture}")
     if problems:
         raise CheckFailed(
             f"{paths[0]}: does not match {', '.join(p.name for p in sharing)}:\n  " + "\n  ".join(problems),
@@ -276,16 +276,15 @@ def artifacts(lock: Lock, *, kinds: Sequence[str] = ("wheel", "sdist", "deb", "f
     """Fetchable inputs of a lock as plain artifacts (git and oci inputs are not files)."""
     found: list[Artifact] = []
     for pin in lock.inputs:
-        if pin.kind not in kinds or pin.kind in ("git", "oci"):
+        if pin.kind not in kinds or isinstance(pin, GitPin | OciPin):
             continue
-        if pin.kind == "deb":
-            version = pin.version.split(":", 1)[-1]  # type: ignore[union-attr]
-            filename = f"{pin.package}_{version}_{pin.architecture}.deb"  # type: ignore[union-attr]
-        elif pin.kind == "file":
+        if isinstance(pin, DebPin):
+            filename = pin.pool_filename
+        elif isinstance(pin, FilePin):
             filename = pin.name
         else:
-            filename = pin.filename  # type: ignore[union-attr]
-        found.append(Artifact(pin.name, filename, pin.sha256, pin.size, tuple(pin.urls)))  # type: ignore[union-attr]
+            filename = pin.filename
+        found.append(Artifact(pin.name, filename, pin.sha256, pin.size, tuple(pin.urls)))
     return found
 
 

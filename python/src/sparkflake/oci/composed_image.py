@@ -8,6 +8,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .. import __version__
 from ..compose import generated, receipt, sbom
@@ -118,14 +119,14 @@ def _spec(profile: Profile, options: ImageOptions, layers: Sequence[LayerTree], 
 class BuildResult:
     profile: str
     image: BuiltImage
-    full_receipt: Mapping[str, object]
+    full_receipt: Mapping[str, Any]
     chain: tuple[LinkResult, ...]
     layer_names: tuple[str, ...]
     layers_from_cache: tuple[bool, ...]
     assembly: Assembly | None = None
     sbom_bytes: bytes | None = None  # OUT/sbom.spdx.json
     sbom_artifact: ReferringArtifact | None = None  # the SBOM as an OCI artifact whose subject is the image
-    extra: Mapping[str, object] = field(default_factory=dict)
+    extra: Mapping[str, Any] = field(default_factory=dict)
 
 
 
@@ -217,7 +218,7 @@ def finish(
         layers=[layer.as_record() for layer in layers],
         builder_versions=builder_identity(),
     )
-    full["predicate"]["runDetails"]["metadata"] = {  # type: ignore[index]
+    full["predicate"]["runDetails"]["metadata"] = {
         "verification": [result.as_record() for result in chain],
     }
     sbom_content, sbom_artifact = image_sbom(composition, fetched, image, assembly)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from ..core.digest import chain_id, sha256_digest
 from ..core.errors import CheckFailed, InputError
-from ..core.progress import ProgressCallback
+from ..core.progress import BytesProgress, ProgressCallback
 from . import media_types
 from .entry_safety import EntrySafety
 from .layer_scan import scan_layer
@@ -227,12 +227,7 @@ def _verify_layer(
 ) -> LayerReport:
     where = reader.files.describe(ref.name)
 
-    def tick(count: int) -> None:
-        tick.seen += count  # type: ignore[attr-defined]
-        if progress is not None:
-            progress(min(total, done_before + tick.seen), total, "verifying layers")  # type: ignore[attr-defined]
-
-    tick.seen = 0  # type: ignore[attr-defined]
+    tick = BytesProgress(progress, done_before, total, "verifying layers")
     with reader.open_blob(ref) as handle:
         scan = scan_layer(handle, on_bytes=tick, safety=safety)
     if scan.error is not None and scan.error.startswith("cannot read"):
