@@ -58,7 +58,7 @@ def audit_image(
     computed_diff_ids: list[str | None] = []
     safety = EntrySafety()  # one per image: a symlink of layer 0 makes a write in layer 3 unsafe
     for position, descriptor in enumerate(source.layers):
-        label = descriptor.digest or descriptor.locator
+        label = descriptor.digest or descriptor.name
         try:
             stored_size = source.blob_size(descriptor)
         except InputError as exc:  # a blob that leaves the layout
@@ -145,8 +145,8 @@ def _check_docker_view(source: ImageSource, report: AuditReport) -> None:
     if source.docker_view is None:
         return
     config_name, layer_names = source.docker_view
-    oci_config = source.config_descriptor.locator
-    oci_layers = [d.locator for d in source.layers]
+    oci_config = source.config_descriptor.name
+    oci_layers = [d.name for d in source.layers]
     if config_name != oci_config:
         report.add(
             "archive.docker-view", "fail",

@@ -13,7 +13,7 @@ from typing import BinaryIO
 from ..core.errors import InputError
 from ..oci.remote import INDEX_TYPES, Credentials, RegistryClient, parse_reference
 from .sources import (
-    Descriptor,
+    BlobRef,
     ImageSource,
     refuse_unreadable_mismatch,
     select_platform_manifest,
@@ -42,7 +42,7 @@ def open_registry_source(
     fetched = client.get_manifest(repository, reference.reference)
     index_bytes = None
     index_platform = None
-    descriptor = Descriptor("manifest", reference.digest, len(fetched.content), fetched.media_type, fetched.digest)
+    descriptor = BlobRef(role="manifest", name=fetched.digest, digest=reference.digest, size=len(fetched.content), media_type=fetched.media_type)
     if fetched.media_type in INDEX_TYPES:
         index_bytes = fetched.content
         descriptor, index_platform = select_platform_manifest(
@@ -51,18 +51,18 @@ def open_registry_source(
         fetched = client.get_manifest(repository, descriptor.digest or "")
     refuse_unreadable_mismatch(fetched.content, descriptor, target)
 
-    def blob_size(blob: Descriptor) -> int | None:
-        return client.blob_size(repository, blob.locator)
+    def blob_size(blob: BlobRef) -> int | None:
+        return client.blob_size(repository, blob.name)
 
-    def open_blob(blob: Descriptor) -> BinaryIO:
+    def open_blob(blob: BlobRef) -> BinaryIO:
         connection, response = client._request(  # the audit hashes the raw bytes itself
-            "GET", f"/v2/{repository}/blobs/{blob.locator}", scope=f"repository:{repository}:pull",
-            what=f"blob {reference.registry}/{repository}@{blob.locator}",
+            "GET", f"/v2/{repository}/blobs/{blob.name}", scope=f"repository:{repository}:pull",
+            what=f"blob {reference.registry}/{repository}@{blob.name}",
         )
         response.close = _closing(connection, response.close)  # type: ignore[method-assign]
         return response
 
-    def read_config(blob: Descriptor) -> bytes:
+    def read_config(blob: BlobRef) -> bytes:
         with open_blob(blob) as handle:
             content = handle.read((4 << 20) + 1)
         if len(content) > 4 << 20:

@@ -25,19 +25,7 @@ from ..core.documents import MAX_DOCUMENT_BYTES
 from ..core.errors import CheckFailed, InputError
 from ..oci import media_types
 from ..oci.reader import DirectoryFiles, TarFiles
-from ..oci.types import Platform
-
-
-@dataclass(frozen=True)
-class Descriptor:
-    """A blob as a document references it. ``digest`` is None for docker-archive layers,
-    which are named by file, not by digest."""
-
-    role: str
-    digest: str | None
-    size: int | None
-    media_type: str
-    locator: str
+from ..oci.types import BlobRef, Platform
 
 
 @dataclass
@@ -45,12 +33,12 @@ class ImageSource:
     kind: str
     location: str
     manifest_bytes: bytes | None
-    manifest_descriptor: Descriptor | None
+    manifest_descriptor: BlobRef | None
     config_bytes: bytes
-    config_descriptor: Descriptor
-    layers: list[Descriptor]
-    blob_size: Callable[[Descriptor], int | None]
-    open_blob: Callable[[Descriptor], BinaryIO]
+    config_descriptor: BlobRef
+    layers: list[BlobRef]
+    blob_size: Callable[[BlobRef], int | None]
+    open_blob: Callable[[BlobRef], BinaryIO]
     index_bytes: bytes | None = None
     index_platform: dict[str, str] | None = None
     engine_image_id: str | None = None
@@ -82,7 +70,7 @@ def parse_document(raw: bytes, where: str) -> dict[str, Any]:
     return document
 
 
-def descriptor_from(record: object, role: str, where: str, locate: Callable[[str], str]) -> Descriptor:
+def descriptor_from(record: object, role: str, where: str, locate: Callable[[str], str]) -> BlobRef:
     if not isinstance(record, dict):
         raise InputError(f"{where}: expected a descriptor object", check_id="document.parse")
     digest = record.get("digest")
@@ -97,7 +85,7 @@ def descriptor_from(record: object, role: str, where: str, locate: Callable[[str
         raise InputError(f"{where}.size: expected a non-negative integer, got {size!r}", check_id="document.parse")
     if not isinstance(media_type, str):
         raise InputError(f"{where}.mediaType: expected a string", check_id="document.parse")
-    return Descriptor(role, digest, size, media_type, locate(digest))
+    return BlobRef(role=role, name=locate(digest), digest=digest, size=size, media_type=media_type)
 
 
 def _blob_path(digest: str) -> str:
@@ -178,30 +166,30 @@ def _oci_source(
         raise InputError(f"{index_where}: holds {len(candidates)} manifests ({names}); name one with :TAG", check_id="image.readable")
     descriptor, _, index_platform = candidates[0]
     if descriptor.media_type in media_types.INDEX_MEDIA_TYPES:
-        nested_bytes = _read_small(files, descriptor.locator, f"index {descriptor.digest}")
+        nested_bytes = _read_small(files, descriptor.name, f"index {descriptor.digest}")
         index_bytes = nested_bytes
         descriptor, index_platform = select_platform_manifest(
-            parse_document(nested_bytes, files.describe(descriptor.locator)),
-            files.describe(descriptor.locator),
+            parse_document(nested_bytes, files.describe(descriptor.name)),
+            files.describe(descriptor.name),
             platform,
             _blob_path,
         )
-    manifest_bytes = _read_small(files, descriptor.locator, f"manifest {descriptor.digest}")
+    manifest_bytes = _read_small(files, descriptor.name, f"manifest {descriptor.digest}")
     refuse_unreadable_mismatch(manifest_bytes, descriptor, location)
     return source_from_manifest(
         kind,
         location,
         manifest_bytes,
         descriptor,
-        lambda d: files.size(d.locator),
-        lambda d: files.open(d.locator),
-        lambda d: _read_small(files, d.locator, f"config {d.digest}"),
+        lambda d: files.size(d.name),
+        lambda d: files.open(d.name),
+        lambda d: _read_small(files, d.name, f"config {d.digest}"),
         index_bytes=index_bytes,
         index_platform=index_platform if isinstance(index_platform, dict) else None,
     )
 
 
-def refuse_unreadable_mismatch(manifest_bytes: bytes, descriptor: Descriptor, location: str) -> None:
+def refuse_unreadable_mismatch(manifest_bytes: bytes, descriptor: BlobRef, location: str) -> None:
     """A manifest whose bytes do not hash to its reference is a mismatch (exit 1), named
     by digest, before anything it says is trusted or parsed."""
     actual = sha256_digest(manifest_bytes)
@@ -214,7 +202,7 @@ def refuse_unreadable_mismatch(manifest_bytes: bytes, descriptor: Descriptor, lo
 
 def select_platform_manifest(
     index: dict[str, Any], where: str, platform: str | None, locate: Callable[[str], str]
-) -> tuple[Descriptor, dict[str, Any] | None]:
+) -> tuple[BlobRef, dict[str, Any] | None]:
     """The manifest of ``platform`` (``os/arch[/variant]``) in an image index."""
     manifests = index.get("manifests")
     if not isinstance(manifests, list) or not manifests:
@@ -245,10 +233,10 @@ def source_from_manifest(
     kind: str,
     location: str,
     manifest_bytes: bytes,
-    manifest_descriptor: Descriptor | None,
-    blob_size: Callable[[Descriptor], int | None],
-    open_blob: Callable[[Descriptor], BinaryIO],
-    read_config: Callable[[Descriptor], bytes],
+    manifest_descriptor: BlobRef | None,
+    blob_size: Callable[[BlobRef], int | None],
+    open_blob: Callable[[BlobRef], BinaryIO],
+    read_config: Callable[[BlobRef], bytes],
     **extra: Any,
 ) -> ImageSource:
     where = f"{location}: manifest {manifest_descriptor.digest if manifest_descriptor else ''}".rstrip()
@@ -301,8 +289,8 @@ def _docker_archive_source(files: TarFiles, location: str) -> ImageSource:
     config_bytes = _read_small(files, config_name, f"config {config_name}")
     stem = config_name.rsplit("/", 1)[-1].removesuffix(".json")
     named_digest = f"sha256:{stem}" if len(stem) == 64 else None
-    config_descriptor = Descriptor("config", named_digest, len(config_bytes), media_types.DOCKER_CONFIG, config_name)
-    layers = [Descriptor(f"layer {i}", None, files.size(name), "", name) for i, name in enumerate(layer_names)]
+    config_descriptor = BlobRef(role="config", name=config_name, digest=named_digest, size=len(config_bytes), media_type=media_types.DOCKER_CONFIG)
+    layers = [BlobRef(role=f"layer {i}", name=name, digest=None, size=files.size(name), media_type="") for i, name in enumerate(layer_names)]
     repo_tags = entry.get("RepoTags") or []
     return ImageSource(
         kind="docker-archive",
@@ -312,8 +300,8 @@ def _docker_archive_source(files: TarFiles, location: str) -> ImageSource:
         config_bytes=config_bytes,
         config_descriptor=config_descriptor,
         layers=layers,
-        blob_size=lambda d: files.size(d.locator),
-        open_blob=lambda d: files.open(d.locator),
+        blob_size=lambda d: files.size(d.name),
+        open_blob=lambda d: files.open(d.name),
         repo_tags=[str(t) for t in repo_tags] if isinstance(repo_tags, list) else [],
     )
 

@@ -30,8 +30,8 @@ from .image_model import BuiltImage
 from .layer import DEFAULT_SOURCE_DATE_EPOCH, Layer, LayerOptions, build_layer
 from .layer_cache import LayerCache
 from .layout import write_oci_layout
-from .manifest import Descriptor, index_document, layer_descriptor, manifest_document
-from .types import Platform
+from .manifest import index_document, layer_descriptor, manifest_document
+from .types import Descriptor, Platform
 
 _TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 _REPOSITORY = re.compile(

@@ -3,32 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from . import media_types
 from .layer import Layer
-from .types import Platform
-
-
-@dataclass(frozen=True)
-class Descriptor:
-    media_type: str
-    digest: str
-    size: int
-    annotations: Mapping[str, str] | None = None
-    platform: Platform | None = None
-
-    def as_record(self) -> dict[str, object]:
-        record: dict[str, object] = {
-            "mediaType": self.media_type,
-            "digest": self.digest,
-            "size": self.size,
-        }
-        if self.platform is not None:
-            record["platform"] = self.platform.as_record()
-        if self.annotations:
-            record["annotations"] = dict(sorted(self.annotations.items()))
-        return record
+from .types import Descriptor
 
 
 def layer_descriptor(layer: Layer) -> Descriptor:

@@ -30,7 +30,7 @@ from ..core.digest import digest_hex, is_digest
 from ..core.documents import MAX_DOCUMENT_BYTES, open_regular_file
 from ..core.errors import InputError
 from . import media_types
-from .types import CLUSTER_PLATFORM, matching_entries
+from .types import CLUSTER_PLATFORM, BlobRef, matching_entries
 
 
 class _Slice(io.RawIOBase):
@@ -147,18 +147,6 @@ class _TarFiles:
 
 def _clean_member_name(name: str) -> str:
     return os.path.normpath(name).lstrip("/").removeprefix("./")
-
-
-@dataclass(frozen=True)
-class BlobRef:
-    """A blob as referenced by a document: its digest (None when a docker-archive names
-    a file rather than a digest), the member/file name, the expected size if known."""
-
-    role: str
-    name: str
-    digest: str | None
-    size: int | None
-    media_type: str
 
 
 COMBINED_FORMAT = "oci-archive+docker-archive"

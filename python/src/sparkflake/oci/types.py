@@ -1,5 +1,7 @@
 """The OCI vocabulary every medium shares (layout, archives, registry): the platform an image
-is for, and the one rule that picks a platform's manifest out of an index.
+is for and the one rule that picks a platform's manifest out of an index; a descriptor as a
+document is written with (``Descriptor``) and a blob reference as a reader found it
+(``BlobRef``: a docker-archive names files, not digests).
 
 The rule is the image-index spec's platform matching with containerd's normalization: an
 arm64 platform without a variant is arm64/v8, so ``linux/arm64`` and ``linux/arm64/v8`` are
@@ -95,3 +97,36 @@ def platform_text(record: Mapping[str, Any]) -> str:
 # The cluster's hosts (NVIDIA GB10, linux/arm64): what a multi-platform index is read for
 # where no platform is named.
 CLUSTER_PLATFORM = Platform("linux", "arm64", "v8")
+
+
+@dataclass(frozen=True)
+class Descriptor:
+    media_type: str
+    digest: str
+    size: int
+    annotations: Mapping[str, str] | None = None
+    platform: Platform | None = None
+
+    def as_record(self) -> dict[str, object]:
+        record: dict[str, object] = {
+            "mediaType": self.media_type,
+            "digest": self.digest,
+            "size": self.size,
+        }
+        if self.platform is not None:
+            record["platform"] = self.platform.as_record()
+        if self.annotations:
+            record["annotations"] = dict(sorted(self.annotations.items()))
+        return record
+
+
+@dataclass(frozen=True)
+class BlobRef:
+    """A blob as referenced by a document: its digest (None when a docker-archive names
+    a file rather than a digest), the member/file name, the expected size if known."""
+
+    role: str
+    name: str
+    digest: str | None
+    size: int | None
+    media_type: str

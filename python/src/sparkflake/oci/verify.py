@@ -20,8 +20,8 @@ from ..core.progress import BytesProgress, ProgressCallback
 from . import media_types
 from .entry_safety import EntrySafety
 from .layer_scan import scan_layer
-from .reader import COMBINED_FORMAT, BlobRef, DockerArchiveView, ImageReader
-from .types import platform_text
+from .reader import COMBINED_FORMAT, DockerArchiveView, ImageReader
+from .types import BlobRef, platform_text
 
 READ_CHUNK = 1 << 20
 

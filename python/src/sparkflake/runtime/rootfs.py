@@ -39,7 +39,8 @@ from ..core.errors import CheckFailed, InputError
 from ..core.file_hashes import stat_identity
 from ..core.progress import ProgressCallback
 from ..oci.compression import Decompressor, detect_compression
-from ..oci.reader import BlobRef, ImageReader
+from ..oci.reader import ImageReader
+from ..oci.types import BlobRef
 
 READ_CHUNK = 1 << 20
 RECORD_NAME = "unpacked-root.json"
