@@ -59,7 +59,7 @@ def open_registry_source(
             "GET", f"/v2/{repository}/blobs/{blob.name}", scope=f"repository:{repository}:pull",
             what=f"blob {reference.registry}/{repository}@{blob.name}",
         )
-        response.close = _closing(connection, response.close)  # type: ignore[method-assign]
+        response.close = _closing(connection, response.close)  # type: ignore[method-assign]  # closing the body closes its connection
         return response
 
     def read_config(blob: BlobRef) -> bytes:

@@ -13,10 +13,8 @@ import importlib
 import pkgutil
 import sys
 
-from ..core.errors import SparkflakeError
+from ._output import run_handler
 
-EXIT_OK = 0
-EXIT_CHECK_FAILED = 1
 EXIT_BAD_INPUT = 2
 
 
@@ -61,23 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser(argv[0] if argv else None)
     args = parser.parse_args(argv)
-    try:
-        return int(args.handler(args) or 0)
-    except SparkflakeError as exc:
-        print(f"sparkflake: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("sparkflake: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
-        return EXIT_OK
-    except OSError as exc:
-        # What a stage did not name itself (a full disk, a path that cannot be made):
-        # the file and the reason, not a traceback.
-        where = f"{exc.filename}: " if exc.filename else ""
-        print(f"sparkflake: error: {where}{exc.strerror or exc}", file=sys.stderr)
-        return 2
-
+    return run_handler(args)
 
 if __name__ == "__main__":
     sys.exit(main())

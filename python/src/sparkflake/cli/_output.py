@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from typing import Any
+
+from ..core.errors import SparkflakeError
 
 
 def print_json(document: Any) -> None:
@@ -55,3 +58,24 @@ def _human(count: int) -> str:
             return f"{value:.0f}{unit}" if unit == "B" else f"{value:.1f}{unit}"
         value /= 1024
     return f"{value:.1f}GiB"
+
+
+def run_handler(args: argparse.Namespace) -> int:
+    """Run a parsed command; every refusal is one line on stderr and its exit code, never a
+    traceback."""
+    try:
+        return int(args.handler(args) or 0)
+    except SparkflakeError as exc:
+        print(f"sparkflake: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("sparkflake: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except OSError as exc:
+        # What a stage did not name itself (a full disk, a path that cannot be made):
+        # the file and the reason, not a traceback.
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"sparkflake: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2

@@ -134,22 +134,14 @@ def _print_human(report: dict, *, explain: bool) -> None:
 def main(argv: list[str] | None = None) -> int:
     """`launch-rank` alone, without importing every other command group (a launcher
     started on every rank should not pay for the build stages' imports)."""
-    from ..core.errors import SparkflakeError
     from . import _Parser
+    from ._output import run_handler
 
     parser = _Parser(prog="sparkflake-launch-rank")
     subparsers = parser.add_subparsers(dest="command", parser_class=_Parser)
     register(subparsers)
     args = parser.parse_args(["launch-rank", *(sys.argv[1:] if argv is None else argv)])
-    try:
-        return int(args.handler(args) or 0)
-    except SparkflakeError as exc:
-        print(f"sparkflake: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("sparkflake: interrupted", file=sys.stderr)
-        return 130
-
+    return run_handler(args)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -30,9 +30,9 @@ def run_profile(args: argparse.Namespace) -> int:
             print_json({"valid": True, **summary})
         else:
             print_line(
-                f"{summary['lock']}: complete for {', '.join(summary['profiles'])} "  # type: ignore[arg-type]
+                f"{summary['lock']}: complete for {', '.join(summary['profiles'])} "
                 f"({summary['wheels']} wheels, {summary['debs']} debs, {summary['bytes']} bytes)"
-                + (f"; git inputs {', '.join(summary['git'])} in {', '.join(summary['locks'][1:])}"  # type: ignore[arg-type]
+                + (f"; git inputs {', '.join(summary['git'])} in {', '.join(summary['locks'][1:])}"
                    if summary["git"] else "")
             )
         return 0

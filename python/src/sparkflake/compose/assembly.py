@@ -167,16 +167,16 @@ def _collision_rules_by_group(
     group_of = {pin.filename: group for group, pins in group_pins.items() for pin in pins}
     by_group: dict[str, list[CollisionRule]] = {group: [] for group in group_pins}
     for rule in collisions:
-        groups = {group_of.get(wheel) for wheel in rule.wheels}
-        if None in groups:
+        if any(wheel not in group_of for wheel in rule.wheels):
             continue  # the rule names a wheel this composition does not install
+        groups = {group_of[wheel] for wheel in rule.wheels}
         if len(groups) != 1:
             raise InputError(
                 f"collision rule for {rule.path} names wheels in different layers "
                 f"({', '.join(f'{w}: {group_of[w]}' for w in rule.wheels)}); the build layers "
                 "the Python environment by group and cannot apply it"
             )
-        by_group[groups.pop()].append(rule)  # type: ignore[index]
+        by_group[groups.pop()].append(rule)
     return {group: tuple(found) for group, found in by_group.items()}
 
 

@@ -185,7 +185,7 @@ def check_elf_machine(context: ChainContext) -> str:
     # (the entry was validated path by path this build); other trees are read now.
     def machines(tree: Path) -> list[list] | None:
         entry = context.assembly.cached_trees.get(tree)
-        return None if entry is None else entry.fact("elf-machines", elf_machines)  # type: ignore[return-value]
+        return None if entry is None else entry.fact("elf-machines", elf_machines)  # type: ignore[return-value]  # a kept fact is JSON; this one is elf_machines' list
 
     count = check_machine(context.assembly.base_tree, context.profile.platform, machines(context.assembly.base_tree))
     for tree in context.assembly.python_trees.values():

@@ -49,7 +49,7 @@ class _Slice(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]  # io.BufferedReader hands it only these
         if self._remaining <= 0:
             return 0
         count = min(len(buffer), self._remaining)
@@ -91,11 +91,11 @@ def open_tar_member(handle: BinaryIO, member: ArMember, *, source: str) -> Itera
     raw = io.BufferedReader(_Slice(handle, member.offset, member.size), buffer_size=1 << 20)
     name = member.name
     if name.endswith(".xz"):
-        stream: BinaryIO = lzma.open(raw)  # type: ignore[assignment]
+        stream: BinaryIO = lzma.open(raw)  # type: ignore[assignment]  # a binary stream; typeshed types LZMAFile apart from BinaryIO
     elif name.endswith(".zst"):
         stream = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
     elif name.endswith(".gz"):
-        stream = gzip.GzipFile(fileobj=raw)  # type: ignore[assignment]
+        stream = gzip.GzipFile(fileobj=raw)  # type: ignore[assignment]  # likewise GzipFile
     elif name.endswith(".tar"):
         stream = raw
     else:

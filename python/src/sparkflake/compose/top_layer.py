@@ -11,7 +11,7 @@ from .. import __version__
 from ..core.canonical_json import readable_json_bytes
 from ..core.digest import sha256_file
 from ..core.timestamps import rfc3339
-from ..lock.pins import GitPin, Pin
+from ..lock.pins import DebPin, GitPin, SdistPin, WheelPin
 from ..profile.model import Profile
 from ..profile.profile_file import profile_to_dict
 from . import generated, receipt
@@ -48,7 +48,7 @@ class PreparedTop:
 def resolved_dependencies(composition: Composition, assembly: Assembly) -> tuple[receipt.ResolvedDependency, ...]:
     role_of = {pin.name: role for role, pin in composition.roles.items()}
     dependencies: list[receipt.ResolvedDependency] = []
-    pins: list[Pin] = [*composition.debs, *composition.wheels, composition.source,
+    pins: list[DebPin | WheelPin | SdistPin | GitPin] = [*composition.debs, *composition.wheels, composition.source,
                        *(source for _role, _wheel, source in composition.package_sources)]
     for pin in sorted(pins, key=lambda p: (p.kind, p.name)):
         annotations: dict[str, Any] = {"kind": pin.kind}
@@ -60,11 +60,11 @@ def resolved_dependencies(composition: Composition, assembly: Assembly) -> tuple
         dependencies.append(
             receipt.ResolvedDependency(
                 name=pin.name,
-                uri=pin.urls[0] if isinstance(pin, GitPin) else (pin.urls[0] if getattr(pin, "urls", ()) else ""),  # type: ignore[union-attr]
+                uri=pin.urls[0] if pin.urls else "",
                 digest=(
                     {"gitCommit": pin.rev, "gitTree": pin.tree}
                     if isinstance(pin, GitPin)
-                    else {"sha256": pin.sha256}  # type: ignore[union-attr]
+                    else {"sha256": pin.sha256}
                 ),
                 annotations=annotations,
             )

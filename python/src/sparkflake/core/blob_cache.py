@@ -26,6 +26,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .digest import sha256_file
 from .errors import CheckFailed, InputError
@@ -180,7 +181,8 @@ class ByteMeter:
             self.progress(self._done, self.total, artifact.filename)
 
 
-Opener = Callable[[urllib.request.Request, float], object]
+# what urllib.request.urlopen returns (an HTTP response or a file URL's response), or a test's stand-in
+Opener = Callable[[urllib.request.Request, float], Any]
 
 
 def offline_opener(request: urllib.request.Request, timeout: float) -> object:
@@ -241,9 +243,9 @@ def _download_once(
             have = 0
         written = have
         try:
-            with response, open(partial, mode) as out:  # type: ignore[attr-defined]
+            with response, open(partial, mode) as out:
                 while True:
-                    chunk = response.read(COPY_CHUNK)  # type: ignore[attr-defined]
+                    chunk = response.read(COPY_CHUNK)
                     if not chunk:
                         break
                     written += len(chunk)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
+from typing import TypeGuard
 
 MAX_INLINE_WIDTH = 100
 
@@ -42,7 +43,6 @@ _SHORT_ESCAPES = {
     "\\": "\\\\",
 }
 
-Scalar = str | int | float | bool
 
 
 def quote_string(text: str) -> str:
@@ -70,7 +70,9 @@ def format_key(key: str) -> str:
     return key if _BARE_KEY.fullmatch(key) else quote_string(key)
 
 
-def format_scalar(value: Scalar) -> str:
+def format_scalar(value: object) -> str:
+    """A scalar's TOML text; any other value is refused with its type (a caller may pass
+    whatever a document holds)."""
     # bool before int: bool is a subclass of int in Python
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -89,7 +91,7 @@ def format_scalar(value: Scalar) -> str:
     raise TypeError(f"unsupported TOML value of type {type(value).__name__}")
 
 
-def _is_table(value: object) -> bool:
+def _is_table(value: object) -> TypeGuard[Mapping[str, object]]:
     return isinstance(value, Mapping)
 
 
@@ -110,7 +112,7 @@ def _format_array(key_text: str, values: Sequence[object]) -> str:
         if isinstance(item, Sequence) and not isinstance(item, str):
             items.append(_inline_array(item))
         else:
-            items.append(format_scalar(item))  # type: ignore[arg-type]
+            items.append(format_scalar(item))
     one_line = f"{key_text} = [{', '.join(items)}]"
     if not items or len(one_line) <= MAX_INLINE_WIDTH:
         return one_line
@@ -126,7 +128,7 @@ def _inline_array(values: Sequence[object]) -> str:
         elif isinstance(item, Mapping):
             raise TypeError("arrays mixing tables and values are not part of the subset")
         else:
-            parts.append(format_scalar(item))  # type: ignore[arg-type]
+            parts.append(format_scalar(item))
     return f"[{', '.join(parts)}]"
 
 
@@ -140,13 +142,13 @@ def _emit_table(path: list[str], table: Mapping[str, object], out: list[str]) ->
         if isinstance(value, Sequence) and not isinstance(value, str):
             out.append(_format_array(format_key(key), value) + "\n")
         else:
-            out.append(f"{format_key(key)} = {format_scalar(value)}\n")  # type: ignore[arg-type]
+            out.append(f"{format_key(key)} = {format_scalar(value)}\n")
     for key, value in table.items():
         if _is_table(value):
             sub_path = [*path, format_key(key)]
             _separate(out)
             out.append(f"[{'.'.join(sub_path)}]\n")
-            _emit_table(sub_path, value, out)  # type: ignore[arg-type]
+            _emit_table(sub_path, value, out)
     for key, value in table.items():
         if _is_table_array(value):
             sub_path = [*path, format_key(key)]

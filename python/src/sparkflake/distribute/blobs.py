@@ -256,7 +256,7 @@ def _settle(site: Site, rank: Rank, store: str, plan: LayoutPlan, request: Layou
 
 
 def _ok(reply: AgentReply) -> bool:
-    return reply.returncode == 0 and bool(reply.result) and reply.result.get("status") == "ok"  # type: ignore[union-attr]
+    return reply.returncode == 0 and reply.result is not None and reply.result.get("status") == "ok"
 
 
 def _summary(request: LayoutFanoutRequest, plan: LayoutPlan, evidence: dict[str, dict[str, Any]],

@@ -313,9 +313,10 @@ class ChainTransfer:
         with self.condition:
             self.active[name] = process
         stderr_tail: deque[bytes] = deque(maxlen=20)
-        reader = threading.Thread(target=lambda: stderr_tail.extend(process.stderr), daemon=True)  # type: ignore[arg-type]
+        assert process.stdout is not None and process.stdin is not None and process.stderr is not None
+        stderr = process.stderr
+        reader = threading.Thread(target=lambda: stderr_tail.extend(stderr), daemon=True)
         reader.start()
-        assert process.stdout is not None and process.stdin is not None
         opened = self.gate.wait()
         try:
             if opened is not None:

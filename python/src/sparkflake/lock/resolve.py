@@ -17,6 +17,7 @@ import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -126,7 +127,7 @@ def deb_pins(resolution: debian_resolver.DebianResolution) -> list[Pin]:
             architecture=str(p["architecture"]),
             sha256=str(p["sha256"]),
             size=int(p["size"]),
-            urls=tuple(p["urls"]),  # type: ignore[arg-type]
+            urls=tuple(p["urls"]),
         )
         for p in resolution.pins
     ]
@@ -200,7 +201,7 @@ def update_input(profile: Profile, lock: Lock, name: str, *, cache: BlobCache | 
     raise InputError(f"lock --update: {name} is a {existing.kind} input; edit it in the lock file")
 
 
-def check_lock(profile: Profile) -> dict[str, object]:
+def check_lock(profile: Profile) -> dict[str, Any]:
     """Offline: the lock exists, is valid, and covers every profile sharing it."""
     paths = profile.lock_paths()
     missing = [str(p) for p in paths if not p.is_file()]

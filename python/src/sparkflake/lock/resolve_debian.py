@@ -20,6 +20,7 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..core.blob_cache import Artifact, BlobCache, fetch_artifact
 from ..core.errors import CheckFailed, InputError
@@ -171,7 +172,7 @@ def load_suite_index(
 def pins_from_closure(
     closure: ClosureResult, releases: dict[str, ReleaseIndex]
 ) -> list[dict[str, object]]:
-    pins: list[dict[str, object]] = []
+    pins: list[dict[str, Any]] = []
     for package in closure.packages:
         release = releases[package.suite]
         pins.append(
@@ -195,7 +196,7 @@ def pins_from_closure(
 
 @dataclass(frozen=True)
 class DebianResolution:
-    pins: list[dict[str, object]]
+    pins: list[dict[str, Any]]
     releases: list[ReleaseIndex]
 
 

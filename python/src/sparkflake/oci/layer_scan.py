@@ -15,7 +15,7 @@ import queue
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from .compression import Decompressor, detect_compression
 from .entry_safety import EntrySafety, kind_of_typeflag
@@ -235,7 +235,7 @@ def scan_layer(
     """
     blob_hasher = hashlib.sha256()
     plain_chunks: queue.Queue[bytes | None] = queue.Queue(maxsize=8)
-    state: dict[str, object] = {"size": 0, "compression": "none", "error": None}
+    state: dict[str, Any] = {"size": 0, "compression": "none", "error": None}
 
     def produce() -> None:
         decompressor: Decompressor | None = None
@@ -246,7 +246,7 @@ def scan_layer(
                     decompressor = Decompressor(detect_compression(chunk))
                     state["compression"] = decompressor.algorithm
                 blob_hasher.update(chunk)
-                state["size"] = int(state["size"]) + len(chunk)  # type: ignore[call-overload]
+                state["size"] = int(state["size"]) + len(chunk)
                 if on_bytes is not None:
                     on_bytes(len(chunk))
                 if state["error"] is not None:
@@ -290,7 +290,7 @@ def scan_layer(
     error = state["error"] or (f"tar stream: {scanner.error}" if scanner.error else None)
     return LayerScan(
         blob_digest="sha256:" + blob_hasher.hexdigest(),
-        size=int(state["size"]),  # type: ignore[call-overload]
+        size=int(state["size"]),
         diff_id=None if state["error"] else "sha256:" + diff_hasher.hexdigest(),
         uncompressed_size=uncompressed,
         compression=str(state["compression"]),

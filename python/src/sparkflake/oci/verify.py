@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..core.digest import chain_id, sha256_digest
 from ..core.errors import CheckFailed, InputError
@@ -56,7 +57,7 @@ class ImageReport:
     annotations: dict[str, str] = field(default_factory=dict)
 
     def as_record(self) -> dict[str, object]:
-        record: dict[str, object] = {
+        record: dict[str, Any] = {
             "format": self.format,
             "path": self.path,
             "ref_name": self.ref_name,
@@ -86,7 +87,7 @@ class ImageReport:
             ],
         }
         if self.docker_manifest_digest is not None:
-            record["digests"]["docker_archive_manifest"] = self.docker_manifest_digest  # type: ignore[index]
+            record["digests"]["docker_archive_manifest"] = self.docker_manifest_digest
         return record
 
 

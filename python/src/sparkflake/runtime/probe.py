@@ -55,6 +55,7 @@ def _track_environ_reads() -> None:
         note(key)
         return original_contains(self, key)
 
+    # the image's os.environ class is wrapped on purpose, to record which keys its code reads
     cls.__getitem__ = getitem  # type: ignore[method-assign]
     cls.__contains__ = contains  # type: ignore[method-assign]
     # Mapping.get calls __getitem__, so os.getenv and os.environ.get are seen too.

@@ -221,7 +221,7 @@ def unpack_layer(reader: ImageReader, ref: BlobRef, diff_id: str, root: Path,
     with reader.open_blob(ref) as handle:
         stream = _VerifyingStream(handle, on_bytes)
         try:
-            with tarfile.open(fileobj=stream, mode="r|") as tar:  # type: ignore[call-overload]
+            with tarfile.open(fileobj=stream, mode="r|") as tar:  # type: ignore[call-overload]  # typeshed has no overload for a stream mode over a fileobj
                 for member in tar:
                     entries += 1
                     if not _extract(tar, member, root, where):
