@@ -12,11 +12,13 @@ import re
 import stat
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from .digest import DIGEST_PATTERN
 from .documents import parse_limit_error
 from .errors import InputError
+
+RecordT = TypeVar("RecordT")
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
@@ -278,3 +280,12 @@ def freeze_field(record: object, name: str, value: object) -> None:
     """Set a field of a frozen record in its ``__post_init__`` (the validated, normalized
     value replaces the given one)."""
     object.__setattr__(record, name, value)
+
+
+def record_from(build: Callable[[Mapping[str, Any]], RecordT], document: Mapping[str, Any], shown: str) -> RecordT:
+    """``build(document)``; a field it refuses becomes one ``InputError`` naming the file
+    (``shown``) and the field's place in it."""
+    try:
+        return build(document)
+    except InvalidField as error:
+        raise InputError(f"{shown}: {error.field_path}: {error.problem}") from None

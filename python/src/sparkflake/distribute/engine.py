@@ -25,6 +25,18 @@ _SKIPPED = re.compile(r"Skipping blob (sha256:[0-9a-f]{64}) \(already present\)"
 _LOADED = re.compile(r"^Loaded image(?:\(s\))?(?: ID)?:\s*(.+)$", re.MULTILINE)
 
 
+def check_import_request(engine: str | None, image_id: str | None) -> None:
+    """``--import ENGINE`` names a known engine and comes with the ``--image-id`` that is
+    checked before the tag is applied."""
+    if image_id is not None:
+        check_image_id(image_id)
+    if engine is not None:
+        if engine not in ENGINES:
+            raise InputError(f"--import: expected one of {ENGINES}, got {engine!r}")
+        if image_id is None:
+            raise InputError("--import needs --image-id: the image ID is checked before tagging")
+
+
 def check_image_id(value: str, where: str = "--image-id") -> str:
     if not is_digest(value):
         raise InputError(f"{where}: expected sha256: followed by 64 lowercase hex digits, got {value!r}")

@@ -22,7 +22,7 @@ from urllib.parse import urlparse
 
 from ..core.errors import CheckFailed, InputError
 from .chain import FAILED, ChainTransfer, Progress, SizeGate, Transfer
-from .engine import ENGINES, check_image_id
+from .engine import check_import_request
 from .evidence import EVIDENCE_SCHEMA, REPORT_SCHEMA
 from .site import Rank, Site
 from .ssh import AgentReply, run_agent
@@ -53,13 +53,7 @@ class FanoutRequest:
 def validate_request(request: FanoutRequest) -> None:
     if not HEX64.match(request.sha256):
         raise InputError(f"--sha256: expected 64 lowercase hex digits, got {request.sha256!r}")
-    if request.image_id is not None:
-        check_image_id(request.image_id)
-    if request.engine is not None:
-        if request.engine not in ENGINES:
-            raise InputError(f"--import: expected one of {ENGINES}, got {request.engine!r}")
-        if request.image_id is None:
-            raise InputError("--import needs --image-id: the image ID is checked before tagging")
+    check_import_request(request.engine, request.image_id)
     name = request.name
     if not name or name in (".", "..") or name.startswith("."):
         raise InputError(f"{request.archive}: cannot derive an archive file name from it")

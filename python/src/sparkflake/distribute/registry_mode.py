@@ -15,7 +15,7 @@ from typing import Any
 from ..core.errors import InputError
 from ..oci.remote import parse_reference
 from ..oci.types import Platform
-from .engine import ENGINES, check_image_id
+from .engine import check_import_request
 from .evidence import EVIDENCE_SCHEMA, REPORT_SCHEMA
 from .site import Rank, Site
 from .ssh import run_agent
@@ -38,13 +38,7 @@ def validate_registry_request(request: RegistryFanoutRequest) -> None:
     if not source.digest:
         raise InputError(f"{request.reference}: ranks pull by digest: expected REGISTRY/REPO@sha256:...")
     Platform.parse_any(request.platform)
-    if request.image_id is not None:
-        check_image_id(request.image_id)
-    if request.engine is not None:
-        if request.engine not in ENGINES:
-            raise InputError(f"--import: expected one of {ENGINES}, got {request.engine!r}")
-        if request.image_id is None:
-            raise InputError("--import needs --image-id: the image ID is checked before tagging")
+    check_import_request(request.engine, request.image_id)
     if request.insecure:
         # refused here, before any rank is contacted, rather than by every rank
         from ..oci.remote import RegistryClient

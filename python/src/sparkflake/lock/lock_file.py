@@ -10,7 +10,6 @@ from typing import Any
 
 from ..core import canonical_toml
 from ..core.atomic_write import write_bytes_atomic
-from ..core.errors import InputError
 from ..core.records import (
     InvalidField,
     check_keys,
@@ -19,6 +18,7 @@ from ..core.records import (
     parse_toml_text,
     prefixed,
     read_toml,
+    record_from,
     require_table,
 )
 from .pins import KINDS, PIN_TYPES, SCHEMA_VERSION, Lock, Pin, Target
@@ -116,17 +116,8 @@ def lock_from_dict(document: Mapping[str, Any]) -> Lock:
 
 def parse_lock(text: str | bytes, shown: str = "<lock>") -> Lock:
     """Parse lock text; every error is an ``InputError`` naming ``shown`` and the place."""
-    document = parse_toml_text(text, shown)
-    try:
-        return lock_from_dict(document)
-    except InvalidField as error:
-        raise InputError(f"{shown}: {error.field_path}: {error.problem}") from None
+    return record_from(lock_from_dict, parse_toml_text(text, shown), shown)
 
 
 def load_lock(path: str | os.PathLike[str]) -> Lock:
-    shown = os.fspath(path)
-    document = read_toml(path)
-    try:
-        return lock_from_dict(document)
-    except InvalidField as error:
-        raise InputError(f"{shown}: {error.field_path}: {error.problem}") from None
+    return record_from(lock_from_dict, read_toml(path), os.fspath(path))

@@ -17,6 +17,7 @@ from ..core.records import (
     describe,
     parse_toml_text,
     read_toml,
+    record_from,
     require_table,
 )
 from .model import (
@@ -153,21 +154,13 @@ def _checkpoints_from_dict(value: object) -> dict[str, Checkpoint]:
 
 def parse_profile(text: str | bytes, shown: str = "<profile>") -> Profile:
     """Parse profile text (structure only: no lock files are read)."""
-    document = parse_toml_text(text, shown)
-    try:
-        return profile_from_dict(document)
-    except InvalidField as error:
-        raise InputError(f"{shown}: {error.field_path}: {error.problem}") from None
+    return record_from(profile_from_dict, parse_toml_text(text, shown), shown)
 
 
 def read_profile(path: str | os.PathLike[str]) -> Profile:
     """Read and validate one profile.toml (structure, and name = its directory's name)."""
     shown = os.fspath(path)
-    document = read_toml(path)
-    try:
-        profile = profile_from_dict(document)
-    except InvalidField as error:
-        raise InputError(f"{shown}: {error.field_path}: {error.problem}") from None
+    profile = record_from(profile_from_dict, read_toml(path), shown)
     folder = Path(path).resolve().parent.name
     if profile.name != folder:
         raise InputError(
