@@ -19,8 +19,8 @@ Stages (each a function over plain data, so tests can stop between them):
 7. ``finish`` — top layer, config, manifest, full receipt; ``write_outputs`` writes
    ``out/PROFILE/`` atomically. (``build_profile`` stages the output directory before
    stage 3 and takes the cached lower layers as soon as their trees exist, so in a
-   rebuild the archive copies their blobs while the overlay is planned and the chain
-   runs; a refusal removes the staging directory and leaves the previous output.)
+   rebuild the archive and the OCI layout copy their blobs while the overlay is planned
+   and the chain runs; a refusal removes the staging directory and leaves the previous output.)
 
 Layer order puts the big, stable parts below (OS base, CUDA libraries, torch), so a
 change of the source overlay or a patch rebuilds only the top layer.
@@ -64,7 +64,7 @@ from ..oci.image_model import BuiltImage
 from ..oci.layer import Layer, LayerOptions, build_layer, layer_by_fingerprint
 from ..oci.layer_cache import LayerCache
 from ..oci.layer_tree import LayerInput, TreeSource
-from ..oci.layout import add_artifact_blobs, write_oci_layout
+from ..oci.layout import LayoutWriter, add_artifact_blobs, write_oci_layout
 from ..oci.media_types import CREATED_ANNOTATION
 from ..profile import Profile, check_against_locks, profile_path, profile_to_dict, read_profile
 from ..resolve.target import Target
@@ -1326,7 +1326,7 @@ def check_formats(formats: Sequence[str]) -> None:
 def write_outputs(
     result: BuildResult, out_dir: Path, formats: Sequence[str] = OUTPUT_FORMATS, *, force: bool = False
 ) -> Path:
-    """``out_dir``: oci/ (layout, blobs hard-linked from the store), oci-archive.tar,
+    """``out_dir``: oci/ (layout, blobs copied from the store), oci-archive.tar,
     docker-archive.tar (each only if in ``formats``), digests.json, receipt.json,
     retained-native.json, source-overlay.json; written beside and swapped in at once."""
     check_formats(formats)
@@ -1347,13 +1347,27 @@ def start_archive(staging: Path, formats: Sequence[str], options: ImageOptions) 
     return CombinedArchiveWriter(staging / names[0], options.source_date_epoch)
 
 
+def start_layout(staging: Path, formats: Sequence[str]) -> LayoutWriter | None:
+    """The OCI layout started in the staging directory (each layer handed to it,
+    ``add_layer``, is copied on a background thread), or None when it is not asked for."""
+    return LayoutWriter(staging / "oci") if "oci" in formats else None
+
+
 def write_outputs_into(
-    staging: Path, result: BuildResult, formats: Sequence[str], combined: CombinedArchiveWriter | None = None
+    staging: Path,
+    result: BuildResult,
+    formats: Sequence[str],
+    combined: CombinedArchiveWriter | None = None,
+    layout: LayoutWriter | None = None,
 ) -> None:
-    """The files of ``write_outputs`` into a staging directory; ``combined`` is the
-    archive ``start_archive`` began there (finished here)."""
+    """The files of ``write_outputs`` into a staging directory; ``combined`` and
+    ``layout`` are the archive and the layout ``start_archive`` and ``start_layout``
+    began there (finished here)."""
     if "oci" in formats:
-        write_oci_layout(result.image, staging / "oci")
+        if layout is not None:
+            layout.finish(result.image)
+        else:
+            write_oci_layout(result.image, staging / "oci")
         if result.sbom_artifact is not None:
             # beside the image in blobs/, reachable from the image through the artifact's
             # subject; index.json keeps the image alone (its digest, and tools that take
@@ -1460,28 +1474,36 @@ def build_profile(request: BuildRequest, progress: ProgressCallback | None = Non
     try:
         # The output is staged beside out_dir and swapped in only when every stage
         # passed. The lower layers are made as soon as their trees exist, before the
-        # overlay is planned, and the archive takes each layer's blob as soon as the
-        # layer is made (a refused chain removes the staging directory, archive and all).
+        # overlay is planned, and the archive and the OCI layout take each layer's blob
+        # as soon as the layer is made (a refused chain removes the staging directory,
+        # archive, layout and all).
         with atomic_directory(out_dir, owned_output=True, force=request.force) as staging:
-            combined = start_archive(staging, request.formats, request.options)
-            on_layer = combined.add_layer if combined else None
+            combined: CombinedArchiveWriter | None = None
+            layout: LayoutWriter | None = None
+
+            def on_layer(layer: Layer) -> None:
+                for writer in (combined, layout):
+                    if writer is not None:
+                        writer.add_layer(layer)
+
             lower: list[Layer] = []
             to_make: list[LayerTree] = []
 
             def take_cached_lower_layers(trees: list[LayerTree]) -> None:
                 # Layers the layer cache already has (a rebuild: all of them) are taken
-                # now, so the archive starts early; the others are made after the overlay
+                # now, so the archive and the layout copies start early; the others are made after the overlay
                 # is planned, so a patch that does not apply is refused before any of
                 # them is compressed.
                 lap("assemble_lower_trees")
                 cached = cached_lower_layers(trees, request.options, store, layer_cache)
                 lower.extend(cached)
                 for layer in cached:
-                    if on_layer is not None:
-                        on_layer(layer)
+                    on_layer(layer)
                 to_make.extend(trees[len(cached) :])
 
             try:
+                combined = start_archive(staging, request.formats, request.options)
+                layout = start_layout(staging, request.formats)
                 assembly = assemble(
                     composition, fetched, work_dir / "trees", progress=progress, tree_cache=tree_cache, hashes=hashes,
                     source_tree=request.source_tree, scratch_dir=scratch_dir, on_lower_trees=take_cached_lower_layers,
@@ -1494,10 +1516,11 @@ def build_profile(request: BuildRequest, progress: ProgressCallback | None = Non
                 lap("verify")
                 result = finish(composition, fetched, assembly, lower, prepared, chain, request.options, store, layer_cache)
                 lap("top_layer_and_image")
-                write_outputs_into(staging, result, request.formats, combined)
+                write_outputs_into(staging, result, request.formats, combined, layout)
             except BaseException:
-                if combined is not None:
-                    combined.abort()
+                for writer in (combined, layout):
+                    if writer is not None:
+                        writer.abort()
                 raise
         lap("write_outputs")
         result = dataclasses.replace(
