@@ -67,7 +67,9 @@ def build_echo_image(base: Path, out: Path, podman: Podman, labels: Mapping[str,
         "config": {"Entrypoint": ["/argv-echo"], "Labels": dict(labels)},
     }
     (base / "spec.json").write_text(json.dumps(spec))
-    built = run([sys.executable, "-m", "sparkflake.cli", "image", "build", str(base / "spec.json"), "-o", str(out)])
+    # its own layer cache: never the user's (~/.cache/sparkflake/oci), which other runs share
+    built = run([sys.executable, "-m", "sparkflake.cli", "image", "build", str(base / "spec.json"), "-o", str(out),
+                 "--cache", str(base / "layer-cache")])
     assert built.returncode == 0, built.stderr
     digests = json.loads((out / "digests.json").read_text())
     loaded = podman("load", "-q", "-i", str(out / "docker-archive.tar"))

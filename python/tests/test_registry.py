@@ -66,7 +66,13 @@ def start_registry(root: Path, address: str, port: int, tls: tuple[Path, Path] |
     deadline = time.monotonic() + 15
     while True:
         with socket.socket() as probe:
-            if probe.connect_ex((address, port)) == 0:
+            answered = probe.connect_ex((address, port)) == 0
+        # The port answering is not enough: another run's server may have taken it after
+        # free_port() probed it, and then this registry exits (address in use). Ours is
+        # the one answering only if it is still running a moment later.
+        if answered:
+            time.sleep(0.2)
+            if process.poll() is None:
                 return process
         if process.poll() is not None or time.monotonic() > deadline:
             process.kill()
@@ -98,7 +104,7 @@ def build_image(directory: Path, seed: int, platform: str = "linux/amd64") -> di
     }))
     built = subprocess.run(
         [sys.executable, "-m", "sparkflake.cli", "image", "build", str(spec), "-o", str(directory / "out"),
-         "--no-cache"], capture_output=True, text=True,
+         "--no-cache", "--cache", str(directory / "blob-store")], capture_output=True, text=True,
     )
     assert built.returncode == 0, built.stderr
     return json.loads((directory / "out" / "digests.json").read_text())
