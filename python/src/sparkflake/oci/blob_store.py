@@ -170,10 +170,11 @@ DIRECT_COPY_MIN = 1 << 20
 def copy_blob(source: Path, target: Path) -> None:
     """``target`` becomes a durable (fsynced) copy of ``source`` with its own inode: a
     copy-on-write clone where the file system has them (FICLONE: btrfs, xfs), else a copy
-    written past the page cache (``DirectWriter``, O_DIRECT). On this build machine's ext4
-    the 4.4 GB of the real image's layer blobs took 3.3-5.1 s that way against 8.3-23 s with
-    copy_file_range + fsync, which is throttled on dirty pages like any buffered write
-    (``bench/results/build-rebuild-issue14.json``, ``copy_methods``)."""
+    written past the page cache (``DirectWriter``, O_DIRECT), then fsynced. On this build
+    machine's ext4 the 4.65 GB of the store's blobs took 5.65 s that way, as fast as ``dd
+    oflag=direct`` writes zeros there (5.84 s), against 12.67 s with copy_file_range +
+    fsync (buffered, so throttled on dirty pages) and 9.57 s with ``cp`` + ``sync``
+    (``bench/bench_layout_copy.py``, medians of 3)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(FileNotFoundError):
         target.unlink()
