@@ -14,13 +14,12 @@ layer cache pays little more for its copies than for the hard links it used to m
 from __future__ import annotations
 
 import os
-import queue
-import threading
 from pathlib import Path
 
 from ..atomic_write import atomic_directory
 from ..errors import InputError
 from .artifact import ReferringArtifact
+from .background import BackgroundQueue
 from .blob_store import copy_blob
 from .canonical_json import canonical_json_bytes
 from .digests import digest_hex
@@ -47,43 +46,31 @@ class LayoutWriter:
         self._blob_dir = self._staging / "blobs" / "sha256"
         self._blob_dir.mkdir(parents=True)
         self._copied: set[str] = set()
-        self._failure: BaseException | None = None
-        self._closed = False
-        self._queue: queue.Queue[Layer | None] = queue.Queue()
-        self._thread = threading.Thread(target=self._run, name="layout-writer", daemon=True)
-        self._thread.start()
+        self._copier: BackgroundQueue[Layer] = BackgroundQueue(self._copy, "layout-writer")
 
-    def _run(self) -> None:
-        while (layer := self._queue.get()) is not None:
-            if self._failure is None:
-                target = self._blob_dir / digest_hex(layer.digest)
-                try:
-                    copy_blob(layer.blob_path, target)
-                except OSError as exc:  # raised by finish()
-                    self._failure = InputError(
-                        f"{layer.blob_path}: cannot copy layer {layer.digest} into {self._out}: {exc.strerror or exc}"
-                    )
-                except BaseException as exc:
-                    self._failure = exc
+    def _copy(self, layer: Layer) -> None:
+        try:
+            copy_blob(layer.blob_path, self._blob_dir / digest_hex(layer.digest))
+        except OSError as exc:
+            raise InputError(
+                f"{layer.blob_path}: cannot copy layer {layer.digest} into {self._out}: {exc.strerror or exc}"
+            ) from exc
 
     def add_layer(self, layer: Layer) -> None:
         if layer.digest not in self._copied:
             self._copied.add(layer.digest)
-            self._queue.put(layer)
+            self._copier.put(layer)
 
     def _stop(self) -> None:
-        if not self._closed:
-            self._closed = True
-            self._queue.put(None)
-            self._thread.join()
+        self._copier.stop()
 
     def finish(self, image: BuiltImage) -> Path:
         try:
             for layer in image.layers:
                 self.add_layer(layer)
             self._stop()
-            if self._failure is not None:
-                raise self._failure
+            if self._copier.failure is not None:
+                raise self._copier.failure
             wanted = {digest_hex(layer.digest) for layer in image.layers}
             for name in {digest_hex(digest) for digest in self._copied} - wanted:
                 (self._blob_dir / name).unlink()
