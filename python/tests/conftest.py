@@ -4,20 +4,22 @@ an example database, so every run on every machine gives the same verdict. ``./b
 selects ``fuzz`` (``SPARKFLAKE_HYPOTHESIS_PROFILE=fuzz``): many more examples and a fresh
 seed per run, for hunting; a finding is printed with its reproduction blob.
 
-Under ``fuzz`` each property gets a time budget, so that one run reaches every property
-(with 300 examples each a 10-minute run reached 81 of 110: a few slow properties took the
-rest): ``bin/fuzz`` says how long the run may take (``SPARKFLAKE_FUZZ_SECONDS``) and half
-of that, shared out over the properties collected, is each one's budget. Past its budget a
-property's further examples are rejected (``hypothesis.reject``, so Hypothesis ends the
-test as it would after too many filtered examples), but never before one example ran and
-never once an example failed (shrinking and the replay of the failure run in full). The
-summary line says how many properties were reached."""
+Under ``fuzz`` every property gets examples by time, so that one 10-minute hunt reaches
+every property (with 300 examples each, one reached 81 of 110: a few slow ones took the
+rest). ``bin/fuzz`` gives each run the seconds left (``SPARKFLAKE_FUZZ_SECONDS``) and a file
+of seconds per example measured by the runs before (``SPARKFLAKE_FUZZ_TIMES``). A property
+not measured yet runs ``FIRST_EXAMPLES`` examples; a measured one as many as half the
+seconds left, shared out over the properties, allow (at least ``FIRST_EXAMPLES``, at most
+the profile's ``max_examples``). The count is set per test before it runs, on the
+settings Hypothesis reads when the test is called (the test's own settings are the
+parent, so its other settings stay). The summary line says how many were reached."""
 
+import json
 import os
 import time
 
 import pytest
-from hypothesis import HealthCheck, is_hypothesis_test, reject, settings
+from hypothesis import HealthCheck, is_hypothesis_test, settings
 from netns_ranks import netns_ranks  # noqa: F401 - session fixture: four ranks in network namespaces
 
 PROFILE_ENV = "SPARKFLAKE_HYPOTHESIS_PROFILE"
@@ -57,48 +59,66 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     config.hook.pytest_deselected(items=[item for item in items if item not in kept])
     items[:] = kept
     _FUZZ.collected = len(kept)
-    seconds = float(os.environ.get(FUZZ_SECONDS_ENV) or 0)
-    if seconds > 0 and kept:
-        _FUZZ.budget = seconds / 2 / len(kept)
-        for handle in {id(item.obj.hypothesis): item.obj.hypothesis for item in kept}.values():
-            handle.inner_test = _budgeted(handle.inner_test)
+    _FUZZ.seconds = float(os.environ.get(FUZZ_SECONDS_ENV) or 0)
+    times_file = os.environ.get(FUZZ_TIMES_ENV)
+    if times_file and os.path.exists(times_file):
+        with open(times_file, encoding="utf-8") as recorded:
+            _FUZZ.times = json.load(recorded)
+    for handle in {id(item.obj.hypothesis): item.obj.hypothesis for item in kept}.values():
+        handle.inner_test = _counted(handle.inner_test)
 
 
 FUZZ_SECONDS_ENV = "SPARKFLAKE_FUZZ_SECONDS"
+FUZZ_TIMES_ENV = "SPARKFLAKE_FUZZ_TIMES"  # JSON: node id -> seconds per example, kept across runs
 FUZZ_REACHED_ENV = "SPARKFLAKE_FUZZ_REACHED"  # a file the reached property tests are appended to
+FIRST_EXAMPLES = 30
 
 
 class _FuzzRun:
     collected = 0
-    budget: float | None = None  # seconds per property
-    started = 0.0  # when the property under way started
-    examples = 0  # its examples that ran
-    failed = False  # one of them failed: no more rejections
+    seconds = 0.0  # what bin/fuzz has left for this run (0: no budget)
+    times: dict[str, float] = {}
+    examples = 0  # examples of the property under way
     reached: set[str] = set()
 
 
 _FUZZ = _FuzzRun()
 
 
-def _budgeted(inner_test):
+def _counted(inner_test):
     def run_example(*args, **kwargs):
-        if (_FUZZ.budget is not None and _FUZZ.examples and not _FUZZ.failed
-                and time.monotonic() - _FUZZ.started > _FUZZ.budget):
-            reject()
         _FUZZ.examples += 1
-        try:
-            return inner_test(*args, **kwargs)
-        except BaseException:
-            _FUZZ.failed = True
-            raise
+        return inner_test(*args, **kwargs)
 
     return run_example
 
 
+def _fuzz_examples(nodeid: str, ceiling: int) -> int:
+    per_example = _FUZZ.times.get(nodeid)
+    if per_example is None or not _FUZZ.seconds:
+        return min(FIRST_EXAMPLES, ceiling)
+    budget = _FUZZ.seconds / 2 / max(_FUZZ.collected, 1)
+    return max(min(FIRST_EXAMPLES, ceiling), min(ceiling, int(budget / max(per_example, 1e-6))))
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item: pytest.Item):
-    _FUZZ.started, _FUZZ.examples, _FUZZ.failed = time.monotonic(), 0, False
-    yield
+    if PROFILE != "fuzz" or not is_hypothesis_test(getattr(item, "obj", None)):
+        yield
+        return
+    function = item.function
+    own = function._hypothesis_internal_use_settings  # what @given(/@settings) recorded
+    function._hypothesis_internal_use_settings = settings(
+        own, max_examples=_fuzz_examples(item.nodeid, settings.default.max_examples)
+    )
+    _FUZZ.examples = 0
+    started = time.monotonic()
+    try:
+        yield
+    finally:
+        function._hypothesis_internal_use_settings = own
+        if _FUZZ.examples:
+            _FUZZ.times[item.nodeid] = (time.monotonic() - started) / _FUZZ.examples
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -108,10 +128,10 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 def pytest_terminal_summary(terminalreporter) -> None:  # noqa: ANN001 - pytest's TerminalReporter
     if PROFILE == "fuzz":
-        budget = f", {_FUZZ.budget:.1f} s each" if _FUZZ.budget is not None else ""
-        terminalreporter.write_line(
-            f"fuzz: reached {len(_FUZZ.reached)} of {_FUZZ.collected} property tests{budget}"
-        )
+        terminalreporter.write_line(f"fuzz: reached {len(_FUZZ.reached)} of {_FUZZ.collected} property tests")
+        if os.environ.get(FUZZ_TIMES_ENV):
+            with open(os.environ[FUZZ_TIMES_ENV], "w", encoding="utf-8") as recorded:
+                json.dump(_FUZZ.times, recorded)
         if os.environ.get(FUZZ_REACHED_ENV):  # bin/fuzz: the union over its runs
             with open(os.environ[FUZZ_REACHED_ENV], "a", encoding="utf-8") as reached:
                 reached.writelines(f"{nodeid}\n" for nodeid in sorted(_FUZZ.reached))
