@@ -43,7 +43,13 @@ SPARKFLAKE = [sys.executable, "-m", "sparkflake.cli"]
 FORMATS = ["--formats", "oci,oci-archive,docker-archive"]
 
 
-def run_ours(profile: str, cache: Path, layer_cache: Path, out: Path) -> tuple[float, dict]:
+def run_ours(profile: str, cache: Path, layer_cache: Path, out: Path, label: str | None = None) -> tuple[float, dict]:
+    """One build; with ``label``, the dirty pages of earlier work are written back first
+    (untimed), and the ``sync`` after the build is timed and recorded under ``label``: an
+    output whose blobs are still dirty in the page cache has not been written yet, and its
+    write-back would slow whatever runs next."""
+    if label is not None:
+        os.sync()
     start = time.perf_counter()
     completed = subprocess.run(
         [*SPARKFLAKE, "build", profile, "--cache", str(cache), "--layer-cache", str(layer_cache), "-o", str(out),
@@ -56,6 +62,10 @@ def run_ours(profile: str, cache: Path, layer_cache: Path, out: Path) -> tuple[f
     elapsed = time.perf_counter() - start
     if completed.returncode != 0:
         raise SystemExit(f"sparkflake build failed ({completed.returncode}):\n{completed.stderr[-4000:]}")
+    if label is not None:
+        synced = time.perf_counter()
+        os.sync()
+        REBUILD_DETAILS.setdefault("sync_after_s", {}).setdefault(label, []).append(time.perf_counter() - synced)
     return elapsed, json.loads(completed.stdout)
 
 
@@ -175,7 +185,7 @@ def rebuild_phase(profile: str, cache: Path, warm_cache: Path, scratch: Path, ru
         cache_copy = scratch / f"oci-rebuild-{run}"
         copy_layer_cache(warm_cache, cache_copy)
         out = scratch / f"rebuild-out-{run}"
-        elapsed, rebuilt = run_ours(edited, cache, cache_copy, out)
+        elapsed, rebuilt = run_ours(edited, cache, cache_copy, out, "rebuild_after_overlay_change")
         rebuild.append(elapsed)
         cached = [layer["cached"] for layer in rebuilt["layers"]]
         assert cached[:-1] == [True] * (len(cached) - 1) and not cached[-1], cached
@@ -185,10 +195,11 @@ def rebuild_phase(profile: str, cache: Path, warm_cache: Path, scratch: Path, ru
         # The same rebuild over an output directory that holds the previous image (the
         # unchanged profile's): its 4.38 GB archive is removed after the swap.
         copy_layer_cache(warm_cache, cache_copy)
-        run_ours(profile, cache, cache_copy, out)
+        _, unchanged = run_ours(profile, cache, cache_copy, out)
+        check_expected_digests(profile, unchanged)
         shutil.rmtree(cache_copy)
         copy_layer_cache(warm_cache, cache_copy)
-        seconds, _ = run_ours(edited, cache, cache_copy, out)
+        seconds, _ = run_ours(edited, cache, cache_copy, out, "rebuild_replacing_previous_output")
         REBUILD_DETAILS.setdefault("rebuild_replacing_previous_output_s", []).append(seconds)
         shutil.rmtree(cache_copy)
         shutil.rmtree(out)
@@ -199,13 +210,15 @@ def rebuild_phase(profile: str, cache: Path, warm_cache: Path, scratch: Path, ru
             saved = FORMATS[1]
             FORMATS[1] = "oci"
             try:
-                seconds, _ = run_ours(edited, cache, cache_copy, out)
+                seconds, _ = run_ours(edited, cache, cache_copy, out, "rebuild_oci_layout_only")
             finally:
                 FORMATS[1] = saved
             REBUILD_DETAILS.setdefault("rebuild_oci_layout_only_s", []).append(seconds)
             shutil.rmtree(cache_copy)
             shutil.rmtree(out)
             print(f"rebuild {run + 1} (OCI layout only): {seconds:.2f}s", file=sys.stderr)
+    if not REVERIFY[0]:
+        return rebuild
     # Once: the same rebuild after every blob's identity changed (its verification record
     # no longer matches, as after a copy of the store): every reused blob is hashed again.
     cache_copy = scratch / "oci-rebuild-reverify"
@@ -219,6 +232,23 @@ def rebuild_phase(profile: str, cache: Path, warm_cache: Path, scratch: Path, ru
 
 
 REBUILD_DETAILS: dict = {}
+REVERIFY = [True]
+
+
+def check_expected_digests(profile: str, record: dict) -> None:
+    """The unchanged profile's rebuild must give the digests its profile records
+    (``expected-digests.json``, when there is one): a faster output is no use otherwise."""
+    from sparkflake.compose.composition import load_composition
+
+    expected_path = load_composition(profile).profile.directory / "expected-digests.json"
+    if not expected_path.exists():
+        return
+    expected = json.loads(expected_path.read_text())
+    got = {"manifest": record.get("manifest"), "config": record.get("config")}
+    if got != {key: expected.get(key) for key in got}:
+        raise SystemExit(f"{profile}: rebuilt {got}, but {expected_path} records "
+                         f"{ {key: expected.get(key) for key in got} }")
+    REBUILD_DETAILS["expected_digests_match"] = got
 
 
 def rebuild_only(args: argparse.Namespace, profile: str, cache: Path, scratch: Path) -> int:
@@ -269,6 +299,10 @@ def write_results(profile: str, runs: int, tree_bytes: int | None, record: dict,
     if replacing:
         result["rebuild_replacing_previous_output_s"] = replacing
         result["ratio_rebuild_replacing_previous_output_vs_full"] = statistics.median(replacing) / full
+    if REBUILD_DETAILS.get("sync_after_s"):
+        result["sync_after_s"] = REBUILD_DETAILS["sync_after_s"]
+    if REBUILD_DETAILS.get("expected_digests_match"):
+        result["unchanged_profile_rebuilt_to_expected_digests"] = REBUILD_DETAILS["expected_digests_match"]
     if tree_bytes is None and RESULTS.exists():
         # --rebuild-only: keep what phase 1 recorded about the full builds
         previous = json.loads(RESULTS.read_text())
@@ -301,6 +335,7 @@ def print_table(full: float, lower: float, again: float) -> None:
 
 
 def main() -> int:
+    global RESULTS
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--small", action="store_true", help="the fixture profile (quick)")
     parser.add_argument("--profile", default=None)
@@ -316,7 +351,13 @@ def main() -> int:
                         help="outputs every build writes (sparkflake build --formats)")
     parser.add_argument("--bound-compressor", default=" ".join(BOUND_COMPRESSOR),
                         help="the compressor argv of the lower-bound pipeline (stdin to stdout)")
+    parser.add_argument("--results", default=None, help=f"where the figures go (default {RESULTS.relative_to(REPO)})")
+    parser.add_argument("--no-reverify", action="store_true",
+                        help="leave out the rebuild with every blob re-verified (about 100 s)")
     args = parser.parse_args()
+    if args.results:
+        RESULTS = Path(args.results).resolve()
+    REVERIFY[0] = not args.no_reverify
     FORMATS[1] = args.formats
     BOUND_COMPRESSOR[:] = args.bound_compressor.split()
     profile = args.profile or (str(REPO / "profiles" / "fixture") if args.small else "glm53-dflash7")

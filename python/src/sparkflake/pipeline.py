@@ -12,8 +12,9 @@
    ``write_outputs_into`` fills the staged output directory.
 
 The output is staged beside ``out/PROFILE`` and swapped in only when every stage passed; in
-a rebuild the archive copies the cached lower layers' blobs while the overlay is planned and
-the chain runs; a refusal removes the staging directory and leaves the previous output.
+a rebuild the archive and the OCI layout copy the cached lower layers' blobs while the
+overlay is planned and the chain runs; a refusal removes the staging directory and leaves
+the previous output.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from .core.atomic_write import (
 from .core.blob_cache import BlobCache, default_cache_root
 from .core.file_hashes import FileHashes
 from .core.progress import ProgressCallback
+from .oci.archive import CombinedArchiveWriter
 from .oci.blob_store import BlobStore
 from .oci.composed_image import (
     OUTPUT_FORMATS,
@@ -51,10 +53,12 @@ from .oci.composed_image import (
     finish,
     prepare_top_over_layers,
     start_archive,
+    start_layout,
     write_outputs_into,
 )
 from .oci.layer import Layer
 from .oci.layer_cache import LayerCache
+from .oci.layout import LayoutWriter
 
 
 @dataclass(frozen=True)
@@ -132,28 +136,36 @@ def build_profile(request: BuildRequest, progress: ProgressCallback | None = Non
     try:
         # The output is staged beside out_dir and swapped in only when every stage
         # passed. The lower layers are made as soon as their trees exist, before the
-        # overlay is planned, and the archive takes each layer's blob as soon as the
-        # layer is made (a refused chain removes the staging directory, archive and all).
+        # overlay is planned, and the archive and the OCI layout take each layer's blob
+        # as soon as the layer is made (a refused chain removes the staging directory,
+        # archive, layout and all).
         with atomic_directory(out_dir, owned_output=True, force=request.force) as staging:
-            combined = start_archive(staging, request.formats, request.options)
-            on_layer = combined.add_layer if combined else None
+            combined: CombinedArchiveWriter | None = None
+            layout: LayoutWriter | None = None
+
+            def on_layer(layer: Layer) -> None:
+                for writer in (combined, layout):
+                    if writer is not None:
+                        writer.add_layer(layer)
+
             lower: list[Layer] = []
             to_make: list[LayerTree] = []
 
             def take_cached_lower_layers(trees: list[LayerTree]) -> None:
                 # Layers the layer cache already has (a rebuild: all of them) are taken
-                # now, so the archive starts early; the others are made after the overlay
+                # now, so the archive and the layout copies start early; the others are made after the overlay
                 # is planned, so a patch that does not apply is refused before any of
                 # them is compressed.
                 lap("assemble_lower_trees")
                 cached = cached_lower_layers(trees, request.options, store, layer_cache)
                 lower.extend(cached)
                 for layer in cached:
-                    if on_layer is not None:
-                        on_layer(layer)
+                    on_layer(layer)
                 to_make.extend(trees[len(cached) :])
 
             try:
+                combined = start_archive(staging, request.formats, request.options)
+                layout = start_layout(staging, request.formats)
                 assembly = assemble(
                     composition, fetched, work_dir / "trees", progress=progress, tree_cache=tree_cache, hashes=hashes,
                     source_tree=request.source_tree, scratch_dir=scratch_dir, on_lower_trees=take_cached_lower_layers,
@@ -166,10 +178,11 @@ def build_profile(request: BuildRequest, progress: ProgressCallback | None = Non
                 lap("verify")
                 result = finish(composition, fetched, assembly, lower, prepared, chain, request.options, store, layer_cache)
                 lap("top_layer_and_image")
-                write_outputs_into(staging, result, request.formats, combined)
+                write_outputs_into(staging, result, request.formats, combined, layout)
             except BaseException:
-                if combined is not None:
-                    combined.abort()
+                for writer in (combined, layout):
+                    if writer is not None:
+                        writer.abort()
                 raise
         lap("write_outputs")
         result = dataclasses.replace(

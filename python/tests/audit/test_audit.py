@@ -38,7 +38,8 @@ def build_image(root: Path, *, platform: str = "linux/arm64", elf: bytes = ELF_A
         "tag": "latest",
     }
     (root / "spec.json").write_text(json.dumps(spec))
-    assert main(["image", "build", str(root / "spec.json"), "-o", str(root / "out")]) == 0
+    # its own layer cache: never the user's (~/.cache/sparkflake/oci), which other runs share
+    assert main(["image", "build", str(root / "spec.json"), "-o", str(root / "out"), "--cache", str(root / "cache")]) == 0
     return root / "out"
 
 

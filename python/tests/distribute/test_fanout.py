@@ -53,7 +53,8 @@ def build_image(directory: Path, payload_size: int, seed: int) -> dict:
         "layers": [{"tree": "tree"}],
         "config": {"Entrypoint": ["/opt/payload.bin"], "Labels": {"org.sparkflake.test": str(seed)}},
     }))
-    built = cli("image", "build", str(spec), "-o", str(directory / "out"), "--no-cache")
+    built = cli("image", "build", str(spec), "-o", str(directory / "out"), "--no-cache",
+                "--cache", str(directory / "blob-store"))  # never the user's store
     assert built.returncode == 0, built.stderr
     digests = json.loads((directory / "out" / "digests.json").read_text())
     archive = directory / "out" / "docker-archive.tar"

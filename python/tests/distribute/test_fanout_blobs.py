@@ -40,7 +40,8 @@ def build_layers(directory: Path, sizes: list[int], seeds: list[int], name: str 
         "tag": name, "layers": layers, "config": {"Entrypoint": ["/opt/layer0/payload.bin"]},
     }))
     out = directory / f"{name}-out"
-    built = cli("image", "build", str(spec), "-o", str(out), "--no-cache")
+    built = cli("image", "build", str(spec), "-o", str(out), "--no-cache",
+                "--cache", str(out.parent / f"{out.name}-blob-store"))  # never the user's store
     assert built.returncode == 0, built.stderr
     digests = json.loads((out / "digests.json").read_text())
     digests["out"] = str(out)

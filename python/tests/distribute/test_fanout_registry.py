@@ -1,6 +1,9 @@
 """Registry mode end to end: publish to the CNCF distribution registry (HTTPS with a private
 CA, on the management bridge), then every rank pulls by digest, verifies every byte, loads
-into its own podman store and checks the image ID before tagging."""
+into its own podman store and checks the image ID before tagging. An image whose digests
+are all right but whose layer writes through a symlink (pushed by skopeo, which does not
+look inside layers) is refused on every rank by the layer-entry check before podman loads
+anything."""
 
 from __future__ import annotations
 
@@ -9,20 +12,27 @@ import subprocess
 import sys
 from pathlib import Path
 
+from fixtures.hostile_layers import ACROSS, hostile_layout
 from fixtures.netns_ranks import NetnsRanks
 from fixtures.oci import free_port
 from fixtures.registry import build_image, start_registry
 
 
-def test_publish_then_every_rank_pulls_by_digest(netns_ranks: NetnsRanks, tmp_path: Path) -> None:
-    gateway = netns_ranks.mgmt_gateway
-    certificate, key = tmp_path / "registry.crt", tmp_path / "registry.key"
+def registry_certificate(directory: Path, address: str) -> tuple[Path, Path]:
+    """A self-signed certificate (its own CA) for a registry at ``address``."""
+    certificate, key = directory / "registry.crt", directory / "registry.key"
     subprocess.run(
         ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
          "-keyout", str(key), "-out", str(certificate), "-days", "1", "-subj", "/CN=sparkflake-test-registry",
-         "-addext", f"subjectAltName=IP:{gateway}"],
+         "-addext", f"subjectAltName=IP:{address}"],
         check=True, capture_output=True,
     )
+    return certificate, key
+
+
+def test_publish_then_every_rank_pulls_by_digest(netns_ranks: NetnsRanks, tmp_path: Path) -> None:
+    gateway = netns_ranks.mgmt_gateway
+    certificate, key = registry_certificate(tmp_path, gateway)
     port = free_port()
     registry = start_registry(tmp_path, gateway, port, tls=(certificate, key))
     try:
@@ -76,6 +86,51 @@ def test_publish_then_every_rank_pulls_by_digest(netns_ranks: NetnsRanks, tmp_pa
              "--insecure-registry"], capture_output=True, text=True,
         )
         assert insecure.returncode == 2 and "loopback" in insecure.stderr
+    finally:
+        registry.terminate()
+        registry.wait(timeout=10)
+
+
+def test_a_hostile_layer_pulled_from_the_registry_is_refused_before_podman_loads(
+    netns_ranks: NetnsRanks, tmp_path: Path
+) -> None:
+    gateway = netns_ranks.mgmt_gateway
+    certificate, key = registry_certificate(tmp_path, gateway)
+    port = free_port()
+    registry = start_registry(tmp_path, gateway, port, tls=(certificate, key))
+    try:
+        layout = hostile_layout(tmp_path / "hostile", ACROSS)  # layer 1 writes etc/cron/job through etc/cron -> /etc/cron.d
+        manifest = json.loads((layout / "index.json").read_text())["manifests"][0]["digest"]
+        config = json.loads((layout / "blobs" / "sha256" / manifest.split(":")[1]).read_text())["config"]["digest"]
+        certs = tmp_path / "certs.d"
+        certs.mkdir()
+        (certs / "ca.crt").write_bytes(certificate.read_bytes())
+        repository = f"{gateway}:{port}/sparkflake/hostile"
+        subprocess.run(["skopeo", "copy", "--preserve-digests", "--dest-cert-dir", str(certs),
+                        f"oci:{layout}", f"docker://{repository}:r1"], check=True, capture_output=True)
+
+        site = netns_ranks.write_site(tmp_path / "site.toml")
+        tag = "localhost/hostile:registry"
+        done = subprocess.run(
+            [sys.executable, "-m", "sparkflake.cli", "fanout", "--from-registry", f"{repository}@{manifest}",
+             "--site", str(site), "--platform", "linux/arm64", "--ca-file", str(certificate), "--image-id", config,
+             "--import", "podman", "--tag", tag, "--json"],
+            capture_output=True, text=True,
+        )
+        assert done.returncode == 1, done.stderr
+        report = json.loads(done.stdout)
+        assert not report["complete"] and report["ranks"]
+        for index, record in enumerate(report["ranks"]):
+            # every byte was pulled and verified (the digests are right); the import refused
+            assert record["manifest_digest"] == manifest and record["config_digest"] == config
+            assert record["status"] == "failed" and not record["imported"], record
+            assert "import failed: [oci.layer-entries] layer 1" in record["error"], record["error"]
+            assert "'etc/cron/job' is below the symlink etc/cron -> /etc/cron.d" in record["error"]
+            engine_args = netns_ranks.site().ranks[index].engine_args
+            for reference in (tag, config):  # nothing loaded, nothing tagged
+                exists = subprocess.run(["ip", "netns", "exec", netns_ranks.namespace(index), "podman", *engine_args,
+                                         "image", "exists", reference], capture_output=True)
+                assert exists.returncode == 1, reference
     finally:
         registry.terminate()
         registry.wait(timeout=10)

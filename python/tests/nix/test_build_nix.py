@@ -206,7 +206,8 @@ def test_glm53_os_base_built_in_the_sandbox_gives_the_expected_os_base_layer(tmp
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps({"platform": "linux/arm64", "compression": "gzip", "tag": "v1",
                                 "layers": [{"tree": str(base)}], "config": {"Entrypoint": ["/bin/true"]}}))
-    layer = subprocess.run([sys.executable, "-m", "sparkflake.cli", "image", "build", str(spec), "-o", str(tmp_path / "out"), "--no-cache"],
+    layer = subprocess.run([sys.executable, "-m", "sparkflake.cli", "image", "build", str(spec), "-o", str(tmp_path / "out"), "--no-cache",
+                            "--cache", str(tmp_path / "blob-store")],  # never the user's store
                            capture_output=True, text=True, check=False, env={**os.environ, "SOURCE_DATE_EPOCH": "1"})
     assert layer.returncode == 0, layer.stderr
     built_layer = json.loads((tmp_path / "out/digests.json").read_text())["layers"][0]

@@ -1,7 +1,9 @@
 """The layer cache hands out only verified bytes: a cached blob flipped in place (mtime
 put back), truncated or replaced by a symlink is evicted, named and made again, and the
 image audits; an unchanged entry is trusted by its recorded identity without a read;
-outputs are copies, so editing one in place changes neither the store nor another output."""
+outputs are copies, so editing one in place changes neither the store nor another output;
+a layout started early (``LayoutWriter``, the build's background copies) gives the bytes of
+one written at once, and an aborted or failed one leaves the previous layout alone."""
 
 from __future__ import annotations
 
@@ -14,8 +16,11 @@ import pytest
 
 from sparkflake import audit
 from sparkflake.cli import main
-from sparkflake.oci import blob_store
-from sparkflake.oci.blob_store import BlobStore
+from sparkflake.compose.layer_input import GeneratedFile, LayerInput, TreeSource
+from sparkflake.core.errors import InputError
+from sparkflake.oci import ImageSpec, LayerSpec, blob_store, build_image
+from sparkflake.oci.blob_store import DIRECT_COPY_MIN, BlobStore, copy_blob
+from sparkflake.oci.layout import LayoutWriter, write_oci_layout
 from sparkflake.pipeline import BuildRequest, build_profile
 
 FIXTURE = Path(__file__).resolve().parents[3] / "profiles" / "fixture"
@@ -133,3 +138,75 @@ def test_profile_build_rebuilds_a_flipped_lower_layer(tmp_path):
     assert [e for e in second.extra["evicted"] if victim.digest in e and "its bytes hash to" in e]
     assert second.image.manifest_digest == first.image.manifest_digest
     assert audits_clean(tmp_path / "b" / "oci")
+
+
+def layout_files(layout: Path) -> dict[str, bytes]:
+    return {os.fspath(p.relative_to(layout)): p.read_bytes() for p in sorted(layout.rglob("*")) if p.is_file()}
+
+
+def two_images(root: Path) -> tuple:
+    """Two images over one store: the first with a layer larger than ``DIRECT_COPY_MIN``
+    (random, so it stays large compressed: the copy past the page cache), the second
+    sharing none of its layers."""
+    (root / "big").mkdir(parents=True)
+    (root / "big" / "random.bin").write_bytes(os.urandom(3 * DIRECT_COPY_MIN + 12345))
+    store = BlobStore(root / "store")
+
+    def image(tree: Path | None, content: bytes, tag: str):
+        layers = [LayerSpec(LayerInput(files=(GeneratedFile("/etc/a.conf", content, 0o644),)), "file")]
+        if tree is not None:
+            layers.insert(0, LayerSpec(LayerInput(sources=(TreeSource(str(tree)),)), "tree"))
+        return build_image(ImageSpec(layers=tuple(layers), repository="localhost/layout-test", tag=tag), store)
+
+    return image(root / "big", b"first\n", "one"), image(None, b"second\n", "two")
+
+
+def test_layout_started_early_gives_the_layout_written_at_once(tmp_path):
+    image, other = two_images(tmp_path)
+    assert image.layers[0].size > DIRECT_COPY_MIN
+    write_oci_layout(image, tmp_path / "at-once")
+    writer = LayoutWriter(tmp_path / "early")
+    writer.add_layer(image.layers[0])
+    writer.add_layer(other.layers[0])  # handed over, but not the image's: not in the layout
+    writer.add_layer(image.layers[0])  # twice: copied once
+    assert writer.finish(image) == tmp_path / "early"
+    assert layout_files(tmp_path / "early") == layout_files(tmp_path / "at-once")
+    assert not (tmp_path / "early" / "blobs" / "sha256" / other.layers[0].digest.split(":")[1]).exists()
+    assert audits_clean(tmp_path / "early")
+    for layer in image.layers:
+        copied = tmp_path / "early" / "blobs" / "sha256" / layer.digest.split(":")[1]
+        assert os.stat(copied).st_ino != os.stat(layer.blob_path).st_ino
+    assert sorted(os.listdir(tmp_path)) == ["at-once", "big", "early", "store"]  # no staging left
+
+
+@pytest.mark.parametrize("ending", ["abort", "source-gone"])
+def test_a_layout_that_does_not_finish_leaves_the_previous_one(tmp_path, ending):
+    image, other = two_images(tmp_path)
+    write_oci_layout(other, tmp_path / "out")
+    before = layout_files(tmp_path / "out")
+    writer = LayoutWriter(tmp_path / "out")
+    writer.add_layer(image.layers[0])
+    if ending == "abort":  # the build refused after the copies started
+        writer.abort()
+        writer.abort()  # the build's error path may abort again
+    else:
+        os.unlink(image.layers[-1].blob_path)  # a store blob gone before it is copied
+        with pytest.raises(InputError, match=rf"{image.layers[-1].blob_path}: cannot copy layer .* into {tmp_path / 'out'}"):
+            writer.finish(image)
+        writer.abort()
+    assert layout_files(tmp_path / "out") == before
+    assert sorted(os.listdir(tmp_path)) == ["big", "out", "store"]
+
+
+@pytest.mark.parametrize("size", [0, 1, DIRECT_COPY_MIN - 1, DIRECT_COPY_MIN, 2 * DIRECT_COPY_MIN + 4097])
+def test_copy_blob_gives_the_same_bytes_in_a_file_of_its_own(tmp_path, size):
+    source = tmp_path / "source"
+    content = os.urandom(size)
+    source.write_bytes(content)
+    source.chmod(0o444)
+    target = tmp_path / "out" / "copy"
+    copy_blob(source, target)
+    assert target.read_bytes() == content
+    assert os.stat(target).st_ino != os.stat(source).st_ino
+    copy_blob(source, target)  # over an earlier copy
+    assert target.read_bytes() == content

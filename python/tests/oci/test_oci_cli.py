@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -40,6 +41,7 @@ def test_build_writes_every_output_and_digests_json(tmp_path, capsys):
     digests = json.loads((out / "digests.json").read_text())
     assert printed == digests
     assert sorted(p.name for p in out.iterdir()) == [
+        ".sparkflake-output.json",  # the marker: the next `image build -o` may replace it
         "digests.json",
         "docker-archive.tar",
         "oci",
@@ -123,8 +125,9 @@ sys.exit(main(sys.argv[2:]))
 def test_archive_write_failure_is_one_clear_error(tmp_path):
     """Two layers of 3 MiB of random bytes each: every blob fits under a 5 MiB file-size
     limit, the archive holding both does not. The write fails on the archive writer's
-    thread (EFBIG); the build stops with that error naming the archive (exit 2, no
-    traceback), and no partial archive stays in the output."""
+    thread (EFBIG); the build stops with that error naming the archive (in the output's
+    staging directory: OUT is swapped in only whole; exit 2, no traceback), and neither
+    OUT nor its staging directory is left."""
     import os
 
     for name in ("one", "two"):
@@ -140,7 +143,8 @@ def test_archive_write_failure_is_one_clear_error(tmp_path):
         capture_output=True, text=True, check=False,
     )
     assert completed.returncode == 2, completed.stderr
-    assert f"sparkflake: error: {out / 'oci-archive.tar'}: cannot write: File too large" in completed.stderr
+    assert re.search(rf"sparkflake: error: {re.escape(str(tmp_path))}/\.out\.[^/]+\.partial/oci-archive\.tar: "
+                     "cannot write: File too large", completed.stderr), completed.stderr
     assert completed.stderr.count("cannot write") == 1
     assert "Traceback" not in completed.stderr
-    assert not any(path.name.endswith(".partial") for path in out.iterdir())
+    assert not out.exists() and not any(path.name.endswith(".partial") for path in tmp_path.iterdir())

@@ -12,7 +12,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from fixtures.hostile_layers import Entry, hostile_layout, tar_bytes
+from fixtures.hostile_layers import ACROSS, Entry, hostile_layout, tar_bytes
 from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
@@ -175,9 +175,6 @@ def test_whatever_the_check_accepts_a_naive_unpacker_keeps_inside_the_root(tmp_p
 
 
 # ----------------------------------------------------------------- the image readers
-
-
-ACROSS = [[("etc", "dir", ""), ("etc/cron", "symlink", "/etc/cron.d")], [("etc/cron/job", "file", "")]]
 
 
 def test_audit_names_the_layer_and_first_entry(tmp_path):

@@ -1,6 +1,7 @@
-"""`build -o PATH` replaces only an output sparkflake wrote (its marker, nothing else in
-it); a regular file, a symlink, a directory it did not write or an output an operator
-added to is refused with a clear error and left as it was; --force replaces it."""
+"""`build -o PATH` and `image build -o PATH` replace only an output sparkflake wrote (its
+marker, nothing else in it); a regular file, a symlink, a directory it did not write or an
+output an operator added to is refused with a clear error and left as it was; --force
+replaces it."""
 
 from __future__ import annotations
 
@@ -16,12 +17,32 @@ FIXTURE = Path(__file__).resolve().parents[3] / "profiles" / "fixture"
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> Path:
+def spec(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("image-build-spec")
+    (root / "tree" / "etc").mkdir(parents=True)
+    (root / "tree" / "etc" / "hello").write_text("hello\n")
+    (root / "spec.json").write_text(json.dumps({"layers": [{"tree": "tree"}]}))
+    return root / "spec.json"
+
+
+@pytest.fixture(scope="module", params=["build", "image build"])
+def command(request, spec) -> list[str]:
+    if request.param == "build":
+        return ["build", str(FIXTURE), "--offline"]
+    return ["image", "build", str(spec)]
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory, command) -> Path:
     return tmp_path_factory.mktemp("build-output-cache")
 
 
-def build(out: Path, cache: Path, *extra: str) -> int:
-    return main(["build", str(FIXTURE), "-o", str(out), "--cache", str(cache), "--offline", *extra])
+@pytest.fixture
+def build(command):
+    def run(out: Path, cache: Path, *extra: str) -> int:
+        return main([*command, "-o", str(out), "--cache", str(cache), *extra])
+
+    return run
 
 
 def snapshot(path: Path) -> dict[str, bytes]:
@@ -30,7 +51,7 @@ def snapshot(path: Path) -> dict[str, bytes]:
     return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
 
 
-def test_a_regular_file_is_refused_and_kept(tmp_path, cache, capsys):
+def test_a_regular_file_is_refused_and_kept(tmp_path, build, cache, capsys):
     out = tmp_path / "result"
     out.write_text("the operator's notes\n")
     assert build(out, cache) == 2
@@ -41,7 +62,7 @@ def test_a_regular_file_is_refused_and_kept(tmp_path, cache, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["result"]  # no staging left
 
 
-def test_a_foreign_directory_is_refused_and_kept(tmp_path, cache, capsys):
+def test_a_foreign_directory_is_refused_and_kept(tmp_path, build, cache, capsys):
     out = tmp_path / "result"
     out.mkdir()
     (out / "thesis.tex").write_text("years of work\n")
@@ -50,7 +71,7 @@ def test_a_foreign_directory_is_refused_and_kept(tmp_path, cache, capsys):
     assert snapshot(out) == {"thesis.tex": b"years of work\n"}
 
 
-def test_a_symlink_is_refused(tmp_path, cache, capsys):
+def test_a_symlink_is_refused(tmp_path, build, cache, capsys):
     target = tmp_path / "elsewhere"
     target.mkdir()
     out = tmp_path / "result"
@@ -60,7 +81,7 @@ def test_a_symlink_is_refused(tmp_path, cache, capsys):
     assert out.is_symlink() and list(target.iterdir()) == []
 
 
-def test_own_output_is_replaced_but_not_with_an_added_file(tmp_path, cache, capsys):
+def test_own_output_is_replaced_but_not_with_an_added_file(tmp_path, build, cache, capsys):
     out = tmp_path / "result"
     assert build(out, cache) == 0
     marker = json.loads((out / OUTPUT_MARKER).read_text())
@@ -74,14 +95,14 @@ def test_own_output_is_replaced_but_not_with_an_added_file(tmp_path, cache, caps
     assert snapshot(out) == before
 
 
-def test_force_replaces_anything(tmp_path, cache):
+def test_force_replaces_anything(tmp_path, build, cache):
     out = tmp_path / "result"
     out.write_text("x")
     assert build(out, cache, "--force") == 0
     assert (out / "digests.json").is_file() and (out / OUTPUT_MARKER).is_file()
 
 
-def test_an_empty_directory_is_used(tmp_path, cache):
+def test_an_empty_directory_is_used(tmp_path, build, cache):
     out = tmp_path / "result"
     out.mkdir()
     assert build(out, cache) == 0

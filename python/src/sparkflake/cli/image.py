@@ -6,6 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
+from ..core.atomic_write import atomic_directory
 from ..oci import (
     BlobStore,
     LayerCache,
@@ -16,6 +17,8 @@ from ..oci import (
     write_image_outputs,
 )
 from ..oci.archive import CombinedArchiveWriter
+from ..oci.layer import Layer
+from ..oci.layout import LayoutWriter
 from ._output import Progress, print_json, print_line, warn
 
 
@@ -38,7 +41,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="build an image from SPEC.json",
         description=(
             "Build an image from SPEC.json into OUT: oci/ (OCI layout), oci-archive.tar, "
-            "docker-archive.tar and digests.json."
+            "docker-archive.tar and digests.json. OUT is replaced at once when the image is "
+            "written, and only if it is absent, empty or an output sparkflake wrote (see --force)."
         ),
     )
     build.add_argument("spec", metavar="SPEC.json")
@@ -49,6 +53,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=f"layer cache and blob store (default {default_cache_dir()})",
     )
     build.add_argument("--no-cache", action="store_true", help="rebuild every layer")
+    build.add_argument("--force", action="store_true",
+                       help="replace OUT even if it is not an output sparkflake wrote (its contents are lost)")
     build.add_argument("--json", action="store_true", help="print digests.json to stdout")
     build.add_argument("--progress", action="store_true", help="progress bars even without a tty")
     build.set_defaults(handler=run_build)
@@ -78,19 +84,32 @@ def run_build(args: argparse.Namespace) -> int:
     store = BlobStore(cache_root)
     cache = None if args.no_cache else LayerCache(cache_root)
     progress = Progress("build", enabled=True if args.progress else None)
-    # The combined archive is written while the layers are made (zstd images get two
-    # archives, written at the end).
-    combined = None
-    if spec.compression.algorithm != "zstd":
-        Path(args.output).mkdir(parents=True, exist_ok=True)
-        combined = CombinedArchiveWriter(Path(args.output) / "oci-archive.tar", spec.source_date_epoch)
-    try:
-        image = build_image(spec, store, cache, progress, combined.add_layer if combined else None)
-        outputs = write_image_outputs(image, args.output, combined)
-    except BaseException:
-        if combined is not None:
-            combined.abort()
-        raise
+    out = Path(args.output)
+    # OUT is staged beside itself and swapped in whole, as `sparkflake build -o` does: only
+    # an output sparkflake wrote is replaced (refused here, before any layer is made). The
+    # combined archive (zstd images get two archives, written at the end) and the layout
+    # are written while the layers are made.
+    with atomic_directory(out, owned_output=True, force=args.force) as staging:
+        combined = None
+        if spec.compression.algorithm != "zstd":
+            combined = CombinedArchiveWriter(staging / "oci-archive.tar", spec.source_date_epoch)
+        layout = LayoutWriter(staging / "oci")
+
+        def on_layer(layer: Layer) -> None:
+            layout.add_layer(layer)
+            if combined is not None:
+                combined.add_layer(layer)
+
+        try:
+            image = build_image(spec, store, cache, progress, on_layer)
+            staged = write_image_outputs(image, staging, combined, layout)
+        except BaseException:
+            for writer in (combined, layout):
+                if writer is not None:
+                    writer.abort()
+            raise
+    outputs = [out / path.relative_to(staging) for path in
+               (staged.layout, staged.oci_archive, staged.docker_archive, staged.digests_file)]
     record = image.digests_record()
     for eviction in store.evicted:  # a corrupt cache entry was found, removed and made again
         warn(f"sparkflake: {eviction}")
@@ -105,10 +124,7 @@ def run_build(args: argparse.Namespace) -> int:
         origin = "cached" if layer.from_cache else "built"
         print_line(f"layer {position}   {layer.digest}  size {layer.size} ({origin})")
         print_line(f"  diff_id {layer.diff_id}")
-    print_line(
-        f"wrote {outputs.layout}, {outputs.oci_archive}, {outputs.docker_archive}, "
-        f"{outputs.digests_file}"
-    )
+    print_line(f"wrote {', '.join(map(str, outputs))}")
     return 0
 
 

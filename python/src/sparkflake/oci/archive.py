@@ -30,15 +30,14 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import queue
 import secrets
-import threading
 from pathlib import Path
 
 from ..core.atomic_write import atomic_stream
 from ..core.canonical_json import canonical_json_bytes
 from ..core.digest import digest_hex
 from ..core.errors import CheckFailed, InputError
+from .background import BackgroundQueue
 from .compression import Decompressor
 from .image_model import BuiltImage
 from .layer import Layer
@@ -152,41 +151,24 @@ class CombinedArchiveWriter:
         self._sink = self._context.__enter__()
         self._layers: list[Layer] = []
         self._seen: set[str] = set()
-        self._failure: BaseException | None = None
-        self._closed = False
-        self._queue: queue.Queue[list[TarEntry] | None] = queue.Queue()
-        self._thread = threading.Thread(target=self._run, name="archive-writer", daemon=True)
-        self._thread.start()
-        self._queue.put([_dir_entry("blobs"), _dir_entry("blobs/sha256")])
+        self._writer: BackgroundQueue[list[TarEntry]] = BackgroundQueue(
+            lambda entries: write_tar_file(entries, self._sink, self._mtime, terminate=False), "archive-writer"
+        )
+        self._writer.put([_dir_entry("blobs"), _dir_entry("blobs/sha256")])
 
     @property
     def path(self) -> Path:
         return self._out
-
-    def _run(self) -> None:
-        while True:
-            entries = self._queue.get()
-            if entries is None:
-                return
-            if self._failure is not None:
-                continue
-            try:
-                write_tar_file(entries, self._sink, self._mtime, terminate=False)
-            except BaseException as exc:  # reported by finish()
-                self._failure = exc
 
     def add_layer(self, layer: Layer) -> None:
         self._layers.append(layer)
         if _is_zstd(layer) or layer.digest in self._seen:
             return
         self._seen.add(layer.digest)
-        self._queue.put([_file_entry(_blob_member(layer.digest), layer.blob_path)])
+        self._writer.put([_file_entry(_blob_member(layer.digest), layer.blob_path)])
 
     def _stop(self) -> None:
-        if not self._closed:
-            self._closed = True
-            self._queue.put(None)
-            self._thread.join()
+        self._writer.stop()
 
     def finish(self, image: BuiltImage) -> Path:
         """Hand over the image's layers not yet added (those handed over must be the
@@ -194,19 +176,19 @@ class CombinedArchiveWriter:
         _refuse_zstd(image, self._out)
         handed = [layer.digest for layer in self._layers]
         prefix = handed == [layer.digest for layer in image.layers[: len(handed)]]
-        if prefix and not self._closed:
+        if prefix and not self._writer.stopped:
             for layer in image.layers[len(handed) :]:
                 self.add_layer(layer)
         self._stop()
         same = (
-            self._failure is None
+            self._writer.failure is None
             and image.source_date_epoch == self._mtime
             and [layer.digest for layer in self._layers] == [layer.digest for layer in image.layers]
         )
         if not same:
             self.abort()
-            if self._failure is not None:  # a write or source error (named), or a bug
-                raise self._failure
+            if self._writer.failure is not None:  # a write or source error (named), or a bug
+                raise self._writer.failure
             return write_combined_archive(image, self._out)
         try:
             write_tar_file(_combined_document_entries(image, set(self._seen)), self._sink, self._mtime)

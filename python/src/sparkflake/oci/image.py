@@ -29,7 +29,7 @@ from .config import RuntimeConfig, config_document
 from .image_model import BuiltImage
 from .layer import DEFAULT_SOURCE_DATE_EPOCH, Layer, LayerOptions, build_layer
 from .layer_cache import LayerCache
-from .layout import write_oci_layout
+from .layout import LayoutWriter, write_oci_layout
 from .manifest import index_document, layer_descriptor, manifest_document
 from .types import Descriptor, Platform
 
@@ -172,14 +172,16 @@ def write_image_outputs(
     image: BuiltImage,
     out_dir: str | os.PathLike[str],
     combined: CombinedArchiveWriter | None = None,
+    layout_writer: LayoutWriter | None = None,
 ) -> ImageOutputs:
     """``out_dir``/oci (layout), oci-archive.tar, docker-archive.tar, digests.json.
     Without zstd layers the two archives are one combined file, hard-linked; ``combined``
-    is that archive already being written at ``out_dir``/oci-archive.tar (it is finished
-    here) or None (it is written here)."""
+    is that archive already being written at ``out_dir``/oci-archive.tar and
+    ``layout_writer`` the layout being written at ``out_dir``/oci (each finished here), or
+    None (written here)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    layout = write_oci_layout(image, out / "oci")
+    layout = layout_writer.finish(image) if layout_writer is not None else write_oci_layout(image, out / "oci")
     archives = write_archives(image, out / "oci-archive.tar", out / "docker-archive.tar", combined)
     oci_archive = archives[OCI_ARCHIVE]
     docker_archive = archives[DOCKER_ARCHIVE]

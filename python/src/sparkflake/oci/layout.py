@@ -2,7 +2,14 @@
 
 The directory is staged beside its final name and renamed into place (atomic); layer
 blobs are copies of the blob store's (``copy_blob``: a copy-on-write clone where the file
-system has them), never hard links: an output edited in place must not change the store."""
+system has them, else a copy past the page cache), never hard links: an output edited in
+place must not change the store.
+
+``LayoutWriter`` starts the layout before the image is finished: each layer handed to it
+(``add_layer``) is copied on a background thread while the build goes on (the overlay,
+the verification chain, the top layer), so a rebuild whose lower layers all come from the
+layer cache pays little more for its copies than for the hard links it used to make.
+"""
 
 from __future__ import annotations
 
@@ -12,26 +19,90 @@ from pathlib import Path
 from ..core.atomic_write import atomic_directory
 from ..core.canonical_json import canonical_json_bytes
 from ..core.digest import digest_hex
+from ..core.errors import InputError
 from .artifact import ReferringArtifact
+from .background import BackgroundQueue
 from .blob_store import copy_blob
 from .image_model import BuiltImage
+from .layer import Layer
 from .media_types import OCI_LAYOUT_VERSION
 
 OCI_LAYOUT_BYTES = canonical_json_bytes({"imageLayoutVersion": OCI_LAYOUT_VERSION})
 
 
+class LayoutWriter:
+    """The OCI layout at ``out_dir``, written while the image is made. ``add_layer`` hands
+    over a finished layer (its blob is copied on a background thread); ``finish`` copies
+    the image's layers not handed over, removes copies of layers the image does not have,
+    writes the documents and renames the layout into place. ``abort`` stops the copying
+    and leaves no staging directory and the previous layout in place."""
+
+    def __init__(self, out_dir: str | os.PathLike[str]) -> None:
+        self._out = Path(out_dir)
+        self._context = atomic_directory(self._out)
+        self._staged = True
+        self._staging = self._context.__enter__()
+        self._staging.chmod(0o755)  # mkdtemp makes it 0700; a layout is meant to be shared
+        self._blob_dir = self._staging / "blobs" / "sha256"
+        self._blob_dir.mkdir(parents=True)
+        self._copied: set[str] = set()
+        self._copier: BackgroundQueue[Layer] = BackgroundQueue(self._copy, "layout-writer")
+
+    def _copy(self, layer: Layer) -> None:
+        try:
+            copy_blob(layer.blob_path, self._blob_dir / digest_hex(layer.digest))
+        except OSError as exc:
+            raise InputError(
+                f"{layer.blob_path}: cannot copy layer {layer.digest} into {self._out}: {exc.strerror or exc}"
+            ) from exc
+
+    def add_layer(self, layer: Layer) -> None:
+        if layer.digest not in self._copied:
+            self._copied.add(layer.digest)
+            self._copier.put(layer)
+
+    def _stop(self) -> None:
+        self._copier.stop()
+
+    def finish(self, image: BuiltImage) -> Path:
+        try:
+            for layer in image.layers:
+                self.add_layer(layer)
+            self._stop()
+            if self._copier.failure is not None:
+                raise self._copier.failure
+            wanted = {digest_hex(layer.digest) for layer in image.layers}
+            for name in {digest_hex(digest) for digest in self._copied} - wanted:
+                (self._blob_dir / name).unlink()
+            (self._blob_dir / digest_hex(image.config_digest)).write_bytes(image.config_bytes)
+            (self._blob_dir / digest_hex(image.manifest_digest)).write_bytes(image.manifest_bytes)
+            (self._staging / "index.json").write_bytes(image.index_bytes)
+            (self._staging / "oci-layout").write_bytes(OCI_LAYOUT_BYTES)
+        except BaseException as exc:
+            self._stop()
+            self._end(exc)
+            raise
+        self._end(None)
+        return self._out
+
+    def _end(self, failure: BaseException | None) -> None:
+        """Leave the staging context once: renamed into place, or removed on ``failure``."""
+        if self._staged:
+            self._staged = False
+            if failure is None:
+                self._context.__exit__(None, None, None)
+            else:
+                self._context.__exit__(type(failure), failure, failure.__traceback__)
+
+    def abort(self) -> None:
+        """Stop and remove the staged layout (the previous one, if any, stays)."""
+        self._stop()
+        self._end(RuntimeError("layout aborted"))
+
+
 def write_oci_layout(image: BuiltImage, out_dir: str | os.PathLike[str]) -> Path:
-    with atomic_directory(out_dir) as staging:
-        staging.chmod(0o755)  # mkdtemp makes it 0700; a layout is meant to be shared
-        blob_dir = staging / "blobs" / "sha256"
-        blob_dir.mkdir(parents=True)
-        for layer in image.layers:
-            copy_blob(layer.blob_path, blob_dir / digest_hex(layer.digest))
-        (blob_dir / digest_hex(image.config_digest)).write_bytes(image.config_bytes)
-        (blob_dir / digest_hex(image.manifest_digest)).write_bytes(image.manifest_bytes)
-        (staging / "index.json").write_bytes(image.index_bytes)
-        (staging / "oci-layout").write_bytes(OCI_LAYOUT_BYTES)
-    return Path(out_dir)
+    """``LayoutWriter`` handed every layer at once."""
+    return LayoutWriter(out_dir).finish(image)
 
 
 def add_artifact_blobs(layout: Path, artifact: ReferringArtifact) -> None:
