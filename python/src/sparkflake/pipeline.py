@@ -41,24 +41,18 @@ from .core.atomic_write import (
 from .core.blob_cache import BlobCache, default_cache_root
 from .core.file_hashes import FileHashes
 from .core.progress import ProgressCallback
-from .oci.archive import CombinedArchiveWriter
 from .oci.blob_store import BlobStore
 from .oci.composed_image import (
     OUTPUT_FORMATS,
     BuildResult,
     ImageOptions,
-    build_lower_layers,
-    cached_lower_layers,
+    LowerLayers,
+    OutputWriters,
     check_formats,
     finish,
     prepare_top_over_layers,
-    start_archive,
-    start_layout,
-    write_outputs_into,
 )
-from .oci.layer import Layer
 from .oci.layer_cache import LayerCache
-from .oci.layout import LayoutWriter
 
 
 @dataclass(frozen=True)
@@ -100,6 +94,19 @@ def default_output_dir(profile_name: str) -> Path:
     return Path("out") / profile_name
 
 
+class StageClock:
+    """Seconds per stage, for the build result's ``timings``."""
+
+    def __init__(self) -> None:
+        self.timings: dict[str, float] = {}
+        self._since = time.monotonic()
+
+    def lap(self, stage: str) -> None:
+        now = time.monotonic()
+        self.timings[stage] = round(now - self._since, 3)
+        self._since = now
+
+
 def build_profile(request: BuildRequest, progress: ProgressCallback | None = None) -> BuildResult:
     """All stages; nothing is written to the output unless the chain passed."""
     check_formats(request.formats)
@@ -108,85 +115,52 @@ def build_profile(request: BuildRequest, progress: ProgressCallback | None = Non
     check_output_parent(out_dir)  # refused now, not after the fetch and the layers
     check_replaceable_output(out_dir, force=request.force)
     root = request.cache_root or default_cache_root()
-    cache = BlobCache(root)
     oci_root = request.layer_cache_root or root / "oci"
     store = BlobStore(oci_root)
     layer_cache = LayerCache(oci_root) if request.use_layer_cache else None
     hashes = FileHashes(root / "compose" / "file-sha256.json")
     tree_cache = TreeCache(root / "trees") if request.use_tree_cache else None
-    timings: dict[str, float] = {}
-    clock = time.monotonic()
-
-    def lap(stage: str) -> None:
-        nonlocal clock
-        now = time.monotonic()
-        timings[stage] = round(now - clock, 3)
-        clock = now
+    clock = StageClock()
 
     fetched = fetch_inputs(
-        composition, cache, from_dirs=request.from_dirs, offline=request.offline, progress=progress, hashes=hashes,
-        git_mirrors=request.git_mirrors,
+        composition, BlobCache(root), from_dirs=request.from_dirs, offline=request.offline, progress=progress,
+        hashes=hashes, git_mirrors=request.git_mirrors,
         skip_git=[composition.source.name] if request.source_tree is not None else [],
     )
-    lap("fetch_and_verify_inputs")
+    clock.lap("fetch_and_verify_inputs")
     # work/PROFILE.<host>.pid<N>.<random>: a killed build's directory is removed by the next
     # build (its pid is gone); a concurrent build's, or another host's, is left alone
     work_dir = make_run_directory(root / "work", composition.profile.name)
     scratch_dir = None if request.keep_work else memory_scratch_dir(composition.profile.name)
     try:
-        # The output is staged beside out_dir and swapped in only when every stage
-        # passed. The lower layers are made as soon as their trees exist, before the
-        # overlay is planned, and the archive and the OCI layout take each layer's blob
-        # as soon as the layer is made (a refused chain removes the staging directory,
-        # archive, layout and all).
-        with atomic_directory(out_dir, owned_output=True, force=request.force) as staging:
-            combined: CombinedArchiveWriter | None = None
-            layout: LayoutWriter | None = None
+        # The output is staged beside out_dir and swapped in only when every stage passed;
+        # a refused chain removes the staging directory, archive, layout and all.
+        with (
+            atomic_directory(out_dir, owned_output=True, force=request.force) as staging,
+            OutputWriters(staging, request.formats, request.options) as outputs,
+        ):
+            lower = LowerLayers(request.options, store, layer_cache, outputs.add_layer)
 
-            def on_layer(layer: Layer) -> None:
-                for writer in (combined, layout):
-                    if writer is not None:
-                        writer.add_layer(layer)
+            def on_lower_trees(trees: list[LayerTree]) -> None:
+                clock.lap("assemble_lower_trees")
+                lower.take_cached(trees)
 
-            lower: list[Layer] = []
-            to_make: list[LayerTree] = []
-
-            def take_cached_lower_layers(trees: list[LayerTree]) -> None:
-                # Layers the layer cache already has (a rebuild: all of them) are taken
-                # now, so the archive and the layout copies start early; the others are made after the overlay
-                # is planned, so a patch that does not apply is refused before any of
-                # them is compressed.
-                lap("assemble_lower_trees")
-                cached = cached_lower_layers(trees, request.options, store, layer_cache)
-                lower.extend(cached)
-                for layer in cached:
-                    on_layer(layer)
-                to_make.extend(trees[len(cached) :])
-
-            try:
-                combined = start_archive(staging, request.formats, request.options)
-                layout = start_layout(staging, request.formats)
-                assembly = assemble(
-                    composition, fetched, work_dir / "trees", progress=progress, tree_cache=tree_cache, hashes=hashes,
-                    source_tree=request.source_tree, scratch_dir=scratch_dir, on_lower_trees=take_cached_lower_layers,
-                )
-                lap("assemble_overlay")
-                lower.extend(build_lower_layers(to_make, request.options, store, layer_cache, progress, on_layer))
-                lap("lower_layers")
-                prepared = prepare_top_over_layers(composition, assembly, lower, request.options, store)
-                chain = verify_composition(composition, fetched, assembly, prepared)
-                lap("verify")
-                result = finish(composition, fetched, assembly, lower, prepared, chain, request.options, store, layer_cache)
-                lap("top_layer_and_image")
-                write_outputs_into(staging, result, request.formats, combined, layout)
-            except BaseException:
-                for writer in (combined, layout):
-                    if writer is not None:
-                        writer.abort()
-                raise
-        lap("write_outputs")
+            assembly = assemble(
+                composition, fetched, work_dir / "trees", progress=progress, tree_cache=tree_cache, hashes=hashes,
+                source_tree=request.source_tree, scratch_dir=scratch_dir, on_lower_trees=on_lower_trees,
+            )
+            clock.lap("assemble_overlay")
+            layers = lower.make_the_rest(progress)
+            clock.lap("lower_layers")
+            prepared = prepare_top_over_layers(composition, assembly, layers, request.options, store)
+            chain = verify_composition(composition, fetched, assembly, prepared)
+            clock.lap("verify")
+            result = finish(composition, fetched, assembly, layers, prepared, chain, request.options, store, layer_cache)
+            clock.lap("top_layer_and_image")
+            outputs.write(result)
+        clock.lap("write_outputs")
         result = dataclasses.replace(
-            result, extra={"timings": timings, "evicted": [str(eviction) for eviction in store.evicted]}
+            result, extra={"timings": clock.timings, "evicted": [str(eviction) for eviction in store.evicted]}
         )
         if not request.keep_work:
             result = dataclasses.replace(result, assembly=None)

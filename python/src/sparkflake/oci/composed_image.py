@@ -94,6 +94,33 @@ def cached_lower_layers(
 
 
 
+class LowerLayers:
+    """The layers below the top one, in order. Those the layer cache already holds (a
+    rebuild: all of them) are taken as soon as compose has their trees, so the outputs
+    start copying them early; the others are made after the overlay is planned, so a patch
+    that does not apply is refused before any of them is compressed."""
+
+    def __init__(self, options: ImageOptions, store: BlobStore, layer_cache: LayerCache | None,
+                 on_layer: Callable[[Layer], None]) -> None:
+        self.options, self.store, self.layer_cache, self.on_layer = options, store, layer_cache, on_layer
+        self.layers: list[Layer] = []
+        self._to_make: list[LayerTree] = []
+
+    def take_cached(self, trees: Sequence[LayerTree]) -> None:
+        cached = cached_lower_layers(trees, self.options, self.store, self.layer_cache)
+        self.layers.extend(cached)
+        for layer in cached:
+            self.on_layer(layer)
+        self._to_make.extend(trees[len(cached) :])
+
+    def make_the_rest(self, progress: ProgressCallback | None) -> list[Layer]:
+        self.layers.extend(
+            build_lower_layers(self._to_make, self.options, self.store, self.layer_cache, progress, self.on_layer)
+        )
+        self._to_make = []
+        return self.layers
+
+
 def _platform(profile: Profile) -> Platform:
     platform = Platform.parse(profile.platform)
     if platform.architecture == "arm64" and not platform.variant:
@@ -282,6 +309,43 @@ def start_layout(staging: Path, formats: Sequence[str]) -> LayoutWriter | None:
     """The OCI layout started in the staging directory (each layer handed to it,
     ``add_layer``, is copied on a background thread), or None when it is not asked for."""
     return LayoutWriter(staging / "oci") if "oci" in formats else None
+
+
+class OutputWriters:
+    """The archive and the OCI layout started in the staging directory, each taking every
+    layer as soon as it is known (``add_layer``, copied on background threads) and finished
+    by ``write``; leaving the ``with`` block by an exception aborts both."""
+
+    def __init__(self, staging: Path, formats: Sequence[str], options: ImageOptions) -> None:
+        self.staging, self.formats, self.options = staging, formats, options
+        self.combined: CombinedArchiveWriter | None = None
+        self.layout: LayoutWriter | None = None
+
+    def __enter__(self) -> OutputWriters:
+        try:
+            self.combined = start_archive(self.staging, self.formats, self.options)
+            self.layout = start_layout(self.staging, self.formats)
+        except BaseException:
+            self._abort()
+            raise
+        return self
+
+    def __exit__(self, kind: object, error: object, trace: object) -> None:
+        if error is not None:
+            self._abort()
+
+    def add_layer(self, layer: Layer) -> None:
+        for writer in (self.combined, self.layout):
+            if writer is not None:
+                writer.add_layer(layer)
+
+    def write(self, result: BuildResult) -> None:
+        write_outputs_into(self.staging, result, self.formats, self.combined, self.layout)
+
+    def _abort(self) -> None:
+        for writer in (self.combined, self.layout):
+            if writer is not None:
+                writer.abort()
 
 
 def write_outputs_into(
