@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from sparkflake.core.canonical_json import canonical_json_bytes
 from sparkflake.core.errors import CheckFailed, InputError
 from sparkflake.oci import Platform, RuntimeConfig, chain_id
-from sparkflake.oci.config import config_document
+from sparkflake.oci.config import ImageConfig
 from sparkflake.oci.reader import open_image
 from sparkflake.oci.verify import verify_image
 
@@ -60,13 +60,13 @@ def test_chain_id_of_nothing_is_refused():
     epoch=st.integers(0, 2**33),
 )
 def test_config_document_shape(env, labels, epoch):
-    document = config_document(
+    document = ImageConfig(
         Platform.parse("linux/arm64"),
         RuntimeConfig(env=tuple(env), labels=labels, entrypoint=("/x",)),
         ["sha256:" + "0" * 64],
         ["layer"],
         epoch,
-    )
+    ).as_record()
     assert document["architecture"] == "arm64" and document["variant"] == "v8"
     assert document["os"] == "linux"
     assert document["rootfs"] == {"type": "layers", "diff_ids": ["sha256:" + "0" * 64]}

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+from ..core.canonical_json import canonical_json_bytes
 from ..core.timestamps import rfc3339
 from .types import Platform
 
@@ -45,22 +47,28 @@ class RuntimeConfig:
         return record
 
 
-def config_document(
-    platform: Platform,
-    runtime: RuntimeConfig,
-    diff_ids: Sequence[str],
-    history_comments: Sequence[str],
-    created_epoch: int,
-) -> dict[str, object]:
-    created = rfc3339(created_epoch)
-    document: dict[str, object] = {
-        **platform.as_record(),
-        "created": created,
-        "config": runtime.as_record(),
-        "rootfs": {"type": "layers", "diff_ids": list(diff_ids)},
-        "history": [
-            {"created": created, "created_by": comment, "comment": "sparkflake"}
-            for comment in history_comments
-        ],
-    }
-    return document
+@dataclass(frozen=True)
+class ImageConfig:
+    """The image configuration document (config.md); its digest is the image ID."""
+
+    platform: Platform
+    runtime: RuntimeConfig
+    diff_ids: Sequence[str]
+    history_comments: Sequence[str]
+    created_epoch: int
+
+    def as_record(self) -> dict[str, Any]:
+        created = rfc3339(self.created_epoch)
+        return {
+            **self.platform.as_record(),
+            "created": created,
+            "config": self.runtime.as_record(),
+            "rootfs": {"type": "layers", "diff_ids": list(self.diff_ids)},
+            "history": [
+                {"created": created, "created_by": comment, "comment": "sparkflake"}
+                for comment in self.history_comments
+            ],
+        }
+
+    def to_bytes(self) -> bytes:
+        return canonical_json_bytes(self.as_record())

@@ -25,12 +25,12 @@ from . import media_types
 from .archive import DOCKER_ARCHIVE, OCI_ARCHIVE, CombinedArchiveWriter, write_archives
 from .blob_store import BlobStore
 from .compression import Compression
-from .config import RuntimeConfig, config_document
+from .config import ImageConfig, RuntimeConfig
 from .image_model import BuiltImage
 from .layer import DEFAULT_SOURCE_DATE_EPOCH, Layer, LayerOptions, build_layer
 from .layer_cache import LayerCache
 from .layout import LayoutWriter, write_oci_layout
-from .manifest import index_document, layer_descriptor, manifest_document
+from .manifest import ImageIndex, ImageManifest, layer_descriptor
 from .types import Descriptor, Platform
 
 _TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
@@ -105,44 +105,38 @@ def assemble_image(spec: ImageSpec, layers: list[Layer], store: BlobStore) -> Bu
     """Config, manifest and index for already built layers (the composition stage may
     build layers itself with ``build_layer`` and call this)."""
     diff_ids = [layer.diff_id for layer in layers]
-    config_bytes = canonical_json_bytes(
-        config_document(
-            spec.platform,
-            spec.runtime,
-            diff_ids,
-            [layer_spec.created_by for layer_spec in spec.layers],
-            spec.source_date_epoch,
-        )
-    )
+    config_bytes = ImageConfig(
+        spec.platform,
+        spec.runtime,
+        diff_ids,
+        [layer_spec.created_by for layer_spec in spec.layers],
+        spec.source_date_epoch,
+    ).to_bytes()
     config_digest = sha256_digest(config_bytes)
     annotations = {
         media_types.CREATED_ANNOTATION: rfc3339(spec.source_date_epoch),
         **spec.annotations,
     }
-    manifest_bytes = canonical_json_bytes(
-        manifest_document(
-            Descriptor(media_types.OCI_CONFIG, config_digest, len(config_bytes)),
-            [layer_descriptor(layer) for layer in layers],
-            annotations,
-        )
-    )
+    manifest_bytes = ImageManifest(
+        Descriptor(media_types.OCI_CONFIG, config_digest, len(config_bytes)),
+        [layer_descriptor(layer) for layer in layers],
+        annotations,
+    ).to_bytes()
     manifest_digest = sha256_digest(manifest_bytes)
-    index_bytes = canonical_json_bytes(
-        index_document(
-            [
-                Descriptor(
-                    media_types.OCI_MANIFEST,
-                    manifest_digest,
-                    len(manifest_bytes),
-                    annotations={
-                        media_types.REF_NAME_ANNOTATION: spec.tag,
-                        media_types.IMAGE_NAME_ANNOTATION: f"{spec.repository}:{spec.tag}",
-                    },
-                    platform=spec.platform,
-                )
-            ]
-        )
-    )
+    index_bytes = ImageIndex(
+        [
+            Descriptor(
+                media_types.OCI_MANIFEST,
+                manifest_digest,
+                len(manifest_bytes),
+                annotations={
+                    media_types.REF_NAME_ANNOTATION: spec.tag,
+                    media_types.IMAGE_NAME_ANNOTATION: f"{spec.repository}:{spec.tag}",
+                },
+                platform=spec.platform,
+            )
+        ]
+    ).to_bytes()
     return BuiltImage(
         platform=spec.platform,
         repository=spec.repository,
