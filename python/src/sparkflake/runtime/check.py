@@ -5,7 +5,7 @@ verified layers, runs the probe in the image's root (sandbox), reads its one JSO
 document with a bound, and turns it into checks with stable ids:
 
 ``runtime.platform``, ``runtime.emulation``, ``runtime.sandbox``, ``runtime.unpack``,
-``runtime.interpreter``, ``runtime.probe``, ``runtime.imports``, ``runtime.versions``,
+``runtime.interpreter``, ``runtime.bytecode``, ``runtime.probe``, ``runtime.imports``, ``runtime.versions``,
 and per launch case ``runtime.vllm-args`` (vLLM's own serve parser), ``runtime.engine-args``,
 ``runtime.speculative-config`` (unknown keys are named), ``runtime.vllm-config``
 (compilation, parallel, cache, KV-transfer config objects), ``runtime.kv-connector``,
@@ -33,7 +33,7 @@ from ..compose.tree_paths import image_path
 from ..errors import CheckFailed, InputError
 from ..oci.layer_scan import ELF_MACHINE_BY_ARCHITECTURE
 from ..oci.reader import ImageReader, open_image
-from . import rootfs, sandbox
+from . import bytecode, rootfs, sandbox
 from .capabilities import Capabilities
 from .env_evidence import EXTERNAL_READERS, find_names
 
@@ -65,6 +65,7 @@ class CheckReport:
     probe_seconds: float | None = None
     import_seconds: float | None = None
     unpack_seconds: float | None = None
+    bytecode_seconds: float | None = None
     emulation: str = ""
 
     def add(self, check_id: str, status: str, detail: str) -> CheckResult:
@@ -87,7 +88,8 @@ class CheckReport:
             "schema": "sparkflake.runtime-check/v1",
             "ok": self.exit_code == 0,
             "emulation": self.emulation,
-            "seconds": {"unpack": self.unpack_seconds, "probe": self.probe_seconds, "imports": self.import_seconds},
+            "seconds": {"unpack": self.unpack_seconds, "bytecode": self.bytecode_seconds, "probe": self.probe_seconds,
+                        "imports": self.import_seconds},
             "checks": [check.as_record() for check in self.checks],
             "capabilities": self.capabilities.as_json() if self.capabilities else None,
         }
@@ -229,18 +231,13 @@ def _run_probe(report: CheckReport, root: Path, scratch: Path, python: str, imag
     pycache = _verified_pycache(scratch)
     for stale in scratch.glob("probe-*"):  # left by a check that was killed
         shutil.rmtree(stale, ignore_errors=True)
+    env = probe_env(image_env)
+    _precompile(report, root, scratch, python, env, pycache)
     work = Path(tempfile.mkdtemp(prefix="probe-", dir=scratch))
     try:
         shutil.copyfile(PROBE_SOURCE, work / "probe.py")
         request = {"expected_versions": dict(expected_versions), "cases": [case.as_json() for case in cases]}
         (work / "request.json").write_text(json.dumps(request, sort_keys=True))
-        env = dict(image_env)
-        # The image forbids writing bytecode (its root is read-only anyway); the check keeps
-        # the image interpreter's own bytecode in sparkflake's scratch so that the next check
-        # of the same layers does not compile every module again under emulation.
-        env.pop("PYTHONDONTWRITEBYTECODE", None)
-        env["PYTHONPYCACHEPREFIX"] = PYCACHE_INSIDE
-        env.setdefault("HOME", "/root")
         command = sandbox.sandbox_argv(
             root,
             [python, f"{INSIDE}/probe.py", f"{INSIDE}/request.json", f"{INSIDE}/result.json"],
@@ -282,6 +279,37 @@ def _run_probe(report: CheckReport, root: Path, scratch: Path, python: str, imag
         return result
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def probe_env(image_env: Mapping[str, str]) -> dict[str, str]:
+    """The image config's environment, with the bytecode cache the check keeps.
+
+    The image forbids writing bytecode (its root is read-only anyway); the check keeps the
+    image interpreter's bytecode in sparkflake's scratch so that the next check of the
+    same layers does not compile every module again under emulation."""
+    env = dict(image_env)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = PYCACHE_INSIDE
+    env.setdefault("HOME", "/root")
+    return env
+
+
+def _precompile(report: CheckReport, root: Path, scratch: Path, python: str, env: Mapping[str, str],
+                pycache: Path) -> None:
+    """The image's sources compiled natively into ``pycache`` when the host's interpreter
+    writes the bytecode the image's would (bytecode.py); otherwise the image compiles its own."""
+    facts = bytecode.interpreter_facts(root, python, env, scratch)
+    if isinstance(facts, str):
+        report.add("runtime.bytecode", SKIP, f"the image compiles its own bytecode: {facts}")
+        return
+    done = bytecode.precompile(root, pycache, facts)
+    report.bytecode_seconds = done.seconds
+    if done.skipped_reason:
+        report.add("runtime.bytecode", SKIP, f"the image compiles its own bytecode: {done.skipped_reason}")
+    else:
+        report.add("runtime.bytecode", PASS, f"magic {facts.magic} ({facts.cache_tag}) as the host's: "
+                   f"{done.compiled} modules compiled on the host in {done.seconds:.1f} s, {done.kept} kept, "
+                   f"{done.refused} the compiler refuses")
 
 
 def _verified_pycache(scratch: Path) -> Path:

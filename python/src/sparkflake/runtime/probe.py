@@ -516,8 +516,9 @@ def main(argv: list[str]) -> int:
             for case in request.get("cases", []):
                 for key, value in case.get("env", {}).items():
                     os.environ[key] = value
+                case_started = time.monotonic()
                 try:
-                    cases.append(judge_case(case))
+                    cases.append({**judge_case(case), "seconds": round(time.monotonic() - case_started, 3)})
                 except BaseException as exc:  # noqa: BLE001
                     cases.append({"name": case.get("name"), "error": _error(exc),
                                   "traceback": traceback.format_exc()[-4000:]})
