@@ -147,14 +147,20 @@ def versions(expected: dict[str, str]) -> dict[str, object]:
     return found
 
 
+# seconds spent in each step after the imports (where a check's time goes under emulation)
+PHASE_SECONDS: dict[str, float] = {}
+
+
 def capabilities() -> dict[str, object]:
     caps: dict[str, object] = {}
 
     def record(key: str, producer) -> None:  # type: ignore[no-untyped-def]
+        started = time.monotonic()
         try:
             caps[key] = producer()
         except BaseException as exc:  # noqa: BLE001
             caps[key] = {"error": _error(exc)}
+        PHASE_SECONDS[f"capabilities.{key}"] = round(time.monotonic() - started, 3)
 
     # vllm/v1/attention/backends/registry.py:34 class AttentionBackendEnum (B12X at :126)
     def attention() -> list[str]:
@@ -504,13 +510,18 @@ def main(argv: list[str]) -> int:
             logging.getLogger("vllm").addHandler(capture)
         result["imports"] = imports
         result["import_seconds"] = round(time.monotonic() - STARTED, 3)
+        started = time.monotonic()
         if imports.get("vllm", {}).get("ok"):
             try:
                 result["platform"] = select_platform()
             except BaseException as exc:  # noqa: BLE001
                 result["platform"] = {"error": _error(exc)}
+        PHASE_SECONDS["platform"] = round(time.monotonic() - started, 3)
+        started = time.monotonic()
         result["versions"] = versions(request.get("expected_versions", {}))
+        PHASE_SECONDS["versions"] = round(time.monotonic() - started, 3)
         result["capabilities"] = capabilities() if imports.get("vllm", {}).get("ok") else {}
+        result["phase_seconds"] = PHASE_SECONDS
         cases = []
         if imports.get("vllm", {}).get("ok"):
             for case in request.get("cases", []):
