@@ -121,3 +121,25 @@ def test_manifest_serialization_round_trips(names, refusal, flashinfer):
                                   sparkcache_glm5next_refusal=refusal, flashinfer_kernels=flashinfer, source="x")
     again = capability_file.parse(json.loads(capability_file.dumps(changed)), "x")
     assert again == changed
+
+
+def _checked_plan(tmp_path: Path, profile: str, image_id: str | None):
+    for name in ("target", "draft", "cache"):
+        (tmp_path / name).mkdir(exist_ok=True)
+    text = site_env(tmp_path, 0, draft=profile == "glm53-dflash7")
+    return plan_from_assignments(rank=0, assignments=parse_env_text(text, "r.env"), source="r.env",
+                                 contract=real_contract(profile), engine=None, image_id=image_id,
+                                 check_engine=False)
+
+
+@pytest.mark.parametrize("profile", ["glm53-dflash7", "glm53-mtp5"])
+def test_launch_refuses_an_image_the_manifest_was_not_written_for(tmp_path, profile):
+    caps = real_contract(profile).capabilities
+    bound = _checked_plan(tmp_path, profile, caps.config_digest)
+    assert [c.status for c in bound.checks if c.id == "image.capabilities"] == ["pass"]
+    other = "sha256:" + "0" * 64
+    refused = _checked_plan(tmp_path, profile, other)
+    check = next(c for c in refused.checks if c.id == "image.capabilities")
+    assert check.status == "fail" and not refused.ok
+    assert other in check.detail and caps.config_digest in check.detail and caps.source in check.detail
+    assert "sparkflake runtime check" in check.detail

@@ -287,3 +287,13 @@ def _fixed_plan():
     return plan_from_assignments(rank=0, assignments=parse_env_text(site_env(Path("/srv/p"), 0), "r.env"), source="r.env",
                                  contract=contract, engine=Engine("podman", "podman"), image_id="sha256:" + "7" * 64,
                                  run_checks=False)
+
+
+def test_backend_flags_map_to_their_settings():
+    # the three backends the seeds' serving selects (vllm/engine/arg_utils.py: --attention-backend,
+    # --moe-backend, --linear-backend), each to the catalog setting launch-rank emits it from
+    document = {"args": ["--attention-backend", "B12X", "--moe-backend", "b12x", "--linear-backend", "b12x"]}
+    imported = import_recipe(document, "r.toml")
+    assert (imported.runtime["ATTENTION_BACKEND"], imported.runtime["MOE_BACKEND"],
+            imported.runtime["LINEAR_BACKEND"]) == ("B12X", "b12x", "b12x")
+    assert "--linear-backend" not in imported.unmapped_args

@@ -54,6 +54,27 @@ def _checkout(base: Path) -> Path:
     return work
 
 
+def _bind_capabilities(work: Path, profile: str, image_id: str) -> None:
+    """The stand-in (echo) image stands for the profile's real image: the checkout's copy of
+    the profile carries the real image's capability manifest bound to the stand-in's config
+    digest, as `sparkflake runtime check` would bind it (launch-rank refuses an image its
+    manifest was not written for: image.capabilities)."""
+    import dataclasses
+    import shutil
+
+    from sparkflake.runtime import capabilities as capability_file
+
+    (work / "profiles").unlink()
+    (work / "profiles").mkdir()
+    for entry in (REPO / "profiles").iterdir():
+        if entry.name != profile:
+            (work / "profiles" / entry.name).symlink_to(entry)
+    shutil.copytree(REPO / "profiles" / profile, work / "profiles" / profile, symlinks=True)
+    manifest = work / "profiles" / profile / capability_file.FILE_NAME
+    bound = dataclasses.replace(capability_file.load(manifest), config_digest=image_id)
+    manifest.write_bytes(capability_file.dumps(bound))
+
+
 @pytest.fixture(scope="module")
 def operator_site(tmp_path_factory):
     base = tmp_path_factory.mktemp("docs-operator")
@@ -63,6 +84,7 @@ def operator_site(tmp_path_factory):
         out = work / "out" / "glm53-dflash7"
         out.parent.mkdir()
         image_id = build_echo_image(base, out, podman, real_contract("glm53-dflash7").image_labels)
+        _bind_capabilities(work, "glm53-dflash7", image_id)
         site = {
             "TARGET_MODEL_PATH": str(work / "models" / "target"),
             "DRAFT_MODEL_PATH": str(work / "models" / "draft"),

@@ -26,14 +26,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "archive), run the image's own Python in its root (natively on arm64, under "
             "qemu-user through binfmt_misc elsewhere) and have vLLM's, SparkCache's and the "
             "other components' code accept every launch spec of the profile. Writes "
-            "OUT/runtime-capabilities.json (OUT a directory) or --capabilities FILE. "
+            "OUT/runtime-capabilities.json and records it in OUT/receipt.json (OUT a build "
+            "directory), and --capabilities FILE if given. "
             "Exit 0 ok, 1 a check failed, 2 bad input."
         ),
     )
     check.add_argument("out", metavar="OUT", help="build output directory, OCI layout or archive")
     check.add_argument("--profile", help="profile name or path (default: the image's org.sparkflake.profile label)")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
-    check.add_argument("--capabilities", metavar="FILE", help="write the capability manifest here")
+    check.add_argument("--capabilities", metavar="FILE", help="also write the capability manifest here")
     check.add_argument("--scratch", metavar="DIR",
                        help="where the image root is unpacked and kept for reuse after verification "
                             "(default: $XDG_CACHE_HOME/sparkflake/runtime/PROFILE)")
@@ -95,10 +96,18 @@ def run_check_command(args: argparse.Namespace) -> int:
     for case in refused:
         report.add("runtime.launch-refused", SKIP, f"{case.name}: the launcher refuses it: {case.refusal}")
     if report.capabilities is not None:
-        target = Path(args.capabilities) if args.capabilities else (out / capability_file.FILE_NAME if out.is_dir()
-                                                                     else None)
-        if target is not None:
-            write_bytes_atomic(target, capability_file.dumps(report.capabilities))
+        written = capability_file.dumps(report.capabilities)
+        if out.is_dir():
+            write_bytes_atomic(out / capability_file.FILE_NAME, written)
+            if (out / "receipt.json").is_file():
+                from ..runtime.receipt_record import record_in_receipt
+
+                failed = sorted({check.id for check in report.failed()})
+                record_in_receipt(out / "receipt.json", written, report.capabilities,
+                                  {"ok": not failed, "checks": len(report.checks), "failed_checks": failed,
+                                   "launch_specs": len(cases), "emulation": report.emulation})
+        if args.capabilities:
+            write_bytes_atomic(Path(args.capabilities), written)
     if args.json:
         print_json(report.as_json())
     else:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.container_engine import Engine, container_exists, inspect_image
+from ..runtime.capabilities import Capabilities
 from .checkpoint_pins import is_pattern
 from .contract import IdentityFile
 from .hashcache import VerifiedHashCache
@@ -74,6 +75,22 @@ def check_image(engine: Engine | None, image_id: str | None, expected_labels: Ma
     else:
         checks.append(Check("image.labels", PASS, f"{len(expected_labels)} profile labels equal"))
     return checks
+
+
+def check_image_capabilities(capabilities: Capabilities | None, image_id: str | None) -> Check | None:
+    """The capability manifest the launch was judged by must be the one written for the
+    image being launched (its config digest is the engine's image ID); None: no manifest."""
+    if capabilities is None:
+        return None
+    if image_id == capabilities.config_digest:
+        return Check("image.capabilities", PASS, f"{capabilities.source} was written for {image_id}")
+    return Check(
+        "image.capabilities", FAIL,
+        f"the image being launched is {image_id or 'not given'}, but {capabilities.source} was written by "
+        f"`sparkflake runtime check` for image {capabilities.config_digest} (manifest "
+        f"{capabilities.manifest_digest}): what this launch was checked against is not what it would run; "
+        f"run `sparkflake runtime check OUT --capabilities {capabilities.source}` on the build of the image "
+        "being launched, or launch the image it names")
 
 
 def check_container_name(engine: Engine | None, name: str) -> Check:

@@ -31,6 +31,7 @@ from .checks import (
     check_checkpoint,
     check_container_name,
     check_image,
+    check_image_capabilities,
     check_ports,
 )
 from .contract import LaunchContract
@@ -243,6 +244,9 @@ def _run_checks(checks, resolution, contract, engine, image, spec, draft_id, ide
     if check_engine:
         checks += check_image(engine, image, contract.image_labels)
         checks.append(check_container_name(engine, spec.name))
+    bound = check_image_capabilities(contract.capabilities, image)
+    if bound is not None:
+        checks.append(bound)
     marker = cache_root_marker(contract.profile, rank, values["NODE_ADDRESS"])
     allowed = {CACHE_ROOT_MARKER, TOOL_DIR, QUARANTINE_DIR, contract.profile}
     dedicated = check_cache_root_dedicated(cache_root, marker, allowed)

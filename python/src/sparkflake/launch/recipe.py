@@ -37,6 +37,7 @@ FLAG_SETTINGS = {
     "--block-size": "KV_BLOCK_SIZE",
     "--moe-backend": "MOE_BACKEND",
     "--attention-backend": "ATTENTION_BACKEND",
+    "--linear-backend": "LINEAR_BACKEND",
     "--all2all-backend": "ALL2ALL_BACKEND",
     "--load-format": "LOAD_FORMAT",
     "--tensor-parallel-size": "TP",

@@ -5,7 +5,7 @@ verified layers, runs the probe in the image's root (sandbox), reads its one JSO
 document with a bound, and turns it into checks with stable ids:
 
 ``runtime.platform``, ``runtime.emulation``, ``runtime.sandbox``, ``runtime.unpack``,
-``runtime.interpreter``, ``runtime.probe``, ``runtime.imports``, ``runtime.versions``,
+``runtime.interpreter``, ``runtime.bytecode``, ``runtime.probe``, ``runtime.imports``, ``runtime.versions``,
 and per launch case ``runtime.vllm-args`` (vLLM's own serve parser), ``runtime.engine-args``,
 ``runtime.speculative-config`` (unknown keys are named), ``runtime.vllm-config``
 (compilation, parallel, cache, KV-transfer config objects), ``runtime.kv-connector``,
@@ -22,6 +22,7 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +34,7 @@ from ..core.check_result import CheckResult
 from ..core.elf_machines import MACHINE_BY_ARCHITECTURE
 from ..core.errors import CheckFailed, InputError
 from ..oci.reader import ImageReader, open_image
-from . import rootfs, sandbox
+from . import bytecode, rootfs, sandbox
 from .capabilities import Capabilities
 from .env_evidence import EXTERNAL_READERS, find_names
 
@@ -46,6 +47,13 @@ PYCACHE_INSIDE = "/tmp/sparkflake-pycache"
 # The variables that would switch B12X's full-CKV gather (DCP2/DCP4) on: the name the
 # launcher used to emit, and the one the seeds' launcher passes to their vLLM fork.
 FULL_CKV_GATHER_SWITCHES = ("VLLM_B12X_MLA_CKV_GATHER", "B12X_FULL_CKV_GATHER")
+# Top-level packages in the order the probe's imports reach them (torch's own dependencies
+# first, then vLLM's), so that the host's compiler stays ahead of the emulated importer.
+IMPORT_ORDER = ("typing_extensions", "torch", "numpy", "sympy", "jinja2", "networkx", "fsspec", "filelock",
+                "vllm", "pydantic", "pydantic_core", "transformers", "huggingface_hub", "tokenizers", "regex",
+                "safetensors", "yaml", "requests", "urllib3", "msgspec", "zmq", "psutil", "cachetools",
+                "cloudpickle", "tqdm", "packaging", "b12x", "cutlass", "sparkcache", "fastsafetensors",
+                "flashinfer")
 
 
 @dataclass(frozen=True)
@@ -65,6 +73,7 @@ class CheckReport:
     probe_seconds: float | None = None
     import_seconds: float | None = None
     unpack_seconds: float | None = None
+    bytecode_seconds: float | None = None
     emulation: str = ""
 
     def add(self, check_id: str, status: str, detail: str) -> CheckResult:
@@ -87,7 +96,8 @@ class CheckReport:
             "schema": "sparkflake.runtime-check/v1",
             "ok": self.exit_code == 0,
             "emulation": self.emulation,
-            "seconds": {"unpack": self.unpack_seconds, "probe": self.probe_seconds, "imports": self.import_seconds},
+            "seconds": {"unpack": self.unpack_seconds, "bytecode": self.bytecode_seconds, "probe": self.probe_seconds,
+                        "imports": self.import_seconds},
             "checks": [check.as_record() for check in self.checks],
             "capabilities": self.capabilities.as_json() if self.capabilities else None,
         }
@@ -212,11 +222,15 @@ def run_check(
         report.add("runtime.interpreter", FAIL, f"{inside} is not an {image_arch} ELF executable")
         return report
     report.add("runtime.interpreter", PASS, inside)
-    result = _run_probe(report, unpacked.path, scratch, inside, env, cases, expected_versions, timeout)
+    env_names = {name for case in cases for name in case.env} | set(FULL_CKV_GATHER_SWITCHES)
+    # The host's share, on the cores the emulated interpreter leaves free, while it runs:
+    # the image's bytecode compiled natively (in the order the probe imports), then the
+    # file search for env-variable names.
+    host_work = _HostWork(unpacked.path, env_names)
+    result = _run_probe(report, unpacked.path, scratch, inside, env, cases, expected_versions, timeout, host_work)
+    found = host_work.found()
     if result is None:
         return report
-    env_names = {name for case in cases for name in case.env} | set(FULL_CKV_GATHER_SWITCHES)
-    found = find_names(unpacked.path, env_names - _dynamic(result))
     evidence = {name: _env_evidence(name, result, found) for name in sorted(env_names)}
     _judge(report, result, cases, expected_versions, evidence)
     read = {name: text for name, text in evidence.items() if text is not None}
@@ -224,23 +238,56 @@ def run_check(
     return report
 
 
+class _HostWork:
+    """A thread that compiles the image's bytecode (bytecode.precompile, one worker:
+    the other core runs the emulated interpreter) and then searches the image's files for
+    the env-variable names; ``found`` waits for it."""
+
+    def __init__(self, root: Path, env_names: set[str]) -> None:
+        self._root = root
+        self._env_names = env_names
+        self._thread: threading.Thread | None = None
+        self.precompiled: bytecode.Precompiled | None = None
+        self.error: BaseException | None = None
+        self._found: dict[str, str] = {}
+
+    def start(self, pycache: Path, facts: bytecode.InterpreterFacts | None) -> None:
+        def work() -> None:
+            try:
+                if facts is not None:
+                    self.precompiled = bytecode.precompile(self._root, pycache, facts, workers=max(1, (os.cpu_count()
+                                                                                                     or 2) - 1),
+                                                           first=IMPORT_ORDER)
+                self._found = find_names(self._root, self._env_names)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+                self.error = exc
+
+        self._thread = threading.Thread(target=work, name="runtime-host-work", daemon=True)
+        self._thread.start()
+
+    def found(self) -> dict[str, str]:
+        if self._thread is None:
+            self._found = find_names(self._root, self._env_names)
+        else:
+            self._thread.join()
+        if self.error is not None:
+            raise self.error
+        return self._found
+
+
 def _run_probe(report: CheckReport, root: Path, scratch: Path, python: str, image_env: Mapping[str, str],
-               cases: Sequence[Case], expected_versions: Mapping[str, str], timeout: float) -> dict | None:
+               cases: Sequence[Case], expected_versions: Mapping[str, str], timeout: float,
+               host_work: _HostWork) -> dict | None:
     pycache = _verified_pycache(scratch)
     for stale in scratch.glob("probe-*"):  # left by a check that was killed
         shutil.rmtree(stale, ignore_errors=True)
+    env = probe_env(image_env)
+    host_work.start(pycache, _bytecode_facts(report, root, scratch, python, env))
     work = Path(tempfile.mkdtemp(prefix="probe-", dir=scratch))
     try:
         shutil.copyfile(PROBE_SOURCE, work / "probe.py")
         request = {"expected_versions": dict(expected_versions), "cases": [case.as_json() for case in cases]}
         (work / "request.json").write_text(json.dumps(request, sort_keys=True))
-        env = dict(image_env)
-        # The image forbids writing bytecode (its root is read-only anyway); the check keeps
-        # the image interpreter's own bytecode in sparkflake's scratch so that the next check
-        # of the same layers does not compile every module again under emulation.
-        env.pop("PYTHONDONTWRITEBYTECODE", None)
-        env["PYTHONPYCACHEPREFIX"] = PYCACHE_INSIDE
-        env.setdefault("HOME", "/root")
         command = sandbox.sandbox_argv(
             root,
             [python, f"{INSIDE}/probe.py", f"{INSIDE}/request.json", f"{INSIDE}/result.json"],
@@ -248,6 +295,8 @@ def _run_probe(report: CheckReport, root: Path, scratch: Path, python: str, imag
             [(work, INSIDE, True), (pycache, PYCACHE_INSIDE, True)],
         )
         run = sandbox.run_sandboxed(command, timeout=timeout, stderr_path=work / "stderr.log")
+        host_work.found()  # the compiler is done with the cache before it is recorded
+        _report_precompiled(report, host_work.precompiled)
         _record_pycache(scratch, pycache)
         report.probe_seconds = round(run.seconds, 3)
         result_path = work / "result.json"
@@ -282,6 +331,39 @@ def _run_probe(report: CheckReport, root: Path, scratch: Path, python: str, imag
         return result
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def probe_env(image_env: Mapping[str, str]) -> dict[str, str]:
+    """The image config's environment, with the bytecode cache the check keeps.
+
+    The image forbids writing bytecode (its root is read-only anyway); the check keeps the
+    image interpreter's bytecode in sparkflake's scratch so that the next check of the
+    same layers does not compile every module again under emulation."""
+    env = dict(image_env)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = PYCACHE_INSIDE
+    env.setdefault("HOME", "/root")
+    return env
+
+
+def _bytecode_facts(report: CheckReport, root: Path, scratch: Path, python: str,
+                    env: Mapping[str, str]) -> bytecode.InterpreterFacts | None:
+    """The image interpreter's bytecode facts, when the host may compile for it (bytecode.py)."""
+    facts = bytecode.interpreter_facts(root, python, env, scratch)
+    reason = facts if isinstance(facts, str) else bytecode.host_can_compile(facts)
+    if reason is not None:
+        report.add("runtime.bytecode", SKIP, f"the image compiles its own bytecode: {reason}")
+        return None
+    return facts  # type: ignore[return-value]
+
+
+def _report_precompiled(report: CheckReport, done: bytecode.Precompiled | None) -> None:
+    if done is None:
+        return
+    report.bytecode_seconds = done.seconds
+    report.add("runtime.bytecode", PASS, f"bytecode magic and cache tag as the host's: {done.compiled} modules "
+               f"compiled on the host in {done.seconds:.1f} s beside the probe, {done.kept} already cached, "
+               f"{done.refused} the compiler refuses")
 
 
 def _verified_pycache(scratch: Path) -> Path:

@@ -47,6 +47,8 @@ RECORD_NAME = "unpacked-root.json"
 RECORD_SCHEMA = "sparkflake.unpacked-root/v1"
 WHITEOUT_PREFIX = ".wh."
 OPAQUE_WHITEOUT = ".wh..wh..opq"
+# where the sandbox mounts its own /dev, /proc, /sys and the writable /tmp and /root (sandbox.py)
+MOUNT_POINTS = ("dev", "proc", "sys", "tmp", "root")
 
 
 
@@ -312,6 +314,11 @@ def unpack_image(reader: ImageReader, scratch: Path, *, progress: ProgressCallba
     except BaseException:
         shutil.rmtree(root, ignore_errors=True)
         raise
+    for name in MOUNT_POINTS:
+        # as a container runtime creates its mount points: bwrap cannot make one in the
+        # read-only root, and an image need not have them (a minimal one has no /dev)
+        if not os.path.lexists(root / name):
+            (root / name).mkdir(mode=0o755)
     record = {"schema": RECORD_SCHEMA, "layers": list(layer_digests), "entries": entries,
               "tree": tree_identity(root)}
     write_bytes_atomic(record_path, json.dumps(record, sort_keys=True).encode() + b"\n")
