@@ -351,10 +351,10 @@ def _bytecode_facts(report: CheckReport, root: Path, scratch: Path, python: str,
     """The image interpreter's bytecode facts, when the host may compile for it (bytecode.py)."""
     facts = bytecode.interpreter_facts(root, python, env, scratch)
     reason = facts if isinstance(facts, str) else bytecode.host_can_compile(facts)
-    if reason is not None:
+    if isinstance(facts, str) or reason is not None:
         report.add("runtime.bytecode", SKIP, f"the image compiles its own bytecode: {reason}")
         return None
-    return facts  # type: ignore[return-value]
+    return facts
 
 
 def _report_precompiled(report: CheckReport, done: bytecode.Precompiled | None) -> None:
