@@ -244,7 +244,10 @@ def _run_checks(checks, resolution, contract, engine, image, spec, draft_id, ide
     if check_engine:
         checks += check_image(engine, image, contract.image_labels)
         checks.append(check_container_name(engine, spec.name))
-    bound = check_image_capabilities(contract.capabilities, image)
+    # A plan without an engine check and without an image (a library caller computing the
+    # checks of the site alone) has no image to bind; every launch-rank run checks the engine,
+    # so there an unknown image fails the binding.
+    bound = check_image_capabilities(contract.capabilities, image) if image or check_engine else None
     if bound is not None:
         checks.append(bound)
     marker = cache_root_marker(contract.profile, rank, values["NODE_ADDRESS"])
