@@ -90,19 +90,34 @@ class SandboxRun:
     seconds: float
 
 
+# Made by the sandbox itself, not taken from the image's root
+SANDBOX_MADE = ("dev", "proc", "sys", "tmp", "root")
+
+
 def sandbox_argv(root: Path, argv: Sequence[str], env: Mapping[str, str],
                  binds: Sequence[tuple[Path, str, bool]]) -> list[str]:
-    """bwrap argv running ``argv`` with ``root`` as ``/``; ``binds``: (host, inside, writable)."""
+    """bwrap argv running ``argv`` with ``root`` as ``/``; ``binds``: (host, inside, writable).
+
+    ``/`` is a tmpfs holding each top-level entry of ``root`` (bound read-only, symlinks
+    recreated), made read-only once the binds are in: a bind may then land where the image
+    has no directory (``/models/target``, as the container runtime mounts a checkpoint),
+    which a read-only bind of the whole root refuses (bwrap 0.8 has no overlay)."""
     bwrap = bwrap_path() or "bwrap"
-    command = [
-        bwrap, "--unshare-pid", "--unshare-ipc", "--unshare-net", "--unshare-uts", "--die-with-parent",
-        "--ro-bind", str(root), "/", "--dev", "/dev", "--proc", "/proc", "--ro-bind", "/sys", "/sys",
-        # what a container's writable layer gives: HOME (/root) and /tmp can be written
-        "--tmpfs", "/tmp", "--tmpfs", "/root",
-    ]
+    command = [bwrap, "--unshare-pid", "--unshare-ipc", "--unshare-net", "--unshare-uts", "--die-with-parent",
+               "--tmpfs", "/"]
+    for entry in sorted(root.iterdir()):
+        if entry.name in SANDBOX_MADE:
+            continue
+        if entry.is_symlink():
+            command += ["--symlink", os.readlink(entry), f"/{entry.name}"]
+        else:
+            command += ["--ro-bind", str(entry), f"/{entry.name}"]
+    command += ["--dev", "/dev", "--proc", "/proc", "--ro-bind", "/sys", "/sys",
+                # what a container's writable layer gives: HOME (/root) and /tmp can be written
+                "--tmpfs", "/tmp", "--tmpfs", "/root"]
     for host, inside, writable in binds:
         command += ["--bind" if writable else "--ro-bind", str(host), inside]
-    command += ["--chdir", "/", "--clearenv"]
+    command += ["--remount-ro", "/", "--chdir", "/", "--clearenv"]
     for key, value in sorted(env.items()):
         command += ["--setenv", key, value]
     command += ["--", *argv]
