@@ -113,31 +113,44 @@ def _import_one(name: str, capture: _LogCapture) -> dict[str, object]:
                 "stderr": stderr.getvalue()[-4000:]}
 
 
-def _import_in_child(name: str, capture: _LogCapture, result_path: str) -> int:
-    """Import ``name`` in a forked child (it inherits everything imported so far, under
-    qemu its translated code too) on the other core; the parent reads its verdict later."""
+def _forked(producer, result_path: str) -> int:  # type: ignore[no-untyped-def]
+    """Run ``producer`` (returning JSON data) in a forked child, which inherits everything
+    imported so far (under qemu its translated code too), on the other core; the parent
+    reads what it returned with ``_forked_result``."""
     pid = os.fork()
     if pid == 0:
         status = 1
         try:
-            verdict = _import_one(name, capture)
-            verdict["env_reads"] = sorted(ENV_READS)
+            try:
+                produced = {"value": producer()}
+            except BaseException as exc:  # noqa: BLE001 - a failure is data
+                produced = {"error": _error(exc)}
+            produced["env_reads"] = sorted(ENV_READS)
             with open(result_path, "w", encoding="utf-8") as handle:
-                json.dump(verdict, handle)
+                json.dump(produced, handle)
             status = 0
         finally:
             os._exit(status)
     return pid
 
 
-def _child_verdict(name: str, pid: int, result_path: str) -> dict[str, object]:
+def _forked_result(what: str, pid: int, result_path: str) -> dict[str, object]:
+    """``{"value": ...}`` or ``{"error": ...}`` of the child ``pid``."""
     _, status = os.waitpid(pid, 0)
     try:
         with open(result_path, encoding="utf-8") as handle:
-            verdict = json.load(handle)
+            produced = json.load(handle)
     except (OSError, ValueError):
-        return {"ok": False, "error": f"the child importing {name} ended with wait status {status} and no verdict"}
-    ENV_READS.update(verdict.pop("env_reads", []))
+        return {"error": f"the child {what} ended with wait status {status} and no result"}
+    ENV_READS.update(produced.pop("env_reads", []))
+    return produced
+
+
+def _child_verdict(name: str, pid: int, result_path: str) -> dict[str, object]:
+    produced = _forked_result(f"importing {name}", pid, result_path)
+    if "value" not in produced:
+        return {"ok": False, "error": produced["error"]}
+    verdict = dict(produced["value"])  # type: ignore[call-overload]
     verdict["process"] = "forked after torch"
     return verdict
 
@@ -154,7 +167,8 @@ def import_runtime(capture: _LogCapture, scratch: str) -> dict[str, object]:
             continue
         imports[name] = _import_one(name, capture)
         if name == "torch" and imports[name].get("ok"):
-            children = [(forked, _import_in_child(forked, capture, f"{scratch}/import-{forked}.json"))
+            children = [(forked, _forked(lambda forked=forked: _import_one(forked, capture),
+                                         f"{scratch}/import-{forked}.json"))
                         for forked in FORKED_IMPORTS if hasattr(os, "fork")]
     for name in FORKED_IMPORTS:
         if name not in imports and all(name != forked for forked, _ in children):
@@ -198,13 +212,21 @@ def versions(expected: dict[str, str]) -> dict[str, object]:
 
 # seconds spent in each step after the imports (where a check's time goes under emulation)
 PHASE_SECONDS: dict[str, float] = {}
+# Capability steps that are mostly imports of vLLM modules the cases do not need (43 s and
+# 39 s under qemu after the imports): answered by forked children on the other core
+FORKED_CAPABILITIES = ("moe_backends", "load_formats")
 
 
-def capabilities() -> dict[str, object]:
+def capabilities(scratch: str) -> dict[str, object]:
     caps: dict[str, object] = {}
+    children: list[tuple[str, int, str]] = []
 
     def record(key: str, producer) -> None:  # type: ignore[no-untyped-def]
         started = time.monotonic()
+        if key in FORKED_CAPABILITIES and hasattr(os, "fork"):
+            path = f"{scratch}/capability-{key}.json"
+            children.append((key, _forked(producer, path), path))
+            return
         try:
             caps[key] = producer()
         except BaseException as exc:  # noqa: BLE001
@@ -305,6 +327,11 @@ def capabilities() -> dict[str, object]:
     record("flashinfer_kernels", flashinfer_kernels)
     record("general_plugins", general_plugins)
     record("quantization_methods", quantization_methods)
+    started = time.monotonic()
+    for key, pid, path in children:
+        produced = _forked_result(f"finding {key}", pid, path)
+        caps[key] = produced["value"] if "value" in produced else {"error": produced["error"]}
+    PHASE_SECONDS["capabilities.forked_wait"] = round(time.monotonic() - started, 3)
     return caps
 
 
@@ -447,6 +474,7 @@ def judge_case(case: dict[str, object]) -> dict[str, object]:
     }
     verdict["load_format"] = getattr(engine_args, "load_format", None)
     configs: dict[str, object] = {}
+    verdict["model_config"], verdict["speculative_with_target"] = _model_configs(engine_args)
 
     def build(name: str, producer) -> object:  # type: ignore[no-untyped-def]
         try:
@@ -493,6 +521,54 @@ def judge_case(case: dict[str, object]) -> dict[str, object]:
                 verdict["sparkcache"] = judge_sparkcache(engine_args, kv_config)
     verdict["configs"] = configs
     return verdict
+
+
+def _model_configs(engine_args) -> tuple[dict[str, object], dict[str, object] | None]:  # type: ignore[no-untyped-def]
+    """vLLM's own ModelConfig for the case (AsyncEngineArgs.create_model_config,
+    vllm/engine/arg_utils.py:1982) from the checkpoint's config.json bound at ``--model``,
+    then the speculative config with it as the target (create_speculative_config, :2100),
+    which builds the draft's model config. Nothing here needs a GPU."""
+    from vllm.config import ParallelConfig
+
+    try:
+        model = engine_args.create_model_config()
+    except BaseException as exc:  # noqa: BLE001
+        return {"ok": False, "error": _error(exc)}, None
+    built: dict[str, object] = {"ok": True, "architecture": getattr(model, "architecture", None),
+                                "max_model_len": model.max_model_len, "dtype": str(model.dtype)}
+    if not getattr(engine_args, "speculative_config", None):
+        return built, None
+    try:
+        parallel = ParallelConfig(tensor_parallel_size=engine_args.tensor_parallel_size,
+                                  pipeline_parallel_size=engine_args.pipeline_parallel_size,
+                                  decode_context_parallel_size=engine_args.decode_context_parallel_size)
+        speculative = engine_args.create_speculative_config(model, parallel)
+        draft = getattr(speculative, "draft_model_config", None)
+        return built, {"ok": True, "method": speculative.method,
+                       "draft_architectures": list(getattr(draft, "architectures", None) or [])}
+    except BaseException as exc:  # noqa: BLE001
+        return built, {"ok": False, "error": _error(exc)}
+
+
+def warm_model_registry(case: dict[str, object]) -> dict[str, object]:
+    """In a forked child: build the first case's model configs with the registry's model
+    inspection done in this (already forked) process instead of a new interpreter
+    (vllm/model_executor/models/registry.py:1123 ``_run_in_subprocess``: one more start of
+    vLLM, ~150 s under qemu). The registry's own code then caches what it found under
+    VLLM_CACHE_ROOT (registry.py:1013, keyed by the model module's hash), where the
+    parent's ModelConfig finds it."""
+    from vllm.model_executor.models import registry
+
+    registry._run_in_subprocess = lambda fn: fn()  # type: ignore[assignment]
+    for key, value in case.get("env", {}).items():  # type: ignore[attr-defined]
+        os.environ[key] = value
+    args, error = _parse(list(case["serve_args"]))  # type: ignore[arg-type]
+    if args is None:
+        return {"parser": error}
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    model, speculative = _model_configs(AsyncEngineArgs.from_cli_args(args))
+    return {"model_config": model, "speculative_with_target": speculative}
 
 
 def _cache_config(engine_args):  # type: ignore[no-untyped-def]
@@ -552,7 +628,8 @@ def main(argv: list[str]) -> int:
         logging.getLogger().addHandler(capture)
         logging.getLogger("vllm").addHandler(capture)
         _track_environ_reads()
-        imports = import_runtime(capture, os.path.dirname(os.path.abspath(argv[2])))
+        scratch = os.path.dirname(os.path.abspath(argv[2]))
+        imports = import_runtime(capture, scratch)
         # vLLM's logger does not propagate to the root logger and its configuration at
         # import replaces the handlers of "vllm" (vllm/logger.py), so attach again
         if capture not in logging.getLogger("vllm").handlers:
@@ -569,7 +646,15 @@ def main(argv: list[str]) -> int:
         started = time.monotonic()
         result["versions"] = versions(request.get("expected_versions", {}))
         PHASE_SECONDS["versions"] = round(time.monotonic() - started, 3)
-        result["capabilities"] = capabilities() if imports.get("vllm", {}).get("ok") else {}
+        warming = None
+        if imports.get("vllm", {}).get("ok") and request.get("cases") and hasattr(os, "fork"):
+            warming = _forked(lambda: warm_model_registry(request["cases"][0]), f"{scratch}/warm-registry.json")
+        result["capabilities"] = capabilities(scratch) if imports.get("vllm", {}).get("ok") else {}
+        if warming is not None:
+            started = time.monotonic()
+            result["model_registry_warm"] = _forked_result("building the first case's model configs", warming,
+                                                           f"{scratch}/warm-registry.json")
+            PHASE_SECONDS["model_registry_warm_wait"] = round(time.monotonic() - started, 3)
         result["phase_seconds"] = PHASE_SECONDS
         cases = []
         if imports.get("vllm", {}).get("ok"):
