@@ -194,20 +194,22 @@ def test_run_check_never_raises_on_a_path_that_is_not_an_image(tmp_path):
 def test_the_sandbox_mounts_a_checkpoint_where_the_image_has_no_directory(tmp_path):
     """bwrap runs the host's own python3 in a root that has only /usr (the host's, bound over
     an empty directory) and the merged-/usr symlinks: the synthetic checkpoint lands at
-    /models/target and the JIT directory at /var/lib/jit (neither is in the root), / stays
+    /models/target and the JIT directory at /var/lib/jit/profile (the root has /var/lib only), / stays
     read-only, /tmp and the JIT directory are writable."""
     root = tmp_path / "root"
     (root / "usr").mkdir(parents=True)
     (root / "etc").mkdir()
+    (root / "var" / "lib" / "dpkg").mkdir(parents=True)  # the image has /var/lib: the JIT mount goes beside dpkg
     for name in ("bin", "lib", "lib64", "sbin"):
         if os.path.islink(f"/{name}"):
             os.symlink(os.readlink(f"/{name}"), root / name)
     binds = checkpoint.prepare(tmp_path / "scratch", (checkpoint.ContainerMount("/models/target", checkpoint.TARGET),
-                                                      checkpoint.ContainerMount("/var/lib/jit", checkpoint.WRITABLE)))
+                                                      checkpoint.ContainerMount("/var/lib/jit/profile", checkpoint.WRITABLE)))
     program = ("import json, os\n"
                "print(json.load(open('/models/target/config.json'))['architectures'][0])\n"
                "open('/tmp/w', 'w').write('ok')\n"
-               "open('/var/lib/jit/w', 'w').write('ok')\n"
+               "open('/var/lib/jit/profile/w', 'w').write('ok')\n"
+               "print(sorted(os.listdir('/var/lib')))\n"
                "try:\n    open('/written', 'w')\nexcept OSError as exc:\n    print(exc.errno)\n"
                "print(sorted(os.listdir('/')))\n")
     command = sandbox.sandbox_argv(root, ["/usr/bin/python3", "-c", program], {"PATH": "/usr/bin"},
@@ -217,5 +219,6 @@ def test_the_sandbox_mounts_a_checkpoint_where_the_image_has_no_directory(tmp_pa
     lines = completed.stdout.splitlines()
     assert lines[0] == checkpoint.CONFIGS[checkpoint.TARGET]["architectures"][0]
     assert (binds[1][0] / "w").read_text() == "ok"
-    assert lines[1] in (str(errno.EROFS), str(errno.EACCES))
-    assert "models" in lines[2] and "etc" in lines[2]
+    assert lines[1] == "['dpkg', 'jit']"
+    assert lines[2] in (str(errno.EROFS), str(errno.EACCES))
+    assert "models" in lines[3] and "etc" in lines[3]

@@ -105,13 +105,11 @@ def sandbox_argv(root: Path, argv: Sequence[str], env: Mapping[str, str],
     bwrap = bwrap_path() or "bwrap"
     command = [bwrap, "--unshare-pid", "--unshare-ipc", "--unshare-net", "--unshare-uts", "--die-with-parent",
                "--tmpfs", "/"]
-    for entry in sorted(root.iterdir()):
-        if entry.name in SANDBOX_MADE:
-            continue
-        if entry.is_symlink():
-            command += ["--symlink", os.readlink(entry), f"/{entry.name}"]
-        else:
-            command += ["--ro-bind", str(entry), f"/{entry.name}"]
+    # the image's directories above a bind's mount point are made in the tmpfs, their other
+    # entries bound one by one, so that the mount point can be created (/var/lib/... of a
+    # JIT directory where the image has /var)
+    above = {str(parent) for _, inside, _ in binds for parent in Path(inside).parents if str(parent) != "/"}
+    command += _root_entries(root, Path("/"), above)
     command += ["--dev", "/dev", "--proc", "/proc", "--ro-bind", "/sys", "/sys",
                 # what a container's writable layer gives: HOME (/root) and /tmp can be written
                 "--tmpfs", "/tmp", "--tmpfs", "/root"]
@@ -122,6 +120,21 @@ def sandbox_argv(root: Path, argv: Sequence[str], env: Mapping[str, str],
         command += ["--setenv", key, value]
     command += ["--", *argv]
     return command
+
+
+def _root_entries(directory: Path, inside: Path, above: set[str]) -> list[str]:
+    arguments: list[str] = []
+    for entry in sorted(directory.iterdir()):
+        if inside == Path("/") and entry.name in SANDBOX_MADE:
+            continue
+        target = inside / entry.name
+        if entry.is_symlink():
+            arguments += ["--symlink", os.readlink(entry), str(target)]
+        elif str(target) in above and entry.is_dir():
+            arguments += ["--dir", str(target), *_root_entries(entry, target, above)]
+        else:
+            arguments += ["--ro-bind", str(entry), str(target)]
+    return arguments
 
 
 def run_sandboxed(command: Sequence[str], *, timeout: float, stderr_path: Path) -> SandboxRun:
