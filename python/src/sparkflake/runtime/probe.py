@@ -212,21 +212,16 @@ def versions(expected: dict[str, str]) -> dict[str, object]:
 
 # seconds spent in each step after the imports (where a check's time goes under emulation)
 PHASE_SECONDS: dict[str, float] = {}
-# Capability steps that are mostly imports of vLLM modules the cases do not need (43 s and
-# 39 s under qemu after the imports): answered by forked children on the other core
-FORKED_CAPABILITIES = ("moe_backends", "load_formats")
 
 
-def capabilities(scratch: str) -> dict[str, object]:
+def capabilities() -> dict[str, object]:
+    """What this image's code offers. (Answering moe_backends and load_formats, the two
+    slow steps, in forked children was measured: the same module imports then fell on the
+    next step in this process, linear_backends, so they run here.)"""
     caps: dict[str, object] = {}
-    children: list[tuple[str, int, str]] = []
 
     def record(key: str, producer) -> None:  # type: ignore[no-untyped-def]
         started = time.monotonic()
-        if key in FORKED_CAPABILITIES and hasattr(os, "fork"):
-            path = f"{scratch}/capability-{key}.json"
-            children.append((key, _forked(producer, path), path))
-            return
         try:
             caps[key] = producer()
         except BaseException as exc:  # noqa: BLE001
@@ -327,11 +322,6 @@ def capabilities(scratch: str) -> dict[str, object]:
     record("flashinfer_kernels", flashinfer_kernels)
     record("general_plugins", general_plugins)
     record("quantization_methods", quantization_methods)
-    started = time.monotonic()
-    for key, pid, path in children:
-        produced = _forked_result(f"finding {key}", pid, path)
-        caps[key] = produced["value"] if "value" in produced else {"error": produced["error"]}
-    PHASE_SECONDS["capabilities.forked_wait"] = round(time.monotonic() - started, 3)
     return caps
 
 
@@ -356,6 +346,10 @@ def _parse(serve_args: list[str]) -> tuple[object | None, str | None]:
         with contextlib.redirect_stderr(stderr):
             args = parser.parse_args(["serve", *serve_args])
             command.validate(args)
+        # what ServeSubcommand.cmd does first (vllm/entrypoints/cli/serve.py:56): the
+        # positional model_tag is the model (else --model's default, a Hub id, is used)
+        if getattr(args, "model_tag", None) is not None:
+            args.model = args.model_tag
     except SystemExit:
         return None, stderr.getvalue().strip()[-2000:] or "the parser exited"
     except BaseException as exc:  # noqa: BLE001
@@ -649,7 +643,7 @@ def main(argv: list[str]) -> int:
         warming = None
         if imports.get("vllm", {}).get("ok") and request.get("cases") and hasattr(os, "fork"):
             warming = _forked(lambda: warm_model_registry(request["cases"][0]), f"{scratch}/warm-registry.json")
-        result["capabilities"] = capabilities(scratch) if imports.get("vllm", {}).get("ok") else {}
+        result["capabilities"] = capabilities() if imports.get("vllm", {}).get("ok") else {}
         if warming is not None:
             started = time.monotonic()
             result["model_registry_warm"] = _forked_result("building the first case's model configs", warming,
