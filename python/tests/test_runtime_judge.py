@@ -101,3 +101,16 @@ def test_model_config_refusal_fails_with_its_id_and_mtp_needs_its_draft_config()
     noted = [c.detail for c in report.checks if c.id == "runtime.speculative-config" and c.detail.startswith("dflash")]
     assert noted and "synthetic draft config: ValueError: draft" in noted[0]
     assert len(failures) == 2, failures
+
+
+def test_offline_switches_are_in_the_start_environment_only_when_every_case_sets_them():
+    from sparkflake.runtime.check import probe_env
+
+    image = {"PATH": "/usr/bin", "PYTHONDONTWRITEBYTECODE": "1"}
+    offline = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_HOST_IP": "192.0.2.1"}
+    env = probe_env(image, [Case("a", ("/m",), offline), Case("b", ("/m",), offline)])
+    assert env["HF_HUB_OFFLINE"] == "1" and env["TRANSFORMERS_OFFLINE"] == "1"
+    assert "VLLM_HOST_IP" not in env and "PYTHONDONTWRITEBYTECODE" not in env
+    mixed = probe_env(image, [Case("a", ("/m",), offline), Case("b", ("/m",), {"HF_HUB_OFFLINE": "0"})])
+    assert "HF_HUB_OFFLINE" not in mixed and "TRANSFORMERS_OFFLINE" not in mixed
+    assert "HF_HUB_OFFLINE" not in probe_env(image)
