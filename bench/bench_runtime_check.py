@@ -2,20 +2,22 @@
 of the image's interpreter, side by side with a plain ``import vllm`` in the same emulation.
 
 - ours: ``runtime.check.run_check`` on a build output with all of the profile's
-  conformance cases (what the CLI runs): the verified root reused (its stat identity
-  re-walked), one sandboxed interpreter start that imports torch, vllm, b12x, sparkcache,
-  fastsafetensors and flashinfer and judges every case, the grep for env-variable
-  evidence;
+  conformance cases and the CLI's container mounts: the verified root reused (its stat
+  identity re-walked), one sandboxed interpreter start that imports torch, vllm, b12x,
+  sparkcache, fastsafetensors and flashinfer and judges every case (vLLM's ModelConfig
+  from the synthetic checkpoint included), the grep for env-variable evidence;
 - peer: the same sandbox, the same interpreter and bytecode cache, running
   ``python -c "import vllm"`` — the least any check that runs vLLM's own code must pay;
+- both under the same cache condition, in two rows: ``cold`` (no bytecode cache: ours has
+  the host compile the image's sources beside the probe, the peer's interpreter compiles
+  what it imports itself, under emulation) and ``warm`` (the bytecode cache a complete
+  check left, for both);
 - the unpack of the layers (verify + extract), or the verified reuse of a kept root, is
-  reported once, separately (unpack_seconds);
-- each of our runs starts with no bytecode cache (what CI's check of a fresh build pays:
-  the host compiles the image's sources beside the probe); the peer then runs with the
-  cache ours left, i.e. with every module already compiled.
+  reported once, separately (unpack_seconds).
 
-Runs are interleaved; medians and the ratio ours/peer are printed and written to
-bench/results/runtime-check.json, with the load average (the machine is shared).
+Runs are interleaved; medians and the ratios ours/peer per row are printed and written to
+bench/results/runtime-check.json, with the load average before and after each run (the
+machine is shared).
 
     .venv/bin/python bench/bench_runtime_check.py --out result/glm53-dflash7 --profile glm53-dflash7
 """
@@ -35,6 +37,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "python" / "src"))
 
+from sparkflake.cli.runtime import container_mounts, expected_versions
 from sparkflake.launch.conformance import conformance_cases
 from sparkflake.launch.contract import contract_from_profile
 from sparkflake.lock.profile_locks import load_profile
@@ -58,63 +61,91 @@ def main() -> int:
     parser.add_argument("--out", default=str(REPO / "result" / "glm53-dflash7"))
     parser.add_argument("--profile", default="glm53-dflash7")
     parser.add_argument("--scratch", default=os.path.expanduser("~/.cache/sparkflake/runtime/bench"))
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=2, help="runs of each row (cold, warm)")
+    parser.add_argument("--rows", default="cold,warm", help="which rows, in this order per run")
     args = parser.parse_args()
-    sys.path.insert(0, str(REPO / "python" / "src"))
-    from sparkflake.cli.runtime import expected_versions
-
     out, scratch = Path(args.out), Path(args.scratch)
     profile = load_profile(args.profile, check_locks=False)
-    cases = [Case(c.name, c.serve_args, c.env) for c in conformance_cases(contract_from_profile(profile))
-             if c.serve_args is not None]
+    contract = contract_from_profile(profile)
+    cases = [Case(c.name, c.serve_args, c.env) for c in conformance_cases(contract) if c.serve_args is not None]
+    mounts = container_mounts(contract, cases)
     versions = expected_versions(profile)
     reader = open_image(image_location(out))
     started = time.monotonic()
     unpacked = rootfs.unpack_image(reader, scratch)
     first_unpack = time.monotonic() - started
-    env = probe_env(_config_env(reader))
+    env = probe_env(_config_env(reader), cases)
     python, _ = _interpreter(unpacked.path, env)
     assert python is not None
-    (scratch / "pycache").mkdir(exist_ok=True)
-    peer_argv = sandbox.sandbox_argv(unpacked.path, [python, "-c", "import vllm"], env,
-                                     [(scratch / "pycache", PYCACHE_INSIDE, True)])
-    ours, peer, probe_only, imports = [], [], [], []
-    bytecode = []
-    for run in range(args.runs):
-        # the bench's own scratch: the bytecode cache the previous run left goes
+    rows = [row for row in args.rows.split(",") if row]
+    seconds: dict[str, dict[str, list[float]]] = {row: {"ours": [], "import_vllm": [], "ours_probe": [],
+                                                        "ours_imports": []} for row in rows}
+    loads: list[list[float]] = []
+
+    def forget_bytecode() -> None:
+        # the bench's own scratch: the bytecode cache an earlier run left goes
         shutil.rmtree(scratch / "pycache", ignore_errors=True)
         (scratch / "pycache.json").unlink(missing_ok=True)
+
+    def ours(row: str) -> None:
         started = time.monotonic()
-        report = run_check(out, cases=cases, expected_versions=versions, platform=profile.platform, scratch=scratch)
-        ours.append(time.monotonic() - started)
-        probe_only.append(report.probe_seconds or 0.0)
-        imports.append(report.import_seconds or 0.0)
-        bytecode.append(report.bytecode_seconds or 0.0)
+        report = run_check(out, cases=cases, expected_versions=versions, platform=profile.platform, scratch=scratch,
+                           mounts=mounts)
+        seconds[row]["ours"].append(time.monotonic() - started)
+        seconds[row]["ours_probe"].append(report.probe_seconds or 0.0)
+        seconds[row]["ours_imports"].append(report.import_seconds or 0.0)
         assert report.exit_code == 0, [check.as_record() for check in report.failed()]
+
+    def peer(row: str) -> None:
+        (scratch / "pycache").mkdir(exist_ok=True)
+        argv = sandbox.sandbox_argv(unpacked.path, [python, "-c", "import vllm"], env,
+                                    [(scratch / "pycache", PYCACHE_INSIDE, True)])
         started = time.monotonic()
-        result = sandbox.run_sandboxed(peer_argv, timeout=3600, stderr_path=scratch / "peer-stderr.log")
-        peer.append(time.monotonic() - started)
+        result = sandbox.run_sandboxed(argv, timeout=3600, stderr_path=scratch / "peer-stderr.log")
+        seconds[row]["import_vllm"].append(time.monotonic() - started)
         assert result.returncode == 0, result.stderr_tail
-        print(f"run {run + 1}: ours {ours[-1]:.1f} s (probe {probe_only[-1]:.1f} s, {len(cases)} cases, exit "
-              f"{report.exit_code}), import vllm {peer[-1]:.1f} s, load {os.getloadavg()[0]:.1f}", flush=True)
+
+    for run in range(args.runs):
+        for row in rows:
+            before = os.getloadavg()[0]
+            if row == "cold":
+                forget_bytecode()
+                peer(row)
+                forget_bytecode()
+                ours(row)  # leaves the complete cache (and its record) the warm row uses
+            else:
+                if not (scratch / "pycache.json").is_file():
+                    ours(row)  # fills the cache; not timed as warm
+                    for key in ("ours", "ours_probe", "ours_imports"):
+                        seconds[row][key].pop()
+                ours(row)
+                peer(row)
+            loads.append([round(before, 2), round(os.getloadavg()[0], 2)])
+            print(f"run {run + 1} {row}: ours {seconds[row]['ours'][-1]:.1f} s (probe "
+                  f"{seconds[row]['ours_probe'][-1]:.1f} s), import vllm {seconds[row]['import_vllm'][-1]:.1f} s, "
+                  f"load {loads[-1]}", flush=True)
+
+    def median(values: list[float]) -> float:
+        return round(statistics.median(values), 1)
+
     record = {
         "what": "sparkflake runtime check (all conformance cases, one interpreter start) vs python -c 'import vllm' "
-                "in the same sandbox and emulation",
+                "in the same sandbox, emulation and bytecode-cache condition",
         "profile": args.profile,
         "emulation": sandbox.emulation_for(str(reader.config.get("architecture"))).detail,
-        "host": {"machine": platform.machine(), "cpus": os.cpu_count(), "load_average_1m_at_end": os.getloadavg()[0]},
+        "host": {"machine": platform.machine(), "cpus": os.cpu_count(),
+                 "load_average_1m_before_after_each_row": loads},
         "cases": len(cases),
         "runs": args.runs,
         "unpack_seconds": round(first_unpack, 1),  # a verified reuse when the scratch holds this root
-        "median_seconds": {"ours": round(statistics.median(ours), 1), "import_vllm": round(statistics.median(peer), 1),
-                           "ours_probe_only": round(statistics.median(probe_only), 1),
-                           "ours_imports_in_probe": round(statistics.median(imports), 1),
-                           "ours_host_bytecode_beside_probe": round(statistics.median(bytecode), 1)},
-        "ratio_ours_to_import_vllm": round(statistics.median(ours) / statistics.median(peer), 2),
-        "all_seconds": {"ours": [round(x, 1) for x in ours], "import_vllm": [round(x, 1) for x in peer]},
+        "rows": {row: {"median_seconds": {key: median(values) for key, values in data.items()},
+                       "ratio_ours_to_import_vllm": round(statistics.median(data["ours"])
+                                                          / statistics.median(data["import_vllm"]), 2),
+                       "all_seconds": {key: [round(x, 1) for x in values] for key, values in data.items()}}
+                 for row, data in seconds.items()},
     }
     RESULTS.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
-    print(json.dumps(record["median_seconds"]), "ratio", record["ratio_ours_to_import_vllm"])
+    print(json.dumps({row: data["median_seconds"] for row, data in record["rows"].items()}))
     return 0
 
 

@@ -76,3 +76,41 @@ def test_missing_verdict_and_wrong_version_fail():
     _judge(report, result, [Case("lost", ("/m",), {})], {"vllm": "0.33.0"}, {})
     assert ("runtime.versions", "vllm: image has '0.32.0', the lock pins 0.33.0") in _failures(report)
     assert any(i == "runtime.probe" and "lost" in d for i, d in _failures(report))
+
+
+def test_model_config_refusal_fails_with_its_id_and_mtp_needs_its_draft_config():
+    """vLLM's ModelConfig refusal is runtime.model-config; a speculative config that cannot
+    be built with the target fails for MTP (the draft is the target's own checkpoint) and is
+    only noted for an external draft, whose config.json is a synthetic stand-in."""
+    long_case = Case("long", ("/m", "--max-model-len", "2097152"), {})
+    mtp = Case("mtp", ("/m", "--speculative-config", '{"method": "mtp", "num_speculative_tokens": 5}'), {})
+    dflash = Case("dflash", ("/m", "--speculative-config", '{"method": "dflash", "model": "/d"}'), {})
+    refused = {"ok": False, "error": "ValueError: User-specified max_model_len (2097152) is greater than the "
+                                     "derived max_model_len (max_position_embeddings=1048576)"}
+    built = {"ok": True, "architecture": "Glm5NextForCausalLM", "max_model_len": 1048576}
+    no_draft = {"ok": False, "error": "ValueError: draft"}
+    report = _run([long_case, mtp, dflash], [
+        {"name": "long", **GOOD, "model_config": refused},
+        {"name": "mtp", **GOOD, "model_config": built, "speculative_with_target": no_draft},
+        {"name": "dflash", **GOOD, "model_config": built, "speculative_with_target": no_draft},
+    ])
+    failures = _failures(report)
+    assert any(i == "runtime.model-config" and d.startswith("long:") and "2097152" in d for i, d in failures)
+    assert any(i == "runtime.speculative-config" and d.startswith("mtp:") for i, d in failures)
+    assert not any(d.startswith("dflash:") for _, d in failures), failures
+    noted = [c.detail for c in report.checks if c.id == "runtime.speculative-config" and c.detail.startswith("dflash")]
+    assert noted and "synthetic draft config: ValueError: draft" in noted[0]
+    assert len(failures) == 2, failures
+
+
+def test_offline_switches_are_in_the_start_environment_only_when_every_case_sets_them():
+    from sparkflake.runtime.check import probe_env
+
+    image = {"PATH": "/usr/bin", "PYTHONDONTWRITEBYTECODE": "1"}
+    offline = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_HOST_IP": "192.0.2.1"}
+    env = probe_env(image, [Case("a", ("/m",), offline), Case("b", ("/m",), offline)])
+    assert env["HF_HUB_OFFLINE"] == "1" and env["TRANSFORMERS_OFFLINE"] == "1"
+    assert "VLLM_HOST_IP" not in env and "PYTHONDONTWRITEBYTECODE" not in env
+    mixed = probe_env(image, [Case("a", ("/m",), offline), Case("b", ("/m",), {"HF_HUB_OFFLINE": "0"})])
+    assert "HF_HUB_OFFLINE" not in mixed and "TRANSFORMERS_OFFLINE" not in mixed
+    assert "HF_HUB_OFFLINE" not in probe_env(image)

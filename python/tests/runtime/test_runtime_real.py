@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkflake.cli.runtime import expected_versions
+from sparkflake.cli.runtime import container_mounts, expected_versions
 from sparkflake.compose.receipt import byproduct
 from sparkflake.launch.conformance import conformance_cases
 from sparkflake.launch.contract import contract_from_profile
@@ -88,6 +88,9 @@ def _bad_cases(cases: list[Case]) -> dict[str, tuple[Case, str, str]]:
                     "runtime.env-unread", "B12X_FULL_CKV_GATHER"),
         "bad-backend": (Case("bad-backend", _replace(args, "--moe-backend", "nope_moe"), default.env),
                         "runtime.backend-absent", "nope_moe"),
+        # twice what GLM-5.3's config.json allows (max_position_embeddings 1048576)
+        "bad-max-model-len": (Case("bad-max-model-len", _replace(args, "--max-model-len", "2097152"), default.env),
+                              "runtime.model-config", "2097152"),
     }
 
 
@@ -101,9 +104,10 @@ def dflash7(tmp_path_factory):
     bad = _bad_cases(cases)
     scratch = _scratch(tmp, "glm53-dflash7")
     try:
-        report = run_check(out, cases=[*cases, *(case for case, _, _ in bad.values())],
-                           expected_versions=expected_versions(profile), platform=profile.platform,
-                           scratch=scratch)
+        all_cases = [*cases, *(case for case, _, _ in bad.values())]
+        report = run_check(out, cases=all_cases, expected_versions=expected_versions(profile),
+                           platform=profile.platform, scratch=scratch,
+                           mounts=container_mounts(contract_from_profile(profile), all_cases))
     finally:
         _drop(scratch)
         shutil.rmtree(out / "oci", ignore_errors=True)
@@ -118,12 +122,16 @@ def test_real_specs_pass_in_the_image(dflash7):
     assert not failed, failed
     ids = {c.id for c in report.checks if c.status == "pass"}
     for check_id in ("runtime.imports", "runtime.versions", "runtime.vllm-args", "runtime.engine-args",
+                     "runtime.model-config",
                      "runtime.speculative-config", "runtime.vllm-config", "runtime.kv-connector",
                      "runtime.sparkcache-config", "runtime.sparkcache-key-unread", "runtime.env-unread",
                      "runtime.backend-absent"):
         assert check_id in ids, check_id
     judged = {c.detail.split(":")[0] for c in report.checks if c.id == "runtime.vllm-args"}
     assert {case.name for case in cases} <= judged
+    # vLLM's ModelConfig was built for every case, from the checkpoint config bound at --model
+    models = {c.detail.split(":")[0] for c in report.checks if c.id == "runtime.model-config" and c.status == "pass"}
+    assert {case.name for case in cases} <= models
 
 
 def test_each_bad_spec_fails_with_its_check_id_and_name(dflash7):
@@ -163,6 +171,7 @@ def test_mtp5_check_through_the_cli(tmp_path):
         report = json.loads(completed.stdout)
         assert report["ok"] and report["capabilities"]["image"]["manifest_digest"]
         passed = {check["id"] for check in report["checks"] if check["status"] == "pass"}
+        assert "runtime.model-config" in passed
         assert "runtime.bytecode" in passed or sandbox.host_architecture() == "arm64", report["checks"][:8]
         committed = REPO / "profiles" / "glm53-mtp5" / capability_file.FILE_NAME
         written = (out / capability_file.FILE_NAME).read_bytes()

@@ -4,6 +4,7 @@ a missing or altered layer. Images are built by sparkflake's own OCI builder."""
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import os
@@ -29,7 +30,7 @@ from sparkflake.oci import (
 )
 from sparkflake.oci.reader import open_image
 from sparkflake.oci.types import Platform
-from sparkflake.runtime import rootfs
+from sparkflake.runtime import checkpoint, rootfs, sandbox
 from sparkflake.runtime.check import run_check
 
 REPO = Path(__file__).resolve().parents[3]
@@ -187,3 +188,37 @@ def test_run_check_never_raises_on_a_path_that_is_not_an_image(tmp_path):
     report = run_check(tmp_path / "junk", cases=[], expected_versions={}, platform="linux/arm64",
                        scratch=tmp_path / "scratch")
     assert report.exit_code == 2 and report.checks[0].id == "runtime.unpack"
+
+
+@pytest.mark.skipif(not Path("/usr/bin/python3").is_file(), reason="the host's /usr is the stand-in image's")
+def test_the_sandbox_mounts_a_checkpoint_where_the_image_has_no_directory(tmp_path):
+    """bwrap runs the host's own python3 in a root that has only /usr (the host's, bound over
+    an empty directory) and the merged-/usr symlinks: the synthetic checkpoint lands at
+    /models/target and the JIT directory at /var/lib/jit/profile (the root has /var/lib only), / stays
+    read-only, /tmp and the JIT directory are writable."""
+    root = tmp_path / "root"
+    (root / "usr").mkdir(parents=True)
+    (root / "etc").mkdir()
+    (root / "var" / "lib" / "dpkg").mkdir(parents=True)  # the image has /var/lib: the JIT mount goes beside dpkg
+    for name in ("bin", "lib", "lib64", "sbin"):
+        if os.path.islink(f"/{name}"):
+            os.symlink(os.readlink(f"/{name}"), root / name)
+    binds = checkpoint.prepare(tmp_path / "scratch", (checkpoint.ContainerMount("/models/target", checkpoint.TARGET),
+                                                      checkpoint.ContainerMount("/var/lib/jit/profile", checkpoint.WRITABLE)))
+    program = ("import json, os\n"
+               "print(json.load(open('/models/target/config.json'))['architectures'][0])\n"
+               "open('/tmp/w', 'w').write('ok')\n"
+               "open('/var/lib/jit/profile/w', 'w').write('ok')\n"
+               "print(sorted(os.listdir('/var/lib')))\n"
+               "try:\n    open('/written', 'w')\nexcept OSError as exc:\n    print(exc.errno)\n"
+               "print(sorted(os.listdir('/')))\n")
+    command = sandbox.sandbox_argv(root, ["/usr/bin/python3", "-c", program], {"PATH": "/usr/bin"},
+                                   [(Path("/usr"), "/usr", False), *binds])
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert completed.returncode == 0, completed.stderr
+    lines = completed.stdout.splitlines()
+    assert lines[0] == checkpoint.CONFIGS[checkpoint.TARGET]["architectures"][0]
+    assert (binds[1][0] / "w").read_text() == "ok"
+    assert lines[1] == "['dpkg', 'jit']"
+    assert lines[2] in (str(errno.EROFS), str(errno.EACCES))
+    assert "models" in lines[3] and "etc" in lines[3]

@@ -72,6 +72,20 @@ def expected_versions(profile) -> dict[str, str]:
     return versions
 
 
+def container_mounts(contract, cases) -> tuple:  # type: ignore[no-untyped-def]
+    """Where the launcher's container spec mounts the checkpoints and the directories the
+    container writes (launch/spec.py build_spec): the check binds stand-ins there."""
+    from ..launch.spec import CONTAINER_DRAFT, CONTAINER_TARGET
+    from ..runtime.checkpoint import DRAFT, TARGET, WRITABLE, ContainerMount
+
+    mounts = [ContainerMount(CONTAINER_TARGET, TARGET)]
+    if any(CONTAINER_DRAFT in argument for case in cases for argument in case.serve_args):
+        mounts.append(ContainerMount(CONTAINER_DRAFT, DRAFT))
+    mounts += [ContainerMount(contract.container_jit_root, WRITABLE),
+               ContainerMount(contract.container_cache_root, WRITABLE)]
+    return tuple(mounts)
+
+
 def run_check_command(args: argparse.Namespace) -> int:
     from ..core.atomic_write import write_bytes_atomic
     from ..launch.conformance import conformance_cases
@@ -92,7 +106,8 @@ def run_check_command(args: argparse.Namespace) -> int:
         else:
             cases.append(Case(case.name, case.serve_args, case.env))
     report = run_check(out, cases=cases, expected_versions=expected_versions(profile),
-                       platform=profile.platform, scratch=_scratch(args, profile.name), timeout=args.timeout)
+                       platform=profile.platform, scratch=_scratch(args, profile.name), timeout=args.timeout,
+                       mounts=container_mounts(contract, cases))
     for case in refused:
         report.add("runtime.launch-refused", SKIP, f"{case.name}: the launcher refuses it: {case.refusal}")
     if report.capabilities is not None:

@@ -7,6 +7,7 @@ document with a bound, and turns it into checks with stable ids:
 ``runtime.platform``, ``runtime.emulation``, ``runtime.sandbox``, ``runtime.unpack``,
 ``runtime.interpreter``, ``runtime.bytecode``, ``runtime.probe``, ``runtime.imports``, ``runtime.versions``,
 and per launch case ``runtime.vllm-args`` (vLLM's own serve parser), ``runtime.engine-args``,
+``runtime.model-config`` (vLLM's ModelConfig from the checkpoint's config.json),
 ``runtime.speculative-config`` (unknown keys are named), ``runtime.vllm-config``
 (compilation, parallel, cache, KV-transfer config objects), ``runtime.kv-connector``,
 ``runtime.backend-absent``, ``runtime.sparkcache-config``, ``runtime.sparkcache-key-unread``,
@@ -34,7 +35,7 @@ from ..core.check_result import CheckResult
 from ..core.elf_machines import MACHINE_BY_ARCHITECTURE
 from ..core.errors import CheckFailed, InputError
 from ..oci.reader import ImageReader, open_image
-from . import bytecode, rootfs, sandbox
+from . import bytecode, checkpoint, rootfs, sandbox
 from .capabilities import Capabilities
 from .env_evidence import EXTERNAL_READERS, find_names
 
@@ -54,6 +55,10 @@ IMPORT_ORDER = ("typing_extensions", "torch", "numpy", "sympy", "jinja2", "netwo
                 "safetensors", "yaml", "requests", "urllib3", "msgspec", "zmq", "psutil", "cachetools",
                 "cloudpickle", "tqdm", "packaging", "b12x", "cutlass", "sparkcache", "fastsafetensors",
                 "flashinfer")
+# Read by huggingface_hub and transformers when they are imported (huggingface_hub/constants.py
+# HF_HUB_OFFLINE), so the container's values are in the interpreter's environment from its
+# start, not set per case after the imports as the other variables are
+AT_START = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 
 
 @dataclass(frozen=True)
@@ -175,9 +180,12 @@ def run_check(
     scratch: Path,
     timeout: float = DEFAULT_TIMEOUT,
     progress: Any = None,
+    mounts: Sequence[checkpoint.ContainerMount] = (),
 ) -> CheckReport:
     """Check ``image`` (a build output, OCI layout or archive). Never raises for bad input:
-    every problem becomes a check; the caller turns ``exit_code`` into the exit status."""
+    every problem becomes a check; the caller turns ``exit_code`` into the exit status.
+    ``mounts``: where the container runtime mounts the checkpoints (synthetic ones are
+    bound there: checkpoint.py) and the directories the container writes."""
     import time
 
     report = CheckReport()
@@ -227,7 +235,9 @@ def run_check(
     # the image's bytecode compiled natively (in the order the probe imports), then the
     # file search for env-variable names.
     host_work = _HostWork(unpacked.path, env_names)
-    result = _run_probe(report, unpacked.path, scratch, inside, env, cases, expected_versions, timeout, host_work)
+    binds = checkpoint.prepare(scratch, tuple(mounts))
+    result = _run_probe(report, unpacked.path, scratch, inside, env, cases, expected_versions, timeout, host_work,
+                        binds)
     found = host_work.found()
     if result is None:
         return report
@@ -277,11 +287,11 @@ class _HostWork:
 
 def _run_probe(report: CheckReport, root: Path, scratch: Path, python: str, image_env: Mapping[str, str],
                cases: Sequence[Case], expected_versions: Mapping[str, str], timeout: float,
-               host_work: _HostWork) -> dict | None:
+               host_work: _HostWork, binds: Sequence[tuple[Path, str, bool]]) -> dict | None:
     pycache = _verified_pycache(scratch)
     for stale in scratch.glob("probe-*"):  # left by a check that was killed
         shutil.rmtree(stale, ignore_errors=True)
-    env = probe_env(image_env)
+    env = probe_env(image_env, cases)
     host_work.start(pycache, _bytecode_facts(report, root, scratch, python, env))
     work = Path(tempfile.mkdtemp(prefix="probe-", dir=scratch))
     try:
@@ -292,7 +302,7 @@ def _run_probe(report: CheckReport, root: Path, scratch: Path, python: str, imag
             root,
             [python, f"{INSIDE}/probe.py", f"{INSIDE}/request.json", f"{INSIDE}/result.json"],
             env,
-            [(work, INSIDE, True), (pycache, PYCACHE_INSIDE, True)],
+            [(work, INSIDE, True), (pycache, PYCACHE_INSIDE, True), *binds],
         )
         run = sandbox.run_sandboxed(command, timeout=timeout, stderr_path=work / "stderr.log")
         host_work.found()  # the compiler is done with the cache before it is recorded
@@ -333,8 +343,9 @@ def _run_probe(report: CheckReport, root: Path, scratch: Path, python: str, imag
         shutil.rmtree(work, ignore_errors=True)
 
 
-def probe_env(image_env: Mapping[str, str]) -> dict[str, str]:
-    """The image config's environment, with the bytecode cache the check keeps.
+def probe_env(image_env: Mapping[str, str], cases: Sequence[Case] = ()) -> dict[str, str]:
+    """The image config's environment, with the bytecode cache the check keeps, and the
+    ``AT_START`` variables every case's container sets (to the same value).
 
     The image forbids writing bytecode (its root is read-only anyway); the check keeps the
     image interpreter's bytecode in sparkflake's scratch so that the next check of the
@@ -343,6 +354,11 @@ def probe_env(image_env: Mapping[str, str]) -> dict[str, str]:
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PYTHONPYCACHEPREFIX"] = PYCACHE_INSIDE
     env.setdefault("HOME", "/root")
+    for name in AT_START:
+        values = {case.env.get(name) for case in cases}
+        value = values.pop() if len(values) == 1 else None
+        if value is not None:
+            env[name] = value
     return env
 
 
@@ -453,9 +469,20 @@ def _judge_case(report: CheckReport, case: Case, verdict: Mapping[str, Any], cap
     ok, error = _verdict_status(verdict.get("engine_args"))
     report.add("runtime.engine-args", PASS if ok else FAIL, f"{name}: AsyncEngineArgs.from_cli_args" if ok
                else f"{name}: {error}")
+    model = verdict.get("model_config")
+    if isinstance(model, Mapping):
+        ok, error = _verdict_status(model)
+        report.add("runtime.model-config", PASS if ok else FAIL,
+                   f"{name}: ModelConfig of {model.get('architecture')}, max_model_len {model.get('max_model_len')}"
+                   if ok else f"{name}: {error}")
     configs = verdict.get("configs", {})
     speculative = configs.get("speculative")
-    if isinstance(speculative, Mapping):
+    with_target = verdict.get("speculative_with_target")
+    if isinstance(with_target, Mapping) and not with_target.get("ok") and _speculative_method(case) == "mtp":
+        # MTP drafts with the target's own checkpoint: nothing synthetic stands in for the draft
+        report.add("runtime.speculative-config", FAIL, f"{name}: with the target's ModelConfig: "
+                   f"{with_target.get('error')}")
+    elif isinstance(speculative, Mapping):
         unexpected = speculative.get("unexpected_keys") or []
         if unexpected:
             report.add("runtime.speculative-config", FAIL,
@@ -470,7 +497,7 @@ def _judge_case(report: CheckReport, case: Case, verdict: Mapping[str, Any], cap
             # past validation, SpeculativeConfig.__post_init__ reads the target model config,
             # which needs a checkpoint: that part is not judged here
             report.add("runtime.speculative-config", PASS,
-                       f"{name}: SpeculativeConfig validates every key and value")
+                       f"{name}: SpeculativeConfig validates every key and value" + _with_target_note(with_target))
     bad = [f"{key}: {entry.get('error')}" for key, entry in sorted(configs.items())
            if key != "speculative" and isinstance(entry, Mapping) and not entry.get("ok")]
     built = sorted(key for key in configs if key != "speculative")
@@ -489,6 +516,28 @@ def _judge_case(report: CheckReport, case: Case, verdict: Mapping[str, Any], cap
         report.add("runtime.sparkcache-key-unread", FAIL if unread else PASS,
                    f"{name}: SparkCache reads no extra-config key {', '.join(unread)}" if unread
                    else f"{name}: SparkCache reads all {len(spark.get('keys_given', []))} extra-config keys")
+
+
+def _speculative_method(case: Case) -> str | None:
+    args = list(case.serve_args)
+    if "--speculative-config" not in args or args.index("--speculative-config") + 1 >= len(args):
+        return None
+    try:
+        method = json.loads(args[args.index("--speculative-config") + 1]).get("method")
+    except (ValueError, AttributeError):
+        return None
+    return method if isinstance(method, str) else None
+
+
+def _with_target_note(with_target: Any) -> str:
+    """What building it with the target's ModelConfig gave, for a draft whose checkpoint is
+    a synthetic stand-in (checkpoint.py): recorded, not judged."""
+    if not isinstance(with_target, Mapping):
+        return ""
+    if with_target.get("ok"):
+        return (f"; built with the target's ModelConfig ({with_target.get('method')}, draft "
+                f"{', '.join(with_target.get('draft_architectures') or []) or 'the target'})")
+    return f"; with the target's ModelConfig and the synthetic draft config: {with_target.get('error')}"
 
 
 BACKEND_FLAGS = {"--attention-backend": "attention_backends", "--moe-backend": "moe_backends",

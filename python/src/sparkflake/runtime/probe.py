@@ -114,31 +114,44 @@ def _import_one(name: str, capture: _LogCapture) -> dict[str, object]:
                 "stderr": stderr.getvalue()[-4000:]}
 
 
-def _import_in_child(name: str, capture: _LogCapture, result_path: str) -> int:
-    """Import ``name`` in a forked child (it inherits everything imported so far, under
-    qemu its translated code too) on the other core; the parent reads its verdict later."""
+def _forked(producer, result_path: str) -> int:
+    """Run ``producer`` (returning JSON data) in a forked child, which inherits everything
+    imported so far (under qemu its translated code too), on the other core; the parent
+    reads what it returned with ``_forked_result``."""
     pid = os.fork()
     if pid == 0:
         status = 1
         try:
-            verdict = _import_one(name, capture)
-            verdict["env_reads"] = sorted(ENV_READS)
+            try:
+                produced = {"value": producer()}
+            except BaseException as exc:  # noqa: BLE001 - a failure is data
+                produced = {"error": _error(exc)}
+            produced["env_reads"] = sorted(ENV_READS)
             with open(result_path, "w", encoding="utf-8") as handle:
-                json.dump(verdict, handle)
+                json.dump(produced, handle)
             status = 0
         finally:
             os._exit(status)
     return pid
 
 
-def _child_verdict(name: str, pid: int, result_path: str) -> dict[str, object]:
+def _forked_result(what: str, pid: int, result_path: str) -> dict[str, object]:
+    """``{"value": ...}`` or ``{"error": ...}`` of the child ``pid``."""
     _, status = os.waitpid(pid, 0)
     try:
         with open(result_path, encoding="utf-8") as handle:
-            verdict = json.load(handle)
+            produced = json.load(handle)
     except (OSError, ValueError):
-        return {"ok": False, "error": f"the child importing {name} ended with wait status {status} and no verdict"}
-    ENV_READS.update(verdict.pop("env_reads", []))
+        return {"error": f"the child {what} ended with wait status {status} and no result"}
+    ENV_READS.update(produced.pop("env_reads", []))
+    return produced
+
+
+def _child_verdict(name: str, pid: int, result_path: str) -> dict[str, object]:
+    produced = _forked_result(f"importing {name}", pid, result_path)
+    if "value" not in produced:
+        return {"ok": False, "error": produced["error"]}
+    verdict = dict(produced["value"])
     verdict["process"] = "forked after torch"
     return verdict
 
@@ -155,7 +168,8 @@ def import_runtime(capture: _LogCapture, scratch: str) -> dict[str, object]:
             continue
         imports[name] = _import_one(name, capture)
         if name == "torch" and imports[name].get("ok"):
-            children = [(forked, _import_in_child(forked, capture, f"{scratch}/import-{forked}.json"))
+            children = [(forked, _forked(lambda forked=forked: _import_one(forked, capture),
+                                         f"{scratch}/import-{forked}.json"))
                         for forked in FORKED_IMPORTS if hasattr(os, "fork")]
     for name in FORKED_IMPORTS:
         if name not in imports and all(name != forked for forked, _ in children):
@@ -202,6 +216,9 @@ PHASE_SECONDS: dict[str, float] = {}
 
 
 def capabilities() -> dict[str, object]:
+    """What this image's code offers. (Answering moe_backends and load_formats, the two
+    slow steps, in forked children was measured: the same module imports then fell on the
+    next step in this process, linear_backends, so they run here.)"""
     caps: dict[str, object] = {}
 
     def record(key: str, producer) -> None:
@@ -330,6 +347,10 @@ def _parse(serve_args: list[str]) -> tuple[object | None, str | None]:
         with contextlib.redirect_stderr(stderr):
             args = parser.parse_args(["serve", *serve_args])
             command.validate(args)
+        # what ServeSubcommand.cmd does first (vllm/entrypoints/cli/serve.py:56): the
+        # positional model_tag is the model (else --model's default, a Hub id, is used)
+        if getattr(args, "model_tag", None) is not None:
+            args.model = args.model_tag
     except SystemExit:
         return None, stderr.getvalue().strip()[-2000:] or "the parser exited"
     except BaseException as exc:  # noqa: BLE001
@@ -448,6 +469,7 @@ def judge_case(case: dict[str, object]) -> dict[str, object]:
     }
     verdict["load_format"] = getattr(engine_args, "load_format", None)
     configs: dict[str, object] = {}
+    verdict["model_config"], verdict["speculative_with_target"] = _model_configs(engine_args)
 
     def build(name: str, producer) -> object:
         try:
@@ -494,6 +516,54 @@ def judge_case(case: dict[str, object]) -> dict[str, object]:
                 verdict["sparkcache"] = judge_sparkcache(engine_args, kv_config)
     verdict["configs"] = configs
     return verdict
+
+
+def _model_configs(engine_args) -> tuple[dict[str, object], dict[str, object] | None]:
+    """vLLM's own ModelConfig for the case (AsyncEngineArgs.create_model_config,
+    vllm/engine/arg_utils.py:1982) from the checkpoint's config.json bound at ``--model``,
+    then the speculative config with it as the target (create_speculative_config, :2100),
+    which builds the draft's model config. Nothing here needs a GPU."""
+    from vllm.config import ParallelConfig
+
+    try:
+        model = engine_args.create_model_config()
+    except BaseException as exc:  # noqa: BLE001
+        return {"ok": False, "error": _error(exc)}, None
+    built: dict[str, object] = {"ok": True, "architecture": getattr(model, "architecture", None),
+                                "max_model_len": model.max_model_len, "dtype": str(model.dtype)}
+    if not getattr(engine_args, "speculative_config", None):
+        return built, None
+    try:
+        parallel = ParallelConfig(tensor_parallel_size=engine_args.tensor_parallel_size,
+                                  pipeline_parallel_size=engine_args.pipeline_parallel_size,
+                                  decode_context_parallel_size=engine_args.decode_context_parallel_size)
+        speculative = engine_args.create_speculative_config(model, parallel)
+        draft = getattr(speculative, "draft_model_config", None)
+        return built, {"ok": True, "method": speculative.method,
+                       "draft_architectures": list(getattr(draft, "architectures", None) or [])}
+    except BaseException as exc:  # noqa: BLE001
+        return built, {"ok": False, "error": _error(exc)}
+
+
+def warm_model_registry(case: dict[str, object]) -> dict[str, object]:
+    """In a forked child: build the first case's model configs with the registry's model
+    inspection done in this (already forked) process instead of a new interpreter
+    (vllm/model_executor/models/registry.py:1123 ``_run_in_subprocess``: one more start of
+    vLLM, ~150 s under qemu). The registry's own code then caches what it found under
+    VLLM_CACHE_ROOT (registry.py:1013, keyed by the model module's hash), where the
+    parent's ModelConfig finds it."""
+    from vllm.model_executor.models import registry
+
+    registry._run_in_subprocess = lambda fn: fn()
+    for key, value in case.get("env", {}).items():
+        os.environ[key] = value
+    args, error = _parse(list(case["serve_args"]))
+    if args is None:
+        return {"parser": error}
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    model, speculative = _model_configs(AsyncEngineArgs.from_cli_args(args))
+    return {"model_config": model, "speculative_with_target": speculative}
 
 
 def _cache_config(engine_args):
@@ -553,7 +623,8 @@ def main(argv: list[str]) -> int:
         logging.getLogger().addHandler(capture)
         logging.getLogger("vllm").addHandler(capture)
         _track_environ_reads()
-        imports = import_runtime(capture, os.path.dirname(os.path.abspath(argv[2])))
+        scratch = os.path.dirname(os.path.abspath(argv[2]))
+        imports = import_runtime(capture, scratch)
         # vLLM's logger does not propagate to the root logger and its configuration at
         # import replaces the handlers of "vllm" (vllm/logger.py), so attach again
         if capture not in logging.getLogger("vllm").handlers:
@@ -570,7 +641,15 @@ def main(argv: list[str]) -> int:
         started = time.monotonic()
         result["versions"] = versions(request.get("expected_versions", {}))
         PHASE_SECONDS["versions"] = round(time.monotonic() - started, 3)
+        warming = None
+        if imports.get("vllm", {}).get("ok") and request.get("cases") and hasattr(os, "fork"):
+            warming = _forked(lambda: warm_model_registry(request["cases"][0]), f"{scratch}/warm-registry.json")
         result["capabilities"] = capabilities() if imports.get("vllm", {}).get("ok") else {}
+        if warming is not None:
+            started = time.monotonic()
+            result["model_registry_warm"] = _forked_result("building the first case's model configs", warming,
+                                                           f"{scratch}/warm-registry.json")
+            PHASE_SECONDS["model_registry_warm_wait"] = round(time.monotonic() - started, 3)
         result["phase_seconds"] = PHASE_SECONDS
         cases = []
         if imports.get("vllm", {}).get("ok"):

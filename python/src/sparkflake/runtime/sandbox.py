@@ -90,23 +90,51 @@ class SandboxRun:
     seconds: float
 
 
+# Made by the sandbox itself, not taken from the image's root
+SANDBOX_MADE = ("dev", "proc", "sys", "tmp", "root")
+
+
 def sandbox_argv(root: Path, argv: Sequence[str], env: Mapping[str, str],
                  binds: Sequence[tuple[Path, str, bool]]) -> list[str]:
-    """bwrap argv running ``argv`` with ``root`` as ``/``; ``binds``: (host, inside, writable)."""
+    """bwrap argv running ``argv`` with ``root`` as ``/``; ``binds``: (host, inside, writable).
+
+    ``/`` is a tmpfs holding each top-level entry of ``root`` (bound read-only, symlinks
+    recreated), made read-only once the binds are in: a bind may then land where the image
+    has no directory (``/models/target``, as the container runtime mounts a checkpoint),
+    which a read-only bind of the whole root refuses (bwrap 0.8 has no overlay)."""
     bwrap = bwrap_path() or "bwrap"
-    command = [
-        bwrap, "--unshare-pid", "--unshare-ipc", "--unshare-net", "--unshare-uts", "--die-with-parent",
-        "--ro-bind", str(root), "/", "--dev", "/dev", "--proc", "/proc", "--ro-bind", "/sys", "/sys",
-        # what a container's writable layer gives: HOME (/root) and /tmp can be written
-        "--tmpfs", "/tmp", "--tmpfs", "/root",
-    ]
+    command = [bwrap, "--unshare-pid", "--unshare-ipc", "--unshare-net", "--unshare-uts", "--die-with-parent",
+               "--tmpfs", "/"]
+    # the image's directories above a bind's mount point are made in the tmpfs, their other
+    # entries bound one by one, so that the mount point can be created (/var/lib/... of a
+    # JIT directory where the image has /var)
+    above = {str(parent) for _, inside, _ in binds for parent in Path(inside).parents if str(parent) != "/"}
+    command += _root_entries(root, Path("/"), above)
+    command += ["--dev", "/dev", "--proc", "/proc", "--ro-bind", "/sys", "/sys",
+                # what a container's writable layer gives: HOME (/root) and /tmp can be written
+                "--tmpfs", "/tmp", "--tmpfs", "/root"]
     for host, inside, writable in binds:
         command += ["--bind" if writable else "--ro-bind", str(host), inside]
-    command += ["--chdir", "/", "--clearenv"]
+    command += ["--remount-ro", "/", "--chdir", "/", "--clearenv"]
     for key, value in sorted(env.items()):
         command += ["--setenv", key, value]
     command += ["--", *argv]
     return command
+
+
+def _root_entries(directory: Path, inside: Path, above: set[str]) -> list[str]:
+    arguments: list[str] = []
+    for entry in sorted(directory.iterdir()):
+        if inside == Path("/") and entry.name in SANDBOX_MADE:
+            continue
+        target = inside / entry.name
+        if entry.is_symlink():
+            arguments += ["--symlink", os.readlink(entry), str(target)]
+        elif str(target) in above and entry.is_dir():
+            arguments += ["--dir", str(target), *_root_entries(entry, target, above)]
+        else:
+            arguments += ["--ro-bind", str(entry), str(target)]
+    return arguments
 
 
 def run_sandboxed(command: Sequence[str], *, timeout: float, stderr_path: Path) -> SandboxRun:

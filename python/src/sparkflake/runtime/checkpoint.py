@@ -1,0 +1,82 @@
+"""Synthetic checkpoint directories for the runtime check: the ``config.json`` that vLLM's
+ModelConfig (and the speculative config's draft model config) read, no weights.
+
+The check binds them read-only where the launcher mounts the real checkpoints
+(``ContainerMount``), so vLLM's own code resolves ``--model`` to a local directory as it
+does in the container (HF_HUB_OFFLINE: vllm/engine/arg_utils.py:933 get_model_path).
+
+The target is GLM-5.3 Flash: ``Glm5NextForCausalLM`` is the architecture of the image's
+vLLM registry (vllm/model_executor/models/registry.py:127, module vllm.models.glm5next)
+and ``glm5_next`` the model_type of its transformers config
+(transformers/models/glm5_next/configuration_glm5_next.py:290, transformers 5.20.2), whose
+defaults are the GLM-5.3 Flash shape; ``max_position_embeddings`` 1048576 is that
+config's default (:122), written out because ModelConfig derives the longest
+``--max-model-len`` it allows from it. The draft is the DFlash2 head as the registry names
+it (registry.py:666 ``DFlash2DraftModel``, qwen3_dflash2): no config of the real draft is
+available here, so its fields are the ones vLLM's code reads (dflash_config's
+target_layer_ids and mask_token_id: vllm/config/speculative.py:262,357; hidden and vocab
+sizes equal to the target's). What the draft part yields is recorded, and judged only
+where vLLM's validation names a launch value.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..core.atomic_write import write_bytes_atomic
+
+TARGET, DRAFT, WRITABLE = "target", "draft", "writable"
+GLM53_MAX_POSITIONS = 1048576
+CONFIGS: dict[str, dict[str, Any]] = {
+    TARGET: {
+        "architectures": ["Glm5NextForCausalLM"],
+        "model_type": "glm5_next",
+        "max_position_embeddings": GLM53_MAX_POSITIONS,
+        "torch_dtype": "bfloat16",
+    },
+    DRAFT: {
+        "architectures": ["DFlash2DraftModel"],
+        "model_type": "qwen3",
+        "hidden_size": 4096,
+        "intermediate_size": 12288,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "vocab_size": 154880,
+        "max_position_embeddings": GLM53_MAX_POSITIONS,
+        "torch_dtype": "bfloat16",
+        "dflash_config": {"target_layer_ids": [1, 22, 43], "mask_token_id": 154820},
+    },
+}
+
+
+@dataclass(frozen=True)
+class ContainerMount:
+    """A directory the container runtime mounts at ``inside``: a checkpoint (``target`` or
+    ``draft``, read-only) or a directory the container writes (``writable``: the JIT and
+    cache roots)."""
+
+    inside: str
+    role: str
+
+
+def prepare(scratch: Path, mounts: list[ContainerMount] | tuple[ContainerMount, ...]) -> list[tuple[Path, str, bool]]:
+    """The host directories for ``mounts`` under ``scratch/mounts`` (made afresh: this
+    check's own scratch), as sandbox binds (host, inside, writable)."""
+    base = scratch / "mounts"
+    shutil.rmtree(base, ignore_errors=True)
+    binds = []
+    for index, mount in enumerate(mounts):
+        host = base / f"{index}-{mount.role}"
+        host.mkdir(parents=True)
+        if mount.role in CONFIGS:
+            write_bytes_atomic(host / "config.json", json.dumps(CONFIGS[mount.role], indent=2).encode())
+        elif mount.role != WRITABLE:
+            raise ValueError(f"unknown mount role {mount.role!r}")
+        binds.append((host, mount.inside, mount.role == WRITABLE))
+    return binds
