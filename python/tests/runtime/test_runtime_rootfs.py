@@ -190,12 +190,12 @@ def test_run_check_never_raises_on_a_path_that_is_not_an_image(tmp_path):
     assert report.exit_code == 2 and report.checks[0].id == "runtime.unpack"
 
 
-@pytest.mark.skipif(not Path("/usr/bin/python3").is_file(), reason="the host's /usr is the stand-in image's")
 def test_the_sandbox_mounts_a_checkpoint_where_the_image_has_no_directory(tmp_path):
     """bwrap runs the host's own python3 in a root that has only /usr (the host's, bound over
     an empty directory) and the merged-/usr symlinks: the synthetic checkpoint lands at
     /models/target and the JIT directory at /var/lib/jit/profile (the root has /var/lib only), / stays
     read-only, /tmp and the JIT directory are writable."""
+    assert Path("/usr/bin/python3").is_file(), "Debian 12's python3 (bin/bootstrap installs it) is the stand-in image"
     root = tmp_path / "root"
     (root / "usr").mkdir(parents=True)
     (root / "etc").mkdir()

@@ -158,16 +158,16 @@ def precompile(root: Path, pycache: Path, facts: InterpreterFacts, *, workers: i
     if reason is not None:
         return Precompiled(0, 0, 0, 0.0, reason)
     rank = {name: index for index, name in enumerate(first)}
-    todo, kept = [], 0
+    to_compile, kept = [], 0
     for host, inside, top in _sources(root, facts.path):
         cfile = _cache_file(pycache, inside, facts.cache_tag)
         if cfile.exists():
             kept += 1
         else:
-            todo.append((-1 if top == "" else rank.get(top, len(rank)), host, inside, str(cfile)))
-    todo.sort(key=lambda item: item[0])  # stable: the walk's order within a group
+            to_compile.append((-1 if top == "" else rank.get(top, len(rank)), host, inside, str(cfile)))
+    to_compile.sort(key=lambda item: item[0])  # stable: the walk's order within a group
     compiled = refused = 0
-    batches = [[item[1:] for item in todo[i:i + BATCH]] for i in range(0, len(todo), BATCH)]
+    batches = [[item[1:] for item in to_compile[i:i + BATCH]] for i in range(0, len(to_compile), BATCH)]
     if batches:
         with worker_pool(workers or os.cpu_count() or 1) as pool:
             for done, bad in pool.map(_compile_batch, batches):
