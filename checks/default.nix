@@ -1,7 +1,7 @@
 # checks.<system>: `nix flake check` builds every attribute of this set.
 #
 # Each other checks/<name>.nix file is a check too, named after its file: a function of the
-# attribute set below (take what you need, end with `...`). The digest-verification records of
+# attribute set below (take what you need, end with `...`; `images` is nix/image.nix's set). The digest-verification records of
 # the profiles go here as checks/digest-verification-<profile>.nix.
 {
   pkgs,
@@ -10,12 +10,22 @@
   fetchLocked,
 }:
 let
+  # The images the checks judge, built once for all of them (nix/image.nix).
+  images = import ../nix/image.nix {
+    inherit
+      pkgs
+      src
+      sparkflake
+      fetchLocked
+      ;
+  };
   arguments = {
     inherit
       pkgs
       src
       sparkflake
       fetchLocked
+      images
       ;
   };
 

@@ -9,18 +9,10 @@
   pkgs,
   src,
   sparkflake,
-  fetchLocked,
+  images,
   ...
 }:
 let
-  images = import ../nix/image.nix {
-    inherit
-      pkgs
-      src
-      sparkflake
-      fetchLocked
-      ;
-  };
   image = images.fixture-image;
   profile = src + "/profiles/fixture";
 in
