@@ -1,8 +1,8 @@
 """Checks before start, each with a stable id; all of them run and go into one report.
 
 Ids: ``engine.detected``, ``image.id``, ``image.labels``, ``container.name-free``,
-``checkpoint.target``, ``checkpoint.draft``, ``cache-root.dedicated``,
-``cache-root.local``, ``cache-root.state``, ``ports.free``.
+``checkpoint.target``, ``checkpoint.draft``, ``checkpoint.mtp-depth`` (launch/mtp_depth.py),
+``cache-root.dedicated``, ``cache-root.local``, ``cache-root.state``, ``ports.free``.
 """
 
 from __future__ import annotations

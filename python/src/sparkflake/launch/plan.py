@@ -45,6 +45,7 @@ from .identity import (
     namespace,
     runtime_identity,
 )
+from .mtp_depth import check_mtp_depth
 from .qualification import Qualification, qualify
 from .resolution import Resolution, resolve
 from .spec import LABEL_PREFIX, ContainerSpec, build_spec, engine_argv
@@ -259,6 +260,8 @@ def _run_checks(checks, resolution, contract, engine, image, spec, draft_id, ide
     hash_cache = VerifiedHashCache(hash_cache_path, rehash=rehash)
     checks.append(check_checkpoint("checkpoint.target", values["TARGET_MODEL_PATH"], contract.target_files,
                                    hash_cache, contract.target_pin))
+    if values["SPECULATIVE_METHOD"] == "mtp":
+        checks.append(check_mtp_depth(values["TARGET_MODEL_PATH"], values["SPECULATIVE_TOKENS"]))
     if draft_id is not None:
         checks.append(check_checkpoint("checkpoint.draft", values["DRAFT_MODEL_PATH"], contract.draft_files,
                                        hash_cache, contract.draft_pin))

@@ -17,6 +17,13 @@ available here, so its fields are the ones vLLM's code reads (dflash_config's
 target_layer_ids and mask_token_id: vllm/config/speculative.py:262,357; hidden and vocab
 sizes equal to the target's). What the draft part yields is recorded, and judged only
 where vLLM's validation names a launch value.
+
+The target's MTP head: vLLM's MTP draft for ``glm5_next`` reads
+``num_nextn_predict_layers`` with no default (vllm/config/speculative.py:1154), and the
+transformers config has no such field, so the real checkpoint's config.json carries it; its
+value is not known here. The stand-in has a one-layer head, which every depth divides
+(speculative.py:1604), so the check judges everything of an MTP launch but the depth rule,
+and the rank judges that rule against the real checkpoint (launch/mtp_depth.py).
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "architectures": ["Glm5NextForCausalLM"],
         "model_type": "glm5_next",
         "max_position_embeddings": GLM53_MAX_POSITIONS,
+        "num_nextn_predict_layers": 1,
         "torch_dtype": "bfloat16",
     },
     DRAFT: {
