@@ -38,11 +38,13 @@ let
     # the package Nix built rather than the source tree, as the unprivileged build user.
     # ./bin/test runs the whole suite directly, as root, with the real tools (umoci, podman,
     # network namespaces, nested nix), which a Nix build cannot offer.
-    pytest = pkgs.runCommand "sparkflake-pytest" { nativeBuildInputs = [ tools ]; } ''
+    # Besides Python, the selected tests run nix (hash forms, as Nix itself converts them) and
+    # zstd (decompressing our layers): given here, since a build's PATH has nothing else.
+    pytest = pkgs.runCommand "sparkflake-pytest" { nativeBuildInputs = [ tools pkgs.nix pkgs.zstd ]; } ''
       cp -r ${src} source
       chmod -R u+w source
       cd source/python
-      export HOME=$TMPDIR
+      export HOME=$TMPDIR NIX_STATE_DIR=$TMPDIR/state NIX_LOG_DIR=$TMPDIR/log
       # the tests import the installed wheel of the locked environment, not the source tree
       python -c 'import sparkflake, sys; sys.exit(not sparkflake.__file__.startswith("${tools}/"))'
       # A fixed hypothesis seed: the check's result depends on its inputs only, as a build should.

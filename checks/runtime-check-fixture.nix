@@ -3,8 +3,9 @@
 # qemu for minutes, which is CI's pytest job: python/tests/runtime/test_runtime_real.py). The
 # fixture's interpreter is a stand-in that cannot run, so the check must end in a named
 # check failure with exit 1 or 2, valid JSON and no traceback, after its layers were
-# verified and unpacked when this machine can run arm64 binaries (qemu-user in binfmt_misc,
-# bubblewrap; the offline stand-in finds Debian's on its PATH).
+# verified and unpacked when this machine can run arm64 binaries: qemu-user registered in
+# binfmt_misc with the F flag (the kernel holds the interpreter open, so it runs in a build
+# sandbox that cannot see its path) and bubblewrap, the one program the check needs on PATH.
 {
   pkgs,
   src,
@@ -16,7 +17,7 @@ let
   image = images.fixture-image;
   profile = src + "/profiles/fixture";
 in
-pkgs.runCommand "sparkflake-runtime-check-fixture" { nativeBuildInputs = [ sparkflake pkgs.python3 ]; } ''
+pkgs.runCommand "sparkflake-runtime-check-fixture" { nativeBuildInputs = [ sparkflake pkgs.python3 pkgs.bubblewrap ]; } ''
   export HOME=$TMPDIR XDG_CACHE_HOME=$TMPDIR/cache
   mkdir -p $out
   status=0

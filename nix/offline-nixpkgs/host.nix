@@ -13,6 +13,6 @@ rec {
   python3Lib = "/opt/sparkflake/debian13/usr/lib/python3.13";
   bash = "/bin/bash";
   nixBin = "/usr/bin";
-  # Base PATH for runCommand scripts: Debian's coreutils, findutils, grep, sed.
+  # PATH of the stand-in's own builders (runCommand scripts get stdenv's programs only).
   path = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin";
 }

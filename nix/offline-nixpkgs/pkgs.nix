@@ -154,6 +154,19 @@ let
       };
     };
 
+  # What nixpkgs' stdenv puts on every build's PATH and nothing else of the machine
+  # (pkgs/stdenv/generic/common-path.nix: coreutils findutils diffutils gnused gnugrep gawk
+  # gnutar gzip bzip2 gnumake bash patch xz file), from the Debian packages that are them:
+  # a runCommand that calls any other host program fails here as it would with nixpkgs.
+  stdenvPrograms = hostBuilt {
+    name = "stdenv-programs-host";
+    builder = ./builders/link_debian_packages.py;
+    env = {
+      packages = "coreutils findutils diffutils sed grep gawk tar gzip bzip2 make bash patch xz-utils file";
+      aliases = "awk=gawk";
+    };
+  };
+
   # The interpreter alone, as nixpkgs' python3 is: no package on its path but the stdlib.
   python3 =
     hostPrograms {
@@ -204,7 +217,7 @@ let
       f (builtins.intersectAttrs (builtins.functionArgs f) pkgs // overrides);
 
     # nixpkgs' contract: `buildCommand` is a bash script; $out must be created; the bin
-    # directories of nativeBuildInputs/buildInputs are on PATH.
+    # directories of nativeBuildInputs/buildInputs are on PATH, then stdenv's programs.
     runCommand =
       name: env: buildCommand:
       derivation (
@@ -226,8 +239,7 @@ let
             # and kills the still-running builder (signal 9).
             "${buildCommand}\n:"
           ];
-          PATH =
-            lib.makeBinPath ((env.nativeBuildInputs or [ ]) ++ (env.buildInputs or [ ])) + ":" + host.path;
+          PATH = lib.makeBinPath ((env.nativeBuildInputs or [ ]) ++ (env.buildInputs or [ ]) ++ [ stdenvPrograms ]);
         }
       );
 
@@ -275,6 +287,20 @@ let
         member = "ruff-${atRevision.ruff.version}.data/scripts/ruff";
       };
       meta.mainProgram = "ruff";
+    };
+
+    # nixpkgs' bubblewrap: bin/bwrap (the runtime check's sandbox, checks/runtime-check-fixture.nix).
+    bubblewrap = hostPrograms {
+      name = "bubblewrap-host";
+      programs.bwrap = "/usr/bin/bwrap";
+      mainProgram = "bwrap";
+    };
+
+    # nixpkgs' zstd: bin/zstd (the flake's unit tests decompress our layers with it).
+    zstd = hostPrograms {
+      name = "zstd-host";
+      programs.zstd = "/usr/bin/zstd";
+      mainProgram = "zstd";
     };
 
     nix = hostPrograms {

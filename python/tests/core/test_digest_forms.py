@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from sparkflake.core import digest
 from sparkflake.core.errors import InputError
 
-pytestmark = pytest.mark.nix_sandbox  # needs nothing but Python: also run by the flake check
+pytestmark = pytest.mark.nix_sandbox  # needs Python and nix: also run by the flake check
 
 NIX = ["nix", "--extra-experimental-features", "nix-command"]
 

@@ -22,7 +22,7 @@ from sparkflake.oci.compression import (
     detect_compression,
 )
 
-pytestmark = pytest.mark.nix_sandbox  # needs nothing but Python: also run by the flake check
+pytestmark = pytest.mark.nix_sandbox  # needs Python and zstd: also run by the flake check
 
 KNOWN_LIBDEFLATE_SHA256 = "4428c5f57b6882e4b60d9d6d5678743cc3f1be1dab29aba81bd4b89d53e90907"
 
