@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from ..core.atomic_write import write_bytes_atomic
@@ -21,7 +20,7 @@ from ..lock.lock_file import load_lock
 from ..lock.pins import GitPin, OciPin
 from .checks import audit_image
 from .report import AuditReport, Expectations, parse_expectation
-from .sources import ImageSource, open_engine_source, open_file_source
+from .target import ImageSource, open_target
 
 __all__ = [
     "AuditReport",
@@ -34,35 +33,6 @@ __all__ = [
     "parse_expectation",
     "write_record",
 ]
-
-
-def open_target(
-    target: str,
-    *,
-    platform: str | None = None,
-    insecure: bool = False,
-    engine_args: Sequence[str] = (),
-    credentials: tuple[str, str] | None = None,
-) -> ImageSource:
-    """``oci:DIR[:TAG]``, ``oci-archive:FILE``, ``docker-archive:FILE``, a plain path,
-    ``docker://HOST[:PORT]/REPO:TAG|@sha256:…``, ``podman:NAME|ID``, ``docker:NAME|ID``."""
-    if target.startswith("docker://"):
-        from .registry_source import open_registry_source
-
-        return open_registry_source(target, platform=platform, insecure=insecure, credentials=credentials)
-    for engine in ("podman", "docker"):
-        if target.startswith(f"{engine}:"):
-            return open_engine_source(engine, target[len(engine) + 1 :], engine_args)
-    if target.startswith("oci:"):
-        rest = target[4:]
-        directory, tag = rest, None
-        if not Path(rest).is_dir() and ":" in rest:
-            directory, _, tag = rest.rpartition(":")
-        return open_file_source(directory, tag, platform)
-    for prefix in ("oci-archive:", "docker-archive:"):
-        if target.startswith(prefix):
-            return open_file_source(target[len(prefix) :], None, platform)
-    return open_file_source(target, None, platform)
 
 
 def _lock_digests(path: str | os.PathLike[str]) -> dict[str, str]:

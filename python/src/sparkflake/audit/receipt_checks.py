@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .report import IN_IMAGE_RECEIPT_PATH, AuditReport, Expectations
-from .sources import ImageSource
+from .target import ImageSource
 
 
 def check_receipt(
