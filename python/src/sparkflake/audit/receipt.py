@@ -18,7 +18,6 @@ import posixpath
 import tarfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from ..compose import generated, receipt
@@ -139,15 +138,10 @@ class ReceiptReport:
         }
 
 
-def load_receipt(path: str | os.PathLike[str]) -> dict:
-    try:
-        document = json.loads(Path(path).read_bytes())
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror}") from exc
-    except ValueError as exc:
-        raise InputError(f"{path}: not JSON: {exc}") from exc
-    if not isinstance(document, dict):
-        raise InputError(f"{path}: expected a JSON object")
+def load_build_receipt(path: str | os.PathLike[str]) -> dict:
+    """A full receipt (``receipt.load_receipt``: bounded, a regular file, a JSON object)
+    that is a sparkflake build receipt."""
+    document = receipt.load_receipt(path)
     if document.get("_type") != receipt.STATEMENT_TYPE:
         raise InputError(f"{path}: _type: expected {receipt.STATEMENT_TYPE}, got {document.get('_type')!r}")
     if document.get("predicateType") != receipt.PREDICATE_TYPE:
@@ -163,7 +157,7 @@ def load_receipt(path: str | os.PathLike[str]) -> dict:
 
 def verify_receipt(receipt_path: str | os.PathLike[str], image_path: str | os.PathLike[str]) -> ReceiptReport:
     """Every link is checked; a ``CheckFailed`` names the first failing one."""
-    full = load_receipt(receipt_path)
+    full = load_build_receipt(receipt_path)
     reader = open_image(image_path)
     report = verify_image(reader)  # digests of every blob re-derived from bytes
     links: list[LinkResult] = []

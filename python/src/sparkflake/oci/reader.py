@@ -28,7 +28,7 @@ import json
 import os
 import tarfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
@@ -183,19 +183,21 @@ class DockerArchiveView:
 
 
 @dataclass
-@dataclass
 class ImageReader:
+    """An image's documents as stored and its blobs as named files. A docker-archive
+    stores no index and no manifest; only a layout names a manifest (``ref_name``)."""
+
     format: str
     location: str
     files: ImageFiles
-    index_bytes: bytes | None
-    manifest_bytes: bytes | None
-    manifest_ref: BlobRef | None
     config_ref: BlobRef
     config_bytes: bytes
     layer_refs: list[BlobRef]
-    repo_tags: list[str]
-    ref_name: str | None
+    index_bytes: bytes | None = None
+    manifest_bytes: bytes | None = None
+    manifest_ref: BlobRef | None = None
+    repo_tags: list[str] = field(default_factory=list)
+    ref_name: str | None = None
     # the ``platform`` object of the index entry the manifest was chosen by, if any
     index_platform: dict[str, Any] | None = None
     docker_view: DockerArchiveView | None = None
@@ -351,18 +353,9 @@ def reader_from_manifest(
     ]
     config_bytes = read_document(files, config_ref.name, f"config {config_ref.digest}")
     return ImageReader(
-        format=image_format,
-        location=location,
-        files=files,
-        index_bytes=index_bytes,
-        manifest_bytes=manifest_bytes,
-        manifest_ref=manifest_ref,
-        config_ref=config_ref,
-        config_bytes=config_bytes,
-        layer_refs=layer_refs,
-        repo_tags=[],
-        ref_name=ref_name,
-        index_platform=index_platform,
+        image_format, location, files, config_ref, config_bytes, layer_refs,
+        index_bytes=index_bytes, manifest_bytes=manifest_bytes, manifest_ref=manifest_ref,
+        ref_name=ref_name, index_platform=index_platform,
     )
 
 
@@ -496,16 +489,4 @@ def _open_docker_archive(location: Path, files: TarFiles) -> ImageReader:
                 f"{where}: [0].Layers[{position}]: {files.describe(name)} is missing", check_id="image.readable"
             )
         layer_refs.append(BlobRef(f"layer {position}", name, _named_digest(name, (".tar", ".gz")), size, ""))
-    return ImageReader(
-        format="docker-archive",
-        location=str(location),
-        files=files,
-        index_bytes=None,
-        manifest_bytes=None,
-        manifest_ref=None,
-        config_ref=config_ref,
-        config_bytes=config_bytes,
-        layer_refs=layer_refs,
-        repo_tags=repo_tags,
-        ref_name=None,
-    )
+    return ImageReader("docker-archive", str(location), files, config_ref, config_bytes, layer_refs, repo_tags=repo_tags)
