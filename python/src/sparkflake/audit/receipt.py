@@ -27,6 +27,14 @@ from ..core.errors import CheckFailed, InputError, SparkflakeError
 from ..oci.compression import Decompressor, detect_compression
 from ..oci.reader import ImageReader, open_image
 from ..oci.verify import verify_image
+from .receipt_checks import (
+    byproduct_digest,
+    label_problems,
+    labels_of,
+    layer_byproducts,
+    layer_problems,
+    subjects_of,
+)
 
 READ_CHUNK = 1 << 20
 ABSENT = ""
@@ -171,7 +179,7 @@ def verify_receipt(receipt_path: str | os.PathLike[str], image_path: str | os.Pa
             links.append(LinkResult(link_id, PASSED, detail))
 
     def subject() -> str:
-        expected = "sha256:" + full["subject"][0]["digest"]["sha256"]
+        expected = subjects_of(full)[0]
         if report.manifest_digest is None:
             return f"{report.format} carries no OCI manifest; subject {expected} checked through config and layers"
         if report.manifest_digest != expected:
@@ -179,41 +187,23 @@ def verify_receipt(receipt_path: str | os.PathLike[str], image_path: str | os.Pa
         return f"subject = manifest {expected}"
 
     def config() -> str:
-        item = receipt.byproduct(full, receipt.CONFIG)
-        expected = "sha256:" + item["digest"]["sha256"] if item else None
+        expected = byproduct_digest(full, receipt.CONFIG)
         if report.config_digest != expected:
             raise CheckFailed(f"image config digest {report.config_digest}, receipt says {expected}")
         return f"config {expected}"
 
     def layers() -> str:
-        recorded = receipt.layer_byproducts(full)
-        if len(recorded) != len(report.layers):
-            raise CheckFailed(f"image has {len(report.layers)} layers, receipt {len(recorded)}")
-        problems = []
-        for index, (item, layer) in enumerate(zip(recorded, report.layers, strict=True)):
-            diff_id = item["annotations"]["diff_id"]
-            if layer.diff_id != diff_id:
-                problems.append(f"layer[{index}] diffID {layer.diff_id}, receipt {diff_id}")
-            blob = "sha256:" + item["digest"]["sha256"]
-            if report.format != "docker-archive" and layer.digest != blob:
-                problems.append(f"layer[{index}] digest {layer.digest}, receipt {blob}")
+        recorded = layer_byproducts(full)
+        problems = layer_problems(recorded, report.layers, blob_digests=report.manifest_digest is not None)
         if problems:
             raise CheckFailed("; ".join(problems))
         return f"{len(recorded)} layers: digests and diffIDs equal"
 
     def labels() -> str:
-        recorded = full["predicate"]["buildDefinition"]["internalParameters"]["labels"]
-        current = report.labels
-        problems = [
-            f"{key}: image {current.get(key)!r}, receipt {recorded.get(key)!r}"
-            for key in sorted(set(current) | set(recorded))
-            if current.get(key) != recorded.get(key)
-        ]
-        missing = generated.missing_labels(current)
-        problems += [f"{key}: missing" for key in missing]
+        problems = label_problems(labels_of(full) or {}, report.labels)
         if problems:
             raise CheckFailed("; ".join(problems[:10]))
-        return f"{len(current)} labels equal to the receipt"
+        return f"{len(report.labels)} labels equal to the receipt"
 
     wanted_manifests = {
         generated.RECEIPT_PATH: receipt.IN_IMAGE_RECEIPT,
