@@ -10,6 +10,8 @@ any byte is hashed.
 
 from __future__ import annotations
 
+import http.client
+import io
 from typing import BinaryIO
 
 from ..core.errors import InputError
@@ -33,12 +35,32 @@ class RegistryFiles:
         return self._client.blob_size(self._repository, name)
 
     def open(self, name: str) -> BinaryIO:
-        connection, response = self._client._request(  # raw bytes: the verifier hashes them
+        # the raw exchange: the client's own blob reads verify and raise, and here the
+        # verifier hashes the bytes itself and names a mismatch in its own terms
+        connection, response = self._client._request(
             "GET", f"/v2/{self._repository}/blobs/{name}", scope=f"repository:{self._repository}:pull",
             what=f"blob {self._client.registry}/{self._repository}@{name}",
         )
-        response.close = _closing(connection, response.close)  # type: ignore[method-assign]  # closing the body closes its connection
-        return response  # type: ignore[return-value]  # an HTTPResponse is a readable binary stream
+        return io.BufferedReader(_ResponseBody(connection, response), buffer_size=1 << 20)
+
+
+class _ResponseBody(io.RawIOBase):
+    """A response's body as a raw stream; closing it closes the connection it came on."""
+
+    def __init__(self, connection: http.client.HTTPConnection, response: http.client.HTTPResponse) -> None:
+        self._connection = connection
+        self._response = response
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:  # noqa: ANN001 - a writable buffer
+        return self._response.readinto(buffer)
+
+    def close(self) -> None:
+        self._response.close()
+        self._connection.close()
+        super().close()
 
 
 def _registry_blob_name(digest: object, where: str) -> str:
@@ -79,11 +101,3 @@ def open_remote_image(
         "registry", target, files, fetched.content, manifest_ref, _registry_blob_name,
         index_bytes=index_bytes, index_platform=index_platform,
     )
-
-
-def _closing(connection, close):  # noqa: ANN001, ANN202
-    def close_both() -> None:
-        close()
-        connection.close()
-
-    return close_both
