@@ -9,7 +9,6 @@ the digest involved.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -171,12 +170,11 @@ def _check_digest_forms(source: ImageSource, report: AuditReport) -> None:
     config_trusted = not any(c.id == "config.digest" and c.status == "fail" for c in report.checks)
     try:
         # a config that fails its own digest is reported as such; its contents are not graded
-        config = json.loads(source.reader.config_bytes) if config_trusted else {}
-        diff_ids = config.get("rootfs", {}).get("diff_ids", []) if isinstance(config, dict) else []
-        if isinstance(diff_ids, list):
-            found.extend((f"rootfs.diff_ids[{i}]", d) for i, d in enumerate(diff_ids) if isinstance(d, str))
-    except (ValueError, UnicodeDecodeError, AttributeError):
-        pass
+        config = source.reader.config if config_trusted else {}
+    except InputError:
+        config = {}  # reported as document.parse when the config is read for the checks
+    diff_ids = config_diff_ids(config) or []
+    found.extend((f"rootfs.diff_ids[{i}]", d) for i, d in enumerate(diff_ids))
     bad = [(where, digest) for where, digest in found if not is_digest(digest)]
     if bad:
         where, digest = bad[0]

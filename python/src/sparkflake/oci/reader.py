@@ -24,7 +24,6 @@ Errors: a file or blob that is absent, unparsable or not the expected format is
 from __future__ import annotations
 
 import io
-import json
 import os
 import tarfile
 from collections.abc import Callable
@@ -33,7 +32,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
 from ..core.digest import digest_hex, is_digest
-from ..core.documents import MAX_DOCUMENT_BYTES, open_regular_file
+from ..core.documents import MAX_DOCUMENT_BYTES, open_regular_file, parse_json
 from ..core.errors import InputError
 from . import media_types
 from .stored_blob import stored_document
@@ -215,27 +214,27 @@ class ImageReader:
 
     @property
     def config(self) -> dict:
-        return parse_json(self.config_bytes, f"{self.files.describe(self.config_ref.name)}")
+        return _parse_json(self.config_bytes, f"{self.files.describe(self.config_ref.name)}")
 
     @property
     def manifest(self) -> dict | None:
         if self.manifest_bytes is None or self.manifest_ref is None:
             return None
-        return parse_json(self.manifest_bytes, self.files.describe(self.manifest_ref.name))
+        return _parse_json(self.manifest_bytes, self.files.describe(self.manifest_ref.name))
 
 
-def parse_json(raw: bytes, where: str) -> dict:
+def _parse_json(raw: bytes, where: str) -> dict:
     """A document that must be a JSON object."""
     try:
-        document = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InputError(f"{where}: not valid JSON: {exc}", check_id="document.parse") from exc
+        document = parse_json(raw, where)
+    except InputError as exc:
+        raise InputError(exc.message, check_id="document.parse") from None
     if not isinstance(document, dict):
         raise InputError(f"{where}: expected a JSON object", check_id="document.parse")
     return document
 
 
-def read_document(files: ImageFiles, name: str, what: str) -> bytes:
+def _read_document(files: ImageFiles, name: str, what: str) -> bytes:
     """A document's bytes, bounded: never more than ``MAX_DOCUMENT_BYTES`` are read."""
     size = files.size(name)
     if size is None:
@@ -259,12 +258,12 @@ def checked_digest(digest: object, where: str) -> str:
     return digest
 
 
-def layout_blob_name(digest: object, where: str) -> str:
+def _layout_blob_name(digest: object, where: str) -> str:
     """Where a layout (directory or archive) stores the blob of ``digest``."""
     return f"blobs/sha256/{digest_hex(checked_digest(digest, where))}"
 
 
-def descriptor(record: object, role: str, where: str, locate: Callable[[object, str], str]) -> BlobRef:
+def _descriptor(record: object, role: str, where: str, locate: Callable[[object, str], str]) -> BlobRef:
     """A descriptor of a document as a ``BlobRef``, its blob found by ``locate``."""
     if not isinstance(record, dict):
         raise InputError(f"{where}: expected a descriptor object", check_id="document.parse")
@@ -307,7 +306,7 @@ def _open_oci(
     location: Path, files: DirectoryFiles | TarFiles, image_format: str, ref_name: str | None, platform: str | None
 ) -> ImageReader:
     layout_where = files.describe("oci-layout")
-    layout_doc = parse_json(read_document(files, "oci-layout", "oci-layout file"), layout_where)
+    layout_doc = _parse_json(_read_document(files, "oci-layout", "oci-layout file"), layout_where)
     version = layout_doc.get("imageLayoutVersion")
     if version != media_types.OCI_LAYOUT_VERSION:
         raise InputError(
@@ -315,13 +314,13 @@ def _open_oci(
             f"{media_types.OCI_LAYOUT_VERSION!r}",
             check_id="image.readable",
         )
-    index_bytes = read_document(files, "index.json", "index.json")
+    index_bytes = _read_document(files, "index.json", "index.json")
     index_where = files.describe("index.json")
-    index = parse_json(index_bytes, index_where)
+    index = _parse_json(index_bytes, index_where)
     manifest_ref, chosen_ref_name, index_platform = _select_manifest(index, index_where, files, ref_name, platform)
-    manifest_bytes = read_document(files, manifest_ref.name, f"manifest {manifest_ref.digest}")
+    manifest_bytes = _read_document(files, manifest_ref.name, f"manifest {manifest_ref.digest}")
     return reader_from_manifest(
-        image_format, str(location), files, manifest_bytes, manifest_ref, layout_blob_name,
+        image_format, str(location), files, manifest_bytes, manifest_ref, _layout_blob_name,
         index_bytes=index_bytes, index_platform=index_platform, ref_name=chosen_ref_name,
     )
 
@@ -342,16 +341,16 @@ def reader_from_manifest(
     ``manifest_ref`` before anything it says is parsed or followed."""
     manifest_where = files.describe(manifest_ref.name)
     stored_document(manifest_ref, manifest_bytes, manifest_where).refuse_difference()
-    manifest = parse_json(manifest_bytes, manifest_where)
-    config_ref = descriptor(manifest.get("config"), "config", f"{manifest_where}: config", locate)
+    manifest = _parse_json(manifest_bytes, manifest_where)
+    config_ref = _descriptor(manifest.get("config"), "config", f"{manifest_where}: config", locate)
     layers = manifest.get("layers")
     if not isinstance(layers, list):
         raise InputError(f"{manifest_where}: layers: expected a list", check_id="document.parse")
     layer_refs = [
-        descriptor(record, f"layer {position}", f"{manifest_where}: layers[{position}]", locate)
+        _descriptor(record, f"layer {position}", f"{manifest_where}: layers[{position}]", locate)
         for position, record in enumerate(layers)
     ]
-    config_bytes = read_document(files, config_ref.name, f"config {config_ref.digest}")
+    config_bytes = _read_document(files, config_ref.name, f"config {config_ref.digest}")
     return ImageReader(
         image_format, location, files, config_ref, config_bytes, layer_refs,
         index_bytes=index_bytes, manifest_bytes=manifest_bytes, manifest_ref=manifest_ref,
@@ -368,7 +367,7 @@ def select_platform_manifest(
     if not isinstance(manifests, list) or not manifests:
         raise InputError(f"{where}: manifests: expected a non-empty list", check_id="document.parse")
     entry = select_index_entry(manifests, platform, where)
-    ref = descriptor(entry, "manifest", f"{where}: manifests[{manifests.index(entry)}]", locate)
+    ref = _descriptor(entry, "manifest", f"{where}: manifests[{manifests.index(entry)}]", locate)
     entry_platform = entry.get("platform")
     return ref, entry_platform if isinstance(entry_platform, dict) else None
 
@@ -385,7 +384,7 @@ def _select_manifest(
         raise InputError(f"{where}: manifests: expected a non-empty list", check_id="document.parse")
     candidates = []
     for position, record in enumerate(manifests):
-        ref = descriptor(record, "manifest", f"{where}: manifests[{position}]", layout_blob_name)
+        ref = _descriptor(record, "manifest", f"{where}: manifests[{position}]", _layout_blob_name)
         annotations = record.get("annotations") or {}
         name = (
             annotations.get(media_types.REF_NAME_ANNOTATION)
@@ -407,8 +406,8 @@ def _select_manifest(
     if ref.media_type in media_types.INDEX_MEDIA_TYPES:
         # A nested index (multi-platform image): follow its manifest for the platform.
         nested_where = files.describe(ref.name)
-        nested = parse_json(read_document(files, ref.name, f"index {ref.digest}"), nested_where)
-        nested_ref, nested_platform = select_platform_manifest(nested, nested_where, platform, layout_blob_name)
+        nested = _parse_json(_read_document(files, ref.name, f"index {ref.digest}"), nested_where)
+        nested_ref, nested_platform = select_platform_manifest(nested, nested_where, platform, _layout_blob_name)
         return nested_ref, name, nested_platform
     return ref, name, entry_platform
 
@@ -416,9 +415,9 @@ def _select_manifest(
 def _docker_manifest_entries(files: TarFiles, expectation: str) -> tuple[list[object], str]:
     where = files.describe("manifest.json")
     try:
-        entries = json.loads(read_document(files, "manifest.json", "manifest.json"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InputError(f"{where}: not valid JSON: {exc}", check_id="document.parse") from exc
+        entries = parse_json(_read_document(files, "manifest.json", "manifest.json"), where)
+    except InputError as exc:
+        raise InputError(exc.message, check_id="document.parse") from None
     if not isinstance(entries, list):
         raise InputError(f"{where}: expected {expectation}", check_id="document.parse")
     return entries, where
@@ -477,7 +476,7 @@ def _open_docker_archive(location: Path, files: TarFiles) -> ImageReader:
     if len(entries) != 1 or not isinstance(entries[0], dict):
         raise InputError(f"{where}: expected a list with exactly one image", check_id="document.parse")
     config_name, layer_names, repo_tags = _docker_entry_names(entries[0], f"{where}: [0]")
-    config_bytes = read_document(files, config_name, f"config {config_name}")
+    config_bytes = _read_document(files, config_name, f"config {config_name}")
     config_ref = BlobRef(
         "config", config_name, _named_digest(config_name, (".json",)), len(config_bytes), media_types.DOCKER_CONFIG
     )
