@@ -26,16 +26,6 @@ from .receipt_checks import check_receipt
 from .report import IN_IMAGE_RECEIPT_PATH, AuditReport, Expectations, LayerFinding
 from .target import ImageSource
 
-_OCI_LAYER_TYPES = {media_types.OCI_LAYER_TAR, media_types.OCI_LAYER_GZIP, media_types.OCI_LAYER_ZSTD}
-_DOCKER_LAYER_TYPES = {media_types.DOCKER_LAYER_GZIP, media_types.DOCKER_LAYER_TAR}
-_COMPRESSION_OF_TYPE = {
-    media_types.OCI_LAYER_TAR: "none",
-    media_types.OCI_LAYER_GZIP: "gzip",
-    media_types.OCI_LAYER_ZSTD: "zstd",
-    media_types.DOCKER_LAYER_GZIP: "gzip",
-    media_types.DOCKER_LAYER_TAR: "none",
-}
-
 
 def audit_image(
     source: ImageSource, expectations: Expectations, progress: ProgressCallback | None = None
@@ -100,7 +90,7 @@ def audit_image(
         if scan.error is not None:
             check = "layer.decompressed-bound" if "bound" in scan.error else "layer.decompress"
             report.add(check, "fail", f"layer {position} {label}: {scan.error}", descriptor.digest)
-        expected_compression = _COMPRESSION_OF_TYPE.get(descriptor.media_type)
+        expected_compression = media_types.COMPRESSION_OF_LAYER_TYPE.get(descriptor.media_type)
         if expected_compression is not None and scan.size and scan.compression != expected_compression and scan.error is None:
             report.add(
                 "media-type.consistent", "fail",
@@ -262,7 +252,7 @@ def _check_media_types(source: ImageSource, report: AuditReport) -> None:
     wanted_config = media_types.DOCKER_CONFIG if docker else media_types.OCI_CONFIG
     if config_type != wanted_config:
         problems.append(f"config media type {config_type!r}, expected {wanted_config!r} in a {manifest_type}")
-    allowed_layers = _DOCKER_LAYER_TYPES if docker else _OCI_LAYER_TYPES
+    allowed_layers = media_types.DOCKER_LAYER_TYPES if docker else media_types.OCI_LAYER_TYPES
     for position, layer in enumerate(source.reader.layer_refs):
         if layer.media_type not in allowed_layers:
             problems.append(f"layers[{position}] media type {layer.media_type!r} is not a layer type of {manifest_type}")
