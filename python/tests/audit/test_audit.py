@@ -459,11 +459,13 @@ def test_combined_archive_docker_view_is_audited(built: Path, tmp_path):
 
 def _multi_platform_layout(built: Path, tmp_path: Path) -> tuple[Path, str]:
     """The built layout with its index.json leading to a multi-platform index whose first
-    entry claims linux/amd64 for the (arm64) manifest, the second linux/arm64."""
+    entry claims linux/amd64 for the (arm64/v8) manifest, the second linux/arm64."""
     layout = tmp_path / "oci"
     shutil.copytree(built / "oci", layout)
     outer = json.loads((layout / "index.json").read_text())
     arm64 = {key: value for key, value in outer["manifests"][0].items() if key != "annotations"}
+    # spelled without the variant the config names (v8): one platform by oci.types' rule
+    arm64["platform"] = {"architecture": "arm64", "os": "linux"}
     claims_amd64 = {**arm64, "platform": {"architecture": "amd64", "os": "linux"}}
     inner = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
                         "manifests": [claims_amd64, arm64]}).encode()
@@ -487,6 +489,7 @@ def test_nested_index_platform_is_chosen_by_the_one_rule_and_checked(built: Path
     layout, inner_digest = _multi_platform_layout(built, tmp_path)
     chosen = {c.id: c.status for c in run_audit(f"oci:{layout}:multi").checks}
     assert chosen["platform.index"] == "pass" and run_audit(f"oci:{layout}").exit_code == 0
+    assert run_audit(f"oci:{layout}").platform == "linux/arm64/v8"  # the index says linux/arm64
     claimed = _platform_checks(f"oci:{layout}", "linux/amd64")
     assert [c.id for c in claimed.failures] == ["platform.index"], claimed.failures
     assert "the index says linux/amd64" in claimed.failures[0].detail

@@ -303,7 +303,9 @@ def _check_platform(
     report.platform = config_platform
     if source.reader.index_platform is not None:
         index_platform = platform_text(source.reader.index_platform)
-        if index_platform == config_platform:
+        index_says = Platform.of_record(source.reader.index_platform)
+        # one platform by oci.types' rule (linux/arm64 is linux/arm64/v8), else by what both spell
+        if index_platform == config_platform or (index_says is not None and index_says.matches(Platform.of_record(config))):
             report.add("platform.index", "pass", f"config and index both say {config_platform}")
         else:
             report.add(
