@@ -9,6 +9,10 @@ blob. Runs are interleaved; medians and ratios.
 
     .venv/bin/python bench/bench_audit.py            # >= 1 GiB compressed (2.3 GB of files)
     .venv/bin/python bench/bench_audit.py --small
+    .venv/bin/python bench/bench_audit.py --small --against /tmp/main/python/src --results R.json
+
+``--against SRC`` also times the audit of another checkout's ``python/src`` (an A/B of a
+change, interleaved with the other runs).
 
 The image is built once with our engine under /tmp and reused; results go to
 bench/results/audit.json.
@@ -73,10 +77,10 @@ def build_image(work: Path, total_bytes: int, small_files: int) -> Path:
     return marker / "out"
 
 
-def timed(argv_list) -> float:
+def timed(argv_list, env=None) -> float:
     start = time.perf_counter()
     for argv in argv_list:
-        subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, env=env)
     return time.perf_counter() - start
 
 
@@ -101,6 +105,8 @@ def main() -> None:
     parser.add_argument("--small", action="store_true", help="a 120 MB image, 2 runs")
     parser.add_argument("--runs", type=int, default=None)
     parser.add_argument("--image", help="audit this already built output (OUT with oci/) instead")
+    parser.add_argument("--against", metavar="SRC", help="also audit with this python/src (A/B of a change)")
+    parser.add_argument("--results", type=Path, default=RESULTS, help=f"where the figures go (default {RESULTS})")
     args = parser.parse_args()
     total, small, runs = (120 << 20, 1500, 2) if args.small else (2300 << 20, 12000, 5)
     runs = args.runs or runs
@@ -109,9 +115,12 @@ def main() -> None:
     out = Path(args.image) if args.image else build_image(work, total, small)
     layout = out / "oci"
     image_bytes = sum(p.stat().st_size for p in (layout / "blobs" / "sha256").iterdir())
-    ours, bounds, skopeo = [], [], []
+    ours, bounds, skopeo, against = [], [], [], []
     for _ in range(runs):
         ours.append(timed([[*SPARKFLAKE, "audit", f"oci:{layout}"]]))
+        if args.against:
+            env = {**os.environ, "PYTHONPATH": args.against}
+            against.append(timed([[*SPARKFLAKE, "audit", f"oci:{layout}"]], env=env))
         bounds.append(bound(layout))
         copy_target = work / "skopeo-copy"
         shutil.rmtree(copy_target, ignore_errors=True)
@@ -131,12 +140,18 @@ def main() -> None:
         "all": {"ours": ours, "bound": bounds, "skopeo": skopeo},
         "load": os.getloadavg(),
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    if against:
+        result.update(against=args.against, against_s=statistics.median(against),
+                      ratio_vs_against=statistics.median(ours) / statistics.median(against))
+        result["all"]["against"] = against
+    args.results.parent.mkdir(parents=True, exist_ok=True)
+    args.results.write_text(json.dumps(result, indent=2) + "\n")
     print(f"image: {image_bytes / 1e6:.0f} MB compressed, {runs} runs (medians)")
     print(f"  sparkflake audit           {result['ours_s']:.2f} s")
     print(f"  sha256sum + gzip -dc|sha   {result['bound_s']:.2f} s   ratio {result['ratio_vs_bound']:.2f}x (goal <= 1.1x)")
     print(f"  skopeo copy oci:A oci:B    {result['skopeo_copy_s']:.2f} s   ratio {result['ratio_vs_skopeo_copy']:.2f}x")
+    if against:
+        print(f"  audit with {args.against}  {result['against_s']:.2f} s   ratio {result['ratio_vs_against']:.2f}x")
 
 
 if __name__ == "__main__":

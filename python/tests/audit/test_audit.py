@@ -15,8 +15,10 @@ from hypothesis import strategies as st
 
 from sparkflake import audit
 from sparkflake.cli import main
-from sparkflake.core.errors import SparkflakeError
+from sparkflake.core.errors import InputError, SparkflakeError
 from sparkflake.oci.layer_scan import TarElfScanner
+from sparkflake.oci.reader import open_image
+from sparkflake.oci.verify import verify_image
 
 ELF_AARCH64 = b"\x7fELF\x02\x01\x01" + bytes(11) + (183).to_bytes(2, "little") + bytes(44)
 ELF_X86_64 = b"\x7fELF\x02\x01\x01" + bytes(11) + (62).to_bytes(2, "little") + bytes(44)
@@ -91,12 +93,17 @@ def test_every_single_byte_flip_in_every_blob_is_named(built: Path, tmp_path_fac
     content[position] ^= data.draw(st.integers(1, 255))
     blob.write_bytes(bytes(content))
     digest = f"sha256:{blob.name}"
+    # one verifier: whatever the audit names, `image inspect` (oci.verify) refuses too
+    with pytest.raises(SparkflakeError) as refused:
+        verify_image(open_image(layout))
+    assert digest in str(refused.value), str(refused.value)
     try:
         report = run_audit(f"oci:{layout}")
     except SparkflakeError as exc:
         # a manifest that no longer hashes to its reference is refused before it is parsed
         assert digest in str(exc), str(exc)
         assert exc.check_id == "manifest.digest" and exc.exit_code == 1
+        assert refused.value.check_id == "oci.blob-digest"
         return
     assert report.exit_code != 0
     assert digest in _named_digests(report), [c.as_record() for c in report.failures]
@@ -448,3 +455,123 @@ def test_combined_archive_docker_view_is_audited(built: Path, tmp_path):
     report = run_audit(str(other_config))
     assert [c.id for c in report.failures] == ["archive.docker-view"]
     assert "manifest.json names config" in report.failures[0].detail
+
+
+def _multi_platform_layout(built: Path, tmp_path: Path) -> tuple[Path, str]:
+    """The built layout with its index.json leading to a multi-platform index whose first
+    entry claims linux/amd64 for the (arm64/v8) manifest, the second linux/arm64."""
+    layout = tmp_path / "oci"
+    shutil.copytree(built / "oci", layout)
+    outer = json.loads((layout / "index.json").read_text())
+    arm64 = {key: value for key, value in outer["manifests"][0].items() if key != "annotations"}
+    # spelled without the variant the config names (v8): one platform by oci.types' rule
+    arm64["platform"] = {"architecture": "arm64", "os": "linux"}
+    claims_amd64 = {**arm64, "platform": {"architecture": "amd64", "os": "linux"}}
+    inner = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
+                        "manifests": [claims_amd64, arm64]}).encode()
+    inner_digest = "sha256:" + hashlib.sha256(inner).hexdigest()
+    (layout / "blobs" / "sha256" / inner_digest.split(":")[1]).write_bytes(inner)
+    outer["manifests"] = [{"mediaType": "application/vnd.oci.image.index.v1+json", "digest": inner_digest,
+                           "size": len(inner), "annotations": {"org.opencontainers.image.ref.name": "multi"}}]
+    (layout / "index.json").write_text(json.dumps(outer))
+    return layout, inner_digest
+
+
+def _platform_checks(target: str, platform: str | None = None, **open_args) -> audit.AuditReport:
+    source = audit.open_target(target, platform=platform, **open_args)
+    return audit.audit_image(source, audit.Expectations())
+
+
+def test_nested_index_platform_is_chosen_by_the_one_rule_and_checked(built: Path, tmp_path):
+    """An OCI layout whose index.json leads to a multi-platform index: the audit reads
+    through oci's reader, which picks by --platform or else the cluster's platform, and
+    compares the platform the index claims with the config's."""
+    layout, inner_digest = _multi_platform_layout(built, tmp_path)
+    chosen = {c.id: c.status for c in run_audit(f"oci:{layout}:multi").checks}
+    assert chosen["platform.index"] == "pass" and run_audit(f"oci:{layout}").exit_code == 0
+    assert run_audit(f"oci:{layout}").platform == "linux/arm64/v8"  # the index says linux/arm64
+    claimed = _platform_checks(f"oci:{layout}", "linux/amd64")
+    assert [c.id for c in claimed.failures] == ["platform.index"], claimed.failures
+    assert "the index says linux/amd64" in claimed.failures[0].detail
+    with pytest.raises(InputError) as refused:
+        audit.open_target(f"oci:{layout}", platform="linux/s390x")
+    assert refused.value.check_id == "platform.index" and inner_digest.split(":")[1] in refused.value.message
+
+
+def test_registry_index_platform_by_the_same_rule(built: Path, tmp_path, registry_server):  # noqa: F811
+    """The same index pushed by skopeo to the real registry: read by oci.remote_image into
+    the same reader, chosen by the same rule, the index digest the registry serves."""
+    layout, inner_digest = _multi_platform_layout(built, tmp_path)
+    target = f"docker://{registry_server.host}/sparkflake/multi:v1"
+    run_tool(["skopeo", "copy", "--all", "--preserve-digests", "--dest-tls-verify=false",
+              f"oci:{layout}:multi", target])
+    default = _platform_checks(target, insecure=True)
+    assert default.exit_code == 0, default.failures
+    assert default.index_digest == inner_digest
+    assert {c.id: c.status for c in default.checks}["platform.index"] == "pass"
+    claimed = _platform_checks(target, "linux/amd64", insecure=True)
+    assert [c.id for c in claimed.failures] == ["platform.index"], claimed.failures
+    with pytest.raises(InputError) as refused:
+        audit.open_target(target, platform="linux/s390x", insecure=True)
+    assert refused.value.check_id == "platform.index"
+
+
+def test_docker_archive_files_named_by_digest_are_checked_against_it(built: Path, tmp_path):
+    """A docker-archive names its config and layers after their digests (docker save,
+    skopeo, ours): the audit and oci.verify both hash the bytes against that name."""
+    import io
+    import tarfile
+
+    digests = json.loads((built / "digests.json").read_text())
+    layer_hex = digests["layers"][0]["digest"].split(":")[1]
+    archive = tmp_path / "docker-only.tar"
+    with tarfile.open(built / "docker-archive.tar") as original, tarfile.open(archive, "w") as rewritten:
+        for member in original.getmembers():
+            if member.name in ("oci-layout", "index.json"):
+                continue  # what is left is a plain docker-archive
+            content = original.extractfile(member).read() if member.isfile() else None
+            if member.name.endswith(layer_hex):
+                content = content[:-1] + bytes([content[-1] ^ 1])  # the gzip trailer: still the same tar
+            rewritten.addfile(member, io.BytesIO(content) if content is not None else None)
+    report = run_audit(str(archive))
+    assert report.source_kind == "docker-archive"
+    failing = {c.id: c for c in report.failures}
+    assert "layer.digest" in failing and failing["layer.digest"].digest == digests["layers"][0]["digest"]
+    with pytest.raises(SparkflakeError) as refused:
+        verify_image(open_image(archive))
+    assert refused.value.check_id == "oci.blob-digest" and layer_hex in refused.value.message
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=12), children, max_size=3),
+    max_leaves=10,
+)
+# receipts shaped like a build's, with any value at any level
+_RECEIPTS = st.one_of(
+    st.dictionaries(st.text(max_size=8), _JSON, max_size=3),
+    st.fixed_dictionaries({
+        "subject": st.one_of(_JSON, st.lists(st.fixed_dictionaries({"digest": _JSON}), max_size=2)),
+        "predicate": st.one_of(_JSON, st.fixed_dictionaries({
+            "buildDefinition": st.one_of(_JSON, st.fixed_dictionaries({
+                "internalParameters": st.one_of(_JSON, st.fixed_dictionaries({"labels": _JSON})),
+                "resolvedDependencies": _JSON,
+            })),
+            "runDetails": st.one_of(_JSON, st.fixed_dictionaries({"byproducts": st.one_of(_JSON, st.lists(
+                st.fixed_dictionaries({"name": st.sampled_from(["image-config", "layer[0]", "layer[1]", "layer[x]"]),
+                                       "digest": _JSON, "annotations": _JSON}), max_size=3))})),
+        })),
+    }),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(receipt=_RECEIPTS, with_lock=st.booleans())
+def test_any_receipt_gives_named_checks_never_a_traceback(built: Path, receipt, with_lock):
+    """`audit --receipt FILE` reads whatever JSON object the file holds: every reading of
+    it is bounded by type, so the result is checks, never an exception."""
+    source = audit.open_target(f"oci:{built / 'oci'}")
+    expectations = audit.Expectations(receipt=receipt, receipt_where="receipt.json",
+                                      lock_digests={"vllm": "sha256:" + "a" * 64} if with_lock else None)
+    report = audit.audit_image(source, expectations)
+    assert all(c.id.startswith(("receipt.", "labels.")) for c in report.failures), report.failures

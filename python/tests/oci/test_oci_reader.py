@@ -232,3 +232,34 @@ def test_nested_index_picks_linux_arm64(image_dir, tmp_path, capsys):
     assert code == 0
     assert report["digests"]["manifest"] == digests["manifest"]
     assert report["ref_name"] == "multi"
+
+
+@pytest.mark.parametrize("document", ["index.json", "oci-layout", "manifest", "config"])
+def test_deeply_nested_document_is_a_clear_error(image_dir, tmp_path, capsys, document):
+    """json.loads gives up on deep nesting with RecursionError: a clear error, not a traceback."""
+    layout, digests = _copy_layout(image_dir, tmp_path)
+    deep = b"[" * 100_000
+    if document in ("index.json", "oci-layout"):
+        (layout / document).write_bytes(deep)
+    else:
+        # re-point the references so the reader gets as far as parsing the document
+        import hashlib
+
+        digest = "sha256:" + hashlib.sha256(deep).hexdigest()
+        _blob(layout, digest).write_bytes(deep)
+        index = json.loads((layout / "index.json").read_text())
+        if document == "manifest":
+            index["manifests"][0].update(digest=digest, size=len(deep))
+        else:
+            manifest = json.loads(_blob(layout, digests["manifest"]).read_text())
+            manifest["config"].update(digest=digest, size=len(deep))
+            raw = json.dumps(manifest).encode()
+            manifest_digest = "sha256:" + hashlib.sha256(raw).hexdigest()
+            _blob(layout, manifest_digest).write_bytes(raw)
+            index["manifests"][0].update(digest=manifest_digest, size=len(raw))
+        (layout / "index.json").write_text(json.dumps(index))
+    code, err = _inspect(layout, capsys)
+    assert code == 2 and "nested too deeply" in err and "document.parse" in err, err
+    code = cli_main(["audit", f"oci:{layout}"])  # the audit reads through the same reader
+    captured = capsys.readouterr()
+    assert code in (1, 2) and "nested too deeply" in captured.out + captured.err, captured

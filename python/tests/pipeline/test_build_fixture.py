@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from sparkflake import audit
 from sparkflake.audit.receipt import verify_receipt
 from sparkflake.cli import main as cli_main
 from sparkflake.compose.assembly import assemble
@@ -179,6 +180,14 @@ def test_receipt_verify_refuses_edited_receipt_label(built, tmp_path: Path) -> N
     assert error.value.check_id == "receipt.labels"
     code = cli_main(["receipt", "verify", str(edited), str(base / "out" / "oci")])
     assert code == 1
+    # `audit --receipt` reads the labels where the build records them, as `receipt verify` does
+    for receipt_path, status in ((base / "out" / "receipt.json", "pass"), (edited, "fail")):
+        source = audit.open_target(f"oci:{base / 'out' / 'oci'}")
+        report = audit.audit_image(source, audit.expectations_from(receipt_file=str(receipt_path)))
+        checks = {c.id: c for c in report.checks}
+        assert checks["labels.receipt"].status == status, checks["labels.receipt"]
+        assert checks["receipt.subject"].status == checks["receipt.byproducts"].status == "pass"
+    assert "org.sparkflake.status: image" in checks["labels.receipt"].detail
 
 
 def test_receipt_verify_refuses_other_image(built, tmp_path: Path) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from ..core.atomic_write import write_bytes_atomic
@@ -20,8 +19,8 @@ from ..core.errors import InputError
 from ..lock.lock_file import load_lock
 from ..lock.pins import GitPin, OciPin
 from .checks import audit_image
-from .report import AuditReport, Expectations, parse_expectation
-from .sources import ImageSource, open_engine_source, open_file_source
+from .report import DEFAULT_MAX_UNCOMPRESSED, AuditReport, Expectations, parse_expectation
+from .target import ImageSource, open_target
 
 __all__ = [
     "AuditReport",
@@ -34,35 +33,6 @@ __all__ = [
     "parse_expectation",
     "write_record",
 ]
-
-
-def open_target(
-    target: str,
-    *,
-    platform: str | None = None,
-    insecure: bool = False,
-    engine_args: Sequence[str] = (),
-    credentials: tuple[str, str] | None = None,
-) -> ImageSource:
-    """``oci:DIR[:TAG]``, ``oci-archive:FILE``, ``docker-archive:FILE``, a plain path,
-    ``docker://HOST[:PORT]/REPO:TAG|@sha256:…``, ``podman:NAME|ID``, ``docker:NAME|ID``."""
-    if target.startswith("docker://"):
-        from .registry_source import open_registry_source
-
-        return open_registry_source(target, platform=platform, insecure=insecure, credentials=credentials)
-    for engine in ("podman", "docker"):
-        if target.startswith(f"{engine}:"):
-            return open_engine_source(engine, target[len(engine) + 1 :], engine_args)
-    if target.startswith("oci:"):
-        rest = target[4:]
-        directory, tag = rest, None
-        if not Path(rest).is_dir() and ":" in rest:
-            directory, _, tag = rest.rpartition(":")
-        return open_file_source(directory, tag, platform)
-    for prefix in ("oci-archive:", "docker-archive:"):
-        if target.startswith(prefix):
-            return open_file_source(target[len(prefix) :], None, platform)
-    return open_file_source(target, None, platform)
 
 
 def _lock_digests(path: str | os.PathLike[str]) -> dict[str, str]:
@@ -97,43 +67,19 @@ def expectations_from(
     max_uncompressed_bytes: int | None = None,
 ) -> Expectations:
     digests = [parse_expectation(text) for text in expect]
-    expected_layers = None
-    file_index = None
+    file_index, expected_layers = None, None
     if expect_file is not None:
-        document = _read_json(expect_file, "expected digests")
-        if not isinstance(document, dict):
-            raise InputError(f"{expect_file}: $: expected an object like digests.json")
-        for key, kind in (("manifest", "manifest"), ("config", "config"), ("chain_id", "chain-id")):
-            if key in document:
-                digests.append(parse_expectation(f"{document[key]}@{kind}"))
-        if "index" in document:  # checked where the source has an index.json (layout, oci-archive)
-            file_index = parse_expectation(f"{document['index']}@index")[1]
-        if "layers" in document:
-            if not isinstance(document["layers"], list):
-                raise InputError(f"{expect_file}: $.layers: expected a list")
-            expected_layers = document["layers"]
-    platform = None
-    labels: dict[str, str] = {}
-    lock_path = lock_file
+        file_digests, file_index, expected_layers = _expected_digests_file(expect_file)
+        digests += file_digests
+    platform, labels, lock_path = None, {}, lock_file
     if profile_name is not None:
-        from ..lock.profile_locks import load_profile
-
-        profile = load_profile(profile_name, check_locks=False)
-        platform = profile.platform
-        labels = dict(profile.labels)
-        labels["org.sparkflake.profile"] = profile.name
-        if lock_path is None and profile.locks:
-            first = profile.lock_paths()[0]
-            if first.is_file():
-                lock_path = str(first)
+        platform, labels, profile_lock = _profile_expectations(profile_name)
+        lock_path = lock_path or profile_lock
     receipt = None
     if receipt_file is not None:
         receipt = _read_json(receipt_file, "receipt")
         if not isinstance(receipt, dict):
             raise InputError(f"{receipt_file}: $: expected an in-toto Statement object")
-    kwargs: dict[str, Any] = {}
-    if max_uncompressed_bytes is not None:
-        kwargs["max_uncompressed_bytes"] = max_uncompressed_bytes
     return Expectations(
         digests=tuple(digests),
         expected_layers=expected_layers,
@@ -144,8 +90,35 @@ def expectations_from(
         receipt_where=receipt_file or "",
         lock_digests=_lock_digests(lock_path) if lock_path else None,
         lock_where=lock_path or "",
-        **kwargs,
+        max_uncompressed_bytes=DEFAULT_MAX_UNCOMPRESSED if max_uncompressed_bytes is None else max_uncompressed_bytes,
     )
+
+
+def _expected_digests_file(path: str) -> tuple[list[tuple[str, str]], str | None, list[Any] | None]:
+    """A build's ``digests.json``: the digests it names, its index (checked where the
+    source has an index.json: a layout, an oci-archive) and its layers."""
+    document = _read_json(path, "expected digests")
+    if not isinstance(document, dict):
+        raise InputError(f"{path}: $: expected an object like digests.json")
+    digests = [
+        parse_expectation(f"{document[key]}@{kind}")
+        for key, kind in (("manifest", "manifest"), ("config", "config"), ("chain_id", "chain-id"))
+        if key in document
+    ]
+    index = parse_expectation(f"{document['index']}@index")[1] if "index" in document else None
+    if "layers" in document and not isinstance(document["layers"], list):
+        raise InputError(f"{path}: $.layers: expected a list")
+    return digests, index, document.get("layers")
+
+
+def _profile_expectations(name: str) -> tuple[str, dict[str, str], str | None]:
+    """A profile's platform, its labels (with its name) and its first lock, if present."""
+    from ..lock.profile_locks import load_profile
+
+    profile = load_profile(name, check_locks=False)
+    labels = {**profile.labels, "org.sparkflake.profile": profile.name}
+    first_lock = profile.lock_paths()[0] if profile.locks else None
+    return profile.platform, labels, str(first_lock) if first_lock is not None and first_lock.is_file() else None
 
 
 def write_record(path: str | os.PathLike[str], report: AuditReport, profile: str | None = None) -> None:

@@ -9,7 +9,6 @@ the digest involved.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,21 +18,13 @@ from ..core.errors import InputError
 from ..core.progress import BytesProgress, ProgressCallback
 from ..oci import media_types
 from ..oci.entry_safety import EntrySafety
-from ..oci.layer_scan import ElfFile, scan_layer
+from ..oci.layer_scan import ElfFile
+from ..oci.stored_blob import StoredBlob, stored_document
 from ..oci.types import Platform, platform_text
+from ..oci.verify import config_diff_ids, docker_view_difference, read_layer
 from .receipt_checks import check_receipt
 from .report import IN_IMAGE_RECEIPT_PATH, AuditReport, Expectations, LayerFinding
-from .sources import ImageSource
-
-_OCI_LAYER_TYPES = {media_types.OCI_LAYER_TAR, media_types.OCI_LAYER_GZIP, media_types.OCI_LAYER_ZSTD}
-_DOCKER_LAYER_TYPES = {media_types.DOCKER_LAYER_GZIP, media_types.DOCKER_LAYER_TAR}
-_COMPRESSION_OF_TYPE = {
-    media_types.OCI_LAYER_TAR: "none",
-    media_types.OCI_LAYER_GZIP: "gzip",
-    media_types.OCI_LAYER_ZSTD: "zstd",
-    media_types.DOCKER_LAYER_GZIP: "gzip",
-    media_types.DOCKER_LAYER_TAR: "none",
-}
+from .target import ImageSource
 
 
 def audit_image(
@@ -41,6 +32,7 @@ def audit_image(
 ) -> AuditReport:
     report = AuditReport(target=source.location, source_kind=source.kind)
     report.engine_image_id = source.engine_image_id
+    reader = source.reader
     _check_documents(source, report)
     _check_docker_view(source, report)
     _check_digest_forms(source, report)
@@ -51,63 +43,54 @@ def audit_image(
         return report
     diff_ids = _config_diff_ids(config, report)
     _check_media_types(source, report)
-    total = sum(d.size or 0 for d in source.layers)
+    total = sum(d.size or 0 for d in reader.layer_refs)
     done = 0
     captured: dict[str, bytes] = {}
     elf_files: list[ElfFile] = []
     computed_diff_ids: list[str | None] = []
     safety = EntrySafety()  # one per image: a symlink of layer 0 makes a write in layer 3 unsafe
-    for position, descriptor in enumerate(source.layers):
+    for position, descriptor in enumerate(reader.layer_refs):
         label = descriptor.digest or descriptor.name
+        tick = BytesProgress(progress, done, total, "auditing layers")
         try:
-            stored_size = source.blob_size(descriptor)
-        except InputError as exc:  # a blob that leaves the layout
-            report.add(exc.check_id or "layer.present", "fail", f"layer {position} {label}: {exc.message}", descriptor.digest)
+            stored = read_layer(
+                reader, descriptor, safety=safety, on_bytes=tick,
+                max_uncompressed_bytes=expectations.max_uncompressed_bytes,
+                capture_paths=frozenset({IN_IMAGE_RECEIPT_PATH}),
+            )
+        except InputError as exc:  # a blob that leaves the layout, or cannot be read
+            status = "fail" if exc.check_id == "layout.inside" else "error"
+            report.add(exc.check_id or "layer.present", status, f"layer {position} {label}: {exc.message}", descriptor.digest)
             computed_diff_ids.append(None)
             continue
-        if stored_size is None:
+        scan = stored.scan
+        if stored.blob.size is None:
             report.add("layer.present", "fail", f"layer {position} {label} is missing from {source.location}", descriptor.digest)
             computed_diff_ids.append(None)
             continue
-        if descriptor.size is not None and descriptor.digest is not None and stored_size != descriptor.size:
+        if scan is None:  # its stored size differs: not hashed
             report.add(
                 "layer.size", "fail",
-                f"layer {position} {label}: stored size {stored_size} bytes, descriptor says {descriptor.size} (not hashed)",
+                f"layer {position} {label}: stored size {stored.blob.size} bytes, descriptor says {descriptor.size} (not hashed)",
                 descriptor.digest,
             )
             computed_diff_ids.append(None)
             done += descriptor.size or 0
             continue
-
-        tick = BytesProgress(progress, done, total, "auditing layers")
-        try:
-            with source.open_blob(descriptor) as handle:
-                scan = scan_layer(
-                    handle,
-                    max_uncompressed_bytes=expectations.max_uncompressed_bytes,
-                    capture_paths=frozenset({IN_IMAGE_RECEIPT_PATH}),
-                    on_bytes=tick,
-                    safety=safety,
-                )
-        except InputError as exc:
-            check = exc.check_id or "layer.present"
-            report.add(check, "error", f"layer {position} {label}: {exc.message}", descriptor.digest)
-            computed_diff_ids.append(None)
-            continue
-        done += stored_size
+        done += stored.blob.size
         if descriptor.digest is not None:
-            if scan.blob_digest == descriptor.digest:
-                report.add("layer.digest", "pass", f"layer {position} hashes to its digest", descriptor.digest)
-            else:
+            if stored.blob.digest_differs:
                 report.add(
                     "layer.digest", "fail",
                     f"layer {position}: blob hashes to {scan.blob_digest}, the manifest says {descriptor.digest}",
                     descriptor.digest,
                 )
+            else:
+                report.add("layer.digest", "pass", f"layer {position} hashes to its digest", descriptor.digest)
         if scan.error is not None:
             check = "layer.decompressed-bound" if "bound" in scan.error else "layer.decompress"
             report.add(check, "fail", f"layer {position} {label}: {scan.error}", descriptor.digest)
-        expected_compression = _COMPRESSION_OF_TYPE.get(descriptor.media_type)
+        expected_compression = media_types.COMPRESSION_OF_LAYER_TYPE.get(descriptor.media_type)
         if expected_compression is not None and scan.size and scan.compression != expected_compression and scan.error is None:
             report.add(
                 "media-type.consistent", "fail",
@@ -142,47 +125,46 @@ def audit_image(
 def _check_docker_view(source: ImageSource, report: AuditReport) -> None:
     """A combined archive must describe one image twice: docker/podman load what its
     manifest.json names, OCI tools what index.json leads to."""
-    if source.docker_view is None:
+    view = source.reader.docker_view
+    if view is None:
         return
-    config_name, layer_names = source.docker_view
-    oci_config = source.config_descriptor.name
-    oci_layers = [d.name for d in source.layers]
-    if config_name != oci_config:
+    difference = docker_view_difference(source.reader)
+    if difference is None:
         report.add(
-            "archive.docker-view", "fail",
-            f"{source.location}: manifest.json names config {config_name}, the OCI manifest {oci_config}",
-            source.config_descriptor.digest,
+            "archive.docker-view", "pass",
+            f"manifest.json (docker, podman) names the same config and {len(view.layer_names)} layers as the OCI manifest",
         )
-    elif layer_names != oci_layers:
+    elif difference.layer_position is None:
         report.add(
             "archive.docker-view", "fail",
-            f"{source.location}: manifest.json names layers {layer_names}, the OCI manifest {oci_layers}",
+            f"{source.location}: manifest.json names config {view.config_name}, the OCI manifest {difference.oci_config}",
+            source.reader.config_ref.digest,
         )
     else:
         report.add(
-            "archive.docker-view", "pass",
-            f"manifest.json (docker, podman) names the same config and {len(oci_layers)} layers as the OCI manifest",
+            "archive.docker-view", "fail",
+            f"{source.location}: manifest.json names layers {list(view.layer_names)}, "
+            f"the OCI manifest {list(difference.oci_layers)}",
         )
 
 
 def _check_digest_forms(source: ImageSource, report: AuditReport) -> None:
     found: list[tuple[str, str]] = []
-    if source.manifest_descriptor is not None and source.manifest_descriptor.digest is not None:
-        found.append(("manifest descriptor", source.manifest_descriptor.digest))
-    if source.config_descriptor.digest is not None:
-        found.append(("config descriptor", source.config_descriptor.digest))
-    for position, layer in enumerate(source.layers):
+    if source.reader.manifest_ref is not None and source.reader.manifest_ref.digest is not None:
+        found.append(("manifest descriptor", source.reader.manifest_ref.digest))
+    if source.reader.config_ref.digest is not None:
+        found.append(("config descriptor", source.reader.config_ref.digest))
+    for position, layer in enumerate(source.reader.layer_refs):
         if layer.digest is not None:
             found.append((f"layers[{position}]", layer.digest))
     config_trusted = not any(c.id == "config.digest" and c.status == "fail" for c in report.checks)
     try:
         # a config that fails its own digest is reported as such; its contents are not graded
-        config = json.loads(source.config_bytes) if config_trusted else {}
-        diff_ids = config.get("rootfs", {}).get("diff_ids", []) if isinstance(config, dict) else []
-        if isinstance(diff_ids, list):
-            found.extend((f"rootfs.diff_ids[{i}]", d) for i, d in enumerate(diff_ids) if isinstance(d, str))
-    except (ValueError, UnicodeDecodeError, AttributeError):
-        pass
+        config = source.reader.config if config_trusted else {}
+    except InputError:
+        config = {}  # reported as document.parse when the config is read for the checks
+    diff_ids = config_diff_ids(config) or []
+    found.extend((f"rootfs.diff_ids[{i}]", d) for i, d in enumerate(diff_ids))
     bad = [(where, digest) for where, digest in found if not is_digest(digest)]
     if bad:
         where, digest = bad[0]
@@ -197,43 +179,18 @@ def _check_digest_forms(source: ImageSource, report: AuditReport) -> None:
 
 
 def _check_documents(source: ImageSource, report: AuditReport) -> None:
-    if source.index_bytes is not None:
-        report.index_digest = sha256_digest(source.index_bytes)
-    if source.manifest_bytes is not None:
-        report.manifest_digest = sha256_digest(source.manifest_bytes)
-        expected = source.manifest_descriptor
-        if expected is not None and expected.size is not None and expected.size != len(source.manifest_bytes):
-            report.add(
-                "manifest.digest", "fail",
-                f"manifest is {len(source.manifest_bytes)} bytes, its descriptor says {expected.size}",
-                expected.digest,
-            )
-        elif expected is not None and expected.digest is not None and expected.digest != report.manifest_digest:
-            report.add(
-                "manifest.digest", "fail",
-                f"manifest bytes hash to {report.manifest_digest}, the reference says {expected.digest}",
-                expected.digest,
-            )
-        else:
-            report.add("manifest.digest", "pass", "manifest bytes hash to the referenced digest", report.manifest_digest)
+    reader = source.reader
+    if reader.index_bytes is not None:
+        report.index_digest = sha256_digest(reader.index_bytes)
+    if reader.manifest_bytes is not None and reader.manifest_ref is not None:
+        manifest = stored_document(reader.manifest_ref, reader.manifest_bytes, source.location)
+        report.manifest_digest = manifest.digest
+        _add_document_check(report, "manifest", manifest, "the reference says")
     else:
         report.add("manifest.digest", "skip", f"{source.kind} stores no manifest")
-    report.config_digest = sha256_digest(source.config_bytes)
-    descriptor = source.config_descriptor
-    if descriptor.size is not None and descriptor.size != len(source.config_bytes):
-        report.add(
-            "config.digest", "fail",
-            f"config is {len(source.config_bytes)} bytes, its descriptor says {descriptor.size}",
-            descriptor.digest,
-        )
-    elif descriptor.digest is not None and descriptor.digest != report.config_digest:
-        report.add(
-            "config.digest", "fail",
-            f"config bytes hash to {report.config_digest}, the manifest says {descriptor.digest}",
-            descriptor.digest,
-        )
-    else:
-        report.add("config.digest", "pass", "config bytes hash to the referenced digest", report.config_digest)
+    config = stored_document(reader.config_ref, reader.config_bytes, source.location)
+    report.config_digest = config.digest
+    _add_document_check(report, "config", config, "the manifest says")
     if source.engine_image_id is not None:
         if source.engine_image_id == report.config_digest:
             report.add("engine.image-id", "pass", f"{source.kind} image ID equals the config digest", source.engine_image_id)
@@ -245,18 +202,31 @@ def _check_documents(source: ImageSource, report: AuditReport) -> None:
             )
 
 
+def _add_document_check(report: AuditReport, role: str, stored: StoredBlob, referrer_says: str) -> None:
+    reference = stored.ref
+    if stored.size_differs:
+        report.add(
+            f"{role}.digest", "fail", f"{role} is {stored.size} bytes, its descriptor says {reference.size}", reference.digest
+        )
+    elif stored.digest_differs:
+        report.add(
+            f"{role}.digest", "fail", f"{role} bytes hash to {stored.digest}, {referrer_says} {reference.digest}", reference.digest
+        )
+    else:
+        report.add(f"{role}.digest", "pass", f"{role} bytes hash to the referenced digest", stored.digest)
+
+
 def _config_or_error(source: ImageSource, report: AuditReport) -> dict[str, Any] | None:
     try:
-        return source.config
+        return source.reader.config
     except InputError as exc:
         report.add("document.parse", "fail", exc.message, report.config_digest)
         return None
 
 
-def _config_diff_ids(config: Mapping[str, Any], report: AuditReport) -> list[str]:
-    rootfs = config.get("rootfs")
-    diff_ids = rootfs.get("diff_ids") if isinstance(rootfs, dict) else None
-    if not isinstance(diff_ids, list) or not all(isinstance(d, str) for d in diff_ids):
+def _config_diff_ids(config: dict[str, Any], report: AuditReport) -> list[str]:
+    diff_ids = config_diff_ids(config)
+    if diff_ids is None:
         report.add("layer.diff-id", "fail", "config rootfs.diff_ids is not a list of digests", report.config_digest)
         return []
     report.chain_id = chain_id(diff_ids) if diff_ids else None
@@ -264,26 +234,26 @@ def _config_diff_ids(config: Mapping[str, Any], report: AuditReport) -> list[str
 
 
 def _check_media_types(source: ImageSource, report: AuditReport) -> None:
-    manifest = source.manifest
+    manifest = source.reader.manifest
     if manifest is None:
         report.add("media-type.consistent", "skip", "docker-archive has no media types")
         return
     problems = []
     manifest_type = manifest.get("mediaType")
-    if source.manifest_descriptor is not None and manifest_type and source.manifest_descriptor.media_type:
-        if manifest_type != source.manifest_descriptor.media_type:
-            problems.append(f"manifest says {manifest_type}, its descriptor {source.manifest_descriptor.media_type}")
-    if manifest_type is None and source.manifest_descriptor is not None:
-        manifest_type = source.manifest_descriptor.media_type
+    if source.reader.manifest_ref is not None and manifest_type and source.reader.manifest_ref.media_type:
+        if manifest_type != source.reader.manifest_ref.media_type:
+            problems.append(f"manifest says {manifest_type}, its descriptor {source.reader.manifest_ref.media_type}")
+    if manifest_type is None and source.reader.manifest_ref is not None:
+        manifest_type = source.reader.manifest_ref.media_type
     docker = manifest_type == media_types.DOCKER_MANIFEST
     if manifest_type not in media_types.MANIFEST_MEDIA_TYPES:
         problems.append(f"unknown manifest media type {manifest_type!r}")
-    config_type = source.config_descriptor.media_type
+    config_type = source.reader.config_ref.media_type
     wanted_config = media_types.DOCKER_CONFIG if docker else media_types.OCI_CONFIG
     if config_type != wanted_config:
         problems.append(f"config media type {config_type!r}, expected {wanted_config!r} in a {manifest_type}")
-    allowed_layers = _DOCKER_LAYER_TYPES if docker else _OCI_LAYER_TYPES
-    for position, layer in enumerate(source.layers):
+    allowed_layers = media_types.DOCKER_LAYER_TYPES if docker else media_types.OCI_LAYER_TYPES
+    for position, layer in enumerate(source.reader.layer_refs):
         if layer.media_type not in allowed_layers:
             problems.append(f"layers[{position}] media type {layer.media_type!r} is not a layer type of {manifest_type}")
     if problems:
@@ -295,10 +265,10 @@ def _check_media_types(source: ImageSource, report: AuditReport) -> None:
 def _check_diff_ids(
     declared: Sequence[str], computed: Sequence[str | None], source: ImageSource, report: AuditReport
 ) -> None:
-    if len(declared) != len(source.layers):
+    if len(declared) != len(source.reader.layer_refs):
         report.add(
             "layer.diff-id", "fail",
-            f"config rootfs.diff_ids lists {len(declared)} layers, the manifest {len(source.layers)}",
+            f"config rootfs.diff_ids lists {len(declared)} layers, the manifest {len(source.reader.layer_refs)}",
             report.config_digest,
         )
         return
@@ -331,9 +301,11 @@ def _check_platform(
 ) -> None:
     config_platform = platform_text(config)
     report.platform = config_platform
-    if source.index_platform is not None:
-        index_platform = platform_text(source.index_platform)
-        if index_platform == config_platform:
+    if source.reader.index_platform is not None:
+        index_platform = platform_text(source.reader.index_platform)
+        index_says = Platform.of_record(source.reader.index_platform)
+        # one platform by oci.types' rule (linux/arm64 is linux/arm64/v8), else by what both spell
+        if index_platform == config_platform or (index_says is not None and index_says.matches(Platform.of_record(config))):
             report.add("platform.index", "pass", f"config and index both say {config_platform}")
         else:
             report.add(

@@ -18,7 +18,6 @@ import posixpath
 import tarfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from ..compose import generated, receipt
@@ -28,6 +27,14 @@ from ..core.errors import CheckFailed, InputError, SparkflakeError
 from ..oci.compression import Decompressor, detect_compression
 from ..oci.reader import ImageReader, open_image
 from ..oci.verify import verify_image
+from .receipt_checks import (
+    byproduct_digest,
+    label_problems,
+    labels_of,
+    layer_byproducts,
+    layer_problems,
+    subjects_of,
+)
 
 READ_CHUNK = 1 << 20
 ABSENT = ""
@@ -139,15 +146,10 @@ class ReceiptReport:
         }
 
 
-def load_receipt(path: str | os.PathLike[str]) -> dict:
-    try:
-        document = json.loads(Path(path).read_bytes())
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror}") from exc
-    except ValueError as exc:
-        raise InputError(f"{path}: not JSON: {exc}") from exc
-    if not isinstance(document, dict):
-        raise InputError(f"{path}: expected a JSON object")
+def load_build_receipt(path: str | os.PathLike[str]) -> dict:
+    """A full receipt (``receipt.load_receipt``: bounded, a regular file, a JSON object)
+    that is a sparkflake build receipt."""
+    document = receipt.load_receipt(path)
     if document.get("_type") != receipt.STATEMENT_TYPE:
         raise InputError(f"{path}: _type: expected {receipt.STATEMENT_TYPE}, got {document.get('_type')!r}")
     if document.get("predicateType") != receipt.PREDICATE_TYPE:
@@ -163,7 +165,7 @@ def load_receipt(path: str | os.PathLike[str]) -> dict:
 
 def verify_receipt(receipt_path: str | os.PathLike[str], image_path: str | os.PathLike[str]) -> ReceiptReport:
     """Every link is checked; a ``CheckFailed`` names the first failing one."""
-    full = load_receipt(receipt_path)
+    full = load_build_receipt(receipt_path)
     reader = open_image(image_path)
     report = verify_image(reader)  # digests of every blob re-derived from bytes
     links: list[LinkResult] = []
@@ -177,7 +179,7 @@ def verify_receipt(receipt_path: str | os.PathLike[str], image_path: str | os.Pa
             links.append(LinkResult(link_id, PASSED, detail))
 
     def subject() -> str:
-        expected = "sha256:" + full["subject"][0]["digest"]["sha256"]
+        expected = subjects_of(full)[0]
         if report.manifest_digest is None:
             return f"{report.format} carries no OCI manifest; subject {expected} checked through config and layers"
         if report.manifest_digest != expected:
@@ -185,41 +187,23 @@ def verify_receipt(receipt_path: str | os.PathLike[str], image_path: str | os.Pa
         return f"subject = manifest {expected}"
 
     def config() -> str:
-        item = receipt.byproduct(full, receipt.CONFIG)
-        expected = "sha256:" + item["digest"]["sha256"] if item else None
+        expected = byproduct_digest(full, receipt.CONFIG)
         if report.config_digest != expected:
             raise CheckFailed(f"image config digest {report.config_digest}, receipt says {expected}")
         return f"config {expected}"
 
     def layers() -> str:
-        recorded = receipt.layer_byproducts(full)
-        if len(recorded) != len(report.layers):
-            raise CheckFailed(f"image has {len(report.layers)} layers, receipt {len(recorded)}")
-        problems = []
-        for index, (item, layer) in enumerate(zip(recorded, report.layers, strict=True)):
-            diff_id = item["annotations"]["diff_id"]
-            if layer.diff_id != diff_id:
-                problems.append(f"layer[{index}] diffID {layer.diff_id}, receipt {diff_id}")
-            blob = "sha256:" + item["digest"]["sha256"]
-            if report.format != "docker-archive" and layer.digest != blob:
-                problems.append(f"layer[{index}] digest {layer.digest}, receipt {blob}")
+        recorded = layer_byproducts(full)
+        problems = layer_problems(recorded, report.layers, blob_digests=report.manifest_digest is not None)
         if problems:
             raise CheckFailed("; ".join(problems))
         return f"{len(recorded)} layers: digests and diffIDs equal"
 
     def labels() -> str:
-        recorded = full["predicate"]["buildDefinition"]["internalParameters"]["labels"]
-        current = report.labels
-        problems = [
-            f"{key}: image {current.get(key)!r}, receipt {recorded.get(key)!r}"
-            for key in sorted(set(current) | set(recorded))
-            if current.get(key) != recorded.get(key)
-        ]
-        missing = generated.missing_labels(current)
-        problems += [f"{key}: missing" for key in missing]
+        problems = label_problems(labels_of(full) or {}, report.labels)
         if problems:
             raise CheckFailed("; ".join(problems[:10]))
-        return f"{len(current)} labels equal to the receipt"
+        return f"{len(report.labels)} labels equal to the receipt"
 
     wanted_manifests = {
         generated.RECEIPT_PATH: receipt.IN_IMAGE_RECEIPT,

@@ -4,11 +4,13 @@ image, its layers and the lock's inputs."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..compose import receipt as receipt_names
+from ..compose.generated import missing_labels
 from .report import IN_IMAGE_RECEIPT_PATH, AuditReport, Expectations
-from .sources import ImageSource
+from .target import ImageSource
 
 
 def check_receipt(
@@ -35,12 +37,7 @@ def check_receipt(
                 "and no --receipt was given to compare it with",
             )
         return
-    subjects = receipt.get("subject") if isinstance(receipt, dict) else None
-    subject_digests = [
-        "sha256:" + str(s.get("digest", {}).get("sha256"))
-        for s in subjects or []
-        if isinstance(s, dict) and isinstance(s.get("digest"), dict)
-    ]
+    subject_digests = subjects_of(receipt)
     if report.manifest_digest is None:
         report.add("receipt.subject", "skip", f"{source.kind} has no manifest digest to compare")
     elif report.manifest_digest in subject_digests:
@@ -51,57 +48,35 @@ def check_receipt(
             f"{where}: subject {', '.join(subject_digests) or 'none'}, the image manifest is {report.manifest_digest}",
             report.manifest_digest,
         )
-    byproducts = _byproducts(receipt)
-    config_entry = byproducts.get("image-config")
-    if config_entry is not None:
-        want = "sha256:" + str(config_entry.get("digest", {}).get("sha256"))
-        status = "pass" if want == report.config_digest else "fail"
+    config_digest = byproduct_digest(receipt, receipt_names.CONFIG)
+    if config_digest is not None:
+        status = "pass" if config_digest == report.config_digest else "fail"
         report.add(
             "receipt.byproducts", status,
-            f"{where}: image-config {want}, image {report.config_digest}", want,
+            f"{where}: image-config {config_digest}, image {report.config_digest}", config_digest,
         )
-    layer_entries = [v for k, v in sorted(byproducts.items(), key=lambda kv: _layer_index(kv[0])) if k.startswith("layer[")]
-    if layer_entries:
-        for position, entry in enumerate(layer_entries):
-            want_digest = "sha256:" + str(entry.get("digest", {}).get("sha256"))
-            want_diff = (entry.get("annotations") or {}).get("diff_id")
-            got = report.layers[position] if position < len(report.layers) else None
-            if got is None or got.digest != want_digest or (want_diff and got.diff_id != want_diff):
-                report.add(
-                    "receipt.byproducts", "fail",
-                    f"{where}: layer[{position}] is {want_digest} (diffID {want_diff}), the image has "
-                    f"{got.digest if got else 'no layer'} (diffID {got.diff_id if got else None})",
-                    want_digest,
-                )
-                break
+    recorded_layers = layer_byproducts(receipt)
+    if recorded_layers:
+        problems = layer_problems(recorded_layers, report.layers, blob_digests=report.manifest_digest is not None)
+        if problems:
+            report.add("receipt.byproducts", "fail", f"{where}: " + "; ".join(problems), report.manifest_digest)
         else:
-            if len(layer_entries) != len(report.layers):
-                report.add("receipt.byproducts", "fail", f"{where}: {len(layer_entries)} layers, the image has {len(report.layers)}", report.manifest_digest)
-            else:
-                report.add("receipt.byproducts", "pass", f"{where}: {len(layer_entries)} layers equal")
-    external = (receipt.get("predicate") or {}).get("buildDefinition", {}).get("externalParameters", {})
-    receipt_labels = external.get("labels") if isinstance(external, dict) else None
-    if isinstance(receipt_labels, dict):
-        differing = sorted(k for k, v in receipt_labels.items() if report.labels.get(k) != v)
-        missing = sorted(k for k in report.labels if k.startswith("org.sparkflake.") and k not in receipt_labels)
-        if differing or missing:
+            report.add("receipt.byproducts", "pass", f"{where}: {len(recorded_layers)} layers equal")
+    recorded_labels = labels_of(receipt)
+    if recorded_labels is not None:
+        problems = label_problems(recorded_labels, report.labels)
+        if problems:
             report.add(
-                "labels.receipt", "fail",
-                f"{where}: labels differ from the receipt: {', '.join(differing + missing)}",
+                "labels.receipt", "fail", f"{where}: labels differ from the receipt: " + "; ".join(problems[:10]),
                 report.config_digest,
             )
         else:
-            report.add("labels.receipt", "pass", f"{where}: {len(receipt_labels)} labels equal the receipt")
+            report.add("labels.receipt", "pass", f"{where}: {len(recorded_labels)} labels equal the receipt")
     _check_dependencies(receipt, where, expectations, report)
 
 
 def _check_in_image_subjects(statement: Mapping[str, Any], report: AuditReport) -> None:
-    subjects = statement.get("subject") if isinstance(statement, dict) else None
-    wanted = [
-        "sha256:" + str(s.get("digest", {}).get("sha256"))
-        for s in subjects or []
-        if isinstance(s, dict) and isinstance(s.get("digest"), dict)
-    ]
+    wanted = subjects_of(statement)
     below = [layer.diff_id for layer in report.layers[: len(wanted)]]
     if wanted == below:
         report.add("receipt.in-image", "pass", f"in-image receipt binds the {len(wanted)} lower layers' diffIDs")
@@ -118,7 +93,7 @@ def _check_dependencies(
 ) -> None:
     if expectations.lock_digests is None:
         return
-    dependencies = (statement.get("predicate") or {}).get("buildDefinition", {}).get("resolvedDependencies", [])
+    dependencies = _field(statement, "predicate", "buildDefinition", "resolvedDependencies")
     recorded: dict[str, set[str]] = {}
     for dependency in dependencies if isinstance(dependencies, list) else []:
         if isinstance(dependency, dict) and isinstance(dependency.get("digest"), dict):
@@ -147,9 +122,71 @@ def _check_dependencies(
         )
 
 
+# What a receipt (full, or the one in the image) records, read defensively: the audit reads
+# whatever file it is given; ``receipt verify`` uses the same readings and comparisons.
+def subjects_of(statement: Mapping[str, Any]) -> list[str]:
+    subjects = statement.get("subject") if isinstance(statement, dict) else None
+    return [
+        "sha256:" + str(s.get("digest", {}).get("sha256"))
+        for s in subjects if isinstance(s, dict) and isinstance(s.get("digest"), dict)
+    ] if isinstance(subjects, list) else []
+
+
+def _field(document: object, *keys: str) -> Any:
+    """``document[k1][k2]…``, or None where a level is missing or not an object."""
+    for key in keys:
+        document = document.get(key) if isinstance(document, dict) else None
+    return document
+
+
 def _byproducts(statement: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
-    items = (statement.get("predicate") or {}).get("runDetails", {}).get("byproducts", [])
+    items = _field(statement, "predicate", "runDetails", "byproducts")
     return {str(item.get("name")): item for item in items if isinstance(item, dict)} if isinstance(items, list) else {}
+
+
+def byproduct_digest(statement: Mapping[str, Any], name: str) -> str | None:
+    item = _byproducts(statement).get(name)
+    digest = item.get("digest") if item is not None else None
+    return f"sha256:{digest.get('sha256')}" if isinstance(digest, dict) else None
+
+
+def layer_byproducts(statement: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The ``layer[N]`` byproducts, in layer order."""
+    named = sorted((_layer_index(name), item) for name, item in _byproducts(statement).items() if name.startswith("layer["))
+    return [item for _, item in named]
+
+
+def labels_of(statement: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The image labels a build records (``buildDefinition.internalParameters.labels``,
+    where compose's top layer writes them), or None where there are none."""
+    labels = _field(statement, "predicate", "buildDefinition", "internalParameters", "labels")
+    return labels if isinstance(labels, dict) else None
+
+
+def layer_problems(recorded: Sequence[Mapping[str, Any]], layers: Sequence[Any], *, blob_digests: bool) -> list[str]:
+    """How the image's layers (``digest``, ``diff_id``) differ from the recorded ones. A
+    docker-archive stores layers uncompressed (``blob_digests`` False): only diffIDs compare."""
+    if len(recorded) != len(layers):
+        return [f"image has {len(layers)} layers, receipt {len(recorded)}"]
+    problems = []
+    for index, (item, layer) in enumerate(zip(recorded, layers, strict=True)):
+        diff_id = _field(item, "annotations", "diff_id")
+        if diff_id and layer.diff_id != diff_id:
+            problems.append(f"layer[{index}] diffID {layer.diff_id}, receipt {diff_id}")
+        blob = f"sha256:{_field(item, 'digest', 'sha256')}"
+        if blob_digests and layer.digest != blob:
+            problems.append(f"layer[{index}] digest {layer.digest}, receipt {blob}")
+    return problems
+
+
+def label_problems(recorded: Mapping[str, Any], current: Mapping[str, str]) -> list[str]:
+    """Labels must equal the recorded ones, and every label a build writes be there."""
+    problems = [
+        f"{key}: image {current.get(key)!r}, receipt {recorded.get(key)!r}"
+        for key in sorted(set(current) | set(recorded))
+        if current.get(key) != recorded.get(key)
+    ]
+    return problems + [f"{key}: missing" for key in missing_labels(current)]
 
 
 def _layer_index(name: str) -> int:

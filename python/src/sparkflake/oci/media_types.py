@@ -23,6 +23,18 @@ LAYER_MEDIA_TYPES = {
     "zstd": OCI_LAYER_ZSTD,
 }
 
+# What each layer media type says the blob is compressed with; the layer types an OCI and
+# a Docker image manifest may list.
+COMPRESSION_OF_LAYER_TYPE = {
+    OCI_LAYER_TAR: "none",
+    OCI_LAYER_GZIP: "gzip",
+    OCI_LAYER_ZSTD: "zstd",
+    DOCKER_LAYER_TAR: "none",
+    DOCKER_LAYER_GZIP: "gzip",
+}
+OCI_LAYER_TYPES = frozenset({OCI_LAYER_TAR, OCI_LAYER_GZIP, OCI_LAYER_ZSTD})
+DOCKER_LAYER_TYPES = frozenset({DOCKER_LAYER_TAR, DOCKER_LAYER_GZIP})
+
 INDEX_MEDIA_TYPES = frozenset({OCI_INDEX, DOCKER_MANIFEST_LIST})
 MANIFEST_MEDIA_TYPES = frozenset({OCI_MANIFEST, DOCKER_MANIFEST})
 

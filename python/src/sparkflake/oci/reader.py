@@ -1,10 +1,13 @@
 """Readers for the image formats: OCI layout directory, oci-archive, docker-archive, and
-the combined archive that is both (Docker 25 ``docker save``, our own archives).
+the combined archive that is both (Docker 25 ``docker save``, our own archives); a
+registry's image is read by ``oci.remote_image`` into the same ``ImageReader``.
 
 ``open_image`` finds the format and gives an ``ImageReader`` with the raw document bytes
-(index, manifest, config) and ``open_blob`` streams; nothing loads a layer in memory.
-An archive is indexed once by walking its tar headers (seeking over member data), then
-members are read in place as slices of the archive file.
+(index, manifest, config), kept exactly as stored so that what is hashed is what is there,
+and ``open_blob`` streams; nothing loads a layer in memory. An archive is indexed once by
+walking its tar headers (seeking over member data), then members are read in place as
+slices of the archive file. A manifest whose bytes do not hash to the index's reference is
+refused before anything it says is parsed or followed.
 
 An archive with both ``oci-layout`` and ``manifest.json`` is read through its OCI index
 (the documents and blobs verified as for any oci-archive) and also carries its docker
@@ -12,25 +15,28 @@ An archive with both ``oci-layout`` and ``manifest.json`` is read through its OC
 and layer blobs in the same order.
 
 Errors: a file or blob that is absent, unparsable or not the expected format is
-``InputError`` (exit 2); bytes whose digest or size differ from what references them are
-``CheckFailed`` (exit 1), raised by ``verify``.
+``InputError`` (exit 2, its check id says which: ``image.readable``, ``document.parse``,
+``document.size``, ``digest.well-formed``, ``layout.inside``, ``layout.regular-file``,
+``platform.index``); bytes whose digest or size differ from what references them are
+``CheckFailed`` (exit 1), raised by ``verify`` (by the reader for the manifest).
 """
 
 from __future__ import annotations
 
 import io
-import json
 import os
 import tarfile
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO, Protocol
 
 from ..core.digest import digest_hex, is_digest
-from ..core.documents import MAX_DOCUMENT_BYTES, open_regular_file
+from ..core.documents import MAX_DOCUMENT_BYTES, open_regular_file, parse_json
 from ..core.errors import InputError
 from . import media_types
-from .types import CLUSTER_PLATFORM, BlobRef, matching_entries
+from .stored_blob import stored_document
+from .types import BlobRef, select_index_entry
 
 
 class _Slice(io.RawIOBase):
@@ -63,7 +69,18 @@ class _Slice(io.RawIOBase):
         super().close()
 
 
-class _DirectoryFiles:
+class ImageFiles(Protocol):
+    """Named files of an image's container (layout paths, archive members, registry
+    digests): ``size`` is None for an absent one."""
+
+    def describe(self, name: str) -> str: ...
+
+    def size(self, name: str) -> int | None: ...
+
+    def open(self, name: str) -> BinaryIO: ...
+
+
+class DirectoryFiles:
     """The files of a layout directory. What is read: a regular file at its path inside
     the layout, or a symlink that resolves to one inside the layout. A symlink out of it
     (to a host file, ``/dev/zero``) is refused (``layout.inside``), and so is anything
@@ -101,7 +118,7 @@ class _DirectoryFiles:
         return os.fdopen(fd, "rb")
 
 
-class _TarFiles:
+class TarFiles:
     def __init__(self, archive: Path) -> None:
         self.archive = archive
         self.members: dict[str, tuple[int, int]] = {}
@@ -120,16 +137,16 @@ class _TarFiles:
                         base = os.path.dirname(name) if member.issym() else ""
                         links[name] = _clean_member_name(os.path.join(base, member.linkname))
         except (tarfile.TarError, EOFError) as exc:
-            raise InputError(f"{archive}: not a readable tar archive: {exc}") from exc
+            raise InputError(f"{archive}: not a readable tar archive: {exc}", check_id="image.readable") from exc
         except OSError as exc:
-            raise InputError(f"{archive}: cannot read: {exc.strerror}") from exc
+            raise InputError(f"{archive}: cannot read: {exc.strerror}", check_id="image.readable") from exc
         for name, target in links.items():
             if target in self.members:
                 self.members[name] = self.members[target]
         archive_size = archive.stat().st_size
         for name, (offset, size) in self.members.items():
             if offset + size > archive_size:
-                raise InputError(f"{archive}: member {name} is truncated")
+                raise InputError(f"{archive}: member {name} is truncated", check_id="image.readable")
 
     def describe(self, name: str) -> str:
         return f"{self.archive}:{name}"
@@ -141,7 +158,7 @@ class _TarFiles:
     def open(self, name: str) -> BinaryIO:
         found = self.members.get(_clean_member_name(name))
         if found is None:
-            raise InputError(f"{self.archive}: no member {name}")
+            raise InputError(f"{self.archive}: no member {name}", check_id="image.readable")
         return io.BufferedReader(_Slice(self.archive, *found), buffer_size=1 << 20)
 
 
@@ -166,25 +183,33 @@ class DockerArchiveView:
 
 @dataclass
 class ImageReader:
+    """An image's documents as stored and its blobs as named files. A docker-archive
+    stores no index and no manifest; only a layout names a manifest (``ref_name``)."""
+
     format: str
-    path: Path
-    files: _DirectoryFiles | _TarFiles
-    index_bytes: bytes | None
-    manifest_bytes: bytes | None
-    manifest_ref: BlobRef | None
+    location: str
+    files: ImageFiles
     config_ref: BlobRef
     config_bytes: bytes
     layer_refs: list[BlobRef]
-    repo_tags: list[str]
-    ref_name: str | None
+    index_bytes: bytes | None = None
+    manifest_bytes: bytes | None = None
+    manifest_ref: BlobRef | None = None
+    repo_tags: list[str] = field(default_factory=list)
+    ref_name: str | None = None
+    # the ``platform`` object of the index entry the manifest was chosen by, if any
+    index_platform: dict[str, Any] | None = None
     docker_view: DockerArchiveView | None = None
+
+    def missing_blob(self, ref: BlobRef) -> InputError:
+        return InputError(
+            f"{ref.role} blob {ref.digest or ref.name} is missing: "
+            f"{self.files.describe(ref.name)} does not exist"
+        )
 
     def open_blob(self, ref: BlobRef) -> BinaryIO:
         if self.files.size(ref.name) is None:
-            raise InputError(
-                f"{ref.role} blob {ref.digest or ref.name} is missing: "
-                f"{self.files.describe(ref.name)} does not exist"
-            )
+            raise self.missing_blob(ref)
         return self.files.open(ref.name)
 
     @property
@@ -199,72 +224,86 @@ class ImageReader:
 
 
 def _parse_json(raw: bytes, where: str) -> dict:
+    """A document that must be a JSON object."""
     try:
-        document = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InputError(f"{where}: not valid JSON: {exc}") from exc
+        document = parse_json(raw, where)
+    except InputError as exc:
+        raise InputError(exc.message, check_id="document.parse") from None
     if not isinstance(document, dict):
-        raise InputError(f"{where}: expected a JSON object")
+        raise InputError(f"{where}: expected a JSON object", check_id="document.parse")
     return document
 
 
-def _read_document(files: _DirectoryFiles | _TarFiles, name: str, what: str) -> bytes:
+def _read_document(files: ImageFiles, name: str, what: str) -> bytes:
+    """A document's bytes, bounded: never more than ``MAX_DOCUMENT_BYTES`` are read."""
     size = files.size(name)
     if size is None:
-        raise InputError(f"{what} missing: {files.describe(name)} does not exist")
+        raise InputError(f"{what} missing: {files.describe(name)} does not exist", check_id="image.readable")
     if size > MAX_DOCUMENT_BYTES:
-        raise InputError(f"{files.describe(name)}: {what} is {size} bytes, too large")
+        raise InputError(f"{files.describe(name)}: {what} is {size} bytes, too large", check_id="document.size")
     with files.open(name) as handle:
-        raw = handle.read(MAX_DOCUMENT_BYTES + 1)
+        raw = handle.read(MAX_DOCUMENT_BYTES + 1)  # the file may have grown since size()
     if len(raw) > MAX_DOCUMENT_BYTES:
-        raise InputError(f"{files.describe(name)}: {what} is over {MAX_DOCUMENT_BYTES} bytes, too large")
+        raise InputError(
+            f"{files.describe(name)}: {what} is over {MAX_DOCUMENT_BYTES} bytes, too large", check_id="document.size"
+        )
     return raw
 
 
-def _blob_name(digest: object, where: str) -> str:
-    if not isinstance(digest, str) or ":" not in digest:
-        raise InputError(f"{where}: invalid digest {digest!r}")
-    algorithm, _, hex_part = digest.partition(":")
-    if algorithm != "sha256" or not is_digest(digest):
-        raise InputError(f"{where}: unsupported or malformed digest {digest!r}")
-    return f"blobs/sha256/{digest_hex(digest)}"
+def checked_digest(digest: object, where: str) -> str:
+    if not isinstance(digest, str) or not is_digest(digest):
+        raise InputError(
+            f"{where}: expected sha256:<64 lowercase hex digits>, got {digest!r}", check_id="digest.well-formed"
+        )
+    return digest
 
 
-def _descriptor(record: object, role: str, where: str) -> BlobRef:
+def _layout_blob_name(digest: object, where: str) -> str:
+    """Where a layout (directory or archive) stores the blob of ``digest``."""
+    return f"blobs/sha256/{digest_hex(checked_digest(digest, where))}"
+
+
+def _descriptor(record: object, role: str, where: str, locate: Callable[[object, str], str]) -> BlobRef:
+    """A descriptor of a document as a ``BlobRef``, its blob found by ``locate``."""
     if not isinstance(record, dict):
-        raise InputError(f"{where}: expected a descriptor object")
+        raise InputError(f"{where}: expected a descriptor object", check_id="document.parse")
     digest = record.get("digest")
     size = record.get("size")
     media_type = record.get("mediaType", "")
+    name = locate(digest, f"{where}.digest")
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-        raise InputError(f"{where}.size: expected a non-negative integer, got {size!r}")
+        raise InputError(f"{where}.size: expected a non-negative integer, got {size!r}", check_id="document.parse")
     if not isinstance(media_type, str):
-        raise InputError(f"{where}.mediaType: expected a string")
-    return BlobRef(role, _blob_name(digest, f"{where}.digest"), str(digest), size, media_type)
+        raise InputError(f"{where}.mediaType: expected a string", check_id="document.parse")
+    return BlobRef(role, name, str(digest), size, media_type)
 
 
-def open_image(path: str | os.PathLike[str], ref_name: str | None = None) -> ImageReader:
-    """Open an OCI layout directory, an oci-archive or a docker-archive."""
+def open_image(
+    path: str | os.PathLike[str], ref_name: str | None = None, platform: str | None = None
+) -> ImageReader:
+    """Open an OCI layout directory, an oci-archive or a docker-archive; ``platform``
+    (``OS/ARCH[/VARIANT]``) picks the manifest of a multi-platform index."""
     location = Path(path)
     if location.is_dir():
-        return _open_oci(location, _DirectoryFiles(location), "oci-layout", ref_name)
+        return _open_oci(location, DirectoryFiles(location), "oci-layout", ref_name, platform)
     if not location.exists():
-        raise InputError(f"{location}: no such file or directory")
-    files = _TarFiles(location)
+        raise InputError(f"{location}: no such file or directory", check_id="image.readable")
+    files = TarFiles(location)
     if files.size("oci-layout") is not None:
         if files.size("manifest.json") is not None:
-            return _open_combined(location, files, ref_name)
-        return _open_oci(location, files, "oci-archive", ref_name)
+            return _open_combined(location, files, ref_name, platform)
+        return _open_oci(location, files, "oci-archive", ref_name, platform)
     if files.size("manifest.json") is not None:
         return _open_docker_archive(location, files)
     raise InputError(
         f"{location}: neither an OCI layout (no oci-layout file) nor a docker-archive "
-        "(no manifest.json)"
+        "(no manifest.json)",
+        check_id="image.readable",
     )
 
 
 def _open_oci(
-    location: Path, files: _DirectoryFiles | _TarFiles, image_format: str, ref_name: str | None
+    location: Path, files: DirectoryFiles | TarFiles, image_format: str, ref_name: str | None, platform: str | None
 ) -> ImageReader:
     layout_where = files.describe("oci-layout")
     layout_doc = _parse_json(_read_document(files, "oci-layout", "oci-layout file"), layout_where)
@@ -272,88 +311,115 @@ def _open_oci(
     if version != media_types.OCI_LAYOUT_VERSION:
         raise InputError(
             f"{layout_where}: imageLayoutVersion is {version!r}, expected "
-            f"{media_types.OCI_LAYOUT_VERSION!r}"
+            f"{media_types.OCI_LAYOUT_VERSION!r}",
+            check_id="image.readable",
         )
     index_bytes = _read_document(files, "index.json", "index.json")
     index_where = files.describe("index.json")
     index = _parse_json(index_bytes, index_where)
-    manifest_ref, chosen_ref_name = _select_manifest(index, index_where, files, ref_name)
+    manifest_ref, chosen_ref_name, index_platform = _select_manifest(index, index_where, files, ref_name, platform)
     manifest_bytes = _read_document(files, manifest_ref.name, f"manifest {manifest_ref.digest}")
+    return reader_from_manifest(
+        image_format, str(location), files, manifest_bytes, manifest_ref, _layout_blob_name,
+        index_bytes=index_bytes, index_platform=index_platform, ref_name=chosen_ref_name,
+    )
+
+
+def reader_from_manifest(
+    image_format: str,
+    location: str,
+    files: ImageFiles,
+    manifest_bytes: bytes,
+    manifest_ref: BlobRef,
+    locate: Callable[[object, str], str],
+    *,
+    index_bytes: bytes | None,
+    index_platform: dict[str, Any] | None,
+    ref_name: str | None = None,
+) -> ImageReader:
+    """The image an image manifest describes; the manifest's bytes must hash to
+    ``manifest_ref`` before anything it says is parsed or followed."""
     manifest_where = files.describe(manifest_ref.name)
+    stored_document(manifest_ref, manifest_bytes, manifest_where).refuse_difference()
     manifest = _parse_json(manifest_bytes, manifest_where)
-    config_ref = _descriptor(manifest.get("config"), "config", f"{manifest_where}: config")
+    config_ref = _descriptor(manifest.get("config"), "config", f"{manifest_where}: config", locate)
     layers = manifest.get("layers")
     if not isinstance(layers, list):
-        raise InputError(f"{manifest_where}: layers: expected a list")
+        raise InputError(f"{manifest_where}: layers: expected a list", check_id="document.parse")
     layer_refs = [
-        _descriptor(record, f"layer {position}", f"{manifest_where}: layers[{position}]")
+        _descriptor(record, f"layer {position}", f"{manifest_where}: layers[{position}]", locate)
         for position, record in enumerate(layers)
     ]
     config_bytes = _read_document(files, config_ref.name, f"config {config_ref.digest}")
     return ImageReader(
-        format=image_format,
-        path=location,
-        files=files,
-        index_bytes=index_bytes,
-        manifest_bytes=manifest_bytes,
-        manifest_ref=manifest_ref,
-        config_ref=config_ref,
-        config_bytes=config_bytes,
-        layer_refs=layer_refs,
-        repo_tags=[],
-        ref_name=chosen_ref_name,
+        image_format, location, files, config_ref, config_bytes, layer_refs,
+        index_bytes=index_bytes, manifest_bytes=manifest_bytes, manifest_ref=manifest_ref,
+        ref_name=ref_name, index_platform=index_platform,
     )
+
+
+def select_platform_manifest(
+    index: dict, where: str, platform: str | None, locate: Callable[[object, str], str]
+) -> tuple[BlobRef, dict[str, Any] | None]:
+    """The manifest descriptor of an image index chosen by ``oci.types``' one rule, and
+    the ``platform`` object of its entry."""
+    manifests = index.get("manifests")
+    if not isinstance(manifests, list) or not manifests:
+        raise InputError(f"{where}: manifests: expected a non-empty list", check_id="document.parse")
+    entry = select_index_entry(manifests, platform, where)
+    ref = _descriptor(entry, "manifest", f"{where}: manifests[{manifests.index(entry)}]", locate)
+    entry_platform = entry.get("platform")
+    return ref, entry_platform if isinstance(entry_platform, dict) else None
 
 
 def _select_manifest(
     index: dict,
     where: str,
-    files: _DirectoryFiles | _TarFiles,
+    files: DirectoryFiles | TarFiles,
     ref_name: str | None,
-) -> tuple[BlobRef, str | None]:
+    platform: str | None,
+) -> tuple[BlobRef, str | None, dict[str, Any] | None]:
     manifests = index.get("manifests")
     if not isinstance(manifests, list) or not manifests:
-        raise InputError(f"{where}: manifests: expected a non-empty list")
+        raise InputError(f"{where}: manifests: expected a non-empty list", check_id="document.parse")
     candidates = []
     for position, record in enumerate(manifests):
-        ref = _descriptor(record, "manifest", f"{where}: manifests[{position}]")
+        ref = _descriptor(record, "manifest", f"{where}: manifests[{position}]", _layout_blob_name)
         annotations = record.get("annotations") or {}
         name = (
             annotations.get(media_types.REF_NAME_ANNOTATION)
             if isinstance(annotations, dict)
             else None
         )
-        candidates.append((ref, name))
+        entry_platform = record.get("platform")
+        candidates.append((ref, name, entry_platform if isinstance(entry_platform, dict) else None))
     if ref_name is not None:
         candidates = [c for c in candidates if c[1] == ref_name]
         if not candidates:
-            raise InputError(f"{where}: no manifest is tagged {ref_name!r}")
+            raise InputError(f"{where}: no manifest is tagged {ref_name!r}", check_id="image.readable")
     if len(candidates) > 1:
         names = ", ".join(repr(c[1]) for c in candidates)
-        raise InputError(f"{where}: holds {len(candidates)} manifests ({names}); name one")
-    ref, name = candidates[0]
+        raise InputError(
+            f"{where}: holds {len(candidates)} manifests ({names}); name one", check_id="image.readable"
+        )
+    ref, name, entry_platform = candidates[0]
     if ref.media_type in media_types.INDEX_MEDIA_TYPES:
-        # A nested index (multi-platform image): follow its manifest for the cluster's
-        # platform, else its only or first manifest.
+        # A nested index (multi-platform image): follow its manifest for the platform.
         nested_where = files.describe(ref.name)
         nested = _parse_json(_read_document(files, ref.name, f"index {ref.digest}"), nested_where)
-        entries = nested.get("manifests")
-        if isinstance(entries, list) and len(entries) > 1:
-            preferred = matching_entries(entries, CLUSTER_PLATFORM)
-            nested = {**nested, "manifests": (preferred or entries)[:1]}
-        nested_ref, _ = _select_manifest(nested, nested_where, files, None)
-        return nested_ref, name
-    return ref, name
+        nested_ref, nested_platform = select_platform_manifest(nested, nested_where, platform, _layout_blob_name)
+        return nested_ref, name, nested_platform
+    return ref, name, entry_platform
 
 
-def _docker_manifest_entries(files: _TarFiles, expectation: str) -> tuple[list[object], str]:
+def _docker_manifest_entries(files: TarFiles, expectation: str) -> tuple[list[object], str]:
     where = files.describe("manifest.json")
     try:
-        entries = json.loads(_read_document(files, "manifest.json", "manifest.json"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InputError(f"{where}: not valid JSON: {exc}") from exc
+        entries = parse_json(_read_document(files, "manifest.json", "manifest.json"), where)
+    except InputError as exc:
+        raise InputError(exc.message, check_id="document.parse") from None
     if not isinstance(entries, list):
-        raise InputError(f"{where}: expected {expectation}")
+        raise InputError(f"{where}: expected {expectation}", check_id="document.parse")
     return entries, where
 
 
@@ -361,21 +427,21 @@ def _docker_entry_names(entry: dict, where: str) -> tuple[str, list[str], list[s
     config_name = entry.get("Config")
     layer_names = entry.get("Layers")
     if not isinstance(config_name, str):
-        raise InputError(f"{where}.Config: expected a file name")
+        raise InputError(f"{where}.Config: expected a file name", check_id="document.parse")
     if not isinstance(layer_names, list) or not all(isinstance(n, str) for n in layer_names):
-        raise InputError(f"{where}.Layers: expected a list of file names")
+        raise InputError(f"{where}.Layers: expected a list of file names", check_id="document.parse")
     repo_tags = entry.get("RepoTags") or []
     if not isinstance(repo_tags, list):
-        raise InputError(f"{where}.RepoTags: expected a list")
+        raise InputError(f"{where}.RepoTags: expected a list", check_id="document.parse")
     return config_name, layer_names, [str(tag) for tag in repo_tags]
 
 
-def _open_combined(location: Path, files: _TarFiles, ref_name: str | None) -> ImageReader:
-    reader = _open_oci(location, files, COMBINED_FORMAT, ref_name)
+def _open_combined(location: Path, files: TarFiles, ref_name: str | None, platform: str | None) -> ImageReader:
+    reader = _open_oci(location, files, COMBINED_FORMAT, ref_name, platform)
     expectation = "a non-empty list of image objects"
     entries, where = _docker_manifest_entries(files, expectation)
     if not entries or not all(isinstance(entry, dict) for entry in entries):
-        raise InputError(f"{where}: expected {expectation}")
+        raise InputError(f"{where}: expected {expectation}", check_id="document.parse")
     views = []
     for position, entry in enumerate(entries):
         config_name, layer_names, repo_tags = _docker_entry_names(entry, f"{where}: [{position}]")
@@ -396,38 +462,30 @@ def _open_combined(location: Path, files: _TarFiles, ref_name: str | None) -> Im
     return reader
 
 
-def _open_docker_archive(location: Path, files: _TarFiles) -> ImageReader:
+def _named_digest(name: str, suffixes: tuple[str, ...]) -> str | None:
+    """docker save, skopeo and we name a docker-archive's files after their digest: the
+    digest a name gives, for the bytes to be checked against, or None."""
+    stem = name.rsplit("/", 1)[-1]
+    for suffix in suffixes:
+        stem = stem.removesuffix(suffix)
+    return f"sha256:{stem}" if is_digest(f"sha256:{stem}") else None
+
+
+def _open_docker_archive(location: Path, files: TarFiles) -> ImageReader:
     entries, where = _docker_manifest_entries(files, "a list with exactly one image")
     if len(entries) != 1 or not isinstance(entries[0], dict):
-        raise InputError(f"{where}: expected a list with exactly one image")
+        raise InputError(f"{where}: expected a list with exactly one image", check_id="document.parse")
     config_name, layer_names, repo_tags = _docker_entry_names(entries[0], f"{where}: [0]")
     config_bytes = _read_document(files, config_name, f"config {config_name}")
-    config_ref = BlobRef("config", config_name, None, len(config_bytes), media_types.DOCKER_CONFIG)
+    config_ref = BlobRef(
+        "config", config_name, _named_digest(config_name, (".json",)), len(config_bytes), media_types.DOCKER_CONFIG
+    )
     layer_refs = []
     for position, name in enumerate(layer_names):
         size = files.size(name)
         if size is None:
-            raise InputError(f"{where}: [0].Layers[{position}]: {files.describe(name)} is missing")
-        # docker save, skopeo and we name layer files after their digest: check it then
-        stem = name.rsplit("/", 1)[-1].removesuffix(".tar").removesuffix(".gz")
-        named_digest = f"sha256:{stem}" if is_digest(f"sha256:{stem}") else None
-        layer_refs.append(BlobRef(f"layer {position}", name, named_digest, size, ""))
-    return ImageReader(
-        format="docker-archive",
-        path=location,
-        files=files,
-        index_bytes=None,
-        manifest_bytes=None,
-        manifest_ref=None,
-        config_ref=config_ref,
-        config_bytes=config_bytes,
-        layer_refs=layer_refs,
-        repo_tags=repo_tags,
-        ref_name=None,
-    )
-
-
-# Public names for the file access of a layout directory or an archive (the audit uses
-# them to read blobs of formats it has already identified).
-DirectoryFiles = _DirectoryFiles
-TarFiles = _TarFiles
+            raise InputError(
+                f"{where}: [0].Layers[{position}]: {files.describe(name)} is missing", check_id="image.readable"
+            )
+        layer_refs.append(BlobRef(f"layer {position}", name, _named_digest(name, (".tar", ".gz")), size, ""))
+    return ImageReader("docker-archive", str(location), files, config_ref, config_bytes, layer_refs, repo_tags=repo_tags)

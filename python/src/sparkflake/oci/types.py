@@ -99,6 +99,30 @@ def platform_text(record: Mapping[str, Any]) -> str:
 CLUSTER_PLATFORM = Platform("linux", "arm64", "v8")
 
 
+def select_index_entry(manifests: Sequence[object], platform: str | None, where: str) -> Any:
+    """The entry of an index's ``manifests`` an image is read from: the first for
+    ``platform`` (``OS/ARCH[/VARIANT]``) where one is named; else the only entry, or the
+    first for the cluster's platform."""
+    if platform is not None:
+        try:
+            wanted: Platform | None = Platform.parse_any(platform)
+        except InputError:
+            wanted = None
+        found = matching_entries(manifests, wanted) if wanted is not None else []
+        if not found:
+            raise InputError(f"{where}: no manifest for platform {platform}", check_id="platform.index")
+        return found[0]
+    if len(manifests) == 1:
+        return manifests[0]
+    found = matching_entries(manifests, CLUSTER_PLATFORM)
+    if not found:
+        raise InputError(
+            f"{where}: index lists {len(manifests)} manifests, none for {CLUSTER_PLATFORM}; name the platform",
+            check_id="image.readable",
+        )
+    return found[0]
+
+
 @dataclass(frozen=True)
 class Descriptor:
     media_type: str

@@ -1,4 +1,7 @@
-"""Re-derive every digest of an image from its bytes and check each reference.
+"""Re-derive every digest of an image from its bytes and check each reference: the one
+verifier. ``verify_image`` refuses the first difference (``image inspect``, fan-out, the
+store); the audit builds on the same pieces (``stored_document``, ``read_layer``,
+``config_diff_ids``, ``docker_view_difference``) and reports every difference.
 
 A combined archive (oci-archive+docker-archive) is verified as both: the OCI chain, and
 its docker ``manifest.json`` naming the same config and layer blobs in the same order.
@@ -20,12 +23,10 @@ from ..core.errors import CheckFailed, InputError
 from ..core.progress import BytesProgress, ProgressCallback
 from . import media_types
 from .entry_safety import EntrySafety
-from .layer_scan import scan_layer
+from .layer_scan import LayerScan, scan_layer
 from .reader import COMBINED_FORMAT, DockerArchiveView, ImageReader
+from .stored_blob import StoredBlob, stored_document
 from .types import BlobRef, platform_text
-
-READ_CHUNK = 1 << 20
-
 
 
 @dataclass(frozen=True)
@@ -91,21 +92,76 @@ class ImageReport:
         return record
 
 
-def _check_document(reader: ImageReader, ref: BlobRef, raw: bytes) -> str:
-    actual = sha256_digest(raw)
+@dataclass(frozen=True)
+class StoredLayer:
+    """A layer blob as stored: the blob beside its reference, and what one streaming pass
+    over it found (None where it was not hashed: absent, or its size already differs)."""
+
+    blob: StoredBlob
+    scan: LayerScan | None
+
+
+def read_layer(
+    reader: ImageReader,
+    ref: BlobRef,
+    *,
+    safety: EntrySafety,
+    on_bytes: ProgressCallback | None = None,
+    max_uncompressed_bytes: int | None = None,
+    capture_paths: frozenset[str] = frozenset(),
+) -> StoredLayer:
+    """Hash a layer as stored (digest, size) and uncompressed (diffID) in one pass; a blob
+    whose stored size already differs from its descriptor's is not read."""
     where = reader.files.describe(ref.name)
-    if ref.size is not None and len(raw) != ref.size:
-        raise CheckFailed(
-            f"{ref.role} {ref.digest or ref.name}: {where} is {len(raw)} bytes, "
-            f"the descriptor says {ref.size}",
-            check_id="oci.blob-size",
+    size = reader.files.size(ref.name)
+    if size is None or (ref.size is not None and ref.digest is not None and size != ref.size):
+        return StoredLayer(StoredBlob(ref, where, size, None), None)
+    with reader.open_blob(ref) as handle:
+        scan = scan_layer(
+            handle,
+            max_uncompressed_bytes=max_uncompressed_bytes,
+            capture_paths=capture_paths,
+            on_bytes=on_bytes,
+            safety=safety,
         )
-    if ref.digest is not None and actual != ref.digest:
-        raise CheckFailed(
-            f"{ref.role} blob {where} has digest {actual}, expected {ref.digest}",
-            check_id="oci.blob-digest",
-        )
-    return actual
+    return StoredLayer(StoredBlob(ref, where, scan.size, scan.blob_digest), scan)
+
+
+def config_diff_ids(config: dict[str, Any]) -> list[str] | None:
+    """The config's ``rootfs.diff_ids``, or None where it is not a list of strings."""
+    rootfs = config.get("rootfs")
+    diff_ids = rootfs.get("diff_ids") if isinstance(rootfs, dict) else None
+    if not isinstance(diff_ids, list) or not all(isinstance(d, str) for d in diff_ids):
+        return None
+    return diff_ids
+
+
+@dataclass(frozen=True)
+class DockerViewDifference:
+    """Where a combined archive's docker ``manifest.json`` entry and its OCI manifest name
+    different members: the config, else the first layer position that differs."""
+
+    view: DockerArchiveView
+    oci_config: str
+    oci_layers: tuple[str, ...]
+    layer_position: int | None  # None: the config differs
+
+
+def docker_view_difference(reader: ImageReader) -> DockerViewDifference | None:
+    """docker/podman load what a combined archive's manifest.json names, OCI tools what
+    index.json leads to: the two must be one image."""
+    view = reader.docker_view
+    if view is None:
+        return None
+    oci_layers = tuple(ref.name for ref in reader.layer_refs)
+    if view.config_name != reader.config_ref.name:
+        return DockerViewDifference(view, reader.config_ref.name, oci_layers, None)
+    for position in range(max(len(view.layer_names), len(oci_layers))):
+        docker_name = view.layer_names[position] if position < len(view.layer_names) else None
+        oci_name = oci_layers[position] if position < len(oci_layers) else None
+        if docker_name != oci_name:
+            return DockerViewDifference(view, reader.config_ref.name, oci_layers, position)
+    return None
 
 
 def verify_image(
@@ -114,20 +170,17 @@ def verify_image(
     verify_layers: bool = True,
     progress: ProgressCallback | None = None,
 ) -> ImageReport:
+    """Every digest re-derived from the bytes; the first difference is refused."""
     manifest_digest = None
     manifest = reader.manifest
     if reader.manifest_ref is not None and reader.manifest_bytes is not None:
-        manifest_digest = _check_document(reader, reader.manifest_ref, reader.manifest_bytes)
-    config_digest = _check_document(reader, reader.config_ref, reader.config_bytes)
+        manifest_digest = _verified_document(reader, reader.manifest_ref, reader.manifest_bytes)
+    config_digest = _verified_document(reader, reader.config_ref, reader.config_bytes)
     config = reader.config
     config_where = reader.files.describe(reader.config_ref.name)
-    if reader.format == "docker-archive":
-        _check_docker_config_name(reader, config_digest)
-    if reader.docker_view is not None:
-        _check_docker_view(reader, reader.docker_view)
-    rootfs = config.get("rootfs")
-    diff_ids = rootfs.get("diff_ids") if isinstance(rootfs, dict) else None
-    if not isinstance(diff_ids, list) or not all(isinstance(d, str) for d in diff_ids):
+    _refuse_docker_view_difference(reader)
+    diff_ids = config_diff_ids(config)
+    if diff_ids is None:
         raise InputError(f"{config_where}: rootfs.diff_ids: expected a list of digests")
     if len(diff_ids) != len(reader.layer_refs):
         raise CheckFailed(
@@ -141,10 +194,11 @@ def verify_image(
     safety = EntrySafety()
     for position, ref in enumerate(reader.layer_refs):
         if verify_layers:
-            layer = _verify_layer(reader, ref, diff_ids[position], done, total, progress, safety)
+            tick = BytesProgress(progress, done, total, "verifying layers")
+            layer = _verified_layer(reader, ref, diff_ids[position], tick, safety)
         else:
             if reader.files.size(ref.name) is None:
-                reader.open_blob(ref)  # raises the missing-blob error
+                raise reader.missing_blob(ref)
             layer = LayerReport(
                 ref.digest or "", diff_ids[position], ref.size or 0, ref.media_type, "", None
             )
@@ -160,7 +214,7 @@ def verify_image(
     platform = platform_text(config)
     return ImageReport(
         format=reader.format,
-        path=str(reader.path),
+        path=reader.location,
         ref_name=reader.ref_name,
         repo_tags=tuple(reader.repo_tags),
         index_digest=sha256_digest(reader.index_bytes) if reader.index_bytes is not None else None,
@@ -178,93 +232,71 @@ def verify_image(
     )
 
 
-def _check_docker_config_name(reader: ImageReader, config_digest: str) -> None:
-    name = reader.config_ref.name
-    stem = name.rsplit("/", 1)[-1].removesuffix(".json")
-    if len(stem) == 64 and all(c in "0123456789abcdef" for c in stem):
-        if f"sha256:{stem}" != config_digest:
-            raise CheckFailed(
-                f"{reader.files.describe(name)}: config is named after sha256:{stem} "
-                f"but its digest is {config_digest}",
-                check_id="oci.blob-digest",
-            )
+def _verified_document(reader: ImageReader, ref: BlobRef, raw: bytes) -> str:
+    stored = stored_document(ref, raw, reader.files.describe(ref.name))
+    stored.refuse_difference()
+    return stored.digest or ""
 
 
-def _check_docker_view(reader: ImageReader, view: DockerArchiveView) -> None:
-    """The docker manifest.json of a combined archive must name exactly the blobs the
-    OCI manifest references, else docker/podman and OCI tools would load different
-    images from the same file."""
+def _refuse_docker_view_difference(reader: ImageReader) -> None:
+    difference = docker_view_difference(reader)
+    if difference is None:
+        return
+    view = difference.view
     oci_where = (
         f"{reader.files.describe('index.json')} -> manifest "
         f"{reader.manifest_ref.digest if reader.manifest_ref else '?'}"
     )
-    if view.config_name != reader.config_ref.name:
+    position = difference.layer_position
+    if position is None:
         raise CheckFailed(
             f"{view.where}: [{view.position}].Config names member {view.config_name}, but "
-            f"{oci_where} names config {reader.config_ref.name}",
+            f"{oci_where} names config {difference.oci_config}",
             check_id="oci.combined-config",
         )
-    oci_names = [ref.name for ref in reader.layer_refs]
-    for position in range(max(len(view.layer_names), len(oci_names))):
-        docker_name = view.layer_names[position] if position < len(view.layer_names) else None
-        oci_name = oci_names[position] if position < len(oci_names) else None
-        if docker_name != oci_name:
-            raise CheckFailed(
-                f"{view.where}: [{view.position}].Layers[{position}] names member "
-                f"{docker_name or '(none)'}, but {oci_where} layers[{position}] names "
-                f"{oci_name or '(none)'} ({len(view.layer_names)} vs {len(oci_names)} layers)",
-                check_id="oci.combined-layers",
-            )
+    docker_name = view.layer_names[position] if position < len(view.layer_names) else None
+    oci_name = difference.oci_layers[position] if position < len(difference.oci_layers) else None
+    raise CheckFailed(
+        f"{view.where}: [{view.position}].Layers[{position}] names member "
+        f"{docker_name or '(none)'}, but {oci_where} layers[{position}] names "
+        f"{oci_name or '(none)'} ({len(view.layer_names)} vs {len(difference.oci_layers)} layers)",
+        check_id="oci.combined-layers",
+    )
 
 
-def _verify_layer(
+def _verified_layer(
     reader: ImageReader,
     ref: BlobRef,
     expected_diff_id: str,
-    done_before: int,
-    total: int,
-    progress: ProgressCallback | None,
+    tick: BytesProgress,
     safety: EntrySafety,
 ) -> LayerReport:
-    where = reader.files.describe(ref.name)
-
-    tick = BytesProgress(progress, done_before, total, "verifying layers")
-    with reader.open_blob(ref) as handle:
-        scan = scan_layer(handle, on_bytes=tick, safety=safety)
-    if scan.error is not None and scan.error.startswith("cannot read"):
+    stored = read_layer(reader, ref, safety=safety, on_bytes=tick)
+    where = stored.blob.where
+    if stored.blob.size is None:
+        raise reader.missing_blob(ref)
+    scan = stored.scan
+    if scan is not None and scan.error is not None and scan.error.startswith("cannot read"):
         raise InputError(f"{where}: {scan.error}")
-    size = scan.size
-    uncompressed = scan.uncompressed_size
-    decompress_error = scan.error
-    blob_digest = scan.blob_digest
-    if ref.size is not None and ref.digest is not None and size != ref.size:
+    stored.blob.refuse_difference()
+    assert scan is not None  # read_layer hashes every blob whose size is not already refused
+    if scan.error is not None:
+        raise InputError(f"{ref.role} blob {where}: {scan.error}")
+    if scan.diff_id != expected_diff_id:
         raise CheckFailed(
-            f"{ref.role} {ref.digest}: {where} is {size} bytes, the descriptor says {ref.size}",
-            check_id="oci.blob-size",
-        )
-    if ref.digest is not None and blob_digest != ref.digest:
-        raise CheckFailed(
-            f"{ref.role} blob {where} has digest {blob_digest}, expected {ref.digest}",
-            check_id="oci.blob-digest",
-        )
-    if decompress_error is not None:
-        raise InputError(f"{ref.role} blob {where}: {decompress_error}")
-    diff_id = scan.diff_id
-    if diff_id != expected_diff_id:
-        raise CheckFailed(
-            f"{ref.role} {ref.digest or where}: uncompressed digest (diffID) is {diff_id}, "
+            f"{ref.role} {ref.digest or where}: uncompressed digest (diffID) is {scan.diff_id}, "
             f"the config says {expected_diff_id}",
             check_id="oci.layer-diff-id",
         )
     if scan.unsafe_entry is not None:
         raise CheckFailed(f"{ref.role} {ref.digest or where}: unsafe entry: {scan.unsafe_entry}", check_id="oci.layer-entries")
     return LayerReport(
-        digest=ref.digest or blob_digest,
-        diff_id=diff_id,
-        size=size,
+        digest=ref.digest or scan.blob_digest,
+        diff_id=scan.diff_id,
+        size=scan.size,
         media_type=ref.media_type,
         compression=scan.compression,
-        uncompressed_size=uncompressed,
+        uncompressed_size=scan.uncompressed_size,
     )
 
 
