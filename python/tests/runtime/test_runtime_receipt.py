@@ -13,7 +13,7 @@ from fixtures.launch import PROFILES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparkflake.compose.receipt import byproduct
+from sparkflake.compose.receipt import byproduct, in_image_from_full
 from sparkflake.core.canonical_json import readable_json_bytes
 from sparkflake.core.errors import InputError
 from sparkflake.runtime import capabilities as capability_file
@@ -68,3 +68,15 @@ def test_a_receipt_without_byproducts_is_named(tmp_path):
     path.write_text(json.dumps({"subject": [{"digest": {"sha256": CAPS.manifest_digest[7:]}}], "predicate": {}}))
     with pytest.raises(InputError, match=r"predicate\.runDetails\.byproducts: expected a list"):
         record_in_receipt(path, b"{}", CAPS, {})
+
+
+def test_the_in_image_statement_derived_from_the_receipt_is_unchanged(tmp_path):
+    # receipt verification compares /etc/sparkflake/receipt.json with the statement the full
+    # receipt derives: recording the check must not change what it derives
+    path = tmp_path / "receipt.json"
+    layer = {"name": "layer[0]", "digest": {"sha256": "2" * 64}, "annotations": {"diff_id": "sha256:" + "3" * 64}}
+    _receipt(path, CAPS.manifest_digest, [{"name": "locked-input", "digest": {"sha256": "4" * 64}}, layer])
+    before = in_image_from_full(json.loads(path.read_bytes()))
+    record_in_receipt(path, b"{}", CAPS, {"ok": True})
+    after = json.loads(path.read_bytes())
+    assert byproduct(after, BYPRODUCT) is not None and in_image_from_full(after) == before

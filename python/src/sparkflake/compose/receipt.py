@@ -45,6 +45,9 @@ MANIFEST = "image-manifest"
 LAYER_PREFIX = "layer"
 SBOM = "sbom"  # the SPDX document written beside the image
 SBOM_ARTIFACT = "sbom-artifact-manifest"  # the OCI artifact carrying it, subject = the image
+# what `sparkflake runtime check` found, added to the full receipt after the build
+# (runtime/receipt_record.py): never part of the in-image statement
+RUNTIME_CAPABILITIES = "runtime-capabilities"
 
 
 @dataclass(frozen=True)
@@ -220,7 +223,7 @@ def in_image_from_full(full: Mapping[str, Any]) -> dict[str, Any]:
     layer byproducts (all but the last layer).
     """
     predicate = copy.deepcopy(dict(full["predicate"]))
-    added = {IN_IMAGE_RECEIPT, CONFIG, MANIFEST, SBOM, SBOM_ARTIFACT}
+    added = {IN_IMAGE_RECEIPT, CONFIG, MANIFEST, SBOM, SBOM_ARTIFACT, RUNTIME_CAPABILITIES}
     layers = []
     kept = []
     for item in predicate["runDetails"]["byproducts"]:

@@ -5,7 +5,9 @@ from it, not an input of it. The check adds (or replaces) one byproduct, named
 ``runtime-capabilities``, carrying the sha256 of the manifest's bytes and what the check
 found, to the full receipt beside the image, and only to a receipt whose subject is the
 manifest digest the capabilities are bound to. Receipt verification looks byproducts up by
-name, so the others are untouched; the in-image receipt is not changed (it is in a layer).
+name, so the others are untouched; the in-image receipt is not changed (it is in a layer),
+and the in-image statement re-derived from the full one leaves this byproduct out
+(compose.receipt.in_image_from_full).
 """
 
 from __future__ import annotations
@@ -14,13 +16,13 @@ import hashlib
 from collections.abc import Mapping
 from pathlib import Path
 
-from ..compose.receipt import byproduct, load_receipt
+from ..compose.receipt import RUNTIME_CAPABILITIES, byproduct, load_receipt
 from ..core.atomic_write import write_bytes_atomic
 from ..core.canonical_json import readable_json_bytes
 from ..core.errors import InputError
 from .capabilities import FILE_NAME, Capabilities
 
-BYPRODUCT = "runtime-capabilities"
+BYPRODUCT = RUNTIME_CAPABILITIES
 
 
 def record_in_receipt(receipt_path: Path, manifest_bytes: bytes, capabilities: Capabilities,
