@@ -31,6 +31,7 @@ from packaging.version import InvalidVersion, Version
 from ..core.errors import InputError
 from ..core.records import (
     DEB_PACKAGE_PATTERN,
+    OCI_REPOSITORY_PATTERN,
     PLATFORM_PATTERN,
     InvalidField,
     describe,
@@ -58,10 +59,6 @@ _DEB_ARCH = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 # Debian policy 5.6.12: [epoch:]upstream[-revision]; characters only, the ordering is dpkg's
 _DEB_VERSION = re.compile(r"^([0-9]+:)?[0-9][A-Za-z0-9.+~:-]*$")
 _WHEEL_TAG = re.compile(r"^[a-z0-9_.]+-[a-z0-9_.]+-[a-z0-9_.]+$")
-# OCI distribution-spec reference without tag/digest: host[:port]/path components
-_OCI_REPOSITORY = re.compile(
-    r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$"
-)
 _OCI_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _WHEEL_ARCHITECTURES = {"arm64": "aarch64", "amd64": "x86_64", "386": "i686"}
 _LEGACY_MANYLINUX = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
@@ -157,11 +154,7 @@ class WheelPin:
     )
 
     def __post_init__(self) -> None:
-        name = require_input_name("name", self.name)
-        version = _require_pep440("version", self.version)
-        filename = require_filename("filename", self.filename)
-        require_sha256_hex("sha256", self.sha256)
-        require_size("size", self.size)
+        name, filename = _require_distribution_file(self)
         tags = require_str_tuple(
             "tags",
             self.tags,
@@ -169,7 +162,7 @@ class WheelPin:
             non_empty=True,
         )
         freeze_field(self, "tags", tags)
-        freeze_field(self, "urls", require_str_tuple("urls", self.urls, require_url, non_empty=True))
+        _require_urls(self)
         try:
             dist, file_version, _build, file_tags = parse_wheel_filename(filename)
         except (InvalidWheelFilename, InvalidVersion) as exc:
@@ -180,11 +173,7 @@ class WheelPin:
                 f"expected the normalized distribution name of the file, {describe(str(dist))}, "
                 f"got {describe(name)}",
             )
-        if str(file_version) != str(version):
-            raise InvalidField(
-                "version",
-                f"file name says {describe(str(file_version))}, got {describe(self.version)}",
-            )
+        _require_file_version(self, file_version)
         if {str(tag) for tag in file_tags} != set(tags):
             expected = sorted(str(tag) for tag in file_tags)
             raise InvalidField("tags", f"file name gives the tags {expected}, got {list(tags)}")
@@ -217,12 +206,8 @@ class SdistPin:
     )
 
     def __post_init__(self) -> None:
-        name = require_input_name("name", self.name)
-        version = _require_pep440("version", self.version)
-        filename = require_filename("filename", self.filename)
-        require_sha256_hex("sha256", self.sha256)
-        require_size("size", self.size)
-        freeze_field(self, "urls", require_str_tuple("urls", self.urls, require_url, non_empty=True))
+        name, filename = _require_distribution_file(self)
+        _require_urls(self)
         try:
             dist, file_version = parse_sdist_filename(filename)
         except (InvalidSdistFilename, InvalidVersion) as exc:
@@ -232,11 +217,7 @@ class SdistPin:
                 "name",
                 f"expected {describe(sdist_input_name(dist))} for this file, got {describe(name)}",
             )
-        if str(file_version) != str(version):
-            raise InvalidField(
-                "version",
-                f"file name says {describe(str(file_version))}, got {describe(self.version)}",
-            )
+        _require_file_version(self, file_version)
 
     @property
     def distribution(self) -> str:
@@ -280,7 +261,7 @@ class DebPin:
         )
         require_sha256_hex("sha256", self.sha256)
         require_size("size", self.size)
-        freeze_field(self, "urls", require_str_tuple("urls", self.urls, require_url, non_empty=True))
+        _require_urls(self)
         if self.name != f"{package}:{architecture}":
             raise InvalidField(
                 "name",
@@ -366,7 +347,7 @@ class OciPin:
                 f"put digests in index_digest/manifest_digest, not in the reference; got {describe(reference)}",
             )
         repository, tag = _split_oci_tag(reference)
-        if not _OCI_REPOSITORY.fullmatch(repository) or (
+        if not OCI_REPOSITORY_PATTERN.fullmatch(repository) or (
             tag is not None and not _OCI_TAG.fullmatch(tag)
         ):
             raise InvalidField(
@@ -508,6 +489,29 @@ class Lock:
 
 
 # --------------------------------------------------------------------------- internals
+
+
+def _require_distribution_file(pin: WheelPin | SdistPin) -> tuple[str, str]:
+    """What a wheel and an sdist pin both are, a Python distribution file: its lock name, PEP
+    440 version, file name, sha256 and size (the name and the file name are returned)."""
+    name = require_input_name("name", pin.name)
+    _require_pep440("version", pin.version)
+    filename = require_filename("filename", pin.filename)
+    require_sha256_hex("sha256", pin.sha256)
+    require_size("size", pin.size)
+    return name, filename
+
+
+def _require_file_version(pin: WheelPin | SdistPin, file_version: Version) -> None:
+    if str(file_version) != pin.version:  # pin.version is in its normalized form
+        raise InvalidField(
+            "version", f"file name says {describe(str(file_version))}, got {describe(pin.version)}"
+        )
+
+
+def _require_urls(pin: WheelPin | SdistPin | DebPin) -> None:
+    """A package from an index or an archive: at least one URL, each https:// or file://."""
+    freeze_field(pin, "urls", require_str_tuple("urls", pin.urls, require_url, non_empty=True))
 
 
 def _require_pep440(path: str, value: object) -> Version:
