@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from .documents import file_kind
 from .errors import InputError
 
 READ_CHUNK = 1 << 20
@@ -346,18 +347,6 @@ def lstat_mode(path: bytes) -> int:
         return os.lstat(path).st_mode
     except OSError as exc:
         raise unreadable(path, exc) from exc
-
-
-def file_kind(mode: int) -> str:
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISCHR(mode):
-        return "a character device"
-    if stat.S_ISBLK(mode):
-        return "a block device"
-    return f"an unsupported file type (mode {mode:o})"
 
 
 def unsupported_file(path: bytes, mode: int) -> InputError:

@@ -26,7 +26,8 @@ from types import MappingProxyType
 from typing import Any
 
 from ..core.atomic_write import write_bytes_atomic
-from ..core.digest import file_digest, file_kind
+from ..core.digest import file_digest
+from ..core.documents import file_kind
 from ..core.errors import InputError
 from ..core.file_hashes import stat_identity
 from .contract import IdentityFile
