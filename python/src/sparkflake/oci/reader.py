@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..core.digest import digest_hex, is_digest
-from ..core.documents import MAX_DOCUMENT_BYTES, open_regular_file
+from ..core.documents import MAX_DOCUMENT_BYTES, open_regular_file, parse_json_object
 from ..core.errors import InputError
 from . import media_types
 from .types import CLUSTER_PLATFORM, BlobRef, matching_entries
@@ -189,23 +189,13 @@ class ImageReader:
 
     @property
     def config(self) -> dict:
-        return _parse_json(self.config_bytes, f"{self.files.describe(self.config_ref.name)}")
+        return parse_json_object(self.config_bytes, f"{self.files.describe(self.config_ref.name)}")
 
     @property
     def manifest(self) -> dict | None:
         if self.manifest_bytes is None or self.manifest_ref is None:
             return None
-        return _parse_json(self.manifest_bytes, self.files.describe(self.manifest_ref.name))
-
-
-def _parse_json(raw: bytes, where: str) -> dict:
-    try:
-        document = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InputError(f"{where}: not valid JSON: {exc}") from exc
-    if not isinstance(document, dict):
-        raise InputError(f"{where}: expected a JSON object")
-    return document
+        return parse_json_object(self.manifest_bytes, self.files.describe(self.manifest_ref.name))
 
 
 def _read_document(files: _DirectoryFiles | _TarFiles, name: str, what: str) -> bytes:
@@ -267,7 +257,7 @@ def _open_oci(
     location: Path, files: _DirectoryFiles | _TarFiles, image_format: str, ref_name: str | None
 ) -> ImageReader:
     layout_where = files.describe("oci-layout")
-    layout_doc = _parse_json(_read_document(files, "oci-layout", "oci-layout file"), layout_where)
+    layout_doc = parse_json_object(_read_document(files, "oci-layout", "oci-layout file"), layout_where)
     version = layout_doc.get("imageLayoutVersion")
     if version != media_types.OCI_LAYOUT_VERSION:
         raise InputError(
@@ -276,11 +266,11 @@ def _open_oci(
         )
     index_bytes = _read_document(files, "index.json", "index.json")
     index_where = files.describe("index.json")
-    index = _parse_json(index_bytes, index_where)
+    index = parse_json_object(index_bytes, index_where)
     manifest_ref, chosen_ref_name = _select_manifest(index, index_where, files, ref_name)
     manifest_bytes = _read_document(files, manifest_ref.name, f"manifest {manifest_ref.digest}")
     manifest_where = files.describe(manifest_ref.name)
-    manifest = _parse_json(manifest_bytes, manifest_where)
+    manifest = parse_json_object(manifest_bytes, manifest_where)
     config_ref = _descriptor(manifest.get("config"), "config", f"{manifest_where}: config")
     layers = manifest.get("layers")
     if not isinstance(layers, list):
@@ -336,7 +326,7 @@ def _select_manifest(
         # A nested index (multi-platform image): follow its manifest for the cluster's
         # platform, else its only or first manifest.
         nested_where = files.describe(ref.name)
-        nested = _parse_json(_read_document(files, ref.name, f"index {ref.digest}"), nested_where)
+        nested = parse_json_object(_read_document(files, ref.name, f"index {ref.digest}"), nested_where)
         entries = nested.get("manifests")
         if isinstance(entries, list) and len(entries) > 1:
             preferred = matching_entries(entries, CLUSTER_PLATFORM)
