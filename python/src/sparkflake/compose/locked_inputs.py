@@ -7,12 +7,12 @@ altered after it was fetched is refused here, by name, and never assembled.
 from __future__ import annotations
 
 import os
-import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.blob_cache import Artifact, BlobCache
+from ..core.digest import is_sha256_hex
 from ..core.errors import CheckFailed, InputError
 from ..core.progress import ProgressCallback
 from ..lock.pins import DebPin, Lock, WheelPin
@@ -82,7 +82,7 @@ def _record_waivers(document: dict, source: Path, lock: Lock) -> tuple[RecordWai
         if not isinstance(table, dict) or set(table) - keys or not {"wheel", "wheel_sha256", "path", "actual_sha256", "actual_size"} <= set(table):
             raise InputError(f"{where}: expected keys {', '.join(sorted(keys))}")
         for key in ("wheel_sha256", "actual_sha256"):
-            if not re.fullmatch(r"[0-9a-f]{64}", str(table[key])):
+            if not is_sha256_hex(table[key]):
                 raise InputError(f"{where}.{key}: expected 64 lowercase hex digits")
         pin = wheels.get(table["wheel"])
         if pin is not None and pin.sha256 != table["wheel_sha256"]:

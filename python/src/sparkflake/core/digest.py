@@ -387,6 +387,14 @@ def is_digest(text: object) -> bool:
     return isinstance(text, str) and DIGEST_PATTERN.fullmatch(text) is not None
 
 
+# A file's sha256 as locks, receipts and manifests write it: the bare 64 lowercase hex digits.
+SHA256_HEX_PATTERN = re.compile(r"[0-9a-f]{64}")
+
+
+def is_sha256_hex(text: object) -> bool:
+    return isinstance(text, str) and SHA256_HEX_PATTERN.fullmatch(text) is not None
+
+
 def chain_id(diff_ids: Sequence[str]) -> str:
     """ChainID of a layer stack (OCI image spec, config.md): ChainID(L0) = DiffID(L0),
     ChainID(L0..Ln) = sha256(ChainID(L0..Ln-1) + " " + DiffID(Ln))."""

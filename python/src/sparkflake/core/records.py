@@ -15,13 +15,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import MISSING, fields
 from typing import Any, TypeVar
 
-from .digest import DIGEST_PATTERN
+from .digest import DIGEST_PATTERN, SHA256_HEX_PATTERN
 from .documents import parse_limit_error
 from .errors import InputError
 
 RecordT = TypeVar("RecordT")
 
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
 _INPUT_NAME = re.compile(r"^[a-z0-9][a-z0-9._+:-]{0,199}$")
 _FILENAME = re.compile(r"^[^/\x00]+$")
@@ -87,7 +86,7 @@ def require_match(path: str, value: object, pattern: re.Pattern[str], expected: 
 
 
 def require_sha256_hex(path: str, value: object) -> str:
-    return require_match(path, value, _HEX64, "64 lowercase hex digits")
+    return require_match(path, value, SHA256_HEX_PATTERN, "64 lowercase hex digits")
 
 
 def require_sha1_hex(path: str, value: object) -> str:
