@@ -11,11 +11,11 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.blob_cache import Artifact, BlobCache
+from ..core.blob_cache import BlobCache
 from ..core.digest import is_sha256_hex
 from ..core.errors import CheckFailed, InputError
 from ..core.progress import ProgressCallback
-from ..lock.pins import DebPin, Lock, WheelPin
+from ..lock.pins import DebPin, Lock, WheelPin, pin_artifact
 from ..lock.target import DEBIAN_BOOKWORM_ARM64, Target
 from .debian_base import BaseManifest, DebInput, assemble_base
 from .python_env import (
@@ -105,19 +105,17 @@ def _record_waivers(document: dict, source: Path, lock: Lock) -> tuple[RecordWai
 
 
 def deb_inputs(lock: Lock, cache: BlobCache) -> list[DebInput]:
-    found = []
-    for pin in lock.pins_of(DebPin):
-        artifact = Artifact(pin.name, pin.pool_filename, pin.sha256, pin.size)
-        found.append(DebInput(pin.package, pin.version, pin.architecture, cache.verified_path(artifact)))
-    return found
+    return [
+        DebInput(pin.package, pin.version, pin.architecture, cache.verified_path(pin_artifact(pin)))
+        for pin in lock.pins_of(DebPin)
+    ]
 
 
 def wheel_inputs(lock: Lock, cache: BlobCache) -> list[WheelInput]:
-    found = []
-    for pin in lock.pins_of(WheelPin):
-        artifact = Artifact(pin.name, pin.filename, pin.sha256, pin.size)
-        found.append(WheelInput(pin.name, pin.version, pin.filename, cache.verified_path(artifact)))
-    return found
+    return [
+        WheelInput(pin.name, pin.version, pin.filename, cache.verified_path(pin_artifact(pin)))
+        for pin in lock.pins_of(WheelPin)
+    ]
 
 
 def assemble_base_from_lock(

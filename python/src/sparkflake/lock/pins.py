@@ -28,6 +28,7 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
+from ..core.blob_cache import Artifact
 from ..core.errors import InputError
 from ..core.records import (
     DEB_PACKAGE_PATTERN,
@@ -413,6 +414,18 @@ PIN_TYPES: dict[str, type[Any]] = {
     cls.kind: cls for cls in (DebPin, FilePin, GitPin, OciPin, SdistPin, WheelPin)
 }
 KINDS: tuple[str, ...] = tuple(sorted(PIN_TYPES))
+
+
+def pin_artifact(pin: WheelPin | SdistPin | DebPin | FilePin) -> Artifact:
+    """The file a pin names, as the download cache knows it: a deb by its pool file name, an
+    operator's file by its lock name, a wheel or an sdist by its own file name."""
+    if isinstance(pin, DebPin):
+        filename = pin.pool_filename
+    elif isinstance(pin, FilePin):
+        filename = pin.name
+    else:
+        filename = pin.filename
+    return Artifact(pin.name, filename, pin.sha256, pin.size, tuple(pin.urls))
 
 
 def sdist_input_name(distribution: str) -> str:
