@@ -330,6 +330,16 @@ def _plain(value: Any) -> Any:
     return record_to_dict(value) if hasattr(value, "FIELD_ORDER") else value
 
 
+def freeze_str_tuple(
+    record: object, name: str, item_check: Callable[[str, object], str], *, non_empty: bool
+) -> tuple[str, ...]:
+    """In a frozen record's ``__post_init__``: its string-array field ``name`` checked item by
+    item (no duplicates) and stored as a tuple, which is also returned."""
+    checked = require_str_tuple(name, getattr(record, name), item_check, non_empty=non_empty)
+    freeze_field(record, name, checked)
+    return checked
+
+
 def record_from(build: Callable[[Mapping[str, Any]], RecordT], document: Mapping[str, Any], shown: str) -> RecordT:
     """``build(document)``; a field it refuses becomes one ``InputError`` naming the file
     (``shown``) and the field's place in it."""

@@ -37,6 +37,7 @@ from ..core.records import (
     InvalidField,
     describe,
     freeze_field,
+    freeze_str_tuple,
     require_archive_url,
     require_filename,
     require_git_url,
@@ -48,7 +49,6 @@ from ..core.records import (
     require_size,
     require_sri_sha256,
     require_str,
-    require_str_tuple,
     require_url,
 )
 
@@ -156,13 +156,8 @@ class WheelPin:
 
     def __post_init__(self) -> None:
         name, filename = _require_distribution_file(self)
-        tags = require_str_tuple(
-            "tags",
-            self.tags,
-            lambda p, v: require_match(p, v, _WHEEL_TAG, "a wheel tag"),
-            non_empty=True,
-        )
-        freeze_field(self, "tags", tags)
+        wheel_tag = lambda p, v: require_match(p, v, _WHEEL_TAG, "a wheel tag")  # noqa: E731
+        tags = freeze_str_tuple(self, "tags", wheel_tag, non_empty=True)
         _require_urls(self)
         try:
             dist, file_version, _build, file_tags = parse_wheel_filename(filename)
@@ -308,14 +303,14 @@ class GitPin:
 
     def __post_init__(self) -> None:
         require_input_name("name", self.name)
-        freeze_field(self, "urls", require_str_tuple("urls", self.urls, require_git_url, non_empty=True))
+        freeze_str_tuple(self, "urls", require_git_url, non_empty=True)
         require_sha1_hex("rev", self.rev)
         require_sha1_hex("tree", self.tree)
         if self.nar_hash is not None:
             require_sri_sha256("nar_hash", self.nar_hash)
         if self.source_sha256 is not None:
             require_sha256_hex("source_sha256", self.source_sha256)
-        freeze_field(self, "archive_urls", require_str_tuple("archive_urls", self.archive_urls, require_archive_url, non_empty=False))
+        freeze_str_tuple(self, "archive_urls", require_archive_url, non_empty=False)
 
 
 @dataclass(frozen=True)
@@ -394,7 +389,7 @@ class FilePin:
         require_input_name("name", self.name)
         require_sha256_hex("sha256", self.sha256)
         require_size("size", self.size)
-        freeze_field(self, "urls", require_str_tuple("urls", self.urls, require_url, non_empty=False))
+        freeze_str_tuple(self, "urls", require_url, non_empty=False)
         if self.how_to_supply is not None:
             require_str("how_to_supply", self.how_to_supply, free_text=True)
         elif not self.urls:
@@ -524,7 +519,7 @@ def _require_file_version(pin: WheelPin | SdistPin, file_version: Version) -> No
 
 def _require_urls(pin: WheelPin | SdistPin | DebPin) -> None:
     """A package from an index or an archive: at least one URL, each https:// or file://."""
-    freeze_field(pin, "urls", require_str_tuple("urls", pin.urls, require_url, non_empty=True))
+    freeze_str_tuple(pin, "urls", require_url, non_empty=True)
 
 
 def _require_pep440(path: str, value: object) -> Version:

@@ -34,6 +34,7 @@ from ..core.records import (
     InvalidField,
     describe,
     freeze_field,
+    freeze_str_tuple,
     join_path,
     require_input_name,
     require_match,
@@ -42,7 +43,6 @@ from ..core.records import (
     require_sha256_hex,
     require_size,
     require_str,
-    require_str_tuple,
     require_table,
 )
 from ..core.status import CLAIM_STATUSES, STATUSES
@@ -169,13 +169,7 @@ class PythonSpec:
     FIELD_ORDER: ClassVar[tuple[str, ...]] = ("requirements",)
 
     def __post_init__(self) -> None:
-        freeze_field(
-            self,
-            "requirements",
-            require_str_tuple(
-                "requirements", self.requirements, _require_requirement, non_empty=True
-            ),
-        )
+        freeze_str_tuple(self, "requirements", _require_requirement, non_empty=True)
 
 
 @dataclass(frozen=True)
@@ -189,16 +183,8 @@ class DebianSpec:
 
     def __post_init__(self) -> None:
         require_match("suite", self.suite, _SUITE, 'a Debian suite like "bookworm"')
-        freeze_field(
-            self,
-            "seed",
-            require_str_tuple(
-                "seed",
-                self.seed,
-                lambda p, v: require_match(p, v, DEB_PACKAGE_PATTERN, "a Debian package name"),
-                non_empty=True,
-            ),
-        )
+        package = lambda p, v: require_match(p, v, DEB_PACKAGE_PATTERN, "a Debian package name")  # noqa: E731
+        freeze_str_tuple(self, "seed", package, non_empty=True)
 
 
 @dataclass(frozen=True)
@@ -210,13 +196,7 @@ class Absences:
     FIELD_ORDER: ClassVar[tuple[str, ...]] = ("distributions",)
 
     def __post_init__(self) -> None:
-        freeze_field(
-            self,
-            "distributions",
-            require_str_tuple(
-                "distributions", self.distributions, _require_distribution, non_empty=False
-            ),
-        )
+        freeze_str_tuple(self, "distributions", _require_distribution, non_empty=False)
 
 
 @dataclass(frozen=True)
@@ -243,10 +223,8 @@ class Qualification:
     def __post_init__(self) -> None:
         freeze_field(self, "settings", _require_env_table("settings", self.settings))
         text_item = lambda p, v: require_str(p, v, free_text=True)  # noqa: E731
-        freeze_field(self, "scope", require_str_tuple("scope", self.scope, text_item, non_empty=False))
-        freeze_field(
-            self, "limits", require_str_tuple("limits", self.limits, text_item, non_empty=False)
-        )
+        freeze_str_tuple(self, "scope", text_item, non_empty=False)
+        freeze_str_tuple(self, "limits", text_item, non_empty=False)
         if self.source is not None:
             require_str("source", self.source, free_text=True)
         for key in ("manifest_digest", "config_digest"):
@@ -450,9 +428,7 @@ class Profile:
             raise InvalidField(
                 "jit_root", f"must differ from cache_root, both are {describe(cache_root)}"
             )
-        freeze_field(
-            self, "locks", require_str_tuple("locks", self.locks, _require_lock_ref, non_empty=True)
-        )
+        freeze_str_tuple(self, "locks", _require_lock_ref, non_empty=True)
 
         inputs = require_table("inputs", self.inputs)
         if not inputs:
