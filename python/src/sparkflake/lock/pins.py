@@ -158,7 +158,7 @@ class WheelPin:
         name, filename = _require_distribution_file(self)
         wheel_tag = lambda p, v: require_match(p, v, _WHEEL_TAG, "a wheel tag")  # noqa: E731
         tags = freeze_str_tuple(self, "tags", wheel_tag, non_empty=True)
-        _require_urls(self)
+        freeze_str_tuple(self, "urls", require_url, non_empty=True)
         try:
             dist, file_version, _build, file_tags = parse_wheel_filename(filename)
         except (InvalidWheelFilename, InvalidVersion) as exc:
@@ -203,7 +203,7 @@ class SdistPin:
 
     def __post_init__(self) -> None:
         name, filename = _require_distribution_file(self)
-        _require_urls(self)
+        freeze_str_tuple(self, "urls", require_url, non_empty=True)
         try:
             dist, file_version = parse_sdist_filename(filename)
         except (InvalidSdistFilename, InvalidVersion) as exc:
@@ -257,7 +257,7 @@ class DebPin:
         )
         require_sha256_hex("sha256", self.sha256)
         require_size("size", self.size)
-        _require_urls(self)
+        freeze_str_tuple(self, "urls", require_url, non_empty=True)
         if self.name != f"{package}:{architecture}":
             raise InvalidField(
                 "name",
@@ -515,11 +515,6 @@ def _require_file_version(pin: WheelPin | SdistPin, file_version: Version) -> No
         raise InvalidField(
             "version", f"file name says {describe(str(file_version))}, got {describe(pin.version)}"
         )
-
-
-def _require_urls(pin: WheelPin | SdistPin | DebPin) -> None:
-    """A package from an index or an archive: at least one URL, each https:// or file://."""
-    freeze_str_tuple(pin, "urls", require_url, non_empty=True)
 
 
 def _require_pep440(path: str, value: object) -> Version:
