@@ -206,3 +206,15 @@ def test_hash_value_refuses_wrong_sizes_and_forms() -> None:
         digest.Hash("sha1", b"\0" * 20).format("base58")
     with pytest.raises(InputError, match="unknown hash form"):
         digest.convert_hash("sha1:" + "0" * 40, "hex")
+
+
+@given(st.binary(min_size=32, max_size=32), st.sampled_from(["", "\n", " ", "0", "A"]), st.booleans())
+def test_a_sha256_hex_is_exactly_64_lowercase_hex_digits(raw, extra, prefix):
+    """The bare sha256 form of locks, receipts and manifests: matched whole, so a trailing
+    newline (which ``^…$`` with ``match`` lets through) or any other character is refused."""
+    text = raw.hex()
+    assert digest.is_sha256_hex(text)
+    changed = extra + text if prefix else text + extra
+    assert digest.is_sha256_hex(changed) is (extra == "")
+    assert not digest.is_sha256_hex(text.upper()) or text == text.upper()
+    assert not digest.is_sha256_hex(text.encode()) and not digest.is_sha256_hex(None)

@@ -17,8 +17,13 @@ from fixtures.launch import PROFILES, site_env
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sparkflake.core.documents import MAX_DOCUMENT_BYTES, parse_json, read_regular_file
-from sparkflake.core.errors import InputError
+from sparkflake.core.documents import (
+    MAX_DOCUMENT_BYTES,
+    parse_json,
+    parse_json_object,
+    read_regular_file,
+)
+from sparkflake.core.errors import CheckFailed, InputError, SparkflakeError
 
 REPO = Path(__file__).resolve().parents[3]
 HUGE = "9" * 5000
@@ -173,3 +178,30 @@ def test_parse_json_gives_the_value_or_an_input_error(value, depth):
     for _ in range(depth):
         parsed = parsed[0]
     assert parsed == value
+
+
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+    max_leaves=10,
+)
+
+
+@given(_JSON_VALUES, st.sampled_from([None, "registry.manifest"]))
+def test_parse_json_object_gives_an_object_or_names_the_document(value, check_id):
+    """One reader for every 'JSON document that must be an object': an object comes back as
+    parsed; anything else is refused naming the document, as bad input (exit 2) or, for a
+    document a check fetched, as that check's failure (exit 1)."""
+    refusal = InputError if check_id is None else CheckFailed
+    text = json.dumps(value)
+    for raw in (text, text.encode(), text[:-1] + "\x00"):
+        try:
+            parsed = parse_json_object(raw, "doc.json", "a manifest", refusal=refusal, check_id=check_id)
+        except SparkflakeError as exc:
+            assert type(exc) is refusal and exc.check_id == check_id
+            assert exc.message.startswith("doc.json: ")
+            assert raw != text or not isinstance(value, dict)
+            if raw == text:
+                assert exc.message == "doc.json: expected a manifest"
+            continue
+        assert isinstance(value, dict) and raw != text[:-1] + "\x00" and parsed == value

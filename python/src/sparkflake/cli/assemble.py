@@ -15,11 +15,12 @@ from ..compose.locked_inputs import (
 from ..core.blob_cache import BlobCache
 from ..lock.resolve import default_cache, load_profile_lock, profile_from_arg
 from ._output import Progress, print_json, print_line
+from ._parsers import add_command
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "assemble",
+    parser = add_command(
+        subparsers, "assemble", run,
         help="build the OS base and Python environment trees from fetched inputs",
         description=(
             "Assemble DIR/base (Debian packages unpacked, maintainer-script effects done "
@@ -35,7 +36,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--jobs", type=int, default=None, help="parallel wheel installs (default: CPUs, at most 4)")
     parser.add_argument("--cache", metavar="DIR", help="cache root (default $XDG_CACHE_HOME/sparkflake)")
     parser.add_argument("--json", action="store_true")
-    parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:

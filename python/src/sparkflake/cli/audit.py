@@ -9,13 +9,14 @@ from ..audit import supply_chain
 from ..audit.report import REPORT_SCHEMA
 from ..core.errors import InputError
 from ._output import Progress, print_json, print_line
+from ._parsers import add_command
 
 _SYMBOL = {"pass": "ok  ", "fail": "FAIL", "error": "ERR ", "skip": "skip"}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "audit",
+    parser = add_command(
+        subparsers, "audit", run,
         help="is this image exactly what the lock, receipt and profile say?",
         description=(
             "Re-derive every digest of an image from its bytes and compare it with the "
@@ -45,7 +46,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="registry targets: verify the cosign signature and provenance attestation with this public key")
     parser.add_argument("--record", metavar="FILE", help="write the digest-verification record (JSON)")
     parser.add_argument("--json", action="store_true", help="machine-readable report (schema versioned)")
-    parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -13,12 +13,13 @@ from ..oci.compression import Compression
 from ..oci.image import default_source_date_epoch
 from ..pipeline import BuildRequest, build_profile, default_output_dir
 from ._output import Progress, print_json, print_line, warn
+from ._parsers import add_command
 from .fetch import parse_mirrors
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "build",
+    parser = add_command(
+        subparsers, "build", run,
         help="build a profile's image: fetch, assemble, verify, write out/PROFILE/",
         description=(
             "Fetch what is missing from the cache, assemble the OS base, the Python environment, "
@@ -56,7 +57,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--force", action="store_true",
                         help="replace the output path even if it is not an output sparkflake wrote (its contents are lost)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -11,15 +11,17 @@ from ..core.errors import InputError
 from ..launch.checkpoint_pins import CheckpointPins, pin_checkpoint, read_pins, write_pins
 from ..lock.profile_locks import load_profile
 from ._output import Progress, print_json, print_line, warn
+from ._parsers import add_command, add_group
 
 DEFAULT_PINS = "checkpoint-pins.json"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("checkpoint", help="pin a model checkpoint's identity-bearing files")
-    commands = parser.add_subparsers(dest="checkpoint_command", metavar="SUBCOMMAND", required=True)
-    pin = commands.add_parser(
-        "pin",
+    commands = add_group(
+        subparsers, "checkpoint", help="pin a model checkpoint's identity-bearing files", metavar="SUBCOMMAND"
+    )
+    pin = add_command(
+        commands, "pin", run_pin,
         help="record sizes and sha256 of a checkpoint's identity files in the site's pins file",
         description=(
             "Hash the files the profile's [checkpoints.ROLE] pin list names (size, then sha256, "
@@ -37,7 +39,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     pin.add_argument("--json", action="store_true", help="print the pinned files as JSON")
     pin.add_argument("--progress", action="store_true", help="show progress even when stderr is not a terminal")
-    pin.set_defaults(handler=run_pin)
 
 
 def run_pin(args: argparse.Namespace) -> int:

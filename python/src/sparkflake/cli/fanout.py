@@ -14,11 +14,12 @@ from ..distribute.fanout import FanoutRequest, fanout
 from ..distribute.registry_mode import RegistryFanoutRequest, registry_fanout
 from ..distribute.site import load_site
 from ._output import Progress, print_json, print_line, warn
+from ._parsers import add_command
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "fanout",
+    parser = add_command(
+        subparsers, "fanout", run,
         help="distribute an image to every rank over adjacent links (an archive, or only missing blobs)",
         description=(
             "Archive route (with --sha256): rank 0 holds ARCHIVE (a path on rank 0, or an http(s) "
@@ -51,7 +52,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="how long a broken hop keeps resuming (default 120)")
     parser.add_argument("--evidence-dir", type=Path, help="write one JSON evidence record per rank here")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -16,13 +16,14 @@ from ..lock.lock_file import load_lock
 from ..lock.pins import GitPin, Lock
 from ..lock.resolve import artifacts, default_cache, load_profile_lock, profile_from_arg
 from ._output import Progress, print_json, print_line
+from ._parsers import add_command
 
 KINDS = ("wheel", "sdist", "deb", "file", "git")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "fetch",
+    parser = add_command(
+        subparsers, "fetch", run,
         help="download every locked input into the cache, verified",
         description=(
             "Download every input of PROFILE's lock (or of the lock file LOCK) into "
@@ -48,7 +49,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="only inputs of this kind (repeatable; default all)")
     parser.add_argument("--progress", action="store_true", help="show the progress bar even when stderr is not a terminal")
     parser.add_argument("--json", action="store_true", help="print the outcome per input as JSON")
-    parser.set_defaults(handler=run)
 
 
 def parse_mirrors(values: list[str], git_names: list[str] | None) -> dict[str, tuple[str, ...]]:

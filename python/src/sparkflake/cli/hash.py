@@ -7,27 +7,28 @@ import os
 
 from ..core import digest, tree_digest
 from ._output import print_json, print_line
+from ._parsers import add_command, add_group
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "hash",
+    commands = add_group(
+        subparsers, "hash",
         help="hash paths and files; convert hash forms",
         description=(
             "Hashes as Nix and git compute them. Forms: SRI (sha256-<base64>), base16, "
             "nix32 (Nix's base-32). Exit 0 success, 2 bad input."
         ),
+        metavar="HASH_COMMAND",
     )
-    commands = parser.add_subparsers(dest="hash_command", metavar="HASH_COMMAND")
-    commands.required = True
 
-    path_parser = commands.add_parser(
-        "path",
+    path_parser = add_command(
+        commands, "path", run_path,
         help="NAR hash of a path (as `nix hash path`), or its git tree id with --git",
         description=(
             "Print the NAR hash of PATH as SRI (equal to `nix hash path`), or with --git the "
             "tree id `git add -A && git write-tree` would store for the directory."
         ),
+        form="sri",
     )
     path_parser.add_argument("path", metavar="PATH")
     form = path_parser.add_mutually_exclusive_group()
@@ -55,19 +56,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="git object format for --git (default sha1)",
     )
     path_parser.add_argument("--json", action="store_true", help="machine-readable output")
-    path_parser.set_defaults(handler=run_path, form="sri")
 
-    file_parser = commands.add_parser(
-        "file",
+    file_parser = add_command(
+        commands, "file", run_file,
         help="sha256 of a file's bytes (SRI and base16)",
         description="Print the sha256 of FILE's bytes: the SRI form, then base16.",
     )
     file_parser.add_argument("path", metavar="FILE")
     file_parser.add_argument("--json", action="store_true", help="machine-readable output")
-    file_parser.set_defaults(handler=run_file)
 
-    convert_parser = commands.add_parser(
-        "convert",
+    convert_parser = add_command(
+        commands, "convert", run_convert,
         help="re-encode a hash (SRI, algo:base16, algo:nix32, or bare with --type)",
         description=(
             "Re-encode HASH. Accepted: SRI (sha256-…=), sha256:<base16|nix32|base64>, or a "
@@ -84,7 +83,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="algorithm of a bare digest (also checked against a prefixed one)",
     )
     convert_parser.add_argument("--json", action="store_true", help="machine-readable output")
-    convert_parser.set_defaults(handler=run_convert)
 
 
 def run_path(args: argparse.Namespace) -> int:

@@ -20,6 +20,7 @@ from ..oci.archive import CombinedArchiveWriter
 from ..oci.layer import Layer
 from ..oci.layout import LayoutWriter
 from ._output import Progress, print_json, print_line, warn
+from ._parsers import add_command, add_group
 
 
 def default_cache_dir() -> Path:
@@ -28,16 +29,15 @@ def default_cache_dir() -> Path:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "image",
+    commands = add_group(
+        subparsers, "image",
         help="build and inspect deterministic OCI images",
         description="Deterministic OCI images: the same trees and metadata give the same bytes.",
+        metavar="SUBCOMMAND",
     )
-    commands = parser.add_subparsers(dest="image_command", metavar="SUBCOMMAND")
-    commands.required = True
 
-    build = commands.add_parser(
-        "build",
+    build = add_command(
+        commands, "build", run_build,
         help="build an image from SPEC.json",
         description=(
             "Build an image from SPEC.json into OUT: oci/ (OCI layout), oci-archive.tar, "
@@ -57,10 +57,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="replace OUT even if it is not an output sparkflake wrote (its contents are lost)")
     build.add_argument("--json", action="store_true", help="print digests.json to stdout")
     build.add_argument("--progress", action="store_true", help="progress bars even without a tty")
-    build.set_defaults(handler=run_build)
 
-    inspect = commands.add_parser(
-        "inspect",
+    inspect = add_command(
+        commands, "inspect", run_inspect,
         help="read and verify an OCI layout, oci-archive or docker-archive",
         description=(
             "Read an image in any of the three formats, re-derive every digest from its "
@@ -75,7 +74,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     inspect.add_argument("--json", action="store_true")
     inspect.add_argument("--progress", action="store_true")
-    inspect.set_defaults(handler=run_inspect)
 
 
 def run_build(args: argparse.Namespace) -> int:

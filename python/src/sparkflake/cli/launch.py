@@ -14,11 +14,12 @@ from ..core.errors import InputError
 from ..launch.contract import load_contract
 from ..launch.plan import plan_launch, prepare_state
 from ._output import print_json, print_line, warn
+from ._parsers import add_command
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "launch-rank",
+    parser = add_command(
+        subparsers, "launch-rank", run,
         help="verify and start one rank from runtime.env and the profile's contract",
         description=(
             "Parse ENVFILE as data, resolve every setting (auto rules, compatibility and "
@@ -46,7 +47,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--explain", action="store_true", help="say where each value came from")
     parser.add_argument("--rehash", action="store_true", help="ignore the verified-hash cache")
     parser.add_argument("--detach", action="store_true", help="start the container detached")
-    parser.set_defaults(handler=run)
 
 
 def _image_from_args(args: argparse.Namespace) -> str | None:

@@ -9,13 +9,14 @@ from pathlib import Path
 from ..core.errors import InputError
 from ..distribute.engine import ENGINES, import_archive
 from ._output import print_json, print_line
+from ._parsers import add_command
 
 ARCHIVES = ("docker-archive.tar", "oci-archive.tar")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "load",
+    parser = add_command(
+        subparsers, "load", run,
         help="load a built image into podman or docker; its image ID must equal our config digest",
         description=(
             "Load OUT/docker-archive.tar (else OUT/oci-archive.tar) of a `sparkflake build` "
@@ -29,7 +30,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="an argument for the engine before its command (repeatable), e.g. --storage-driver=vfs")
     parser.add_argument("--tag", help="tag the loaded image (default: none)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:

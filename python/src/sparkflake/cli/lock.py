@@ -17,13 +17,14 @@ from ..core.errors import InputError
 from ..lock.lock_file import load_lock, lock_to_dict
 from ..lock.pins import KINDS
 from ._output import print_json, print_line
+from ._parsers import add_command
 
 EXIT_OK = 0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "lock",
+    parser = add_command(
+        subparsers, "lock", run,
         help="validate a lock file, or resolve a profile's lock",
         description=(
             "sparkflake lock validate FILE [--json]: check a lock file (schema, every pin's "
@@ -48,7 +49,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     mode.add_argument(
         "--update", metavar="NAME", help="PROFILE mode: refresh one input, keep every other pin"
     )
-    parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -9,31 +9,30 @@ from ..lock.profile_locks import load_all_profiles, load_profile
 from ..profile.lookup import check_profiles_distinct, find_profiles_dir, list_profiles
 from ..profile.profile_file import dump_profile, profile_to_dict
 from ._output import print_json, print_line
+from ._parsers import add_command, add_group
 
 EXIT_OK = 0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "profile",
+    actions = add_group(
+        subparsers, "profile",
         help="show and validate runtime profiles",
         description=(
             "Profiles live in profiles/<name>/profile.toml; NAME is a profile name (looked up "
             "in --profiles-dir, $SPARKFLAKE_PROFILES_DIR, or the nearest profiles/ directory "
             "upward from the working directory) or a path to a profile.toml."
         ),
+        metavar="ACTION",
     )
-    actions = parser.add_subparsers(dest="profile_action", metavar="ACTION")
-    actions.required = True
 
-    show = actions.add_parser("show", help="print a profile (canonical TOML, or --json)")
+    show = add_command(actions, "show", run_show, help="print a profile (canonical TOML, or --json)")
     show.add_argument("name", metavar="NAME")
     show.add_argument("--json", action="store_true", help="print the model as JSON")
     show.add_argument("--profiles-dir", metavar="DIR")
-    show.set_defaults(handler=run_show)
 
-    validate = actions.add_parser(
-        "validate",
+    validate = add_command(
+        actions, "validate", run_validate,
         help="validate a profile (all profiles when NAME is omitted)",
         description=(
             "Checks the profile's structure, its roles and Debian seed against its lock files "
@@ -44,12 +43,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     validate.add_argument("name", metavar="NAME", nargs="?")
     validate.add_argument("--json", action="store_true", help="print the result as JSON")
     validate.add_argument("--profiles-dir", metavar="DIR")
-    validate.set_defaults(handler=run_validate)
 
-    listing = actions.add_parser("list", help="list the profiles of the profiles directory")
+    listing = add_command(actions, "list", run_list, help="list the profiles of the profiles directory")
     listing.add_argument("--json", action="store_true")
     listing.add_argument("--profiles-dir", metavar="DIR")
-    listing.set_defaults(handler=run_list)
 
 
 def run_show(args: argparse.Namespace) -> int:

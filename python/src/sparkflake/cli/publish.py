@@ -14,11 +14,12 @@ from ..oci.artifact import ReferringArtifact, read_referring_artifact
 from ..oci.referrers import push_referrer
 from ..oci.remote import RegistryClient, load_credentials, parse_reference
 from ._output import Progress, print_json, print_line
+from ._parsers import add_command
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "publish",
+    parser = add_command(
+        subparsers, "publish", run,
         help="push an image (our blobs and manifest bytes) to an OCI registry",
         description=(
             "Push OUT/oci (the layout `sparkflake image build` writes; OUT may also be the "
@@ -38,7 +39,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--no-sbom", action="store_true", help="do not push the SBOM artifact of the build")
     parser.add_argument("--record", type=Path, help="where to record the result (default OUT/publish.json)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -6,18 +6,17 @@ import argparse
 
 from ..audit.receipt import ReceiptCheckFailed, verify_receipt
 from ._output import print_json, print_line, warn
+from ._parsers import add_command, add_group
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "receipt",
+    commands = add_group(
+        subparsers, "receipt",
         help="verify build receipts (in-toto Statement v1, SLSA provenance v1) against images",
         description="Build receipts written by `sparkflake build` (receipt.json next to the image).",
     )
-    commands = parser.add_subparsers(dest="receipt_command", metavar="COMMAND")
-    commands.required = True
-    verify = commands.add_parser(
-        "verify",
+    verify = add_command(
+        commands, "verify", run_verify,
         help="re-derive every digest of IMAGE and compare with RECEIPT",
         description=(
             "IMAGE is an OCI layout directory (optionally DIR:TAG), an oci-archive or a "
@@ -29,7 +28,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     verify.add_argument("receipt", metavar="RECEIPT")
     verify.add_argument("image", metavar="IMAGE")
     verify.add_argument("--json", action="store_true", help="print the report as JSON")
-    verify.set_defaults(handler=run_verify)
 
 
 def run_verify(args: argparse.Namespace) -> int:

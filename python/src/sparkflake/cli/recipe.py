@@ -13,14 +13,13 @@ from ..launch.contract import load_contract
 from ..launch.plan import plan_launch
 from ..launch.recipe import dump_recipe, export_recipe, import_recipe, read_recipe, summarize
 from ._output import print_json, print_line
+from ._parsers import add_command, add_group
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("recipe", help="import or export TOML launch recipes")
-    commands = parser.add_subparsers(dest="recipe_command", metavar="COMMAND")
-    commands.required = True
-    importer = commands.add_parser(
-        "import",
+    commands = add_group(subparsers, "recipe", help="import or export TOML launch recipes")
+    importer = add_command(
+        commands, "import", run_import,
         help="recipe -> profile fragment (profile.toml) + runtime.env",
         description=(
             "Map a TOML launch recipe onto the settings catalog. Writes OUT/profile.toml "
@@ -31,8 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     importer.add_argument("recipe", metavar="FILE.toml")
     importer.add_argument("-o", "--output", required=True, metavar="DIR")
     importer.add_argument("--json", action="store_true")
-    importer.set_defaults(handler=run_import)
-    exporter = commands.add_parser("export", help="write the recipe of one rank's launch")
+    exporter = add_command(commands, "export", run_export, help="write the recipe of one rank's launch")
     exporter.add_argument("rank", metavar="RANK")
     exporter.add_argument("env_file", metavar="ENVFILE")
     exporter.add_argument("--profile", default="glm53-dflash7")
@@ -43,7 +41,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
              "other fields) is carried into the export (default: profile.toml beside ENVFILE, if it has [recipe])",
     )
     exporter.add_argument("-o", "--output", required=True, metavar="FILE.toml")
-    exporter.set_defaults(handler=run_export)
 
 
 def run_import(args: argparse.Namespace) -> int:

@@ -10,11 +10,12 @@ from ..core.atomic_write import write_bytes_atomic
 from ..distribute.replicate import ReplicateRequest, replicate
 from ..distribute.site import load_site
 from ._output import Progress, print_json, print_line, warn
+from ._parsers import add_command
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "replicate",
+    parser = add_command(
+        subparsers, "replicate", run,
         help="copy a checkpoint directory from rank 0 to every rank, verified per file",
         description=(
             "MODEL_DIR (a directory on rank 0) is listed once into a manifest of per-file size "
@@ -29,7 +30,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--retry-seconds", type=float, default=120.0)
     parser.add_argument("--evidence-dir", type=Path, help="write one JSON evidence record per rank here")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -9,17 +9,16 @@ from pathlib import Path
 from ..core.errors import InputError
 from ..lock.profile_locks import load_locks
 from ._output import print_json, print_line, warn
+from ._parsers import add_command, add_group
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "runtime",
+    commands = add_group(
+        subparsers, "runtime",
         help="runtime conformance of a built image (its own vLLM, SparkCache, B12X judge)",
     )
-    commands = parser.add_subparsers(dest="runtime_command", metavar="COMMAND")
-    commands.required = True
-    check = commands.add_parser(
-        "check",
+    check = add_command(
+        commands, "check", run_check_command,
         help="run the image's interpreter on every launch spec of the profile",
         description=(
             "Unpack the verified layers of OUT (a build output directory, an OCI layout or an "
@@ -39,7 +38,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="where the image root is unpacked and kept for reuse after verification "
                             "(default: $XDG_CACHE_HOME/sparkflake/runtime/PROFILE)")
     check.add_argument("--timeout", type=float, default=3600.0, help="seconds the probe may take (default 3600)")
-    check.set_defaults(handler=run_check_command)
 
 
 def _scratch(args: argparse.Namespace, profile: str) -> Path:

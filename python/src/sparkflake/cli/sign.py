@@ -9,6 +9,7 @@ from ..oci.remote import RegistryClient, load_credentials, parse_reference
 from ..signing.cosign import sign_image
 from ..signing.keys import PASSWORD_VARIABLE, key_password, load_private_key
 from ._output import print_json, print_line
+from ._parsers import add_command
 
 
 def add_registry_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,8 +24,8 @@ def registry_client(args: argparse.Namespace, registry: str) -> RegistryClient:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "sign",
+    parser = add_command(
+        subparsers, "sign", run,
         help="sign an image's manifest digest (cosign's format) and attest its provenance",
         description=(
             "Sign the manifest digest REGISTRY/REPO:TAG (or @sha256:...) names with a cosign "
@@ -42,7 +43,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--receipt", help="OUT/receipt.json: attest its provenance too")
     add_registry_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -9,11 +9,12 @@ from ..launch import evidence
 from ..lock.profile_locks import load_profile
 from ..profile.lookup import find_profiles_dir, list_profiles
 from ._output import print_json, print_line
+from ._parsers import add_command
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "status",
+    parser = add_command(
+        subparsers, "status", run,
         help="show each profile's built image, its evidence, and whether claims transfer",
         description=(
             "For each profile: the declared status, the digests of the image built here "
@@ -27,7 +28,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--profiles-dir", help="where profiles live (default: search upward)")
     parser.add_argument("--settings-hash", help="also require this resolved-settings hash")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
-    parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -9,12 +9,13 @@ from ..oci.remote import parse_reference
 from ..signing.cosign import resolve_digest, verify_attestation, verify_signature
 from ..signing.keys import load_public_key
 from ._output import print_json, print_line
+from ._parsers import add_command
 from .sign import add_registry_arguments, registry_client
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "verify",
+    parser = add_command(
+        subparsers, "verify", run,
         help="verify an image's cosign signature and SLSA provenance attestation",
         description=(
             "Resolve REGISTRY/REPO:TAG to its manifest digest now, then check: a signature by "
@@ -30,7 +31,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--no-attestation", action="store_true", help="check the signature only")
     add_registry_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the checks as JSON")
-    parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -6,11 +6,12 @@ import argparse
 
 from ..core.builder_identity import builder_identity
 from ._output import print_json, print_line
+from ._parsers import add_command
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "version",
+    parser = add_command(
+        subparsers, "version", run,
         help="print sparkflake's version and the versions of what decides image bytes",
         description=(
             "Print sparkflake's version, the interpreter's, and those of the libraries whose "
@@ -20,7 +21,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     parser.add_argument("--json", action="store_true", help="print the versions as a JSON object")
-    parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:

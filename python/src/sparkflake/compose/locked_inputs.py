@@ -7,15 +7,15 @@ altered after it was fetched is refused here, by name, and never assembled.
 from __future__ import annotations
 
 import os
-import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.blob_cache import Artifact, BlobCache
+from ..core.blob_cache import BlobCache
+from ..core.digest import is_sha256_hex
 from ..core.errors import CheckFailed, InputError
 from ..core.progress import ProgressCallback
-from ..lock.pins import DebPin, Lock, WheelPin
+from ..lock.pins import DebPin, Lock, WheelPin, pin_artifact
 from ..lock.target import DEBIAN_BOOKWORM_ARM64, Target
 from .debian_base import BaseManifest, DebInput, assemble_base
 from .python_env import (
@@ -82,7 +82,7 @@ def _record_waivers(document: dict, source: Path, lock: Lock) -> tuple[RecordWai
         if not isinstance(table, dict) or set(table) - keys or not {"wheel", "wheel_sha256", "path", "actual_sha256", "actual_size"} <= set(table):
             raise InputError(f"{where}: expected keys {', '.join(sorted(keys))}")
         for key in ("wheel_sha256", "actual_sha256"):
-            if not re.fullmatch(r"[0-9a-f]{64}", str(table[key])):
+            if not is_sha256_hex(table[key]):
                 raise InputError(f"{where}.{key}: expected 64 lowercase hex digits")
         pin = wheels.get(table["wheel"])
         if pin is not None and pin.sha256 != table["wheel_sha256"]:
@@ -105,19 +105,17 @@ def _record_waivers(document: dict, source: Path, lock: Lock) -> tuple[RecordWai
 
 
 def deb_inputs(lock: Lock, cache: BlobCache) -> list[DebInput]:
-    found = []
-    for pin in lock.pins_of(DebPin):
-        artifact = Artifact(pin.name, pin.pool_filename, pin.sha256, pin.size)
-        found.append(DebInput(pin.package, pin.version, pin.architecture, cache.verified_path(artifact)))
-    return found
+    return [
+        DebInput(pin.package, pin.version, pin.architecture, cache.verified_path(pin_artifact(pin)))
+        for pin in lock.pins_of(DebPin)
+    ]
 
 
 def wheel_inputs(lock: Lock, cache: BlobCache) -> list[WheelInput]:
-    found = []
-    for pin in lock.pins_of(WheelPin):
-        artifact = Artifact(pin.name, pin.filename, pin.sha256, pin.size)
-        found.append(WheelInput(pin.name, pin.version, pin.filename, cache.verified_path(artifact)))
-    return found
+    return [
+        WheelInput(pin.name, pin.version, pin.filename, cache.verified_path(pin_artifact(pin)))
+        for pin in lock.pins_of(WheelPin)
+    ]
 
 
 def assemble_base_from_lock(

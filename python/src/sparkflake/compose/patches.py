@@ -25,13 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from ..core.canonical_json import canonical_json_bytes
+from ..core.digest import is_sha256_hex
 from ..core.errors import CheckFailed, InputError
 
 PATCH_SET_MANIFEST = "patches.toml"
 PATCH_SET_FORMAT = 1
 ABSENT = ""
 
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _HUNK_HEADER = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _NO_NEWLINE = b"\\ No newline at end of file"
 
@@ -313,7 +313,7 @@ def _load_patch(root: Path, entry: object, where: str) -> Patch:
         path = _relative_path(path, f"{anchor_where}.path")
         for key in ("pre", "post"):
             value = raw[key]
-            if not isinstance(value, str) or (value != ABSENT and not _HEX64.match(value)):
+            if not isinstance(value, str) or (value != ABSENT and not is_sha256_hex(value)):
                 raise InputError(
                     f"{anchor_where}.{key}: expected 64 lowercase hex digits or \"\" (absent), got {value!r}"
                 )

@@ -20,15 +20,13 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.canonical_json import readable_json_bytes
-from ..core.documents import read_regular_file
-from ..core.errors import InputError
+from ..core.documents import parse_json_object, read_regular_file
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
@@ -74,13 +72,7 @@ RECEIPT_LIMIT = 16 * 1024 * 1024
 def load_receipt(path: str | os.PathLike[str]) -> dict[str, Any]:
     """A receipt file given on the command line (bounded, a JSON object)."""
     content = read_regular_file(path, "a receipt (JSON)", RECEIPT_LIMIT)
-    try:
-        statement = json.loads(content)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"{os.fspath(path)}: not JSON: {exc}") from None
-    if not isinstance(statement, dict):
-        raise InputError(f"{os.fspath(path)}: $: expected an in-toto statement object")
-    return statement
+    return parse_json_object(content, os.fspath(path), "an in-toto statement object")
 
 
 def sha256_hex(content: bytes) -> str:

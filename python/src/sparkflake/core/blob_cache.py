@@ -28,13 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .digest import sha256_file
+from .digest import is_sha256_hex, sha256_file
 from .errors import CheckFailed, InputError
 from .progress import ProgressCallback
 
 COPY_CHUNK = 1 << 20
 USER_AGENT = "sparkflake-fetch/0.1"
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
 @dataclass(frozen=True)
@@ -48,7 +47,7 @@ class Artifact:
     urls: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if not _HEX64.match(self.sha256):
+        if not is_sha256_hex(self.sha256):
             raise InputError(f"{self.name}: sha256 must be 64 lowercase hex digits, got {self.sha256!r}")
 
 

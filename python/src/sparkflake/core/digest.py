@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from .documents import file_kind
 from .errors import InputError
 
 READ_CHUNK = 1 << 20
@@ -348,18 +349,6 @@ def lstat_mode(path: bytes) -> int:
         raise unreadable(path, exc) from exc
 
 
-def file_kind(mode: int) -> str:
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISCHR(mode):
-        return "a character device"
-    if stat.S_ISBLK(mode):
-        return "a block device"
-    return f"an unsupported file type (mode {mode:o})"
-
-
 def unsupported_file(path: bytes, mode: int) -> InputError:
     return InputError(
         f"{os.fsdecode(path)}: is {file_kind(mode)}; only regular files, symlinks and "
@@ -396,6 +385,14 @@ def digest_hex(digest: str) -> str:
 
 def is_digest(text: object) -> bool:
     return isinstance(text, str) and DIGEST_PATTERN.fullmatch(text) is not None
+
+
+# A file's sha256 as locks, receipts and manifests write it: the bare 64 lowercase hex digits.
+SHA256_HEX_PATTERN = re.compile(r"[0-9a-f]{64}")
+
+
+def is_sha256_hex(text: object) -> bool:
+    return isinstance(text, str) and SHA256_HEX_PATTERN.fullmatch(text) is not None
 
 
 def chain_id(diff_ids: Sequence[str]) -> str:

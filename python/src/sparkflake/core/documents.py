@@ -19,7 +19,7 @@ import stat
 import sys
 from typing import Any
 
-from .errors import InputError
+from .errors import InputError, SparkflakeError
 
 MAX_DOCUMENT_BYTES = 4 << 20  # an index, manifest, config, spec or recipe is far smaller
 
@@ -90,6 +90,28 @@ def parse_json(raw: bytes | str, shown: str) -> Any:
         raise InputError(f"{shown}: not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
     except ValueError as exc:
         raise parse_limit_error(exc, raw, shown) from None
+
+
+def parse_json_object(
+    raw: bytes | str,
+    shown: str,
+    what: str = "a JSON object",
+    *,
+    refusal: type[SparkflakeError] = InputError,
+    check_id: str | None = None,
+) -> dict[str, Any]:
+    """``parse_json`` of a document that must be an object. ``refusal`` is what a bad one
+    is: ``InputError`` for a file we were given, ``CheckFailed`` (exit 1, ``check_id``) for a
+    document a check fetched, such as a registry's manifest or a signature's payload."""
+    try:
+        document = parse_json(raw, shown)
+    except InputError as error:
+        if refusal is InputError and check_id is None:
+            raise
+        raise refusal(error.message, check_id=check_id) from None
+    if not isinstance(document, dict):
+        raise refusal(f"{shown}: expected {what}", check_id=check_id)
+    return document
 
 
 def read_json_file(path: str | os.PathLike[str], what: str, limit: int = MAX_DOCUMENT_BYTES) -> Any:

@@ -12,20 +12,24 @@ import re
 import stat
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import MISSING, fields
 from typing import Any, TypeVar
 
-from .digest import DIGEST_PATTERN
+from .digest import DIGEST_PATTERN, SHA256_HEX_PATTERN
 from .documents import parse_limit_error
 from .errors import InputError
 
 RecordT = TypeVar("RecordT")
 
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
 _INPUT_NAME = re.compile(r"^[a-z0-9][a-z0-9._+:-]{0,199}$")
 _FILENAME = re.compile(r"^[^/\x00]+$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 PLATFORM_PATTERN = re.compile(r"^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$")
+# OCI distribution-spec repository name without tag or digest: host[:port] then /path components
+OCI_REPOSITORY_PATTERN = re.compile(
+    r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$"
+)
 DEB_PACKAGE_PATTERN = re.compile(r"^[a-z0-9][a-z0-9.+-]+$")
 
 
@@ -82,7 +86,7 @@ def require_match(path: str, value: object, pattern: re.Pattern[str], expected: 
 
 
 def require_sha256_hex(path: str, value: object) -> str:
-    return require_match(path, value, _HEX64, "64 lowercase hex digits")
+    return require_match(path, value, SHA256_HEX_PATTERN, "64 lowercase hex digits")
 
 
 def require_sha1_hex(path: str, value: object) -> str:
@@ -280,6 +284,60 @@ def freeze_field(record: object, name: str, value: object) -> None:
     """Set a field of a frozen record in its ``__post_init__`` (the validated, normalized
     value replaces the given one)."""
     object.__setattr__(record, name, value)
+
+
+def record_from_table(record_type: type[Any], table: object, where: str) -> Any:
+    """A record (a dataclass whose ``FIELD_ORDER`` lists its keys) from a TOML table: unknown
+    keys refused, the first missing required key named, arrays made tuples; a field the record
+    refuses is re-raised with ``where`` in front of its path."""
+    table = require_table(where, table)
+    field_names = {spec.name for spec in fields(record_type)}
+    optional = {
+        spec.name for spec in fields(record_type)
+        if spec.default is not MISSING or spec.default_factory is not MISSING
+    }
+    order: tuple[str, ...] = record_type.FIELD_ORDER
+    check_keys(table, where, [key for key in order if key not in optional], [key for key in order if key in optional])
+    arguments = {  # a key of FIELD_ORDER that is no field (a lock input's "kind") is the type's own
+        key: (tuple(value) if isinstance(value, list) else value)
+        for key, value in table.items() if key in field_names
+    }
+    try:
+        return record_type(**arguments)
+    except InvalidField as error:
+        raise prefixed(where, error) from None
+
+
+def record_to_dict(record: Any) -> dict[str, Any]:
+    """A record as plain data in its canonical key order (``FIELD_ORDER``), nested records
+    too, tuples as lists; keys valued None are left out, and those of ``OMIT_EMPTY`` when
+    empty."""
+    omit_empty = getattr(record, "OMIT_EMPTY", ())
+    document: dict[str, Any] = {}
+    for key in record.FIELD_ORDER:
+        value = getattr(record, key)
+        if value is None or (value == () and key in omit_empty):
+            continue
+        if isinstance(value, tuple):
+            value = [_plain(item) for item in value]
+        elif isinstance(value, Mapping):
+            value = {name: _plain(item) for name, item in value.items()}
+        document[key] = _plain(value)
+    return document
+
+
+def _plain(value: Any) -> Any:
+    return record_to_dict(value) if hasattr(value, "FIELD_ORDER") else value
+
+
+def freeze_str_tuple(
+    record: object, name: str, item_check: Callable[[str, object], str], *, non_empty: bool
+) -> tuple[str, ...]:
+    """In a frozen record's ``__post_init__``: its string-array field ``name`` checked item by
+    item (no duplicates) and stored as a tuple, which is also returned."""
+    checked = require_str_tuple(name, getattr(record, name), item_check, non_empty=non_empty)
+    freeze_field(record, name, checked)
+    return checked
 
 
 def record_from(build: Callable[[Mapping[str, Any]], RecordT], document: Mapping[str, Any], shown: str) -> RecordT:

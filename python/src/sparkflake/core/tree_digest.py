@@ -154,33 +154,46 @@ class _NarWalker:
         self._write(_NAR_SYMLINK + _nar_string(target) + _NAR_CLOSE)
 
     def _dump_file(self, path: bytes) -> None:
-        write = self._write
-        fd = open_regular(path)
+        fd, status = _open_file(path)
         try:
-            status = os.fstat(fd)
-            if not stat.S_ISREG(status.st_mode):
-                raise unsupported_file(path, status.st_mode)
             size = status.st_size
             header = _NAR_EXECUTABLE if status.st_mode & stat.S_IXUSR else _NAR_REGULAR
-            header += size.to_bytes(8, "little")
-            trailer = _PADDING[: -size % 8] + _NAR_CLOSE
-            write(header)
-            if size <= SMALL_FILE:
-                write(read_exactly(fd, size, path))
-                write(trailer)
-                return
-            buffer = self._buffer
-            remaining = size
-            while remaining:
-                view = buffer[: min(remaining, READ_CHUNK)]
-                count = readv_into(fd, view, path)
-                if count == 0:
-                    raise changed_while_read(path)
-                write(view[:count])
-                remaining -= count
-            write(trailer)
+            self._write(header + size.to_bytes(8, "little"))
+            _stream_file(fd, size, path, self._buffer, self._write)
+            self._write(_PADDING[: -size % 8] + _NAR_CLOSE)
         finally:
             os.close(fd)
+
+
+def _open_file(path: bytes) -> tuple[int, os.stat_result]:
+    """An fd of the regular file ``path`` (never through a symlink) and its status."""
+    fd = open_regular(path)
+    try:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            raise unsupported_file(path, status.st_mode)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, status
+
+
+def _stream_file(
+    fd: int, size: int, path: bytes, buffer: memoryview, consume: Callable[[bytes | memoryview], object]
+) -> None:
+    """Hand the ``size`` bytes of ``fd`` to ``consume`` in order: a small file in one read, a
+    larger one through ``buffer``; a file that ends early changed while it was read."""
+    if size <= SMALL_FILE:
+        consume(read_exactly(fd, size, path))
+        return
+    remaining = size
+    while remaining:
+        view = buffer[: min(remaining, READ_CHUNK)]
+        count = readv_into(fd, view, path)
+        if count == 0:
+            raise changed_while_read(path)
+        consume(view[:count])
+        remaining -= count
 
 
 def _sorted_entries(path: bytes) -> list[os.DirEntry[bytes]]:
@@ -285,25 +298,11 @@ def _git_symlink_blob(path: bytes, new_hasher: Callable[..., hashlib._Hash]) -> 
 def _git_file_blob(
     path: bytes, new_hasher: Callable[..., hashlib._Hash], buffer: memoryview
 ) -> tuple[bytes, bytes]:
-    fd = open_regular(path)
+    fd, status = _open_file(path)
     try:
-        status = os.fstat(fd)
-        if not stat.S_ISREG(status.st_mode):
-            raise unsupported_file(path, status.st_mode)
-        size = status.st_size
         mode = _GIT_MODE_EXECUTABLE if status.st_mode & stat.S_IXUSR else _GIT_MODE_FILE
-        hasher = new_hasher(b"blob %d\0" % size)
-        if size <= SMALL_FILE:
-            hasher.update(read_exactly(fd, size, path))
-            return mode, hasher.digest()
-        remaining = size
-        while remaining:
-            view = buffer[: min(remaining, READ_CHUNK)]
-            count = readv_into(fd, view, path)
-            if count == 0:
-                raise changed_while_read(path)
-            hasher.update(view[:count])
-            remaining -= count
+        hasher = new_hasher(b"blob %d\0" % status.st_size)
+        _stream_file(fd, status.st_size, path, buffer, hasher.update)
         return mode, hasher.digest()
     finally:
         os.close(fd)

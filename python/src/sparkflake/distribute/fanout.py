@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -20,14 +19,13 @@ from pathlib import PurePosixPath
 from typing import Any
 from urllib.parse import urlparse
 
+from ..core.digest import is_sha256_hex
 from ..core.errors import CheckFailed, InputError
 from .chain import FAILED, ChainTransfer, Progress, SizeGate, Transfer
 from .engine import check_import_request
 from .evidence import EVIDENCE_SCHEMA, REPORT_SCHEMA
 from .site import Rank, Site
 from .ssh import AgentReply, run_agent
-
-HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
 @dataclass(frozen=True)
@@ -51,7 +49,7 @@ class FanoutRequest:
 
 
 def validate_request(request: FanoutRequest) -> None:
-    if not HEX64.match(request.sha256):
+    if not is_sha256_hex(request.sha256):
         raise InputError(f"--sha256: expected 64 lowercase hex digits, got {request.sha256!r}")
     check_import_request(request.engine, request.image_id)
     name = request.name

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..core.digest import READ_CHUNK
@@ -76,14 +76,7 @@ class CopyState:
     partial_size: int
 
     def as_dict(self) -> dict[str, object]:
-        return {
-            "path": self.path,
-            "exists": self.exists,
-            "size": self.size,
-            "sha256": self.sha256,
-            "matches": self.matches,
-            "partial_size": self.partial_size,
-        }
+        return asdict(self)
 
 
 def inspect_copy(final: Path, expected_sha256: str, expected_size: int | None) -> CopyState:

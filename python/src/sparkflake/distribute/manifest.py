@@ -8,18 +8,17 @@ from __future__ import annotations
 
 import json
 import os
-import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..core.atomic_write import write_bytes_atomic
-from ..core.digest import sha256_file
+from ..core.digest import is_sha256_hex, sha256_file
 from ..core.errors import InputError
 
 RECORD_NAME = ".sparkflake-manifest.json"
 
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
 @dataclass(frozen=True)
@@ -36,19 +35,25 @@ def build_manifest(root: Path) -> list[FileEntry]:
     if not root.is_dir():
         raise InputError(f"{root}: not a directory")
     entries = []
+    for path, relative in _copied_files(root):
+        if path.is_symlink() or not path.is_file():
+            raise InputError(f"{path}: only regular files can be replicated")
+        entries.append(FileEntry(relative, path.stat().st_size, sha256_file(path)))
+    entries.sort(key=lambda entry: entry.path.encode())
+    return entries
+
+
+def _copied_files(root: Path) -> Iterator[tuple[Path, str]]:
+    """Every file below ``root`` (path, relative POSIX path) but the ones replication itself
+    keeps there: the manifest record, and partial copies and lock files in progress."""
     for directory, subdirs, names in os.walk(root):
         subdirs.sort()
         for name in sorted(names):
             path = Path(directory) / name
             relative = path.relative_to(root).as_posix()
-            base = relative.split("/")[-1]
-            if relative == RECORD_NAME or (base.startswith(".") and base.endswith((".partial", ".lock"))):
+            if relative == RECORD_NAME or (name.startswith(".") and name.endswith((".partial", ".lock"))):
                 continue
-            if path.is_symlink() or not path.is_file():
-                raise InputError(f"{path}: only regular files can be replicated")
-            entries.append(FileEntry(relative, path.stat().st_size, sha256_file(path)))
-    entries.sort(key=lambda entry: entry.path.encode())
-    return entries
+            yield path, relative
 
 
 def manifest_from_document(document: Any, origin: str = "manifest") -> list[FileEntry]:
@@ -65,7 +70,7 @@ def manifest_from_document(document: Any, origin: str = "manifest") -> list[File
             raise InputError(f"{where}.path: expected a relative path without '..', got {path!r}")
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
             raise InputError(f"{where}.size: expected a non-negative integer, got {size!r}")
-        if not isinstance(digest, str) or not _HEX64.match(digest):
+        if not is_sha256_hex(digest):
             raise InputError(f"{where}.sha256: expected 64 lowercase hex digits, got {digest!r}")
         if path in seen:
             raise InputError(f"{where}.path: duplicate {path!r}")
@@ -107,18 +112,8 @@ def compare_directory(root: Path, entries: list[FileEntry], *, sizes_only: bool 
 
 def build_manifest_paths(root: Path) -> list[FileEntry]:
     """Like build_manifest, without hashing (sizes only): for listing what a copy holds."""
-    found = []
-    for directory, subdirs, names in os.walk(root):
-        subdirs.sort()
-        for name in sorted(names):
-            path = Path(directory) / name
-            relative = path.relative_to(root).as_posix()
-            if relative == RECORD_NAME or (name.startswith(".") and name.endswith((".partial", ".lock"))):
-                continue
-            if ".mismatch-" in name:
-                continue
-            found.append(FileEntry(relative, path.lstat().st_size, ""))
-    return found
+    return [FileEntry(relative, path.lstat().st_size, "")
+            for path, relative in _copied_files(root) if ".mismatch-" not in path.name]
 
 
 def record_manifest(root: Path, entries: list[FileEntry]) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.atomic_write import atomic_directory
+from ..core.documents import read_regular_file
 from ..core.errors import CheckFailed, InputError
 from ..core.progress import ProgressCallback
 from ..oci.remote import (
@@ -164,14 +165,7 @@ def _blob_path(layout: Path, digest: str) -> Path:
 
 
 def _read_layout_file(layout: Path, name: str) -> bytes:
-    try:
-        with open(layout / name, "rb") as handle:
-            content = handle.read(MANIFEST_LIMIT + 1)
-    except OSError as exc:
-        raise InputError(f"{layout / name}: cannot read: {exc.strerror}") from exc
-    if len(content) > MANIFEST_LIMIT:
-        raise InputError(f"{layout / name}: larger than {MANIFEST_LIMIT} bytes")
-    return content
+    return read_regular_file(layout / name, "an image document", MANIFEST_LIMIT)
 
 
 def _read_blob_file(layout: Path, digest: str) -> bytes:

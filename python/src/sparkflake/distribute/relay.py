@@ -23,7 +23,6 @@ import contextlib
 import fcntl
 import json
 import os
-import re
 import subprocess
 import threading
 import time
@@ -33,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..core.digest import is_sha256_hex
 from .files import partial_path
 
 # Statuses besides the receiver's own (see receive.py).
@@ -46,7 +46,6 @@ POLL_SECONDS = 0.02
 REPORT_SECONDS = 0.5
 SEND_CHUNK = 4 << 20
 PLAN_LIMIT = 16 << 20  # a plan of a few thousand files fits many times over
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
 @dataclass(frozen=True)
@@ -101,7 +100,7 @@ def parse_plan(document: Any) -> list[PlannedFile] | None:
             return None
         if not isinstance(source, str) or "\x00" in source:
             return None
-        if not isinstance(digest, str) or not _HEX64.match(digest):
+        if not is_sha256_hex(digest):
             return None
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
             return None

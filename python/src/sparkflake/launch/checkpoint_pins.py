@@ -26,7 +26,8 @@ from types import MappingProxyType
 from typing import Any
 
 from ..core.atomic_write import write_bytes_atomic
-from ..core.digest import file_digest, file_kind
+from ..core.digest import file_digest
+from ..core.documents import file_kind, parse_json_object
 from ..core.errors import InputError
 from ..core.file_hashes import stat_identity
 from .contract import IdentityFile
@@ -163,12 +164,7 @@ def read_pins(path: str | os.PathLike[str]) -> CheckpointPins:
 
 
 def parse_pins(raw: bytes, shown: str) -> CheckpointPins:
-    try:
-        document = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InputError(f"{shown}: not JSON ({exc})") from None
-    if not isinstance(document, dict):
-        raise InputError(f"{shown}: expected a JSON object")
+    document = parse_json_object(raw, shown)
     _known_keys(document, {"schema", "profile", "checkpoints"}, shown, "$")
     if document.get("schema") != PINS_SCHEMA:
         raise InputError(f"{shown}: $.schema: expected {PINS_SCHEMA!r}, got {document.get('schema')!r}")

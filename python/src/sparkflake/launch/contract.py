@@ -7,13 +7,12 @@ can evolve behind one function.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from ..core.digest import is_digest
+from ..core.digest import is_digest, is_sha256_hex
 from ..core.errors import InputError
 from ..lock.profile_locks import input_for, load_locks, load_profile
 from ..runtime.capabilities import FILE_NAME as CAPABILITIES_FILE
@@ -27,8 +26,6 @@ from .settings import (
     validate_runtime_table,
 )
 
-_SHA256 = re.compile(r"[0-9a-f]{64}\Z")
-
 
 @dataclass(frozen=True)
 class IdentityFile:
@@ -41,7 +38,7 @@ class IdentityFile:
     def __post_init__(self) -> None:
         if not self.path or self.path.startswith("/") or ".." in self.path.split("/"):
             raise InputError(f"identity file path {self.path!r} must be relative, without '..'")
-        if not _SHA256.match(self.sha256):
+        if not is_sha256_hex(self.sha256):
             raise InputError(f"identity file {self.path}: sha256 must be 64 lowercase hex digits")
         if self.size < 0:
             raise InputError(f"identity file {self.path}: size must be non-negative")

@@ -120,32 +120,11 @@ def _require_directory(resolution: Resolution, key: str) -> None:
         raise InputError(f"{_setting_origin(resolution, key)}: {key}={path} {what}")
 
 
-def plan_launch(
-    *,
-    rank: int,
-    env_file: str | os.PathLike[str],
-    contract: LaunchContract,
-    engine: Engine | None,
-    image_id: str | None = None,
-    rehash: bool = False,
-    check_engine: bool = True,
-    run_checks: bool = True,
-    detach: bool = False,
-) -> LaunchPlan:
+def plan_launch(*, env_file: str | os.PathLike[str], **options: Any) -> LaunchPlan:
+    """``plan_from_assignments`` (``options`` are its keywords) on the settings of
+    ``env_file``, read as data."""
     source = os.fspath(env_file)
-    assignments = read_env_file(source)
-    return plan_from_assignments(
-        rank=rank,
-        assignments=assignments,
-        source=source,
-        contract=contract,
-        engine=engine,
-        image_id=image_id,
-        rehash=rehash,
-        check_engine=check_engine,
-        run_checks=run_checks,
-        detach=detach,
-    )
+    return plan_from_assignments(assignments=read_env_file(source), source=source, **options)
 
 
 def plan_from_assignments(

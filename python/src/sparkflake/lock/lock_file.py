@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import MISSING, fields
 from typing import Any
 
 from ..core import canonical_toml
@@ -19,6 +18,8 @@ from ..core.records import (
     prefixed,
     read_toml,
     record_from,
+    record_from_table,
+    record_to_dict,
     require_table,
 )
 from .pins import KINDS, PIN_TYPES, SCHEMA_VERSION, Lock, Pin, Target
@@ -26,13 +27,7 @@ from .pins import KINDS, PIN_TYPES, SCHEMA_VERSION, Lock, Pin, Target
 
 def pin_to_dict(pin: Pin) -> dict[str, Any]:
     """The canonical key order of one input; None-valued optional keys are left out."""
-    document: dict[str, Any] = {}
-    for key in pin.FIELD_ORDER:
-        value = pin.kind if key == "kind" else getattr(pin, key)
-        if value is None or (value == () and key in getattr(pin, "OMIT_EMPTY", ())):
-            continue
-        document[key] = list(value) if isinstance(value, tuple) else value
-    return document
+    return record_to_dict(pin)
 
 
 def lock_to_dict(lock: Lock) -> dict[str, Any]:
@@ -63,20 +58,7 @@ def pin_from_dict(table: Mapping[str, Any], where: str = "") -> Pin:
         raise InvalidField(
             join_path(where, "kind"), f"expected one of {', '.join(KINDS)}, got {describe(kind)}"
         )
-    cls = PIN_TYPES[kind]
-    optional = {
-        f.name for f in fields(cls) if f.default is not MISSING or f.default_factory is not MISSING
-    }
-    required = [key for key in cls.FIELD_ORDER if key not in optional]
-    check_keys(table, where, required, optional)
-    arguments = {key: table[key] for key in cls.FIELD_ORDER if key != "kind" and key in table}
-    for key, value in arguments.items():
-        if isinstance(value, list):
-            arguments[key] = tuple(value)
-    try:
-        return cls(**arguments)
-    except InvalidField as error:
-        raise prefixed(where, error) from None
+    return record_from_table(PIN_TYPES[kind], table, where)
 
 
 def lock_from_dict(document: Mapping[str, Any]) -> Lock:

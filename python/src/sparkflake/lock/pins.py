@@ -28,13 +28,16 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
+from ..core.blob_cache import Artifact
 from ..core.errors import InputError
 from ..core.records import (
     DEB_PACKAGE_PATTERN,
+    OCI_REPOSITORY_PATTERN,
     PLATFORM_PATTERN,
     InvalidField,
     describe,
     freeze_field,
+    freeze_str_tuple,
     require_archive_url,
     require_filename,
     require_git_url,
@@ -46,7 +49,6 @@ from ..core.records import (
     require_size,
     require_sri_sha256,
     require_str,
-    require_str_tuple,
     require_url,
 )
 
@@ -58,10 +60,6 @@ _DEB_ARCH = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 # Debian policy 5.6.12: [epoch:]upstream[-revision]; characters only, the ordering is dpkg's
 _DEB_VERSION = re.compile(r"^([0-9]+:)?[0-9][A-Za-z0-9.+~:-]*$")
 _WHEEL_TAG = re.compile(r"^[a-z0-9_.]+-[a-z0-9_.]+-[a-z0-9_.]+$")
-# OCI distribution-spec reference without tag/digest: host[:port]/path components
-_OCI_REPOSITORY = re.compile(
-    r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$"
-)
 _OCI_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _WHEEL_ARCHITECTURES = {"arm64": "aarch64", "amd64": "x86_64", "386": "i686"}
 _LEGACY_MANYLINUX = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
@@ -157,19 +155,10 @@ class WheelPin:
     )
 
     def __post_init__(self) -> None:
-        name = require_input_name("name", self.name)
-        version = _require_pep440("version", self.version)
-        filename = require_filename("filename", self.filename)
-        require_sha256_hex("sha256", self.sha256)
-        require_size("size", self.size)
-        tags = require_str_tuple(
-            "tags",
-            self.tags,
-            lambda p, v: require_match(p, v, _WHEEL_TAG, "a wheel tag"),
-            non_empty=True,
-        )
-        freeze_field(self, "tags", tags)
-        freeze_field(self, "urls", require_str_tuple("urls", self.urls, require_url, non_empty=True))
+        name, filename = _require_distribution_file(self)
+        wheel_tag = lambda p, v: require_match(p, v, _WHEEL_TAG, "a wheel tag")  # noqa: E731
+        tags = freeze_str_tuple(self, "tags", wheel_tag, non_empty=True)
+        freeze_str_tuple(self, "urls", require_url, non_empty=True)
         try:
             dist, file_version, _build, file_tags = parse_wheel_filename(filename)
         except (InvalidWheelFilename, InvalidVersion) as exc:
@@ -180,11 +169,7 @@ class WheelPin:
                 f"expected the normalized distribution name of the file, {describe(str(dist))}, "
                 f"got {describe(name)}",
             )
-        if str(file_version) != str(version):
-            raise InvalidField(
-                "version",
-                f"file name says {describe(str(file_version))}, got {describe(self.version)}",
-            )
+        _require_file_version(self, file_version)
         if {str(tag) for tag in file_tags} != set(tags):
             expected = sorted(str(tag) for tag in file_tags)
             raise InvalidField("tags", f"file name gives the tags {expected}, got {list(tags)}")
@@ -217,12 +202,8 @@ class SdistPin:
     )
 
     def __post_init__(self) -> None:
-        name = require_input_name("name", self.name)
-        version = _require_pep440("version", self.version)
-        filename = require_filename("filename", self.filename)
-        require_sha256_hex("sha256", self.sha256)
-        require_size("size", self.size)
-        freeze_field(self, "urls", require_str_tuple("urls", self.urls, require_url, non_empty=True))
+        name, filename = _require_distribution_file(self)
+        freeze_str_tuple(self, "urls", require_url, non_empty=True)
         try:
             dist, file_version = parse_sdist_filename(filename)
         except (InvalidSdistFilename, InvalidVersion) as exc:
@@ -232,11 +213,7 @@ class SdistPin:
                 "name",
                 f"expected {describe(sdist_input_name(dist))} for this file, got {describe(name)}",
             )
-        if str(file_version) != str(version):
-            raise InvalidField(
-                "version",
-                f"file name says {describe(str(file_version))}, got {describe(self.version)}",
-            )
+        _require_file_version(self, file_version)
 
     @property
     def distribution(self) -> str:
@@ -280,7 +257,7 @@ class DebPin:
         )
         require_sha256_hex("sha256", self.sha256)
         require_size("size", self.size)
-        freeze_field(self, "urls", require_str_tuple("urls", self.urls, require_url, non_empty=True))
+        freeze_str_tuple(self, "urls", require_url, non_empty=True)
         if self.name != f"{package}:{architecture}":
             raise InvalidField(
                 "name",
@@ -326,14 +303,14 @@ class GitPin:
 
     def __post_init__(self) -> None:
         require_input_name("name", self.name)
-        freeze_field(self, "urls", require_str_tuple("urls", self.urls, require_git_url, non_empty=True))
+        freeze_str_tuple(self, "urls", require_git_url, non_empty=True)
         require_sha1_hex("rev", self.rev)
         require_sha1_hex("tree", self.tree)
         if self.nar_hash is not None:
             require_sri_sha256("nar_hash", self.nar_hash)
         if self.source_sha256 is not None:
             require_sha256_hex("source_sha256", self.source_sha256)
-        freeze_field(self, "archive_urls", require_str_tuple("archive_urls", self.archive_urls, require_archive_url, non_empty=False))
+        freeze_str_tuple(self, "archive_urls", require_archive_url, non_empty=False)
 
 
 @dataclass(frozen=True)
@@ -366,7 +343,7 @@ class OciPin:
                 f"put digests in index_digest/manifest_digest, not in the reference; got {describe(reference)}",
             )
         repository, tag = _split_oci_tag(reference)
-        if not _OCI_REPOSITORY.fullmatch(repository) or (
+        if not OCI_REPOSITORY_PATTERN.fullmatch(repository) or (
             tag is not None and not _OCI_TAG.fullmatch(tag)
         ):
             raise InvalidField(
@@ -412,7 +389,7 @@ class FilePin:
         require_input_name("name", self.name)
         require_sha256_hex("sha256", self.sha256)
         require_size("size", self.size)
-        freeze_field(self, "urls", require_str_tuple("urls", self.urls, require_url, non_empty=False))
+        freeze_str_tuple(self, "urls", require_url, non_empty=False)
         if self.how_to_supply is not None:
             require_str("how_to_supply", self.how_to_supply, free_text=True)
         elif not self.urls:
@@ -432,6 +409,18 @@ PIN_TYPES: dict[str, type[Any]] = {
     cls.kind: cls for cls in (DebPin, FilePin, GitPin, OciPin, SdistPin, WheelPin)
 }
 KINDS: tuple[str, ...] = tuple(sorted(PIN_TYPES))
+
+
+def pin_artifact(pin: WheelPin | SdistPin | DebPin | FilePin) -> Artifact:
+    """The file a pin names, as the download cache knows it: a deb by its pool file name, an
+    operator's file by its lock name, a wheel or an sdist by its own file name."""
+    if isinstance(pin, DebPin):
+        filename = pin.pool_filename
+    elif isinstance(pin, FilePin):
+        filename = pin.name
+    else:
+        filename = pin.filename
+    return Artifact(pin.name, filename, pin.sha256, pin.size, tuple(pin.urls))
 
 
 def sdist_input_name(distribution: str) -> str:
@@ -508,6 +497,24 @@ class Lock:
 
 
 # --------------------------------------------------------------------------- internals
+
+
+def _require_distribution_file(pin: WheelPin | SdistPin) -> tuple[str, str]:
+    """What a wheel and an sdist pin both are, a Python distribution file: its lock name, PEP
+    440 version, file name, sha256 and size (the name and the file name are returned)."""
+    name = require_input_name("name", pin.name)
+    _require_pep440("version", pin.version)
+    filename = require_filename("filename", pin.filename)
+    require_sha256_hex("sha256", pin.sha256)
+    require_size("size", pin.size)
+    return name, filename
+
+
+def _require_file_version(pin: WheelPin | SdistPin, file_version: Version) -> None:
+    if str(file_version) != pin.version:  # pin.version is in its normalized form
+        raise InvalidField(
+            "version", f"file name says {describe(str(file_version))}, got {describe(pin.version)}"
+        )
 
 
 def _require_pep440(path: str, value: object) -> Version:

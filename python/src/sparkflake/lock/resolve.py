@@ -29,7 +29,17 @@ from ..profile.model import Profile
 from . import resolve_debian as debian_resolver
 from . import resolve_python as python_resolver
 from .lock_file import load_lock, write_lock
-from .pins import DebPin, FilePin, GitPin, Lock, OciPin, Pin, SdistPin, WheelPin, sdist_input_name
+from .pins import (
+    DebPin,
+    GitPin,
+    Lock,
+    OciPin,
+    Pin,
+    SdistPin,
+    WheelPin,
+    pin_artifact,
+    sdist_input_name,
+)
 from .pins import Target as LockTarget
 from .profile_locks import check_against_locks, load_locks, load_profile
 from .target import Target
@@ -275,18 +285,10 @@ def load_profile_lock(profile: Profile) -> Lock:
 
 def artifacts(lock: Lock, *, kinds: Sequence[str] = ("wheel", "sdist", "deb", "file")) -> list[Artifact]:
     """Fetchable inputs of a lock as plain artifacts (git and oci inputs are not files)."""
-    found: list[Artifact] = []
-    for pin in lock.inputs:
-        if pin.kind not in kinds or isinstance(pin, GitPin | OciPin):
-            continue
-        if isinstance(pin, DebPin):
-            filename = pin.pool_filename
-        elif isinstance(pin, FilePin):
-            filename = pin.name
-        else:
-            filename = pin.filename
-        found.append(Artifact(pin.name, filename, pin.sha256, pin.size, tuple(pin.urls)))
-    return found
+    return [
+        pin_artifact(pin) for pin in lock.inputs
+        if pin.kind in kinds and not isinstance(pin, GitPin | OciPin)
+    ]
 
 
 def profile_from_arg(name: str) -> Profile:

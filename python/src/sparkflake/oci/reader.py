@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
 from ..core.digest import digest_hex, is_digest
-from ..core.documents import MAX_DOCUMENT_BYTES, open_regular_file, parse_json
+from ..core.documents import MAX_DOCUMENT_BYTES, open_regular_file, parse_json, parse_json_object
 from ..core.errors import InputError
 from . import media_types
 from .stored_blob import stored_document
@@ -214,24 +214,14 @@ class ImageReader:
 
     @property
     def config(self) -> dict:
-        return _parse_json(self.config_bytes, f"{self.files.describe(self.config_ref.name)}")
+        return parse_json_object(self.config_bytes, f"{self.files.describe(self.config_ref.name)}", check_id="document.parse")
 
     @property
     def manifest(self) -> dict | None:
         if self.manifest_bytes is None or self.manifest_ref is None:
             return None
-        return _parse_json(self.manifest_bytes, self.files.describe(self.manifest_ref.name))
+        return parse_json_object(self.manifest_bytes, self.files.describe(self.manifest_ref.name), check_id="document.parse")
 
-
-def _parse_json(raw: bytes, where: str) -> dict:
-    """A document that must be a JSON object."""
-    try:
-        document = parse_json(raw, where)
-    except InputError as exc:
-        raise InputError(exc.message, check_id="document.parse") from None
-    if not isinstance(document, dict):
-        raise InputError(f"{where}: expected a JSON object", check_id="document.parse")
-    return document
 
 
 def _read_document(files: ImageFiles, name: str, what: str) -> bytes:
@@ -306,7 +296,8 @@ def _open_oci(
     location: Path, files: DirectoryFiles | TarFiles, image_format: str, ref_name: str | None, platform: str | None
 ) -> ImageReader:
     layout_where = files.describe("oci-layout")
-    layout_doc = _parse_json(_read_document(files, "oci-layout", "oci-layout file"), layout_where)
+    layout_doc = parse_json_object(_read_document(files, "oci-layout", "oci-layout file"), layout_where,
+                                   check_id="document.parse")
     version = layout_doc.get("imageLayoutVersion")
     if version != media_types.OCI_LAYOUT_VERSION:
         raise InputError(
@@ -316,7 +307,7 @@ def _open_oci(
         )
     index_bytes = _read_document(files, "index.json", "index.json")
     index_where = files.describe("index.json")
-    index = _parse_json(index_bytes, index_where)
+    index = parse_json_object(index_bytes, index_where, check_id="document.parse")
     manifest_ref, chosen_ref_name, index_platform = _select_manifest(index, index_where, files, ref_name, platform)
     manifest_bytes = _read_document(files, manifest_ref.name, f"manifest {manifest_ref.digest}")
     return reader_from_manifest(
@@ -341,7 +332,7 @@ def reader_from_manifest(
     ``manifest_ref`` before anything it says is parsed or followed."""
     manifest_where = files.describe(manifest_ref.name)
     stored_document(manifest_ref, manifest_bytes, manifest_where).refuse_difference()
-    manifest = _parse_json(manifest_bytes, manifest_where)
+    manifest = parse_json_object(manifest_bytes, manifest_where, check_id="document.parse")
     config_ref = _descriptor(manifest.get("config"), "config", f"{manifest_where}: config", locate)
     layers = manifest.get("layers")
     if not isinstance(layers, list):
@@ -406,7 +397,7 @@ def _select_manifest(
     if ref.media_type in media_types.INDEX_MEDIA_TYPES:
         # A nested index (multi-platform image): follow its manifest for the platform.
         nested_where = files.describe(ref.name)
-        nested = _parse_json(_read_document(files, ref.name, f"index {ref.digest}"), nested_where)
+        nested = parse_json_object(_read_document(files, ref.name, f"index {ref.digest}"), nested_where, check_id="document.parse")
         nested_ref, nested_platform = select_platform_manifest(nested, nested_where, platform, _layout_blob_name)
         return nested_ref, name, nested_platform
     return ref, name, entry_platform

@@ -31,6 +31,7 @@ from typing import Any
 
 from ..core.atomic_write import atomic_file
 from ..core.digest import is_digest
+from ..core.documents import parse_json_object
 from ..core.errors import CheckFailed, InputError
 from ..core.progress import ProgressCallback
 from .types import Platform, matching_entries, platform_text
@@ -583,12 +584,7 @@ def _error_detail(response: http.client.HTTPResponse) -> str:
 
 
 def json_object(content: bytes, where: str) -> dict[str, Any]:
-    try:
-        document = json.loads(content)
-    except ValueError as exc:
-        raise CheckFailed(f"{where}: not JSON: {exc}") from exc
-    if not isinstance(document, dict):
-        raise CheckFailed(f"{where}: expected a JSON object")
-    return document
+    """A document the registry served: one that is not a JSON object fails the check."""
+    return parse_json_object(content, where, refusal=CheckFailed)
 
 

@@ -29,10 +29,12 @@ from packaging.requirements import InvalidRequirement, Requirement
 from ..core.errors import InputError
 from ..core.records import (
     DEB_PACKAGE_PATTERN,
+    OCI_REPOSITORY_PATTERN,
     PLATFORM_PATTERN,
     InvalidField,
     describe,
     freeze_field,
+    freeze_str_tuple,
     join_path,
     require_input_name,
     require_match,
@@ -41,7 +43,7 @@ from ..core.records import (
     require_sha256_hex,
     require_size,
     require_str,
-    require_str_tuple,
+    require_table,
 )
 from ..core.status import CLAIM_STATUSES, STATUSES
 
@@ -72,9 +74,6 @@ _LABEL_KEY = re.compile(r"^[a-z0-9]+(?:[.-][a-z0-9]+)*(?:\.[a-z0-9]+(?:[-_][a-z0
 _DISTRIBUTION = re.compile(r"^([A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9])$")
 _SUITE = re.compile(r"^[a-z][a-z0-9-]*$")
 _CLAIM_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,99}$")
-_OCI_REPOSITORY = re.compile(
-    r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)+$"
-)
 
 RuntimeValue = str | int | float | bool
 
@@ -84,12 +83,6 @@ RuntimeValue = str | int | float | bool
 
 def _frozen_mapping(value: Mapping[str, Any]) -> Mapping[str, Any]:
     return MappingProxyType(dict(sorted(value.items())))
-
-
-def _require_mapping(path: str, value: object) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise InvalidField(path, f"expected a table, got {describe(value)}")
-    return value
 
 
 def _require_abs_path(path: str, value: object) -> str:
@@ -135,7 +128,7 @@ def _require_runtime_value(path: str, value: object) -> RuntimeValue:
 
 
 def _require_env_table(path: str, value: object) -> Mapping[str, RuntimeValue]:
-    table = _require_mapping(path, value)
+    table = require_table(path, value)
     for key, item in table.items():
         key_path = join_path(path, key)
         if not _ENV_KEY.fullmatch(key):
@@ -164,12 +157,6 @@ def _require_distribution(path: str, value: object) -> str:
     return require_match(path, value, _DISTRIBUTION, "a Python distribution name")
 
 
-def _nested(prefix: str, error: InvalidField) -> InvalidField:
-    return InvalidField(
-        f"{prefix}.{error.field_path}" if prefix else error.field_path, error.problem
-    )
-
-
 # --------------------------------------------------------------------------- records
 
 
@@ -182,13 +169,7 @@ class PythonSpec:
     FIELD_ORDER: ClassVar[tuple[str, ...]] = ("requirements",)
 
     def __post_init__(self) -> None:
-        freeze_field(
-            self,
-            "requirements",
-            require_str_tuple(
-                "requirements", self.requirements, _require_requirement, non_empty=True
-            ),
-        )
+        freeze_str_tuple(self, "requirements", _require_requirement, non_empty=True)
 
 
 @dataclass(frozen=True)
@@ -202,16 +183,8 @@ class DebianSpec:
 
     def __post_init__(self) -> None:
         require_match("suite", self.suite, _SUITE, 'a Debian suite like "bookworm"')
-        freeze_field(
-            self,
-            "seed",
-            require_str_tuple(
-                "seed",
-                self.seed,
-                lambda p, v: require_match(p, v, DEB_PACKAGE_PATTERN, "a Debian package name"),
-                non_empty=True,
-            ),
-        )
+        package = lambda p, v: require_match(p, v, DEB_PACKAGE_PATTERN, "a Debian package name")  # noqa: E731
+        freeze_str_tuple(self, "seed", package, non_empty=True)
 
 
 @dataclass(frozen=True)
@@ -223,13 +196,7 @@ class Absences:
     FIELD_ORDER: ClassVar[tuple[str, ...]] = ("distributions",)
 
     def __post_init__(self) -> None:
-        freeze_field(
-            self,
-            "distributions",
-            require_str_tuple(
-                "distributions", self.distributions, _require_distribution, non_empty=False
-            ),
-        )
+        freeze_str_tuple(self, "distributions", _require_distribution, non_empty=False)
 
 
 @dataclass(frozen=True)
@@ -256,10 +223,8 @@ class Qualification:
     def __post_init__(self) -> None:
         freeze_field(self, "settings", _require_env_table("settings", self.settings))
         text_item = lambda p, v: require_str(p, v, free_text=True)  # noqa: E731
-        freeze_field(self, "scope", require_str_tuple("scope", self.scope, text_item, non_empty=False))
-        freeze_field(
-            self, "limits", require_str_tuple("limits", self.limits, text_item, non_empty=False)
-        )
+        freeze_str_tuple(self, "scope", text_item, non_empty=False)
+        freeze_str_tuple(self, "limits", text_item, non_empty=False)
         if self.source is not None:
             require_str("source", self.source, free_text=True)
         for key in ("manifest_digest", "config_digest"):
@@ -389,12 +354,10 @@ class Claim:
             if getattr(self, key) is not None:
                 require_sha256_hex(key, getattr(self, key))
         if self.reference is not None:
-            require_match(
-                "reference",
-                self.reference,
-                _OCI_REPOSITORY,
-                "an image repository like ghcr.io/org/name",
-            )
+            expected = "an image repository like ghcr.io/org/name"
+            require_match("reference", self.reference, OCI_REPOSITORY_PATTERN, expected)
+            if "/" not in self.reference:  # a claim names its registry host, then the path
+                raise InvalidField("reference", f"expected {expected}, got {describe(self.reference)}")
         for key in ("manifest_digest", "config_digest"):
             if getattr(self, key) is not None:
                 require_oci_digest(key, getattr(self, key))
@@ -465,11 +428,9 @@ class Profile:
             raise InvalidField(
                 "jit_root", f"must differ from cache_root, both are {describe(cache_root)}"
             )
-        freeze_field(
-            self, "locks", require_str_tuple("locks", self.locks, _require_lock_ref, non_empty=True)
-        )
+        freeze_str_tuple(self, "locks", _require_lock_ref, non_empty=True)
 
-        inputs = _require_mapping("inputs", self.inputs)
+        inputs = require_table("inputs", self.inputs)
         if not inputs:
             raise InvalidField("inputs", "expected at least one role")
         for role, input_name in inputs.items():
@@ -493,7 +454,7 @@ class Profile:
                 )
         freeze_field(self, "runtime", _require_env_table("runtime", self.runtime))
 
-        checkpoints = _require_mapping("checkpoints", self.checkpoints)
+        checkpoints = require_table("checkpoints", self.checkpoints)
         if "target" not in checkpoints:
             raise InvalidField("checkpoints.target", "missing required table")
         for key, checkpoint in checkpoints.items():
@@ -511,7 +472,7 @@ class Profile:
             MappingProxyType({k: checkpoints[k] for k in ("target", "draft") if k in checkpoints}),
         )
 
-        labels = _require_mapping("labels", self.labels)
+        labels = require_table("labels", self.labels)
         for key, value in labels.items():
             shown = join_path("labels", key)
             if not _LABEL_KEY.fullmatch(key):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import MISSING, fields, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +16,11 @@ from ..core.records import (
     check_keys,
     describe,
     parse_toml_text,
+    prefixed,
     read_toml,
     record_from,
+    record_from_table,
+    record_to_dict,
     require_table,
 )
 from .model import (
@@ -30,56 +33,16 @@ from .model import (
     Profile,
     PythonSpec,
     Qualification,
-    _nested,
 )
-
-
-def _record_to_dict(record: Any) -> dict[str, Any]:
-    document: dict[str, Any] = {}
-    for key in record.FIELD_ORDER:
-        value = getattr(record, key)
-        if value is None:
-            continue
-        if isinstance(value, tuple):
-            value = [
-                _record_to_dict(item) if hasattr(item, "FIELD_ORDER") else item for item in value
-            ]
-        elif isinstance(value, Mapping):
-            value = {
-                k: _record_to_dict(v) if hasattr(v, "FIELD_ORDER") else v for k, v in value.items()
-            }
-        elif hasattr(value, "FIELD_ORDER"):
-            value = _record_to_dict(value)
-        document[key] = value
-    return document
 
 
 def profile_to_dict(profile: Profile) -> dict[str, Any]:
     """The profile as plain data in canonical order (its JSON form, and its TOML form)."""
-    return _record_to_dict(profile)
+    return record_to_dict(profile)
 
 
 def dump_profile(profile: Profile) -> str:
     return canonical_toml.dumps(profile_to_dict(profile))
-
-
-def _build(cls: type[Any], table: object, where: str) -> Any:
-    """A record from a TOML table: unknown keys refused, arrays made tuples, paths kept."""
-    table = require_table(where, table)
-    optional = {spec.name for spec in fields(cls) if _has_default(spec)}
-    required = [key for key in cls.FIELD_ORDER if key not in optional]
-    check_keys(table, where, required, [key for key in cls.FIELD_ORDER if key in optional])
-    arguments = {
-        key: (tuple(value) if isinstance(value, list) else value) for key, value in table.items()
-    }
-    try:
-        return cls(**arguments)
-    except InvalidField as error:
-        raise _nested(where, error) from None
-
-
-def _has_default(spec: Any) -> bool:
-    return spec.default is not MISSING or spec.default_factory is not MISSING
 
 
 def profile_from_dict(document: Mapping[str, Any]) -> Profile:
@@ -97,13 +60,13 @@ def profile_from_dict(document: Mapping[str, Any]) -> Profile:
             continue
         value = document[key]
         if key == "python":
-            value = _build(PythonSpec, value, "python")
+            value = record_from_table(PythonSpec, value, "python")
         elif key == "debian":
-            value = _build(DebianSpec, value, "debian")
+            value = record_from_table(DebianSpec, value, "debian")
         elif key == "absent":
-            value = _build(Absences, value, "absent")
+            value = record_from_table(Absences, value, "absent")
         elif key == "qualified":
-            value = _build(Qualification, value, "qualified")
+            value = record_from_table(Qualification, value, "qualified")
         elif key == "checkpoints":
             value = _checkpoints_from_dict(value)
         elif key == "claims":
@@ -112,7 +75,7 @@ def profile_from_dict(document: Mapping[str, Any]) -> Profile:
                     "claims", f"expected an array of tables ([[claims]]), got {describe(value)}"
                 )
             value = tuple(
-                _build(Claim, entry, f"claims[{index}]") for index, entry in enumerate(value)
+                record_from_table(Claim, entry, f"claims[{index}]") for index, entry in enumerate(value)
             )
         elif key in ("inputs", "runtime", "labels"):
             value = require_table(key, value)
@@ -139,7 +102,7 @@ def _checkpoints_from_dict(value: object) -> dict[str, Checkpoint]:
                 f"{where}.files", f"expected an array of tables, got {describe(files_raw)}"
             )
         files = tuple(
-            _build(CheckpointFile, item, f"{where}.files[{index}]")
+            record_from_table(CheckpointFile, item, f"{where}.files[{index}]")
             for index, item in enumerate(files_raw)
         )
         try:
@@ -148,7 +111,7 @@ def _checkpoints_from_dict(value: object) -> dict[str, Checkpoint]:
                 pin=None if pin_raw is None else tuple(pin_raw), files=files,
             )
         except InvalidField as error:
-            raise _nested(where, error) from None
+            raise prefixed(where, error) from None
     return checkpoints
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from ..core.canonical_json import canonical_json_bytes
 from ..core.digest import is_digest
+from ..core.documents import parse_json_object
 from ..core.errors import CheckFailed
 
 SIMPLE_SIGNING_TYPE = "cosign container image signature"
@@ -53,18 +54,8 @@ def simple_signing_payload(docker_reference: str, manifest_digest: str) -> bytes
     return json.dumps(document, separators=(",", ":")).encode()
 
 
-def _json_object(content: bytes, where: str, check_id: str) -> dict[str, Any]:
-    try:
-        document = json.loads(content)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckFailed(f"{where}: not JSON: {exc}", check_id=check_id) from None
-    if not isinstance(document, dict):
-        raise CheckFailed(f"{where}: $: expected a JSON object", check_id=check_id)
-    return document
-
-
 def parse_simple_signing(content: bytes, where: str) -> SimpleSigning:
-    document = _json_object(content, where, "signature.payload")
+    document = parse_json_object(content, where, refusal=CheckFailed, check_id="signature.payload")
     critical = document.get("critical")
     if not isinstance(critical, dict):
         raise CheckFailed(f"{where}: $.critical: expected an object", check_id="signature.payload")
@@ -107,7 +98,7 @@ class Envelope:
 
 
 def parse_dsse(content: bytes, where: str) -> Envelope:
-    document = _json_object(content, where, "attestation.envelope")
+    document = parse_json_object(content, where, refusal=CheckFailed, check_id="attestation.envelope")
     payload_type = document.get("payloadType")
     if not isinstance(payload_type, str):
         raise CheckFailed(f"{where}: $.payloadType: expected a string", check_id="attestation.envelope")
@@ -171,4 +162,4 @@ def statement_subject_digests(statement: Mapping[str, Any], where: str) -> set[s
 
 
 def parse_statement(content: bytes, where: str) -> dict[str, Any]:
-    return _json_object(content, where, "attestation.statement")
+    return parse_json_object(content, where, refusal=CheckFailed, check_id="attestation.statement")
