@@ -44,14 +44,13 @@ from sparkflake.lock.profile_locks import load_profile
 from sparkflake.oci.reader import open_image
 from sparkflake.runtime import rootfs, sandbox
 from sparkflake.runtime.check import (
-    PYCACHE_INSIDE,
-    Case,
-    _config_env,
-    _interpreter,
+    config_env,
+    image_interpreter,
     image_location,
-    probe_env,
     run_check,
 )
+from sparkflake.runtime.check_report import Case
+from sparkflake.runtime.probe_runner import PYCACHE_INSIDE, probe_env
 
 RESULTS = REPO / "bench" / "results" / "runtime-check.json"
 
@@ -74,8 +73,8 @@ def main() -> int:
     started = time.monotonic()
     unpacked = rootfs.unpack_image(reader, scratch)
     first_unpack = time.monotonic() - started
-    env = probe_env(_config_env(reader), cases)
-    python, _ = _interpreter(unpacked.path, env)
+    env = probe_env(config_env(reader), cases)
+    python, _ = image_interpreter(unpacked.path, env)
     assert python is not None
     rows = [row for row in args.rows.split(",") if row]
     seconds: dict[str, dict[str, list[float]]] = {row: {"ours": [], "import_vllm": [], "ours_probe": [],
