@@ -62,6 +62,8 @@ def main() -> int:
     parser.add_argument("--scratch", default=os.path.expanduser("~/.cache/sparkflake/runtime/bench"))
     parser.add_argument("--runs", type=int, default=2, help="runs of each row (cold, warm)")
     parser.add_argument("--rows", default="cold,warm", help="which rows, in this order per run")
+    parser.add_argument("--verdicts", help="a `sparkflake runtime check --json` report: each of our runs must "
+                        "give the same check ids and statuses, in the same order")
     args = parser.parse_args()
     out, scratch = Path(args.out), Path(args.scratch)
     profile = load_profile(args.profile, check_locks=False)
@@ -77,6 +79,11 @@ def main() -> int:
     python, _ = image_interpreter(unpacked.path, env)
     assert python is not None
     rows = [row for row in args.rows.split(",") if row]
+    expected = None
+    if args.verdicts:
+        # the CLI adds the launcher's refusals (runtime.launch-refused) after run_check's own
+        expected = [(check["id"], check["status"]) for check in json.loads(Path(args.verdicts).read_text())["checks"]
+                    if check["id"] != "runtime.launch-refused"]
     seconds: dict[str, dict[str, list[float]]] = {row: {"ours": [], "import_vllm": [], "ours_probe": [],
                                                         "ours_imports": []} for row in rows}
     loads: list[list[float]] = []
@@ -94,6 +101,9 @@ def main() -> int:
         seconds[row]["ours_probe"].append(report.probe_seconds or 0.0)
         seconds[row]["ours_imports"].append(report.import_seconds or 0.0)
         assert report.exit_code == 0, [check.as_record() for check in report.failed()]
+        if expected is not None:
+            given = [(check.id, check.status) for check in report.checks]
+            assert given == expected, f"the verdicts differ from {args.verdicts}"
 
     def peer(row: str) -> None:
         (scratch / "pycache").mkdir(exist_ok=True)
@@ -135,6 +145,7 @@ def main() -> int:
         "host": {"machine": platform.machine(), "cpus": os.cpu_count(),
                  "load_average_1m_before_after_each_row": loads},
         "cases": len(cases),
+        "verdicts_as": args.verdicts and {"report": args.verdicts, "checks": len(expected or [])},
         "runs": args.runs,
         "unpack_seconds": round(first_unpack, 1),  # a verified reuse when the scratch holds this root
         "rows": {row: {"median_seconds": {key: median(values) for key, values in data.items()},

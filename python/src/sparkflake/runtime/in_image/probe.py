@@ -18,6 +18,7 @@ Every name used in these modules was read in the image's source (paths relative 
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import importlib.metadata
 import io
@@ -132,6 +133,10 @@ def versions(expected: dict[str, str]) -> dict[str, object]:
 
 
 def main(argv: list[str]) -> int:
+    # No cyclic garbage collection in this short-lived process: torch's and vLLM's imports
+    # took 134.5 s of CPU without it and 141.4 s with it (one run each, under qemu, on the
+    # dflash7 image); the process ends with os._exit, so nothing waits to be collected
+    gc.disable()
     request = json.loads(open(argv[1], encoding="utf-8").read())
     result: dict[str, object] = {"schema": "sparkflake.runtime-probe/v1", "python": sys.version.split()[0],
                                  "machine": os.uname().machine}
@@ -158,10 +163,14 @@ def main(argv: list[str]) -> int:
         started = time.monotonic()
         result["versions"] = versions(request.get("expected_versions", {}))
         PHASE_SECONDS["versions"] = round(time.monotonic() - started, 3)
+        result["capabilities"] = capabilities() if imports.get("vllm", {}).get("ok") else {}
+        # Forked once the capabilities have imported vLLM's config, loaders and plugins,
+        # which its parse and model config import too. Forked before them, the child
+        # imported all of that again beside this process, on the same two cores (on the
+        # dflash7 image at load 6-8 it ended 48 s after the capabilities' 270 s).
         warming = None
         if imports.get("vllm", {}).get("ok") and request.get("cases") and hasattr(os, "fork"):
             warming = run_forked(lambda: warm_model_registry(request["cases"][0]), f"{scratch}/warm-registry.json")
-        result["capabilities"] = capabilities() if imports.get("vllm", {}).get("ok") else {}
         if warming is not None:
             started = time.monotonic()
             result["model_registry_warm"] = forked_result("building the first case's model configs", warming,

@@ -7,7 +7,12 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
+import time
 
+# A forked step's bound: half the host's default bound on the whole probe
+# (check.DEFAULT_TIMEOUT, 3600 s), so that a hung child is a named failure
+CHILD_TIMEOUT = 1800.0
 # Keys of a case's env that were read by code running in this interpreter
 ENV_READS: set[str] = set()
 
@@ -81,9 +86,19 @@ def run_forked(producer, result_path: str) -> int:
     return pid
 
 
-def forked_result(what: str, pid: int, result_path: str) -> dict[str, object]:
-    """``{"value": ...}`` or ``{"error": ...}`` of the child ``pid``."""
-    _, status = os.waitpid(pid, 0)
+def forked_result(what: str, pid: int, result_path: str, timeout: float = CHILD_TIMEOUT) -> dict[str, object]:
+    """``{"value": ...}`` or ``{"error": ...}`` of the child ``pid``; a child that has not
+    ended within ``timeout`` seconds is killed and its step named as the failure."""
+    deadline = time.monotonic() + timeout
+    while True:
+        ended, status = os.waitpid(pid, os.WNOHANG)
+        if ended:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return {"error": f"the child {what} did not finish within {timeout:.0f} s and was killed"}
+        time.sleep(0.2)
     try:
         with open(result_path, encoding="utf-8") as handle:
             produced = json.load(handle)
