@@ -32,12 +32,14 @@ import shutil
 import statistics
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "python" / "src"))
 
 from sparkflake.cli.runtime import container_mounts, expected_versions
+from sparkflake.core.atomic_write import write_bytes_atomic
 from sparkflake.launch.conformance import conformance_cases
 from sparkflake.launch.contract import contract_from_profile
 from sparkflake.lock.profile_locks import load_profile
@@ -114,6 +116,33 @@ def main() -> int:
         seconds[row]["import_vllm"].append(time.monotonic() - started)
         assert result.returncode == 0, result.stderr_tail
 
+    def median(values: list[float]) -> float:
+        return round(statistics.median(values), 1)
+
+    def write_record() -> dict:
+        record = {
+            "what": "sparkflake runtime check (all conformance cases, one interpreter start) vs python -c 'import vllm' "
+                    "in the same sandbox, emulation and bytecode-cache condition",
+            "profile": args.profile,
+            "emulation": sandbox.emulation_for(str(reader.config.get("architecture"))).detail,
+            "host": {"machine": platform.machine(), "cpus": os.cpu_count(),
+                     "load_average_1m_before_after_each_row": loads},
+            "cases": len(cases),
+            # what each of our runs was compared with (--verdicts): the same ids and statuses
+            "verdicts_as_report": expected and {"checks": len(expected),
+                                                "statuses": dict(Counter(status for _, status in expected))},
+            "runs": args.runs,
+            "unpack_seconds": round(first_unpack, 1),  # a verified reuse when the scratch holds this root
+            "rows": {row: {"median_seconds": {key: median(values) for key, values in data.items()},
+                           "ratio_ours_to_import_vllm": round(statistics.median(data["ours"])
+                                                              / statistics.median(data["import_vllm"]), 2),
+                           "all_seconds": {key: [round(x, 1) for x in values] for key, values in data.items()}}
+                     for row, data in seconds.items() if data["ours"] and data["import_vllm"]},
+        }
+        # after every row: an interrupted bench keeps the rows it finished
+        write_bytes_atomic(RESULTS, (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
+        return record
+
     for run in range(args.runs):
         for row in rows:
             before = os.getloadavg()[0]
@@ -133,28 +162,9 @@ def main() -> int:
             print(f"run {run + 1} {row}: ours {seconds[row]['ours'][-1]:.1f} s (probe "
                   f"{seconds[row]['ours_probe'][-1]:.1f} s), import vllm {seconds[row]['import_vllm'][-1]:.1f} s, "
                   f"load {loads[-1]}", flush=True)
+            write_record()
 
-    def median(values: list[float]) -> float:
-        return round(statistics.median(values), 1)
-
-    record = {
-        "what": "sparkflake runtime check (all conformance cases, one interpreter start) vs python -c 'import vllm' "
-                "in the same sandbox, emulation and bytecode-cache condition",
-        "profile": args.profile,
-        "emulation": sandbox.emulation_for(str(reader.config.get("architecture"))).detail,
-        "host": {"machine": platform.machine(), "cpus": os.cpu_count(),
-                 "load_average_1m_before_after_each_row": loads},
-        "cases": len(cases),
-        "verdicts_as": args.verdicts and {"report": args.verdicts, "checks": len(expected or [])},
-        "runs": args.runs,
-        "unpack_seconds": round(first_unpack, 1),  # a verified reuse when the scratch holds this root
-        "rows": {row: {"median_seconds": {key: median(values) for key, values in data.items()},
-                       "ratio_ours_to_import_vllm": round(statistics.median(data["ours"])
-                                                          / statistics.median(data["import_vllm"]), 2),
-                       "all_seconds": {key: [round(x, 1) for x in values] for key, values in data.items()}}
-                 for row, data in seconds.items()},
-    }
-    RESULTS.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    record = write_record()
     print(json.dumps({row: data["median_seconds"] for row, data in record["rows"].items()}))
     return 0
 

@@ -163,14 +163,14 @@ def main(argv: list[str]) -> int:
         started = time.monotonic()
         result["versions"] = versions(request.get("expected_versions", {}))
         PHASE_SECONDS["versions"] = round(time.monotonic() - started, 3)
-        result["capabilities"] = capabilities() if imports.get("vllm", {}).get("ok") else {}
-        # Forked once the capabilities have imported vLLM's config, loaders and plugins,
-        # which its parse and model config import too. Forked before them, the child
-        # imported all of that again beside this process, on the same two cores (on the
-        # dflash7 image at load 6-8 it ended 48 s after the capabilities' 270 s).
+        # Forked before the capabilities, it imports vLLM's config, loaders and plugins beside
+        # them, which the capabilities import here too; forked after them (measured on the
+        # dflash7 image at load 8-10) its own work alone kept this process waiting 58.6 s,
+        # against 48.2 s at load 6-8 when forked before
         warming = None
         if imports.get("vllm", {}).get("ok") and request.get("cases") and hasattr(os, "fork"):
             warming = run_forked(lambda: warm_model_registry(request["cases"][0]), f"{scratch}/warm-registry.json")
+        result["capabilities"] = capabilities() if imports.get("vllm", {}).get("ok") else {}
         if warming is not None:
             started = time.monotonic()
             result["model_registry_warm"] = forked_result("building the first case's model configs", warming,
