@@ -19,7 +19,8 @@ Runs are interleaved; medians and the ratios ours/peer per row are printed and w
 bench/results/runtime-check.json, with the load average before and after each run (the
 machine is shared).
 
-    .venv/bin/python bench/bench_runtime_check.py --out result/glm53-dflash7 --profile glm53-dflash7
+    .venv/bin/python bench/bench_runtime_check.py --out result/glm53-dflash7 --profile glm53-dflash7 \
+        [--scratch DIR] [--runs N] [--rows cold,warm] [--verdicts REPORT.json]
 """
 
 from __future__ import annotations
