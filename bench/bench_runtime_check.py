@@ -19,7 +19,8 @@ Runs are interleaved; medians and the ratios ours/peer per row are printed and w
 bench/results/runtime-check.json, with the load average before and after each run (the
 machine is shared).
 
-    .venv/bin/python bench/bench_runtime_check.py --out result/glm53-dflash7 --profile glm53-dflash7
+    .venv/bin/python bench/bench_runtime_check.py --out result/glm53-dflash7 --profile glm53-dflash7 \
+        [--scratch DIR] [--runs N] [--rows cold,warm] [--verdicts REPORT.json]
 """
 
 from __future__ import annotations
@@ -32,26 +33,27 @@ import shutil
 import statistics
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "python" / "src"))
 
 from sparkflake.cli.runtime import container_mounts, expected_versions
+from sparkflake.core.atomic_write import write_bytes_atomic
 from sparkflake.launch.conformance import conformance_cases
 from sparkflake.launch.contract import contract_from_profile
 from sparkflake.lock.profile_locks import load_profile
 from sparkflake.oci.reader import open_image
 from sparkflake.runtime import rootfs, sandbox
 from sparkflake.runtime.check import (
-    PYCACHE_INSIDE,
-    Case,
-    _config_env,
-    _interpreter,
+    config_env,
+    image_interpreter,
     image_location,
-    probe_env,
     run_check,
 )
+from sparkflake.runtime.check_report import Case
+from sparkflake.runtime.probe_runner import PYCACHE_INSIDE, probe_env
 
 RESULTS = REPO / "bench" / "results" / "runtime-check.json"
 
@@ -63,6 +65,8 @@ def main() -> int:
     parser.add_argument("--scratch", default=os.path.expanduser("~/.cache/sparkflake/runtime/bench"))
     parser.add_argument("--runs", type=int, default=2, help="runs of each row (cold, warm)")
     parser.add_argument("--rows", default="cold,warm", help="which rows, in this order per run")
+    parser.add_argument("--verdicts", help="a `sparkflake runtime check --json` report: each of our runs must "
+                        "give the same check ids and statuses, in the same order")
     args = parser.parse_args()
     out, scratch = Path(args.out), Path(args.scratch)
     profile = load_profile(args.profile, check_locks=False)
@@ -74,10 +78,15 @@ def main() -> int:
     started = time.monotonic()
     unpacked = rootfs.unpack_image(reader, scratch)
     first_unpack = time.monotonic() - started
-    env = probe_env(_config_env(reader), cases)
-    python, _ = _interpreter(unpacked.path, env)
+    env = probe_env(config_env(reader), cases)
+    python, _ = image_interpreter(unpacked.path, env)
     assert python is not None
     rows = [row for row in args.rows.split(",") if row]
+    expected = None
+    if args.verdicts:
+        # the CLI adds the launcher's refusals (runtime.launch-refused) after run_check's own
+        expected = [(check["id"], check["status"]) for check in json.loads(Path(args.verdicts).read_text())["checks"]
+                    if check["id"] != "runtime.launch-refused"]
     seconds: dict[str, dict[str, list[float]]] = {row: {"ours": [], "import_vllm": [], "ours_probe": [],
                                                         "ours_imports": []} for row in rows}
     loads: list[list[float]] = []
@@ -95,6 +104,9 @@ def main() -> int:
         seconds[row]["ours_probe"].append(report.probe_seconds or 0.0)
         seconds[row]["ours_imports"].append(report.import_seconds or 0.0)
         assert report.exit_code == 0, [check.as_record() for check in report.failed()]
+        if expected is not None:
+            given = [(check.id, check.status) for check in report.checks]
+            assert given == expected, f"the verdicts differ from {args.verdicts}"
 
     def peer(row: str) -> None:
         (scratch / "pycache").mkdir(exist_ok=True)
@@ -104,6 +116,33 @@ def main() -> int:
         result = sandbox.run_sandboxed(argv, timeout=3600, stderr_path=scratch / "peer-stderr.log")
         seconds[row]["import_vllm"].append(time.monotonic() - started)
         assert result.returncode == 0, result.stderr_tail
+
+    def median(values: list[float]) -> float:
+        return round(statistics.median(values), 1)
+
+    def write_record() -> dict:
+        record = {
+            "what": "sparkflake runtime check (all conformance cases, one interpreter start) vs python -c 'import vllm' "
+                    "in the same sandbox, emulation and bytecode-cache condition",
+            "profile": args.profile,
+            "emulation": sandbox.emulation_for(str(reader.config.get("architecture"))).detail,
+            "host": {"machine": platform.machine(), "cpus": os.cpu_count(),
+                     "load_average_1m_before_after_each_row": loads},
+            "cases": len(cases),
+            # what each of our runs was compared with (--verdicts): the same ids and statuses
+            "verdicts_as_report": expected and {"checks": len(expected),
+                                                "statuses": dict(Counter(status for _, status in expected))},
+            "runs": args.runs,
+            "unpack_seconds": round(first_unpack, 1),  # a verified reuse when the scratch holds this root
+            "rows": {row: {"median_seconds": {key: median(values) for key, values in data.items()},
+                           "ratio_ours_to_import_vllm": round(statistics.median(data["ours"])
+                                                              / statistics.median(data["import_vllm"]), 2),
+                           "all_seconds": {key: [round(x, 1) for x in values] for key, values in data.items()}}
+                     for row, data in seconds.items() if data["ours"] and data["import_vllm"]},
+        }
+        # after every row: an interrupted bench keeps the rows it finished
+        write_bytes_atomic(RESULTS, (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
+        return record
 
     for run in range(args.runs):
         for row in rows:
@@ -124,27 +163,9 @@ def main() -> int:
             print(f"run {run + 1} {row}: ours {seconds[row]['ours'][-1]:.1f} s (probe "
                   f"{seconds[row]['ours_probe'][-1]:.1f} s), import vllm {seconds[row]['import_vllm'][-1]:.1f} s, "
                   f"load {loads[-1]}", flush=True)
+            write_record()
 
-    def median(values: list[float]) -> float:
-        return round(statistics.median(values), 1)
-
-    record = {
-        "what": "sparkflake runtime check (all conformance cases, one interpreter start) vs python -c 'import vllm' "
-                "in the same sandbox, emulation and bytecode-cache condition",
-        "profile": args.profile,
-        "emulation": sandbox.emulation_for(str(reader.config.get("architecture"))).detail,
-        "host": {"machine": platform.machine(), "cpus": os.cpu_count(),
-                 "load_average_1m_before_after_each_row": loads},
-        "cases": len(cases),
-        "runs": args.runs,
-        "unpack_seconds": round(first_unpack, 1),  # a verified reuse when the scratch holds this root
-        "rows": {row: {"median_seconds": {key: median(values) for key, values in data.items()},
-                       "ratio_ours_to_import_vllm": round(statistics.median(data["ours"])
-                                                          / statistics.median(data["import_vllm"]), 2),
-                       "all_seconds": {key: [round(x, 1) for x in values] for key, values in data.items()}}
-                 for row, data in seconds.items()},
-    }
-    RESULTS.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    record = write_record()
     print(json.dumps({row: data["median_seconds"] for row, data in record["rows"].items()}))
     return 0
 

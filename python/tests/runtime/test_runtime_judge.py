@@ -1,10 +1,11 @@
-"""From the probe's one JSON document to checks with ids (runtime.check._judge), without
-an interpreter: the verdict shapes are the ones probe.py writes. The same judgements on
+"""From the probe's one JSON document to checks with ids (runtime.judge.judge_result), without
+an interpreter: the verdict shapes are the ones in_image/probe.py writes. The same judgements on
 the real image's own verdicts are in test_runtime_real.py."""
 
 from __future__ import annotations
 
-from sparkflake.runtime.check import Case, CheckReport, _env_evidence, _judge
+from sparkflake.runtime.check_report import Case, CheckReport
+from sparkflake.runtime.judge import env_evidence, judge_result
 
 CAPS = {"attention_backends": ["B12X", "TRITON_MLA"], "moe_backends": ["b12x", "triton"],
         "linear_backends": ["b12x", "cutlass"], "vllm_env_registry": ["VLLM_HOST_IP"]}
@@ -21,8 +22,8 @@ def _run(cases, verdicts):
     report = CheckReport()
     result = _result(verdicts)
     names = {name for case in cases for name in case.env}
-    evidence = {name: _env_evidence(name, result, {"NCCL_IB_HCA": "/opt/venv/lib/libnccl.so.2"}) for name in names}
-    _judge(report, result, cases, {"vllm": "0.33.0"}, evidence)
+    evidence = {name: env_evidence(name, result, {"NCCL_IB_HCA": "/opt/venv/lib/libnccl.so.2"}) for name in names}
+    judge_result(report, result, cases, {"vllm": "0.33.0"}, evidence)
     return report
 
 
@@ -73,7 +74,7 @@ def test_missing_verdict_and_wrong_version_fail():
     report = CheckReport()
     result = _result([])
     result["versions"] = {"vllm": "0.32.0"}
-    _judge(report, result, [Case("lost", ("/m",), {})], {"vllm": "0.33.0"}, {})
+    judge_result(report, result, [Case("lost", ("/m",), {})], {"vllm": "0.33.0"}, {})
     assert ("runtime.versions", "vllm: image has '0.32.0', the lock pins 0.33.0") in _failures(report)
     assert any(i == "runtime.probe" and "lost" in d for i, d in _failures(report))
 
@@ -104,7 +105,7 @@ def test_model_config_refusal_fails_with_its_id_and_mtp_needs_its_draft_config()
 
 
 def test_offline_switches_are_in_the_start_environment_only_when_every_case_sets_them():
-    from sparkflake.runtime.check import probe_env
+    from sparkflake.runtime.probe_runner import probe_env
 
     image = {"PATH": "/usr/bin", "PYTHONDONTWRITEBYTECODE": "1"}
     offline = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_HOST_IP": "192.0.2.1"}

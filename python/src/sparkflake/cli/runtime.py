@@ -90,7 +90,8 @@ def run_check_command(args: argparse.Namespace) -> int:
     from ..launch.contract import contract_from_profile
     from ..lock.profile_locks import load_profile
     from ..runtime import capabilities as capability_file
-    from ..runtime.check import SKIP, Case, run_check
+    from ..runtime.check import run_check
+    from ..runtime.check_report import SKIP, Case
 
     out = Path(args.out)
     if not out.exists():

@@ -1,0 +1,60 @@
+"""What the runtime check hands on: a launch case (plain data the launcher makes) and the
+report, one ``CheckResult`` per check with a stable id, and the capabilities found."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core.check_result import CheckResult
+from .capabilities import Capabilities
+
+PASS, FAIL, ERROR, SKIP = "pass", "fail", "error", "skip"
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    serve_args: tuple[str, ...]
+    env: Mapping[str, str]
+
+    def as_json(self) -> dict[str, Any]:
+        return {"name": self.name, "serve_args": list(self.serve_args), "env": dict(sorted(self.env.items()))}
+
+
+@dataclass
+class CheckReport:
+    checks: list[CheckResult] = field(default_factory=list)
+    capabilities: Capabilities | None = None
+    probe_seconds: float | None = None
+    import_seconds: float | None = None
+    unpack_seconds: float | None = None
+    bytecode_seconds: float | None = None
+    emulation: str = ""
+
+    def add(self, check_id: str, status: str, detail: str) -> CheckResult:
+        result = CheckResult(check_id, status, detail)
+        self.checks.append(result)
+        return result
+
+    @property
+    def exit_code(self) -> int:
+        statuses = {check.status for check in self.checks}
+        if ERROR in statuses:
+            return 2
+        return 1 if FAIL in statuses else 0
+
+    def failed(self) -> list[CheckResult]:
+        return [check for check in self.checks if check.status in (FAIL, ERROR)]
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "schema": "sparkflake.runtime-check/v1",
+            "ok": self.exit_code == 0,
+            "emulation": self.emulation,
+            "seconds": {"unpack": self.unpack_seconds, "bytecode": self.bytecode_seconds, "probe": self.probe_seconds,
+                        "imports": self.import_seconds},
+            "checks": [check.as_record() for check in self.checks],
+            "capabilities": self.capabilities.as_json() if self.capabilities else None,
+        }

@@ -1,0 +1,218 @@
+"""The program the runtime check runs inside the image, in the image's own interpreter:
+its entry (see ``__init__.py`` for how it gets there).
+
+It makes ONE interpreter start judge every case: it imports every runtime package once,
+then has vLLM's, SparkCache's and the other components' own code say what the image offers
+(``probe_capabilities``) and accept (or refuse) each launch spec it is given
+(``probe_cases``).
+
+Input (argv[1], JSON): ``{"expected_versions": {dist: version}, "cases": [{"name",
+"serve_args": [...], "env": {...}}]}``. Output (argv[2]): one JSON document with the
+versions, the capabilities (what this image's code offers) and, per case, one verdict
+per judgement. The probe never raises: every failure becomes data with its message.
+
+Every name used in these modules was read in the image's source (paths relative to
+``/opt/venv/lib/python3.11/site-packages``); the places are quoted where they are used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import importlib
+import importlib.metadata
+import io
+import json
+import logging
+import os
+import sys
+import time
+import traceback
+import warnings
+
+from probe_capabilities import capabilities
+from probe_cases import judge_case, warm_model_registry
+from probe_support import (
+    CAPTURE,
+    ENV_READS,
+    PHASE_SECONDS,
+    LogCapture,
+    error_text,
+    forked_result,
+    run_forked,
+    track_environ_reads,
+)
+
+STARTED = time.monotonic()
+RUNTIME_MODULES = ("torch", "vllm", "b12x", "sparkcache", "fastsafetensors", "flashinfer")
+FORKED_IMPORTS = ("flashinfer",)
+
+
+def _import_one(name: str, capture: LogCapture) -> dict[str, object]:
+    started = time.monotonic()
+    before = len(capture.records)
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            importlib.import_module(name)
+        return {
+            "ok": True,
+            "seconds": round(time.monotonic() - started, 3),
+            "warnings": [str(w.message)[:2000] for w in caught],
+            "log": capture.records[before:],
+            "stderr": stderr.getvalue()[-4000:],
+        }
+    except BaseException as exc:  # noqa: BLE001 - an import failure is a verdict
+        return {"ok": False, "error": error_text(exc), "log": capture.records[before:],
+                "stderr": stderr.getvalue()[-4000:]}
+
+
+def _child_verdict(name: str, pid: int, result_path: str) -> dict[str, object]:
+    produced = forked_result(f"importing {name}", pid, result_path)
+    if "value" not in produced:
+        return {"ok": False, "error": produced["error"]}
+    verdict = dict(produced["value"])
+    verdict["process"] = "forked after torch"
+    return verdict
+
+
+def import_runtime(capture: LogCapture, scratch: str) -> dict[str, object]:
+    """Every runtime module imported. FlashInfer's import alone took 46 s under qemu after
+    torch's and vLLM's: it is imported in a child forked once torch (which it needs) is in,
+    on the other core, beside vLLM's import here (``parent_imported`` in the result says
+    whether the rest of the probe imported it in this process all the same)."""
+    imports: dict[str, object] = {}
+    children = []
+    for name in RUNTIME_MODULES:
+        if name in FORKED_IMPORTS and hasattr(os, "fork"):
+            continue
+        imports[name] = _import_one(name, capture)
+        if name == "torch" and imports[name].get("ok"):
+            children = [(forked, run_forked(lambda forked=forked: _import_one(forked, capture),
+                                             f"{scratch}/import-{forked}.json"))
+                        for forked in FORKED_IMPORTS if hasattr(os, "fork")]
+    for name in FORKED_IMPORTS:
+        if name not in imports and all(name != forked for forked, _ in children):
+            imports[name] = _import_one(name, capture)  # torch failed: in this process
+    for name, pid in children:
+        imports[name] = _child_verdict(name, pid, f"{scratch}/import-{name}.json")
+    return imports
+
+
+def select_platform() -> str:
+    """vLLM finds its platform through NVML and its CUDA platform module links the host
+    driver's libcuda.so.1 (vllm/platforms/cuda.py:23 imports vllm._C_stable_libtorch),
+    which the NVIDIA container toolkit mounts at run time: the image does not contain it
+    and the check has no GPU. So the parser and configs are built on vLLM's CPU platform,
+    as `vllm bench` does on a machine without an accelerator (vllm/entrypoints/cli/main.py:
+    72-86), set where vllm/platforms/__init__.py:315 keeps the resolved platform. What
+    depends on the CUDA platform (kernel selection at start) is not judged here."""
+    import vllm.platforms as platforms
+
+    try:
+        from vllm.platforms.cuda import CudaPlatform  # a host that has the driver
+
+        platforms._current_platform = CudaPlatform()
+        return f"{CudaPlatform.__module__}.{CudaPlatform.__qualname__}"
+    except ImportError as exc:
+        from vllm.platforms.cpu import CpuPlatform
+
+        platforms._current_platform = CpuPlatform()
+        return f"vllm.platforms.cpu.CpuPlatform (CUDA platform not importable: {error_text(exc)})"
+
+
+def versions(expected: dict[str, str]) -> dict[str, object]:
+    found: dict[str, object] = {}
+    for dist in sorted(expected):
+        try:
+            found[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            found[dist] = None
+    return found
+
+
+def main(argv: list[str]) -> int:
+    # No cyclic garbage collection in this short-lived process: torch's and vLLM's imports
+    # took 134.5 s of CPU without it and 141.4 s with it (one run each, under qemu, on the
+    # dflash7 image); the process ends with os._exit, so nothing waits to be collected
+    gc.disable()
+    request = json.loads(open(argv[1], encoding="utf-8").read())
+    result: dict[str, object] = {"schema": "sparkflake.runtime-probe/v1", "python": sys.version.split()[0],
+                                 "machine": os.uname().machine}
+    try:
+        capture = CAPTURE
+        logging.getLogger().addHandler(capture)
+        logging.getLogger("vllm").addHandler(capture)
+        track_environ_reads()
+        scratch = os.path.dirname(os.path.abspath(argv[2]))
+        imports = import_runtime(capture, scratch)
+        # vLLM's logger does not propagate to the root logger and its configuration at
+        # import replaces the handlers of "vllm" (vllm/logger.py), so attach again
+        if capture not in logging.getLogger("vllm").handlers:
+            logging.getLogger("vllm").addHandler(capture)
+        result["imports"] = imports
+        result["import_seconds"] = round(time.monotonic() - STARTED, 3)
+        started = time.monotonic()
+        if imports.get("vllm", {}).get("ok"):
+            try:
+                result["platform"] = select_platform()
+            except BaseException as exc:  # noqa: BLE001
+                result["platform"] = {"error": error_text(exc)}
+        PHASE_SECONDS["platform"] = round(time.monotonic() - started, 3)
+        started = time.monotonic()
+        result["versions"] = versions(request.get("expected_versions", {}))
+        PHASE_SECONDS["versions"] = round(time.monotonic() - started, 3)
+        # Forked before the capabilities, it imports vLLM's config, loaders and plugins beside
+        # them, which the capabilities import here too; forked after them (measured on the
+        # dflash7 image at load 8-10) its own work alone kept this process waiting 58.6 s,
+        # against 48.2 s at load 6-8 when forked before
+        warming = None
+        if imports.get("vllm", {}).get("ok") and request.get("cases") and hasattr(os, "fork"):
+            warming = run_forked(lambda: warm_model_registry(request["cases"][0]), f"{scratch}/warm-registry.json")
+        result["capabilities"] = capabilities() if imports.get("vllm", {}).get("ok") else {}
+        if warming is not None:
+            started = time.monotonic()
+            result["model_registry_warm"] = forked_result("building the first case's model configs", warming,
+                                                           f"{scratch}/warm-registry.json")
+            PHASE_SECONDS["model_registry_warm_wait"] = round(time.monotonic() - started, 3)
+        result["phase_seconds"] = PHASE_SECONDS
+        cases = []
+        if imports.get("vllm", {}).get("ok"):
+            for case in request.get("cases", []):
+                for key, value in case.get("env", {}).items():
+                    os.environ[key] = value
+                case_started = time.monotonic()
+                try:
+                    cases.append({**judge_case(case), "seconds": round(time.monotonic() - case_started, 3)})
+                except BaseException as exc:  # noqa: BLE001
+                    cases.append({"name": case.get("name"), "error": error_text(exc),
+                                  "traceback": traceback.format_exc()[-4000:]})
+                # pop() reads the value through __getitem__: that read is the probe's own
+                seen = set(ENV_READS)
+                for key in case.get("env", {}):
+                    os.environ.pop(key, None)
+                ENV_READS.intersection_update(seen)
+        result["cases"] = cases
+        for name in FORKED_IMPORTS:
+            if isinstance(imports.get(name), dict):
+                imports[name]["parent_imported"] = name in sys.modules
+        result["env_reads"] = sorted(ENV_READS)
+        result["log"] = capture.records[-200:]
+    except BaseException as exc:  # noqa: BLE001
+        result["fatal"] = error_text(exc)
+        result["traceback"] = traceback.format_exc()[-8000:]
+    result["seconds"] = round(time.monotonic() - STARTED, 3)
+    with open(argv[2], "w", encoding="utf-8") as handle:
+        json.dump(result, handle, sort_keys=True)
+    return 0
+
+
+if __name__ == "__main__":
+    status = main(sys.argv)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # The result is written and closed. The interpreter's own shutdown (atexit handlers
+    # and module teardown of torch, vLLM and their threads) took about 30 s under qemu and
+    # judges nothing, so the probe ends here.
+    os._exit(status)

@@ -1,0 +1,203 @@
+"""Running the probe (``in_image/``) in the image's root: every module of it copied into
+the sandbox, the bytecode cache the check keeps (verified by its stat identity), the host's
+share beside the emulated interpreter (the image's bytecode compiled natively, then the
+file search for env-variable names), and the probe's one JSON document read with a bound
+into ``runtime.probe`` / ``runtime.bytecode`` checks."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from ..core.atomic_write import write_bytes_atomic
+from . import bytecode, rootfs, sandbox
+from .check_report import FAIL, PASS, SKIP, Case, CheckReport
+from .env_evidence import find_names
+
+PROBE_DIRECTORY = Path(__file__).with_name("in_image")
+# The probe's modules, shipped side by side: probe.py imports the others by these names
+PROBE_MODULES = ("probe.py", "probe_capabilities.py", "probe_cases.py", "probe_support.py")
+MAX_RESULT_BYTES = 32 << 20
+INSIDE = "/tmp/sparkflake"
+PYCACHE_INSIDE = "/tmp/sparkflake-pycache"
+# Top-level packages in the order the probe's imports reach them (torch's own dependencies
+# first, then vLLM's), so that the host's compiler stays ahead of the emulated importer.
+IMPORT_ORDER = ("typing_extensions", "torch", "numpy", "sympy", "jinja2", "networkx", "fsspec", "filelock",
+                "vllm", "pydantic", "pydantic_core", "transformers", "huggingface_hub", "tokenizers", "regex",
+                "safetensors", "yaml", "requests", "urllib3", "msgspec", "zmq", "psutil", "cachetools",
+                "cloudpickle", "tqdm", "packaging", "b12x", "cutlass", "sparkcache", "fastsafetensors",
+                "flashinfer")
+# Read by huggingface_hub and transformers when they are imported (huggingface_hub/constants.py
+# HF_HUB_OFFLINE), so the container's values are in the interpreter's environment from its
+# start, not set per case after the imports as the other variables are
+AT_START = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+
+
+class HostWork:
+    """A thread that compiles the image's bytecode (bytecode.precompile, one worker:
+    the other core runs the emulated interpreter) and then searches the image's files for
+    the env-variable names; ``found`` waits for it."""
+
+    def __init__(self, root: Path, env_names: set[str]) -> None:
+        self._root = root
+        self._env_names = env_names
+        self._thread: threading.Thread | None = None
+        self.precompiled: bytecode.Precompiled | None = None
+        self.error: BaseException | None = None
+        self._found: dict[str, str] = {}
+
+    def start(self, pycache: Path, facts: bytecode.InterpreterFacts | None) -> None:
+        def work() -> None:
+            try:
+                if facts is not None:
+                    self.precompiled = bytecode.precompile(self._root, pycache, facts, workers=max(1, (os.cpu_count()
+                                                                                                     or 2) - 1),
+                                                           first=IMPORT_ORDER)
+                self._found = find_names(self._root, self._env_names)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+                self.error = exc
+
+        self._thread = threading.Thread(target=work, name="runtime-host-work", daemon=True)
+        self._thread.start()
+
+    def found(self) -> dict[str, str]:
+        if self._thread is None:
+            self._found = find_names(self._root, self._env_names)
+        else:
+            self._thread.join()
+        if self.error is not None:
+            raise self.error
+        return self._found
+
+
+def run_probe(report: CheckReport, root: Path, scratch: Path, python: str, image_env: Mapping[str, str],
+               cases: Sequence[Case], expected_versions: Mapping[str, str], timeout: float,
+               host_work: HostWork, binds: Sequence[tuple[Path, str, bool]]) -> dict | None:
+    pycache = _verified_pycache(scratch)
+    for stale in scratch.glob("probe-*"):  # left by a check that was killed
+        shutil.rmtree(stale, ignore_errors=True)
+    env = probe_env(image_env, cases)
+    host_work.start(pycache, _bytecode_facts(report, root, scratch, python, env))
+    work = Path(tempfile.mkdtemp(prefix="probe-", dir=scratch))
+    try:
+        ship_probe(work)
+        request = {"expected_versions": dict(expected_versions), "cases": [case.as_json() for case in cases]}
+        (work / "request.json").write_text(json.dumps(request, sort_keys=True))
+        command = sandbox.sandbox_argv(
+            root,
+            [python, f"{INSIDE}/probe.py", f"{INSIDE}/request.json", f"{INSIDE}/result.json"],
+            env,
+            [(work, INSIDE, True), (pycache, PYCACHE_INSIDE, True), *binds],
+        )
+        run = sandbox.run_sandboxed(command, timeout=timeout, stderr_path=work / "stderr.log")
+        host_work.found()  # the compiler is done with the cache before it is recorded
+        _report_precompiled(report, host_work.precompiled)
+        _record_pycache(scratch, pycache)
+        report.probe_seconds = round(run.seconds, 3)
+        result_path = work / "result.json"
+        if run.returncode is None:
+            report.add("runtime.probe", FAIL, f"the probe did not finish within {timeout:.0f} s")
+            return None
+        if not result_path.is_file():
+            report.add("runtime.probe", FAIL, f"the probe wrote no result (exit {run.returncode}); "
+                       f"its stderr ends: {run.stderr_tail[-2000:]}")
+            return None
+        with open(result_path, "rb") as handle:
+            raw = handle.read(MAX_RESULT_BYTES + 1)
+        # kept beside the root: what the image said, for the operator reading a failure
+        shutil.copyfile(result_path, scratch / "probe-result.json")
+        if len(raw) > MAX_RESULT_BYTES:
+            report.add("runtime.probe", FAIL, f"the probe's result is larger than {MAX_RESULT_BYTES} bytes")
+            return None
+        try:
+            result = json.loads(raw)
+        except ValueError as exc:
+            report.add("runtime.probe", FAIL, f"the probe's result is not JSON: {exc}")
+            return None
+        if not isinstance(result, dict) or result.get("schema") != "sparkflake.runtime-probe/v1":
+            report.add("runtime.probe", FAIL, "the probe's result is not a sparkflake.runtime-probe/v1 document")
+            return None
+        if "fatal" in result:
+            report.add("runtime.probe", FAIL, f"the probe failed: {result['fatal']}")
+            return None
+        report.import_seconds = result.get("import_seconds")
+        report.add("runtime.probe", PASS, f"python {result.get('python')} on {result.get('machine')}: one start, "
+                   f"{len(result.get('cases', []))} cases in {run.seconds:.1f} s")
+        return result
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def ship_probe(work: Path) -> None:
+    """Every module of the probe into ``work``, the directory the sandbox binds at ``INSIDE``."""
+    for name in PROBE_MODULES:
+        shutil.copyfile(PROBE_DIRECTORY / name, work / name)
+
+
+def probe_env(image_env: Mapping[str, str], cases: Sequence[Case] = ()) -> dict[str, str]:
+    """The image config's environment, with the bytecode cache the check keeps, and the
+    ``AT_START`` variables every case's container sets (to the same value).
+
+    The image forbids writing bytecode (its root is read-only anyway); the check keeps the
+    image interpreter's bytecode in sparkflake's scratch so that the next check of the
+    same layers does not compile every module again under emulation."""
+    env = dict(image_env)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = PYCACHE_INSIDE
+    env.setdefault("HOME", "/root")
+    for name in AT_START:
+        values = {case.env.get(name) for case in cases}
+        value = values.pop() if len(values) == 1 else None
+        if value is not None:
+            env[name] = value
+    return env
+
+
+def _bytecode_facts(report: CheckReport, root: Path, scratch: Path, python: str,
+                    env: Mapping[str, str]) -> bytecode.InterpreterFacts | None:
+    """The image interpreter's bytecode facts, when the host may compile for it (bytecode.py)."""
+    facts = bytecode.interpreter_facts(root, python, env, scratch)
+    reason = facts if isinstance(facts, str) else bytecode.host_can_compile(facts)
+    if isinstance(facts, str) or reason is not None:
+        report.add("runtime.bytecode", SKIP, f"the image compiles its own bytecode: {reason}")
+        return None
+    return facts
+
+
+def _report_precompiled(report: CheckReport, done: bytecode.Precompiled | None) -> None:
+    if done is None:
+        return
+    report.bytecode_seconds = done.seconds
+    report.add("runtime.bytecode", PASS, f"bytecode magic and cache tag as the host's: {done.compiled} modules "
+               f"compiled on the host in {done.seconds:.1f} s beside the probe, {done.kept} already cached, "
+               f"{done.refused} the compiler refuses")
+
+
+def _verified_pycache(scratch: Path) -> Path:
+    """The bytecode the image's interpreter wrote in earlier checks of this root, kept only
+    if every entry's stat identity is what the last check recorded; else started afresh.
+    The record goes whenever the root is unpacked again (rootfs removes the scratch root)."""
+    pycache = scratch / "pycache"
+    record = scratch / "pycache.json"
+    try:
+        recorded = json.loads(record.read_bytes()[: 1 << 16]).get("tree")
+    except (OSError, ValueError, AttributeError):
+        recorded = None
+    unpacked = scratch / rootfs.RECORD_NAME
+    if pycache.exists() and (recorded is None or not unpacked.exists()
+                             or record.stat().st_mtime_ns < unpacked.stat().st_mtime_ns
+                             or rootfs.tree_identity(pycache) != recorded):
+        shutil.rmtree(pycache)
+    pycache.mkdir(exist_ok=True)
+    return pycache
+
+
+def _record_pycache(scratch: Path, pycache: Path) -> None:
+    write_bytes_atomic(scratch / "pycache.json", json.dumps({"tree": rootfs.tree_identity(pycache)}).encode())
+
+
