@@ -7,7 +7,7 @@ Two forms, both byte-stable:
 
 - ``canonical_json_bytes``: no insignificant whitespace, UTF-8. OCI configs, manifests and
   indexes, the patch-set and overlay identities, in-toto statements. With
-  ``ascii_only`` non-ASCII characters are ``\\uXXXX`` escapes: the form the runtime
+  ``ascii_only`` non-ASCII characters are ``\\u`` escapes of four hex digits: the form the runtime
   identity, the qualification hash and the tree cache's keys were defined over (the
   identity files on the ranks hold those bytes).
 - ``readable_json_bytes``: two-space indent and a final newline, UTF-8. The files a person
