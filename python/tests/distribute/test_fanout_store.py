@@ -63,7 +63,7 @@ def plan_of(blobs: list[BlobDescriptor], index: bytes = b'{"index":1}') -> Layou
 
 @given(st.lists(descriptors, max_size=6))
 def test_blob_lists_round_trip(blobs: list[BlobDescriptor]) -> None:
-    assert parse_blobs([blob.as_dict() for blob in blobs], "list") == blobs
+    assert parse_blobs([blob.as_record() for blob in blobs], "list") == blobs
 
 
 @pytest.mark.parametrize(("document", "message"), [
@@ -85,7 +85,7 @@ def test_malformed_blob_lists_name_the_position(document: object, message: str) 
 def test_plans_round_trip_and_a_changed_manifest_is_refused(index: bytes, manifest: bytes, config: BlobDescriptor,
                                                             layers: list[BlobDescriptor], ref: str | None) -> None:
     plan = LayoutPlan(index, "sha256:" + hashlib.sha256(manifest).hexdigest(), manifest, config, tuple(layers), ref)
-    document = json.loads(json.dumps(plan.as_dict()))
+    document = json.loads(json.dumps(plan.as_record()))
     assert plan_from_document(document, "plan") == plan
     document["manifest"] = base64.b64encode(manifest + b" ").decode()
     with pytest.raises(CheckFailed, match="manifest bytes do not have digest"):

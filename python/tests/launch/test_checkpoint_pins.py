@@ -32,8 +32,8 @@ from sparkflake.launch.checkpoint_pins import (
     pin_checkpoint,
     read_pins,
 )
-from sparkflake.launch.contract import IdentityFile
 from sparkflake.launch.plan import plan_launch
+from sparkflake.profile.model import CheckpointFile
 
 PROFILE = str(PROFILES / "glm53-dflash7")
 TARGET_PIN = real_contract("glm53-dflash7").target_pin
@@ -80,7 +80,7 @@ def test_pinned_checkpoints_pass_and_bind_the_runtime_identity(tmp_path):
     # the checkpoints' identity is the pinned files', and it is in the runtime identity
     from sparkflake.launch.identity import checkpoint_identity
 
-    expected = checkpoint_identity([IdentityFile(r["path"], r["sha256"], r["size"]) for r in target.values()])
+    expected = checkpoint_identity([CheckpointFile(r["path"], r["sha256"], r["size"]) for r in target.values()])
     assert expected in json.dumps(plan.identity)
 
 
@@ -258,7 +258,7 @@ def test_pins_files_that_are_not_pins_are_refused(tmp_path):
 
 
 _identity_files = st.lists(
-    st.builds(IdentityFile, path=st.from_regex(r"[a-z0-9_-]{1,10}(\.[a-z]{1,5})?", fullmatch=True),
+    st.builds(CheckpointFile, path=st.from_regex(r"[a-z0-9_-]{1,10}(\.[a-z]{1,5})?", fullmatch=True),
               sha256=st.from_regex(r"[0-9a-f]{64}", fullmatch=True), size=st.integers(0, 2**50)),
     max_size=4, unique_by=lambda entry: entry.path,
 ).map(tuple)
@@ -271,7 +271,7 @@ _identity_files = st.lists(
 )
 def test_pins_round_trip(profile, roles):
     pins = CheckpointPins(profile, roles)
-    assert parse_pins(json.dumps(pins.as_json()).encode(), "pins.json") == pins
+    assert parse_pins(json.dumps(pins.as_record()).encode(), "pins.json") == pins
 
 
 _json = st.recursive(

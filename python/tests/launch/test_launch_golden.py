@@ -15,10 +15,10 @@ import pytest
 from fixtures.launch import DRAFT_FILES, TARGET_FILES, real_contract
 
 from sparkflake.core.container_engine import Engine
-from sparkflake.launch.contract import IdentityFile
 from sparkflake.launch.envfile import parse_env_text
 from sparkflake.launch.plan import plan_from_assignments
 from sparkflake.launch.spec import LABEL_PREFIX
+from sparkflake.profile.model import CheckpointFile
 
 GOLDEN = Path(__file__).parents[1] / "golden" / "launch"
 ROOT = "/srv/sparkflake-golden"
@@ -29,7 +29,7 @@ UPDATE = os.environ.get("SPARKFLAKE_UPDATE_GOLDEN") == "1"
 def _files(files):
     import hashlib
 
-    return tuple(IdentityFile(n, hashlib.sha256(c).hexdigest(), len(c)) for n, c in sorted(files.items()))
+    return tuple(CheckpointFile(n, hashlib.sha256(c).hexdigest(), len(c)) for n, c in sorted(files.items()))
 
 
 def golden_plan(profile: str, dcp: int, sparkcache: bool, rank: int, engine: str = "podman"):

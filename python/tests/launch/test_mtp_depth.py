@@ -11,8 +11,8 @@ from fixtures.launch import TARGET_FILES, bound_contract, site_env, write_env
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sparkflake.core.check_result import FAIL, PASS
 from sparkflake.core.errors import InputError
-from sparkflake.launch.checks import FAIL, PASS
 from sparkflake.launch.mtp_depth import CHECK_ID, check_mtp_depth, depth_problem, head_layers
 from sparkflake.launch.plan import plan_launch
 

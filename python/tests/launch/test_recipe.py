@@ -113,12 +113,12 @@ def test_export_import_round_trip_property(dcp, sparkcache, seqs, depth, load_fo
     from fixtures.launch import DRAFT_FILES, TARGET_FILES, real_contract
 
     from sparkflake.core.container_engine import Engine
-    from sparkflake.launch.contract import IdentityFile
     from sparkflake.launch.plan import plan_from_assignments
     from sparkflake.launch.recipe import export_recipe
+    from sparkflake.profile.model import CheckpointFile
 
     def rows(files):
-        return tuple(IdentityFile(n, hashlib.sha256(c).hexdigest(), len(c)) for n, c in sorted(files.items()))
+        return tuple(CheckpointFile(n, hashlib.sha256(c).hexdigest(), len(c)) for n, c in sorted(files.items()))
 
     # the launcher's own rules (the image's capabilities would refuse DCP2/DCP4, SparkCache on)
     contract = dataclasses.replace(real_contract("glm53-dflash7"), target_files=rows(TARGET_FILES),
@@ -276,11 +276,11 @@ def _fixed_plan():
     from fixtures.launch import DRAFT_FILES, TARGET_FILES, real_contract
 
     from sparkflake.core.container_engine import Engine
-    from sparkflake.launch.contract import IdentityFile
     from sparkflake.launch.plan import plan_from_assignments
+    from sparkflake.profile.model import CheckpointFile
 
     def rows(files):
-        return tuple(IdentityFile(n, hashlib.sha256(c).hexdigest(), len(c)) for n, c in sorted(files.items()))
+        return tuple(CheckpointFile(n, hashlib.sha256(c).hexdigest(), len(c)) for n, c in sorted(files.items()))
 
     contract = dataclasses.replace(real_contract("glm53-dflash7"), target_files=rows(TARGET_FILES),
                                    draft_files=rows(DRAFT_FILES))

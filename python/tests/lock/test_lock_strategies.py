@@ -7,14 +7,15 @@ import pytest
 from fixtures.lock_strategies import pins, targets
 from hypothesis import given
 
-from sparkflake.lock.lock_file import pin_from_dict, pin_to_dict
+from sparkflake.core.records import record_to_dict
+from sparkflake.lock.lock_file import pin_from_dict
 
 pytestmark = pytest.mark.nix_sandbox  # needs nothing but Python: also run by the flake check
 
 
 @given(pins)
 def test_generated_pin_survives_its_dict_form(pin) -> None:
-    document = pin_to_dict(pin)
+    document = record_to_dict(pin)
     assert document["kind"] == pin.kind
     assert list(document)[:2] == ["kind", "name"]
     rebuilt = pin_from_dict({k: v for k, v in document.items()}, "inputs[0]")

@@ -12,9 +12,10 @@ import pytest
 from test_profile_model import DFLASH7_TEXT, MTP5_TEXT, REPO_PROFILES, make_profiles_dir, small_lock
 
 from sparkflake.cli import main
+from sparkflake.core.records import record_to_dict
 from sparkflake.lock.profile_locks import load_profile
 from sparkflake.profile.model import PROFILES_DIR_ENV
-from sparkflake.profile.profile_file import parse_profile, profile_to_dict
+from sparkflake.profile.profile_file import parse_profile
 
 pytestmark = pytest.mark.nix_sandbox  # needs nothing but Python: also run by the flake check
 
@@ -33,7 +34,7 @@ def test_show_json_is_the_model(tmp_path: Path, capsys: pytest.CaptureFixture[st
     profiles = make_profiles_dir(tmp_path)
     assert main(["profile", "show", "glm53-mtp5", "--json", "--profiles-dir", str(profiles)]) == 0
     document = json.loads(capsys.readouterr().out)
-    assert document == json.loads(json.dumps(profile_to_dict(parse_profile(MTP5_TEXT))))
+    assert document == json.loads(json.dumps(record_to_dict(parse_profile(MTP5_TEXT))))
     assert document["status"] == "research-only"
     assert document["runtime"]["SPECULATIVE_TOKENS"] == 5
 

@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sparkflake.core.errors import InputError
+from sparkflake.core.records import record_to_dict
 from sparkflake.lock.lock_file import write_lock
 from sparkflake.lock.pins import DebPin, Lock, SdistPin, Target, WheelPin
 from sparkflake.lock.profile_locks import input_for, load_all_profiles, load_locks, load_profile
@@ -34,7 +35,6 @@ from sparkflake.profile.model import (
 from sparkflake.profile.profile_file import (
     dump_profile,
     parse_profile,
-    profile_to_dict,
     read_profile,
 )
 
@@ -177,7 +177,7 @@ def test_repository_profiles_round_trip(name: str) -> None:
     parsed = parse_profile(text)
     assert parsed == profile
     assert dump_profile(parsed) == text
-    assert tomllib.loads(text) == profile_to_dict(profile)
+    assert tomllib.loads(text) == record_to_dict(profile)
 
 
 # --------------------------------------------------------------------------- generated profiles

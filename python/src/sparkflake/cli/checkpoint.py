@@ -60,7 +60,7 @@ def run_pin(args: argparse.Namespace) -> int:
     updated = pins.with_role(args.role, pinned)
     write_pins(args.output, updated)
     if args.json:
-        print_json({"pins": args.output, "role": args.role, **updated.as_json()})
+        print_json({"pins": args.output, "role": args.role, **updated.as_record()})
         return 0
     for entry in pinned.files:
         print_line(f"{entry.sha256}  {entry.size:>14}  {entry.path}")

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 
+from ..core.records import record_to_dict
 from ..launch.settings import validate_runtime_table
 from ..lock.profile_locks import load_all_profiles, load_profile
 from ..profile.lookup import check_profiles_distinct, find_profiles_dir, list_profiles
-from ..profile.profile_file import dump_profile, profile_to_dict
+from ..profile.profile_file import dump_profile
 from ._output import print_json, print_line
 from ._parsers import add_command, add_group
 
@@ -52,7 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_show(args: argparse.Namespace) -> int:
     profile = load_profile(args.name, args.profiles_dir)
     if args.json:
-        print_json(profile_to_dict(profile))
+        print_json(record_to_dict(profile))
     else:
         print_line(f"# {profile.path}")
         print_line(dump_profile(profile).rstrip("\n"))

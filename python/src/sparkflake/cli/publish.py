@@ -52,10 +52,10 @@ def run(args: argparse.Namespace) -> int:
     client = RegistryClient(target.registry, insecure=args.insecure, ca_file=args.ca_file,
                             credentials=credentials)
     result = push_layout(client, layout, target, progress=Progress("publish"))
-    outcome = result.as_dict()
+    outcome = result.as_record()
     sbom = None if args.no_sbom else sbom_artifact(args.out, layout, result.manifest_digest)
     if sbom is not None:
-        outcome["sbom"] = push_referrer(client, target.repository, sbom, result.manifest_digest).as_dict()
+        outcome["sbom"] = push_referrer(client, target.repository, sbom, result.manifest_digest).as_record()
     record = args.record or (args.out / "publish.json")
     write_bytes_atomic(record, (json.dumps(outcome, indent=2, sort_keys=True) + "\n").encode())
     if args.json:

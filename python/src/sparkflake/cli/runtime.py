@@ -123,7 +123,7 @@ def run_check_command(args: argparse.Namespace) -> int:
         if args.capabilities:
             write_bytes_atomic(Path(args.capabilities), written)
     if args.json:
-        print_json(report.as_json())
+        print_json(report.as_record())
     else:
         for check in report.checks:
             print_line(f"[{check.status}] {check.id}: {check.detail}")

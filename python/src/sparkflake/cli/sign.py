@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     receipt = load_receipt(args.receipt) if args.receipt else None
     result = sign_image(registry_client(args, reference.registry), reference, key, receipt, args.receipt or "")
     if args.json:
-        print_json(result.as_dict())
+        print_json(result.as_record())
         return 0
     print_line(f"signed {reference.registry}/{reference.repository}@{result.manifest_digest}")
     print_line(f"signature   :{result.signature_tag}  manifest {result.signature_manifest}")

@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
             )
         )
     if args.json:
-        print_json({"schema": evidence.SCHEMA_VERSION, "profiles": [s.to_json_object() for s in statuses]})
+        print_json({"schema": evidence.SCHEMA_VERSION, "profiles": [s.as_record() for s in statuses]})
         return 0
     for status in statuses:
         print_line(f"{status.profile}: {status.effective_status} (declared {status.declared_status})")

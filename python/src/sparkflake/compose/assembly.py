@@ -54,14 +54,12 @@ PYTHON_GROUPS: tuple[tuple[str, Callable[[str], bool]], ...] = (
 )
 
 
-
 @dataclass(frozen=True)
 class LayerTree:
     name: str
     layer_input: LayerInput
     created_by: str
     roots: tuple[Path, ...]  # host trees (for ELF checks)
-
 
 
 @dataclass(frozen=True)
@@ -94,7 +92,6 @@ class Assembly:
         return lower_layer_trees(self.base_tree, self.python_trees, self.cached_trees)
 
 
-
 def lower_layer_trees(
     base_tree: Path, python_trees: Mapping[str, Path], cached_trees: Mapping[Path, CachedTree]
 ) -> list[LayerTree]:
@@ -113,7 +110,6 @@ def lower_layer_trees(
     return layers
 
 
-
 def _target_for(lock: Lock) -> Target:
     machine = {"arm64": "aarch64", "amd64": "x86_64"}.get(lock.target.architecture, lock.target.architecture)
     major, minor = (int(part) for part in lock.target.python.split(".")[:2])
@@ -129,7 +125,6 @@ def _target_for(lock: Lock) -> Target:
         python_full_version=full,
         glibc=(glibc[0], glibc[1]),
     )
-
 
 
 def checked_source_tree(pin: GitPin, source_tree: Path | None) -> Path:
@@ -158,7 +153,6 @@ def checked_source_tree(pin: GitPin, source_tree: Path | None) -> Path:
     return source_tree
 
 
-
 def _collision_rules_by_group(
     collisions: Sequence[CollisionRule], group_pins: Mapping[str, Sequence[WheelPin]]
 ) -> dict[str, tuple[CollisionRule, ...]]:
@@ -180,14 +174,12 @@ def _collision_rules_by_group(
     return {group: tuple(found) for group, found in by_group.items()}
 
 
-
 def python_group(name: str) -> str:
     normalized = str(canonicalize_name(name))
     for group, member in PYTHON_GROUPS:
         if member(normalized):
             return group
     raise InputError(f"{name}: no Python layer group")
-
 
 
 def assemble(
@@ -364,14 +356,12 @@ def assemble(
     )
 
 
-
 def source_packages_document_of(assembly: Assembly) -> dict[str, Any]:
     vllm_site = assembly.vllm_tree / assembly.site_packages.lstrip("/")
     return source_packages_document(
         OVERLAY_PACKAGE, vllm_site / OVERLAY_PACKAGE, assembly.patched_source, assembly.source_identity,
         assembly.overlay["entries"], assembly.package_overlays,
     )
-
 
 
 def wheel_native(
@@ -392,7 +382,6 @@ def wheel_native(
     return shipped
 
 
-
 @dataclass(frozen=True)
 class WheelInterface:
     """The installed vLLM wheel's side of the native-interface check."""
@@ -402,7 +391,6 @@ class WheelInterface:
     registered: frozenset[str]  # names its extensions' read-only data holds
     files: tuple[str, ...]  # its files under site-packages (vllm/...)
     libraries: int
-
 
 
 def wheel_interface(package_dir: Path, wheel_sha256: str, hashes: FileHashes | None) -> WheelInterface:
@@ -426,7 +414,6 @@ def wheel_interface(package_dir: Path, wheel_sha256: str, hashes: FileHashes | N
                   "registered": sorted(found.registered), "files": list(found.files), "libraries": found.libraries}
         write_bytes_atomic(memo, json.dumps(record, sort_keys=True).encode())
     return found
-
 
 
 def _nccl_library_sha256(composition: Composition, fetched: FetchedInputs, hashes: FileHashes | None) -> str:

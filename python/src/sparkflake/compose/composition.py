@@ -26,13 +26,10 @@ from .source_packages import SOURCE_PACKAGES, SourcePackageRole
 OVERLAY_PACKAGE = "vllm"
 
 
-
 REPO_PATCH_SET = ("overlays", "vllm")
 
 
-
 PROFILE_PATCH_SET = "patches"
-
 
 
 @dataclass(frozen=True)
@@ -68,13 +65,11 @@ class Composition:
         return self.profile.platform
 
 
-
 def find_repo_root(start: Path) -> Path:
     for directory in (start, *start.parents):
         if (directory / Path(*REPO_PATCH_SET) / "patches.toml").is_file():
             return directory
     raise InputError(f"no {'/'.join(REPO_PATCH_SET)}/patches.toml above {start}: not inside a sparkflake checkout")
-
 
 
 def load_composition(name_or_path: str | os.PathLike[str], profiles_dir: str | os.PathLike[str] | None = None) -> Composition:

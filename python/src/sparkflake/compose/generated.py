@@ -126,8 +126,6 @@ def missing_labels(labels: Mapping[str, str]) -> list[str]:
     return [key for key in REQUIRED_LABELS if not labels.get(key)]
 
 
-
-
 def generated_files(
     *,
     receipt: bytes,

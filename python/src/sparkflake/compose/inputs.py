@@ -22,14 +22,12 @@ from .verification import PASSED, LinkResult
 PROFILE_INPUTS = "inputs"
 
 
-
 def _artifact(pin: Pin) -> Artifact:
     if isinstance(pin, WheelPin | SdistPin):
         return Artifact(pin.name, pin.filename, pin.sha256, pin.size, tuple(pin.urls))
     if isinstance(pin, DebPin):
         return Artifact(pin.name, pin.pool_filename, pin.sha256, pin.size, tuple(pin.urls))
     raise InputError(f"{pin.name}: {pin.kind} inputs are not fetched as files by the build")
-
 
 
 def _verified(cache: BlobCache, artifact: Artifact, hashes: FileHashes | None) -> Path:
@@ -41,7 +39,6 @@ def _verified(cache: BlobCache, artifact: Artifact, hashes: FileHashes | None) -
     return cache.verified_path(artifact)  # re-hashes, evicts and names an altered entry
 
 
-
 @dataclass(frozen=True)
 class FetchedInputs:
     paths: Mapping[str, Path]  # input name -> verified cache path
@@ -49,7 +46,6 @@ class FetchedInputs:
     imported: int
     link: LinkResult
     git_trees: Mapping[str, Path] = field(default_factory=dict)  # git input name -> verified checkout
-
 
 
 def fetch_inputs(

@@ -20,7 +20,6 @@ class TreeWalk(NamedTuple):
     newest_ctime_ns: int
 
 
-
 @dataclass(frozen=True)
 class TreeSource:
     """A host directory whose contents appear under ``target`` in the image. ``walk``:
@@ -32,7 +31,6 @@ class TreeSource:
     walk: TreeWalk | None = field(default=None, compare=False)
 
 
-
 @dataclass(frozen=True)
 class GeneratedFile:
     """A file made by the build (not copied from a tree), at ``target`` in the image."""
@@ -42,14 +40,12 @@ class GeneratedFile:
     mode: int = 0o644
 
 
-
 @dataclass(frozen=True)
 class LayerInput:
     sources: tuple[TreeSource, ...] = ()
     files: tuple[GeneratedFile, ...] = ()
     deletions: tuple[str, ...] = ()
     opaque_dirs: tuple[str, ...] = ()
-
 
 
 def walk_lstat(root: str | os.PathLike[str]) -> Iterator[tuple[str, str, os.stat_result]]:
@@ -70,7 +66,6 @@ def walk_lstat(root: str | os.PathLike[str]) -> Iterator[tuple[str, str, os.stat
                 subdirectories.append((child.path, relative + "/"))
             yield relative, child.path, status
         stack.extend(reversed(subdirectories))
-
 
 
 def walk_tree(root: str | os.PathLike[str]) -> TreeWalk:

@@ -132,8 +132,6 @@ class PatchedFile:
     content: bytes | None
 
 
-
-
 def sha256_bytes(content: bytes) -> str:
     return hashlib.sha256(content).hexdigest()
 

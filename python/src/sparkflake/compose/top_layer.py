@@ -10,10 +10,10 @@ from typing import Any
 from .. import __version__
 from ..core.canonical_json import readable_json_bytes
 from ..core.digest import sha256_file
+from ..core.records import record_to_dict
 from ..core.timestamps import rfc3339
 from ..lock.pins import DebPin, GitPin, SdistPin, WheelPin
 from ..profile.model import Profile
-from ..profile.profile_file import profile_to_dict
 from . import generated, receipt
 from .assembly import Assembly, source_packages_document_of
 from .composition import Composition
@@ -23,14 +23,12 @@ from .python_env import DEFAULT_PREFIX
 LICENSES = "Apache-2.0"
 
 
-
 DEFAULT_ENV = (
     f"PATH={DEFAULT_PREFIX}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     f"VIRTUAL_ENV={DEFAULT_PREFIX}",
     "LANG=C.UTF-8",
     "PYTHONDONTWRITEBYTECODE=1",
 )
-
 
 
 @dataclass(frozen=True)
@@ -42,7 +40,6 @@ class PreparedTop:
     top_input: LayerInput
     base_digest: str
     resolved: tuple[receipt.ResolvedDependency, ...]
-
 
 
 def resolved_dependencies(composition: Composition, assembly: Assembly) -> tuple[receipt.ResolvedDependency, ...]:
@@ -80,7 +77,6 @@ def resolved_dependencies(composition: Composition, assembly: Assembly) -> tuple
     return tuple(dependencies)
 
 
-
 def claim_records(profile: Profile, fetched_git: Sequence[GitPin] = ()) -> list[dict[str, Any]]:
     """The profile's claims as receipt records. A git claim whose commit and tree are those
     of a git input this build fetched and checked (and whose source sha256, if it states
@@ -105,7 +101,6 @@ def claim_records(profile: Profile, fetched_git: Sequence[GitPin] = ()) -> list[
             record["verifiedBy"] = pin.name
         records.append(record)
     return records
-
 
 
 def prepare_top(
@@ -149,7 +144,7 @@ def prepare_top(
     )
     labels = generated.composition_labels(facts, profile.labels)
     resolved = resolved_dependencies(composition, assembly)
-    profile_document = profile_to_dict(profile)
+    profile_document = record_to_dict(profile)
     profile_bytes = readable_json_bytes(profile_document)
     byproducts = [
         {
@@ -221,7 +216,6 @@ def prepare_top(
     in_image_bytes = readable_json_bytes(in_image)
     top_input = _top_input(assembly, in_image_bytes, profile_bytes, source_packages)
     return PreparedTop(labels, in_image, in_image_bytes, profile_bytes, top_input, base_digest, resolved)
-
 
 
 def _top_input(assembly: Assembly, in_image_bytes: bytes, profile_bytes: bytes, source_packages: bytes | None) -> LayerInput:

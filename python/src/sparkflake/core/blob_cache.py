@@ -150,8 +150,6 @@ class BlobCache:
                 staging.unlink()
 
 
-
-
 class _DownloadRefused(Exception):
     """One URL did not give the locked bytes; the reason goes into the final report."""
 

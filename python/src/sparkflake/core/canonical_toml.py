@@ -44,7 +44,6 @@ _SHORT_ESCAPES = {
 }
 
 
-
 def quote_string(text: str) -> str:
     """A TOML basic string for ``text``; refuses lone surrogates (not encodable as UTF-8)."""
     pieces = ['"']

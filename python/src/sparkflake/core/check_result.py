@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+PASS, FAIL, ERROR, SKIP = "pass", "fail", "error", "skip"
+
 
 @dataclass(frozen=True)
 class CheckResult:

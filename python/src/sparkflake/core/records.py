@@ -286,6 +286,18 @@ def freeze_field(record: object, name: str, value: object) -> None:
     object.__setattr__(record, name, value)
 
 
+def keys_in_field_order(*leading: str) -> Callable[[type[RecordT]], type[RecordT]]:
+    """Class decorator for a record whose canonical key order is its declared field order,
+    after ``leading`` keys that are no fields (a lock input's ``kind``): the order is then
+    written once, by the field declarations, and cannot drift from them."""
+
+    def decorate(record_type: type[RecordT]) -> type[RecordT]:
+        record_type.FIELD_ORDER = *leading, *(spec.name for spec in fields(record_type))
+        return record_type
+
+    return decorate
+
+
 def record_from_table(record_type: type[Any], table: object, where: str) -> Any:
     """A record (a dataclass whose ``FIELD_ORDER`` lists its keys) from a TOML table: unknown
     keys refused, the first missing required key named, arrays made tuples; a field the record

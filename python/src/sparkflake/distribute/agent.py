@@ -26,7 +26,7 @@ def _emit(document: dict[str, Any]) -> None:
 
 def _status(args: argparse.Namespace) -> int:
     state = files.inspect_copy(Path(args.path), args.sha256, args.size)
-    report = state.as_dict()
+    report = state.as_record()
     parent = Path(args.path).parent
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent
@@ -121,7 +121,7 @@ def _download(args: argparse.Namespace) -> int:
 
 def _manifest(args: argparse.Namespace) -> int:
     entries = manifest.build_manifest(Path(args.dir))
-    _emit({"status": "ok", "files": [entry.as_dict() for entry in entries]})
+    _emit({"status": "ok", "files": [entry.as_record() for entry in entries]})
     return 0
 
 
@@ -135,7 +135,7 @@ def _pull(args: argparse.Namespace) -> int:
     client = remote.RegistryClient(source.registry, insecure=args.insecure, ca_file=args.ca_file,
                                    credentials=credentials)
     result = pull_to_layout(client, source, Path(args.layout), Platform.parse_any(args.platform))
-    _emit({"status": "ok", **result.as_dict()})
+    _emit({"status": "ok", **result.as_record()})
     return 0
 
 
@@ -167,7 +167,7 @@ def _layout_plan(args: argparse.Namespace) -> int:
     from . import store  # the OCI reader only where a layout is read, not on every relay hop
 
     layout = store.find_layout(Path(args.layout))
-    _emit({"status": "ok", "layout": str(layout), **store.read_layout(layout).as_dict()})
+    _emit({"status": "ok", "layout": str(layout), **store.read_layout(layout).as_record()})
     return 0
 
 

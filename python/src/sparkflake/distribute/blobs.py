@@ -88,7 +88,7 @@ def layout_fanout(site: Site, request: LayoutFanoutRequest, *, progress: Progres
             raise CheckFailed(f"rank {first.name}: layout {layout} has image ID (config digest) {image_id}, "
                               f"expected {request.image_id}; nothing transferred", check_id="fanout.image-id")
         blobs = plan.blobs
-        blob_list = json.dumps([blob.as_dict() for blob in blobs])
+        blob_list = json.dumps([blob.as_record() for blob in blobs])
         if request.verify_only:
             listed = {rank.name: pool.submit(run_agent, site, rank, ["blob-status", "--rehash", "--no-record",
                                                                      "--store", stores[rank.name]],
@@ -207,7 +207,7 @@ def _read_source_plan(site: Site, first: Rank, request: LayoutFanoutRequest) -> 
 def _source_check(site: Site, first: Rank, layout: str, blobs: list[Any]) -> str | None:
     """Rank 0 hashes the blobs that will travel; the message when one is missing or wrong."""
     reply = run_agent(site, first, ["blob-status", "--rehash", "--no-record", "--store", layout],
-                      input_text=json.dumps([blob.as_dict() for blob in blobs]))
+                      input_text=json.dumps([blob.as_record() for blob in blobs]))
     if reply.result is None or reply.result.get("status") != "ok":
         return f"rank {first.name}: cannot hash the blobs of {layout}: {reply.describe_failure()}; nothing transferred"
     bad = [blob.digest for blob in blobs if blob.digest not in set(reply.result["held"])]
@@ -238,7 +238,7 @@ def _settle(site: Site, rank: Rank, store: str, plan: LayoutPlan, request: Layou
     else:
         identities = chain.outcomes[rank.name].identities if chain is not None else {}
         received = {plan.blobs[k].digest: identity for k, identity in identities.items()}
-        reply = committer.finish(json.dumps({"plan": plan.as_dict(), "received": received}))
+        reply = committer.finish(json.dumps({"plan": plan.as_record(), "received": received}))
         if reply.result is not None and reply.result.get("manifest_digest"):
             record.update(status="verified", committed=True)
         imported = (reply.result or {}).get("import") if _ok(reply) else None

@@ -75,7 +75,7 @@ class CopyState:
     matches: bool
     partial_size: int
 
-    def as_dict(self) -> dict[str, object]:
+    def as_record(self) -> dict[str, object]:
         return asdict(self)
 
 

@@ -20,14 +20,13 @@ from ..core.errors import InputError
 RECORD_NAME = ".sparkflake-manifest.json"
 
 
-
 @dataclass(frozen=True)
 class FileEntry:
     path: str  # relative, POSIX separators, no "..", no leading "/"
     size: int
     sha256: str
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_record(self) -> dict[str, Any]:
         return {"path": self.path, "size": self.size, "sha256": self.sha256}
 
 
@@ -80,7 +79,7 @@ def manifest_from_document(document: Any, origin: str = "manifest") -> list[File
 
 
 def manifest_bytes(entries: list[FileEntry]) -> bytes:
-    document = {"files": [entry.as_dict() for entry in entries]}
+    document = {"files": [entry.as_record() for entry in entries]}
     return (json.dumps(document, indent=2, sort_keys=True) + "\n").encode()
 
 

@@ -41,7 +41,7 @@ class PushResult:
     blobs_pushed: tuple[str, ...]
     blobs_present: tuple[str, ...]
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_record(self) -> dict[str, Any]:
         return {
             "reference": self.reference,
             "manifest_digest": self.manifest_digest,
@@ -113,7 +113,7 @@ class PullResult:
     bytes: int
     layout: str
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_record(self) -> dict[str, Any]:
         return {"reference": self.reference, "manifest_digest": self.manifest_digest,
                 "config_digest": self.config_digest, "image_id": self.config_digest,
                 "bytes": self.bytes, "layout": self.layout}

@@ -58,12 +58,12 @@ class PlannedFile:
     size: int
     source: str = ""
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_record(self) -> dict[str, Any]:
         return {"path": self.path, "sha256": self.sha256, "size": self.size, "source": self.source}
 
 
 def plan_line(files: Sequence[PlannedFile]) -> bytes:
-    return (json.dumps({"files": [item.as_dict() for item in files]}, sort_keys=True) + "\n").encode()
+    return (json.dumps({"files": [item.as_record() for item in files]}, sort_keys=True) + "\n").encode()
 
 
 def read_plan_line(fd: int) -> list[PlannedFile] | None:

@@ -48,7 +48,7 @@ class BlobDescriptor:
     size: int
     media_type: str
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_record(self) -> dict[str, Any]:
         return {"digest": self.digest, "size": self.size, "mediaType": self.media_type}
 
 
@@ -91,13 +91,13 @@ class LayoutPlan:
     def blobs(self) -> list[BlobDescriptor]:
         return [*self.layers, self.config]
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_record(self) -> dict[str, Any]:
         return {
             "index": base64.b64encode(self.index_bytes).decode(),
             "manifest_digest": self.manifest_digest,
             "manifest": base64.b64encode(self.manifest_bytes).decode(),
-            "config": self.config.as_dict(),
-            "layers": [layer.as_dict() for layer in self.layers],
+            "config": self.config.as_record(),
+            "layers": [layer.as_record() for layer in self.layers],
             "ref_name": self.ref_name,
         }
 

@@ -30,7 +30,7 @@ from ..core.digest import file_digest
 from ..core.documents import file_kind, parse_json_object
 from ..core.errors import InputError
 from ..core.file_hashes import stat_identity
-from .contract import IdentityFile
+from ..profile.model import CheckpointFile
 
 PINS_SCHEMA = "sparkflake.checkpoint-pins/v1"
 ROLES = ("target", "draft")
@@ -44,7 +44,7 @@ FileProgress = Callable[[int, int, str], None]
 @dataclass(frozen=True)
 class PinnedCheckpoint:
     pinned_from: str  # the directory it was pinned from (for the operator; not compared)
-    files: tuple[IdentityFile, ...]
+    files: tuple[CheckpointFile, ...]
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ class CheckpointPins:
     def with_role(self, role: str, pinned: PinnedCheckpoint) -> CheckpointPins:
         return CheckpointPins(self.profile, {**self.checkpoints, role: pinned})
 
-    def as_json(self) -> dict[str, Any]:
+    def as_record(self) -> dict[str, Any]:
         return {
             "schema": PINS_SCHEMA,
             "profile": self.profile,
@@ -108,7 +108,7 @@ def select_files(directory: str, patterns: Sequence[str], where: str) -> list[st
     return sorted(chosen)
 
 
-def hash_pinned_file(directory: str, relative: str, progress: FileProgress | None = None) -> IdentityFile:
+def hash_pinned_file(directory: str, relative: str, progress: FileProgress | None = None) -> CheckpointFile:
     """Size and sha256 of one regular file (a symlink is followed), streamed once.
 
     The file is stat'ed before and after it is read: a file that changed meanwhile, or
@@ -131,7 +131,7 @@ def hash_pinned_file(directory: str, relative: str, progress: FileProgress | Non
         raise InputError(f"{path}: vanished while it was hashed ({exc.strerror}); nothing recorded") from None
     if stat_identity(after) != stat_identity(before) or digest.size != before.st_size:
         raise InputError(f"{path}: changed while it was hashed; nothing recorded, pin again when it is settled")
-    return IdentityFile(relative, digest.file_hash.base16, digest.size)
+    return CheckpointFile(relative, digest.file_hash.base16, digest.size)
 
 
 def pin_checkpoint(
@@ -200,7 +200,7 @@ def parse_pins(raw: bytes, shown: str) -> CheckpointPins:
             if isinstance(size, bool) or not isinstance(size, int):
                 raise InputError(f"{shown}: {at}.size: expected an integer")
             try:
-                files.append(IdentityFile(path, sha256, size))
+                files.append(CheckpointFile(path, sha256, size))
             except InputError as exc:
                 raise InputError(f"{shown}: {at}: {exc.message}") from None
         if len({f.path for f in files}) != len(files):
@@ -216,12 +216,12 @@ def _known_keys(mapping: Mapping[str, Any], known: set[str], shown: str, place: 
 
 
 def write_pins(path: str | os.PathLike[str], pins: CheckpointPins) -> None:
-    write_bytes_atomic(path, json.dumps(pins.as_json(), indent=2, sort_keys=True).encode() + b"\n")
+    write_bytes_atomic(path, json.dumps(pins.as_record(), indent=2, sort_keys=True).encode() + b"\n")
 
 
 def pinned_files(
-    pins_path: str, pins: CheckpointPins, profile: str, role: str, declared: Sequence[IdentityFile]
-) -> tuple[IdentityFile, ...]:
+    pins_path: str, pins: CheckpointPins, profile: str, role: str, declared: Sequence[CheckpointFile]
+) -> tuple[CheckpointFile, ...]:
     """The files a launch checks for ``role``: the profile's own ``files`` and the pins.
 
     A pins file made for another profile is refused (its ``pin`` lists may differ); a

@@ -13,19 +13,17 @@ import json
 import os
 import socket
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..core.check_result import FAIL, PASS, CheckResult
 from ..core.container_engine import Engine, container_exists, inspect_image
+from ..profile.model import CheckpointFile
 from ..runtime.capabilities import Capabilities
 from .checkpoint_pins import is_pattern
-from .contract import IdentityFile
 from .hashcache import VerifiedHashCache
 from .identity import inspect_state
 
-PASS = "pass"
-FAIL = "fail"
 CACHE_ROOT_MARKER = ".sparkflake-cache-root.json"
 CACHE_ROOT_SCHEMA = "sparkflake.cache-root/v1"
 TOOL_DIR = ".sparkflake"
@@ -36,55 +34,45 @@ NETWORK_FILESYSTEMS = frozenset(
 )
 
 
-@dataclass(frozen=True)
-class Check:
-    id: str
-    status: str
-    detail: str
-
-    def as_json(self) -> dict[str, str]:
-        return {"id": self.id, "status": self.status, "detail": self.detail}
-
-
-def check_image(engine: Engine | None, image_id: str | None, expected_labels: Mapping[str, str]) -> list[Check]:
+def check_image(engine: Engine | None, image_id: str | None, expected_labels: Mapping[str, str]) -> list[CheckResult]:
     if engine is None:
         return [
-            Check("image.id", FAIL, "no container engine available"),
-            Check("image.labels", FAIL, "no container engine available"),
+            CheckResult("image.id", FAIL, "no container engine available"),
+            CheckResult("image.labels", FAIL, "no container engine available"),
         ]
     if image_id is None:
         detail = "the profile pins no image ID; build the image or pass --image sha256:…"
-        return [Check("image.id", FAIL, detail), Check("image.labels", FAIL, detail)]
+        return [CheckResult("image.id", FAIL, detail), CheckResult("image.labels", FAIL, detail)]
     record = inspect_image(engine, image_id)
     if record is None:
         detail = f"{engine.name} has no image {image_id}"
-        return [Check("image.id", FAIL, detail), Check("image.labels", FAIL, detail)]
+        return [CheckResult("image.id", FAIL, detail), CheckResult("image.labels", FAIL, detail)]
     if record.image_id != image_id:
         return [
-            Check("image.id", FAIL, f"{engine.name} resolved {image_id} to {record.image_id}"),
-            Check("image.labels", FAIL, "image ID mismatch; labels not compared"),
+            CheckResult("image.id", FAIL, f"{engine.name} resolved {image_id} to {record.image_id}"),
+            CheckResult("image.labels", FAIL, "image ID mismatch; labels not compared"),
         ]
-    checks = [Check("image.id", PASS, f"{engine.name} has {image_id}")]
+    checks = [CheckResult("image.id", PASS, f"{engine.name} has {image_id}")]
     wrong = [
         f"{key}: expected {value!r}, found {record.labels.get(key)!r}"
         for key, value in sorted(expected_labels.items())
         if record.labels.get(key) != value
     ]
     if wrong:
-        checks.append(Check("image.labels", FAIL, "; ".join(wrong)))
+        checks.append(CheckResult("image.labels", FAIL, "; ".join(wrong)))
     else:
-        checks.append(Check("image.labels", PASS, f"{len(expected_labels)} profile labels equal"))
+        checks.append(CheckResult("image.labels", PASS, f"{len(expected_labels)} profile labels equal"))
     return checks
 
 
-def check_image_capabilities(capabilities: Capabilities | None, image_id: str | None) -> Check | None:
+def check_image_capabilities(capabilities: Capabilities | None, image_id: str | None) -> CheckResult | None:
     """The capability manifest the launch was judged by must be the one written for the
     image being launched (its config digest is the engine's image ID); None: no manifest."""
     if capabilities is None:
         return None
     if image_id == capabilities.config_digest:
-        return Check("image.capabilities", PASS, f"{capabilities.source} was written for {image_id}")
-    return Check(
+        return CheckResult("image.capabilities", PASS, f"{capabilities.source} was written for {image_id}")
+    return CheckResult(
         "image.capabilities", FAIL,
         f"the image being launched is {image_id or 'not given'}, but {capabilities.source} was written by "
         f"`sparkflake runtime check` for image {capabilities.config_digest} (manifest "
@@ -93,30 +81,30 @@ def check_image_capabilities(capabilities: Capabilities | None, image_id: str | 
         "being launched, or launch the image it names")
 
 
-def check_container_name(engine: Engine | None, name: str) -> Check:
+def check_container_name(engine: Engine | None, name: str) -> CheckResult:
     if engine is None:
-        return Check("container.name-free", FAIL, "no container engine available")
+        return CheckResult("container.name-free", FAIL, "no container engine available")
     if container_exists(engine, name):
-        return Check(
+        return CheckResult(
             "container.name-free",
             FAIL,
             f"a container named {name} exists; remove it ({engine.name} rm {name}) before starting",
         )
-    return Check("container.name-free", PASS, f"no container named {name}")
+    return CheckResult("container.name-free", PASS, f"no container named {name}")
 
 
 def check_checkpoint(
     check_id: str,
     directory: str,
-    files: Sequence[IdentityFile],
+    files: Sequence[CheckpointFile],
     cache: VerifiedHashCache,
     pin: Sequence[str] = (),
-) -> Check:
+) -> CheckResult:
     """Every bound file has its size and sha256, and every file the profile's ``pin``
     list names is bound (a shard added after pinning matches a pattern but has no pin)."""
     role = check_id.removeprefix("checkpoint.")
     if not files:
-        return Check(
+        return CheckResult(
             check_id,
             FAIL,
             f"{directory}: no identity-bearing file of the {role} checkpoint is pinned; record them with "
@@ -149,8 +137,8 @@ def check_checkpoint(
             continue
         verified += 1
     if problems:
-        return Check(check_id, FAIL, f"{directory}: " + "; ".join(problems))
-    return Check(check_id, PASS, f"{directory}: {verified} identity-bearing files match")
+        return CheckResult(check_id, FAIL, f"{directory}: " + "; ".join(problems))
+    return CheckResult(check_id, PASS, f"{directory}: {verified} identity-bearing files match")
 
 
 def unpinned_names(directory: str, pin: Sequence[str], bound: set[str]) -> list[str]:
@@ -174,22 +162,22 @@ def cache_root_marker(profile: str, rank: int, node_address: str) -> dict[str, A
     }
 
 
-def check_cache_root_dedicated(root: Path, marker: Mapping[str, Any], allowed: set[str]) -> Check:
+def check_cache_root_dedicated(root: Path, marker: Mapping[str, Any], allowed: set[str]) -> CheckResult:
     if root.is_symlink() or (root.exists() and not root.is_dir()):
-        return Check("cache-root.dedicated", FAIL, f"{root} is not a directory")
+        return CheckResult("cache-root.dedicated", FAIL, f"{root} is not a directory")
     if not root.exists():
         parent = root.parent
         if not parent.is_dir():
-            return Check("cache-root.dedicated", FAIL, f"{root}: parent {parent} does not exist")
-        return Check("cache-root.dedicated", PASS, f"{root} does not exist yet; it will be created")
+            return CheckResult("cache-root.dedicated", FAIL, f"{root}: parent {parent} does not exist")
+        return CheckResult("cache-root.dedicated", PASS, f"{root} does not exist yet; it will be created")
     marker_path = root / CACHE_ROOT_MARKER
     if marker_path.exists():
         try:
             found = json.loads(marker_path.read_bytes())
         except (OSError, ValueError) as exc:
-            return Check("cache-root.dedicated", FAIL, f"{marker_path}: unreadable ({exc})")
+            return CheckResult("cache-root.dedicated", FAIL, f"{marker_path}: unreadable ({exc})")
         if found != dict(marker):
-            return Check(
+            return CheckResult(
                 "cache-root.dedicated",
                 FAIL,
                 f"{root} belongs to another identity: {_describe_marker(found)}; this launch is "
@@ -198,15 +186,15 @@ def check_cache_root_dedicated(root: Path, marker: Mapping[str, Any], allowed: s
     try:
         foreign = sorted(name for name in os.listdir(root) if name not in allowed)
     except OSError as exc:
-        return Check("cache-root.dedicated", FAIL, f"{root}: {exc.strerror}")
+        return CheckResult("cache-root.dedicated", FAIL, f"{root}: {exc.strerror}")
     if foreign:
         shown = ", ".join(foreign[:5]) + (" …" if len(foreign) > 5 else "")
-        return Check(
+        return CheckResult(
             "cache-root.dedicated",
             FAIL,
             f"{root} is not dedicated to sparkflake: it holds {shown}",
         )
-    return Check("cache-root.dedicated", PASS, f"{root} is dedicated to {_describe_marker(marker)}")
+    return CheckResult("cache-root.dedicated", PASS, f"{root} is dedicated to {_describe_marker(marker)}")
 
 
 def _describe_marker(marker: Any) -> str:
@@ -242,16 +230,16 @@ def filesystem_type(path: Path) -> str | None:
     return best_type
 
 
-def check_cache_root_local(root: Path) -> Check:
+def check_cache_root_local(root: Path) -> CheckResult:
     fs_type = filesystem_type(root)
     if fs_type in NETWORK_FILESYSTEMS:
-        return Check(
+        return CheckResult(
             "cache-root.local", FAIL, f"{root} is on a network filesystem ({fs_type}); it must be rank-local"
         )
-    return Check("cache-root.local", PASS, f"{root} is on {fs_type or 'an unknown filesystem'}")
+    return CheckResult("cache-root.local", PASS, f"{root} is on {fs_type or 'an unknown filesystem'}")
 
 
-def check_cache_state(states: Mapping[str, tuple[Path, Mapping[str, Any]]]) -> Check:
+def check_cache_state(states: Mapping[str, tuple[Path, Mapping[str, Any]]]) -> CheckResult:
     parts = []
     for label, (path, identity) in states.items():
         action, reason = inspect_state(path, identity)
@@ -261,12 +249,12 @@ def check_cache_state(states: Mapping[str, tuple[Path, Mapping[str, Any]]]) -> C
             parts.append(f"{label}: cold start in {path}")
         else:
             parts.append(f"{label}: {path} will be quarantined ({reason}); cold start")
-    return Check("cache-root.state", PASS, "; ".join(parts))
+    return CheckResult("cache-root.state", PASS, "; ".join(parts))
 
 
-def check_ports(rank: int, ports: Sequence[tuple[str, int]]) -> Check:
+def check_ports(rank: int, ports: Sequence[tuple[str, int]]) -> CheckResult:
     if rank != 0:
-        return Check("ports.free", PASS, f"rank {rank} runs headless and listens on no launcher port")
+        return CheckResult("ports.free", PASS, f"rank {rank} runs headless and listens on no launcher port")
     busy = []
     for name, port in ports:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
@@ -276,5 +264,5 @@ def check_ports(rank: int, ports: Sequence[tuple[str, int]]) -> Check:
                 reason = "in use" if exc.errno == errno.EADDRINUSE else exc.strerror
                 busy.append(f"{name}={port} {reason}")
     if busy:
-        return Check("ports.free", FAIL, "; ".join(busy))
-    return Check("ports.free", PASS, ", ".join(f"{name}={port}" for name, port in ports) + " free")
+        return CheckResult("ports.free", FAIL, "; ".join(busy))
+    return CheckResult("ports.free", PASS, ", ".join(f"{name}={port}" for name, port in ports) + " free")

@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from ..core.digest import is_digest, is_sha256_hex
+from ..core.digest import is_digest
 from ..core.errors import InputError
 from ..lock.profile_locks import input_for, load_locks, load_profile
+from ..profile.model import CheckpointFile
 from ..runtime.capabilities import FILE_NAME as CAPABILITIES_FILE
 from ..runtime.capabilities import Capabilities
 from ..runtime.capabilities import load as load_capabilities
@@ -25,23 +26,6 @@ from .settings import (
     table_value_text,
     validate_runtime_table,
 )
-
-
-@dataclass(frozen=True)
-class IdentityFile:
-    """One identity-bearing checkpoint file: path relative to the checkpoint directory."""
-
-    path: str
-    sha256: str
-    size: int
-
-    def __post_init__(self) -> None:
-        if not self.path or self.path.startswith("/") or ".." in self.path.split("/"):
-            raise InputError(f"identity file path {self.path!r} must be relative, without '..'")
-        if not is_sha256_hex(self.sha256):
-            raise InputError(f"identity file {self.path}: sha256 must be 64 lowercase hex digits")
-        if self.size < 0:
-            raise InputError(f"identity file {self.path}: size must be non-negative")
 
 
 @dataclass(frozen=True)
@@ -56,8 +40,8 @@ class LaunchContract:
     image_labels: Mapping[str, str]
     runtime_defaults: Mapping[str, str]  # [runtime]: catalog key -> env-file spelling
     qualified: Mapping[str, str]  # [qualified]: catalog key -> env-file spelling
-    target_files: tuple[IdentityFile, ...]
-    draft_files: tuple[IdentityFile, ...]
+    target_files: tuple[CheckpointFile, ...]
+    draft_files: tuple[CheckpointFile, ...]
     components: Mapping[str, str] = field(default_factory=dict)  # vllm/b12x/sparkcache identities
     # [checkpoints.ROLE] pin: which files identify the checkpoint (names or patterns);
     # their digests come from the site's pins file (launch.checkpoint_pins)
@@ -82,27 +66,6 @@ class LaunchContract:
         return replace(
             self, image_id=image_id, image_labels=dict(labels if labels is not None else self.image_labels)
         )
-
-
-def identity_files_from_table(rows: Any, where: str) -> tuple[IdentityFile, ...]:
-    if not isinstance(rows, list | tuple):
-        raise InputError(f"{where}: expected a list of {{path, sha256, size}}")
-    files = []
-    for index, row in enumerate(rows):
-        if isinstance(row, IdentityFile):
-            files.append(row)
-            continue
-        if not isinstance(row, Mapping):
-            raise InputError(f"{where}[{index}]: expected a table with path, sha256, size")
-        try:
-            files.append(
-                IdentityFile(path=str(row["path"]), sha256=str(row["sha256"]), size=int(row["size"]))
-            )
-        except KeyError as exc:
-            raise InputError(f"{where}[{index}]: missing {exc.args[0]}") from None
-        except InputError as exc:
-            raise InputError(f"{where}[{index}]: {exc.message}") from None
-    return tuple(files)
 
 
 def _auto_equivalents(runtime: Mapping[str, str]) -> dict[str, str]:
@@ -177,8 +140,8 @@ def contract_from_profile(profile: Any) -> LaunchContract:
         image_labels=dict(profile.labels),
         runtime_defaults=_auto_equivalents(runtime),
         qualified=qualified,
-        target_files=identity_files_from_table([_file_row(f) for f in target.files] if target else [], f"{shown}: checkpoints.target.files"),
-        draft_files=identity_files_from_table([_file_row(f) for f in draft.files] if draft else [], f"{shown}: checkpoints.draft.files"),
+        target_files=target.files if target else (),
+        draft_files=draft.files if draft else (),
         components=components,
         target_pin=tuple(target.pin or ()) if target else (),
         draft_pin=tuple(draft.pin or ()) if draft else (),
@@ -186,10 +149,5 @@ def contract_from_profile(profile: Any) -> LaunchContract:
     )
 
 
-def _file_row(entry: Any) -> dict[str, Any]:
-    return {"path": entry.path, "sha256": entry.sha256, "size": entry.size}
-
-
 def load_contract(name_or_path: str) -> LaunchContract:
-
     return contract_from_profile(load_profile(name_or_path, check_locks=False))

@@ -80,7 +80,7 @@ class EvidenceRecord:
     reference: str = ""
     path: str = field(default="", compare=False)
 
-    def to_json_object(self) -> dict[str, Any]:
+    def as_record(self) -> dict[str, Any]:
         image: dict[str, str] = {
             "config_digest": self.config_digest,
             "manifest_digest": self.manifest_digest,
@@ -104,7 +104,7 @@ class EvidenceRecord:
 
 
 def dump_record(record: EvidenceRecord) -> bytes:
-    return (json.dumps(record.to_json_object(), indent=2, sort_keys=True) + "\n").encode()
+    return (json.dumps(record.as_record(), indent=2, sort_keys=True) + "\n").encode()
 
 
 def write_record(path: str | Path, record: EvidenceRecord) -> None:
@@ -225,7 +225,7 @@ class ProfileStatus:
     built: BuiltImage | None
     assessments: tuple[ClaimAssessment, ...]
 
-    def to_json_object(self) -> dict[str, Any]:
+    def as_record(self) -> dict[str, Any]:
         return {
             "profile": self.profile,
             "declared_status": self.declared_status,

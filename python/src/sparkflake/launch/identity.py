@@ -40,8 +40,6 @@ IDENTITY_FILE = "identity.json"
 NAMESPACE_HEX_CHARS = 24
 
 
-
-
 def checkpoint_identity(files: Any) -> str:
     """SHA-256 over the sorted (path, sha256, size) list of identity-bearing files."""
     rows = sorted(({"path": f.path, "sha256": f.sha256, "size": f.size} for f in files), key=lambda r: r["path"])

@@ -17,9 +17,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ..core.check_result import FAIL, PASS, CheckResult
 from ..core.documents import read_json_file
 from ..core.errors import InputError
-from .checks import FAIL, PASS, Check
 
 CHECK_ID = "checkpoint.mtp-depth"
 FIELD = "num_nextn_predict_layers"
@@ -50,13 +50,13 @@ def depth_problem(depth: int, layers: int) -> str | None:
     return None
 
 
-def check_mtp_depth(target_directory: str, depth: int) -> Check:
+def check_mtp_depth(target_directory: str, depth: int) -> CheckResult:
     config_path = os.path.join(target_directory, "config.json")
     try:
         layers = head_layers(read_json_file(config_path, "a model config", MAX_CONFIG_BYTES), config_path)
     except InputError as exc:
-        return Check(CHECK_ID, FAIL, f"{exc}; set SPECULATIVE_METHOD to a method this checkpoint serves")
+        return CheckResult(CHECK_ID, FAIL, f"{exc}; set SPECULATIVE_METHOD to a method this checkpoint serves")
     problem = depth_problem(depth, layers)
     if problem is not None:
-        return Check(CHECK_ID, FAIL, f"{config_path}: {problem}")
-    return Check(CHECK_ID, PASS, f"{config_path}: {depth} speculative tokens over a {layers}-layer MTP head")
+        return CheckResult(CHECK_ID, FAIL, f"{config_path}: {problem}")
+    return CheckResult(CHECK_ID, PASS, f"{config_path}: {depth} speculative tokens over a {layers}-layer MTP head")

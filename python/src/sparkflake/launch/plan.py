@@ -15,15 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from ..core.atomic_write import write_bytes_atomic
+from ..core.check_result import PASS, CheckResult
 from ..core.container_engine import Engine
 from ..core.errors import InputError
 from .checkpoint_pins import pinned_files, read_pins
 from .checks import (
     CACHE_ROOT_MARKER,
-    PASS,
     QUARANTINE_DIR,
     TOOL_DIR,
-    Check,
     cache_root_marker,
     check_cache_root_dedicated,
     check_cache_root_local,
@@ -63,7 +62,7 @@ class LaunchPlan:
     qualification: Qualification
     spec: ContainerSpec
     argv: list[str]
-    checks: list[Check]
+    checks: list[CheckResult]
     engine: Engine | None
     cache_root: Path
     sparkcache_dir: Path
@@ -82,14 +81,14 @@ class LaunchPlan:
             "env_file": self.resolution.source,
             "engine": self.engine.name if self.engine else None,
             "argv": self.argv,
-            "resolved": self.resolution.as_json(),
+            "resolved": self.resolution.as_record(),
             "labels": dict(sorted(self.spec.labels.items())),
-            "qualification": self.qualification.as_json(),
+            "qualification": self.qualification.as_record(),
             "identity": self.identity,
             "identity_hash": self.identity_hash,
             "namespace": self.namespace,
-            "container": self.spec.as_json(),
-            "checks": [check.as_json() for check in self.checks],
+            "container": self.spec.as_record(),
+            "checks": [check.as_record() for check in self.checks],
             "ok": self.ok,
         }
         if explain:
@@ -191,7 +190,7 @@ def plan_from_assignments(
         spec, engine.name if engine else "podman", engine.command() if engine else ["podman"], detach=detach
     )
 
-    checks: list[Check] = []
+    checks: list[CheckResult] = []
     hash_cache = VerifiedHashCache(None)
     if run_checks:
         hash_cache = _run_checks(checks, resolution, contract, engine, image, spec, draft_id, identity,

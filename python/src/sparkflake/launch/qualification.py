@@ -30,7 +30,7 @@ class Qualification:
     differences: tuple[str, ...]  # "KEY: qualified X, resolved Y"
     image_matches: bool
 
-    def as_json(self) -> dict[str, Any]:
+    def as_record(self) -> dict[str, Any]:
         return {
             "status": self.status,
             "settings_hash": self.settings_hash,

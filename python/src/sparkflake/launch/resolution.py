@@ -39,7 +39,7 @@ class Resolution:
     origins: Mapping[str, str]  # catalog key -> "default" | "profile" | "env:FILE:LINE" | "auto: ..."
     source: str  # the env file
 
-    def as_json(self) -> dict[str, Any]:
+    def as_record(self) -> dict[str, Any]:
         return dict(sorted(self.values.items()))
 
 

@@ -45,7 +45,7 @@ class ContainerSpec:
     ulimits: tuple[str, ...]
     serve_args: tuple[str, ...]  # after the image: arguments of the entrypoint `vllm serve`
 
-    def as_json(self) -> dict[str, Any]:
+    def as_record(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "image": self.image,

@@ -25,17 +25,12 @@ from ..core.records import (
 from .pins import KINDS, PIN_TYPES, SCHEMA_VERSION, Lock, Pin, Target
 
 
-def pin_to_dict(pin: Pin) -> dict[str, Any]:
-    """The canonical key order of one input; None-valued optional keys are left out."""
-    return record_to_dict(pin)
-
-
 def lock_to_dict(lock: Lock) -> dict[str, Any]:
     """The lock as plain data in canonical order (also its JSON form)."""
     return {
         "schema": lock.schema,
         "target": {key: getattr(lock.target, key) for key in Target.FIELD_ORDER},
-        "inputs": [pin_to_dict(pin) for pin in lock.inputs],
+        "inputs": [record_to_dict(pin) for pin in lock.inputs],
     }
 
 

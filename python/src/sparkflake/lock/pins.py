@@ -5,7 +5,7 @@ a ``kind``). Each kind is one frozen dataclass: ``WheelPin``, ``SdistPin``, ``De
 ``GitPin``, ``OciPin``, ``FilePin``. Records validate themselves on construction, so a
 ``Lock`` in memory is always valid; parsing adds the file name and the place inside the
 file to every message (``glm53.lock: inputs[3].sha256: expected 64 lowercase hex digits,
-got "ABC"``). Serialization is canonical: fixed key order per kind (``FIELD_ORDER``),
+got "ABC"``). Serialization is canonical: fixed key order per kind (``FIELD_ORDER``: ``kind``, then the fields as declared),
 inputs sorted by (kind, name), the writer in ``sparkflake.core.canonical_toml``.
 
 docs/lock-format.md describes the format for people.
@@ -38,6 +38,7 @@ from ..core.records import (
     describe,
     freeze_field,
     freeze_str_tuple,
+    keys_in_field_order,
     require_archive_url,
     require_filename,
     require_git_url,
@@ -65,12 +66,7 @@ _WHEEL_ARCHITECTURES = {"arm64": "aarch64", "amd64": "x86_64", "386": "i686"}
 _LEGACY_MANYLINUX = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
 
 
-# --------------------------------------------------------------------------- value checks
-
-
-# --------------------------------------------------------------------------- records
-
-
+@keys_in_field_order()
 @dataclass(frozen=True)
 class Target:
     """What the lock was resolved for: one platform, one CPython, one glibc."""
@@ -79,7 +75,7 @@ class Target:
     python: str  # CPython version of the OS base, e.g. "3.11" or "3.11.2"
     glibc: str  # glibc of the OS base, e.g. "2.36"; wheels up to manylinux_2_<minor>
 
-    FIELD_ORDER: ClassVar[tuple[str, ...]] = ("platform", "python", "glibc")
+    FIELD_ORDER: ClassVar[tuple[str, ...]]  # the fields as declared
 
     def __post_init__(self) -> None:
         require_match("platform", self.platform, PLATFORM_PATTERN, 'an OCI platform like "linux/arm64"')
@@ -129,6 +125,7 @@ class Target:
         return list(dict.fromkeys(str(tag) for tag in ordered))
 
 
+@keys_in_field_order("kind")
 @dataclass(frozen=True)
 class WheelPin:
     """A built distribution from a Python package index. ``name`` is the normalized
@@ -143,16 +140,7 @@ class WheelPin:
     urls: tuple[str, ...]
 
     kind: ClassVar[str] = "wheel"
-    FIELD_ORDER: ClassVar[tuple[str, ...]] = (
-        "kind",
-        "name",
-        "version",
-        "filename",
-        "sha256",
-        "size",
-        "tags",
-        "urls",
-    )
+    FIELD_ORDER: ClassVar[tuple[str, ...]]  # "kind", then the fields as declared
 
     def __post_init__(self) -> None:
         name, filename = _require_distribution_file(self)
@@ -178,6 +166,7 @@ class WheelPin:
         return frozenset(Tag(*tag.split("-")) for tag in self.tags)
 
 
+@keys_in_field_order("kind")
 @dataclass(frozen=True)
 class SdistPin:
     """A source distribution. ``name`` is ``<normalized distribution name>-sdist`` so that a
@@ -191,15 +180,7 @@ class SdistPin:
     urls: tuple[str, ...]
 
     kind: ClassVar[str] = "sdist"
-    FIELD_ORDER: ClassVar[tuple[str, ...]] = (
-        "kind",
-        "name",
-        "version",
-        "filename",
-        "sha256",
-        "size",
-        "urls",
-    )
+    FIELD_ORDER: ClassVar[tuple[str, ...]]  # "kind", then the fields as declared
 
     def __post_init__(self) -> None:
         name, filename = _require_distribution_file(self)
@@ -220,6 +201,7 @@ class SdistPin:
         return self.name.removesuffix("-sdist")
 
 
+@keys_in_field_order("kind")
 @dataclass(frozen=True)
 class DebPin:
     """A Debian binary package. ``name`` is ``<package>:<architecture>``, as dpkg spells a
@@ -234,16 +216,7 @@ class DebPin:
     urls: tuple[str, ...]
 
     kind: ClassVar[str] = "deb"
-    FIELD_ORDER: ClassVar[tuple[str, ...]] = (
-        "kind",
-        "name",
-        "package",
-        "version",
-        "architecture",
-        "sha256",
-        "size",
-        "urls",
-    )
+    FIELD_ORDER: ClassVar[tuple[str, ...]]  # "kind", then the fields as declared
 
     def __post_init__(self) -> None:
         require_input_name("name", self.name)
@@ -270,6 +243,7 @@ class DebPin:
         return f"{self.package}_{self.version.split(':', 1)[-1]}_{self.architecture}.deb"
 
 
+@keys_in_field_order("kind")
 @dataclass(frozen=True)
 class GitPin:
     """A git repository at one commit: ``rev`` (commit id) and ``tree`` (the id of the tree
@@ -289,16 +263,7 @@ class GitPin:
     archive_urls: tuple[str, ...] = ()
 
     kind: ClassVar[str] = "git"
-    FIELD_ORDER: ClassVar[tuple[str, ...]] = (
-        "kind",
-        "name",
-        "urls",
-        "rev",
-        "tree",
-        "nar_hash",
-        "source_sha256",
-        "archive_urls",
-    )
+    FIELD_ORDER: ClassVar[tuple[str, ...]]  # "kind", then the fields as declared
     OMIT_EMPTY: ClassVar[tuple[str, ...]] = ("archive_urls",)  # written only when there are some
 
     def __post_init__(self) -> None:
@@ -313,6 +278,7 @@ class GitPin:
         freeze_str_tuple(self, "archive_urls", require_archive_url, non_empty=False)
 
 
+@keys_in_field_order("kind")
 @dataclass(frozen=True)
 class OciPin:
     """An OCI image: ``reference`` is the repository (with an optional tag, never a
@@ -325,14 +291,7 @@ class OciPin:
     config_digest: str | None = None
 
     kind: ClassVar[str] = "oci"
-    FIELD_ORDER: ClassVar[tuple[str, ...]] = (
-        "kind",
-        "name",
-        "reference",
-        "index_digest",
-        "manifest_digest",
-        "config_digest",
-    )
+    FIELD_ORDER: ClassVar[tuple[str, ...]]  # "kind", then the fields as declared
 
     def __post_init__(self) -> None:
         require_input_name("name", self.name)
@@ -364,6 +323,7 @@ class OciPin:
         return _split_oci_tag(self.reference)[0]
 
 
+@keys_in_field_order("kind")
 @dataclass(frozen=True)
 class FilePin:
     """A single file. ``urls`` may be empty when the operator supplies the file (for
@@ -376,14 +336,7 @@ class FilePin:
     how_to_supply: str | None = None
 
     kind: ClassVar[str] = "file"
-    FIELD_ORDER: ClassVar[tuple[str, ...]] = (
-        "kind",
-        "name",
-        "sha256",
-        "size",
-        "urls",
-        "how_to_supply",
-    )
+    FIELD_ORDER: ClassVar[tuple[str, ...]]  # "kind", then the fields as declared
 
     def __post_init__(self) -> None:
         require_input_name("name", self.name)
@@ -485,18 +438,6 @@ class Lock:
         """A new lock with ``pin`` added, or replacing the input of the same name."""
         others = [existing for existing in self.inputs if existing.name != pin.name]
         return Lock(target=self.target, inputs=(*others, pin), schema=self.schema)
-
-
-# --------------------------------------------------------------------------- serialization
-
-
-# --------------------------------------------------------------------------- parsing
-
-
-# --------------------------------------------------------------------------- PEP 751
-
-
-# --------------------------------------------------------------------------- internals
 
 
 def _require_distribution_file(pin: WheelPin | SdistPin) -> tuple[str, str]:

@@ -41,14 +41,12 @@ from .types import Platform
 DEFAULT_REPOSITORY = "localhost/sparkflake"
 
 
-
 @dataclass(frozen=True)
 class ImageOptions:
     compression: Compression = Compression("gzip")
     source_date_epoch: int = 1
     repository: str = DEFAULT_REPOSITORY
     tag: str | None = None  # default: the profile name
-
 
 
 def build_lower_layers(
@@ -75,7 +73,6 @@ def build_lower_layers(
     return built
 
 
-
 def cached_lower_layers(
     trees: Sequence[LayerTree], options: ImageOptions, store: BlobStore, layer_cache: LayerCache | None
 ) -> list[Layer]:
@@ -91,7 +88,6 @@ def cached_lower_layers(
             break
         found.append(layer)
     return found
-
 
 
 class LowerLayers:
@@ -128,7 +124,6 @@ def _platform(profile: Profile) -> Platform:
     return platform
 
 
-
 def _spec(profile: Profile, options: ImageOptions, layers: Sequence[LayerTree], runtime: RuntimeConfig) -> ImageSpec:
     return ImageSpec(
         layers=tuple(LayerSpec(tree.layer_input, tree.created_by) for tree in layers),
@@ -139,7 +134,6 @@ def _spec(profile: Profile, options: ImageOptions, layers: Sequence[LayerTree], 
         tag=options.tag or profile.name,
         repository=options.repository,
     )
-
 
 
 @dataclass(frozen=True)
@@ -154,7 +148,6 @@ class BuildResult:
     sbom_bytes: bytes | None = None  # OUT/sbom.spdx.json
     sbom_artifact: ReferringArtifact | None = None  # the SBOM as an OCI artifact whose subject is the image
     extra: Mapping[str, Any] = field(default_factory=dict)
-
 
 
 def image_sbom(composition: Composition, fetched: FetchedInputs, image: BuiltImage,
@@ -192,7 +185,6 @@ def image_sbom(composition: Composition, fetched: FetchedInputs, image: BuiltIma
         annotations={CREATED_ANNOTATION: rfc3339(image.source_date_epoch)},
     )
     return content, artifact
-
 
 
 def prepare_top_over_layers(
@@ -263,20 +255,16 @@ def finish(
     )
 
 
-
 OUTPUT_FORMATS = ("oci", "oci-archive", "docker-archive")
 
 
-
 SBOM_FILE = "sbom.spdx.json"
-
 
 
 def check_formats(formats: Sequence[str]) -> None:
     unknown = set(formats) - set(OUTPUT_FORMATS)
     if unknown or not formats:
         raise InputError(f"--formats {','.join(formats)}: expected some of {', '.join(OUTPUT_FORMATS)}")
-
 
 
 def write_outputs(
@@ -291,7 +279,6 @@ def write_outputs(
     return out_dir
 
 
-
 def start_archive(staging: Path, formats: Sequence[str], options: ImageOptions) -> CombinedArchiveWriter | None:
     """The combined archive (oci-archive and docker-archive in one file) started in the
     staging directory: each layer handed to it (``add_layer``) is copied on a background
@@ -302,7 +289,6 @@ def start_archive(staging: Path, formats: Sequence[str], options: ImageOptions) 
     if not names or options.compression.algorithm == "zstd":
         return None
     return CombinedArchiveWriter(staging / names[0], options.source_date_epoch)
-
 
 
 def start_layout(staging: Path, formats: Sequence[str]) -> LayoutWriter | None:

@@ -46,7 +46,6 @@ QUEUE_CHUNKS = 8
 DEFAULT_SOURCE_DATE_EPOCH = 1
 
 
-
 @dataclass(frozen=True)
 class LayerOptions:
     compression: Compression = Compression("gzip")

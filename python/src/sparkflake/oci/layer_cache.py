@@ -48,7 +48,6 @@ from .tar_stream import EntryKind
 CACHE_FORMAT = "sparkflake-layer-cache-v1"
 
 
-
 class InputFingerprint(NamedTuple):
     digest: str
     settled: bool  # no path changed within the racy window: safe to record

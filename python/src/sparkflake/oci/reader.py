@@ -223,7 +223,6 @@ class ImageReader:
         return parse_json_object(self.manifest_bytes, self.files.describe(self.manifest_ref.name), check_id="document.parse")
 
 
-
 def _read_document(files: ImageFiles, name: str, what: str) -> bytes:
     """A document's bytes, bounded: never more than ``MAX_DOCUMENT_BYTES`` are read."""
     size = files.size(name)

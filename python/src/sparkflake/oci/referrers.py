@@ -25,7 +25,7 @@ class PushedReferrer:
     via: str  # "referrers-api" or "fallback-tag"
     tag: str | None = None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_record(self) -> dict[str, Any]:
         return {"manifest": self.manifest_digest, "artifact_type": self.artifact_type, "via": self.via,
                 "tag": self.tag}
 

@@ -36,6 +36,7 @@ from ..core.records import (
     freeze_field,
     freeze_str_tuple,
     join_path,
+    keys_in_field_order,
     require_input_name,
     require_match,
     require_oci_digest,
@@ -160,18 +161,20 @@ def _require_distribution(path: str, value: object) -> str:
 # --------------------------------------------------------------------------- records
 
 
+@keys_in_field_order()
 @dataclass(frozen=True)
 class PythonSpec:
     """PEP 508 requirements the resolver locks for the target."""
 
     requirements: tuple[str, ...]
 
-    FIELD_ORDER: ClassVar[tuple[str, ...]] = ("requirements",)
+    FIELD_ORDER: ClassVar[tuple[str, ...]]  # the fields as declared
 
     def __post_init__(self) -> None:
         freeze_str_tuple(self, "requirements", _require_requirement, non_empty=True)
 
 
+@keys_in_field_order()
 @dataclass(frozen=True)
 class DebianSpec:
     """The OS base: a Debian suite and the seed packages whose closure the resolver locks."""
@@ -179,7 +182,7 @@ class DebianSpec:
     suite: str
     seed: tuple[str, ...]
 
-    FIELD_ORDER: ClassVar[tuple[str, ...]] = ("suite", "seed")
+    FIELD_ORDER: ClassVar[tuple[str, ...]]  # the fields as declared
 
     def __post_init__(self) -> None:
         require_match("suite", self.suite, _SUITE, 'a Debian suite like "bookworm"')
@@ -187,13 +190,14 @@ class DebianSpec:
         freeze_str_tuple(self, "seed", package, non_empty=True)
 
 
+@keys_in_field_order()
 @dataclass(frozen=True)
 class Absences:
     """What must not be in the image (checked by the composition's verification chain)."""
 
     distributions: tuple[str, ...] = ()
 
-    FIELD_ORDER: ClassVar[tuple[str, ...]] = ("distributions",)
+    FIELD_ORDER: ClassVar[tuple[str, ...]]  # the fields as declared
 
     def __post_init__(self) -> None:
         freeze_str_tuple(self, "distributions", _require_distribution, non_empty=False)
@@ -236,6 +240,7 @@ class Qualification:
         return not self.settings and not self.scope
 
 
+@keys_in_field_order()
 @dataclass(frozen=True)
 class CheckpointFile:
     """One identity-bearing checkpoint file, relative to the checkpoint directory."""
@@ -244,7 +249,7 @@ class CheckpointFile:
     sha256: str
     size: int
 
-    FIELD_ORDER: ClassVar[tuple[str, ...]] = ("path", "sha256", "size")
+    FIELD_ORDER: ClassVar[tuple[str, ...]]  # the fields as declared
 
     def __post_init__(self) -> None:
         _require_rel_path("path", self.path)
@@ -252,6 +257,7 @@ class CheckpointFile:
         require_size("size", self.size)
 
 
+@keys_in_field_order()
 @dataclass(frozen=True)
 class Checkpoint:
     """A model checkpoint mounted at run time (never in the image)."""
@@ -265,7 +271,7 @@ class Checkpoint:
     pin: tuple[str, ...] | None = None
     files: tuple[CheckpointFile, ...] = ()
 
-    FIELD_ORDER: ClassVar[tuple[str, ...]] = ("description", "repository", "pin", "files")
+    FIELD_ORDER: ClassVar[tuple[str, ...]]  # the fields as declared
 
     def __post_init__(self) -> None:
         require_str("description", self.description, free_text=True)
@@ -291,6 +297,7 @@ class Checkpoint:
         freeze_field(self, "files", files)
 
 
+@keys_in_field_order()
 @dataclass(frozen=True)
 class Claim:
     """An upstream identity the seeds state, with how far sparkflake has confirmed it.
@@ -312,20 +319,7 @@ class Claim:
     manifest_digest: str | None = None
     config_digest: str | None = None
 
-    FIELD_ORDER: ClassVar[tuple[str, ...]] = (
-        "name",
-        "kind",
-        "subject",
-        "status",
-        "source",
-        "rev",
-        "tree",
-        "source_sha256",
-        "sha256",
-        "reference",
-        "manifest_digest",
-        "config_digest",
-    )
+    FIELD_ORDER: ClassVar[tuple[str, ...]]  # the fields as declared
     KIND_FIELDS: ClassVar[dict[str, tuple[tuple[str, ...], tuple[str, ...]]]] = {
         # kind: (required, optional)
         "git": (("rev", "tree"), ("source_sha256",)),

@@ -36,13 +36,8 @@ from .model import (
 )
 
 
-def profile_to_dict(profile: Profile) -> dict[str, Any]:
-    """The profile as plain data in canonical order (its JSON form, and its TOML form)."""
-    return record_to_dict(profile)
-
-
 def dump_profile(profile: Profile) -> str:
-    return canonical_toml.dumps(profile_to_dict(profile))
+    return canonical_toml.dumps(record_to_dict(profile))
 
 
 def profile_from_dict(document: Mapping[str, Any]) -> Profile:

@@ -49,7 +49,7 @@ class Capabilities:
     vllm_platform: str  # the vLLM platform the check's parser and configs were built on
     source: str = field(default="", compare=False)  # the file it was read from
 
-    def as_json(self) -> dict[str, Any]:
+    def as_record(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA,
             "image": {"manifest_digest": self.manifest_digest, "config_digest": self.config_digest,
@@ -75,7 +75,7 @@ class Capabilities:
 
 def dumps(capabilities: Capabilities) -> bytes:
     """Canonical bytes: sorted keys, two-space indent, one trailing newline."""
-    return (json.dumps(capabilities.as_json(), indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
+    return (json.dumps(capabilities.as_record(), indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
 
 
 def _strings(document: Mapping[str, Any], path: tuple[str, ...], where: str) -> tuple[str, ...]:

@@ -7,10 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.check_result import CheckResult
+from ..core.check_result import ERROR, FAIL, CheckResult
 from .capabilities import Capabilities
-
-PASS, FAIL, ERROR, SKIP = "pass", "fail", "error", "skip"
 
 
 @dataclass(frozen=True)
@@ -19,7 +17,7 @@ class Case:
     serve_args: tuple[str, ...]
     env: Mapping[str, str]
 
-    def as_json(self) -> dict[str, Any]:
+    def as_record(self) -> dict[str, Any]:
         return {"name": self.name, "serve_args": list(self.serve_args), "env": dict(sorted(self.env.items()))}
 
 
@@ -48,7 +46,7 @@ class CheckReport:
     def failed(self) -> list[CheckResult]:
         return [check for check in self.checks if check.status in (FAIL, ERROR)]
 
-    def as_json(self) -> dict[str, Any]:
+    def as_record(self) -> dict[str, Any]:
         return {
             "schema": "sparkflake.runtime-check/v1",
             "ok": self.exit_code == 0,
@@ -56,5 +54,5 @@ class CheckReport:
             "seconds": {"unpack": self.unpack_seconds, "bytecode": self.bytecode_seconds, "probe": self.probe_seconds,
                         "imports": self.import_seconds},
             "checks": [check.as_record() for check in self.checks],
-            "capabilities": self.capabilities.as_json() if self.capabilities else None,
+            "capabilities": self.capabilities.as_record() if self.capabilities else None,
         }

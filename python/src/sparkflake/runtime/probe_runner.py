@@ -86,7 +86,7 @@ def run_probe(report: CheckReport, root: Path, scratch: Path, python: str, image
     work = Path(tempfile.mkdtemp(prefix="probe-", dir=scratch))
     try:
         ship_probe(work)
-        request = {"expected_versions": dict(expected_versions), "cases": [case.as_json() for case in cases]}
+        request = {"expected_versions": dict(expected_versions), "cases": [case.as_record() for case in cases]}
         (work / "request.json").write_text(json.dumps(request, sort_keys=True))
         command = sandbox.sandbox_argv(
             root,

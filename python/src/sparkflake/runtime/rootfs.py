@@ -51,7 +51,6 @@ OPAQUE_WHITEOUT = ".wh..wh..opq"
 MOUNT_POINTS = ("dev", "proc", "sys", "tmp", "root")
 
 
-
 class _VerifyingStream:
     """The decompressed bytes of a blob as a file object for ``tarfile``, hashing both
     the blob (as stored) and its decompressed stream (the diffID).

@@ -110,7 +110,7 @@ class SignResult:
     attestation_tag: str | None = None
     attestation_manifest: str | None = None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_record(self) -> dict[str, Any]:
         return {
             "manifest_digest": self.manifest_digest,
             "signature": {"tag": self.signature_tag, "manifest": self.signature_manifest},
