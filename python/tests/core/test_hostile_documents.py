@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from sparkflake.core.documents import (
     MAX_DOCUMENT_BYTES,
+    objects_of_array,
     parse_json,
     parse_json_object,
     read_regular_file,
@@ -205,3 +206,20 @@ def test_parse_json_object_gives_an_object_or_names_the_document(value, check_id
                 assert exc.message == "doc.json: expected a manifest"
             continue
         assert isinstance(value, dict) and raw != text[:-1] + "\x00" and parsed == value
+
+
+@given(_JSON_VALUES)
+def test_objects_of_array_gives_each_object_with_its_path_or_names_the_first_bad_place(value):
+    """An array of objects comes back item by item with each one's path; anything else is
+    refused at the array's path or at the first item that is not an object."""
+    try:
+        items = list(objects_of_array(value, "pins.json", "$.files", "an object with path"))
+    except InputError as exc:
+        if not isinstance(value, list):
+            assert exc.message == "pins.json: $.files: expected an array of objects"
+        else:
+            first_bad = next(index for index, item in enumerate(value) if not isinstance(item, dict))
+            assert exc.message == f"pins.json: $.files[{first_bad}]: expected an object with path"
+        return
+    assert isinstance(value, list) and all(isinstance(item, dict) for item in value)
+    assert items == [(f"$.files[{index}]", item) for index, item in enumerate(value)]

@@ -7,12 +7,12 @@ receipt, an expected-digests file and ``--expect`` digests.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from typing import Any
 
 from ..core.atomic_write import write_bytes_atomic
+from ..core.canonical_json import readable_json_bytes
 from ..core.check_result import CheckResult
 from ..core.documents import read_json_file
 from ..core.errors import InputError
@@ -125,4 +125,4 @@ def write_record(path: str | os.PathLike[str], report: AuditReport, profile: str
     record = report.as_record()
     record["kind"] = "sparkflake.digest-verification"
     record["profile"] = profile
-    write_bytes_atomic(path, (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
+    write_bytes_atomic(path, readable_json_bytes(record))

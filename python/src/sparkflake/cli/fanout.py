@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from ..core.atomic_write import write_bytes_atomic
+from ..core.canonical_json import readable_json_bytes
 from ..core.errors import InputError
 from ..distribute.blobs import LayoutFanoutRequest, layout_fanout
 from ..distribute.fanout import FanoutRequest, fanout
@@ -92,7 +92,7 @@ def _report(args: argparse.Namespace, report: dict) -> int:
         for record in report["ranks"]:
             write_bytes_atomic(
                 args.evidence_dir / f"{record['rank']}.json",
-                (json.dumps(record, indent=2, sort_keys=True) + "\n").encode(),
+                readable_json_bytes(record),
             )
     if args.json:
         print_json(report)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from ..compose import receipt
 from ..core.atomic_write import write_bytes_atomic
+from ..core.canonical_json import readable_json_bytes
 from ..core.errors import InputError
 from ..distribute.registry import push_layout
 from ..oci.artifact import ReferringArtifact, read_referring_artifact
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     if sbom is not None:
         outcome["sbom"] = push_referrer(client, target.repository, sbom, result.manifest_digest).as_record()
     record = args.record or (args.out / "publish.json")
-    write_bytes_atomic(record, (json.dumps(outcome, indent=2, sort_keys=True) + "\n").encode())
+    write_bytes_atomic(record, readable_json_bytes(outcome))
     if args.json:
         print_json(outcome)
     else:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from ..core.atomic_write import write_bytes_atomic
+from ..core.canonical_json import readable_json_bytes
 from ..distribute.replicate import ReplicateRequest, replicate
 from ..distribute.site import load_site
 from ._output import Progress, print_json, print_line, warn
@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     if args.evidence_dir:
         for record in report["ranks"]:
             write_bytes_atomic(args.evidence_dir / f"{record['rank']}.json",
-                               (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
+                               readable_json_bytes(record))
     if args.json:
         print_json(report)
     else:

@@ -86,12 +86,13 @@ def container_mounts(contract, cases) -> tuple:  # type: ignore[no-untyped-def]
 
 def run_check_command(args: argparse.Namespace) -> int:
     from ..core.atomic_write import write_bytes_atomic
+    from ..core.check_result import SKIP
     from ..launch.conformance import conformance_cases
     from ..launch.contract import contract_from_profile
     from ..lock.profile_locks import load_profile
     from ..runtime import capabilities as capability_file
     from ..runtime.check import run_check
-    from ..runtime.check_report import SKIP, Case
+    from ..runtime.check_report import Case
 
     out = Path(args.out)
     if not out.exists():

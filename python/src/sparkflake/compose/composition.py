@@ -24,11 +24,7 @@ from .python_env import CollisionRule, RecordWaiver
 from .source_packages import SOURCE_PACKAGES, SourcePackageRole
 
 OVERLAY_PACKAGE = "vllm"
-
-
 REPO_PATCH_SET = ("overlays", "vllm")
-
-
 PROFILE_PATCH_SET = "patches"
 
 

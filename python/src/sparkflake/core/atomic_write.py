@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from .canonical_json import readable_json_bytes
 from .direct_write import DirectWriter
 from .errors import InputError
 
@@ -256,7 +257,7 @@ def _kind_of(path: Path) -> str:
 def _write_output_marker(staging: Path) -> None:
     entries = sorted(name for name in os.listdir(staging) if name != OUTPUT_MARKER)
     record = {"kind": _OUTPUT_KIND, "entries": entries}
-    (staging / OUTPUT_MARKER).write_bytes(json.dumps(record, sort_keys=True, indent=1).encode() + b"\n")
+    (staging / OUTPUT_MARKER).write_bytes(readable_json_bytes(record))
 
 
 @contextlib.contextmanager

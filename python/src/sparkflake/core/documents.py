@@ -17,6 +17,7 @@ import os
 import re
 import stat
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 from .errors import InputError, SparkflakeError
@@ -112,6 +113,21 @@ def parse_json_object(
     if not isinstance(document, dict):
         raise refusal(f"{shown}: expected {what}", check_id=check_id)
     return document
+
+
+def objects_of_array(
+    value: object, shown: str, place: str, what: str = "an object"
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The items of the array at ``place`` (a document path like ``$.measured``), each with
+    its own path (``$.measured[2]``); anything but an array of objects is refused, naming
+    the file, the path and ``what`` each item must be."""
+    if not isinstance(value, list):
+        raise InputError(f"{shown}: {place}: expected an array of objects")
+    for index, item in enumerate(value):
+        at = f"{place}[{index}]"
+        if not isinstance(item, dict):
+            raise InputError(f"{shown}: {at}: expected {what}")
+        yield at, item
 
 
 def read_json_file(path: str | os.PathLike[str], what: str, limit: int = MAX_DOCUMENT_BYTES) -> Any:

@@ -224,6 +224,11 @@ def _import_layout(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sparkflake.distribute.agent")
     commands = parser.add_subparsers(dest="command", required=True)
+    # what names an image in a rank's engine: the commands that import or look one up share it
+    engine_image = argparse.ArgumentParser(add_help=False)
+    engine_image.add_argument("--engine", required=True)
+    engine_image.add_argument("--image-id", required=True)
+    engine_image.add_argument("--engine-args-json", default="[]")
 
     status = commands.add_parser("status")
     status.add_argument("--path", required=True)
@@ -238,18 +243,12 @@ def build_parser() -> argparse.ArgumentParser:
     relaying.add_argument("--downstream-json", required=True)
     relaying.set_defaults(handler=_relay)
 
-    importing = commands.add_parser("import")
+    importing = commands.add_parser("import", parents=[engine_image])
     importing.add_argument("--archive", required=True)
-    importing.add_argument("--engine", required=True)
-    importing.add_argument("--image-id", required=True)
     importing.add_argument("--tag")
-    importing.add_argument("--engine-args-json", default="[]")
     importing.set_defaults(handler=_import)
 
-    image_status = commands.add_parser("image-status")
-    image_status.add_argument("--engine", required=True)
-    image_status.add_argument("--image-id", required=True)
-    image_status.add_argument("--engine-args-json", default="[]")
+    image_status = commands.add_parser("image-status", parents=[engine_image])
     image_status.set_defaults(handler=_image_status)
 
     downloading = commands.add_parser("download")
@@ -295,12 +294,9 @@ def build_parser() -> argparse.ArgumentParser:
     committing.add_argument("--engine-args-json", default="[]")
     committing.set_defaults(handler=_commit_layout)
 
-    layout_import = commands.add_parser("import-layout")
+    layout_import = commands.add_parser("import-layout", parents=[engine_image])
     layout_import.add_argument("--layout", required=True)
-    layout_import.add_argument("--engine", required=True)
-    layout_import.add_argument("--image-id", required=True)
     layout_import.add_argument("--tag", required=True)
-    layout_import.add_argument("--engine-args-json", default="[]")
     layout_import.set_defaults(handler=_import_layout)
 
     listing = commands.add_parser("manifest")

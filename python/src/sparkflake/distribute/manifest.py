@@ -6,7 +6,6 @@ and sha256 already match is reused and only the rest travel.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -14,6 +13,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..core.atomic_write import write_bytes_atomic
+from ..core.canonical_json import readable_json_bytes
 from ..core.digest import is_sha256_hex, sha256_file
 from ..core.errors import InputError
 
@@ -80,7 +80,7 @@ def manifest_from_document(document: Any, origin: str = "manifest") -> list[File
 
 def manifest_bytes(entries: list[FileEntry]) -> bytes:
     document = {"files": [entry.as_record() for entry in entries]}
-    return (json.dumps(document, indent=2, sort_keys=True) + "\n").encode()
+    return readable_json_bytes(document)
 
 
 def safe_relative(path: str) -> bool:

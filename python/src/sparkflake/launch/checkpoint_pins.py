@@ -17,7 +17,6 @@ A pins file (JSON, written atomically, one per service)::
 from __future__ import annotations
 
 import fnmatch
-import json
 import os
 import stat
 from collections.abc import Callable, Mapping, Sequence
@@ -26,8 +25,9 @@ from types import MappingProxyType
 from typing import Any
 
 from ..core.atomic_write import write_bytes_atomic
+from ..core.canonical_json import readable_json_bytes
 from ..core.digest import file_digest
-from ..core.documents import file_kind, parse_json_object
+from ..core.documents import file_kind, objects_of_array, parse_json_object
 from ..core.errors import InputError
 from ..core.file_hashes import stat_identity
 from ..profile.model import CheckpointFile
@@ -185,14 +185,8 @@ def parse_pins(raw: bytes, shown: str) -> CheckpointPins:
         pinned_from = entry.get("pinned_from")
         if not isinstance(pinned_from, str):
             raise InputError(f"{shown}: {place}.pinned_from: expected a path")
-        rows = entry.get("files")
-        if not isinstance(rows, list):
-            raise InputError(f"{shown}: {place}.files: expected an array of {{path, sha256, size}}")
         files = []
-        for index, row in enumerate(rows):
-            at = f"{place}.files[{index}]"
-            if not isinstance(row, dict):
-                raise InputError(f"{shown}: {at}: expected an object with path, sha256, size")
+        for at, row in objects_of_array(entry.get("files"), shown, f"{place}.files", "an object with path, sha256, size"):
             _known_keys(row, {"path", "sha256", "size"}, shown, at)
             path, sha256, size = row.get("path"), row.get("sha256"), row.get("size")
             if not isinstance(path, str) or not isinstance(sha256, str):
@@ -216,7 +210,7 @@ def _known_keys(mapping: Mapping[str, Any], known: set[str], shown: str, place: 
 
 
 def write_pins(path: str | os.PathLike[str], pins: CheckpointPins) -> None:
-    write_bytes_atomic(path, json.dumps(pins.as_record(), indent=2, sort_keys=True).encode() + b"\n")
+    write_bytes_atomic(path, readable_json_bytes(pins.as_record()))
 
 
 def pinned_files(

@@ -34,7 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from ..core.atomic_write import write_bytes_atomic
+from ..core.canonical_json import readable_json_bytes
 from ..core.digest import is_digest
+from ..core.documents import objects_of_array
 from ..core.errors import InputError
 from ..core.status import STATUSES
 
@@ -104,7 +106,7 @@ class EvidenceRecord:
 
 
 def dump_record(record: EvidenceRecord) -> bytes:
-    return (json.dumps(record.as_record(), indent=2, sort_keys=True) + "\n").encode()
+    return readable_json_bytes(record.as_record())
 
 
 def write_record(path: str | Path, record: EvidenceRecord) -> None:
@@ -150,14 +152,8 @@ def parse_record(text: str | bytes, where: str) -> EvidenceRecord:
             f"{where}: $.settings_hash: expected null or sha256:<64 lowercase hex>, "
             f"got {settings_hash!r}"
         )
-    measured_raw = document.get("measured", [])
-    if not isinstance(measured_raw, list):
-        raise InputError(f"{where}: $.measured: expected a list")
     measured = []
-    for index, entry in enumerate(measured_raw):
-        place = f"$.measured[{index}]"
-        if not isinstance(entry, dict):
-            raise InputError(f"{where}: {place}: expected an object")
+    for place, entry in objects_of_array(document.get("measured", []), where, "$.measured"):
         _refuse_unknown(entry, _MEASUREMENT_KEYS, where, place)
         what = _string(entry, "what", where, place)
         value = entry.get("value")

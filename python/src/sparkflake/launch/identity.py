@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.atomic_write import write_bytes_atomic
-from ..core.canonical_json import canonical_json_bytes
+from ..core.canonical_json import canonical_json_bytes, readable_json_bytes
 from ..core.errors import InputError
 
 IDENTITY_SCHEMA = "sparkflake.runtime-identity/v1"
@@ -296,5 +296,5 @@ def quarantine(
         "expected_identity_hash": identity_hash(expected),
         "found_identity": found,
     }
-    write_bytes_atomic(slot / "record.json", json.dumps(record, indent=2, sort_keys=True).encode() + b"\n")
+    write_bytes_atomic(slot / "record.json", readable_json_bytes(record))
     return slot

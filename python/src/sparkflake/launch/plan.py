@@ -7,7 +7,6 @@ real launch that writes: it marks the cache root and accepts or quarantines stat
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.atomic_write import write_bytes_atomic
+from ..core.canonical_json import readable_json_bytes
 from ..core.check_result import PASS, CheckResult
 from ..core.container_engine import Engine
 from ..core.errors import InputError
@@ -260,7 +260,7 @@ def prepare_state(plan: LaunchPlan) -> list[StateDecision]:
     marker = cache_root_marker(plan.contract.profile, plan.resolution.rank, plan.resolution.values["NODE_ADDRESS"])
     marker_path = root / CACHE_ROOT_MARKER
     if not marker_path.exists():
-        write_bytes_atomic(marker_path, json.dumps(marker, indent=2, sort_keys=True).encode() + b"\n")
+        write_bytes_atomic(marker_path, readable_json_bytes(marker))
     quarantine_root = root / QUARANTINE_DIR
     decisions = []
     if plan.resolution.values["SPARKCACHE_ENABLED"]:

@@ -4,7 +4,6 @@ full receipt and SBOM, and the output directory (layout, archives, digests, rece
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -374,4 +373,4 @@ def write_outputs_into(
     digests = result.image.digests_record()
     digests["profile"] = result.profile
     digests["layer_names"] = list(result.layer_names)
-    write_bytes_atomic(staging / "digests.json", (json.dumps(digests, indent=2, sort_keys=True) + "\n").encode())
+    write_bytes_atomic(staging / "digests.json", readable_json_bytes(digests))

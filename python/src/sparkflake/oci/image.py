@@ -144,11 +144,8 @@ def assemble_image(spec: ImageSpec, layers: list[Layer], store: BlobStore) -> Bu
         source_date_epoch=spec.source_date_epoch,
         layers=tuple(layers),
         config_bytes=config_bytes,
-        config_digest=config_digest,
         manifest_bytes=manifest_bytes,
-        manifest_digest=manifest_digest,
         index_bytes=index_bytes,
-        index_digest=sha256_digest(index_bytes),
         chain_id=chain_id(diff_ids),
         store=store,
     )

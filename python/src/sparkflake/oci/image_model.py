@@ -1,9 +1,12 @@
-"""A built image: its layers, its canonical config/manifest/index bytes and digests."""
+"""A built image: its layers and its canonical config/manifest/index bytes; each digest is
+the hash of those bytes, so no digest can disagree with the document it names."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
+from ..core.digest import sha256_digest
 from .blob_store import BlobStore
 from .layer import Layer
 from .types import Platform
@@ -17,13 +20,22 @@ class BuiltImage:
     source_date_epoch: int
     layers: tuple[Layer, ...]
     config_bytes: bytes
-    config_digest: str
     manifest_bytes: bytes
-    manifest_digest: str
     index_bytes: bytes
-    index_digest: str
     chain_id: str
     store: BlobStore
+
+    @cached_property
+    def config_digest(self) -> str:
+        return sha256_digest(self.config_bytes)
+
+    @cached_property
+    def manifest_digest(self) -> str:
+        return sha256_digest(self.manifest_bytes)
+
+    @cached_property
+    def index_digest(self) -> str:
+        return sha256_digest(self.index_bytes)
 
     @property
     def reference(self) -> str:

@@ -485,13 +485,17 @@ class RegistryClient:
                     progress(written, size or written, digest)
         return written
 
+    def blob_response(self, repository: str, digest: str) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+        """A blob as the registry serves it, unchecked, for a reader that hashes the bytes
+        itself (the audit's verifier); the caller closes the connection."""
+        what = f"blob {self.registry}/{repository}@{digest}"
+        return self._request("GET", f"/v2/{repository}/blobs/{digest}", scope=_scope(repository, "pull"), what=what)
+
     def _blob_chunks(self, repository: str, digest: str, *, size: int | None = None,
                      limit: int | None = None) -> Iterator[bytes]:
         _check_digest(digest)
         what = f"blob {self.registry}/{repository}@{digest}"
-        connection, response = self._request(
-            "GET", f"/v2/{repository}/blobs/{digest}", scope=_scope(repository, "pull"), what=what,
-        )
+        connection, response = self.blob_response(repository, digest)
         hasher = hashlib.sha256()
         received = 0
         try:

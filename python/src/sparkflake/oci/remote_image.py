@@ -37,10 +37,7 @@ class RegistryFiles:
     def open(self, name: str) -> BinaryIO:
         # the raw exchange: the client's own blob reads verify and raise, and here the
         # verifier hashes the bytes itself and names a mismatch in its own terms
-        connection, response = self._client._request(
-            "GET", f"/v2/{self._repository}/blobs/{name}", scope=f"repository:{self._repository}:pull",
-            what=f"blob {self._client.registry}/{self._repository}@{name}",
-        )
+        connection, response = self._client.blob_response(self._repository, name)
         return io.BufferedReader(_ResponseBody(connection, response), buffer_size=1 << 20)
 
 

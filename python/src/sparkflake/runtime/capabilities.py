@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..core.canonical_json import readable_json_bytes
 from ..core.errors import InputError
 
 SCHEMA = "sparkflake.runtime-capabilities/v1"
@@ -75,7 +76,7 @@ class Capabilities:
 
 def dumps(capabilities: Capabilities) -> bytes:
     """Canonical bytes: sorted keys, two-space indent, one trailing newline."""
-    return (json.dumps(capabilities.as_record(), indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
+    return readable_json_bytes(capabilities.as_record())
 
 
 def _strings(document: Mapping[str, Any], path: tuple[str, ...], where: str) -> tuple[str, ...]:

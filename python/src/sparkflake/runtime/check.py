@@ -26,11 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from ..compose.tree_paths import image_path
+from ..core.check_result import ERROR, FAIL, PASS
 from ..core.elf_machines import MACHINE_BY_ARCHITECTURE
 from ..core.errors import CheckFailed, InputError
 from ..oci.reader import ImageReader, open_image
 from . import checkpoint, rootfs, sandbox
-from .check_report import ERROR, FAIL, PASS, Case, CheckReport
+from .check_report import Case, CheckReport
 from .judge import FULL_CKV_GATHER_SWITCHES, capabilities_of, env_evidence, judge_result
 from .probe_runner import HostWork, run_probe
 

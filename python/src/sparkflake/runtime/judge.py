@@ -8,9 +8,10 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..core.check_result import FAIL, PASS
 from ..oci.reader import ImageReader
 from .capabilities import Capabilities
-from .check_report import FAIL, PASS, Case, CheckReport
+from .check_report import Case, CheckReport
 from .env_evidence import EXTERNAL_READERS
 
 # The variables that would switch B12X's full-CKV gather (DCP2/DCP4) on: the name the

@@ -15,8 +15,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..core.atomic_write import write_bytes_atomic
+from ..core.check_result import FAIL, PASS, SKIP
 from . import bytecode, rootfs, sandbox
-from .check_report import FAIL, PASS, SKIP, Case, CheckReport
+from .check_report import Case, CheckReport
 from .env_evidence import find_names
 
 PROBE_DIRECTORY = Path(__file__).with_name("in_image")

@@ -178,23 +178,12 @@ def judge_case(case: dict[str, object]) -> dict[str, object]:
         from vllm.config.speculative import SpeculativeConfig
 
         configs["speculative"] = _build_speculative(SpeculativeConfig, dict(speculative))
-    from vllm.config import CompilationConfig, KVTransferConfig, ParallelConfig
+    from vllm.config import CompilationConfig, KVTransferConfig
 
     compilation = getattr(engine_args, "compilation_config", None)
     build("compilation", lambda: compilation if isinstance(compilation, CompilationConfig)
           else CompilationConfig(**(compilation or {})))
-    build("parallel", lambda: ParallelConfig(
-        tensor_parallel_size=engine_args.tensor_parallel_size,
-        pipeline_parallel_size=engine_args.pipeline_parallel_size,
-        decode_context_parallel_size=engine_args.decode_context_parallel_size,
-        cp_kv_cache_interleave_size=engine_args.cp_kv_cache_interleave_size,
-        all2all_backend=engine_args.all2all_backend,
-        distributed_executor_backend=engine_args.distributed_executor_backend,
-        nnodes=engine_args.nnodes,
-        node_rank=engine_args.node_rank,
-        master_addr=engine_args.master_addr,
-        master_port=engine_args.master_port,
-    ))
+    build("parallel", lambda: _parallel_config(engine_args, LAUNCHED_PARALLEL_ARGS))
     build("cache", lambda: _cache_config(engine_args))
     kv = getattr(engine_args, "kv_transfer_config", None)
     if kv is not None:
@@ -212,8 +201,6 @@ def _model_configs(engine_args) -> tuple[dict[str, object], dict[str, object] | 
     vllm/engine/arg_utils.py:1982) from the checkpoint's config.json bound at ``--model``,
     then the speculative config with it as the target (create_speculative_config, :2100),
     which builds the draft's model config. Nothing here needs a GPU."""
-    from vllm.config import ParallelConfig
-
     try:
         model = engine_args.create_model_config()
     except BaseException as exc:  # noqa: BLE001
@@ -223,9 +210,7 @@ def _model_configs(engine_args) -> tuple[dict[str, object], dict[str, object] | 
     if not getattr(engine_args, "speculative_config", None):
         return built, None
     try:
-        parallel = ParallelConfig(tensor_parallel_size=engine_args.tensor_parallel_size,
-                                  pipeline_parallel_size=engine_args.pipeline_parallel_size,
-                                  decode_context_parallel_size=engine_args.decode_context_parallel_size)
+        parallel = _parallel_config(engine_args, LAUNCHED_PARALLEL_ARGS[:3])
         speculative = engine_args.create_speculative_config(model, parallel)
         draft = getattr(speculative, "draft_model_config", None)
         return built, {"ok": True, "method": speculative.method,
@@ -253,6 +238,22 @@ def warm_model_registry(case: dict[str, object]) -> dict[str, object]:
 
     model, speculative = _model_configs(AsyncEngineArgs.from_cli_args(args))
     return {"model_config": model, "speculative_with_target": speculative}
+
+
+# The engine arguments a launch sets that vLLM's create_engine_config hands to ParallelConfig
+# under the same names (vllm/engine/arg_utils.py:2569 in the image). The first three are the
+# model's shape, all the draft's model config depends on.
+LAUNCHED_PARALLEL_ARGS = (
+    "tensor_parallel_size", "pipeline_parallel_size", "decode_context_parallel_size",
+    "cp_kv_cache_interleave_size", "all2all_backend", "distributed_executor_backend",
+    "nnodes", "node_rank", "master_addr", "master_port",
+)
+
+
+def _parallel_config(engine_args, names):
+    from vllm.config import ParallelConfig
+
+    return ParallelConfig(**{name: getattr(engine_args, name) for name in names})
 
 
 def _cache_config(engine_args):
