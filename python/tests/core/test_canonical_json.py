@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sparkflake.core.canonical_json import canonical_json_bytes, readable_json_bytes
+from sparkflake.core.canonical_json import canonical_json_bytes, go_struct_json_bytes, readable_json_bytes
 
 pytestmark = pytest.mark.nix_sandbox  # needs nothing but Python: also run by the flake check
 
@@ -60,3 +60,39 @@ def test_non_finite_numbers_are_refused(value: float) -> None:
 def test_non_ascii_text_is_utf8_unless_asked_otherwise() -> None:
     assert canonical_json_bytes({"name": "ü"}) == '{"name":"ü"}'.encode()
     assert canonical_json_bytes({"name": "ü"}, ascii_only=True) == b'{"name":"\\u00fc"}'
+
+
+@given(documents)
+def test_go_struct_bytes_keep_the_documents_key_order_with_gos_escapes(document) -> None:
+    """cosign's payloads and the docker-archive manifest containers/image derives: compact,
+    the document's own key order (a Go struct's), UTF-8, and <, >, &, U+2028/9 escaped as
+    Go's encoding/json escapes them; nothing else differs from the plain compact form."""
+    written = go_struct_json_bytes(document)
+    expected = json.dumps(document, separators=(",", ":"), ensure_ascii=False)
+    for char, escape in GO_ESCAPES:
+        expected = expected.replace(char, escape)
+    assert written == expected.encode("utf-8")
+    parsed = json.loads(written)
+    assert parsed == document
+    if isinstance(document, dict):
+        assert list(parsed) == list(document)
+
+
+GO_ESCAPES = (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"), ("\u2029", "\\u2029"))
+
+
+def test_go_struct_bytes_write_text_that_was_no_utf8_as_the_replacement_character() -> None:
+    # a surrogate-escaped argv byte, as Go writes an invalid UTF-8 byte: U+FFFD, escaped
+    assert go_struct_json_bytes({"r": "a\udcff<"}) == b'{"r":"a\\ufffd\\u003c"}'
+
+
+def test_go_struct_bytes_are_cosigns_simple_signing_payload() -> None:
+    """The exact bytes `cosign sign` writes for this image (field order critical, optional;
+    inside, identity, image, type), checked against cosign 2.5.0's output in the signing
+    tests; here the order alone."""
+    document = {"critical": {"identity": {"docker-reference": "r/x"}, "image": {"docker-manifest-digest": "sha256:0"},
+                             "type": "cosign container image signature"}, "optional": None}
+    assert go_struct_json_bytes(document) == (
+        b'{"critical":{"identity":{"docker-reference":"r/x"},"image":{"docker-manifest-digest":"sha256:0"},'
+        b'"type":"cosign container image signature"},"optional":null}'
+    )

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .atomic_write import write_bytes_atomic
+from .canonical_json import canonical_json_bytes
 from .digest import sha256_file
 from .errors import InputError
 
@@ -81,5 +82,5 @@ class FileHashes:
         if self._dirty and self.table_path is not None and self._table is not None:
             document = {"format": TABLE_FORMAT, "files": self._table}
             with contextlib.suppress(OSError):
-                write_bytes_atomic(self.table_path, json.dumps(document, separators=(",", ":")).encode())
+                write_bytes_atomic(self.table_path, canonical_json_bytes(document))
             self._dirty = False

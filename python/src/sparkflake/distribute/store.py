@@ -28,6 +28,7 @@ from pathlib import Path, PurePath
 from typing import Any, TypeVar
 
 from ..core.atomic_write import write_bytes_atomic
+from ..core.canonical_json import canonical_json_bytes
 from ..core.digest import digest_hex, is_digest, sha256_file
 from ..core.errors import CheckFailed, InputError
 from ..core.file_hashes import stat_identity
@@ -177,7 +178,7 @@ class VerifiedRecord:
     def save(self) -> None:
         if self.dirty:
             document = {"format": RECORD_FORMAT, "blobs": dict(sorted(self.blobs.items()))}
-            write_bytes_atomic(self.path, (json.dumps(document, separators=(",", ":")) + "\n").encode())
+            write_bytes_atomic(self.path, canonical_json_bytes(document) + b"\n")
             self.dirty = False
 
 

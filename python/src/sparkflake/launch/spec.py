@@ -7,11 +7,11 @@ the runtime identity's namespace) are the only writable mounts.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.canonical_json import canonical_json_bytes
 from .contract import LaunchContract
 from .resolution import Resolution
 
@@ -65,7 +65,7 @@ class ContainerSpec:
 
 
 def _json(document: Any) -> str:
-    return json.dumps(document, sort_keys=True, separators=(",", ":"))
+    return canonical_json_bytes(document, ascii_only=True).decode("ascii")
 
 
 def speculative_config(values: Mapping[str, Any]) -> dict[str, Any] | None:

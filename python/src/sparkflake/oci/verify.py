@@ -14,10 +14,10 @@ read or decompressed raises ``InputError``.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.canonical_json import go_struct_json_bytes
 from ..core.digest import chain_id, sha256_digest
 from ..core.errors import CheckFailed, InputError
 from ..core.progress import BytesProgress, ProgressCallback
@@ -324,4 +324,4 @@ def containers_image_docker_archive_manifest(
             for layer in layers
         ],
     }
-    return json.dumps(document, separators=(",", ":")).encode("utf-8")
+    return go_struct_json_bytes(document)

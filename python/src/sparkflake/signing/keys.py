@@ -31,6 +31,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
 
+from ..core.canonical_json import go_struct_json_bytes
 from ..core.documents import read_regular_file
 from ..core.errors import CheckFailed, InputError
 
@@ -191,7 +192,7 @@ def encrypt_private_key(key: PrivateKey, password: bytes, *, n: int = SCRYPT_N, 
         "cipher": {"name": "nacl/secretbox", "nonce": base64.b64encode(nonce).decode()},
         "ciphertext": base64.b64encode(ciphertext).decode(),
     }
-    return pem_encode(PRIVATE_PEM_TYPES[0], json.dumps(document, separators=(",", ":")).encode())
+    return pem_encode(PRIVATE_PEM_TYPES[0], go_struct_json_bytes(document))
 
 
 def pem_encode(kind: str, der: bytes) -> bytes:

@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.canonical_json import canonical_json_bytes
+from ..core.canonical_json import canonical_json_bytes, go_struct_json_bytes
 from ..core.digest import is_digest
 from ..core.documents import parse_json_object
 from ..core.errors import CheckFailed
@@ -51,7 +50,7 @@ def simple_signing_payload(docker_reference: str, manifest_digest: str) -> bytes
         },
         "optional": None,
     }
-    return json.dumps(document, separators=(",", ":")).encode()
+    return go_struct_json_bytes(document)
 
 
 def parse_simple_signing(content: bytes, where: str) -> SimpleSigning:
@@ -87,7 +86,7 @@ def dsse_envelope(payload_type: str, payload: bytes, signature: bytes) -> bytes:
         "payload": base64.b64encode(payload).decode(),
         "signatures": [{"keyid": "", "sig": base64.b64encode(signature).decode()}],
     }
-    return json.dumps(document, separators=(",", ":")).encode()
+    return go_struct_json_bytes(document)
 
 
 @dataclass(frozen=True)
