@@ -11,7 +11,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sparkflake.core.canonical_json import canonical_json_bytes, go_struct_json_bytes, readable_json_bytes
+from sparkflake.core.canonical_json import (
+    canonical_json_bytes,
+    go_struct_json_bytes,
+    readable_json_bytes,
+)
 
 pytestmark = pytest.mark.nix_sandbox  # needs nothing but Python: also run by the flake check
 
