@@ -459,3 +459,20 @@ def test_the_committed_shared_lock_is_valid_and_canonical() -> None:
     lock = load_lock(path)
     assert dump_lock(lock) == path.read_text(encoding="utf-8")
     assert {"vllm", "vllm-sdist", "torch", "nvidia-nccl-cu13"} <= {pin.name for pin in lock.inputs}
+
+
+COMMITTED_LOCKS = sorted((Path(__file__).resolve().parents[3] / "profiles").rglob("*.lock"))
+WRITTEN_BY_LOCK = ("glm53.lock", "fixture.lock")  # glm53-exact.lock is pinned by hand
+
+
+@pytest.mark.parametrize("path", COMMITTED_LOCKS, ids=lambda path: path.name)
+def test_committed_locks_keep_their_key_order(path: Path) -> None:
+    """The key order of every input kind is its declared field order after ``kind``
+    (``keys_in_field_order``): written back, every committed lock has its keys in the order
+    the file has them, and a lock `sparkflake lock` wrote is the same bytes."""
+    text = path.read_text(encoding="utf-8")
+    written = dump_lock(parse_lock(text, path.name))
+    committed_order = [list(table) for table in tomllib.loads(text)["inputs"]]
+    assert [list(table) for table in tomllib.loads(written)["inputs"]] == committed_order
+    if path.name in WRITTEN_BY_LOCK:
+        assert written == text

@@ -5,12 +5,12 @@ client itself is ``oci.remote``, the registry medium."""
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..core.atomic_write import atomic_directory
+from ..core.canonical_json import canonical_json_bytes
 from ..core.documents import read_regular_file
 from ..core.errors import CheckFailed, InputError
 from ..core.progress import ProgressCallback
@@ -153,8 +153,8 @@ def pull_to_layout(client: RegistryClient, source: Reference, layout: Path, plat
         entry = {"mediaType": manifest.media_type, "digest": manifest.digest, "size": len(manifest.content)}
         if source.tag:
             entry["annotations"] = {"org.opencontainers.image.ref.name": source.tag}
-        (staging / "index.json").write_bytes(json.dumps(
-            {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [entry]}, sort_keys=True).encode())
+        (staging / "index.json").write_bytes(
+            canonical_json_bytes({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [entry]}))
         (staging / "oci-layout").write_bytes(b'{"imageLayoutVersion":"1.0.0"}')
     return PullResult(str(source), manifest.digest, blobs[0][0], fetched, str(layout))
 
