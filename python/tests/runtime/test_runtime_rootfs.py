@@ -183,6 +183,38 @@ def test_bad_images_are_named_check_failures(tmp_path):
         assert report["capabilities"] is None
 
 
+def test_a_check_refuses_a_scratch_another_check_holds_and_leaves_its_files(tmp_path):
+    """Two checks given one --scratch: the second is refused at once (runtime.scratch, exit
+    2, naming the holder's pid) and deletes nothing of the first's; once the holder has
+    ended, however it ended, the directory is free again."""
+    image = _image(tmp_path / "a", [_tree(tmp_path / "a" / "t", {"etc/os-release": b"ID=none\n"})])
+    scratch = tmp_path / "scratch"
+    (scratch / "root").mkdir(parents=True)
+    (scratch / "root" / "the-first-checks-file").write_bytes(b"kept")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; "
+         "from sparkflake.core.directory_lock import held_alone\n"
+         "with held_alone(Path(sys.argv[1]), 'a runtime check'):\n"
+         "    print('held', flush=True); time.sleep(600)", str(scratch)],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        completed = _cli("runtime", "check", str(image), "--profile", "glm53-dflash7", "--json",
+                         "--scratch", str(scratch))
+        assert completed.returncode == 2, (completed.stdout, completed.stderr)
+        assert "Traceback" not in completed.stderr
+        failed = [c for c in json.loads(completed.stdout)["checks"] if c["status"] != "pass"]
+        assert [c["id"] for c in failed] == ["runtime.scratch"]
+        assert f"pid {holder.pid}" in failed[0]["detail"] and str(scratch) in failed[0]["detail"]
+        assert (scratch / "root" / "the-first-checks-file").read_bytes() == b"kept"
+    finally:
+        holder.kill()
+        holder.wait()
+    freed = _cli("runtime", "check", str(image), "--profile", "glm53-dflash7", "--json", "--scratch", str(scratch))
+    failed = [c for c in json.loads(freed.stdout)["checks"] if c["status"] != "pass"]
+    assert failed[0]["id"] == "runtime.interpreter", failed  # past the scratch: this image has no Python
+
+
 def test_run_check_never_raises_on_a_path_that_is_not_an_image(tmp_path):
     (tmp_path / "junk").write_bytes(b"not an image")
     report = run_check(tmp_path / "junk", cases=[], expected_versions={}, platform="linux/arm64",

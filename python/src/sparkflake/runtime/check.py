@@ -5,7 +5,8 @@ the verified layers, runs the probe in the image's root (``probe_runner``, ``san
 reads its one JSON document with a bound, and turns it into checks with stable ids
 (``judge``):
 
-``runtime.platform``, ``runtime.emulation``, ``runtime.sandbox``, ``runtime.unpack``,
+``runtime.platform``, ``runtime.emulation``, ``runtime.sandbox``, ``runtime.scratch`` (the
+scratch directory is no other check's), ``runtime.unpack``,
 ``runtime.interpreter``, ``runtime.bytecode``, ``runtime.probe``, ``runtime.imports``, ``runtime.versions``,
 and per launch case ``runtime.vllm-args`` (vLLM's own serve parser), ``runtime.engine-args``,
 ``runtime.model-config`` (vLLM's ModelConfig from the checkpoint's config.json),
@@ -27,6 +28,7 @@ from typing import Any
 
 from ..compose.tree_paths import image_path
 from ..core.check_result import ERROR, FAIL, PASS
+from ..core.directory_lock import DirectoryInUse, held_alone
 from ..core.elf_machines import MACHINE_BY_ARCHITECTURE
 from ..core.errors import CheckFailed, InputError
 from ..oci.reader import ImageReader, open_image
@@ -116,12 +118,9 @@ def run_check(
     every problem becomes a check; the caller turns ``exit_code`` into the exit status.
     ``mounts``: where the container runtime mounts the checkpoints (synthetic ones are
     bound there: checkpoint.py) and the directories the container writes."""
-    import time
-
     report = CheckReport()
     try:
         reader = open_image(image_location(image))
-        config_digest = reader.config_ref.digest or ""
     except InputError as exc:
         report.add("runtime.unpack", ERROR, str(exc))
         return report
@@ -141,12 +140,27 @@ def run_check(
     if sandbox.bwrap_path() is None:
         report.add("runtime.sandbox", ERROR, "bwrap (Debian package bubblewrap) is not installed")
         return report
+    try:
+        with held_alone(scratch, "another runtime check", "give this one another --scratch"):
+            _check_in_scratch(report, reader, platform, image_arch, scratch,
+                              cases, expected_versions, timeout, progress, mounts)
+    except DirectoryInUse as exc:
+        report.add("runtime.scratch", ERROR, str(exc))
+    return report
+
+
+def _check_in_scratch(report: CheckReport, reader: Any, platform: str, image_arch: str, scratch: Path,
+                      cases: Sequence[Case], expected_versions: Mapping[str, str], timeout: float, progress: Any,
+                      mounts: Sequence[checkpoint.ContainerMount]) -> None:
+    """The checks that use ``scratch``: unpack, interpreter, probe and judgement."""
+    import time
+
     started = time.monotonic()
     try:
         unpacked = rootfs.unpack_image(reader, scratch, progress=progress)
     except (InputError, CheckFailed) as exc:
         report.add("runtime.unpack", ERROR if isinstance(exc, InputError) else FAIL, str(exc))
-        return report
+        return
     report.unpack_seconds = round(time.monotonic() - started, 3)
     report.add("runtime.unpack", PASS, f"{len(unpacked.layer_digests)} verified layers, {unpacked.entries} entries "
                f"in {unpacked.path}")
@@ -154,11 +168,11 @@ def run_check(
     inside, resolved = image_interpreter(unpacked.path, env)
     if inside is None:
         report.add("runtime.interpreter", FAIL, f"the image has no Python interpreter (looked for {resolved})")
-        return report
+        return
     machine = _elf_machine(resolved)
     if machine != MACHINE_BY_ARCHITECTURE.get(image_arch):
         report.add("runtime.interpreter", FAIL, f"{inside} is not an {image_arch} ELF executable")
-        return report
+        return
     report.add("runtime.interpreter", PASS, inside)
     env_names = {name for case in cases for name in case.env} | set(FULL_CKV_GATHER_SWITCHES)
     # The host's share, on the cores the emulated interpreter leaves free, while it runs:
@@ -170,11 +184,11 @@ def run_check(
                        binds)
     found = host_work.found()
     if result is None:
-        return report
+        return
     evidence = {name: env_evidence(name, result, found) for name in sorted(env_names)}
     judge_result(report, result, cases, expected_versions, evidence)
     read = {name: text for name, text in evidence.items() if text is not None}
-    report.capabilities = capabilities_of(result, reader, config_digest, platform, read)
-    return report
+    report.capabilities = capabilities_of(result, reader, reader.config_ref.digest or "", platform, read)
+    return
 
 

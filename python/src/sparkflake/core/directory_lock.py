@@ -1,0 +1,45 @@
+"""One user of a working directory at a time: a second run that is given the same directory
+is refused at once, naming the process that holds it, instead of deleting the first run's
+files under it (two runtime checks on one --scratch did exactly that).
+
+The lock is ``flock`` on a file inside the directory: the kernel drops it when its holder
+exits, however it exits, so a killed run never leaves the directory locked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from .errors import InputError
+
+LOCK_NAME = ".sparkflake-in-use"
+
+
+class DirectoryInUse(InputError):
+    """Another run holds the directory."""
+
+
+@contextlib.contextmanager
+def held_alone(directory: Path, what: str, instead: str = "give this one another directory") -> Iterator[None]:
+    """Hold ``directory`` (created if absent) for the duration of the block; ``what`` names
+    the other run in the refusal ("another runtime check"), ``instead`` what to do."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / LOCK_NAME
+    descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(descriptor, 32, 0).decode("ascii", "replace").strip() or "unknown"
+            raise DirectoryInUse(
+                f"{directory} is in use by {what} (pid {holder}); {instead}"
+            ) from None
+        os.ftruncate(descriptor, 0)
+        os.pwrite(descriptor, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(descriptor)
