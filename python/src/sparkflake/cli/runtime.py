@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..core.errors import InputError
 from ..lock.profile_locks import load_locks
 from ._output import print_json, print_line, warn
 from ._parsers import add_command, add_group
+
+if TYPE_CHECKING:  # imported where they are used, after the command is chosen
+    from ..launch.contract import LaunchContract
+    from ..runtime.check_report import Case
+    from ..runtime.checkpoint import ContainerMount
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -70,7 +77,7 @@ def expected_versions(profile) -> dict[str, str]:
     return versions
 
 
-def container_mounts(contract, cases) -> tuple:  # type: ignore[no-untyped-def]
+def container_mounts(contract: LaunchContract, cases: Sequence[Case]) -> tuple[ContainerMount, ...]:
     """Where the launcher's container spec mounts the checkpoints and the directories the
     container writes (launch/spec.py build_spec): the check binds stand-ins there."""
     from ..launch.spec import CONTAINER_DRAFT, CONTAINER_TARGET

@@ -36,8 +36,8 @@ def track_environ_reads() -> None:
         return original_contains(self, key)
 
     # the image's os.environ class is wrapped on purpose, to record which keys its code reads
-    cls.__getitem__ = getitem  # type: ignore[method-assign]
-    cls.__contains__ = contains  # type: ignore[method-assign]
+    cls.__getitem__ = getitem  # type: ignore[method-assign]  # replacing the method is the point
+    cls.__contains__ = contains  # type: ignore[method-assign]  # likewise
     # Mapping.get calls __getitem__, so os.getenv and os.environ.get are seen too.
 
 # seconds spent in each step after the imports (where a check's time goes under emulation)
