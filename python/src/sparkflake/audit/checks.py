@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..core.check_result import ERROR, FAIL, PASS, SKIP
 from ..core.digest import chain_id, is_digest, sha256_digest
 from ..core.elf_machines import MACHINE_BY_ARCHITECTURE, MACHINE_TITLES
 from ..core.errors import InputError
@@ -59,18 +60,18 @@ def audit_image(
                 capture_paths=frozenset({IN_IMAGE_RECEIPT_PATH}),
             )
         except InputError as exc:  # a blob that leaves the layout, or cannot be read
-            status = "fail" if exc.check_id == "layout.inside" else "error"
+            status = FAIL if exc.check_id == "layout.inside" else ERROR
             report.add(exc.check_id or "layer.present", status, f"layer {position} {label}: {exc.message}", descriptor.digest)
             computed_diff_ids.append(None)
             continue
         scan = stored.scan
         if stored.blob.size is None:
-            report.add("layer.present", "fail", f"layer {position} {label} is missing from {source.location}", descriptor.digest)
+            report.add("layer.present", FAIL, f"layer {position} {label} is missing from {source.location}", descriptor.digest)
             computed_diff_ids.append(None)
             continue
         if scan is None:  # its stored size differs: not hashed
             report.add(
-                "layer.size", "fail",
+                "layer.size", FAIL,
                 f"layer {position} {label}: stored size {stored.blob.size} bytes, descriptor says {descriptor.size} (not hashed)",
                 descriptor.digest,
             )
@@ -81,26 +82,26 @@ def audit_image(
         if descriptor.digest is not None:
             if stored.blob.digest_differs:
                 report.add(
-                    "layer.digest", "fail",
+                    "layer.digest", FAIL,
                     f"layer {position}: blob hashes to {scan.blob_digest}, the manifest says {descriptor.digest}",
                     descriptor.digest,
                 )
             else:
-                report.add("layer.digest", "pass", f"layer {position} hashes to its digest", descriptor.digest)
+                report.add("layer.digest", PASS, f"layer {position} hashes to its digest", descriptor.digest)
         if scan.error is not None:
             check = "layer.decompressed-bound" if "bound" in scan.error else "layer.decompress"
-            report.add(check, "fail", f"layer {position} {label}: {scan.error}", descriptor.digest)
+            report.add(check, FAIL, f"layer {position} {label}: {scan.error}", descriptor.digest)
         expected_compression = media_types.COMPRESSION_OF_LAYER_TYPE.get(descriptor.media_type)
         if expected_compression is not None and scan.size and scan.compression != expected_compression and scan.error is None:
             report.add(
-                "media-type.consistent", "fail",
+                "media-type.consistent", FAIL,
                 f"layer {position} {label}: media type {descriptor.media_type} but the blob is {scan.compression}",
                 descriptor.digest,
             )
         if scan.unsafe_entry is not None:
-            report.add("layer.entries-safe", "fail", f"layer {position} {label}: unsafe entry: {scan.unsafe_entry}", descriptor.digest)
+            report.add("layer.entries-safe", FAIL, f"layer {position} {label}: unsafe entry: {scan.unsafe_entry}", descriptor.digest)
         elif scan.error is None:
-            report.add("layer.entries-safe", "pass", f"layer {position}: every entry stays inside the image root", descriptor.digest)
+            report.add("layer.entries-safe", PASS, f"layer {position}: every entry stays inside the image root", descriptor.digest)
         computed_diff_ids.append(scan.diff_id)
         captured.update(scan.captured_files)
         elf_files.extend(scan.elf_files)
@@ -131,18 +132,18 @@ def _check_docker_view(source: ImageSource, report: AuditReport) -> None:
     difference = docker_view_difference(source.reader)
     if difference is None:
         report.add(
-            "archive.docker-view", "pass",
+            "archive.docker-view", PASS,
             f"manifest.json (docker, podman) names the same config and {len(view.layer_names)} layers as the OCI manifest",
         )
     elif difference.layer_position is None:
         report.add(
-            "archive.docker-view", "fail",
+            "archive.docker-view", FAIL,
             f"{source.location}: manifest.json names config {view.config_name}, the OCI manifest {difference.oci_config}",
             source.reader.config_ref.digest,
         )
     else:
         report.add(
-            "archive.docker-view", "fail",
+            "archive.docker-view", FAIL,
             f"{source.location}: manifest.json names layers {list(view.layer_names)}, "
             f"the OCI manifest {list(difference.oci_layers)}",
         )
@@ -157,7 +158,7 @@ def _check_digest_forms(source: ImageSource, report: AuditReport) -> None:
     for position, layer in enumerate(source.reader.layer_refs):
         if layer.digest is not None:
             found.append((f"layers[{position}]", layer.digest))
-    config_trusted = not any(c.id == "config.digest" and c.status == "fail" for c in report.checks)
+    config_trusted = not any(c.id == "config.digest" and c.status == FAIL for c in report.checks)
     try:
         # a config that fails its own digest is reported as such; its contents are not graded
         config = source.reader.config if config_trusted else {}
@@ -169,13 +170,13 @@ def _check_digest_forms(source: ImageSource, report: AuditReport) -> None:
     if bad:
         where, digest = bad[0]
         report.add(
-            "digest.well-formed", "error",
+            "digest.well-formed", ERROR,
             f"{source.location}: {where}: expected sha256:<64 lowercase hex digits>, got {digest!r}"
             + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""),
             digest,
         )
     else:
-        report.add("digest.well-formed", "pass", f"{len(found)} digests are sha256 with 64 lowercase hex digits")
+        report.add("digest.well-formed", PASS, f"{len(found)} digests are sha256 with 64 lowercase hex digits")
 
 
 def _check_documents(source: ImageSource, report: AuditReport) -> None:
@@ -187,16 +188,16 @@ def _check_documents(source: ImageSource, report: AuditReport) -> None:
         report.manifest_digest = manifest.digest
         _add_document_check(report, "manifest", manifest, "the reference says")
     else:
-        report.add("manifest.digest", "skip", f"{source.kind} stores no manifest")
+        report.add("manifest.digest", SKIP, f"{source.kind} stores no manifest")
     config = stored_document(reader.config_ref, reader.config_bytes, source.location)
     report.config_digest = config.digest
     _add_document_check(report, "config", config, "the manifest says")
     if source.engine_image_id is not None:
         if source.engine_image_id == report.config_digest:
-            report.add("engine.image-id", "pass", f"{source.kind} image ID equals the config digest", source.engine_image_id)
+            report.add("engine.image-id", PASS, f"{source.kind} image ID equals the config digest", source.engine_image_id)
         else:
             report.add(
-                "engine.image-id", "fail",
+                "engine.image-id", FAIL,
                 f"{source.kind} reports image ID {source.engine_image_id}, the stored config hashes to {report.config_digest}",
                 source.engine_image_id,
             )
@@ -206,28 +207,28 @@ def _add_document_check(report: AuditReport, role: str, stored: StoredBlob, refe
     reference = stored.ref
     if stored.size_differs:
         report.add(
-            f"{role}.digest", "fail", f"{role} is {stored.size} bytes, its descriptor says {reference.size}", reference.digest
+            f"{role}.digest", FAIL, f"{role} is {stored.size} bytes, its descriptor says {reference.size}", reference.digest
         )
     elif stored.digest_differs:
         report.add(
-            f"{role}.digest", "fail", f"{role} bytes hash to {stored.digest}, {referrer_says} {reference.digest}", reference.digest
+            f"{role}.digest", FAIL, f"{role} bytes hash to {stored.digest}, {referrer_says} {reference.digest}", reference.digest
         )
     else:
-        report.add(f"{role}.digest", "pass", f"{role} bytes hash to the referenced digest", stored.digest)
+        report.add(f"{role}.digest", PASS, f"{role} bytes hash to the referenced digest", stored.digest)
 
 
 def _config_or_error(source: ImageSource, report: AuditReport) -> dict[str, Any] | None:
     try:
         return source.reader.config
     except InputError as exc:
-        report.add("document.parse", "fail", exc.message, report.config_digest)
+        report.add("document.parse", FAIL, exc.message, report.config_digest)
         return None
 
 
 def _config_diff_ids(config: dict[str, Any], report: AuditReport) -> list[str]:
     diff_ids = config_diff_ids(config)
     if diff_ids is None:
-        report.add("layer.diff-id", "fail", "config rootfs.diff_ids is not a list of digests", report.config_digest)
+        report.add("layer.diff-id", FAIL, "config rootfs.diff_ids is not a list of digests", report.config_digest)
         return []
     report.chain_id = chain_id(diff_ids) if diff_ids else None
     return list(diff_ids)
@@ -236,7 +237,7 @@ def _config_diff_ids(config: dict[str, Any], report: AuditReport) -> list[str]:
 def _check_media_types(source: ImageSource, report: AuditReport) -> None:
     manifest = source.reader.manifest
     if manifest is None:
-        report.add("media-type.consistent", "skip", "docker-archive has no media types")
+        report.add("media-type.consistent", SKIP, "docker-archive has no media types")
         return
     problems = []
     manifest_type = manifest.get("mediaType")
@@ -257,9 +258,9 @@ def _check_media_types(source: ImageSource, report: AuditReport) -> None:
         if layer.media_type not in allowed_layers:
             problems.append(f"layers[{position}] media type {layer.media_type!r} is not a layer type of {manifest_type}")
     if problems:
-        report.add("media-type.consistent", "fail", "; ".join(problems), report.manifest_digest)
+        report.add("media-type.consistent", FAIL, "; ".join(problems), report.manifest_digest)
     else:
-        report.add("media-type.consistent", "pass", f"{manifest_type} with matching config and layer types")
+        report.add("media-type.consistent", PASS, f"{manifest_type} with matching config and layer types")
 
 
 def _check_diff_ids(
@@ -267,7 +268,7 @@ def _check_diff_ids(
 ) -> None:
     if len(declared) != len(source.reader.layer_refs):
         report.add(
-            "layer.diff-id", "fail",
+            "layer.diff-id", FAIL,
             f"config rootfs.diff_ids lists {len(declared)} layers, the manifest {len(source.reader.layer_refs)}",
             report.config_digest,
         )
@@ -279,17 +280,17 @@ def _check_diff_ids(
     if mismatches:
         position, want, got = mismatches[0]
         report.add(
-            "layer.diff-id", "fail",
+            "layer.diff-id", FAIL,
             f"layer {position} decompresses to {got}, the config lists {want} at that position"
             + (f" (and {len(mismatches) - 1} more)" if len(mismatches) > 1 else ""),
             want,
         )
     elif any(c is None for c in computed):
-        report.add("layer.diff-id", "skip", "some layers could not be decompressed (see above)")
+        report.add("layer.diff-id", SKIP, "some layers could not be decompressed (see above)")
     else:
-        report.add("layer.diff-id", "pass", f"{len(declared)} layers decompress to the config's diffIDs in order")
+        report.add("layer.diff-id", PASS, f"{len(declared)} layers decompress to the config's diffIDs in order")
     if report.chain_id is not None:
-        report.add("chain-id", "pass", "chainID derived from the config's diffIDs", report.chain_id)
+        report.add("chain-id", PASS, "chainID derived from the config's diffIDs", report.chain_id)
 
 
 def _check_platform(
@@ -306,25 +307,25 @@ def _check_platform(
         index_says = Platform.of_record(source.reader.index_platform)
         # one platform by oci.types' rule (linux/arm64 is linux/arm64/v8), else by what both spell
         if index_platform == config_platform or (index_says is not None and index_says.matches(Platform.of_record(config))):
-            report.add("platform.index", "pass", f"config and index both say {config_platform}")
+            report.add("platform.index", PASS, f"config and index both say {config_platform}")
         else:
             report.add(
-                "platform.index", "fail",
+                "platform.index", FAIL,
                 f"config says {config_platform}, the index says {index_platform}", report.config_digest,
             )
     else:
-        report.add("platform.index", "skip", "no index platform to compare")
+        report.add("platform.index", SKIP, "no index platform to compare")
     if expectations.platform is not None:
         if _platform_matches(config_platform, expectations.platform):
-            report.add("platform.expected", "pass", f"platform {config_platform}")
+            report.add("platform.expected", PASS, f"platform {config_platform}")
         else:
             report.add(
-                "platform.expected", "fail",
+                "platform.expected", FAIL,
                 f"config says {config_platform}, expected {expectations.platform}", report.config_digest,
             )
     expected_machine = MACHINE_BY_ARCHITECTURE.get(str(config.get("architecture")))
     if expected_machine is None:
-        report.add("platform.elf", "fail", f"unknown architecture {config.get('architecture')!r} in the config", report.config_digest)
+        report.add("platform.elf", FAIL, f"unknown architecture {config.get('architecture')!r} in the config", report.config_digest)
         return
     wrong = [elf for elf in elf_files if elf.machine != expected_machine]
     if wrong:
@@ -332,13 +333,13 @@ def _check_platform(
             f"{elf.path} ({MACHINE_TITLES.get(elf.machine, elf.machine)})" for elf in wrong[:5]
         )
         report.add(
-            "platform.elf", "fail",
+            "platform.elf", FAIL,
             f"{len(wrong)} of {len(elf_files)} ELF files are not {MACHINE_TITLES[expected_machine]}: {shown}",
             report.config_digest,
         )
     else:
         report.add(
-            "platform.elf", "pass",
+            "platform.elf", PASS,
             f"{len(elf_files)} ELF files, all {MACHINE_TITLES[expected_machine]}",
         )
 
@@ -368,23 +369,23 @@ def _check_expectations(expectations: Expectations, report: AuditReport) -> None
             field_name = "digest" if kind == "layer" else "diff_id"
             present = [getattr(layer, field_name) for layer in report.layers]
             if want in present:
-                report.add(f"expect.{kind}", "pass", f"a layer has {kind} {want}", want)
+                report.add(f"expect.{kind}", PASS, f"a layer has {kind} {want}", want)
             else:
-                report.add(f"expect.{kind}", "fail", f"no layer has {kind} {want}", want)
+                report.add(f"expect.{kind}", FAIL, f"no layer has {kind} {want}", want)
             continue
         got = actual.get(kind)
         if got == want:
-            report.add(f"expect.{kind}", "pass", f"{kind} digest is {want}", want)
+            report.add(f"expect.{kind}", PASS, f"{kind} digest is {want}", want)
         else:
-            report.add(f"expect.{kind}", "fail", f"{kind} digest is {got}, expected {want}", want)
+            report.add(f"expect.{kind}", FAIL, f"{kind} digest is {got}, expected {want}", want)
     if expectations.index_if_present is not None:
         want = expectations.index_if_present
         if report.index_digest is None:
-            report.add("expect.index", "skip", f"{report.source_kind} has no index.json to compare with {want}", want)
+            report.add("expect.index", SKIP, f"{report.source_kind} has no index.json to compare with {want}", want)
         elif report.index_digest == want:
-            report.add("expect.index", "pass", f"index digest is {want}", want)
+            report.add("expect.index", PASS, f"index digest is {want}", want)
         else:
-            report.add("expect.index", "fail", f"index digest is {report.index_digest}, expected {want}", want)
+            report.add("expect.index", FAIL, f"index digest is {report.index_digest}, expected {want}", want)
     if expectations.expected_layers is not None:
         # compare the fields the expectation names (an expected-digests file may omit sizes)
         compared = [
@@ -400,14 +401,14 @@ def _check_expectations(expectations: Expectations, report: AuditReport) -> None
             for i, layer in enumerate(report.layers)
         ]
         if got_layers == want_layers:
-            report.add("expect.layers", "pass", f"{len(got_layers)} layers as expected")
+            report.add("expect.layers", PASS, f"{len(got_layers)} layers as expected")
         else:
             first = next(
                 (i for i, (g, w) in enumerate(zip(got_layers, want_layers, strict=False)) if g != w),
                 min(len(got_layers), len(want_layers)),
             )
             report.add(
-                "expect.layers", "fail",
+                "expect.layers", FAIL,
                 f"layers differ from the expected list at position {first}: "
                 f"got {got_layers[first] if first < len(got_layers) else 'none'}, "
                 f"expected {want_layers[first] if first < len(want_layers) else 'none'}",
@@ -420,8 +421,8 @@ def _check_expectations(expectations: Expectations, report: AuditReport) -> None
             if report.labels.get(key) != value
         ]
         if differing:
-            report.add("labels.expected", "fail", "labels differ: " + "; ".join(differing), report.config_digest)
+            report.add("labels.expected", FAIL, "labels differ: " + "; ".join(differing), report.config_digest)
         else:
-            report.add("labels.expected", "pass", f"{len(expectations.labels)} expected labels present and equal")
+            report.add("labels.expected", PASS, f"{len(expectations.labels)} expected labels present and equal")
 
 

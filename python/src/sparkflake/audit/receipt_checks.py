@@ -9,6 +9,7 @@ from typing import Any
 
 from ..compose import receipt as receipt_names
 from ..compose.generated import missing_labels
+from ..core.check_result import ERROR, FAIL, PASS, SKIP
 from .report import IN_IMAGE_RECEIPT_PATH, AuditReport, Expectations
 from .target import ImageSource
 
@@ -24,7 +25,7 @@ def check_receipt(
         try:
             statement = json.loads(in_image)
         except (ValueError, UnicodeDecodeError):
-            report.add("receipt.in-image", "fail", f"/{IN_IMAGE_RECEIPT_PATH} is not valid JSON", report.config_digest)
+            report.add("receipt.in-image", FAIL, f"/{IN_IMAGE_RECEIPT_PATH} is not valid JSON", report.config_digest)
             return
         _check_in_image_subjects(statement, report)
         _check_dependencies(statement, f"/{IN_IMAGE_RECEIPT_PATH}", expectations, report)
@@ -32,25 +33,25 @@ def check_receipt(
     if receipt is None:
         if expectations.lock_digests is not None:
             report.add(
-                "receipt.dependencies", "error",
+                "receipt.dependencies", ERROR,
                 f"{expectations.lock_where}: a lock was given but the image has no /{IN_IMAGE_RECEIPT_PATH} "
                 "and no --receipt was given to compare it with",
             )
         return
     subject_digests = subjects_of(receipt)
     if report.manifest_digest is None:
-        report.add("receipt.subject", "skip", f"{source.kind} has no manifest digest to compare")
+        report.add("receipt.subject", SKIP, f"{source.kind} has no manifest digest to compare")
     elif report.manifest_digest in subject_digests:
-        report.add("receipt.subject", "pass", f"{where}: subject is the manifest digest", report.manifest_digest)
+        report.add("receipt.subject", PASS, f"{where}: subject is the manifest digest", report.manifest_digest)
     else:
         report.add(
-            "receipt.subject", "fail",
+            "receipt.subject", FAIL,
             f"{where}: subject {', '.join(subject_digests) or 'none'}, the image manifest is {report.manifest_digest}",
             report.manifest_digest,
         )
     config_digest = byproduct_digest(receipt, receipt_names.CONFIG)
     if config_digest is not None:
-        status = "pass" if config_digest == report.config_digest else "fail"
+        status = PASS if config_digest == report.config_digest else FAIL
         report.add(
             "receipt.byproducts", status,
             f"{where}: image-config {config_digest}, image {report.config_digest}", config_digest,
@@ -59,19 +60,19 @@ def check_receipt(
     if recorded_layers:
         problems = layer_problems(recorded_layers, report.layers, blob_digests=report.manifest_digest is not None)
         if problems:
-            report.add("receipt.byproducts", "fail", f"{where}: " + "; ".join(problems), report.manifest_digest)
+            report.add("receipt.byproducts", FAIL, f"{where}: " + "; ".join(problems), report.manifest_digest)
         else:
-            report.add("receipt.byproducts", "pass", f"{where}: {len(recorded_layers)} layers equal")
+            report.add("receipt.byproducts", PASS, f"{where}: {len(recorded_layers)} layers equal")
     recorded_labels = labels_of(receipt)
     if recorded_labels is not None:
         problems = label_problems(recorded_labels, report.labels)
         if problems:
             report.add(
-                "labels.receipt", "fail", f"{where}: labels differ from the receipt: " + "; ".join(problems[:10]),
+                "labels.receipt", FAIL, f"{where}: labels differ from the receipt: " + "; ".join(problems[:10]),
                 report.config_digest,
             )
         else:
-            report.add("labels.receipt", "pass", f"{where}: {len(recorded_labels)} labels equal the receipt")
+            report.add("labels.receipt", PASS, f"{where}: {len(recorded_labels)} labels equal the receipt")
     _check_dependencies(receipt, where, expectations, report)
 
 
@@ -79,10 +80,10 @@ def _check_in_image_subjects(statement: Mapping[str, Any], report: AuditReport) 
     wanted = subjects_of(statement)
     below = [layer.diff_id for layer in report.layers[: len(wanted)]]
     if wanted == below:
-        report.add("receipt.in-image", "pass", f"in-image receipt binds the {len(wanted)} lower layers' diffIDs")
+        report.add("receipt.in-image", PASS, f"in-image receipt binds the {len(wanted)} lower layers' diffIDs")
     else:
         report.add(
-            "receipt.in-image", "fail",
+            "receipt.in-image", FAIL,
             f"in-image receipt binds diffIDs {wanted}, the image's lower layers are {below}",
             report.config_digest,
         )
@@ -110,14 +111,14 @@ def _check_dependencies(
     missing.extend(f"{name} (in the receipt, not in the lock)" for name in extra)
     if missing:
         report.add(
-            "receipt.dependencies", "fail",
+            "receipt.dependencies", FAIL,
             f"{where}: resolvedDependencies differ from {expectations.lock_where}: " + "; ".join(missing[:5])
             + (f" and {len(missing) - 5} more" if len(missing) > 5 else ""),
             report.manifest_digest,
         )
     else:
         report.add(
-            "receipt.dependencies", "pass",
+            "receipt.dependencies", PASS,
             f"{where}: the {len(expectations.lock_digests)} locked inputs are exactly the resolved dependencies, digests equal",
         )
 

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.check_result import CheckResult
+from ..core.check_result import ERROR, FAIL, CheckResult
 from ..core.digest import is_digest
 from ..core.errors import InputError
 
@@ -66,15 +66,15 @@ class AuditReport:
 
     @property
     def exit_code(self) -> int:
-        if any(c.status == "error" for c in self.checks):
+        if any(c.status == ERROR for c in self.checks):
             return 2
-        if any(c.status == "fail" for c in self.checks):
+        if any(c.status == FAIL for c in self.checks):
             return 1
         return 0
 
     @property
     def failures(self) -> list[CheckResult]:
-        return [c for c in self.checks if c.status in ("fail", "error")]
+        return [c for c in self.checks if c.status in (FAIL, ERROR)]
 
     def as_record(self) -> dict[str, Any]:
         return {

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..compose import receipt as receipts
 from ..compose.sbom import IMAGE_ID, SPDX_MEDIA_TYPE, SPDX_VERSION
+from ..core.check_result import ERROR, FAIL, PASS, SKIP
 from ..core.digest import sha256_digest
 from ..core.documents import read_regular_file
 from ..core.errors import CheckFailed, InputError
@@ -55,35 +56,35 @@ def sbom_checks(report: AuditReport, sbom_path: str, *, receipt: Mapping[str, An
         content = read_regular_file(sbom_path, "an SPDX JSON document", SBOM_LIMIT)
         document = json.loads(content)
     except InputError as exc:
-        report.add("sbom.document", "error", exc.message)
+        report.add("sbom.document", ERROR, exc.message)
         return None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        report.add("sbom.document", "error", f"{sbom_path}: not JSON: {exc}")
+        report.add("sbom.document", ERROR, f"{sbom_path}: not JSON: {exc}")
         return None
     image = _image_package(document) if isinstance(document, dict) else None
     if not isinstance(document, dict) or document.get("spdxVersion") != SPDX_VERSION or image is None:
-        report.add("sbom.document", "fail", f"{sbom_path}: expected an {SPDX_VERSION} document with the package {IMAGE_ID}")
+        report.add("sbom.document", FAIL, f"{sbom_path}: expected an {SPDX_VERSION} document with the package {IMAGE_ID}")
         return content
     packages = [p for p in document.get("packages") or [] if isinstance(p, dict)]
-    report.add("sbom.document", "pass", f"{sbom_path}: {SPDX_VERSION}, {len(packages)} packages")
+    report.add("sbom.document", PASS, f"{sbom_path}: {SPDX_VERSION}, {len(packages)} packages")
     manifest = report.manifest_digest
     if manifest is None:
-        report.add("sbom.subject", "skip", "the audit found no manifest digest to compare with")
+        report.add("sbom.subject", SKIP, "the audit found no manifest digest to compare with")
     elif manifest.removeprefix("sha256:") in _sha256_values(image):
-        report.add("sbom.subject", "pass", f"the SBOM's image package is the manifest {manifest}")
+        report.add("sbom.subject", PASS, f"the SBOM's image package is the manifest {manifest}")
     else:
-        report.add("sbom.subject", "fail", f"{sbom_path}: {IMAGE_ID} has SHA256 {sorted(_sha256_values(image))}, "
+        report.add("sbom.subject", FAIL, f"{sbom_path}: {IMAGE_ID} has SHA256 {sorted(_sha256_values(image))}, "
                    f"the image is {manifest}", manifest)
     if receipt is not None:
         recorded = receipts.byproduct(receipt, receipts.SBOM)
         expected = recorded.get("digest", {}).get("sha256") if isinstance(recorded, dict) else None
         found = sha256_digest(content)
         if expected is None:
-            report.add("sbom.receipt", "fail", f"the receipt records no {receipts.SBOM} byproduct")
+            report.add("sbom.receipt", FAIL, f"the receipt records no {receipts.SBOM} byproduct")
         elif found == f"sha256:{expected}":
-            report.add("sbom.receipt", "pass", f"sha256 of the SBOM is the receipt's {found}")
+            report.add("sbom.receipt", PASS, f"sha256 of the SBOM is the receipt's {found}")
         else:
-            report.add("sbom.receipt", "fail", f"{sbom_path}: sha256 {found}, the receipt records sha256:{expected}", found)
+            report.add("sbom.receipt", FAIL, f"{sbom_path}: sha256 {found}, the receipt records sha256:{expected}", found)
     if lock_digests is not None:
         checksums: set[str] = set()
         versions: set[str] = set()
@@ -97,10 +98,10 @@ def sbom_checks(report: AuditReport, sbom_path: str, *, receipt: Mapping[str, An
             if not present:
                 missing.append(name)
         if missing:
-            report.add("sbom.inputs", "fail", f"{len(missing)} of {len(lock_digests)} lock inputs are not in the SBOM: "
+            report.add("sbom.inputs", FAIL, f"{len(missing)} of {len(lock_digests)} lock inputs are not in the SBOM: "
                        f"{', '.join(missing[:10])}{' …' if len(missing) > 10 else ''}")
         else:
-            report.add("sbom.inputs", "pass", f"all {len(lock_digests)} lock inputs are SBOM packages with their hashes")
+            report.add("sbom.inputs", PASS, f"all {len(lock_digests)} lock inputs are SBOM packages with their hashes")
     return content
 
 
@@ -110,13 +111,13 @@ def registry_checks(report: AuditReport, target: str, *, insecure: bool, key_pat
     manifest = report.manifest_digest
     reference = parse_reference(target)
     if manifest is None:
-        report.add("sbom.referrer", "skip", "no manifest digest")
+        report.add("sbom.referrer", SKIP, "no manifest digest")
         return
     client = RegistryClient(reference.registry, insecure=insecure)
     try:
         found = find_referrers(client, reference.repository, manifest, SPDX_MEDIA_TYPE)
         if not found:
-            report.add("sbom.referrer", "fail", f"{reference.registry}/{reference.repository}: no {SPDX_MEDIA_TYPE} "
+            report.add("sbom.referrer", FAIL, f"{reference.registry}/{reference.repository}: no {SPDX_MEDIA_TYPE} "
                        f"artifact refers to {manifest}", manifest)
         else:
             detail = f"{len(found)} SPDX artifact(s) refer to {manifest}"
@@ -130,26 +131,26 @@ def registry_checks(report: AuditReport, target: str, *, insecure: bool, key_pat
                         layers += [str(layer.get("digest")) for layer in artifact.get("layers") or []
                                    if isinstance(layer, dict)]
                 if ours in layers:
-                    report.add("sbom.referrer", "pass", f"{detail}; one carries the SBOM file ({ours})")
+                    report.add("sbom.referrer", PASS, f"{detail}; one carries the SBOM file ({ours})")
                 else:
-                    report.add("sbom.referrer", "fail", f"{detail}, none carries the SBOM file ({ours})", ours)
+                    report.add("sbom.referrer", FAIL, f"{detail}, none carries the SBOM file ({ours})", ours)
             else:
-                report.add("sbom.referrer", "pass", detail)
+                report.add("sbom.referrer", PASS, detail)
     except (CheckFailed, InputError) as exc:
-        report.add("sbom.referrer", "fail" if isinstance(exc, CheckFailed) else "error", exc.message)
+        report.add("sbom.referrer", FAIL if isinstance(exc, CheckFailed) else ERROR, exc.message)
     if key_path is None:
         return
     try:
         key = load_public_key(key_path)
     except InputError as exc:
-        report.add("signature", "error", exc.message)
+        report.add("signature", ERROR, exc.message)
         return
     for name, verify in (("signature", verify_signature), ("attestation", verify_attestation)):
         try:
             outcome = verify(client, reference, key, manifest)
         except CheckFailed as failure:
-            report.add(failure.check_id or name, "fail", failure.message, manifest)
+            report.add(failure.check_id or name, FAIL, failure.message, manifest)
         except InputError as exc:
-            report.add(name, "error", exc.message)
+            report.add(name, ERROR, exc.message)
         else:
-            report.add(name, "pass", outcome[0] if isinstance(outcome, tuple) else outcome)
+            report.add(name, PASS, outcome[0] if isinstance(outcome, tuple) else outcome)
