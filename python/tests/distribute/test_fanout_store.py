@@ -20,7 +20,6 @@ from sparkflake.core.file_hashes import stat_identity
 from sparkflake.distribute.engine import storage_specifier
 from sparkflake.distribute.store import (
     RECORD_NAME,
-    BlobDescriptor,
     LayoutPlan,
     blob_path,
     blob_status,
@@ -41,28 +40,29 @@ from sparkflake.oci import (
     build_image,
     write_oci_layout,
 )
+from sparkflake.oci.types import Descriptor
 
 digests = st.text("0123456789abcdef", min_size=64, max_size=64).map(lambda hex_part: "sha256:" + hex_part)
-descriptors = st.builds(BlobDescriptor, digest=digests, size=st.integers(0, 1 << 50),
+descriptors = st.builds(Descriptor, digest=digests, size=st.integers(0, 1 << 50),
                         media_type=st.text(max_size=40))
 
 
-def put(root: Path, content: bytes) -> BlobDescriptor:
-    descriptor = BlobDescriptor("sha256:" + hashlib.sha256(content).hexdigest(), len(content), "application/x")
+def put(root: Path, content: bytes) -> Descriptor:
+    descriptor = Descriptor("application/x", "sha256:" + hashlib.sha256(content).hexdigest(), len(content))
     path = blob_path(root, descriptor.digest)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(content)
     return descriptor
 
 
-def plan_of(blobs: list[BlobDescriptor], index: bytes = b'{"index":1}') -> LayoutPlan:
+def plan_of(blobs: list[Descriptor], index: bytes = b'{"index":1}') -> LayoutPlan:
     manifest = json.dumps({"layers": [blob.digest for blob in blobs[:-1]], "config": blobs[-1].digest}).encode()
     return LayoutPlan(index, "sha256:" + hashlib.sha256(manifest).hexdigest(), manifest, blobs[-1],
                       tuple(blobs[:-1]), None)
 
 
 @given(st.lists(descriptors, max_size=6))
-def test_blob_lists_round_trip(blobs: list[BlobDescriptor]) -> None:
+def test_blob_lists_round_trip(blobs: list[Descriptor]) -> None:
     assert parse_blobs([blob.as_record() for blob in blobs], "list") == blobs
 
 
@@ -82,8 +82,8 @@ def test_malformed_blob_lists_name_the_position(document: object, message: str) 
 
 @given(st.binary(max_size=200), st.binary(max_size=300), descriptors, st.lists(descriptors, max_size=4),
        st.one_of(st.none(), st.text(max_size=10)))
-def test_plans_round_trip_and_a_changed_manifest_is_refused(index: bytes, manifest: bytes, config: BlobDescriptor,
-                                                            layers: list[BlobDescriptor], ref: str | None) -> None:
+def test_plans_round_trip_and_a_changed_manifest_is_refused(index: bytes, manifest: bytes, config: Descriptor,
+                                                            layers: list[Descriptor], ref: str | None) -> None:
     plan = LayoutPlan(index, "sha256:" + hashlib.sha256(manifest).hexdigest(), manifest, config, tuple(layers), ref)
     document = json.loads(json.dumps(plan.as_record()))
     assert plan_from_document(document, "plan") == plan
@@ -127,7 +127,7 @@ def test_the_source_record_is_never_written(tmp_path: Path) -> None:
 
 def test_commit_writes_manifest_and_index_only_when_every_blob_is_there(tmp_path: Path) -> None:
     layer, config = put(tmp_path, os.urandom(1000)), put(tmp_path, b'{"config":1}')
-    absent = BlobDescriptor("sha256:" + "1" * 64, 10, "application/x")
+    absent = Descriptor("application/x", "sha256:" + "1" * 64, 10)
     (tmp_path / "index.json").write_bytes(b"previous index")
     plan = plan_of([layer, absent, config])
     with pytest.raises(CheckFailed, match=f"1 blobs of manifest {plan.manifest_digest} are missing or wrong "

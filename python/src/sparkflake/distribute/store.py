@@ -34,6 +34,7 @@ from ..core.errors import CheckFailed, InputError
 from ..core.file_hashes import stat_identity
 from ..oci.layout import OCI_LAYOUT_BYTES
 from ..oci.reader import MAX_DOCUMENT_BYTES, open_image
+from ..oci.types import Descriptor
 from ..oci.verify import verify_image
 
 AnyPath = TypeVar("AnyPath", bound=PurePath)  # a local Path, or a PurePosixPath on a rank
@@ -43,21 +44,11 @@ RECORD_NAME = "sparkflake-verified.json"
 RECORD_FORMAT = "sparkflake-verified-blobs/v1"
 
 
-@dataclass(frozen=True)
-class BlobDescriptor:
-    digest: str
-    size: int
-    media_type: str
-
-    def as_record(self) -> dict[str, Any]:
-        return {"digest": self.digest, "size": self.size, "mediaType": self.media_type}
-
-
 def blob_path(root: AnyPath, digest: str) -> AnyPath:
     return root / "blobs" / "sha256" / digest_hex(digest)
 
 
-def parse_blobs(document: Any, origin: str) -> list[BlobDescriptor]:
+def parse_blobs(document: Any, origin: str) -> list[Descriptor]:
     if not isinstance(document, list):
         raise InputError(f"{origin}: expected a list of blob descriptors")
     found = []
@@ -72,7 +63,7 @@ def parse_blobs(document: Any, origin: str) -> list[BlobDescriptor]:
             raise InputError(f"{where}.size: expected a non-negative integer, got {size!r}")
         if not isinstance(media_type, str):
             raise InputError(f"{where}.mediaType: expected a string")
-        found.append(BlobDescriptor(digest, size, media_type))
+        found.append(Descriptor(media_type, digest, size))
     return found
 
 
@@ -84,12 +75,12 @@ class LayoutPlan:
     index_bytes: bytes
     manifest_digest: str
     manifest_bytes: bytes
-    config: BlobDescriptor
-    layers: tuple[BlobDescriptor, ...]
+    config: Descriptor
+    layers: tuple[Descriptor, ...]
     ref_name: str | None
 
     @property
-    def blobs(self) -> list[BlobDescriptor]:
+    def blobs(self) -> list[Descriptor]:
         return [*self.layers, self.config]
 
     def as_record(self) -> dict[str, Any]:
@@ -122,8 +113,8 @@ def read_layout(layout: Path) -> LayoutPlan:
     # oci.entry_safety, not on this branch): every rank's blobs are sha256-equal to these.
     report = verify_image(reader, verify_layers=False)
     assert reader.index_bytes is not None and reader.manifest_bytes is not None and report.manifest_digest
-    config = BlobDescriptor(report.config_digest, len(reader.config_bytes), reader.config_ref.media_type)
-    layers = tuple(BlobDescriptor(str(ref.digest), int(ref.size or 0), ref.media_type) for ref in reader.layer_refs)
+    config = Descriptor(reader.config_ref.media_type, report.config_digest, len(reader.config_bytes))
+    layers = tuple(Descriptor(ref.media_type, str(ref.digest), int(ref.size or 0)) for ref in reader.layer_refs)
     return LayoutPlan(reader.index_bytes, report.manifest_digest, reader.manifest_bytes, config, layers,
                       reader.ref_name)
 
@@ -182,7 +173,7 @@ class VerifiedRecord:
             self.dirty = False
 
 
-def held_identity(root: Path, blob: BlobDescriptor, trusted: VerifiedRecord | None) -> list[int] | None:
+def held_identity(root: Path, blob: Descriptor, trusted: VerifiedRecord | None) -> list[int] | None:
     """The blob's stat identity if ``root`` holds it with the right size and sha256 (taken
     from ``trusted`` when the identity is unchanged, else read), else None. Regular files
     only: a symlink under a blob name is not a blob this store holds."""
@@ -201,7 +192,7 @@ def held_identity(root: Path, blob: BlobDescriptor, trusted: VerifiedRecord | No
     return identity
 
 
-def blob_status(root: Path, blobs: Sequence[BlobDescriptor], *, rehash: bool, remember: bool) -> dict[str, Any]:
+def blob_status(root: Path, blobs: Sequence[Descriptor], *, rehash: bool, remember: bool) -> dict[str, Any]:
     """Which of ``blobs`` ``root`` holds verified; ``present_wrong``: under the final name
     with the wrong size or bytes (the receiver moves it aside before fetching it again).
     ``remember``: keep what was hashed in the store's record (never in a source layout)."""
