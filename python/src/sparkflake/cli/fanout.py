@@ -74,16 +74,10 @@ def run(args: argparse.Namespace) -> int:
             verify_only=args.verify, retry_seconds=args.retry_seconds,
         ), progress=Progress("fanout"))
         return _report(args, report)
-    request = FanoutRequest(
-        archive=args.archive,
-        sha256=args.sha256,
-        image_id=args.image_id,
-        engine=args.engine,
-        tag=args.tag,
-        verify_only=args.verify,
-        retry_seconds=args.retry_seconds,
-    )
-    report = fanout(site, request, progress=Progress("fanout"))
+    report = fanout(site, FanoutRequest(
+        archive=args.archive, sha256=args.sha256, image_id=args.image_id, engine=args.engine, tag=args.tag,
+        verify_only=args.verify, retry_seconds=args.retry_seconds,
+    ), progress=Progress("fanout"))
     return _report(args, report)
 
 
