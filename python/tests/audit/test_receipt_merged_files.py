@@ -1,0 +1,51 @@
+"""The receipt check's pass over the merged image filesystem (``audit.receipt.merged_files``)
+reads every layer through to the end of its compressed stream: a layer cut short is refused
+even where the tar stream inside it still reads to its end (``tarfile`` takes a stream that
+stops after a member for a tar archive without end-of-archive blocks)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sparkflake.audit.receipt import merged_files
+from sparkflake.core.errors import InputError
+from sparkflake.oci import (
+    BlobStore,
+    ImageSpec,
+    LayerInput,
+    LayerSpec,
+    TreeSource,
+    build_image,
+    write_image_outputs,
+)
+from sparkflake.oci.compression import Compression
+from sparkflake.oci.reader import open_image
+
+FILE_SIZE = (4 << 20) - 512  # with its header, the first 4 MiB block: the last holds only tar's zero blocks
+
+
+def _layout(tmp_path: Path, compression: Compression) -> Path:
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "a.bin").write_bytes(b"alpha\n" * (FILE_SIZE // 6) + b"\n" * (FILE_SIZE % 6))
+    spec = ImageSpec(layers=(LayerSpec(LayerInput(sources=(TreeSource(str(tree)),)), "files"),),
+                     compression=compression)
+    write_image_outputs(build_image(spec, BlobStore(tmp_path / "cache")), tmp_path / "out")
+    return tmp_path / "out" / "oci"
+
+
+@pytest.mark.parametrize(("compression", "cut"), [
+    (Compression("gzip"), 8),  # the CRC32/ISIZE trailer of the last gzip member
+    (Compression("gzip", implementation="zlib", block_size=0), 4),
+    (Compression("zstd"), 3),  # the end of the last zstd frame
+])
+def test_a_truncated_layer_is_refused(tmp_path, compression, cut):
+    layout = _layout(tmp_path, compression)
+    reader = open_image(layout)
+    assert merged_files(reader, ["a.bin"])[0]["a.bin"][1] == FILE_SIZE
+    blob = layout / reader.layer_refs[0].name
+    blob.write_bytes(blob.read_bytes()[:-cut])
+    with pytest.raises(InputError, match=rf"layer sha256:[0-9a-f]{{64}}: .*truncated {compression.algorithm} stream"):
+        merged_files(open_image(layout), ["a.bin"])
