@@ -9,17 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from sparkflake import oci
 from sparkflake.audit.receipt import merged_files
 from sparkflake.core.errors import InputError
-from sparkflake.oci import (
-    BlobStore,
-    ImageSpec,
-    LayerInput,
-    LayerSpec,
-    TreeSource,
-    build_image,
-    write_image_outputs,
-)
 from sparkflake.oci.compression import Compression
 from sparkflake.oci.reader import open_image
 
@@ -30,9 +22,9 @@ def _layout(tmp_path: Path, compression: Compression) -> Path:
     tree = tmp_path / "tree"
     tree.mkdir()
     (tree / "a.bin").write_bytes(b"alpha\n" * (FILE_SIZE // 6) + b"\n" * (FILE_SIZE % 6))
-    spec = ImageSpec(layers=(LayerSpec(LayerInput(sources=(TreeSource(str(tree)),)), "files"),),
-                     compression=compression)
-    write_image_outputs(build_image(spec, BlobStore(tmp_path / "cache")), tmp_path / "out")
+    layer = oci.LayerSpec(oci.LayerInput(sources=(oci.TreeSource(str(tree)),)), "files")
+    image = oci.build_image(oci.ImageSpec(layers=(layer,), compression=compression), oci.BlobStore(tmp_path / "cache"))
+    oci.write_image_outputs(image, tmp_path / "out")
     return tmp_path / "out" / "oci"
 
 

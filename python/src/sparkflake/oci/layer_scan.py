@@ -10,7 +10,7 @@ thread, so on two cores decompression overlaps with the scan).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import BinaryIO
 
 from .entry_safety import EntrySafety, kind_of_typeflag
@@ -244,11 +244,7 @@ def scan_layer(
         digests = stream.digests()
     error = stream_error or (f"tar stream: {scanner.error}" if scanner.error else None)
     return LayerScan(
-        blob_digest=digests.blob_digest,
-        size=digests.size,
-        diff_id=digests.diff_id,
-        uncompressed_size=digests.uncompressed_size,
-        compression=digests.compression,
+        **asdict(digests),  # LayerScan's digest fields are LayerDigests'
         elf_files=tuple(scanner.elf_files),
         captured_files=dict(scanner.captured_files),
         error=error,
