@@ -2,9 +2,9 @@
 
 One streaming pass per layer, through the project's OCI reader and ``oci.layer_stream``:
 the compressed bytes are hashed (blob digest), decompressed, hashed again (diffID) and
-extracted as they pass. A
-layer whose digests differ from the manifest or the config fails the check and the
-partial root is removed; nothing of a root is used before every layer of it verified.
+extracted as they pass. A layer whose digests differ from the manifest or the config
+fails the check and the partial root is removed; nothing of a root is used before every
+layer of it verified.
 
 Entries are extracted as a container runtime would see them, and no further: paths are
 resolved inside the root (a symlink cannot lead a later entry out of it), OCI whiteouts
