@@ -25,7 +25,7 @@ from ..core.canonical_json import readable_json_bytes
 from ..core.errors import CheckFailed, InputError, SparkflakeError
 from ..oci.layer_stream import LayerStream
 from ..oci.reader import ImageReader, open_image
-from ..oci.verify import verify_image
+from ..oci.verify import config_diff_ids, verify_image
 from .receipt_checks import (
     byproduct_digest,
     label_problems,
@@ -59,7 +59,8 @@ def merged_files(
             del state[path]
             contents.pop(path, None)
 
-    for ref in reader.layer_refs:
+    diff_ids = config_diff_ids(reader.config) or []
+    for position, ref in enumerate(reader.layer_refs):
         with reader.open_blob(ref) as handle, LayerStream(handle) as stream:
             try:
                 with tarfile.open(fileobj=stream, mode="r|") as archive:
@@ -94,6 +95,10 @@ def merged_files(
                 stream.drain()  # a stream cut after the tar archive's end is refused too
             except (tarfile.TarError, ValueError) as exc:
                 raise InputError(f"layer {ref.digest or ref.name}: cannot read tar stream: {exc}") from exc
+            digests = stream.digests()
+        # the files found are in the bytes verify_image checked, not in a blob changed since
+        digests.refuse_difference(ref, reader.files.describe(ref.name),
+                                  diff_ids[position] if position < len(diff_ids) else None)
     return state, contents
 
 

@@ -25,7 +25,9 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import BinaryIO
 
+from ..core.errors import CheckFailed
 from .compression import Decompressor, detect_compression
+from .types import BlobRef
 
 READ_CHUNK = 1 << 20
 QUEUE_CHUNKS = 8
@@ -40,6 +42,16 @@ class LayerDigests:
     compression: str  # gzip, zstd or none, from the blob's first bytes
     diff_id: str | None  # None unless the stream was read to its end without an error
     uncompressed_size: int  # decompressed bytes the reading thread took
+
+    def refuse_difference(self, ref: BlobRef, where: str, diff_id: str | None) -> None:
+        """``CheckFailed`` where these bytes are not the blob ``ref`` names, or do not
+        decompress to ``diff_id`` (the config's; None: not compared)."""
+        if ref.digest is not None and self.blob_digest != ref.digest:
+            raise CheckFailed(f"{ref.role} blob {where} has digest {self.blob_digest}, expected {ref.digest}",
+                              check_id="oci.blob-digest")
+        if diff_id is not None and self.diff_id != diff_id:
+            raise CheckFailed(f"{ref.role} {ref.digest or where}: uncompressed digest (diffID) is {self.diff_id}, "
+                              f"the config says {diff_id}", check_id="oci.layer-diff-id")
 
 
 class LayerStream:

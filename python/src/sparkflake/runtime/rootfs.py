@@ -148,12 +148,7 @@ def unpack_layer(reader: ImageReader, ref: BlobRef, diff_id: str, root: Path,
         except (tarfile.TarError, ValueError, EOFError) as exc:
             raise InputError(f"{ref.role} blob {where}: {exc}") from None
         digests = stream.digests()
-    if ref.digest is not None and digests.blob_digest != ref.digest:
-        raise CheckFailed(f"{ref.role} blob {where} has digest {digests.blob_digest}, expected {ref.digest}",
-                          check_id="oci.blob-digest")
-    if digests.diff_id != diff_id:
-        raise CheckFailed(f"{ref.role} {ref.digest or where}: uncompressed digest (diffID) is {digests.diff_id}, "
-                          f"the config says {diff_id}", check_id="oci.layer-diff-id")
+    digests.refuse_difference(ref, where, diff_id)
     return entries, skipped
 
 
