@@ -11,7 +11,6 @@ sha256 in the merged image filesystem (whiteouts applied).
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import posixpath
@@ -24,9 +23,9 @@ from ..compose import generated, receipt
 from ..compose.verification import FAILED, PASSED, LinkResult
 from ..core.canonical_json import readable_json_bytes
 from ..core.errors import CheckFailed, InputError, SparkflakeError
-from ..oci.compression import Decompressor, detect_compression
+from ..oci.layer_stream import LayerStream
 from ..oci.reader import ImageReader, open_image
-from ..oci.verify import verify_image
+from ..oci.verify import config_diff_ids, verify_image
 from .receipt_checks import (
     byproduct_digest,
     label_problems,
@@ -38,33 +37,6 @@ from .receipt_checks import (
 
 READ_CHUNK = 1 << 20
 ABSENT = ""
-
-
-class _DecompressingReader(io.RawIOBase):
-    """A readable stream of a layer blob's uncompressed tar bytes."""
-
-    def __init__(self, handle) -> None:  # noqa: ANN001 (binary file object)
-        self._handle = handle
-        self._decompressor: Decompressor | None = None
-        self._buffer = b""
-        self._eof = False
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, target) -> int:  # noqa: ANN001
-        while not self._buffer and not self._eof:
-            chunk = self._handle.read(READ_CHUNK)
-            if not chunk:
-                self._eof = True
-                break
-            if self._decompressor is None:
-                self._decompressor = Decompressor(detect_compression(chunk))
-            self._buffer = self._decompressor.decompress(chunk)
-        count = min(len(target), len(self._buffer))
-        target[:count] = self._buffer[:count]
-        self._buffer = self._buffer[count:]
-        return count
 
 
 def merged_files(
@@ -87,9 +59,9 @@ def merged_files(
             del state[path]
             contents.pop(path, None)
 
-    for ref in reader.layer_refs:
-        with reader.open_blob(ref) as handle:
-            stream = io.BufferedReader(_DecompressingReader(handle), READ_CHUNK)
+    diff_ids = config_diff_ids(reader.config) or []
+    for position, ref in enumerate(reader.layer_refs):
+        with reader.open_blob(ref) as handle, LayerStream(handle) as stream:
             try:
                 with tarfile.open(fileobj=stream, mode="r|") as archive:
                     for member in archive:
@@ -120,8 +92,13 @@ def merged_files(
                         state[name] = (hasher.hexdigest(), member.size)
                         if kept is not None:
                             contents[name] = b"".join(kept)
+                stream.drain()  # a stream cut after the tar archive's end is refused too
             except (tarfile.TarError, ValueError) as exc:
                 raise InputError(f"layer {ref.digest or ref.name}: cannot read tar stream: {exc}") from exc
+            digests = stream.digests()
+        # the files found are in the bytes verify_image checked, not in a blob changed since
+        digests.refuse_difference(ref, reader.files.describe(ref.name),
+                                  diff_ids[position] if position < len(diff_ids) else None)
     return state, contents
 
 

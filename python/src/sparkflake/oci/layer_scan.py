@@ -3,24 +3,19 @@ ELF machine of every regular file in the tar stream.
 
 The tar scanner reads only header blocks and the first 20 bytes of each regular file
 (ELF ``e_ident`` + ``e_type`` + ``e_machine``); file contents are counted, not copied.
-Decompression runs in a worker thread (zlib and zstd release the GIL, and so does sha256
-on large buffers), so on two cores the compressed and uncompressed hashing overlap like
-``gzip -dc | sha256sum`` does.
+The blob is read, hashed and decompressed by ``layer_stream.LayerStream`` (a worker
+thread, so on two cores decompression overlaps with the scan).
 """
 
 from __future__ import annotations
 
-import hashlib
-import queue
-import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, BinaryIO
+from dataclasses import asdict, dataclass, field
+from typing import BinaryIO
 
-from .compression import Decompressor, detect_compression
 from .entry_safety import EntrySafety, kind_of_typeflag
+from .layer_stream import LayerStream
 
-READ_CHUNK = 1 << 20
 BLOCK = 512
 
 _REGULAR_TYPES = (b"0", b"\x00", b"7")
@@ -233,69 +228,25 @@ def scan_layer(
     ``error`` (blob unreadable, corrupt stream, decompressed size over the bound, broken
     tar) is reported, not raised, so the caller can still name the blob digest.
     """
-    blob_hasher = hashlib.sha256()
-    plain_chunks: queue.Queue[bytes | None] = queue.Queue(maxsize=8)
-    state: dict[str, Any] = {"size": 0, "compression": "none", "error": None}
-
-    def produce() -> None:
-        decompressor: Decompressor | None = None
-        plain_total = 0
-        try:
-            while chunk := handle.read(READ_CHUNK):
-                if decompressor is None:
-                    decompressor = Decompressor(detect_compression(chunk))
-                    state["compression"] = decompressor.algorithm
-                blob_hasher.update(chunk)
-                state["size"] = int(state["size"]) + len(chunk)
-                if on_bytes is not None:
-                    on_bytes(len(chunk))
-                if state["error"] is not None:
-                    continue
-                try:
-                    plain = decompressor.decompress(chunk)
-                except ValueError as exc:
-                    state["error"] = str(exc)
-                    continue
-                plain_total += len(plain)
-                if max_uncompressed_bytes is not None and plain_total > max_uncompressed_bytes:
-                    state["error"] = (
-                        f"decompresses to more than the bound of {max_uncompressed_bytes} bytes"
-                    )
-                    continue
-                if plain:
-                    plain_chunks.put(plain)
-            if decompressor is not None and state["error"] is None:
-                try:
-                    decompressor.finish()
-                except ValueError as exc:
-                    state["error"] = str(exc)
-        except OSError as exc:
-            state["error"] = f"cannot read: {exc.strerror or exc}"
-        finally:
-            plain_chunks.put(None)
-
-    worker = threading.Thread(target=produce, name="layer-decompress", daemon=True)
-    worker.start()
-    diff_hasher = hashlib.sha256()
     scanner = TarElfScanner(capture_paths=capture_paths, safety=safety)
     if safety is not None:
         safety.begin_layer()
-    uncompressed = 0
-    while (plain := plain_chunks.get()) is not None:
-        diff_hasher.update(plain)
-        uncompressed += len(plain)
-        if scan_tar:
-            scanner.feed(plain)
-    worker.join()
-    error = state["error"] or (f"tar stream: {scanner.error}" if scanner.error else None)
+    stream_error: str | None = None
+    with LayerStream(handle, max_uncompressed_bytes=max_uncompressed_bytes, on_bytes=on_bytes) as stream:
+        try:
+            for plain in stream.chunks():
+                if scan_tar:
+                    scanner.feed(plain)
+        except OSError as exc:
+            stream_error = f"cannot read: {exc.strerror or exc}"
+        except ValueError as exc:
+            stream_error = str(exc)
+        digests = stream.digests()
+    error = stream_error or (f"tar stream: {scanner.error}" if scanner.error else None)
     return LayerScan(
-        blob_digest="sha256:" + blob_hasher.hexdigest(),
-        size=int(state["size"]),
-        diff_id=None if state["error"] else "sha256:" + diff_hasher.hexdigest(),
-        uncompressed_size=uncompressed,
-        compression=str(state["compression"]),
+        **asdict(digests),  # LayerScan's digest fields are LayerDigests'
         elf_files=tuple(scanner.elf_files),
         captured_files=dict(scanner.captured_files),
-        error=str(error) if error else None,
+        error=error,
         unsafe_entry=scanner.unsafe,
     )

@@ -1,9 +1,10 @@
 """The image's root filesystem, unpacked from its verified layers into a scratch directory.
 
-One streaming pass per layer, through the project's OCI reader: the compressed bytes are
-hashed (blob digest), decompressed, hashed again (diffID) and extracted as they pass. A
-layer whose digests differ from the manifest or the config fails the check and the
-partial root is removed; nothing of a root is used before every layer of it verified.
+One streaming pass per layer, through the project's OCI reader and ``oci.layer_stream``:
+the compressed bytes are hashed (blob digest), decompressed, hashed again (diffID) and
+extracted as they pass. A layer whose digests differ from the manifest or the config
+fails the check and the partial root is removed; nothing of a root is used before every
+layer of it verified.
 
 Entries are extracted as a container runtime would see them, and no further: paths are
 resolved inside the root (a symlink cannot lead a later entry out of it), OCI whiteouts
@@ -23,22 +24,19 @@ import errno
 import hashlib
 import json
 import os
-import queue
 import shutil
 import stat
 import tarfile
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
 
 from ..compose.tree_paths import image_path, normalize_member, resolve_parent
 from ..core.atomic_write import write_bytes_atomic
 from ..core.errors import CheckFailed, InputError
 from ..core.file_hashes import stat_identity
 from ..core.progress import ProgressCallback
-from ..oci.compression import Decompressor, detect_compression
+from ..oci.layer_stream import LayerStream
 from ..oci.reader import ImageReader
 from ..oci.types import BlobRef
 
@@ -49,86 +47,6 @@ WHITEOUT_PREFIX = ".wh."
 OPAQUE_WHITEOUT = ".wh..wh..opq"
 # where the sandbox mounts its own /dev, /proc, /sys and the writable /tmp and /root (sandbox.py)
 MOUNT_POINTS = ("dev", "proc", "sys", "tmp", "root")
-
-
-class _VerifyingStream:
-    """The decompressed bytes of a blob as a file object for ``tarfile``, hashing both
-    the blob (as stored) and its decompressed stream (the diffID).
-
-    A worker thread reads, hashes and decompresses (zlib, zstd and sha256 release the GIL)
-    while the caller's thread extracts, so on two cores the two overlap."""
-
-    def __init__(self, handle: BinaryIO, on_bytes: Callable[[int], None] | None) -> None:
-        self._handle = handle
-        self._on_bytes = on_bytes
-        self.blob_hasher = hashlib.sha256()
-        self.diff_hasher = hashlib.sha256()
-        self.size = 0
-        self._pending = b""
-        self._offset = 0
-        self._eof = False
-        self._error: BaseException | None = None
-        self._stop = threading.Event()
-        self._chunks: queue.Queue[bytes | None] = queue.Queue(maxsize=8)
-        self._worker = threading.Thread(target=self._produce, name="layer-unpack", daemon=True)
-        self._worker.start()
-
-    def _produce(self) -> None:
-        decompressor: Decompressor | None = None
-        try:
-            while not self._stop.is_set() and (chunk := self._handle.read(READ_CHUNK)):
-                if decompressor is None:
-                    decompressor = Decompressor(detect_compression(chunk))
-                self.blob_hasher.update(chunk)
-                self.size += len(chunk)
-                if self._on_bytes is not None:
-                    self._on_bytes(len(chunk))
-                plain = decompressor.decompress(chunk)
-                self.diff_hasher.update(plain)
-                if plain:
-                    self._chunks.put(plain)
-            if decompressor is not None and not self._stop.is_set():
-                decompressor.finish()
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the reading thread
-            self._error = exc
-        finally:
-            self._chunks.put(None)
-
-    def _fill(self) -> None:
-        plain = self._chunks.get()
-        if plain is None:
-            self._eof = True
-            self._worker.join()
-            if self._error is not None:
-                raise self._error
-            return
-        # copy what is left once per chunk, not once per read
-        self._pending = self._pending[self._offset:] + plain
-        self._offset = 0
-
-    def read(self, size: int = -1) -> bytes:
-        while not self._eof and (size < 0 or len(self._pending) - self._offset < size):
-            self._fill()
-        end = len(self._pending) if size < 0 else min(len(self._pending), self._offset + size)
-        out = self._pending[self._offset:end]
-        self._offset = end
-        return out
-
-    def drain(self) -> None:
-        """Read to the end (tar padding after the end-of-archive blocks is hashed too)."""
-        while not self._eof:
-            self._pending, self._offset = b"", 0
-            self._fill()
-
-    def close(self) -> None:
-        """Stop the worker (after an error the rest of the blob is not read)."""
-        self._stop.set()
-        while self._worker.is_alive():
-            try:
-                self._chunks.get(timeout=0.1)
-            except queue.Empty:
-                pass
-        self._worker.join()
 
 
 def entry_problem(member: tarfile.TarInfo) -> str | None:
@@ -219,8 +137,7 @@ def unpack_layer(reader: ImageReader, ref: BlobRef, diff_id: str, root: Path,
     """Extract one layer over ``root``, verifying its blob digest and diffID."""
     where = reader.files.describe(ref.name)
     entries = skipped = 0
-    with reader.open_blob(ref) as handle:
-        stream = _VerifyingStream(handle, on_bytes)
+    with reader.open_blob(ref) as handle, LayerStream(handle, on_bytes=on_bytes) as stream:
         try:
             with tarfile.open(fileobj=stream, mode="r|") as tar:  # type: ignore[call-overload]  # typeshed has no overload for a stream mode over a fileobj
                 for member in tar:
@@ -230,16 +147,8 @@ def unpack_layer(reader: ImageReader, ref: BlobRef, diff_id: str, root: Path,
             stream.drain()
         except (tarfile.TarError, ValueError, EOFError) as exc:
             raise InputError(f"{ref.role} blob {where}: {exc}") from None
-        finally:
-            stream.close()
-    blob_digest = "sha256:" + stream.blob_hasher.hexdigest()
-    if ref.digest is not None and blob_digest != ref.digest:
-        raise CheckFailed(f"{ref.role} blob {where} has digest {blob_digest}, expected {ref.digest}",
-                          check_id="oci.blob-digest")
-    actual_diff_id = "sha256:" + stream.diff_hasher.hexdigest()
-    if actual_diff_id != diff_id:
-        raise CheckFailed(f"{ref.role} {ref.digest or where}: uncompressed digest (diffID) is {actual_diff_id}, "
-                          f"the config says {diff_id}", check_id="oci.layer-diff-id")
+        digests = stream.digests()
+    digests.refuse_difference(ref, where, diff_id)
     return entries, skipped
 
 
