@@ -264,6 +264,31 @@ def test_zstd_image_gets_two_separate_archives(zstd_image, podman_store: PodmanS
         archive_module.write_combined_archive(image, zstd_image["root"] / "refused.tar")
 
 
+@pytest.mark.parametrize("damage", ["cut", "other-bytes"])
+def test_a_damaged_zstd_blob_is_refused_for_the_docker_archive_and_nothing_enters_the_store(tmp_path, damage):
+    """The docker-archive holds a zstd layer decompressed: a stored blob cut short (the stream
+    ends inside a frame) or holding other bytes is refused by its diffID check, and no
+    plain layer is left in the blob store under that diffID."""
+    tree = _make_tree(tmp_path)
+    store = BlobStore(tmp_path / "store")
+    image = build_image(_spec(tree, "zstd"), store)
+    layer = image.layers[0]
+    blob = layer.blob_path.read_bytes()
+    layer.blob_path.chmod(0o644)
+    if damage == "cut":
+        layer.blob_path.write_bytes(blob[: len(blob) - 3])
+    else:
+        import zstandard
+
+        layer.blob_path.write_bytes(zstandard.ZstdCompressor().compress(b"other bytes"))
+    with pytest.raises(CheckFailed) as refused:
+        write_archives(image, tmp_path / "oci-archive.tar", tmp_path / "docker-archive.tar")
+    assert refused.value.check_id == "oci.layer-diff-id"
+    assert f"expected diffID {layer.diff_id}" in refused.value.message
+    assert store.verified(layer.diff_id, layer.uncompressed_size) is None
+    assert not list(store.blob_dir.glob(".incoming.*"))
+
+
 # --- a combined archive whose two views disagree --------------------------------------------
 
 

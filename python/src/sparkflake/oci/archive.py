@@ -28,7 +28,6 @@ a plain oci-archive.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import secrets
 from pathlib import Path
@@ -38,9 +37,9 @@ from ..core.canonical_json import canonical_json_bytes
 from ..core.digest import digest_hex
 from ..core.errors import CheckFailed, InputError
 from .background import BackgroundQueue
-from .compression import Decompressor
 from .image_model import BuiltImage
 from .layer import Layer
+from .layer_stream import LayerStream
 from .layout import OCI_LAYOUT_BYTES
 from .tar_stream import EntryKind, TarEntry, write_tar_file
 
@@ -332,20 +331,20 @@ def _docker_layer_source(image: BuiltImage, layer: Layer) -> Path:
     verified = store.verified(layer.diff_id, layer.uncompressed_size)
     if verified is not None:
         return verified
-    decompressor = Decompressor("zstd")
-    hasher = hashlib.sha256()
     with store.new_blob() as (handle, tmp_path):
-        with open(layer.blob_path, "rb") as blob:
-            while chunk := blob.read(1 << 20):
-                plain = decompressor.decompress(chunk)
-                hasher.update(plain)
-                handle.write(plain)
-        decompressor.finish()
-    if "sha256:" + hasher.hexdigest() != layer.diff_id:
+        with open(layer.blob_path, "rb") as blob, LayerStream(blob) as stream:
+            try:
+                for plain in stream.chunks():
+                    handle.write(plain)
+            except ValueError as exc:  # a zstd stream our own store holds, cut or corrupt
+                problem = str(exc)
+            else:
+                problem = None
+            diff_id = stream.digests().diff_id
+    if problem is not None or diff_id != layer.diff_id:
         tmp_path.unlink()
         raise CheckFailed(
-            f"layer {layer.digest} decompresses to sha256:{hasher.hexdigest()}, "
-            f"expected diffID {layer.diff_id}",
+            f"layer {layer.digest} decompresses to {problem or diff_id}, expected diffID {layer.diff_id}",
             check_id="oci.layer-diff-id",
         )
     return store.commit(tmp_path, layer.diff_id)
