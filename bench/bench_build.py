@@ -394,7 +394,7 @@ def main() -> int:
         rebuild = rebuild_phase(profile, cache, warm_cache, scratch, args.runs)
         write_results(profile, args.runs, tree_bytes, record, ours, bound, rebuild)
         print_table(statistics.median(ours), statistics.median(bound), statistics.median(rebuild))
-        print(f"trees: {tree_bytes / 1e9:.2f} GB in {len(trees)} layers; results in {RESULTS.relative_to(REPO)}")
+        print(f"trees: {tree_bytes / 1e9:.2f} GB in {len(trees)} layers; results in {RESULTS.relative_to(REPO) if RESULTS.is_relative_to(REPO) else RESULTS}")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return 0
