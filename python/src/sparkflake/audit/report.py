@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.check_result import ERROR, FAIL, CheckResult
+from ..core.check_result import CheckResult, exit_code_of, failed_checks
 from ..core.digest import is_digest
 from ..core.errors import InputError
 
@@ -66,15 +66,11 @@ class AuditReport:
 
     @property
     def exit_code(self) -> int:
-        if any(c.status == ERROR for c in self.checks):
-            return 2
-        if any(c.status == FAIL for c in self.checks):
-            return 1
-        return 0
+        return exit_code_of(self.checks)
 
     @property
     def failures(self) -> list[CheckResult]:
-        return [c for c in self.checks if c.status in (FAIL, ERROR)]
+        return failed_checks(self.checks)
 
     def as_record(self) -> dict[str, Any]:
         return {

@@ -3,6 +3,7 @@ found, and the digest involved. The audit and the runtime check report in these.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,3 +19,14 @@ class CheckResult:
 
     def as_record(self) -> dict[str, Any]:
         return {"id": self.id, "status": self.status, "detail": self.detail, "digest": self.digest}
+
+
+def failed_checks(checks: Iterable[CheckResult]) -> list[CheckResult]:
+    return [check for check in checks if check.status in (FAIL, ERROR)]
+
+
+def exit_code_of(checks: Iterable[CheckResult]) -> int:
+    """The exit status of a report: 2 if a check could not judge (bad input), 1 if one
+    failed, else 0."""
+    statuses = {check.status for check in checks}
+    return 2 if ERROR in statuses else 1 if FAIL in statuses else 0

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.check_result import ERROR, FAIL, CheckResult
+from ..core.check_result import CheckResult, exit_code_of, failed_checks
 from .capabilities import Capabilities
 
 
@@ -38,13 +38,10 @@ class CheckReport:
 
     @property
     def exit_code(self) -> int:
-        statuses = {check.status for check in self.checks}
-        if ERROR in statuses:
-            return 2
-        return 1 if FAIL in statuses else 0
+        return exit_code_of(self.checks)
 
     def failed(self) -> list[CheckResult]:
-        return [check for check in self.checks if check.status in (FAIL, ERROR)]
+        return failed_checks(self.checks)
 
     def as_record(self) -> dict[str, Any]:
         return {
