@@ -7,7 +7,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sparkflake.core.check_result import ERROR, FAIL, PASS, SKIP, CheckResult, exit_code_of, failed_checks
+from sparkflake.core.check_result import (
+    ERROR,
+    FAIL,
+    PASS,
+    SKIP,
+    CheckResult,
+    exit_code_of,
+    failed_checks,
+)
 
 pytestmark = pytest.mark.nix_sandbox  # needs nothing but Python: also run by the flake check
 
