@@ -113,7 +113,7 @@ class ServedModel:
                 {"pattern": g.pattern, "count": g.count, "dtypes": list(g.dtypes), "shapes": [list(s) for s in g.shapes]}
                 for g in self.tensor_groups
             ],
-            "config": self.config,
+            "config": dict(self.config),
         }
 
 
