@@ -199,9 +199,8 @@ def plan_from_assignments(
     served_models: dict[str, ServedModel] = {}
     hash_cache = VerifiedHashCache(None)
     if run_checks:
-        hash_cache = _run_checks(checks, resolution, contract, engine, image, spec, draft_id, identity,
+        hash_cache = _run_checks(checks, served_models, resolution, contract, engine, image, spec, draft_id, identity,
                                  cache_root, sparkcache_dir, jit_dir, rehash, check_engine)
-        served_models = _judge_served_models(checks, resolution, contract, draft_id is not None)
     return LaunchPlan(
         contract=contract,
         resolution=resolution,
@@ -237,7 +236,7 @@ def _judge_served_models(checks: list[CheckResult], resolution: Resolution, cont
     return served
 
 
-def _run_checks(checks, resolution, contract, engine, image, spec, draft_id, identity,
+def _run_checks(checks, served_models, resolution, contract, engine, image, spec, draft_id, identity,
                 cache_root, sparkcache_dir, jit_dir, rehash, check_engine) -> VerifiedHashCache:
     values = resolution.values
     rank = resolution.rank
@@ -267,6 +266,7 @@ def _run_checks(checks, resolution, contract, engine, image, spec, draft_id, ide
     if draft_id is not None:
         checks.append(check_checkpoint("checkpoint.draft", values["DRAFT_MODEL_PATH"], contract.draft_files,
                                        hash_cache, contract.draft_pin))
+    served_models.update(_judge_served_models(checks, resolution, contract, draft_id is not None))
     if dedicated.status == PASS and cache_root.exists():
         hash_cache.save()
     states = {"jit": (jit_dir, identity)}
