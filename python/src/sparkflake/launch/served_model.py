@@ -124,7 +124,8 @@ def inside(directory: str, name: str) -> str:
     target = os.path.realpath(path)
     if os.path.commonpath([root, target]) != root:
         raise InputError(f"{path}: resolves to {target}, outside the checkpoint directory; the container mounts "
-                         "only the directory, where this link does not resolve")
+                         "only the directory, where this link does not resolve (a Hugging Face cache snapshot links "
+                         "into its blobs: point the launch at a directory holding the files themselves)")
     return path
 
 
