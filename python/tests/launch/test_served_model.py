@@ -163,7 +163,7 @@ def _launch_rank(tmp_path: Path) -> subprocess.CompletedProcess:
     )
 
 
-def test_launch_rank_dry_run_exits_2_on_a_bad_header_and_1_on_another_architecture(tmp_path):
+def test_launch_rank_dry_run_exits_2_on_a_huge_or_malformed_header_and_1_on_another_architecture(tmp_path):
     write_target_checkpoint(tmp_path / "target")
     write_checkpoint(tmp_path / "draft", DRAFT_FILES)
     (tmp_path / "target" / TARGET_SHARD).write_bytes(struct.pack("<Q", 2**64 - 1) + b"{}")
@@ -173,6 +173,11 @@ def test_launch_rank_dry_run_exits_2_on_a_bad_header_and_1_on_another_architectu
     assert checks["checkpoint.target.model"]["status"] == "error"
     assert f"header length {2**64 - 1} exceeds" in checks["checkpoint.target.model"]["detail"]
     assert "checkpoint.target.model" in damaged.stderr  # named in the refusal
+    (tmp_path / "target" / TARGET_SHARD).write_bytes(struct.pack("<Q", 8) + b'{"x":{}}')
+    malformed = _launch_rank(tmp_path)
+    assert malformed.returncode == 2 and "Traceback" not in malformed.stderr, malformed.stderr
+    checks = {check["id"]: check for check in json.loads(malformed.stdout)["checks"]}
+    assert 'header["x"]: missing dtype, shape, data_offsets' in checks["checkpoint.target.model"]["detail"]
     write_target_checkpoint(tmp_path / "target")
     (tmp_path / "draft" / "config.json").write_text('{"architectures": ["Qwen3ForCausalLM"]}')
     other = _launch_rank(tmp_path)
