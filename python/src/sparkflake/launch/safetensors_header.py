@@ -22,7 +22,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import NamedTuple
 
 from ..core.documents import open_regular_file, parse_limit_error
 from ..core.errors import InputError
@@ -39,8 +39,7 @@ DTYPE_BITS: Mapping[str, int] = MappingProxyType({
 })
 
 
-@dataclass(frozen=True)
-class TensorEntry:
+class TensorEntry(NamedTuple):  # a named tuple: a checkpoint has ~10^5 of them to build
     name: str
     dtype: str
     shape: tuple[int, ...]
@@ -64,56 +63,52 @@ class SafetensorsHeader:
             object.__setattr__(self, "metadata", MappingProxyType(dict(self.metadata)))
 
 
-def tensor_bytes(dtype: str, shape: tuple[int, ...], where: str) -> int:
-    """The byte size of a tensor, refused as safetensors refuses it: an element count or
-    a bit count beyond usize, or a sub-byte dtype whose bits do not fill whole bytes."""
+def tensor_bytes(dtype: str, shape: tuple[int, ...]) -> int:
+    """The byte size of a tensor; ValueError (saying why) where safetensors refuses it: an
+    element count or a bit count beyond usize, or a sub-byte dtype whose bits do not fill
+    whole bytes."""
     elements = 1
     for size in shape:
         elements *= size
         if elements > USIZE_MAX:
-            raise InputError(f"{where}: shape {list(shape)} overflows a 64-bit element count")
+            raise ValueError(f"shape {list(shape)} overflows a 64-bit element count")
     bits = elements * DTYPE_BITS[dtype]
     if bits > USIZE_MAX:
-        raise InputError(f"{where}: shape {list(shape)} of {dtype} overflows a 64-bit bit count")
+        raise ValueError(f"shape {list(shape)} of {dtype} overflows a 64-bit bit count")
     if bits % 8:
-        raise InputError(f"{where}: {elements} elements of {dtype} ({bits} bits) do not fill whole bytes")
+        raise ValueError(f"{elements} elements of {dtype} ({bits} bits) do not fill whole bytes")
     return bits // 8
 
 
-def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    document: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in document:
-            raise _DuplicateKey(key)
-        document[key] = value
-    return document
+def _naturals(values: object, count: int | None = None) -> bool:
+    """A JSON array of integers in [0, 2^64) (``count`` of them, if given); ``type(v) is
+    int`` keeps booleans out."""
+    return (isinstance(values, list) and (count is None or len(values) == count)
+            and all(type(value) is int for value in values)
+            and (not values or (min(values) >= 0 and max(values) <= USIZE_MAX)))
 
 
-class _DuplicateKey(Exception):
-    def __init__(self, key: str) -> None:
-        super().__init__(key)
-        self.key = key
-
-
-def _natural(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= USIZE_MAX
+def _where(shown: str, name: str) -> str:
+    return f"{shown}: header[{json.dumps(name)}]"
 
 
 def _tensor(name: str, entry: object, shown: str) -> TensorEntry:
-    where = f"{shown}: header[{json.dumps(name)}]"
+    # the place is spelled only for a refusal: a checkpoint has ~10^5 tensors
     if not isinstance(entry, dict):
-        raise InputError(f"{where}: expected an object with dtype, shape and data_offsets")
-    missing = [key for key in ("dtype", "shape", "data_offsets") if key not in entry]
-    if missing:
-        raise InputError(f"{where}: missing {', '.join(missing)}")
-    dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+        raise InputError(f"{_where(shown, name)}: expected an object with dtype, shape and data_offsets")
+    try:
+        dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+    except KeyError:
+        missing = [key for key in ("dtype", "shape", "data_offsets") if key not in entry]
+        raise InputError(f"{_where(shown, name)}: missing {', '.join(missing)}") from None
     if not isinstance(dtype, str) or dtype not in DTYPE_BITS:
-        raise InputError(f"{where}.dtype: {json.dumps(dtype)[:40]} is not a safetensors dtype "
+        raise InputError(f"{_where(shown, name)}.dtype: {json.dumps(dtype)[:40]} is not a safetensors dtype "
                          f"(expected one of {', '.join(DTYPE_BITS)})")
-    if not isinstance(shape, list) or not all(_natural(size) for size in shape):
-        raise InputError(f"{where}.shape: expected an array of non-negative 64-bit integers")
-    if not isinstance(offsets, list) or len(offsets) != 2 or not all(_natural(o) for o in offsets):
-        raise InputError(f"{where}.data_offsets: expected [begin, end], two non-negative 64-bit integers")
+    if not _naturals(shape):
+        raise InputError(f"{_where(shown, name)}.shape: expected an array of non-negative 64-bit integers")
+    if not _naturals(offsets, 2):
+        raise InputError(f"{_where(shown, name)}.data_offsets: expected [begin, end], two non-negative 64-bit "
+                         "integers")
     return TensorEntry(name, dtype, tuple(shape), (offsets[0], offsets[1]))
 
 
@@ -124,10 +119,10 @@ def parse_header(header: bytes, buffer_bytes: int, shown: str) -> SafetensorsHea
         text = header.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InputError(f"{shown}: the safetensors header is not UTF-8 (header byte {exc.start})") from None
+    # A name given twice keeps its last entry, as in the reference loader; the other's
+    # bytes then break the tiling below, unless the two entries are the same.
     try:
-        document = json.loads(text, object_pairs_hook=_unique_object)
-    except _DuplicateKey as exc:
-        raise InputError(f"{shown}: the safetensors header names {json.dumps(exc.key)[:80]} twice") from None
+        document = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"{shown}: the safetensors header is not JSON: {exc.msg} (header byte {exc.pos})") from None
     except (RecursionError, ValueError) as exc:
@@ -143,15 +138,17 @@ def parse_header(header: bytes, buffer_bytes: int, shown: str) -> SafetensorsHea
                      key=lambda tensor: tensor.data_offsets)
     start = 0
     for tensor in tensors:
-        where = f"{shown}: header[{json.dumps(tensor.name)}]"
         begin, end = tensor.data_offsets
         if begin != start or end < begin:
-            raise InputError(f"{where}.data_offsets: [{begin}, {end}] does not start where the previous tensor "
-                             f"ends ({start}): the tensors must tile the byte buffer")
-        expected = tensor_bytes(tensor.dtype, tensor.shape, where)
+            raise InputError(f"{_where(shown, tensor.name)}.data_offsets: [{begin}, {end}] does not start where the "
+                             f"previous tensor ends ({start}): the tensors must tile the byte buffer")
+        try:
+            expected = tensor_bytes(tensor.dtype, tensor.shape)
+        except ValueError as exc:
+            raise InputError(f"{_where(shown, tensor.name)}: {exc}") from None
         if end - begin != expected:
-            raise InputError(f"{where}: data_offsets hold {end - begin} bytes, shape {list(tensor.shape)} of "
-                             f"{tensor.dtype} is {expected} bytes")
+            raise InputError(f"{_where(shown, tensor.name)}: data_offsets hold {end - begin} bytes, shape "
+                             f"{list(tensor.shape)} of {tensor.dtype} is {expected} bytes")
         start = end
     if start != buffer_bytes:
         raise InputError(f"{shown}: the tensors cover {start} bytes of the {buffer_bytes}-byte buffer after the "

@@ -37,6 +37,7 @@ from ..core.errors import InputError
 from .safetensors_header import SafetensorsHeader, read_header
 
 CONFIG_FILE = "config.json"
+_NUMBERED = re.compile(r"(?<![^.])[0-9]+(?![^.])")  # a whole dot-separated component of digits
 INDEX_FILE = "model.safetensors.index.json"
 MAX_CONFIG_BYTES = 4 << 20  # a model config.json is a few KB
 MAX_INDEX_BYTES = 64 << 20  # GLM-5.3's index names ~10^5 tensors in a few MB
@@ -51,7 +52,6 @@ DIMENSION_KEYS = (
     "linear_head_dim", "linear_num_heads", "vocab_size", "max_position_embeddings",
     "num_nextn_predict_layers",
 )
-_INDEX_COMPONENT = re.compile(r"(^|\.)[0-9]+(?=\.|$)")
 
 
 @dataclass(frozen=True)
@@ -173,11 +173,13 @@ def _weight_map(directory: str) -> dict[str, str] | None:
 
 def _shard_names(directory: str, weight_map: Mapping[str, str] | None) -> tuple[str, ...]:
     if weight_map is not None:
-        for tensor, shard in weight_map.items():
+        shards = tuple(sorted(set(weight_map.values())))
+        for shard in shards:
             if os.path.isabs(shard) or os.path.normpath(shard) != shard or shard.startswith(".."):
+                tensor = next(name for name, value in weight_map.items() if value == shard)
                 raise InputError(f"{os.path.join(directory, INDEX_FILE)}: $.weight_map[{tensor!r}]: "
                                  f"{shard!r} is not a relative path inside the checkpoint")
-        return tuple(sorted(set(weight_map.values())))
+        return shards
     try:
         names = sorted(name for name in os.listdir(directory) if name.endswith(".safetensors"))
     except OSError as exc:
@@ -195,7 +197,7 @@ def _tensor_facts(headers: Mapping[str, SafetensorsHeader]) -> tuple[dict[str, D
         for tensor in header.tensors:
             counts[tensor.dtype] += 1
             sizes[tensor.dtype] += tensor.nbytes
-            pattern = _INDEX_COMPONENT.sub(r"\1*", tensor.name)
+            pattern = _NUMBERED.sub("*", tensor.name)
             count, dtypes, shapes = groups.get(pattern, (0, set(), set()))
             dtypes.add(tensor.dtype)
             shapes.add(tensor.shape)
