@@ -119,8 +119,8 @@ def parse_header(header: bytes, buffer_bytes: int, shown: str) -> SafetensorsHea
         text = header.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InputError(f"{shown}: the safetensors header is not UTF-8 (header byte {exc.start})") from None
-    # A name given twice keeps its last entry, as in the reference loader; the other's
-    # bytes then break the tiling below, unless the two entries are the same.
+    # A name given twice keeps its last entry (json's rule); the bytes of the entry it hides
+    # then break the tiling below, unless the two entries are the same.
     try:
         document = json.loads(text)
     except json.JSONDecodeError as exc:
