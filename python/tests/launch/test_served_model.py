@@ -101,7 +101,7 @@ def _corrupt_shard(directory: Path, content: bytes) -> None:
      "no model.safetensors.index.json and no *.safetensors"),
     (lambda d: (d / "config.json").write_text('{"architectures": []}'), "config.json: $.architectures: expected a non-empty"),
     (lambda d: (d / "config.json").write_text('{"architectures": ["A"], "quantization_config": "nvfp4"}'),
-     "config.json: quantization_config: expected an object"),
+     "config.json: $.quantization_config: expected an object"),
     (lambda d: ((d / "config.json").unlink(), os.mkfifo(d / "config.json")), "config.json: is a FIFO, expected a model config"),
     (lambda d: (d / "config.json").write_bytes(b" " * (5 << 20)), "config.json: a model config is larger than"),
 ])

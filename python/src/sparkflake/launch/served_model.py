@@ -207,10 +207,10 @@ def _tensor_facts(headers: Mapping[str, SafetensorsHeader]) -> tuple[dict[str, D
                          for pattern, (count, dtypes, shapes) in sorted(groups.items()))
 
 
-def _check_weight_map(directory: str, weight_map: Mapping[str, str], headers: Mapping[str, SafetensorsHeader]) -> None:
-    held = {shard: {tensor.name for tensor in header.tensors} for shard, header in headers.items()}
+def _check_weight_map(directory: str, weight_map: Mapping[str, str], owner: Mapping[str, str]) -> None:
+    """Every tensor the index names is in the shard it names (``owner``: tensor -> shard)."""
     for tensor, shard in weight_map.items():
-        if tensor not in held[shard]:
+        if owner.get(tensor) != shard:
             raise InputError(f"{os.path.join(directory, INDEX_FILE)}: $.weight_map[{tensor!r}] names {shard}, "
                              "whose header has no such tensor")
 
@@ -227,7 +227,7 @@ def read_served_model(directory: str) -> ServedModel:
     layer_types = text.get("layer_types")
     quantization = config.get("quantization_config", text.get("quantization_config"))
     if quantization is not None and not isinstance(quantization, dict):
-        raise InputError(f"{config_path}: quantization_config: expected an object")
+        raise InputError(f"{config_path}: $.quantization_config: expected an object")
     weight_map = _weight_map(directory)
     shards = _shard_names(directory, weight_map)
     headers: dict[str, SafetensorsHeader] = {}
@@ -239,7 +239,7 @@ def read_served_model(directory: str) -> ServedModel:
                 raise InputError(f"{directory}: tensor {tensor.name!r} is in both {owner[tensor.name]} and {shard}")
             owner[tensor.name] = shard
     if weight_map is not None:
-        _check_weight_map(directory, weight_map, headers)
+        _check_weight_map(directory, weight_map, owner)
     totals, groups = _tensor_facts(headers)
     return ServedModel(
         directory=directory,
