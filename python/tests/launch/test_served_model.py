@@ -25,6 +25,8 @@ from fixtures.launch import (
     write_target_checkpoint,
 )
 from fixtures.safetensors_files import safetensors_bytes
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from sparkflake.core.check_result import ERROR, FAIL, PASS
 from sparkflake.core.errors import InputError
@@ -68,6 +70,35 @@ def test_a_nested_text_config_gives_the_dimensions(tmp_path):
     (directory / "config.json").write_text(json.dumps({**nested, "text_config": {"hidden_size": "4096"}}))
     with pytest.raises(InputError, match=r"config.json: \$.text_config.hidden_size: expected a non-negative integer"):
         read_served_model(str(directory))
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-2, 2**65) | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=8,
+)
+_config_values = st.fixed_dictionaries({}, optional={
+    "architectures": st.one_of(_json, st.just(["Glm5NextForCausalLM"])),
+    "text_config": st.one_of(_json, st.dictionaries(st.sampled_from(["hidden_size", "layer_types", "head_dim"]), _json)),
+    "hidden_size": _json, "kv_lora_rank": _json, "layer_types": _json, "quantization_config": _json,
+    "model_type": _json, "torch_dtype": _json,
+})
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=150)
+@given(config=st.one_of(_json, _config_values), index=st.one_of(st.none(), _json, st.fixed_dictionaries(
+    {"weight_map": st.dictionaries(st.text(max_size=6), st.one_of(_json, st.sampled_from([TARGET_SHARD, "x/../y"])))})))
+def test_any_config_or_index_is_read_or_refused_as_bad_input(tmp_path, config, index):
+    directory = _target(tmp_path)
+    (directory / "config.json").write_text(json.dumps(config))
+    if index is not None:
+        (directory / "model.safetensors.index.json").write_text(json.dumps(index))
+    try:
+        model = read_served_model(str(directory))
+    except InputError as refused:
+        assert str(refused).startswith(str(directory)), str(refused)
+    else:
+        assert model.architectures and all(isinstance(value, (int, type(None))) for value in model.dimensions.values())
 
 
 def test_another_architecture_fails_naming_both(tmp_path):
