@@ -18,6 +18,7 @@ from fixtures.launch import (
     site_env,
     write_checkpoint,
     write_env,
+    write_target_checkpoint,
 )
 from hypothesis import given
 from hypothesis import strategies as st
@@ -48,7 +49,7 @@ def _pin(directory: Path, role: str, pins: Path, *extra: str) -> subprocess.Comp
 
 
 def _site(tmp_path: Path) -> Path:
-    write_checkpoint(tmp_path / "target", TARGET_FILES)
+    write_target_checkpoint(tmp_path / "target")
     write_checkpoint(tmp_path / "draft", DRAFT_FILES)
     pins = tmp_path / "pins.json"
     for role in ("target", "draft"):
@@ -110,7 +111,7 @@ def test_a_shard_added_after_pinning_is_refused(tmp_path):
 
 
 def test_without_pins_the_check_says_how_to_pin(tmp_path):
-    write_checkpoint(tmp_path / "target", TARGET_FILES)
+    write_target_checkpoint(tmp_path / "target")
     write_checkpoint(tmp_path / "draft", DRAFT_FILES)
     env = write_env(tmp_path, site_env(tmp_path))
     plan = plan_launch(rank=0, env_file=env, contract=real_contract("glm53-dflash7"), engine=None, check_engine=False)
@@ -120,7 +121,7 @@ def test_without_pins_the_check_says_how_to_pin(tmp_path):
 
 
 def test_a_missing_pins_file_names_the_env_file_line(tmp_path):
-    write_checkpoint(tmp_path / "target", TARGET_FILES)
+    write_target_checkpoint(tmp_path / "target")
     write_checkpoint(tmp_path / "draft", DRAFT_FILES)
     env = write_env(tmp_path, site_env(tmp_path, CHECKPOINT_PINS=str(tmp_path / "absent.json")))
     with pytest.raises(InputError) as caught:
@@ -168,7 +169,7 @@ def test_bad_checkpoints_are_refused_and_nothing_is_recorded(tmp_path):
 
 
 def test_a_profile_without_the_role_or_a_pin_list_is_refused(tmp_path):
-    write_checkpoint(tmp_path / "target", TARGET_FILES)
+    write_target_checkpoint(tmp_path / "target")
     for profile, role, expected in (
         ("glm53-mtp5", "draft", "profile glm53-mtp5 has no draft checkpoint (it has target)"),
         ("fixture", "target", "checkpoints.target.pin: the profile names no identity-bearing files to pin"),
@@ -183,7 +184,7 @@ def test_a_profile_without_the_role_or_a_pin_list_is_refused(tmp_path):
 
 
 def test_an_unwritable_pins_file_is_refused_before_anything_is_hashed(tmp_path):
-    write_checkpoint(tmp_path / "target", TARGET_FILES)
+    write_target_checkpoint(tmp_path / "target")
     refused = _pin(tmp_path / "target", "target", Path("/proc/sparkflake/pins.json"))
     assert refused.returncode == 2 and "/proc/sparkflake/pins.json: cannot write here" in refused.stderr
     made = _pin(tmp_path / "target", "target", tmp_path / "etc" / "sparkflake" / "pins.json")

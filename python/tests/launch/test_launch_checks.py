@@ -99,8 +99,10 @@ def test_plan_report_without_engine(tmp_path):
     plan = plan_launch(rank=0, env_file=env_file, contract=contract, engine=None, check_engine=False)
     report = plan.report(explain=True)
     assert {c["id"] for c in report["checks"]} == {
-        "cache-root.dedicated", "cache-root.local", "checkpoint.target", "checkpoint.draft", "cache-root.state", "ports.free"}
+        "cache-root.dedicated", "cache-root.local", "checkpoint.target", "checkpoint.draft", "cache-root.state", "ports.free",
+        "checkpoint.target.model", "checkpoint.draft.model"}
     assert plan.ok, report["checks"]
+    assert report["served_models"]["target"]["architectures"] == ["Glm5NextForCausalLM"]
     assert report["explain"]["CP_KV_INTERLEAVE"].startswith("auto:")
     assert isinstance(report["argv"], list) and report["resolved"]["KV_CACHE_GIB"] == 26
     assert not (tmp_path / "cache").exists()  # a dry run creates no state

@@ -8,6 +8,7 @@ import re
 import shlex
 import sys
 
+from ..core.check_result import exit_code_of
 from ..core.container_engine import detect_engine
 from ..core.digest import is_digest
 from ..core.errors import InputError
@@ -102,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     if not plan.ok:
         failed = ", ".join(c.id for c in plan.checks if c.status != "pass")
         warn(f"sparkflake: refusing to start rank {rank}: failed check(s): {failed}")
-        return 1
+        return exit_code_of(plan.checks)  # 2 where a check could not judge its input
     if args.dry_run:
         return 0
     decisions = prepare_state(plan)

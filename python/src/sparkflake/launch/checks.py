@@ -2,6 +2,7 @@
 
 Ids: ``engine.detected``, ``image.id``, ``image.labels``, ``container.name-free``,
 ``checkpoint.target``, ``checkpoint.draft``, ``checkpoint.mtp-depth`` (launch/mtp_depth.py),
+``checkpoint.target.model``, ``checkpoint.draft.model`` (launch/served_model.py),
 ``cache-root.dedicated``, ``cache-root.local``, ``cache-root.state``, ``ports.free``.
 """
 
