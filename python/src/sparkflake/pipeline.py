@@ -108,16 +108,19 @@ class StageClock:
         self._since = now
 
 
-def used_by_build(root: Path, fetched: FetchedInputs, assembly: Assembly, result: BuildResult) -> BuildRecord:
+def used_by_build(root: Path, fetched: FetchedInputs, assembly: Assembly, result: BuildResult,
+                  store: BlobStore) -> BuildRecord:
     """What this build took from the cache at ``root`` (for ``sparkflake cache gc``): input
     blobs, git checkouts, assembled trees, and the layer-store blobs of its image."""
 
     def names_under(directory: Path, paths: object) -> tuple[str, ...]:
         return tuple(sorted({path.name for path in paths if path.parent == directory}))  # type: ignore[attr-defined]
 
-    tree_dirs = [assembly.base_tree, *assembly.python_trees.values()]
+    tree_dirs = list(assembly.cached_trees)  # every tree the tree cache gave this build
     image = result.image
-    blobs = {layer.digest for layer in image.layers} | {image.config_digest, image.manifest_digest}
+    named = {digest for layer in image.layers for digest in (layer.digest, layer.diff_id)}
+    named |= {image.config_digest, image.manifest_digest}
+    blobs = {digest for digest in named if store.has(digest)}  # layers, as stored and uncompressed
     return BuildRecord(
         profile=result.profile,
         built_at=utc_now(),
@@ -182,7 +185,7 @@ def build_profile(request: BuildRequest, progress: ProgressCallback | None = Non
             clock.lap("top_layer_and_image")
             outputs.write(result)
         clock.lap("write_outputs")
-        write_build_record(root, used_by_build(root, fetched, assembly, result))
+        write_build_record(root, used_by_build(root, fetched, assembly, result, store))
         result = dataclasses.replace(
             result, extra={"timings": clock.timings, "evicted": [str(eviction) for eviction in store.evicted]}
         )

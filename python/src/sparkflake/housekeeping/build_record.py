@@ -48,7 +48,7 @@ def _git_tree(path: str, value: object) -> str:
     return require_match(path, value, _GIT_TREE, "a git tree id (40 or 64 lowercase hex digits)")
 
 
-@keys_in_field_order("schema")
+@keys_in_field_order()
 @dataclass(frozen=True)
 class BuildRecord:
     profile: str
@@ -78,7 +78,7 @@ def parse_record(raw: bytes, shown: str) -> BuildRecord:
     document = parse_json_object(raw, shown, "a build record (a JSON object)")
 
     def build(table: dict) -> BuildRecord:
-        check_keys(table, "$", BuildRecord.FIELD_ORDER[:5], BuildRecord.FIELD_ORDER[5:])
+        check_keys(table, "$", ["schema", *BuildRecord.FIELD_ORDER[:4]], BuildRecord.FIELD_ORDER[4:])
         if table["schema"] != SCHEMA:
             raise InvalidField("$.schema", f"expected {SCHEMA!r}")
         try:
@@ -114,6 +114,12 @@ class StoredRecord:
     record: BuildRecord
 
 
+def _serial(name: str) -> int:
+    """The n of ``…-<n>.json``: builds within one second, in the order they were written."""
+    match = RECORD_NAME.fullmatch(name)
+    return int(match.group(1)[1:]) if match and match.group(1) else 1
+
+
 def load_build_records(cache_root: Path) -> list[StoredRecord]:
     """Every build record in the cache, oldest first within each profile. A file of another
     name is not sparkflake's and is left out; a record sparkflake named but cannot read is
@@ -135,5 +141,5 @@ def load_build_records(cache_root: Path) -> list[StoredRecord]:
             if record.profile != profile.name:
                 raise InputError(f"{entry.path}: $.profile: {record.profile!r} is not the directory's {profile.name!r}")
             found.append(StoredRecord(Path(entry.path), record))
-    found.sort(key=lambda stored: (stored.record.profile, stored.record.built_at, stored.path.name))
+    found.sort(key=lambda stored: (stored.record.profile, stored.record.built_at, _serial(stored.path.name)))
     return found

@@ -43,7 +43,7 @@ PARTIAL = "unfinished downloads"
 LOCKS = "lock files"
 RECORDS = "build records"
 CAPABILITIES = "image capabilities"
-INDEXES = "hash indexes"
+INDEXES = "hash and fact indexes"
 FOREIGN = "not sparkflake's"
 KINDS = (INPUT_BLOBS, GIT_SOURCES, TREES, LAYER_STORE, WORK, RUNTIME_SCRATCH, QUARANTINE, PARTIAL, LOCKS,
          RECORDS, CAPABILITIES, INDEXES, FOREIGN)
@@ -323,10 +323,13 @@ def _scan_capabilities(directory: Path, add, foreign, now: float) -> None:  # no
             foreign(item.path)
 
 
+_COMPOSE_INDEXES = {"file-sha256.json", "native-interface", "wheel-native"}
+
+
 def _scan_compose(directory: Path, add, foreign, now: float) -> None:  # noqa: ANN001
     for item in _children(directory):
-        if item.name == "file-sha256.json":
-            add(INDEXES, item.path, "compose/file-sha256.json")
+        if item.name in _COMPOSE_INDEXES:  # file hashes, facts read from wheels (compose/)
+            add(INDEXES, item.path, f"compose/{item.name}")
         else:
             foreign(item.path)
 
