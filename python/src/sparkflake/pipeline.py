@@ -41,7 +41,8 @@ from .core.atomic_write import (
 from .core.blob_cache import BlobCache, default_cache_root
 from .core.file_hashes import FileHashes
 from .core.progress import ProgressCallback
-from .housekeeping.build_record import BuildRecord, utc_now, write_build_record
+from .housekeeping.build_record import BuildRecord, last_build_of, utc_now, write_build_record
+from .housekeeping.free_space import check_free_space, estimate_build_space
 from .oci.blob_store import BlobStore
 from .oci.composed_image import (
     OUTPUT_FORMATS,
@@ -147,6 +148,8 @@ def build_profile(request: BuildRequest, progress: ProgressCallback | None = Non
     hashes = FileHashes(root / "compose" / "file-sha256.json")
     tree_cache = TreeCache(root / "trees") if request.use_tree_cache else None
     clock = StageClock()
+    check_free_space(estimate_build_space(composition, root, oci_root, out_dir, request.formats,
+                                          last_build_of(root, composition.profile.name)))
 
     fetched = fetch_inputs(
         composition, BlobCache(root), from_dirs=request.from_dirs, offline=request.offline, progress=progress,

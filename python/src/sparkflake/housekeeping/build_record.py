@@ -143,3 +143,13 @@ def load_build_records(cache_root: Path) -> list[StoredRecord]:
             found.append(StoredRecord(Path(entry.path), record))
     found.sort(key=lambda stored: (stored.record.profile, stored.record.built_at, _serial(stored.path.name)))
     return found
+
+
+def last_build_of(cache_root: Path, profile: str) -> BuildRecord | None:
+    """The newest build record of ``profile``; None when there is none or the records
+    cannot be read (an estimate then assumes a cold build)."""
+    try:
+        records = [stored.record for stored in load_build_records(cache_root) if stored.record.profile == profile]
+    except InputError:
+        return None
+    return records[-1] if records else None
