@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..core.blob_cache import default_cache_root
 from ..core.errors import InputError
 from ..lock.profile_locks import load_locks
 from ._output import print_json, print_line, warn
@@ -33,7 +33,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "qemu-user through binfmt_misc elsewhere) and have vLLM's, SparkCache's and the "
             "other components' code accept every launch spec of the profile. Writes "
             "OUT/runtime-capabilities.json and records it in OUT/receipt.json (OUT a build "
-            "directory), and --capabilities FILE if given. "
+            "directory), keeps it in the cache by image ID (where `launch-rank --image` finds it), "
+            "and --capabilities FILE if given. "
             "Exit 0 ok, 1 a check failed, 2 bad input."
         ),
     )
@@ -43,15 +44,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     check.add_argument("--capabilities", metavar="FILE", help="also write the capability manifest here")
     check.add_argument("--scratch", metavar="DIR",
                        help="where the image root is unpacked and kept for reuse after verification "
-                            "(default: $XDG_CACHE_HOME/sparkflake/runtime/PROFILE)")
+                            "(default: CACHE/runtime/PROFILE)")
+    check.add_argument("--cache", metavar="DIR",
+                       help="cache root (default $XDG_CACHE_HOME/sparkflake): the capabilities are kept in "
+                            "CACHE/capabilities/<image ID hex>.json for launches of this image")
     check.add_argument("--timeout", type=float, default=3600.0, help="seconds the probe may take (default 3600)")
+
+
+def _cache_root(args: argparse.Namespace) -> Path:
+    return Path(args.cache) if args.cache else default_cache_root()
 
 
 def _scratch(args: argparse.Namespace, profile: str) -> Path:
     if args.scratch:
         return Path(args.scratch)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "sparkflake" / "runtime" / profile
+    return _cache_root(args) / "runtime" / profile
 
 
 def _profile_name(args: argparse.Namespace, out: Path) -> str:
@@ -92,10 +99,11 @@ def container_mounts(contract: LaunchContract, cases: Sequence[Case]) -> tuple[C
 
 
 def run_check_command(args: argparse.Namespace) -> int:
-    from ..core.atomic_write import write_bytes_atomic
+    from ..core.atomic_write import record_written_entry, write_bytes_atomic
     from ..core.check_result import SKIP
     from ..launch.conformance import conformance_cases
     from ..launch.contract import contract_from_profile
+    from ..launch.image_capabilities import keep_in_store
     from ..lock.profile_locks import load_profile
     from ..runtime import capabilities as capability_file
     from ..runtime.check import run_check
@@ -121,6 +129,7 @@ def run_check_command(args: argparse.Namespace) -> int:
         written = capability_file.dumps(report.capabilities)
         if out.is_dir():
             write_bytes_atomic(out / capability_file.FILE_NAME, written)
+            record_written_entry(out, capability_file.FILE_NAME)  # the next build may replace it
             if (out / "receipt.json").is_file():
                 from ..runtime.receipt_record import record_in_receipt
 
@@ -130,6 +139,8 @@ def run_check_command(args: argparse.Namespace) -> int:
                                    "launch_specs": len(cases), "emulation": report.emulation})
         if args.capabilities:
             write_bytes_atomic(Path(args.capabilities), written)
+        # by image ID, so that a launch of this image finds them after later builds (roll back)
+        keep_in_store(_cache_root(args), report.capabilities)
     if args.json:
         print_json(report.as_record())
     else:
