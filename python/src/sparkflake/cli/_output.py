@@ -105,6 +105,16 @@ def human_bytes(count: int) -> str:
     return f"{value:.1f}GiB"
 
 
+def add_progress_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--progress", action="store_true",
+                        help="progress on stderr as plain lines when it is not a terminal (a log); a bar on a terminal")
+
+
+def progress_for(label: str, args: argparse.Namespace, unit: str = "bytes") -> Progress:
+    """The command's progress: a bar on a terminal; lines in a log with --progress."""
+    return Progress(label, enabled=True if getattr(args, "progress", False) else None, unit=unit)
+
+
 def run_handler(args: argparse.Namespace) -> int:
     """Run a parsed command; every refusal is one line on stderr and its exit code, never a
     traceback."""

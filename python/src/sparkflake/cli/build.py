@@ -12,7 +12,7 @@ from ..oci.composed_image import ImageOptions
 from ..oci.compression import Compression
 from ..oci.image import default_source_date_epoch
 from ..pipeline import BuildRequest, build_profile, default_output_dir
-from ._output import Progress, print_json, print_line, warn
+from ._output import add_progress_flag, print_json, print_line, progress_for, warn
 from ._parsers import add_command
 from .fetch import parse_mirrors
 
@@ -57,6 +57,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--force", action="store_true",
                         help="replace the output path even if it is not an output sparkflake wrote (its contents are lost)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_progress_flag(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -89,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         formats=tuple(part.strip() for part in args.formats.split(",") if part.strip()),
     )
     started = time.monotonic()
-    result = build_profile(request, Progress("build"))
+    result = build_profile(request, progress_for("build", args))
     elapsed = time.monotonic() - started
     image = result.image
     out_dir = request.output_dir or default_output_dir(result.profile)

@@ -22,7 +22,7 @@ from ..housekeeping.cache_gc import (
 )
 from ..housekeeping.deployments import deployed_images
 from ..profile.lookup import find_profiles_dir
-from ._output import Progress, human_bytes, print_json, print_line
+from ._output import add_progress_flag, human_bytes, print_json, print_line, progress_for
 from ._parsers import add_command, add_group
 
 
@@ -53,7 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     for parser in (du, verify, gc, cleanup):
         parser.add_argument("--cache", metavar="DIR", type=Path, help="cache root (default $XDG_CACHE_HOME/sparkflake)")
         parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    verify.add_argument("--progress", action="store_true", help="progress lines on stderr even when it is not a terminal")
+    add_progress_flag(verify)
     gc.add_argument("--keep", type=int, default=3, metavar="N", help="builds of each profile to keep (default 3)")
     gc.add_argument("--keep-image", action="append", default=[], metavar="sha256:DIGEST",
                     help="a deployed image (manifest or config digest) whose builds stay; repeatable")
@@ -100,7 +100,7 @@ def run_du(args: argparse.Namespace) -> int:
 
 def run_verify(args: argparse.Namespace) -> int:
     root = _root(args)
-    checked, found = verify_cache(root, Progress("verify", enabled=True if args.progress else None))
+    checked, found = verify_cache(root, progress_for("cache verify", args))
     if args.json:
         print_json({"cache": str(root), "checked": checked, "quarantined": [
             {"entry": str(item.entry.path), "kind": item.entry.kind, "sha256": item.actual, "moved_to": str(item.moved_to)}

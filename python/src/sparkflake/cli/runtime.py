@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from ..core.blob_cache import default_cache_root
 from ..core.errors import InputError
 from ..lock.profile_locks import load_locks
-from ._output import print_json, print_line, warn
+from ._output import add_progress_flag, print_json, print_line, progress_for, warn
 from ._parsers import add_command, add_group
 
 if TYPE_CHECKING:  # imported where they are used, after the command is chosen
@@ -41,6 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     check.add_argument("out", metavar="OUT", help="build output directory, OCI layout or archive")
     check.add_argument("--profile", help="profile name or path (default: the image's org.sparkflake.profile label)")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_progress_flag(check)
     check.add_argument("--capabilities", metavar="FILE", help="also write the capability manifest here")
     check.add_argument("--scratch", metavar="DIR",
                        help="where the image root is unpacked and kept for reuse after verification "
@@ -122,7 +123,7 @@ def run_check_command(args: argparse.Namespace) -> int:
             cases.append(Case(case.name, case.serve_args, case.env))
     report = run_check(out, cases=cases, expected_versions=expected_versions(profile),
                        platform=profile.platform, scratch=_scratch(args, profile.name), timeout=args.timeout,
-                       mounts=container_mounts(contract, cases))
+                       mounts=container_mounts(contract, cases), progress=progress_for("runtime check", args))
     for case in refused:
         report.add("runtime.launch-refused", SKIP, f"{case.name}: the launcher refuses it: {case.refusal}")
     if report.capabilities is not None:
