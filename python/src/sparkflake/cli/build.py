@@ -7,6 +7,7 @@ import os
 import time
 from pathlib import Path
 
+from ..core.atomic_write import OUTPUT_MARKER
 from ..core.errors import InputError
 from ..oci.composed_image import ImageOptions
 from ..oci.compression import Compression
@@ -58,6 +59,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="replace the output path even if it is not an output sparkflake wrote (its contents are lost)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     add_progress_flag(parser)
+
+
+def written_entries(out_dir: Path) -> list[str]:
+    """What the build wrote into OUT (its marker lists them), as the closing line names it."""
+    return [f"{name}/" if (out_dir / name).is_dir() else name
+            for name in sorted(os.listdir(out_dir)) if name != OUTPUT_MARKER]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -131,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
     print_line(f"chain ID         {image.chain_id}")
     if result.sbom_artifact is not None:
         print_line(f"SBOM             {result.sbom_artifact.blob_digest}  (artifact {result.sbom_artifact.manifest_digest})")
-    print_line(f"wrote {out_dir}/ (oci/, oci-archive.tar, docker-archive.tar, receipt.json, sbom.spdx.json, "
-               f"digests.json) in {elapsed:.1f}s")
+    if result.assembly is not None:  # --keep-work: where the assembled trees stay
+        print_line(f"work trees kept  {result.assembly.work_dir}")
+    print_line(f"wrote {out_dir}/ ({', '.join(written_entries(out_dir))}) in {elapsed:.1f}s")
     return 0
