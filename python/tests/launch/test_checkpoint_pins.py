@@ -127,7 +127,8 @@ def test_a_missing_pins_file_names_the_env_file_line(tmp_path):
         plan_launch(rank=0, env_file=env, contract=real_contract("glm53-dflash7"), engine=None, check_engine=False)
     assert str(caught.value) == (
         f"{env}:6: CHECKPOINT_PINS: {tmp_path / 'absent.json'}: cannot read the checkpoint pins file: "
-        "No such file or directory"
+        f"No such file or directory; write it with `sparkflake checkpoint pin MODEL_DIR --role target -o "
+        f"{tmp_path / 'absent.json'}` (and --role draft for the draft checkpoint), or copy the site's pins file there"
     )
 
 
