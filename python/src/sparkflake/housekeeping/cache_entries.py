@@ -24,7 +24,7 @@ import os
 import re
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -184,16 +184,23 @@ def _scan_input_blobs(directory: Path, add, foreign, now: float) -> None:  # noq
                 foreign(blob.path)
 
 
-def _scan_git(directory: Path, add, foreign, now: float) -> None:  # noqa: ANN001
-    for child in _children(directory):
-        if child.name not in ("trees", "commits") or not child.is_dir(follow_symlinks=False):
-            foreign(child.path)
+def _scan_two_levels(directory: Path, add, foreign, kind: str, parents: Callable[[str], bool],  # noqa: ANN001
+                     names: Callable[[str], bool]) -> None:
+    """``directory/<parent>/<name>`` entries of ``kind``, named ``parent/name``."""
+    for parent in _children(directory):
+        if not parents(parent.name) or not parent.is_dir(follow_symlinks=False):
+            foreign(parent.path)
             continue
-        for item in _children(Path(child.path)):
-            if _GIT_ID.fullmatch(item.name):
-                add(GIT_SOURCES, item.path, f"{child.name}/{item.name}")
+        for item in _children(Path(parent.path)):
+            if names(item.name):
+                add(kind, item.path, f"{parent.name}/{item.name}")
             else:
                 foreign(item.path)
+
+
+def _scan_git(directory: Path, add, foreign, now: float) -> None:  # noqa: ANN001
+    _scan_two_levels(directory, add, foreign, GIT_SOURCES, lambda name: name in ("trees", "commits"),
+                     lambda name: bool(_GIT_ID.fullmatch(name)))
 
 
 def _scan_trees(directory: Path, add, foreign, now: float) -> None:  # noqa: ANN001
@@ -304,15 +311,7 @@ def _scan_locks(directory: Path, add, foreign, now: float) -> None:  # noqa: ANN
 
 
 def _scan_records(directory: Path, add, foreign, now: float) -> None:  # noqa: ANN001
-    for profile in _children(directory):
-        if not profile.is_dir(follow_symlinks=False):
-            foreign(profile.path)
-            continue
-        for item in _children(Path(profile.path)):
-            if RECORD_NAME.fullmatch(item.name):
-                add(RECORDS, item.path, f"{profile.name}/{item.name}")
-            else:
-                foreign(item.path)
+    _scan_two_levels(directory, add, foreign, RECORDS, lambda name: True, lambda name: bool(RECORD_NAME.fullmatch(name)))
 
 
 def _scan_capabilities(directory: Path, add, foreign, now: float) -> None:  # noqa: ANN001
