@@ -100,11 +100,11 @@ def container_mounts(contract: LaunchContract, cases: Sequence[Case]) -> tuple[C
 
 
 def run_check_command(args: argparse.Namespace) -> int:
-    from ..core.atomic_write import record_written_entry, write_bytes_atomic
+    from ..core.atomic_write import write_bytes_atomic
     from ..core.check_result import SKIP
     from ..launch.conformance import conformance_cases
     from ..launch.contract import contract_from_profile
-    from ..launch.image_capabilities import keep_in_store
+    from ..launch.image_capabilities import record_capabilities
     from ..lock.profile_locks import load_profile
     from ..runtime import capabilities as capability_file
     from ..runtime.check import run_check
@@ -128,9 +128,9 @@ def run_check_command(args: argparse.Namespace) -> int:
         report.add("runtime.launch-refused", SKIP, f"{case.name}: the launcher refuses it: {case.refusal}")
     if report.capabilities is not None:
         written = capability_file.dumps(report.capabilities)
+        # beside the image's digests (OUT a build directory) and in the cache by image ID
+        record_capabilities(report.capabilities, out if out.is_dir() else None, _cache_root(args))
         if out.is_dir():
-            write_bytes_atomic(out / capability_file.FILE_NAME, written)
-            record_written_entry(out, capability_file.FILE_NAME)  # the next build may replace it
             if (out / "receipt.json").is_file():
                 from ..runtime.receipt_record import record_in_receipt
 
@@ -140,8 +140,6 @@ def run_check_command(args: argparse.Namespace) -> int:
                                    "launch_specs": len(cases), "emulation": report.emulation})
         if args.capabilities:
             write_bytes_atomic(Path(args.capabilities), written)
-        # by image ID, so that a launch of this image finds them after later builds (roll back)
-        keep_in_store(_cache_root(args), report.capabilities)
     if args.json:
         print_json(report.as_record())
     else:

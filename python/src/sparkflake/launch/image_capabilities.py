@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..core.atomic_write import write_bytes_atomic
+from ..core.atomic_write import record_written_entry, write_bytes_atomic
 from ..core.digest import digest_hex
 from ..runtime.capabilities import FILE_NAME, Capabilities, dumps, load
 
@@ -35,6 +35,19 @@ def keep_in_store(cache_root: Path, capabilities: Capabilities) -> Path:
     path = store_path(cache_root, capabilities.config_digest)
     write_bytes_atomic(path, dumps(capabilities))
     return path
+
+
+def record_capabilities(capabilities: Capabilities, out_dir: Path | None, cache_root: Path) -> list[Path]:
+    """Where `runtime check` leaves an image's capabilities: ``OUT/runtime-capabilities.json``
+    beside its digests (listed in OUT's marker, so the next build may replace OUT) and the
+    cache's store; the paths written."""
+    written = []
+    if out_dir is not None:
+        write_bytes_atomic(out_dir / FILE_NAME, dumps(capabilities))
+        record_written_entry(out_dir, FILE_NAME)
+        written.append(out_dir / FILE_NAME)
+    written.append(keep_in_store(cache_root, capabilities))
+    return written
 
 
 def _written_for(path: Path, image_id: str, manifest_digest: str | None) -> Capabilities | None:
