@@ -130,6 +130,14 @@ def test_gc_refuses_bad_retention_and_records(cache, capsys):
     assert _files(cache) == before  # a record it cannot read stops gc before anything goes
 
 
+def test_gc_without_any_build_record_refuses_and_removes_nothing(cache, capsys):
+    remove_tree(cache / "builds")
+    before = _files(cache)
+    assert main(["cache", "gc", "--cache", str(cache), "--apply", "--profiles-dir", str(PROFILES)]) == 2
+    assert "no build record, so gc cannot tell what any build uses" in capsys.readouterr().err
+    assert _files(cache) == before
+
+
 def _dead_pid() -> int:
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()

@@ -93,6 +93,12 @@ def _small_json(path: Path) -> dict | None:
 def plan_gc(root: Path, retention: Retention) -> Plan:
     """What the retention rule removes from the cache at ``root`` (nothing is removed)."""
     records = load_build_records(root)
+    if not records:
+        # a cache from before builds recorded what they use: everything would look unused
+        raise InputError(
+            f"{root / 'builds'}: no build record, so gc cannot tell what any build uses (builds before this "
+            "version recorded nothing); build each profile you keep once, then run gc again"
+        )
     kept, dropped = _kept_records(records, retention)
     inputs = {name for stored in kept for name in stored.record.inputs}
     git_trees = {name for stored in kept for name in stored.record.git_trees}
