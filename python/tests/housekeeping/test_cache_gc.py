@@ -20,6 +20,7 @@ from sparkflake.cli import main
 from sparkflake.core.atomic_write import host_tag, remove_tree
 from sparkflake.core.directory_lock import LOCK_NAME
 from sparkflake.housekeeping.build_record import load_build_records
+from sparkflake.launch.evidence import EvidenceRecord, write_record
 
 FIXTURE = Path(__file__).resolve().parents[3] / "profiles" / "fixture"
 PROFILES = FIXTURE.parent
@@ -114,6 +115,22 @@ def test_gc_keeps_the_builds_of_a_deployed_image(cache, built, capsys):
                  "--deployed", str(deployed), "--profiles-dir", str(PROFILES)]) == 0
     assert json.loads(capsys.readouterr().out)["removals"] == []
     assert len(load_build_records(cache)) == 2
+
+
+def test_gc_keeps_the_builds_of_an_image_an_evidence_record_names(cache, built, tmp_path, capsys):
+    """A deployed image known from launch's evidence (profiles/<name>/evidence/*.json)."""
+    _, gzip_build, _ = built
+    profiles = tmp_path / "profiles"
+    shutil.copytree(FIXTURE, profiles / "fixture")
+    (profiles / "fixture" / "evidence").mkdir()
+    write_record(profiles / "fixture" / "evidence" / "deployed.json", EvidenceRecord(
+        profile="fixture", status="implemented", origin="local", manifest_digest=gzip_build["manifest"],
+        config_digest=gzip_build["config"], settings_hash=None, measured=(), recorded="2026-12-02",
+        source="the ranks run it"))
+    assert main(["cache", "gc", "--cache", str(cache), "--keep", "1", "--json", "--profiles-dir", str(profiles)]) == 0
+    assert json.loads(capsys.readouterr().out)["removals"] == []
+    assert main(["cache", "gc", "--cache", str(cache), "--keep", "1", "--json", "--profiles-dir", str(PROFILES)]) == 0
+    assert json.loads(capsys.readouterr().out)["removals"] != []
 
 
 def test_gc_refuses_bad_retention_and_records(cache, capsys):

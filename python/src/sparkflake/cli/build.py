@@ -54,7 +54,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--repository", default="localhost/sparkflake", help="image repository name in the outputs")
     parser.add_argument("--tag", default=None, help="image tag (default: the profile name)")
     parser.add_argument("--profiles-dir", metavar="DIR", help="where profiles live (default: ./profiles upward)")
-    parser.add_argument("--keep-work", action="store_true", help="keep the assembled trees (printed)")
+    parser.add_argument("--keep-work", action="store_true",
+                        help="keep the assembled work trees (printed; the next build or `cache cleanup` removes them)")
     parser.add_argument("--force", action="store_true",
                         help="replace the output path even if it is not an output sparkflake wrote (its contents are lost)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
