@@ -172,16 +172,21 @@ def scan_cache(root: Path) -> list[CacheEntry]:
     return entries
 
 
-def _scan_input_blobs(directory: Path, add, foreign, now: float) -> None:  # noqa: ANN001 - the scanners' shared callbacks
+def _sha256_entries(directory: Path, foreign) -> Iterator[os.DirEntry[str]]:  # noqa: ANN001
+    """The entries of ``directory/sha256/``; anything else in ``directory`` is foreign."""
     for child in _children(directory):
         if child.name != "sha256" or not child.is_dir(follow_symlinks=False):
             foreign(child.path)
             continue
-        for blob in _children(Path(child.path)):
-            if _HEX64.fullmatch(blob.name) and blob.is_file(follow_symlinks=False):
-                add(INPUT_BLOBS, blob.path, blob.name)
-            else:
-                foreign(blob.path)
+        yield from _children(Path(child.path))
+
+
+def _scan_input_blobs(directory: Path, add, foreign, now: float) -> None:  # noqa: ANN001 - the scanners' shared callbacks
+    for blob in _sha256_entries(directory, foreign):
+        if _HEX64.fullmatch(blob.name) and blob.is_file(follow_symlinks=False):
+            add(INPUT_BLOBS, blob.path, blob.name)
+        else:
+            foreign(blob.path)
 
 
 def _scan_two_levels(directory: Path, add, foreign, kind: str, parents: Callable[[str], bool],  # noqa: ANN001
@@ -240,18 +245,14 @@ def _scan_layer_store(directory: Path, add, foreign, now: float) -> None:  # noq
 
 
 def _scan_store_blobs(directory: Path, add, foreign, now: float) -> None:  # noqa: ANN001
-    for child in _children(directory):
-        if child.name != "sha256" or not child.is_dir(follow_symlinks=False):
-            foreign(child.path)
-            continue
-        for blob in _children(Path(child.path)):
-            if _HEX64.fullmatch(blob.name) and blob.is_file(follow_symlinks=False):
-                add(LAYER_STORE, blob.path, f"blobs/{blob.name}")
-            elif blob.name.startswith(".incoming."):
-                reason = "an unfinished blob, untouched for an hour" if _idle(Path(blob.path), now) else None
-                add(LAYER_STORE, blob.path, blob.name, reason)
-            else:
-                foreign(blob.path)
+    for blob in _sha256_entries(directory, foreign):
+        if _HEX64.fullmatch(blob.name) and blob.is_file(follow_symlinks=False):
+            add(LAYER_STORE, blob.path, f"blobs/{blob.name}")
+        elif blob.name.startswith(".incoming."):
+            reason = "an unfinished blob, untouched for an hour" if _idle(Path(blob.path), now) else None
+            add(LAYER_STORE, blob.path, blob.name, reason)
+        else:
+            foreign(blob.path)
 
 
 def _scan_work(directory: Path, add, foreign, now: float) -> None:  # noqa: ANN001
