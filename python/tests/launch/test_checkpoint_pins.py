@@ -128,7 +128,8 @@ def test_a_missing_pins_file_names_the_env_file_line(tmp_path):
         plan_launch(rank=0, env_file=env, contract=real_contract("glm53-dflash7"), engine=None, check_engine=False)
     assert str(caught.value) == (
         f"{env}:6: CHECKPOINT_PINS: {tmp_path / 'absent.json'}: cannot read the checkpoint pins file: "
-        "No such file or directory"
+        f"No such file or directory; write it with `sparkflake checkpoint pin MODEL_DIR --role target -o "
+        f"{tmp_path / 'absent.json'}` (and --role draft for the draft checkpoint), or copy the site's pins file there"
     )
 
 
@@ -236,7 +237,8 @@ def test_progress_is_shown_on_stderr_when_asked(tmp_path):
     pins = _site(tmp_path)
     completed = _pin(tmp_path / "draft", "draft", pins, "--progress")
     assert completed.returncode == 0, completed.stderr
-    assert "pin model.safetensors [" in completed.stderr and "100%" in completed.stderr
+    # stderr is a pipe, not a terminal: plain lines a log keeps, no bar
+    assert "pin: 100% 4.0KiB/4.0KiB pin model.safetensors\n" in completed.stderr and "\r" not in completed.stderr
     assert "pinned 2 draft files" in completed.stdout
 
 

@@ -108,3 +108,19 @@ def test_directory_and_binary_files(tmp_path: Path, capsys: pytest.CaptureFixtur
     binary.write_bytes(b"\x00\xff\xfe")
     assert main(["lock", "validate", str(binary)]) == 2
     assert capsys.readouterr().err == f"sparkflake: error: {binary}: not UTF-8 text (byte offset 1)\n"
+
+
+def test_update_of_an_input_of_a_later_lock_names_that_lock_and_how_it_is_pinned(capsys):
+    """Issue 31: `lock --update` of a git input searched only the first lock ("no input named
+    …"); it now finds the lock that holds it and says how that input is pinned. Offline: the
+    refusal comes before any resolution."""
+    from sparkflake.cli import main
+
+    profiles = Path(__file__).resolve().parents[3] / "profiles"
+    assert main(["lock", "glm53-dflash7-exact", "--update", "vllm-git"]) == 2
+    err = capsys.readouterr().err
+    assert f"lock --update vllm-git: {profiles / 'glm53-exact.lock'} holds it" in err
+    assert "a git input pinned by commit and tree: set its rev and tree there" in err
+    assert main(["lock", "glm53-dflash7-exact", "--update", "no-such-input"]) == 2
+    err = capsys.readouterr().err
+    assert "no input named 'no-such-input' in " in err and "glm53.lock" in err and "glm53-exact.lock" in err

@@ -254,3 +254,19 @@ def test_the_sandbox_mounts_a_checkpoint_where_the_image_has_no_directory(tmp_pa
     assert lines[1] == "['dpkg', 'jit']"
     assert lines[2] in (str(errno.EROFS), str(errno.EACCES))
     assert "models" in lines[3] and "etc" in lines[3]
+
+
+def test_progress_names_the_phases_as_lines_in_a_log(tmp_path):
+    """--progress on a non-terminal: the check's phases and the unpack's bytes as plain lines
+    (an image without Python stops after the unpack, so only that phase is reached)."""
+    image = _image(tmp_path / "a", [_tree(tmp_path / "a" / "t", {"etc/os-release": b"ID=none\n" * 100})])
+    completed = _cli("runtime", "check", str(image), "--profile", "glm53-dflash7", "--progress",
+                     "--scratch", str(tmp_path / "scratch"), "--cache", str(tmp_path / "cache"))
+    assert completed.returncode == 1, completed.stderr
+    lines = completed.stderr.splitlines()
+    assert lines[0] == "runtime check: unpack: verified layers into the scratch root"
+    assert any(line.startswith("runtime check: 100% ") for line in lines[1:]), lines
+    assert "\r" not in completed.stderr
+    quiet = _cli("runtime", "check", str(image), "--profile", "glm53-dflash7",
+                 "--scratch", str(tmp_path / "scratch"), "--cache", str(tmp_path / "cache"))
+    assert not any(line.startswith("runtime check:") for line in quiet.stderr.splitlines())

@@ -15,7 +15,7 @@ from ..fetch.git import GitCache, GitOutcome, fetch_git_inputs
 from ..lock.lock_file import load_lock
 from ..lock.pins import GitPin, Lock
 from ..lock.resolve import artifacts, default_cache, load_profile_lock, profile_from_arg
-from ._output import Progress, print_json, print_line
+from ._output import Progress, print_json, print_line, warn
 from ._parsers import add_command
 
 KINDS = ("wheel", "sdist", "deb", "file", "git")
@@ -126,6 +126,9 @@ def run(args: argparse.Namespace) -> int:
         progress=Progress("fetch", enabled=True if args.progress else None), offline=args.offline,
     )
     elapsed = time.monotonic() - started
+    for outcome in report.outcomes:  # a repaired entry is named, never dropped silently
+        if outcome.altered is not None:
+            warn(f"sparkflake: {outcome.name}: the {outcome.altered}; downloaded again")
     if args.json:
         print_json(
             {
@@ -134,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
                 "seconds": round(elapsed, 3),
                 "total_bytes": report.total_bytes,
                 "downloaded_bytes": report.downloaded_bytes,
-                "inputs": [o.__dict__ for o in report.outcomes],
+                "inputs": [{**o.__dict__, "altered": str(o.altered) if o.altered else None} for o in report.outcomes],
                 "git": [dataclasses.asdict(o) for o in git_outcomes],
             }
         )

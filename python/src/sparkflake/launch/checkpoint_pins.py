@@ -147,6 +147,12 @@ def read_pins(path: str | os.PathLike[str]) -> CheckpointPins:
     shown = os.fspath(path)
     try:
         fd = os.open(shown, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise InputError(
+            f"{shown}: cannot read the checkpoint pins file: No such file or directory; write it with "
+            f"`sparkflake checkpoint pin MODEL_DIR --role target -o {shown}` (and --role draft for the draft "
+            "checkpoint), or copy the site's pins file there"
+        ) from None
     except OSError as exc:
         raise InputError(f"{shown}: cannot read the checkpoint pins file: {exc.strerror}") from None
     try:
