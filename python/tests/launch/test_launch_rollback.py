@@ -13,10 +13,10 @@ import sys
 import pytest
 from fixtures.launch import (
     DRAFT_FILES,
-    TARGET_FILES,
     real_contract,
     write_bound_profile,
     write_checkpoint,
+    write_target_checkpoint,
 )
 from fixtures.oci import free_port
 from fixtures.podman import SANDBOX_ULIMITS, Podman, build_echo_image
@@ -41,7 +41,7 @@ def world(tmp_path_factory):
             digests = json.loads((base / generation / "out" / "digests.json").read_text())
             images[generation] = dataclasses.replace(real.capabilities, config_digest=image_id,
                                                      manifest_digest=digests["manifest"])
-        profile = write_bound_profile(base, "glm53-dflash7", write_checkpoint(base / "target", TARGET_FILES),
+        profile = write_bound_profile(base, "glm53-dflash7", write_target_checkpoint(base / "target"),
                                       write_checkpoint(base / "draft", DRAFT_FILES))
         # the profile's file describes the newer image; the old one's stays with the old build
         write_bytes_atomic(profile.parent / capability_file.FILE_NAME, capability_file.dumps(images["new"]))
