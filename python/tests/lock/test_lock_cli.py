@@ -48,6 +48,18 @@ def test_valid_lock_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
         ('size = 2\n', 'size = -2\n', "inputs[0].size: expected a non-negative integer, got integer -2"),
         ('name = "r8-image"', 'name = "vllm"', 'inputs[5].name: duplicate input name "vllm"'),
         ('urls = ["https://github.com', 'urls = ["ext::github.com', "inputs[2].urls[0]: expected a git URL"),
+        # issue 28: credentials, option-like hosts, invisible characters and dot steps never
+        # reach the SBOM, the receipt or the image: the lock is refused at load
+        ('urls = ["https://github.com', 'urls = ["https://oauth2:ghp_SECRET@github.com',
+         'inputs[2].urls[0]: expected a git URL https://, http://, git://, ssh://host/path or file:///absolute, '
+         'got "https://***@github.com/vllm-project/vllm.git": the URL carries a credential (user:password@): '
+         'credentials never go in a lock'),
+        ('urls = ["https://github.com', 'urls = ["ssh://-oProxyCommand=touch%20pwned',
+         "inputs[2].urls[0]: expected a git URL"),
+        ('urls = []\n', 'urls = ["https://files.example.org/\u202egnp.whl"]\n',
+         "inputs[1].urls[0]: expected an https:// or file:/// URL, got"),
+        ('urls = []\n', 'urls = ["file:///etc/../../root/.netrc"]\n',
+         "inputs[1].urls[0]: expected an https:// or file:/// URL, got \"file:///etc/../../root/.netrc\": the path has"),
         ('kind = "git"\n', 'kind = "git"\nextra = 1\n', "inputs[2].extra: unknown key"),
         ('nar_hash = "sha256-47DEQ', 'nar_hash = "sha256-47DE', 'inputs[2].nar_hash: expected an SRI hash'),
     ],
@@ -60,6 +72,7 @@ def test_invalid_lock_exit_2_names_file_and_path(
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.startswith(f"sparkflake: error: {path}: {expected}")
+    assert "SECRET" not in captured.err
 
 
 def test_console_script_truncated_toml(tmp_path: Path) -> None:
