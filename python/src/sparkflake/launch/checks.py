@@ -18,9 +18,10 @@ from typing import Any
 
 from ..core.check_result import FAIL, PASS, CheckResult
 from ..core.container_engine import Engine, container_exists, inspect_image
+from ..core.errors import InputError
 from ..profile.model import CheckpointFile
 from ..runtime.capabilities import Capabilities
-from .checkpoint_pins import is_pattern
+from .checkpoint_pins import is_pattern, resolve_in_checkpoint
 from .hashcache import VerifiedHashCache
 from .identity import inspect_state
 
@@ -115,7 +116,11 @@ def check_checkpoint(
                 for name in unpinned_names(directory, pin, {entry.path for entry in files})]
     verified = 0
     for entry in files:
-        path = os.path.join(directory, entry.path)
+        try:
+            path = resolve_in_checkpoint(directory, entry.path)
+        except InputError as exc:
+            problems.append(exc.message)
+            continue
         try:
             stat = os.stat(path)
         except OSError as exc:
