@@ -160,3 +160,30 @@ def test_the_cli_refuses_the_symlinked_cache_root_with_exit_2(tmp_path):
     assert completed.returncode == 2, completed.stderr
     assert "resolves to" in completed.stderr and "Traceback" not in completed.stderr
     assert sorted(path.name for path in (tmp_path / "target").iterdir()) == ["config.json"]
+
+
+def test_ports_taken_on_ipv6_only_are_busy():
+    """Issue 28 class 10: a listener on [::] alone takes the port from a server on every address."""
+    with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as busy:
+        busy.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        busy.bind(("::", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        check = check_ports(0, [("MASTER_PORT", port)])
+        assert check.status == "fail" and check.detail == f"MASTER_PORT={port} in use (IPv6)"
+
+
+def test_a_dry_run_with_an_unspecified_master_address_exits_2(tmp_path):
+    profiles = tmp_path / "p"
+    target = write_checkpoint(tmp_path / "target", {"config.json": b"{}"})
+    profile = write_bound_profile(profiles, "glm53-mtp5", target, None)
+    env_file = write_env(tmp_path, site_env(tmp_path, 1, draft=False).replace("MASTER_ADDRESS=10.0.0.1",
+                                                                               "MASTER_ADDRESS=0.0.0.0"))
+    completed = subprocess.run(
+        [sys.executable, "-m", "sparkflake.cli", "launch-rank", "1", str(env_file), "--profile", str(profile),
+         "--dry-run"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert completed.returncode == 2, completed.stderr
+    assert f"{env_file}:2: MASTER_ADDRESS=0.0.0.0: the unspecified address" in completed.stderr
+    assert "Traceback" not in completed.stderr and not (tmp_path / "cache").exists()
