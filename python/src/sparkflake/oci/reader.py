@@ -35,6 +35,12 @@ from ..core.digest import digest_hex, is_digest
 from ..core.documents import MAX_DOCUMENT_BYTES, open_regular_file, parse_json, parse_json_object
 from ..core.errors import InputError
 from . import media_types
+from .document_rules import (
+    docker_repo_tags,
+    require_consistent_data,
+    require_layers_rootfs,
+    require_schema_version,
+)
 from .stored_blob import stored_document
 from .types import BlobRef, select_index_entry
 
@@ -214,7 +220,10 @@ class ImageReader:
 
     @property
     def config(self) -> dict:
-        return parse_json_object(self.config_bytes, f"{self.files.describe(self.config_ref.name)}", check_id="document.parse")
+        where = self.files.describe(self.config_ref.name)
+        config = parse_json_object(self.config_bytes, where, check_id="document.parse")
+        require_layers_rootfs(config, where)
+        return config
 
     @property
     def manifest(self) -> dict | None:
@@ -262,6 +271,7 @@ def _descriptor(record: object, role: str, where: str, locate: Callable[[object,
     name = locate(digest, f"{where}.digest")
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
         raise InputError(f"{where}.size: expected a non-negative integer, got {size!r}", check_id="document.parse")
+    require_consistent_data(record, where)
     if not isinstance(media_type, str):
         raise InputError(f"{where}.mediaType: expected a string", check_id="document.parse")
     return BlobRef(role, name, str(digest), size, media_type)
@@ -307,6 +317,7 @@ def _open_oci(
     index_bytes = _read_document(files, "index.json", "index.json")
     index_where = files.describe("index.json")
     index = parse_json_object(index_bytes, index_where, check_id="document.parse")
+    require_schema_version(index, index_where)
     manifest_ref, chosen_ref_name, index_platform = _select_manifest(index, index_where, files, ref_name, platform)
     manifest_bytes = _read_document(files, manifest_ref.name, f"manifest {manifest_ref.digest}")
     return reader_from_manifest(
@@ -332,6 +343,7 @@ def reader_from_manifest(
     manifest_where = files.describe(manifest_ref.name)
     stored_document(manifest_ref, manifest_bytes, manifest_where).refuse_difference()
     manifest = parse_json_object(manifest_bytes, manifest_where, check_id="document.parse")
+    require_schema_version(manifest, manifest_where)
     config_ref = _descriptor(manifest.get("config"), "config", f"{manifest_where}: config", locate)
     layers = manifest.get("layers")
     if not isinstance(layers, list):
@@ -353,6 +365,7 @@ def select_platform_manifest(
 ) -> tuple[BlobRef, dict[str, Any] | None]:
     """The manifest descriptor of an image index chosen by ``oci.types``' one rule, and
     the ``platform`` object of its entry."""
+    require_schema_version(index, where)
     manifests = index.get("manifests")
     if not isinstance(manifests, list) or not manifests:
         raise InputError(f"{where}: manifests: expected a non-empty list", check_id="document.parse")
@@ -420,10 +433,7 @@ def _docker_entry_names(entry: dict, where: str) -> tuple[str, list[str], list[s
         raise InputError(f"{where}.Config: expected a file name", check_id="document.parse")
     if not isinstance(layer_names, list) or not all(isinstance(n, str) for n in layer_names):
         raise InputError(f"{where}.Layers: expected a list of file names", check_id="document.parse")
-    repo_tags = entry.get("RepoTags") or []
-    if not isinstance(repo_tags, list):
-        raise InputError(f"{where}.RepoTags: expected a list", check_id="document.parse")
-    return config_name, layer_names, [str(tag) for tag in repo_tags]
+    return config_name, layer_names, docker_repo_tags(entry, where)
 
 
 def _open_combined(location: Path, files: TarFiles, ref_name: str | None, platform: str | None) -> ImageReader:
