@@ -15,12 +15,13 @@ import unicodedata
 import urllib.parse
 
 # where a credential belongs instead: the fetchers read none from the lock, and git runs
-# with a private HOME and no credential helper (fetch/git.py), so what authenticates is the
-# caller's SSH agent for ssh:// git URLs, or a copy the operator mirrors to a file:// path
+# with a private HOME and no credential helper (fetch/git.py); what authenticates is the
+# caller's SSH agent (ssh:// git URLs), or the operator fetches privately and hands over
 CREDENTIALS_ELSEWHERE = (
     "credentials never go in a lock, which is published in the SBOM, the receipt and the "
-    "image; use an ssh:// git URL whose key the SSH agent holds, or mirror the input and "
-    "pin its file:/// or public URL"
+    "image: import a privately fetched file with `sparkflake fetch --from DIR` (the lock "
+    "binds its sha256), reach a private git repository over ssh:// with a key the SSH agent "
+    "holds, or give a local copy with --git-mirror NAME=file:///PATH"
 )
 
 # control, format (the bidirectional overrides, zero-width characters), separators, private
