@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from fixtures.hostile_layers import hostile_layout, tar_bytes
+from fixtures.hostile_layers import hostile_layout, rewrite_json, tar_bytes, without_end
 
 from sparkflake import audit
 from sparkflake.cli import main
@@ -117,20 +117,6 @@ def test_expect_file_covers_the_index(tmp_path, capsys):
 
 # ---- issue 28 class 9: what Go's and the spec's readers refuse, the audit refuses ------
 
-def _without_end(stream: bytes) -> bytes:
-    members = stream.rstrip(b"\0")
-    return members + bytes(-len(members) % 512)
-
-
-def _rewrite(change):
-    def rewrite(raw: bytes) -> bytes:
-        document = json.loads(raw)
-        change(document)
-        return json.dumps(document).encode()
-
-    return rewrite
-
-
 _VISIBLE = tar_bytes(SAFE[0])
 _ESCAPE = tar_bytes([("../escape", "file", "")])
 _AUDIT_CASES = {
@@ -138,18 +124,18 @@ _AUDIT_CASES = {
     "entry after the end": ({"tars": [_VISIBLE + _ESCAPE]}, 1,
                             "FAIL layer.entries-safe", f"data at byte {len(_VISIBLE)} of the tar stream, after its "
                             "end-of-archive blocks"),
-    "entry after a lone zero block": ({"tars": [_without_end(_VISIBLE) + bytes(512) + _ESCAPE]}, 1,
+    "entry after a lone zero block": ({"tars": [without_end(_VISIBLE) + bytes(512) + _ESCAPE]}, 1,
                                       "FAIL layer.decompress", "a header after a single zero block"),
-    "schemaVersion 1": ({"manifest": _rewrite(lambda d: d.update(schemaVersion=1))}, 2,
+    "schemaVersion 1": ({"manifest": rewrite_json(lambda d: d.update(schemaVersion=1))}, 2,
                         "[document.parse]", "schemaVersion: expected 2, got 1"),
-    "rootfs overlay": ({"config": _rewrite(lambda d: d["rootfs"].update(type="overlay"))}, 1,
+    "rootfs overlay": ({"config": rewrite_json(lambda d: d["rootfs"].update(type="overlay"))}, 1,
                        "FAIL document.parse", "rootfs.type: expected 'layers', got 'overlay'"),
     "duplicate key": ({"index": lambda raw: raw.replace(b'"schemaVersion": 2', b'"schemaVersion": 2, "schemaVersion": 1')},
                       2, "[document.parse]", "index.json: $.schemaVersion: the key is given twice"),
     "byte-order mark": ({"manifest": lambda raw: b"\xef\xbb\xbf" + raw}, 2, "[document.parse]",
                         "starts with a UTF-8 byte-order mark"),
     "descriptor data of other bytes": (
-        {"manifest": _rewrite(lambda d: d["config"].update(data=base64.b64encode(b"{}").decode()))}, 2,
+        {"manifest": rewrite_json(lambda d: d["config"].update(data=base64.b64encode(b"{}").decode()))}, 2,
         "[document.parse]", "config: data: holds 2 bytes, the descriptor's size is"),
 }
 

@@ -13,7 +13,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from fixtures.hostile_layers import hostile_layout, tar_bytes
+from fixtures.hostile_layers import hostile_layout, rewrite_json, tar_bytes, without_end
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -43,12 +43,6 @@ def _scan(stream: bytes, cuts: list[int]) -> TarElfScanner:
     return scanner
 
 
-def _without_end(stream: bytes) -> bytes:
-    """The archive's members, without its end-of-archive blocks and record padding."""
-    members = stream.rstrip(b"\0")
-    return members + bytes(-len(members) % 512)
-
-
 _cuts = st.lists(st.integers(0, 1 << 15), max_size=6)
 
 
@@ -68,13 +62,13 @@ def test_data_after_the_end_of_archive_is_refused_at_its_offset(entries, hidden,
 
 @given(_entries, _hidden, _cuts)
 def test_a_header_after_a_lone_zero_block_is_refused(entries, hidden, cuts) -> None:
-    stream = _without_end(tar_bytes(entries)) + bytes(512) + tar_bytes(hidden)
+    stream = without_end(tar_bytes(entries)) + bytes(512) + tar_bytes(hidden)
     scanner = _scan(stream, cuts)
     assert scanner.error is not None and "a header after a single zero block" in scanner.error
 
 
 def test_one_zero_block_at_the_very_end_is_an_end_as_go_reads_it() -> None:
-    scanner = _scan(_without_end(tar_bytes(SAFE[0])) + bytes(512), [])
+    scanner = _scan(without_end(tar_bytes(SAFE[0])) + bytes(512), [])
     assert scanner.error is None and scanner.unsafe is None
 
 
@@ -86,28 +80,19 @@ def test_a_header_whose_checksum_does_not_add_up_is_refused(entries, at, delta) 
     assert scanner.error is not None and "header checksum" in scanner.error
 
 
-def _edit(change):
-    def rewrite(raw: bytes) -> bytes:
-        document = json.loads(raw)
-        change(document)
-        return json.dumps(document).encode()
-
-    return rewrite
-
-
 _DOCUMENT_CASES = {
-    "manifest schemaVersion 1": ({"manifest": _edit(lambda d: d.update(schemaVersion=1))},
+    "manifest schemaVersion 1": ({"manifest": rewrite_json(lambda d: d.update(schemaVersion=1))},
                                  "schemaVersion: expected 2, got 1"),
-    "index without schemaVersion": ({"index": _edit(lambda d: d.pop("schemaVersion"))},
+    "index without schemaVersion": ({"index": rewrite_json(lambda d: d.pop("schemaVersion"))},
                                     "index.json: schemaVersion: missing (the image spec requires 2)"),
-    "schemaVersion true": ({"manifest": _edit(lambda d: d.update(schemaVersion=True))},
+    "schemaVersion true": ({"manifest": rewrite_json(lambda d: d.update(schemaVersion=True))},
                            "schemaVersion: expected 2, got True"),
-    "rootfs overlay": ({"config": _edit(lambda d: d["rootfs"].update(type="overlay"))},
+    "rootfs overlay": ({"config": rewrite_json(lambda d: d["rootfs"].update(type="overlay"))},
                        "rootfs.type: expected 'layers', got 'overlay'"),
     "config data of other bytes": (
-        {"manifest": _edit(lambda d: d["config"].update(data=base64.b64encode(b"x" * d["config"]["size"]).decode()))},
+        {"manifest": rewrite_json(lambda d: d["config"].update(data=base64.b64encode(b"x" * d["config"]["size"]).decode()))},
         ": config: data: hashes to sha256:"),
-    "layer data not base64": ({"manifest": _edit(lambda d: d["layers"][0].update(data="not base64!"))},
+    "layer data not base64": ({"manifest": rewrite_json(lambda d: d["layers"][0].update(data="not base64!"))},
                               ": layers[0]: data: not base64"),
     "duplicate key": ({"manifest": lambda raw: raw.replace(b'"layers": [', b'"layers": [], "layers": [', 1)},
                       "$.layers: the key is given twice in one object"),
