@@ -123,6 +123,8 @@ def test_descriptor_data_that_is_the_content_is_read(tmp_path: Path) -> None:
 
 
 def _docker_archive(path: Path, repo_tags: object) -> Path:
+    """A docker-archive whose last member is the config (no trailing NULs: without_end
+    can cut the end off)."""
     layer = tar_bytes(SAFE[0])
     layer_name = hashlib.sha256(layer).hexdigest() + ".tar"
     config = json.dumps({"architecture": "arm64", "os": "linux", "config": {},
@@ -130,7 +132,7 @@ def _docker_archive(path: Path, repo_tags: object) -> Path:
     config_name = hashlib.sha256(config).hexdigest() + ".json"
     manifest = json.dumps([{"Config": config_name, "RepoTags": repo_tags, "Layers": [layer_name]}]).encode()
     with tarfile.open(path, "w") as archive:
-        for name, content in (("manifest.json", manifest), (config_name, config), (layer_name, layer)):
+        for name, content in (("manifest.json", manifest), (layer_name, layer), (config_name, config)):
             info = tarfile.TarInfo(name)
             info.size = len(content)
             archive.addfile(info, io.BytesIO(content))
@@ -146,3 +148,21 @@ def test_repo_tags_that_are_not_strings_are_refused(tmp_path: Path) -> None:
         with pytest.raises(InputError) as caught:
             open_image(_docker_archive(tmp_path / "bad.tar", tags))
         assert caught.value.check_id == "document.parse" and message in str(caught.value)
+
+
+def test_an_archive_with_members_after_its_end_or_twice_is_refused(tmp_path: Path) -> None:
+    archive = _docker_archive(tmp_path / "image.tar", ["spark/glm53:r8"])
+    stream = archive.read_bytes()
+    hidden = tar_bytes([("manifest.json", "file", "")])
+    for name, content, message in (
+        ("after-the-end.tar", stream + hidden, f"data at byte {len(stream)}, after the archive's end-of-archive block"),
+        ("after-one-zero-block.tar", without_end(stream) + bytes(512) + hidden, "after the archive's end-of-archive"),
+        ("twice.tar", without_end(stream) + hidden, "member manifest.json appears twice"),
+    ):
+        (tmp_path / name).write_bytes(content)
+        with pytest.raises(InputError) as caught:
+            open_image(tmp_path / name)
+        assert caught.value.check_id == "image.readable" and message in str(caught.value), str(caught.value)
+    padded = tmp_path / "padded.tar"
+    padded.write_bytes(stream + bytes(4096))
+    assert open_image(padded).repo_tags == ["spark/glm53:r8"]

@@ -137,11 +137,17 @@ class TarFiles:
             with os.fdopen(fd, "rb") as handle, tarfile.open(fileobj=handle, mode="r:") as tar:
                 for member in tar:
                     name = _clean_member_name(member.name)
+                    if (member.isfile() or member.issym() or member.islnk()) and (
+                        name in self.members or name in links
+                    ):
+                        # docker load, skopeo and we could each take another copy
+                        raise InputError(f"{archive}: member {name} appears twice", check_id="image.readable")
                     if member.isfile():
                         self.members[name] = (member.offset_data, member.size)
                     elif member.issym() or member.islnk():
                         base = os.path.dirname(name) if member.issym() else ""
                         links[name] = _clean_member_name(os.path.join(base, member.linkname))
+                _refuse_data_after_the_end(archive, handle, tar.offset)
         except (tarfile.TarError, EOFError) as exc:
             raise InputError(f"{archive}: not a readable tar archive: {exc}", check_id="image.readable") from exc
         except OSError as exc:
@@ -166,6 +172,23 @@ class TarFiles:
         if found is None:
             raise InputError(f"{self.archive}: no member {name}", check_id="image.readable")
         return io.BufferedReader(_Slice(self.archive, *found), buffer_size=1 << 20)
+
+
+def _refuse_data_after_the_end(archive: Path, handle: BinaryIO, end: int) -> None:
+    """tarfile stops at the first zero block (``end``); Go's archive/tar refuses a header
+    after a single one, and ``tar --ignore-zeros`` reads members hidden after the two: only
+    zeros (a writer's record padding) may follow."""
+    handle.seek(end)
+    position = end
+    while chunk := handle.read(1 << 20):
+        if chunk.strip(b"\0"):
+            at = position + next(index for index, byte in enumerate(chunk) if byte)
+            raise InputError(
+                f"{archive}: data at byte {at}, after the archive's end-of-archive block: members there are "
+                "refused by Go's archive/tar or hidden from it",
+                check_id="image.readable",
+            )
+        position += len(chunk)
 
 
 def _clean_member_name(name: str) -> str:
