@@ -90,8 +90,10 @@ class TarElfScanner:
         """What follows the two zero blocks may only be zeros (a writer's padding to its
         record size): Go's archive/tar and Python's tarfile stop at the end, but
         ``tar --ignore-zeros`` reads on and extracts what is hidden there."""
+        if self.unsafe is not None:
+            return
         rest = bytes(view[position:])
-        if self.unsafe is None and rest.strip(b"\x00"):
+        if rest.strip(b"\x00"):
             at = self._offset + position + next(i for i, byte in enumerate(rest) if byte)
             self.unsafe = (
                 f"data at byte {at} of the tar stream, after its end-of-archive blocks: entries there are "
@@ -191,6 +193,9 @@ def _header_size(header: bytes) -> int:
         raise ValueError(f"bad size field {field_bytes!r}") from exc
 
 
+_HIGH_BYTES = bytes(range(128, 256))  # the bytes a signed sum counts as negative
+
+
 def _check_header_sum(header: bytes) -> None:
     """The header checksum as Go's archive/tar checks it: the sum of the block's bytes with
     the checksum field read as spaces, unsigned or (old writers) signed."""
@@ -200,10 +205,12 @@ def _check_header_sum(header: bytes) -> None:
         recorded = int(text, 8)
     except ValueError:
         raise ValueError(f"bad checksum field {field_bytes!r}") from None
+    unsigned = sum(header) - sum(field_bytes) + 8 * 0x20  # the field counted as eight spaces
+    if recorded == unsigned:
+        return
     blanked = header[:148] + b" " * 8 + header[156:]
-    unsigned = sum(blanked)
-    signed = sum(byte - 256 if byte > 127 else byte for byte in blanked)
-    if recorded not in (unsigned, signed):
+    signed = unsigned - 256 * (len(blanked) - len(blanked.translate(None, _HIGH_BYTES)))
+    if recorded != signed:
         raise ValueError(f"header checksum {recorded} differs from the header's sum {unsigned}; an invalid header")
 
 
