@@ -121,3 +121,16 @@ def test_directory_and_binary_files(tmp_path: Path, capsys: pytest.CaptureFixtur
     binary.write_bytes(b"\x00\xff\xfe")
     assert main(["lock", "validate", str(binary)]) == 2
     assert capsys.readouterr().err == f"sparkflake: error: {binary}: not UTF-8 text (byte offset 1)\n"
+
+
+def test_a_lock_with_a_credential_is_refused_before_anything_is_fetched_or_written(tmp_path: Path) -> None:
+    """Issue 28 class 3: the lock is refused at load, so no SBOM, receipt or layer can carry it."""
+    path = _write(tmp_path, VALID.replace('urls = ["https://github.com', 'urls = ["https://deploy:glpat-SECRET@github.com', 1))
+    cache = tmp_path / "cache"
+    result = subprocess.run([SPARKFLAKE, "fetch", str(path), "--cache", str(cache)], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert f"{path}: inputs[2].urls[0]: expected a git URL" in result.stderr
+    assert "https://***@github.com/vllm-project/vllm.git" in result.stderr and "SECRET" not in result.stderr
+    assert "sparkflake fetch --from DIR" in result.stderr  # where credentials belong instead
+    assert not cache.exists() and "Traceback" not in result.stderr
