@@ -254,3 +254,20 @@ def test_the_sandbox_mounts_a_checkpoint_where_the_image_has_no_directory(tmp_pa
     assert lines[1] == "['dpkg', 'jit']"
     assert lines[2] in (str(errno.EROFS), str(errno.EACCES))
     assert "models" in lines[3] and "etc" in lines[3]
+
+
+@pytest.mark.parametrize("where", ["after the end", "after a lone zero block"])
+def test_a_layer_hiding_entries_past_its_end_is_refused_and_leaves_no_root(tmp_path, where):
+    """Issue 28 class 9: tarfile stops at the first zero block; what follows is refused as
+    the audit refuses it, not silently left out of the root the check judges."""
+    from fixtures.hostile_layers import hostile_layout, tar_bytes, without_end
+
+    visible = tar_bytes([("usr", "dir", ""), ("usr/bin", "dir", ""), ("usr/bin/tool", "file", "")])
+    escape = tar_bytes([("../escape", "file", "")])
+    stream = visible + escape if where == "after the end" else without_end(visible) + bytes(512) + escape
+    layout = hostile_layout(tmp_path / "oci", [], tars=[stream])
+    with pytest.raises(InputError) as caught:
+        rootfs.unpack_image(open_image(layout), tmp_path / "scratch")
+    expected = "after its end-of-archive blocks" if where == "after the end" else "a header after a single zero block"
+    assert expected in str(caught.value)
+    assert not (tmp_path / "scratch" / "root").exists() and not (tmp_path / "escape").exists()
