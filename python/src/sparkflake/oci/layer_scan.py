@@ -31,7 +31,9 @@ class ElfFile:
 @dataclass
 class TarElfScanner:
     """Incremental tar reader that records ``ElfFile`` for every ELF regular file and,
-    given an ``EntrySafety``, the first entry it refuses (``unsafe``)."""
+    given an ``EntrySafety``, the first entry it refuses (``unsafe``; also, with or without
+    one, data after the end-of-archive blocks). ``error``: what Go's archive/tar refuses
+    (a bad size or checksum field, a header after a single zero block)."""
 
     capture_paths: frozenset[str] = frozenset()
     safety: EntrySafety | None = None
