@@ -124,6 +124,25 @@ def _require_directory(resolution: Resolution, key: str) -> None:
         raise InputError(f"{_setting_origin(resolution, key)}: {key}={path} {what}")
 
 
+def _refuse_cache_root_inside_a_checkpoint(resolution: Resolution) -> None:
+    """The resolution refuses a CACHE_ROOT whose spelling overlaps a checkpoint; through a
+    symlinked parent (or a symlinked checkpoint) two spellings can name one directory, so
+    the same refusal on the resolved paths: the real path of what exists, the rest
+    appended (``os.path.realpath`` without ``strict``)."""
+    cache_root = os.path.realpath(resolution.values["CACHE_ROOT"])
+    for key in ("TARGET_MODEL_PATH", "DRAFT_MODEL_PATH"):
+        model = resolution.values[key]
+        if not model:
+            continue
+        resolved = os.path.realpath(model)
+        if os.path.commonpath([cache_root, resolved]) in (cache_root, resolved):
+            raise InputError(
+                f"{_setting_origin(resolution, 'CACHE_ROOT')}: CACHE_ROOT={resolution.values['CACHE_ROOT']} "
+                f"resolves to {cache_root}, which overlaps {key}={model} (resolved {resolved}); the cache "
+                "root must be dedicated, outside every checkpoint"
+            )
+
+
 def plan_launch(*, env_file: str | os.PathLike[str], **options: Any) -> LaunchPlan:
     """``plan_from_assignments`` (``options`` are its keywords) on the settings of
     ``env_file``, read as data."""
@@ -243,6 +262,7 @@ def _run_checks(checks, served_models, resolution, contract, engine, image, spec
     # Paths that are not directories are bad input (exit 2), not failed checks.
     _require_directory(resolution, "TARGET_MODEL_PATH")
     _require_directory(resolution, "DRAFT_MODEL_PATH")
+    _refuse_cache_root_inside_a_checkpoint(resolution)
     if check_engine:
         checks += check_image(engine, image, contract.image_labels)
         checks.append(check_container_name(engine, spec.name))
