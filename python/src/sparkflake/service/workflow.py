@@ -1,0 +1,387 @@
+"""``sparkflake service up|status|down|rollback SITE``: one request -> result function each.
+
+``up`` admits every rank in parallel (service/gang.py), starts rank 0 and then the others,
+and waits for rank 0's API; any failure on the way (a rank refused at its start, its
+container exiting, SSH to it dropping, the deadline) stops every rank it started, in
+reverse order, keeping each one's last log lines. ``rollback`` is ``up`` of the deployment
+each rank kept as ``previous``. Progress goes to a callback; nothing here prints.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import CheckFailed, InputError
+from ..distribute.site import Site, load_site
+from ..distribute.ssh import StartedAgent
+from ..signing.keys import PrivateKey
+from .gang import AdmissionReport, gang_checks, rank_result
+from .rank_request import RankRequest
+from .readiness import api_base, probe
+from .record import DeploymentRecord, RankRecord, latest_records, write_record
+from .remote import ServiceRank, call, in_parallel, timed, watch
+
+POLL_SECONDS = 0.5
+JOIN_SECONDS = 1.0  # a rank's container still running this long after its start has joined
+
+
+@dataclass(frozen=True)
+class ProgressEvent:
+    phase: str  # admitted refused started joined ready failed stopped
+    rank: int | None
+    name: str | None
+    detail: str
+    at: float = field(default_factory=time.time)
+
+    def as_record(self) -> dict[str, Any]:
+        return {"phase": self.phase, "rank": self.rank, "name": self.name, "detail": self.detail,
+                "at": round(self.at, 3)}
+
+
+Progress = Callable[[ProgressEvent], None]
+
+
+@dataclass(frozen=True)
+class ServiceRequest:
+    site_path: str
+    image: str | None = None  # overrides [service].image
+    manifest: str | None = None  # overrides [service].manifest
+    ready_timeout: int | None = None  # overrides [service].ready_timeout
+    replace: bool = False  # up: stop the running deployment after admission, before the start
+    sign_key: PrivateKey | None = None
+
+
+@dataclass(frozen=True)
+class DeployResult:
+    record: DeploymentRecord
+    record_path: Path
+    admission: AdmissionReport
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.record.outcome == "ready" else 1
+
+
+@dataclass(frozen=True)
+class ServiceSite:
+    site: Site
+    origin: str
+    sha256: str
+    record_dir: Path
+
+    @property
+    def name(self) -> str:
+        assert self.site.service is not None
+        return self.site.service.name
+
+
+def open_site(path: str) -> ServiceSite:
+    site = load_site(path)
+    if site.service is None:
+        raise InputError(f"{path}: service: missing (the [service] table says what `sparkflake service` runs)")
+    with open(path, "rb") as handle:
+        digest = "sha256:" + hashlib.file_digest(handle, "sha256").hexdigest()
+    record_dir = Path(site.service.record_dir)
+    if not record_dir.is_absolute():
+        record_dir = Path(path).resolve().parent / record_dir
+    return ServiceSite(site, path, digest, record_dir)
+
+
+def new_deployment_id() -> str:
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(4)
+
+
+def members_of(service_site: ServiceSite, deployment: str, request: ServiceRequest) -> list[ServiceRank]:
+    site = service_site.site
+    settings = site.service
+    assert settings is not None
+    members = []
+    for index, rank in enumerate(site.ranks):
+        assert rank.number is not None  # validate_service_ranks
+        members.append(ServiceRank(index, rank, RankRequest(
+            service=settings.name, deployment=deployment, rank=rank.number, profile=settings.profile,
+            env_file=rank.env_file or settings.env_file or "", engine=settings.engine,
+            engine_args=rank.engine_args, state_dir=f"{rank.data_dir.rstrip('/')}/service/{settings.name}",
+            image=request.image or settings.image, manifest=request.manifest or settings.manifest,
+            replacing=request.replace)))
+    return sorted(members, key=lambda member: member.number)
+
+
+def admit(service_site: ServiceSite, members: list[ServiceRank], progress: Progress) -> AdmissionReport:
+    """Every rank's checks at once; then the gang's comparisons."""
+    def one(member: ServiceRank):
+        reply, seconds = timed(lambda: call(service_site.site, member, "admit"))
+        result = rank_result(service_site.origin, member, reply, seconds)
+        progress(ProgressEvent("admitted" if result.ok else "refused", member.number, member.rank.name,
+                               f"{len(result.checks)} checks in {seconds:.1f}s"))
+        return result
+
+    (ranks, seconds) = timed(lambda: in_parallel(members, one))
+    report = AdmissionReport(tuple(ranks), seconds=seconds)
+    return replace(report, gang=tuple(gang_checks(ranks, members[0].request.image)))
+
+
+class _Start:
+    """One deployment being started: what has started where, the watch sessions, the end."""
+
+    def __init__(self, service_site: ServiceSite, progress: Progress) -> None:
+        self.service_site = service_site
+        self.progress = progress
+        self.ranks: dict[int, RankRecord] = {}
+        self.watches: dict[int, StartedAgent] = {}
+        self.failure: dict[str, Any] | None = None
+
+    def fail(self, member: ServiceRank | None, reason: str) -> None:
+        if self.failure is None:
+            number = member.number if member else None
+            name = member.rank.name if member else None
+            self.failure = {"rank": number, "name": name, "reason": reason}
+            self.progress(ProgressEvent("failed", number, name, reason))
+
+    def start(self, member: ServiceRank) -> None:
+        reply = call(self.service_site.site, member, "start")
+        record = self.ranks[member.number]
+        if reply.unreachable:
+            self.fail(member, f"SSH to rank {member.number} ({member.rank.ssh}) lost: {reply.describe_failure()}")
+            return
+        if reply.returncode != 0 or not reply.result or reply.result.get("status") != "ok":
+            self.fail(member, f"rank {member.number} did not start: {reply.describe_failure()}")
+            return
+        self.ranks[member.number] = replace(record, container=reply.result["container"],
+                                            container_id=reply.result["container_id"], started_at=time.time())
+        self.watches[member.number] = watch(self.service_site.site, member, reply.result["container"])
+        self.progress(ProgressEvent("started", member.number, member.rank.name, reply.result["container"]))
+
+    def check_watches(self, members: list[ServiceRank]) -> None:
+        for member in members:
+            session = self.watches.get(member.number)
+            if session is None or self.failure is not None:
+                continue
+            if session.process.poll() is None:
+                record = self.ranks[member.number]
+                if record.joined_at is None and record.started_at and time.time() - record.started_at >= JOIN_SECONDS:
+                    self.ranks[member.number] = replace(record, joined_at=time.time())
+                    self.progress(ProgressEvent("joined", member.number, member.rank.name, "running"))
+                continue
+            reply = session.finish()
+            if reply.unreachable:
+                self.fail(member, f"SSH to rank {member.number} ({member.rank.ssh}) lost: {reply.describe_failure()}")
+            else:
+                code = (reply.result or {}).get("exit_code", "?")
+                self.fail(member, f"rank {member.number}'s container exited with status {code} during start")
+
+    def close_watches(self) -> None:
+        for session in self.watches.values():
+            session.cancel()
+        self.watches.clear()
+
+    def roll_back(self, members: list[ServiceRank], stop_timeout: int) -> None:
+        """Stop every rank started, in reverse order, keeping each one's last log lines."""
+        self.close_watches()
+        for member in reversed(members):
+            record = self.ranks[member.number]
+            if record.started_at is None and not _maybe_started(self.failure, member):
+                continue
+            reply = call(self.service_site.site, member, "stop",
+                         ["--deployment", member.request.deployment, "--timeout", str(stop_timeout), "--discard"])
+            containers = (reply.result or {}).get("containers", [])
+            logs = tuple(line for container in containers for line in container.get("logs", []))
+            if reply.returncode == 0:
+                detail = f"stopped {len(containers)} container(s)"
+            else:
+                detail = f"could not stop: {reply.describe_failure()}; run `sparkflake service down` once it is reachable"
+            self.ranks[member.number] = replace(record, stopped_at=time.time(), logs=logs)
+            self.progress(ProgressEvent("stopped", member.number, member.rank.name, detail))
+
+
+def _maybe_started(failure: dict[str, Any] | None, member: ServiceRank) -> bool:
+    """The rank whose start failed may have a container (SSH dropped after the run): try."""
+    return failure is not None and failure.get("rank") == member.number
+
+
+def deploy(service_site: ServiceSite, members: list[ServiceRank], request: ServiceRequest, kind: str,
+           progress: Progress, replaced: str | None = None) -> DeployResult:
+    settings = service_site.site.service
+    assert settings is not None
+    began = time.time()
+    admission = admit(service_site, members, progress)
+    starting = _Start(service_site, progress)
+    starting.ranks = {m.number: RankRecord(m.rank.name, m.number, m.rank.ssh, m.rank.management) for m in members}
+    first = admission.ranks[0].facts
+    rank0 = members[0]
+    api = api_base(rank0.rank.management, int(first["api_port"]))
+    outcome = "refused"
+    if not admission.ok:
+        starting.failure = {"rank": None, "name": None, "reason": "admission refused: " + " | ".join(admission.failures())}
+    else:
+        if request.replace:
+            for member in reversed(members):  # the running deployment goes first
+                call(service_site.site, member, "stop", ["--timeout", str(settings.stop_timeout)])
+        outcome = _start_and_wait(starting, service_site, members, request, first, rank0)
+        if outcome != "ready":
+            starting.roll_back(members, settings.stop_timeout)
+    if outcome == "ready":
+        starting.close_watches()
+        in_parallel(members, lambda member: call(service_site.site, member, "commit"))
+    facts = first
+    record = DeploymentRecord(
+        deployment=members[0].request.deployment, service=settings.name, kind=kind, site=service_site.origin,
+        site_sha256=service_site.sha256, profile=settings.profile, config_digest=facts["image"],
+        manifest_digest=members[0].request.manifest, settings_hash=facts["settings_hash"],
+        checkpoint_pins_sha256=facts["pins_sha256"], spec_hash=facts["spec_hash"], outcome=outcome,
+        started_at=began, finished_at=time.time(), ranks=tuple(starting.ranks[m.number] for m in members),
+        admission=admission.as_record(), failure=starting.failure, replaced=replaced, api=api,
+        served_model=facts["served_model"])
+    path = write_record(service_site.record_dir, record, request.sign_key)
+    return DeployResult(record, path, admission)
+
+
+def _start_and_wait(starting: _Start, service_site: ServiceSite, members: list[ServiceRank],
+                    request: ServiceRequest, first: dict[str, Any], rank0: ServiceRank) -> str:
+    settings = service_site.site.service
+    assert settings is not None
+    starting.start(rank0)
+    if starting.failure is None:
+        in_parallel(members[1:], starting.start)
+    deadline = time.monotonic() + (request.ready_timeout or settings.ready_timeout)
+    last = "not asked yet"
+    while starting.failure is None:
+        starting.check_watches(members)
+        if starting.failure is not None:
+            break
+        answer = probe(rank0.rank.management, int(first["api_port"]), str(first["served_model"]))
+        last = answer.detail
+        if answer.ready:
+            starting.check_watches(members)  # a rank that ended meanwhile fails the start still
+            if starting.failure is None:
+                starting.progress(ProgressEvent("ready", 0, rank0.rank.name, answer.detail))
+                return "ready"
+            break
+        if time.monotonic() > deadline:
+            timeout = request.ready_timeout or settings.ready_timeout
+            starting.fail(rank0, f"rank 0 not ready within {timeout}s: {last}")
+            break
+        time.sleep(POLL_SECONDS)
+    return "failed"
+
+
+def up(request: ServiceRequest, progress: Progress) -> DeployResult:
+    service_site = open_site(request.site_path)
+    members = members_of(service_site, new_deployment_id(), request)
+    return deploy(service_site, members, request, "up", progress)
+
+
+def rollback(request: ServiceRequest, progress: Progress) -> DeployResult:
+    """Start the deployment every rank kept as ``previous``, through the same admission."""
+    return start_kept(request, progress, "previous")
+
+
+def restart(request: ServiceRequest, progress: Progress) -> DeployResult:
+    """Start the deployment every rank kept as ``current`` again (after ``down``, a failed
+    upgrade or a host's reboot), through the same admission."""
+    return start_kept(request, progress, "current")
+
+
+def start_kept(request: ServiceRequest, progress: Progress, which: str) -> DeployResult:
+    service_site = open_site(request.site_path)
+    members = members_of(service_site, new_deployment_id(), request)
+    replies = in_parallel(members, lambda member: call(service_site.site, member, "kept"))
+    previous, current = [], set()
+    for member, reply in zip(members, replies, strict=True):
+        where = f"{service_site.origin}: ranks[{member.site_index}]"
+        if reply.unreachable:
+            raise InputError(f"{where}.ssh: {member.rank.ssh} is unreachable: {reply.describe_failure()}")
+        kept = reply.result or {}
+        if reply.returncode != 0 or kept.get(which) is None:
+            raise CheckFailed(f"rank {member.number} ({member.rank.name}) keeps no {which} deployment"
+                              f"{': ' + reply.describe_failure() if reply.returncode else ''}")
+        previous.append(RankRequest.from_document(kept[which], f"{where}: kept {which} deployment"))
+        current.add((kept.get("current") or {}).get("deployment"))
+    if len({p.deployment for p in previous}) != 1:
+        raise CheckFailed(f"the ranks keep different {which} deployments: "
+                          + ", ".join(f"rank {p.rank}: {p.deployment}" for p in previous))
+    deployment = members[0].request.deployment
+    members = [replace(member, request=replace(kept, deployment=deployment, replacing=True,
+                                               engine_args=member.request.engine_args))
+               for member, kept in zip(members, previous, strict=True)]
+    replaced = current.pop() if len(current) == 1 else None
+    kind = "rollback" if which == "previous" else "restart"
+    return deploy(service_site, members, replace(request, replace=True), kind, progress, replaced)
+
+
+@dataclass(frozen=True)
+class DownResult:
+    ranks: list[dict[str, Any]]
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if all(rank["ok"] for rank in self.ranks) else 1
+
+
+def down(request: ServiceRequest, progress: Progress) -> DownResult:
+    """Stop the service's containers (by its label) on every rank, last rank first."""
+    service_site = open_site(request.site_path)
+    settings = service_site.site.service
+    assert settings is not None
+    members = members_of(service_site, "down", request)
+    results = []
+    for member in reversed(members):
+        reply = call(service_site.site, member, "stop", ["--timeout", str(settings.stop_timeout)])
+        containers = [c["name"] for c in (reply.result or {}).get("containers", [])]
+        ok = reply.returncode == 0
+        detail = f"stopped {', '.join(containers) or 'nothing (no container of the service)'}" if ok \
+            else f"could not stop: {reply.describe_failure()}"
+        progress(ProgressEvent("stopped" if ok else "failed", member.number, member.rank.name, detail))
+        results.append({"rank": member.number, "name": member.rank.name, "ok": ok, "containers": containers,
+                        "detail": detail})
+    return DownResult(sorted(results, key=lambda r: r["rank"]))
+
+
+@dataclass(frozen=True)
+class StatusResult:
+    service: str
+    ranks: list[dict[str, Any]]
+    ready: bool
+    readiness: str
+    deployment: DeploymentRecord | None
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.ready else 1
+
+    def as_record(self) -> dict[str, Any]:
+        return {"service": self.service, "ready": self.ready, "readiness": self.readiness, "ranks": self.ranks,
+                "deployment": self.deployment.deployment if self.deployment else None}
+
+
+def status(request: ServiceRequest) -> StatusResult:
+    """Per rank: the service's container (image, settings hash, up since, state) and the kept
+    deployment; rank 0's API asked for readiness at the address the last ready record names."""
+    service_site = open_site(request.site_path)
+    members = members_of(service_site, "status", request)
+    replies = in_parallel(members, lambda member: call(service_site.site, member, "status"))
+    ranks = []
+    for member, reply in zip(members, replies, strict=True):
+        found = reply.result or {}
+        containers = found.get("containers", [])
+        ranks.append({"rank": member.number, "name": member.rank.name, "host": member.rank.ssh,
+                      "reachable": not reply.unreachable, "containers": containers,
+                      "deployment": (found.get("current") or {}).get("deployment"),
+                      "running": any(c.get("running") for c in containers),
+                      "message": "" if reply.returncode == 0 else reply.describe_failure()})
+    ready_records = [r for r in latest_records(service_site.record_dir, service_site.name) if r.outcome == "ready"]
+    record = ready_records[-1] if ready_records else None
+    ready, readiness = False, "no ready deployment recorded"
+    if record is not None and record.api and record.served_model and all(rank["running"] for rank in ranks):
+        host, _, port = record.api.removeprefix("http://").rpartition(":")
+        answer = probe(host.strip("[]"), int(port), record.served_model)
+        ready, readiness = answer.ready, answer.detail
+    elif record is not None:
+        readiness = "not every rank runs the service"
+    return StatusResult(service_site.name, ranks, ready, readiness, record)
