@@ -72,7 +72,8 @@ def gang_checks(ranks: Sequence[RankAdmissionResult], expected_image: str | None
         checks[0] = CheckResult("gang.image", FAIL, f"the ranks would run {first.facts['image']}, "
                                                     f"the site names {expected_image}")
     checks.append(_same(ranks, "gang.settings", "settings_hash", "settings hash", detail_key="settings"))
-    checks.append(_same(ranks, "gang.checkpoint-pins", "pins_sha256", "checkpoint pins (sha256 of the pins file)"))
+    checks.append(_same(ranks, "gang.checkpoint-pins", "pins_sha256", "checkpoint pins (the pinned files' hash)",
+                        detail_key="pins"))
     checks.append(_same(ranks, "gang.spec", "spec_hash", "rendered launch spec (rank fields aside)",
                         detail_key="spec"))
     checks.append(_topology(ranks))

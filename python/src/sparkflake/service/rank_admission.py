@@ -19,6 +19,7 @@ from ..core.container_engine import Engine, detect_engine
 from ..core.errors import InputError
 from ..launch.contract import load_contract
 from ..launch.envfile import EnvAssignment, read_env_file
+from ..launch.identity import checkpoint_identity
 from ..launch.plan import LaunchPlan, plan_from_assignments
 from ..launch.qualification import qualification_values
 from ..launch.settings import render_value
@@ -96,7 +97,8 @@ def admit_rank(request: RankRequest, *, running: dict[str, str] | None = None) -
         "settings": {key: render_value(value) for key, value in qualification_values(values).items()},
         "spec": comparable_spec(plan),
         "spec_hash": "sha256:" + hashlib.sha256(canonical_json_bytes(comparable_spec(plan))).hexdigest(),
-        "pins_sha256": pins_sha256(values["CHECKPOINT_PINS"]),
+        "pins": pinned_identities(plan),
+        "pins_sha256": "sha256:" + hashlib.sha256(canonical_json_bytes(pinned_identities(plan))).hexdigest(),
         "identity_hash": plan.identity_hash,
         "node_address": values["NODE_ADDRESS"],
         "master_address": values["MASTER_ADDRESS"],
@@ -137,11 +139,13 @@ def comparable_spec(plan: LaunchPlan) -> dict[str, Any]:
     return record
 
 
-def pins_sha256(path: str) -> str | None:
-    if not path:
-        return None
-    with open(path, "rb") as handle:  # launch's plan read and validated it already
-        return "sha256:" + hashlib.file_digest(handle, "sha256").hexdigest()
+def pinned_identities(plan: LaunchPlan) -> dict[str, str | None]:
+    """What the checkpoint pins bind, per role: the hash of the (path, sha256, size) rows
+    (launch.identity.checkpoint_identity). Not the pins file's bytes: they name the
+    directory each rank pinned from."""
+    contract = plan.contract
+    return {"target": checkpoint_identity(contract.target_files),
+            "draft": checkpoint_identity(contract.draft_files) if contract.draft_files else None}
 
 
 def check_manifest_binding(engine: Engine, image: str, manifest: str) -> CheckResult:
