@@ -93,3 +93,146 @@ def test_up_status_down_and_a_foreign_container_is_left_alone(service: ServiceWo
     assert [service.containers(index) for index in range(4)] == [[], ["not-ours"], [], []]
     after = service_cli("status", str(site))
     assert after.returncode == 1 and "NOT ready" in after.stdout
+
+
+def test_a_rank_with_other_settings_or_pins_is_refused_at_admission_with_the_difference(
+    service: ServiceWorld, tmp_path: Path
+) -> None:
+    site = service.site_file(tmp_path / "site.toml")
+    service.write_env(2, MAX_NUM_SEQS="8")
+    refused = service_cli("up", str(site), "--json")
+    assert refused.returncode == 1, refused.stderr
+    record = json.loads(refused.stdout)
+    assert record["outcome"] == "refused" and all(r["started_at"] is None for r in record["ranks"])
+    gang = {c["id"]: c for c in record["admission"]["gang"]}
+    assert gang["gang.settings"]["status"] == "fail"
+    assert "rank 2 (rank2)" in gang["gang.settings"]["detail"]
+    assert "MAX_NUM_SEQS: '4' -> '8'" in gang["gang.settings"]["detail"], gang["gang.settings"]["detail"]
+    assert "serve_args: without ['--max-num-seqs 4'], with ['--max-num-seqs 8']" in gang["gang.spec"]["detail"]
+    assert "gang.settings" in refused.stderr and "failed at admission" in refused.stderr
+    assert [service.containers(index) for index in range(4)] == [[]] * 4
+
+    # another checkpoint on rank 3, pinned as such: its own checks pass, the gang's do not
+    service.write_env(2)
+    target = service.rank_root(3) / "target"
+    (target / "tokenizer.json").write_text('{"model": {"type": "Unigram"}}\n')
+    pinned = subprocess.run([sys.executable, "-m", "sparkflake.cli", "checkpoint", "pin", str(target), "--role",
+                             "target", "--profile", str(service.profile), "-o",
+                             str(service.rank_root(3) / "pins.json")], capture_output=True, text=True)
+    assert pinned.returncode == 0, pinned.stderr
+    refused = service_cli("up", str(site), "--json")
+    assert refused.returncode == 1, refused.stderr
+    record = json.loads(refused.stdout)
+    rank3 = record["admission"]["ranks"][3]
+    assert rank3["ok"] is True  # its files match its pins
+    gang = {c["id"]: c for c in record["admission"]["gang"]}
+    assert gang["gang.checkpoint-pins"]["status"] == "fail"
+    assert "rank 3 (rank3)" in gang["gang.checkpoint-pins"]["detail"]
+    assert "target: " in gang["gang.checkpoint-pins"]["detail"] and "draft" not in gang["gang.checkpoint-pins"]["detail"]
+    assert [service.containers(index) for index in range(4)] == [[]] * 4
+
+
+def test_a_rank_whose_container_exits_during_start_rolls_everything_back(
+    service: ServiceWorld, tmp_path: Path
+) -> None:
+    site = service.site_file(tmp_path / "site.toml")
+    service.behave(0, "ready_after 5")
+    service.behave(2, "exit_after 1 exit_status 7")
+    failed = service_cli("up", str(site), "--progress", "json", "--json")
+    assert failed.returncode == 1, failed.stderr
+    record = json.loads(failed.stdout)
+    assert record["outcome"] == "failed"
+    assert record["failure"]["rank"] == 2
+    assert "exited with status 7" in record["failure"]["reason"]
+    assert "rank 2 (rank2)" in failed.stderr and "exited with status 7" in failed.stderr
+    # every started rank stopped, last rank first; each one's last log lines kept
+    stopped = [e["rank"] for e in events(failed.stderr) if e["phase"] == "stopped"]
+    assert stopped == [3, 2, 1, 0]
+    ranks = {r["rank"]: r for r in record["ranks"]}
+    assert "fake-vllm: rank 2: worker failed (exit 7)" in ranks[2]["logs"]
+    assert any("fake-vllm: rank 0 api" in line for line in ranks[0]["logs"])
+    assert all(ranks[index]["stopped_at"] for index in range(4))
+    assert [service.containers(index) for index in range(4)] == [[]] * 4
+    # the failed deployment is not kept: nothing to roll back to
+    assert not (service.ranks.data_dir(0) / "service" / "glm53-test" / "current.json").exists()
+
+
+def test_rank_0_not_ready_within_the_deadline_rolls_everything_back(service: ServiceWorld, tmp_path: Path) -> None:
+    site = service.site_file(tmp_path / "site.toml")
+    service.behave(0, "serve 0")  # runs, never answers
+    failed = service_cli("up", str(site), "--ready-timeout", "4", "--json")
+    assert failed.returncode == 1, failed.stderr
+    record = json.loads(failed.stdout)
+    assert record["failure"]["rank"] == 0
+    assert "not ready within 4s" in record["failure"]["reason"] and "refused" in record["failure"]["reason"]
+    assert record["finished_at"] - record["started_at"] < 60
+    assert [service.containers(index) for index in range(4)] == [[]] * 4
+
+
+def test_ssh_to_a_rank_lost_mid_start_rolls_back_the_started_ranks(service: ServiceWorld, tmp_path: Path) -> None:
+    site = service.site_file(tmp_path / "site.toml")
+    seen: list[workflow.ProgressEvent] = []
+
+    def cut_rank_3(event: workflow.ProgressEvent) -> None:
+        seen.append(event)
+        if event.phase == "started" and event.rank == 0:
+            service.ranks.stop_sshd(3)  # no new session reaches rank 3 from now on
+
+    result = workflow.up(workflow.ServiceRequest(site_path=str(site)), cut_rank_3)
+    assert result.exit_code == 1
+    assert result.record.failure is not None and result.record.failure["rank"] == 3
+    assert "SSH to rank 3" in result.record.failure["reason"]
+    stopped = [event.rank for event in seen if event.phase == "stopped"]
+    assert stopped[:3] == [3, 2, 1] or stopped == [2, 1, 0]
+    assert 0 in stopped and 1 in stopped and 2 in stopped
+    assert [service.containers(index) for index in range(3)] == [[]] * 3
+    assert service.containers(3) == []  # its start never reached it
+
+
+def test_rollback_starts_the_previous_deployment_through_the_same_admission(
+    service: ServiceWorld, tmp_path: Path
+) -> None:
+    site = service.site_file(tmp_path / "site.toml")
+    first = service_cli("up", str(site), "--json")
+    assert first.returncode == 0, first.stderr
+    first_record = json.loads(first.stdout)
+    # an upgrade: other settings on every rank, replacing the running deployment
+    for index in range(4):
+        service.write_env(index, MAX_NUM_SEQS="8")
+    second = service_cli("up", str(site), "--replace", "--json")
+    assert second.returncode == 0, second.stderr
+    second_record = json.loads(second.stdout)
+    assert second_record["settings_hash"] != first_record["settings_hash"]
+
+    back = service_cli("rollback", str(site), "--json")
+    assert back.returncode == 0, back.stderr + back.stdout
+    record = json.loads(back.stdout)
+    assert record["kind"] == "rollback" and record["outcome"] == "ready"
+    assert record["settings_hash"] == first_record["settings_hash"]
+    assert record["replaced"] == second_record["deployment"]
+    assert record["admission"]["ok"]
+    status = json.loads(service_cli("status", str(site), "--json").stdout)
+    assert status["ready"] and status["deployment"] == record["deployment"]
+    assert {c["settings_hash"] for r in status["ranks"] for c in r["containers"]} == {first_record["settings_hash"]}
+    # the runtime.env on the ranks still says 8: the rollback ran the kept copy
+    assert "MAX_NUM_SEQS=8" in (service.rank_root(1) / "runtime.env").read_text()
+
+
+def test_a_signed_record_verifies_with_cosign(service: ServiceWorld, tmp_path: Path) -> None:
+    site = service.site_file(tmp_path / "site.toml")
+    keys = subprocess.run(["cosign", "generate-key-pair"], cwd=tmp_path, capture_output=True, text=True,
+                          env={"COSIGN_PASSWORD": "pw", "PATH": "/usr/bin:/bin"})
+    assert keys.returncode == 0, keys.stderr
+    up = subprocess.run([sys.executable, "-m", "sparkflake.cli", "service", "up", str(site), "--json",
+                         "--sign-key", str(tmp_path / "cosign.key")], capture_output=True, text=True,
+                        env={**__import__("os").environ, "COSIGN_PASSWORD": "pw"})
+    assert up.returncode == 0, up.stderr
+    path = json.loads(up.stdout)["record_path"]
+    base64.b64decode(Path(f"{path}.sig").read_text(), validate=True)
+    verified = subprocess.run(["cosign", "verify-blob", "--key", str(tmp_path / "cosign.pub"), "--signature",
+                               f"{path}.sig", "--insecure-ignore-tlog=true", path], capture_output=True, text=True)
+    assert verified.returncode == 0, verified.stderr
+    Path(path).write_text(Path(path).read_text().replace('"ready"', '"failed"', 1))
+    tampered = subprocess.run(["cosign", "verify-blob", "--key", str(tmp_path / "cosign.pub"), "--signature",
+                               f"{path}.sig", "--insecure-ignore-tlog=true", path], capture_output=True, text=True)
+    assert tampered.returncode != 0

@@ -107,8 +107,9 @@ def _topology(ranks: Sequence[RankAdmissionResult]) -> CheckResult:
 
 
 def differences(first: Any, other: Any, path: str = "") -> list[str]:
-    """Where two JSON values differ, as ``path: first -> other`` lines (lists of strings,
-    like serve arguments, by the elements one has and the other lacks)."""
+    """Where two JSON values differ, as ``path: first -> other`` lines; lists of strings
+    (serve arguments, ulimits) by the options one has and the other lacks, an option
+    being ``--flag`` with the values that follow it."""
     if isinstance(first, dict) and isinstance(other, dict):
         found = []
         for key in sorted(set(first) | set(other)):
@@ -122,9 +123,21 @@ def differences(first: Any, other: Any, path: str = "") -> list[str]:
         return found
     if isinstance(first, list) and isinstance(other, list) and first != other:
         if all(isinstance(item, str) for item in (*first, *other)):
-            lost = [item for item in first if item not in other]
-            gained = [item for item in other if item not in first]
+            mine, theirs = options(first), options(other)
+            lost = [item for item in mine if item not in theirs]
+            gained = [item for item in theirs if item not in mine]
             if lost or gained:
                 return [f"{path}: without {lost!r}, with {gained!r}"]
         return [f"{path}: {first!r} -> {other!r}"]
     return [] if first == other else [f"{path}: {first!r} -> {other!r}"]
+
+
+def options(arguments: list[str]) -> list[str]:
+    """``["m", "--port", "8000", "--x"]`` -> ``["m", "--port 8000", "--x"]``."""
+    grouped: list[str] = []
+    for argument in arguments:
+        if grouped and grouped[-1].startswith("--") and not argument.startswith("--") and " " not in grouped[-1]:
+            grouped[-1] += f" {argument}"
+        else:
+            grouped.append(argument)
+    return grouped

@@ -131,7 +131,7 @@ def write_record(directory: Path, record: DeploymentRecord, key: PrivateKey | No
     path = directory / f"{record.deployment}.json"
     content = record_bytes(record)
     if key is not None:
-        write_bytes_atomic(f"{path}.sig", base64.b64encode(key.sign(content)) + b"\n")
+        write_bytes_atomic(f"{path}.sig", base64.b64encode(key.sign(content)))
     write_bytes_atomic(path, content)
     return path
 
