@@ -101,7 +101,7 @@ def _number(value: Any) -> bool:
 
 def _require(condition: bool, shown: str, key: str, expected: str) -> None:
     if not condition:
-        raise InputError(f"{shown}: {key}: expected {expected}")
+        raise InputError(f"{shown}: {key}: expected {expected}" if key else f"{shown}: expected {expected}")
 
 
 def _rank(raw: Any, shown: str) -> RankRecord:

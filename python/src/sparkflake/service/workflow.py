@@ -21,7 +21,7 @@ from ..core.errors import CheckFailed, InputError
 from ..distribute.site import Site, load_site
 from ..distribute.ssh import StartedAgent
 from ..signing.keys import PrivateKey
-from .gang import AdmissionReport, gang_checks, rank_result
+from .gang import AdmissionReport, RankAdmissionResult, gang_checks, rank_result
 from .rank_request import RankRequest
 from .readiness import api_base, probe
 from .record import DeploymentRecord, RankRecord, latest_records, write_record
@@ -115,14 +115,21 @@ def members_of(service_site: ServiceSite, deployment: str, request: ServiceReque
 
 def admit(service_site: ServiceSite, members: list[ServiceRank], progress: Progress) -> AdmissionReport:
     """Every rank's checks at once; then the gang's comparisons."""
-    def one(member: ServiceRank):
+    def one(member: ServiceRank) -> RankAdmissionResult | InputError:
         reply, seconds = timed(lambda: call(service_site.site, member, "admit"))
-        result = rank_result(service_site.origin, member, reply, seconds)
+        try:
+            result = rank_result(service_site.origin, member, reply, seconds)
+        except InputError as exc:  # every rank's bad input in one message
+            return exc
         progress(ProgressEvent("admitted" if result.ok else "refused", member.number, member.rank.name,
                                f"{len(result.checks)} checks in {seconds:.1f}s"))
         return result
 
-    (ranks, seconds) = timed(lambda: in_parallel(members, one))
+    (found, seconds) = timed(lambda: in_parallel(members, one))
+    errors = [str(item) for item in found if isinstance(item, InputError)]
+    if errors:
+        raise InputError("; ".join(errors))
+    ranks = [item for item in found if isinstance(item, RankAdmissionResult)]
     report = AdmissionReport(tuple(ranks), seconds=seconds)
     return replace(report, gang=tuple(gang_checks(ranks, members[0].request.image)))
 
