@@ -137,7 +137,7 @@ def service_sites(draw) -> Site:
         env_file=shared_env, engine=draw(st.sampled_from(["podman", "docker"])), image=draw(st.none() | _digest),
         manifest=draw(st.none() | _digest), ready_timeout=draw(st.integers(1, 10**6)),
         stop_timeout=draw(st.integers(1, 600)), agent=tuple(draw(st.lists(_text, min_size=1, max_size=3))),
-        record_dir=draw(_text), trusted_key=draw(st.none() | _text))
+        record_dir=draw(_text))
     return Site(ranks=ranks, links=links, order=tuple(f"r{i}" for i in range(count)), service=service)
 
 

@@ -18,7 +18,7 @@ from ..core.errors import InputError
 
 SERVICE_KEYS = {
     "name", "profile", "env_file", "engine", "image", "manifest", "ready_timeout", "stop_timeout",
-    "agent", "record_dir", "trusted_key",
+    "agent", "record_dir",
 }
 DEFAULT_SERVICE_AGENT = ("python3", "-m", "sparkflake.service.agent")
 ENGINES = ("podman", "docker")
@@ -38,7 +38,6 @@ class ServiceSettings:
     stop_timeout: int = DEFAULT_STOP_TIMEOUT
     agent: tuple[str, ...] = DEFAULT_SERVICE_AGENT
     record_dir: str = "deployments"  # on the controller; relative to the site file's directory
-    trusted_key: str | None = None  # cosign public key on the controller
 
 
 def parse_service(reader: Any, raw: Any) -> ServiceSettings:
@@ -48,7 +47,7 @@ def parse_service(reader: Any, raw: Any) -> ServiceSettings:
     kwargs: dict[str, Any] = {}
     if "name" in table:
         kwargs["name"] = reader.name(table["name"], "service.name")
-    for key in ("profile", "env_file", "record_dir", "trusted_key"):
+    for key in ("profile", "env_file", "record_dir"):
         if key in table:
             kwargs[key] = reader.string(table[key], f"service.{key}")
     if "env_file" in kwargs and not kwargs["env_file"].startswith("/"):
@@ -118,7 +117,7 @@ def dump_service(service: ServiceSettings, toml: Any) -> list[str]:
     lines = ["", "[service]"]
     defaults = ServiceSettings()
     for key in ("name", "profile", "env_file", "engine", "image", "manifest", "ready_timeout", "stop_timeout",
-                "record_dir", "trusted_key"):
+                "record_dir"):
         value = getattr(service, key)
         if value is not None and (value != getattr(defaults, key) or key in ("name", "profile")):
             lines.append(f"{key} = {toml(value)}")
