@@ -258,6 +258,11 @@ def check_ports(rank: int, ports: Sequence[tuple[str, int]]) -> CheckResult:
     busy = []
     for name, port in ports:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            # as the servers that will bind it do (uvicorn through asyncio's create_server,
+            # reuse_address on Unix; torch's TCPStore through libuv's uv_tcp_bind): a
+            # connection of the last run still in TIME_WAIT does not make the port busy, a
+            # listener does
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 probe.bind(("0.0.0.0", port))
             except OSError as exc:

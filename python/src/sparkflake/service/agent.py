@@ -1,6 +1,6 @@
 """The per-rank program of ``sparkflake service``: ``python -m sparkflake.service.agent``.
 
-Like fan-out's agent (distribute/agent.py) its stdout is a machine protocol: one JSON
+Fan-out's agent protocol (distribute/agent_protocol.py): stdout is one JSON
 object per line, the last one is the result. Exit 0 done, 1 a check failed, 2 bad input,
 3 the controller went away (``watch``).
 """
@@ -8,13 +8,11 @@ object per line, the last one is the result. Exit 0 done, 1 a check failed, 2 ba
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import threading
-from typing import Any
 
-from ..core.errors import SparkflakeError
+from ..distribute.agent_protocol import emit, run_protocol
 from .rank_admission import admit_rank, rank_engine
 from .rank_request import RankRequest
 from .rank_state import (
@@ -28,11 +26,6 @@ from .rank_state import (
 )
 
 
-def _emit(document: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(document, sort_keys=True) + "\n")
-    sys.stdout.flush()
-
-
 def _request(args: argparse.Namespace) -> RankRequest:
     return RankRequest.from_json(args.request_json, "--request-json")
 
@@ -43,31 +36,31 @@ def _admit(args: argparse.Namespace) -> int:
     if request.replacing:
         running = {c["name"]: c["deployment"] for c in service_containers(rank_engine(request), request.service)}
     admission = admit_rank(request, running=running)
-    _emit({"status": "ok" if admission.ok else "failed", "checks": [c.as_record() for c in admission.checks],
+    emit({"status": "ok" if admission.ok else "failed", "checks": [c.as_record() for c in admission.checks],
            "facts": admission.facts, "argv": admission.argv})
     return 0 if admission.ok else 1
 
 
 def _start(args: argparse.Namespace) -> int:
     result = start_rank(_request(args))
-    _emit(result)
+    emit(result)
     return 0 if result["status"] == "ok" else 1
 
 
 def _commit(args: argparse.Namespace) -> int:
     request = _request(args)
-    _emit(commit_rank(request.state_dir, request.deployment))
+    emit(commit_rank(request.state_dir, request.deployment))
     return 0
 
 
 def _kept(args: argparse.Namespace) -> int:
-    _emit(kept_deployments(_request(args).state_dir))
+    emit(kept_deployments(_request(args).state_dir))
     return 0
 
 
 def _status(args: argparse.Namespace) -> int:
     request = _request(args)
-    _emit({"status": "ok", "containers": service_containers(rank_engine(request), request.service),
+    emit({"status": "ok", "containers": service_containers(rank_engine(request), request.service),
            **{k: v for k, v in kept_deployments(request.state_dir).items() if k != "status"}})
     return 0
 
@@ -77,7 +70,7 @@ def _stop(args: argparse.Namespace) -> int:
     result = stop_service(rank_engine(request), request.service, args.deployment, args.timeout)
     if args.discard and args.deployment:
         remove_kept(request.state_dir, args.deployment)
-    _emit(result)
+    emit(result)
     return 0 if result["status"] == "ok" else 1
 
 
@@ -91,7 +84,7 @@ def _watch(args: argparse.Namespace) -> int:
         os._exit(3)
 
     threading.Thread(target=controller_gone, daemon=True).start()
-    _emit(watch_container(request, args.name))
+    emit(watch_container(request, args.name))
     return 0
 
 
@@ -115,15 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return int(args.handler(args))
-    except SparkflakeError as exc:
-        _emit({"status": "failed", "message": str(exc), "check_id": exc.check_id, "exit_code": exc.exit_code})
-        return exc.exit_code
-    except OSError as exc:
-        _emit({"status": "failed", "message": f"{exc.filename or ''}: {exc.strerror or exc}"})
-        return 1
+    return run_protocol(build_parser(), argv)
 
 
 if __name__ == "__main__":

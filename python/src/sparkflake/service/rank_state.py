@@ -135,6 +135,7 @@ def service_containers(engine: Engine, service: str, deployment: str | None = No
             "settings_hash": labels.get("org.sparkflake.settings-hash"),
             "status": state.get("Status"), "running": bool(state.get("Running")),
             "exit_code": state.get("ExitCode"), "started_at": state.get("StartedAt"),
+            "finished_at": state.get("FinishedAt"),
         })
     return sorted(containers, key=lambda c: c["name"])
 

@@ -166,22 +166,40 @@ class _Start:
         self.progress(ProgressEvent("started", member.number, member.rank.name, reply.result["container"]))
 
     def check_watches(self, members: list[ServiceRank]) -> None:
-        for member in members:
-            session = self.watches.get(member.number)
-            if session is None or self.failure is not None:
-                continue
-            if session.process.poll() is None:
+        """Mark ranks joined; on the first container that ended (or SSH that dropped), fail
+        the start naming the rank that ended first: one rank's death ends its peers too."""
+        ended = [m for m in members if m.number in self.watches and self.watches[m.number].process.poll() is not None]
+        if self.failure is not None:
+            return
+        if not ended:
+            for member in members:
                 record = self.ranks[member.number]
-                if record.joined_at is None and record.started_at and time.time() - record.started_at >= JOIN_SECONDS:
+                if member.number in self.watches and record.joined_at is None and record.started_at \
+                        and time.time() - record.started_at >= JOIN_SECONDS:
                     self.ranks[member.number] = replace(record, joined_at=time.time())
                     self.progress(ProgressEvent("joined", member.number, member.rank.name, "running"))
-                continue
-            reply = session.finish()
-            if reply.unreachable:
-                self.fail(member, f"SSH to rank {member.number} ({member.rank.ssh}) lost: {reply.describe_failure()}")
-            else:
-                code = (reply.result or {}).get("exit_code", "?")
-                self.fail(member, f"rank {member.number}'s container exited with status {code} during start")
+            return
+        # one rank's death ends its peers too: ask every started rank which container ended
+        # first (the engines' FinishedAt), rather than trusting which watch reported first
+        started = [m for m in members if m.number in self.watches]
+        self.close_watches()
+        replies = in_parallel(started, lambda member: call(self.service_site.site, member, "status"))
+        lost = [m for m, reply in zip(started, replies, strict=True) if reply.unreachable]
+        if lost:
+            member = lost[0]
+            self.fail(member, f"SSH to rank {member.number} ({member.rank.ssh}) lost")
+            return
+        exited = [(container.get("finished_at") or "~", member.number, member, container)
+                  for member, reply in zip(started, replies, strict=True)
+                  for container in (reply.result or {}).get("containers", [])
+                  if container.get("deployment") == member.request.deployment and not container.get("running")]
+        if not exited:  # the watch ended without its container: the session itself broke
+            self.fail(ended[0], f"the SSH session watching rank {ended[0].number} ({ended[0].rank.ssh}) ended "
+                                "while its container still runs")
+            return
+        _, _, first, container = min(exited, key=lambda found: found[:2])
+        self.fail(first, f"rank {first.number}'s container exited with status {container.get('exit_code')} "
+                         "during start")
 
     def close_watches(self) -> None:
         for session in self.watches.values():
