@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from fixtures.netns_ranks import NetnsRanks
+from fixtures.oci import RegistryServer, registry_server  # noqa: F401 - the session registry
 from fixtures.service_site import ServiceWorld
 
 from sparkflake.service import workflow
@@ -225,7 +227,7 @@ def test_a_signed_record_verifies_with_cosign(service: ServiceWorld, tmp_path: P
     assert keys.returncode == 0, keys.stderr
     up = subprocess.run([sys.executable, "-m", "sparkflake.cli", "service", "up", str(site), "--json",
                          "--sign-key", str(tmp_path / "cosign.key")], capture_output=True, text=True,
-                        env={**__import__("os").environ, "COSIGN_PASSWORD": "pw"})
+                        env={**os.environ, "COSIGN_PASSWORD": "pw"})
     assert up.returncode == 0, up.stderr
     path = json.loads(up.stdout)["record_path"]
     base64.b64decode(Path(f"{path}.sig").read_text(), validate=True)
@@ -236,3 +238,53 @@ def test_a_signed_record_verifies_with_cosign(service: ServiceWorld, tmp_path: P
     tampered = subprocess.run(["cosign", "verify-blob", "--key", str(tmp_path / "cosign.pub"), "--signature",
                                f"{path}.sig", "--insecure-ignore-tlog=true", path], capture_output=True, text=True)
     assert tampered.returncode != 0
+
+
+def test_a_trusted_key_admits_only_an_image_signed_and_attested_in_the_sites_registry(
+    service: ServiceWorld, tmp_path: Path, registry_server: RegistryServer  # noqa: F811
+) -> None:
+    manifest = service.image["manifest"]
+    reference = f"{registry_server.host}/site/glm53:rehearsal"
+    keys = subprocess.run(["cosign", "generate-key-pair"], cwd=tmp_path, capture_output=True, text=True,
+                          env={"COSIGN_PASSWORD": "pw", "PATH": "/usr/bin:/bin"})
+    assert keys.returncode == 0, keys.stderr
+    published = subprocess.run([sys.executable, "-m", "sparkflake.cli", "publish", str(service.base / "image" / "out"),
+                                reference, "--insecure"], capture_output=True, text=True)
+    assert published.returncode == 0, published.stderr
+    site = service.site_file(tmp_path / "site.toml", trusted_key=str(tmp_path / "cosign.pub"),
+                             signatures=f"{registry_server.host}/site/glm53", registry_insecure=True)
+
+    unsigned = service_cli("up", str(site), "--json")
+    assert unsigned.returncode == 1, unsigned.stderr
+    gang = {c["id"]: c for c in json.loads(unsigned.stdout)["admission"]["gang"]}
+    assert gang["supply-chain.signature"]["status"] == "fail" and gang["supply-chain.provenance"]["status"] == "fail"
+    assert [service.containers(index) for index in range(4)] == [[]] * 4
+
+    # the build's provenance for this manifest, signed and attested as `sparkflake sign` does
+    receipt = tmp_path / "receipt.json"
+    receipt.write_text(json.dumps({"predicateType": "https://slsa.dev/provenance/v1",
+                                   "subject": [{"name": "glm53", "digest": {"sha256": manifest.removeprefix("sha256:")}}],
+                                   "predicate": {"buildDefinition": {"buildType": "sparkflake-test"}}}))
+    signed = subprocess.run([sys.executable, "-m", "sparkflake.cli", "sign", reference, "--key",
+                             str(tmp_path / "cosign.key"), "--receipt", str(receipt), "--insecure"],
+                            capture_output=True, text=True, env={**os.environ, "COSIGN_PASSWORD": "pw"})
+    assert signed.returncode == 0, signed.stderr
+    up = service_cli("up", str(site), "--json")
+    assert up.returncode == 0, up.stderr
+    gang = {c["id"]: c for c in json.loads(up.stdout)["admission"]["gang"]}
+    assert gang["supply-chain.signature"]["status"] == "pass" and manifest in gang["supply-chain.signature"]["detail"]
+    assert gang["supply-chain.provenance"]["status"] == "pass"
+
+    # another key: refused before anything starts
+    service_cli("down", str(site))
+    other = tmp_path / "other"
+    other.mkdir()
+    assert subprocess.run(["cosign", "generate-key-pair"], cwd=other, capture_output=True,
+                          env={"COSIGN_PASSWORD": "pw", "PATH": "/usr/bin:/bin"}).returncode == 0
+    site = service.site_file(tmp_path / "site.toml", trusted_key=str(other / "cosign.pub"),
+                             signatures=f"{registry_server.host}/site/glm53", registry_insecure=True)
+    refused = service_cli("up", str(site), "--json")
+    assert refused.returncode == 1
+    assert "does not verify" in {c["id"]: c for c in json.loads(refused.stdout)["admission"]["gang"]}[
+        "supply-chain.signature"]["detail"]
+    assert [service.containers(index) for index in range(4)] == [[]] * 4

@@ -63,6 +63,9 @@ def test_a_service_site_parses_with_its_numbers_and_settings() -> None:
     ('env_file = "runtime.env"', None, r"site.toml: service.env_file: expected an absolute path"),
     ("ready_timeout = 0", None, r"site.toml: service.ready_timeout: expected a positive integer"),
     ("ready_timeout = 5", None, r"site.toml: ranks\[0\].env_file: missing \(and service.env_file is not set\)"),
+    (GOOD_SERVICE + '\ntrusted_key = "cosign.pub"', None,
+     r"site.toml: service.signatures: expected a value: service.trusted_key needs it"),
+    (GOOD_SERVICE + '\nregistry_insecure = "yes"', None, r"site.toml: service.registry_insecure: expected true or false"),
 ])
 def test_a_broken_service_site_is_refused_naming_the_field(service, ranks, message) -> None:
     text = four_ranks(service, ranks) if ranks else four_ranks(service)
@@ -132,12 +135,16 @@ def service_sites(draw) -> Site:
         for i in range(count)
     )
     links = tuple(Link(f"l{i}", (f"r{i}", f"r{i + 1}")) for i in range(count - 1))
+    keyed = draw(st.none() | st.tuples(_text, _text))
+    signing = {"registry_insecure": draw(st.booleans())}
+    if keyed is not None:
+        signing.update(trusted_key=keyed[0], signatures=keyed[1])
     service = ServiceSettings(
         name=draw(st.from_regex(r"[a-z0-9][a-z0-9._-]{0,10}", fullmatch=True)), profile=draw(_text),
         env_file=shared_env, engine=draw(st.sampled_from(["podman", "docker"])), image=draw(st.none() | _digest),
         manifest=draw(st.none() | _digest), ready_timeout=draw(st.integers(1, 10**6)),
         stop_timeout=draw(st.integers(1, 600)), agent=tuple(draw(st.lists(_text, min_size=1, max_size=3))),
-        record_dir=draw(_text))
+        record_dir=draw(_text), **signing)
     return Site(ranks=ranks, links=links, order=tuple(f"r{i}" for i in range(count)), service=service)
 
 

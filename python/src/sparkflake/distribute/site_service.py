@@ -18,7 +18,7 @@ from ..core.errors import InputError
 
 SERVICE_KEYS = {
     "name", "profile", "env_file", "engine", "image", "manifest", "ready_timeout", "stop_timeout",
-    "agent", "record_dir",
+    "agent", "record_dir", "trusted_key", "signatures", "registry_insecure",
 }
 DEFAULT_SERVICE_AGENT = ("python3", "-m", "sparkflake.service.agent")
 ENGINES = ("podman", "docker")
@@ -38,6 +38,9 @@ class ServiceSettings:
     stop_timeout: int = DEFAULT_STOP_TIMEOUT
     agent: tuple[str, ...] = DEFAULT_SERVICE_AGENT
     record_dir: str = "deployments"  # on the controller; relative to the site file's directory
+    trusted_key: str | None = None  # cosign public key (controller; relative to the site file)
+    signatures: str | None = None  # REGISTRY/REPO holding the image's signature and attestation
+    registry_insecure: bool = False  # plain HTTP to that registry (loopback registries only)
 
 
 def parse_service(reader: Any, raw: Any) -> ServiceSettings:
@@ -47,7 +50,7 @@ def parse_service(reader: Any, raw: Any) -> ServiceSettings:
     kwargs: dict[str, Any] = {}
     if "name" in table:
         kwargs["name"] = reader.name(table["name"], "service.name")
-    for key in ("profile", "env_file", "record_dir"):
+    for key in ("profile", "env_file", "record_dir", "trusted_key", "signatures"):
         if key in table:
             kwargs[key] = reader.string(table[key], f"service.{key}")
     if "env_file" in kwargs and not kwargs["env_file"].startswith("/"):
@@ -68,6 +71,13 @@ def parse_service(reader: Any, raw: Any) -> ServiceSettings:
             kwargs[key] = reader.positive_int(table[key], f"service.{key}")
     if "agent" in table:
         kwargs["agent"] = tuple(reader.strings(table["agent"], "service.agent", nonempty=True))
+    if "registry_insecure" in table:
+        if not isinstance(table["registry_insecure"], bool):
+            raise reader.fail("service.registry_insecure", "true or false", table["registry_insecure"])
+        kwargs["registry_insecure"] = table["registry_insecure"]
+    if ("trusted_key" in kwargs) != ("signatures" in kwargs):
+        present, absent = ("trusted_key", "signatures") if "trusted_key" in kwargs else ("signatures", "trusted_key")
+        raise reader.fail(f"service.{absent}", f"a value: service.{present} needs it", None)
     return ServiceSettings(**kwargs)
 
 
@@ -117,7 +127,7 @@ def dump_service(service: ServiceSettings, toml: Any) -> list[str]:
     lines = ["", "[service]"]
     defaults = ServiceSettings()
     for key in ("name", "profile", "env_file", "engine", "image", "manifest", "ready_timeout", "stop_timeout",
-                "record_dir"):
+                "record_dir", "trusted_key", "signatures", "registry_insecure"):
         value = getattr(service, key)
         if value is not None and (value != getattr(defaults, key) or key in ("name", "profile")):
             lines.append(f"{key} = {toml(value)}")

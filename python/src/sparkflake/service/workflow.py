@@ -26,6 +26,7 @@ from .rank_request import RankRequest
 from .readiness import api_base, probe
 from .record import DeploymentRecord, RankRecord, latest_records, write_record
 from .remote import ServiceRank, call, in_parallel, timed, watch
+from .supply_chain import supply_chain_checks
 
 POLL_SECONDS = 0.5
 JOIN_SECONDS = 1.0  # a rank's container still running this long after its start has joined
@@ -131,7 +132,10 @@ def admit(service_site: ServiceSite, members: list[ServiceRank], progress: Progr
         raise InputError("; ".join(errors))
     ranks = [item for item in found if isinstance(item, RankAdmissionResult)]
     report = AdmissionReport(tuple(ranks), seconds=seconds)
-    return replace(report, gang=tuple(gang_checks(ranks, members[0].request.image)))
+    settings = service_site.site.service
+    assert settings is not None
+    signed = supply_chain_checks(settings, Path(service_site.origin).resolve().parent, members[0].request.manifest)
+    return replace(report, gang=(*gang_checks(ranks, members[0].request.image), *signed))
 
 
 class _Start:
