@@ -88,6 +88,15 @@ def test_up_status_down_and_a_foreign_container_is_left_alone(service: ServiceWo
         assert container["settings_hash"] == record["settings_hash"] and container["started_at"]
         assert rank["deployment"] == record["deployment"]
 
+    # a second up while the service runs is refused (an upgrade says --replace), and
+    # leaves the running deployment alone
+    again = service_cli("up", str(site), "--json")
+    assert again.returncode == 1, again.stderr
+    failures = [c for r in json.loads(again.stdout)["admission"]["ranks"] for c in r["checks"] if c["status"] != "pass"]
+    assert {c["id"] for c in failures} >= {"service.running"}
+    assert any(f"deployment {record['deployment']} of service glm53-test" in c["detail"] for c in failures)
+    assert json.loads(service_cli("status", str(site), "--json").stdout)["ready"] is True
+
     down = service_cli("down", str(site), "--json")
     assert down.returncode == 0, down.stderr
     assert [r["containers"] for r in json.loads(down.stdout)["ranks"]] == [
@@ -288,3 +297,29 @@ def test_a_trusted_key_admits_only_an_image_signed_and_attested_in_the_sites_reg
     assert "does not verify" in {c["id"]: c for c in json.loads(refused.stdout)["admission"]["gang"]}[
         "supply-chain.signature"]["detail"]
     assert [service.containers(index) for index in range(4)] == [[]] * 4
+
+
+def test_sigterm_during_the_start_stops_what_was_started(service: ServiceWorld, tmp_path: Path) -> None:
+    site = service.site_file(tmp_path / "site.toml")
+    service.behave(0, "ready_after 120")
+    process = subprocess.Popen([sys.executable, "-m", "sparkflake.cli", "service", "up", str(site), "--progress",
+                                "json", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert process.stderr is not None
+    started = set()
+    for line in process.stderr:
+        event = json.loads(line)
+        if event["phase"] == "started":
+            started.add(event["rank"])
+        if started == {0, 1, 2, 3}:
+            break
+    assert started == {0, 1, 2, 3}
+    assert all(service.containers(index) == [f"sparkflake-glm53-dflash7-rank{index}"] for index in range(4))
+    process.terminate()
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    assert "interrupted" in stderr and "Traceback" not in stderr
+    assert [service.containers(index) for index in range(4)] == [[]] * 4
+    (record,) = (service.base / "records").iterdir()
+    stored = read_record(record)
+    assert stored.outcome == "failed" and stored.failure == {"rank": None, "name": None, "reason": "interrupted"}
+    assert all(rank.stopped_at for rank in stored.ranks)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import time
 
@@ -95,9 +96,15 @@ def _progress(mode: str):
     return show
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def _deploy(args: argparse.Namespace) -> int:
     request = _request(args)
     run = {"up": workflow.up, "rollback": workflow.rollback, "restart": workflow.restart}[args.action]
+    # SIGTERM as SIGINT: the start stops what it started (workflow.deploy) before exiting
+    signal.signal(signal.SIGTERM, _interrupt)
     result = run(request, _progress(args.progress))
     record = result.record
     if args.json:

@@ -12,6 +12,7 @@ import os
 import sys
 import threading
 
+from ..core.errors import SparkflakeError
 from ..distribute.agent_protocol import emit, run_protocol
 from .rank_admission import admit_rank, rank_engine
 from .rank_request import RankRequest
@@ -32,9 +33,10 @@ def _request(args: argparse.Namespace) -> RankRequest:
 
 def _admit(args: argparse.Namespace) -> int:
     request = _request(args)
-    running = {}
-    if request.replacing:
+    try:
         running = {c["name"]: c["deployment"] for c in service_containers(rank_engine(request), request.service)}
+    except SparkflakeError:  # no engine: admission's engine.reachable says so
+        running = {}
     admission = admit_rank(request, running=running)
     emit({"status": "ok" if admission.ok else "failed", "checks": [c.as_record() for c in admission.checks],
            "facts": admission.facts, "argv": admission.argv})

@@ -63,7 +63,8 @@ def _assignments(request: RankRequest) -> tuple[EnvAssignment, ...]:
 def admit_rank(request: RankRequest, *, running: dict[str, str] | None = None) -> RankAdmission:
     """``running``: container name -> deployment of this service's containers now on the
     rank; when ``request.replacing``, the name and ports they hold are not refusals (they
-    are stopped before the start, which checks again)."""
+    are stopped before the start, which checks again), else they are the refusal
+    ``service.running``."""
     checks: list[CheckResult] = []
     try:
         engine: Engine | None = rank_engine(request)
@@ -83,8 +84,13 @@ def admit_rank(request: RankRequest, *, running: dict[str, str] | None = None) -
     labels = {**plan.spec.labels, SERVICE_LABEL: request.service, DEPLOYMENT_LABEL: request.deployment}
     spec = replace(plan.spec, labels=labels)
     argv = engine_argv(spec, request.engine, engine.command() if engine else [request.engine], detach=True)
-    checks += [_spare_the_running(check, running or {}, spec.name) if request.replacing else check
+    running = running or {}
+    checks += [_spare_the_running(check, running, spec.name) if request.replacing else check
                for check in plan.checks]
+    if not request.replacing and spec.name in running:
+        checks.append(CheckResult("service.running", FAIL, f"deployment {running[spec.name]} of service "
+                                  f"{request.service} has {spec.name} here: `sparkflake service up --replace` "
+                                  "(an upgrade) or `sparkflake service down` first"))
     if engine is not None and request.manifest is not None and plan.spec.image:
         checks.append(check_manifest_binding(engine, plan.spec.image, request.manifest))
     checks.append(check_fabric(plan.resolution.values))

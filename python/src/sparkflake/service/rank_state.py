@@ -29,7 +29,10 @@ ENGINE_TIMEOUT = 120
 
 
 def _engine(engine: Engine, *args: str, timeout: float = ENGINE_TIMEOUT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(engine.command(*args), capture_output=True, text=True, timeout=timeout, check=False)
+    try:
+        return subprocess.run(engine.command(*args), capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise InputError(f"{engine.name} {' '.join(args[:2])}: {exc}", check_id="engine.reachable") from None
 
 
 def deployment_dir(state_dir: str, deployment: str) -> Path:

@@ -211,12 +211,13 @@ class _Start:
         self.watches.clear()
 
     def roll_back(self, members: list[ServiceRank], stop_timeout: int) -> None:
-        """Stop every rank started, in reverse order, keeping each one's last log lines."""
+        """Stop the deployment's containers on every rank, last rank first, keeping each
+        one's last log lines. Every rank, not only those whose start answered: a start whose
+        answer was lost (SSH dropped, an interrupt) may have left a container; the label
+        filter finds it or nothing."""
         self.close_watches()
         for member in reversed(members):
             record = self.ranks[member.number]
-            if record.started_at is None and not _maybe_started(self.failure, member):
-                continue
             reply = call(self.service_site.site, member, "stop",
                          ["--deployment", member.request.deployment, "--timeout", str(stop_timeout), "--discard"])
             containers = (reply.result or {}).get("containers", [])
@@ -229,11 +230,6 @@ class _Start:
             self.progress(ProgressEvent("stopped", member.number, member.rank.name, detail))
 
 
-def _maybe_started(failure: dict[str, Any] | None, member: ServiceRank) -> bool:
-    """The rank whose start failed may have a container (SSH dropped after the run): try."""
-    return failure is not None and failure.get("rank") == member.number
-
-
 def deploy(service_site: ServiceSite, members: list[ServiceRank], request: ServiceRequest, kind: str,
            progress: Progress, replaced: str | None = None) -> DeployResult:
     settings = service_site.site.service
@@ -244,7 +240,6 @@ def deploy(service_site: ServiceSite, members: list[ServiceRank], request: Servi
     starting.ranks = {m.number: RankRecord(m.rank.name, m.number, m.rank.ssh, m.rank.management) for m in members}
     first = admission.ranks[0].facts
     rank0 = members[0]
-    api = api_base(rank0.rank.management, int(first["api_port"]))
     outcome = "refused"
     if not admission.ok:
         starting.failure = {"rank": None, "name": None, "reason": "admission refused: " + " | ".join(admission.failures())}
@@ -252,23 +247,37 @@ def deploy(service_site: ServiceSite, members: list[ServiceRank], request: Servi
         if request.replace:
             for member in reversed(members):  # the running deployment goes first
                 call(service_site.site, member, "stop", ["--timeout", str(settings.stop_timeout)])
-        outcome = _start_and_wait(starting, service_site, members, request, first, rank0)
+        try:
+            outcome = _start_and_wait(starting, service_site, members, request, first, rank0)
+        except KeyboardInterrupt:  # SIGINT, or SIGTERM as the CLI delivers it: leave nothing half up
+            starting.fail(None, "interrupted")
+            starting.roll_back(members, settings.stop_timeout)
+            _record(service_site, members, request, kind, began, "failed", admission, starting, replaced)
+            raise
         if outcome != "ready":
             starting.roll_back(members, settings.stop_timeout)
     if outcome == "ready":
         starting.close_watches()
         in_parallel(members, lambda member: call(service_site.site, member, "commit"))
-    facts = first
+    record, path = _record(service_site, members, request, kind, began, outcome, admission, starting, replaced)
+    return DeployResult(record, path, admission)
+
+
+def _record(service_site: ServiceSite, members: list[ServiceRank], request: ServiceRequest, kind: str,
+            began: float, outcome: str, admission: AdmissionReport, starting: _Start,
+            replaced: str | None) -> tuple[DeploymentRecord, Path]:
+    settings = service_site.site.service
+    assert settings is not None
+    facts = admission.ranks[0].facts
     record = DeploymentRecord(
         deployment=members[0].request.deployment, service=settings.name, kind=kind, site=service_site.origin,
         site_sha256=service_site.sha256, profile=settings.profile, config_digest=facts["image"],
         manifest_digest=members[0].request.manifest, settings_hash=facts["settings_hash"],
         checkpoint_pins_sha256=facts["pins_sha256"], spec_hash=facts["spec_hash"], outcome=outcome,
         started_at=began, finished_at=time.time(), ranks=tuple(starting.ranks[m.number] for m in members),
-        admission=admission.as_record(), failure=starting.failure, replaced=replaced, api=api,
-        served_model=facts["served_model"])
-    path = write_record(service_site.record_dir, record, request.sign_key)
-    return DeployResult(record, path, admission)
+        admission=admission.as_record(), failure=starting.failure, replaced=replaced,
+        api=api_base(members[0].rank.management, int(facts["api_port"])), served_model=facts["served_model"])
+    return record, write_record(service_site.record_dir, record, request.sign_key)
 
 
 def _start_and_wait(starting: _Start, service_site: ServiceSite, members: list[ServiceRank],
