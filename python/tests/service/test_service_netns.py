@@ -228,6 +228,13 @@ def test_rollback_starts_the_previous_deployment_through_the_same_admission(
     # the runtime.env on the ranks still says 8: the rollback ran the kept copy
     assert "MAX_NUM_SEQS=8" in (service.rank_root(1) / "runtime.env").read_text()
 
+    # stop, then restart: the current deployment (the rolled-back one) again
+    assert service_cli("down", str(site)).returncode == 0
+    restarted = service_cli("restart", str(site), "--json")
+    assert restarted.returncode == 0, restarted.stderr
+    again = json.loads(restarted.stdout)
+    assert again["kind"] == "restart" and again["settings_hash"] == first_record["settings_hash"]
+
 
 def test_a_signed_record_verifies_with_cosign(service: ServiceWorld, tmp_path: Path) -> None:
     site = service.site_file(tmp_path / "site.toml")
