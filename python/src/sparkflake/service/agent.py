@@ -33,10 +33,11 @@ def _request(args: argparse.Namespace) -> RankRequest:
 
 def _admit(args: argparse.Namespace) -> int:
     request = _request(args)
+    running: dict[str, str] | None
     try:
         running = {c["name"]: c["deployment"] for c in service_containers(rank_engine(request), request.service)}
-    except SparkflakeError:  # no engine: admission's engine.reachable says so
-        running = {}
+    except SparkflakeError:  # no engine: admission's engine.reachable says why
+        running = None
     admission = admit_rank(request, running=running)
     emit({"status": "ok" if admission.ok else "failed", "checks": [c.as_record() for c in admission.checks],
            "facts": admission.facts, "argv": admission.argv})
