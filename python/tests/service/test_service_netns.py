@@ -171,9 +171,15 @@ def test_a_rank_whose_container_exits_during_start_rolls_everything_back(
 def test_rank_0_not_ready_within_the_deadline_rolls_everything_back(service: ServiceWorld, tmp_path: Path) -> None:
     site = service.site_file(tmp_path / "site.toml")
     service.behave(0, "serve 0")  # runs, never answers
-    failed = service_cli("up", str(site), "--ready-timeout", "4", "--json")
+    failed = service_cli("up", str(site), "--ready-timeout", "4")
     assert failed.returncode == 1, failed.stderr
-    record = json.loads(failed.stdout)
+    # what an operator reads: each rank's admission, the outcome, the last log lines
+    assert "rank 3 (rank3, root@" in failed.stdout and "admission ok" in failed.stdout
+    assert "rank 0 (rank0) last log lines:\n  | fake-vllm: rank 0 api" in failed.stdout
+    assert "sparkflake: up failed at rank 0 (rank0): rank 0 not ready within 4s" in failed.stderr
+    (path,) = (service.base / "records").iterdir()
+    assert f"deployment {path.stem}: failed (record {path})" in failed.stdout
+    record = json.loads(path.read_text())
     assert record["failure"]["rank"] == 0
     assert "not ready within 4s" in record["failure"]["reason"] and "refused" in record["failure"]["reason"]
     assert record["finished_at"] - record["started_at"] < 60
