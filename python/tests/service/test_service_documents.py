@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from sparkflake.core.check_result import CheckResult
 from sparkflake.core.errors import InputError
 from sparkflake.service.gang import RankAdmissionResult, differences, gang_checks, options
+from sparkflake.service.rank_admission import check_fabric
 from sparkflake.service.rank_request import RankRequest
 from sparkflake.service.readiness import probe
 from sparkflake.service.record import (
@@ -174,3 +175,15 @@ def test_readiness_wants_health_and_the_served_model_listed() -> None:
         server.shutdown()
         server.server_close()
     assert not probe("127.0.0.1", port, "glm", timeout=1).ready  # nothing listens now
+
+
+def test_the_fabric_check_names_each_missing_interface_and_rdma_device() -> None:
+    missing = check_fabric({"SOCKET_IFNAME": "lo,sfk-absent0", "NCCL_IB_HCA": "=sfk_absent_5:1"})
+    assert missing.status == "fail"
+    assert "interface sfk-absent0 (not in this host's network namespace)" in missing.detail
+    assert "RDMA device sfk_absent_5 (no /sys/class/infiniband/sfk_absent_5)" in missing.detail
+    assert "interface lo" not in missing.detail
+    present = check_fabric({"SOCKET_IFNAME": "lo", "NCCL_IB_HCA": ""})
+    assert present.status == "pass" and "interface lo" in present.detail
+    # an exclusion list (NCCL's "^") names what not to use: nothing to find
+    assert check_fabric({"SOCKET_IFNAME": "^docker0,lo", "NCCL_IB_HCA": "^mlx5_9"}).status == "pass"

@@ -123,6 +123,15 @@ def test_a_rank_with_other_settings_or_pins_is_refused_at_admission_with_the_dif
     assert "gang.settings" in refused.stderr and "failed at admission" in refused.stderr
     assert [service.containers(index) for index in range(4)] == [[]] * 4
 
+    # an image not bound to the manifest the site names (re-made on its way): every rank says so
+    other = service.site_file(tmp_path / "other-manifest.toml", manifest="sha256:" + "0" * 64)
+    refused = service_cli("up", str(other), "--json")
+    assert refused.returncode == 1, refused.stderr
+    for rank in json.loads(refused.stdout)["admission"]["ranks"]:
+        (binding,) = [c for c in rank["checks"] if c["id"] == "image.manifest"]
+        assert binding["status"] == "fail" and f"bound to {service.image['manifest']}" in binding["detail"]
+    assert [service.containers(index) for index in range(4)] == [[]] * 4
+
     # another checkpoint on rank 3, pinned as such: its own checks pass, the gang's do not
     service.write_env(2)
     target = service.rank_root(3) / "target"
