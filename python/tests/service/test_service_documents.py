@@ -44,7 +44,8 @@ records = st.builds(
     ranks=st.lists(rank_records, max_size=4).map(tuple),
     admission=st.dictionaries(_text, st.integers() | _text, max_size=3),
     failure=st.none() | st.fixed_dictionaries({"rank": st.none() | st.integers(0, 8), "reason": _text}),
-    replaced=st.none() | _text, api=st.none() | _text, served_model=st.none() | _text)
+    replaced=st.none() | _text, api=st.none() | _text, served_model=st.none() | _text,
+    warnings=st.lists(_text, max_size=2).map(tuple))
 
 
 @given(records)
@@ -53,7 +54,8 @@ def test_a_record_round_trips_through_its_document(record: DeploymentRecord) -> 
 
 
 INVALID = {"schema": [None, "x", 1.5], "kind": [None, "x", 1.5, []], "outcome": [None, "ok", {}],
-           "ranks": [None, "x", {}, [1]], "started_at": [None, "x", [], True], "site": [None, 1.5, [], {}]}
+           "ranks": [None, "x", {}, [1]], "started_at": [None, "x", [], True], "site": [None, 1.5, [], {}],
+           "warnings": [None, "x", [1]]}
 
 
 @given(records, st.sampled_from(sorted(INVALID)), st.data())

@@ -345,3 +345,20 @@ def test_sigterm_during_the_start_stops_what_was_started(service: ServiceWorld, 
     stored = read_record(record)
     assert stored.outcome == "failed" and stored.failure == {"rank": None, "name": None, "reason": "interrupted"}
     assert all(rank.stopped_at for rank in stored.ranks)
+
+
+def test_a_rank_that_cannot_keep_the_deployment_is_a_warning_of_a_ready_service(
+    service: ServiceWorld, tmp_path: Path
+) -> None:
+    site = service.site_file(tmp_path / "site.toml")
+    blocker = service.ranks.data_dir(2) / "service" / "glm53-test" / "current.json"
+    blocker.mkdir(parents=True)  # not a file: the rank cannot record the deployment as current
+    (blocker / "keep").write_text("not sparkflake's")
+    up = service_cli("up", str(site), "--json")
+    assert up.returncode == 0, up.stderr
+    record = json.loads(up.stdout)
+    (warning,) = record["warnings"]
+    assert warning.startswith(f"rank 2 (rank2) could not keep deployment {record['deployment']} as current")
+    assert f"sparkflake: warning: {warning}" in up.stderr
+    assert (blocker / "keep").read_text() == "not sparkflake's"
+    assert service_cli("down", str(site)).returncode == 0

@@ -124,6 +124,8 @@ def _deploy(args: argparse.Namespace) -> int:
                 print_line(f"rank {rank.rank} ({rank.name}) last log lines:")
                 for line in rank.logs:
                     print_line(f"  | {line}")
+    for warning in record.warnings:
+        warn(f"sparkflake: warning: {warning}")
     if record.failure:
         who = f"rank {record.failure['rank']} ({record.failure['name']})" if record.failure["rank"] is not None \
             else "admission"

@@ -61,10 +61,15 @@ class DeploymentRecord:
     replaced: str | None = None  # the deployment this one replaced
     api: str | None = None  # rank 0's API (http://HOST:PORT), where status asks for readiness
     served_model: str | None = None
+    warnings: tuple[str, ...] = ()  # e.g. a rank that could not keep the deployment as current
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "warnings", tuple(self.warnings))
 
     def to_document(self) -> dict[str, Any]:
         document = asdict(self)
         document["ranks"] = [{**rank, "logs": list(rank["logs"])} for rank in document["ranks"]]
+        document["warnings"] = list(self.warnings)
         return {"schema": SCHEMA, **document}
 
     @staticmethod
@@ -76,7 +81,7 @@ class DeploymentRecord:
         unknown = sorted(set(body) - known)
         if unknown:
             raise InputError(f"{shown}: {unknown[0]}: unknown key")
-        missing = sorted(k for k in known - set(body) if k not in ("admission", "failure", "replaced", "api", "served_model"))
+        missing = sorted(k for k in known - set(body) if k not in ("admission", "failure", "replaced", "api", "served_model", "warnings"))
         if missing:
             raise InputError(f"{shown}: {missing[0]}: missing")
         for key in ("deployment", "service", "kind", "site", "site_sha256", "profile", "outcome"):
@@ -91,6 +96,9 @@ class DeploymentRecord:
         _require(isinstance(body.get("admission", {}), dict), shown, "admission", "an object")
         _require(body.get("failure") is None or isinstance(body["failure"], dict), shown, "failure", "an object or null")
         _require(isinstance(body["ranks"], list), shown, "ranks", "an array")
+        warnings = body.get("warnings", [])
+        _require(isinstance(warnings, list) and all(isinstance(w, str) for w in warnings), shown, "warnings",
+                 "an array of strings")
         ranks = tuple(_rank(raw, f"{shown}: ranks[{index}]") for index, raw in enumerate(body["ranks"]))
         return DeploymentRecord(**{**body, "ranks": ranks})
 

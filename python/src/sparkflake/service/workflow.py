@@ -256,16 +256,23 @@ def deploy(service_site: ServiceSite, members: list[ServiceRank], request: Servi
             raise
         if outcome != "ready":
             starting.roll_back(members, settings.stop_timeout)
+    warnings: list[str] = []
     if outcome == "ready":
         starting.close_watches()
-        in_parallel(members, lambda member: call(service_site.site, member, "commit"))
-    record, path = _record(service_site, members, request, kind, began, outcome, admission, starting, replaced)
+        commits = in_parallel(members, lambda member: call(service_site.site, member, "commit"))
+        for member, reply in zip(members, commits, strict=True):
+            if reply.returncode != 0:  # it serves, but a later rollback or restart would not find it
+                warnings.append(f"rank {member.number} ({member.rank.name}) could not keep deployment "
+                                f"{member.request.deployment} as current: {reply.describe_failure()}")
+                progress(ProgressEvent("failed", member.number, member.rank.name, warnings[-1]))
+    record, path = _record(service_site, members, request, kind, began, outcome, admission, starting, replaced,
+                           tuple(warnings))
     return DeployResult(record, path, admission)
 
 
 def _record(service_site: ServiceSite, members: list[ServiceRank], request: ServiceRequest, kind: str,
             began: float, outcome: str, admission: AdmissionReport, starting: _Start,
-            replaced: str | None) -> tuple[DeploymentRecord, Path]:
+            replaced: str | None, warnings: tuple[str, ...] = ()) -> tuple[DeploymentRecord, Path]:
     settings = service_site.site.service
     assert settings is not None
     facts = admission.ranks[0].facts
@@ -276,7 +283,8 @@ def _record(service_site: ServiceSite, members: list[ServiceRank], request: Serv
         checkpoint_pins_sha256=facts["pins_sha256"], spec_hash=facts["spec_hash"], outcome=outcome,
         started_at=began, finished_at=time.time(), ranks=tuple(starting.ranks[m.number] for m in members),
         admission=admission.as_record(), failure=starting.failure, replaced=replaced,
-        api=api_base(members[0].rank.management, int(facts["api_port"])), served_model=facts["served_model"])
+        api=api_base(members[0].rank.management, int(facts["api_port"])), served_model=facts["served_model"],
+        warnings=warnings)
     return record, write_record(service_site.record_dir, record, request.sign_key)
 
 
