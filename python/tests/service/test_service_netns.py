@@ -162,7 +162,7 @@ def test_a_rank_whose_container_exits_during_start_rolls_everything_back(
     assert failed.returncode == 1, failed.stderr
     record = json.loads(failed.stdout)
     assert record["outcome"] == "failed"
-    assert record["failure"]["rank"] == 2, "\n".join(line for r in record["ranks"] for line in r["logs"])
+    assert record["failure"]["rank"] == 2, record["failure"]
     assert "exited with status 7" in record["failure"]["reason"]
     assert "rank 2 (rank2)" in failed.stderr and "exited with status 7" in failed.stderr
     # every started rank stopped, last rank first; each one's last log lines kept

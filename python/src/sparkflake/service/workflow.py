@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -30,6 +31,7 @@ from .supply_chain import supply_chain_checks
 
 POLL_SECONDS = 0.5
 JOIN_SECONDS = 1.0  # a rank's container still running this long after its start has joined
+SETTLE_ROUNDS = 10  # how often the ranks are asked which containers ended, until no more have
 
 
 @dataclass(frozen=True)
@@ -147,13 +149,16 @@ class _Start:
         self.ranks: dict[int, RankRecord] = {}
         self.watches: dict[int, StartedAgent] = {}
         self.failure: dict[str, Any] | None = None
+        self._failing = threading.Lock()  # ranks 1..N-1 start in threads: the first failure wins
 
     def fail(self, member: ServiceRank | None, reason: str) -> None:
-        if self.failure is None:
+        with self._failing:
+            if self.failure is not None:
+                return
             number = member.number if member else None
             name = member.rank.name if member else None
             self.failure = {"rank": number, "name": name, "reason": reason}
-            self.progress(ProgressEvent("failed", number, name, reason))
+        self.progress(ProgressEvent("failed", number, name, reason))
 
     def start(self, member: ServiceRank) -> None:
         reply = call(self.service_site.site, member, "start")
@@ -184,26 +189,35 @@ class _Start:
                     self.progress(ProgressEvent("joined", member.number, member.rank.name, "running"))
             return
         # one rank's death ends its peers too: ask every started rank which container ended
-        # first (the engines' FinishedAt), rather than trusting which watch reported first
+        # first (the engines' FinishedAt), rather than trusting which watch reported first;
+        # ask again until no more have ended (an engine records an exit a moment late)
         started = [m for m in members if m.number in self.watches]
         self.close_watches()
-        replies = in_parallel(started, lambda member: call(self.service_site.site, member, "status"))
-        lost = [m for m, reply in zip(started, replies, strict=True) if reply.unreachable]
-        if lost:
-            member = lost[0]
-            self.fail(member, f"SSH to rank {member.number} ({member.rank.ssh}) lost")
-            return
-        exited = [(container.get("finished_at") or "~", member.number, member, container)
-                  for member, reply in zip(started, replies, strict=True)
-                  for container in (reply.result or {}).get("containers", [])
-                  if container.get("deployment") == member.request.deployment and not container.get("running")]
+        exited: list[tuple[str, int, ServiceRank, dict[str, Any]]] = []
+        for _ in range(SETTLE_ROUNDS):
+            replies = in_parallel(started, lambda member: call(self.service_site.site, member, "status"))
+            lost = [m for m, reply in zip(started, replies, strict=True) if reply.unreachable]
+            if lost:
+                self.fail(lost[0], f"SSH to rank {lost[0].number} ({lost[0].rank.ssh}) lost")
+                return
+            seen = [(container.get("finished_at") or "~", member.number, member, container)
+                    for member, reply in zip(started, replies, strict=True)
+                    for container in (reply.result or {}).get("containers", [])
+                    if container.get("deployment") == member.request.deployment and not container.get("running")]
+            answered = all(reply.returncode == 0 for reply in replies)  # a busy engine: ask again
+            if answered and seen and len(seen) == len(exited):
+                break
+            exited = seen
+            time.sleep(POLL_SECONDS)
         if not exited:  # the watch ended without its container: the session itself broke
             self.fail(ended[0], f"the SSH session watching rank {ended[0].number} ({ended[0].rank.ssh}) ended "
                                 "while its container still runs")
             return
         _, _, first, container = min(exited, key=lambda found: found[:2])
+        ended_too = ", ".join(f"rank {number} (status {c.get('exit_code')}, {when})"
+                              for when, number, _, c in sorted(exited, key=lambda found: found[:2]))
         self.fail(first, f"rank {first.number}'s container exited with status {container.get('exit_code')} "
-                         "during start")
+                         f"during start (ended: {ended_too})")
 
     def close_watches(self) -> None:
         for session in self.watches.values():
