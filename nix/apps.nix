@@ -1,6 +1,7 @@
 # `nix run .` runs the CLI; `nix run .#launch-rank -- RANK runtime.env` runs
 # `sparkflake launch-rank RANK runtime.env` through its own console script, with the profiles
-# bundled in the package (found from any directory). For each image output <name> (nix/image.nix):
+# bundled in the package (found from any directory); `nix run .#service -- up|status|down|rollback
+# site.toml` runs `sparkflake service …` from the machine that reaches every rank over SSH. For each image output <name> (nix/image.nix):
 #   nix run .#<name>-copy-to-registry -- REGISTRY/REPO:TAG [--insecure ...]
 #       `sparkflake publish`: our blobs and manifest bytes, the registry's digest checked;
 #       the result in ./publish.json (or --record FILE), never in the image's store path
@@ -63,5 +64,9 @@ in
     type = "app";
     program = "${sparkflake}/bin/sparkflake-launch-rank";
   };
+  service = app "sparkflake-service" [
+    "${sparkflake}/bin/sparkflake"
+    "service"
+  ];
 }
 // builtins.foldl' (apps: name: apps // imageApps name images.${name}) { } (builtins.attrNames images)

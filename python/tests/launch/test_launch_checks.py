@@ -103,6 +103,22 @@ def test_ports():
         assert check_ports(1, [("API_PORT", port)]).status == "pass"
 
 
+def test_a_port_held_only_by_time_wait_is_free():
+    """The server side closed first (a stopped server): its end of the connection stays in
+    TIME_WAIT for a minute, and the next server binds the port all the same (servers set
+    SO_REUSEADDR, and Linux lets a bind pass a TIME_WAIT only when both sides set it)."""
+    with socket.socket() as server:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            accepted, _ = server.accept()
+            accepted.close()  # the server's side closes first
+            client.recv(1)
+    assert check_ports(0, [("API_PORT", port)]).status == "pass"
+
+
 def test_plan_report_without_engine(tmp_path):
     contract = bound_contract("glm53-dflash7", tmp_path)
     env_file = write_env(tmp_path, site_env(tmp_path, 0, API_PORT="18461", MASTER_PORT="18462"))

@@ -59,6 +59,7 @@ def test_flake_outputs_for_both_systems() -> None:
         assert set(outputs["apps"][system]) >= {
             "default",
             "launch-rank",
+            "service",
             "glm53-dflash7-copy-to-registry",
             "glm53-dflash7-load-into-podman",
             "fixture-image-copy-to-registry",
@@ -102,6 +103,9 @@ def test_the_built_cli_and_its_apps_run() -> None:
     launch_help = nix_offline("run", ".#launch-rank", "--", "--help")
     assert launch_help.returncode == 0, launch_help.stderr
     assert "launch-rank" in launch_help.stdout
+    service_help = nix_offline("run", ".#service", "--", "--help")
+    assert service_help.returncode == 0, service_help.stderr
+    assert "usage: sparkflake service" in service_help.stdout and "rollback" in service_help.stdout
     # outside any checkout, the launcher finds the profiles bundled in the package
     listed = subprocess.run([str(sparkflake / "bin" / "sparkflake"), "profile", "list"], capture_output=True,
                             text=True, check=False, cwd="/")

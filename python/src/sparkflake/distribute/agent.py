@@ -17,6 +17,7 @@ from typing import Any
 
 from ..core.errors import InputError, SparkflakeError
 from . import engine, files, manifest, receive, relay
+from .agent_protocol import run_protocol
 
 
 def _emit(document: dict[str, Any]) -> None:
@@ -306,15 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return int(args.handler(args))
-    except SparkflakeError as exc:
-        _emit({"status": "failed", "message": str(exc), "check_id": exc.check_id})
-        return exc.exit_code
-    except OSError as exc:
-        _emit({"status": "failed", "message": f"{exc.filename or ''}: {exc.strerror or exc}"})
-        return 1
+    return run_protocol(build_parser(), argv)
 
 
 if __name__ == "__main__":

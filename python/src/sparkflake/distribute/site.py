@@ -19,6 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import InputError
+from .site_service import (
+    ServiceSettings,
+    dump_service,
+    parse_service,
+    rank_env_file,
+    rank_number,
+    validate_service_ranks,
+)
 
 SCHEMA = "sparkflake.site/v1"
 TOPOLOGIES = ("chain", "ring")
@@ -52,6 +60,8 @@ class Rank:
     fabric: dict[str, str] = field(default_factory=dict)
     engine_args: tuple[str, ...] = ()
     agent: tuple[str, ...] | None = None
+    number: int | None = None  # the serving rank (site_service): 0 is the master
+    env_file: str | None = None  # this rank's runtime.env, for `sparkflake service`
 
 
 @dataclass(frozen=True)
@@ -85,6 +95,7 @@ class Site:
     topology: str = "chain"
     ssh: SshOptions = SshOptions()
     agent: tuple[str, ...] = DEFAULT_AGENT
+    service: ServiceSettings | None = None  # [service]: what `sparkflake service` runs
 
     def rank(self, name: str) -> Rank:
         for rank in self.ranks:
@@ -118,7 +129,7 @@ class Site:
         if len(path) < 2:
             return None
         return Site(ranks=self.ranks, links=self.links, order=tuple(path), topology="chain", ssh=self.ssh,
-                    agent=self.agent)
+                    agent=self.agent, service=self.service)
 
     def hops(self) -> list[Hop]:
         """The forwarding steps rank i -> i+1 along the order (a ring's closing link is not
@@ -153,7 +164,7 @@ def parse_site(text: str, *, origin: str = "<site>") -> Site:
 
 def site_from_document(document: dict[str, Any], *, origin: str = "<site>") -> Site:
     reader = _Reader(origin)
-    reader.keys(document, "", {"schema", "topology", "order", "ssh", "agent", "ranks", "links"})
+    reader.keys(document, "", {"schema", "topology", "order", "ssh", "agent", "ranks", "links", "service"})
     schema = document.get("schema")
     if schema != SCHEMA:
         raise InputError(f"{origin}: schema: expected {SCHEMA!r}, got {schema!r}")
@@ -167,7 +178,8 @@ def site_from_document(document: dict[str, Any], *, origin: str = "<site>") -> S
     raw_links = reader.table_list(document.get("links", []), "links", allow_empty=True)
     links = tuple(_link(reader, raw, f"links[{index}]") for index, raw in enumerate(raw_links))
     order = tuple(reader.strings(document.get("order"), "order", nonempty=True))
-    site = Site(ranks=ranks, links=links, order=order, topology=topology, ssh=ssh, agent=agent)
+    service = parse_service(reader, document["service"]) if "service" in document else None
+    site = Site(ranks=ranks, links=links, order=order, topology=topology, ssh=ssh, agent=agent, service=service)
     validate_site(site, origin=origin)
     return site
 
@@ -177,6 +189,7 @@ def validate_site(site: Site, *, origin: str = "<site>") -> None:
     _no_duplicates(origin, "ranks[].name", names)
     link_names = [link.name for link in site.links]
     _no_duplicates(origin, "links[].name", link_names)
+    validate_service_ranks(origin, site.service, site.ranks)
     known = set(names)
     links_by_name = {link.name: link for link in site.links}
 
@@ -262,11 +275,17 @@ def dump_site(site: Site) -> str:
             lines.append(f"engine_args = {_toml(list(rank.engine_args))}")
         if rank.agent is not None:
             lines.append(f"agent = {_toml(list(rank.agent))}")
+        if rank.number is not None:
+            lines.append(f"rank = {rank.number}")
+        if rank.env_file is not None:
+            lines.append(f"env_file = {_toml(rank.env_file)}")
         fabric = ", ".join(f"{_toml(k)} = {_toml(v)}" for k, v in sorted(rank.fabric.items()))
         lines.append(f"fabric = {{ {fabric} }}" if fabric else "fabric = {}")
     for link in site.links:
         lines += ["", "[[links]]", f"name = {_toml(link.name)}"]
         lines.append(f"endpoints = {_toml(list(link.endpoints))}")
+    if site.service is not None:
+        lines += dump_service(site.service, _toml)
     return "\n".join(lines) + "\n"
 
 
@@ -363,7 +382,8 @@ def _ssh_options(reader: _Reader, raw: Any) -> SshOptions:
 
 
 def _rank(reader: _Reader, raw: dict[str, Any], where: str) -> Rank:
-    reader.keys(raw, where, {"name", "ssh", "management", "data_dir", "fabric", "engine_args", "agent"})
+    reader.keys(raw, where, {"name", "ssh", "management", "data_dir", "fabric", "engine_args", "agent", "rank",
+                             "env_file"})
     for required in ("name", "ssh", "management", "data_dir"):
         if required not in raw:
             raise InputError(f"{reader.origin}: {where}.{required}: missing")
@@ -389,6 +409,8 @@ def _rank(reader: _Reader, raw: dict[str, Any], where: str) -> Rank:
         fabric=fabric,
         engine_args=tuple(reader.strings(raw.get("engine_args", []), f"{where}.engine_args")),
         agent=None if agent is None else tuple(reader.strings(agent, f"{where}.agent", nonempty=True)),
+        number=rank_number(reader, raw["rank"], f"{where}.rank") if "rank" in raw else None,
+        env_file=rank_env_file(reader, raw["env_file"], f"{where}.env_file") if "env_file" in raw else None,
     )
 
 

@@ -283,6 +283,10 @@ def _bind_problem(family: socket.AddressFamily, wildcard: str, port: int) -> str
             return None
         raise
     with probe:
+        # as the servers that will bind it do (uvicorn through asyncio's create_server,
+        # reuse_address on Unix; torch's TCPStore through libuv's uv_tcp_bind): a connection
+        # of the last run still in TIME_WAIT does not make the port busy, a listener does
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         if family == socket.AF_INET6:
             probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
         try:

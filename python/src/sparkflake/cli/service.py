@@ -1,0 +1,162 @@
+"""`sparkflake service up|status|down|rollback|restart SITE`: the whole service, from one
+machine with SSH to the ranks. Parses and prints; the work is in service/workflow.py."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+
+from ..core.digest import is_digest
+from ..core.errors import InputError
+from ..service import workflow
+from ._output import print_json, print_line, warn
+from ._parsers import add_command, add_group
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    group = add_group(
+        subparsers, "service",
+        help="start, check, stop and roll back the whole service across the site's ranks",
+        description=(
+            "Every rank is reached over SSH as the site file says (the [service] table and each "
+            "rank's `rank` number; docs/operator-guide.md). Exit 0 done (up: rank 0 ready; status: "
+            "ready), 1 a check or the start failed (every started rank stopped again), 2 bad input "
+            "(the site file, an unreachable rank): nothing started."
+        ),
+    )
+    for name, handler, text in (
+        ("up", _deploy, "admit every rank, start rank 0 then the others, wait for rank 0's API"),
+        ("rollback", _deploy, "start the deployment each rank kept as previous (same admission)"),
+        ("restart", _deploy, "start the deployment each rank kept as current again (same admission)"),
+        ("down", _down, "stop the service's containers (by label) on every rank"),
+        ("status", _status, "per rank: image, settings hash, up since; rank 0 ready?"),
+    ):
+        parser = add_command(group, name, handler, help=text, description=text, action=name)
+        parser.add_argument("site", metavar="SITE", help="the site file (site.toml)")
+        parser.add_argument("--json", action="store_true", help="print the result as JSON")
+        if name in ("up", "rollback", "restart"):
+            parser.add_argument("--progress", choices=("auto", "json", "none"), default="auto",
+                                help="progress per rank on stderr: lines on a terminal (auto), JSON lines, none")
+            parser.add_argument("--ready-timeout", type=int, metavar="SECONDS",
+                                help="override [service].ready_timeout")
+            parser.add_argument("--sign-key", metavar="COSIGN_KEY",
+                                help="sign the deployment record (password: COSIGN_PASSWORD)")
+        if name == "up":
+            parser.add_argument("--image", metavar="sha256:CONFIG", help="override [service].image")
+            parser.add_argument("--manifest", metavar="sha256:MANIFEST", help="override [service].manifest")
+            parser.add_argument("--digests", metavar="FILE",
+                                help="a build's digests.json: its config and manifest digests")
+            parser.add_argument("--replace", action="store_true",
+                                help="an upgrade: stop the running deployment after admission, then start")
+
+
+def _request(args: argparse.Namespace) -> workflow.ServiceRequest:
+    image = getattr(args, "image", None)
+    manifest = getattr(args, "manifest", None)
+    if getattr(args, "digests", None):
+        if image or manifest:
+            raise InputError("--digests replaces --image and --manifest")
+        from ..launch.evidence import load_built_image
+
+        built = load_built_image(args.digests)
+        if built is None:
+            raise InputError(f"--digests {args.digests}: no such file")
+        image, manifest = built.config_digest, built.manifest_digest
+    for flag, value in (("--image", image), ("--manifest", manifest)):
+        if value is not None and not is_digest(value):
+            raise InputError(f"{flag} {value!r}: expected sha256:<64 lowercase hex>")
+    timeout = getattr(args, "ready_timeout", None)
+    if timeout is not None and timeout <= 0:
+        raise InputError(f"--ready-timeout {timeout}: expected a positive number of seconds")
+    key = None
+    if getattr(args, "sign_key", None):
+        from ..signing.keys import key_password, load_private_key
+
+        key = load_private_key(args.sign_key, key_password())
+    return workflow.ServiceRequest(site_path=args.site, image=image, manifest=manifest, ready_timeout=timeout,
+                                   replace=getattr(args, "replace", False), sign_key=key)
+
+
+def _progress(mode: str):
+    if mode == "none" or (mode == "auto" and not sys.stderr.isatty()):
+        return lambda event: None
+
+    def show(event: workflow.ProgressEvent) -> None:
+        if mode == "json":
+            sys.stderr.write(json.dumps(event.as_record(), sort_keys=True) + "\n")
+        else:
+            who = f"rank {event.rank} ({event.name})" if event.rank is not None else "service"
+            sys.stderr.write(f"{time.strftime('%H:%M:%S', time.localtime(event.at))} {who}: {event.phase}"
+                             f"{': ' + event.detail if event.detail else ''}\n")
+        sys.stderr.flush()
+
+    return show
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _deploy(args: argparse.Namespace) -> int:
+    request = _request(args)
+    run = {"up": workflow.up, "rollback": workflow.rollback, "restart": workflow.restart}[args.action]
+    # SIGTERM as SIGINT: the start stops what it started (workflow.deploy) before exiting
+    signal.signal(signal.SIGTERM, _interrupt)
+    result = run(request, _progress(args.progress))
+    record = result.record
+    if args.json:
+        print_json({**record.to_document(), "record_path": str(result.record_path)})
+    else:
+        for rank in result.admission.ranks:
+            print_line(f"rank {rank.number} ({rank.name}, {rank.host}): admission {'ok' if rank.ok else 'REFUSED'}"
+                       f" in {rank.seconds:.1f}s")
+            for check in rank.checks:
+                if check.status != "pass":
+                    print_line(f"  [{check.status}] {check.id}: {check.detail}")
+        for check in result.admission.gang:
+            print_line(f"  [{check.status}] {check.id}: {check.detail}")
+        print_line(f"deployment {record.deployment}: {record.outcome} (record {result.record_path})")
+        for rank in record.ranks:
+            if rank.logs:
+                print_line(f"rank {rank.rank} ({rank.name}) last log lines:")
+                for line in rank.logs:
+                    print_line(f"  | {line}")
+    for warning in record.warnings:
+        warn(f"sparkflake: warning: {warning}")
+    if record.failure:
+        who = f"rank {record.failure['rank']} ({record.failure['name']})" if record.failure["rank"] is not None \
+            else "admission"
+        warn(f"sparkflake: {args.action} failed at {who}: {record.failure['reason']}")
+    return result.exit_code
+
+
+def _down(args: argparse.Namespace) -> int:
+    result = workflow.down(_request(args), lambda event: None)
+    if args.json:
+        print_json({"ranks": result.ranks})
+    else:
+        for rank in result.ranks:
+            print_line(f"rank {rank['rank']} ({rank['name']}): {rank['detail']}")
+    return result.exit_code
+
+
+def _status(args: argparse.Namespace) -> int:
+    result = workflow.status(_request(args))
+    if args.json:
+        print_json(result.as_record())
+        return result.exit_code
+    for rank in result.ranks:
+        if not rank["reachable"]:
+            print_line(f"rank {rank['rank']} ({rank['name']}): unreachable: {rank['message']}")
+            continue
+        if not rank["containers"]:
+            print_line(f"rank {rank['rank']} ({rank['name']}): not running (kept deployment {rank['deployment']})")
+        for container in rank["containers"]:
+            print_line(f"rank {rank['rank']} ({rank['name']}): {container['status']} since {container['started_at']}, "
+                       f"image {container['image']}, settings {container['settings_hash']}, "
+                       f"deployment {container['deployment']}")
+    print_line(f"service {result.service}: {'ready' if result.ready else 'NOT ready'} ({result.readiness})")
+    return result.exit_code

@@ -1,0 +1,32 @@
+"""The protocol of the per-rank programs the controller starts over SSH (fan-out's
+distribute/agent.py, the service's service/agent.py): stdout is one JSON object per line,
+the last one the result; a refusal is such a line and its exit code. Kept apart from the
+agents so that one does not import the other's stage (the service agent starts in a
+fraction of fan-out's import time)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from ..core.errors import SparkflakeError
+
+
+def emit(document: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(document, sort_keys=True) + "\n")
+    sys.stdout.flush()
+
+
+def run_protocol(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
+    """Run the handler ``argv`` names."""
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args))
+    except SparkflakeError as exc:
+        emit({"status": "failed", "message": str(exc), "check_id": exc.check_id})
+        return exc.exit_code
+    except OSError as exc:
+        emit({"status": "failed", "message": f"{exc.filename or ''}: {exc.strerror or exc}"})
+        return 1

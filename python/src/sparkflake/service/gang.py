@@ -1,0 +1,143 @@
+"""Gang admission: every rank's own checks (run on the rank, in parallel) and the comparisons
+only the whole gang can make — one image, one settings hash, one checkpoint pins hash, one
+rendered spec up to the rank-specific fields, one topology — in one report."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core.check_result import FAIL, PASS, CheckResult
+from ..core.errors import InputError
+from ..distribute.ssh import AgentReply
+from .remote import ServiceRank
+
+
+@dataclass(frozen=True)
+class RankAdmissionResult:
+    name: str
+    number: int
+    host: str
+    checks: tuple[CheckResult, ...]
+    facts: Mapping[str, Any]
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return all(check.status == PASS for check in self.checks)
+
+    def as_record(self) -> dict[str, Any]:
+        return {"name": self.name, "rank": self.number, "host": self.host, "ok": self.ok,
+                "seconds": round(self.seconds, 3), "checks": [c.as_record() for c in self.checks]}
+
+
+@dataclass(frozen=True)
+class AdmissionReport:
+    ranks: tuple[RankAdmissionResult, ...]
+    gang: tuple[CheckResult, ...] = field(default_factory=tuple)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return all(rank.ok for rank in self.ranks) and all(check.status == PASS for check in self.gang)
+
+    def failures(self) -> list[str]:
+        found = [f"rank {rank.number} ({rank.name}): {check.id}: {check.detail}"
+                 for rank in self.ranks for check in rank.checks if check.status != PASS]
+        return found + [f"{check.id}: {check.detail}" for check in self.gang if check.status != PASS]
+
+    def as_record(self) -> dict[str, Any]:
+        return {"ok": self.ok, "seconds": round(self.seconds, 3), "ranks": [r.as_record() for r in self.ranks],
+                "gang": [c.as_record() for c in self.gang]}
+
+
+def rank_result(origin: str, member: ServiceRank, reply: AgentReply, seconds: float) -> RankAdmissionResult:
+    """One rank's reply as checks; an unreachable rank or bad input on it is bad input of
+    the site (exit 2, nothing started)."""
+    where = f"{origin}: ranks[{member.site_index}]"
+    if reply.unreachable:
+        raise InputError(f"{where}.ssh: {member.rank.ssh} is unreachable: {reply.describe_failure()}")
+    result = reply.result or {}
+    if reply.returncode == 2 or (result.get("status") == "failed" and "checks" not in result):
+        raise InputError(f"{where} ({member.rank.name}, rank {member.number}): {reply.describe_failure()}")
+    checks = tuple(CheckResult(c["id"], c["status"], c["detail"], c.get("digest")) for c in result["checks"])
+    return RankAdmissionResult(member.rank.name, member.number, member.rank.ssh, checks, result["facts"], seconds)
+
+
+def gang_checks(ranks: Sequence[RankAdmissionResult], expected_image: str | None) -> list[CheckResult]:
+    first = ranks[0]
+    checks = [_same(ranks, "gang.image", "image", "image")]
+    if expected_image is not None and checks[0].status == PASS and first.facts["image"] != expected_image:
+        checks[0] = CheckResult("gang.image", FAIL, f"the ranks would run {first.facts['image']}, "
+                                                    f"the site names {expected_image}")
+    checks.append(_same(ranks, "gang.settings", "settings_hash", "settings hash", detail_key="settings"))
+    checks.append(_same(ranks, "gang.checkpoint-pins", "pins_sha256", "checkpoint pins (the pinned files' hash)",
+                        detail_key="pins"))
+    checks.append(_same(ranks, "gang.spec", "spec_hash", "rendered launch spec (rank fields aside)",
+                        detail_key="spec"))
+    checks.append(_topology(ranks))
+    return checks
+
+
+def _same(ranks: Sequence[RankAdmissionResult], check_id: str, key: str, what: str,
+          detail_key: str | None = None) -> CheckResult:
+    first = ranks[0]
+    differing = [rank for rank in ranks[1:] if rank.facts[key] != first.facts[key]]
+    if not differing:
+        return CheckResult(check_id, PASS, f"every rank: {what} {first.facts[key]}")
+    parts = []
+    for rank in differing:
+        text = f"rank {rank.number} ({rank.name}) has {rank.facts[key]}, rank 0 {first.facts[key]}"
+        if detail_key is not None:
+            text += ": " + "; ".join(differences(first.facts[detail_key], rank.facts[detail_key]))
+        parts.append(text)
+    return CheckResult(check_id, FAIL, f"{what} differs: " + " | ".join(parts))
+
+
+def _topology(ranks: Sequence[RankAdmissionResult]) -> CheckResult:
+    master = ranks[0].facts["node_address"]
+    problems = [f"rank {r.number} ({r.name}): NODE_COUNT={r.facts['node_count']}, the site has {len(ranks)} ranks"
+                for r in ranks if r.facts["node_count"] != len(ranks)]
+    problems += [f"rank {r.number} ({r.name}): MASTER_ADDRESS={r.facts['master_address']}, "
+                 f"rank 0's NODE_ADDRESS is {master}" for r in ranks if r.facts["master_address"] != master]
+    if problems:
+        return CheckResult("gang.topology", FAIL, "; ".join(problems))
+    return CheckResult("gang.topology", PASS, f"{len(ranks)} ranks, rendezvous at rank 0 ({master})")
+
+
+def differences(first: Any, other: Any, path: str = "") -> list[str]:
+    """Where two JSON values differ, as ``path: first -> other`` lines; lists of strings
+    (serve arguments, ulimits) by the options one has and the other lacks, an option
+    being ``--flag`` with the values that follow it."""
+    if isinstance(first, dict) and isinstance(other, dict):
+        found = []
+        for key in sorted(set(first) | set(other)):
+            here = f"{path}.{key}" if path else str(key)
+            if key not in other:
+                found.append(f"{here}: {first[key]!r} -> absent")
+            elif key not in first:
+                found.append(f"{here}: absent -> {other[key]!r}")
+            else:
+                found += differences(first[key], other[key], here)
+        return found
+    if isinstance(first, list) and isinstance(other, list) and first != other:
+        if all(isinstance(item, str) for item in (*first, *other)):
+            mine, theirs = options(first), options(other)
+            lost = [item for item in mine if item not in theirs]
+            gained = [item for item in theirs if item not in mine]
+            if lost or gained:
+                return [f"{path}: without {lost!r}, with {gained!r}"]
+        return [f"{path}: {first!r} -> {other!r}"]
+    return [] if first == other else [f"{path}: {first!r} -> {other!r}"]
+
+
+def options(arguments: list[str]) -> list[str]:
+    """``["m", "--port", "8000", "--x"]`` -> ``["m", "--port 8000", "--x"]``."""
+    grouped: list[str] = []
+    for argument in arguments:
+        if grouped and grouped[-1].startswith("--") and not argument.startswith("--") and " " not in grouped[-1]:
+            grouped[-1] += f" {argument}"
+        else:
+            grouped.append(argument)
+    return grouped

@@ -1,0 +1,447 @@
+"""``sparkflake service up|status|down|rollback SITE``: one request -> result function each.
+
+``up`` admits every rank in parallel (service/gang.py), starts rank 0 and then the others,
+and waits for rank 0's API; any failure on the way (a rank refused at its start, its
+container exiting, SSH to it dropping, the deadline) stops every rank it started, in
+reverse order, keeping each one's last log lines. ``rollback`` is ``up`` of the deployment
+each rank kept as ``previous``. Progress goes to a callback; nothing here prints.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import CheckFailed, InputError
+from ..distribute.site import Site, load_site
+from ..distribute.ssh import StartedAgent
+from ..signing.keys import PrivateKey
+from .gang import AdmissionReport, RankAdmissionResult, gang_checks, rank_result
+from .rank_request import RankRequest
+from .readiness import api_base, probe
+from .record import DeploymentRecord, RankRecord, latest_records, write_record
+from .remote import ServiceRank, call, in_parallel, timed, watch
+from .supply_chain import supply_chain_checks
+
+POLL_SECONDS = 0.5
+JOIN_SECONDS = 1.0  # a rank's container still running this long after its start has joined
+SETTLE_ROUNDS = 10  # how often the ranks are asked which containers ended, until no more have
+
+
+@dataclass(frozen=True)
+class ProgressEvent:
+    phase: str  # admitted refused started joined ready failed stopped
+    rank: int | None
+    name: str | None
+    detail: str
+    at: float = field(default_factory=time.time)
+
+    def as_record(self) -> dict[str, Any]:
+        return {"phase": self.phase, "rank": self.rank, "name": self.name, "detail": self.detail,
+                "at": round(self.at, 3)}
+
+
+Progress = Callable[[ProgressEvent], None]
+
+
+@dataclass(frozen=True)
+class ServiceRequest:
+    site_path: str
+    image: str | None = None  # overrides [service].image
+    manifest: str | None = None  # overrides [service].manifest
+    ready_timeout: int | None = None  # overrides [service].ready_timeout
+    replace: bool = False  # up: stop the running deployment after admission, before the start
+    sign_key: PrivateKey | None = None
+
+
+@dataclass(frozen=True)
+class DeployResult:
+    record: DeploymentRecord
+    record_path: Path
+    admission: AdmissionReport
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.record.outcome == "ready" else 1
+
+
+@dataclass(frozen=True)
+class ServiceSite:
+    site: Site
+    origin: str
+    sha256: str
+    record_dir: Path
+
+    @property
+    def name(self) -> str:
+        assert self.site.service is not None
+        return self.site.service.name
+
+
+def open_site(path: str) -> ServiceSite:
+    site = load_site(path)
+    if site.service is None:
+        raise InputError(f"{path}: service: missing (the [service] table says what `sparkflake service` runs)")
+    with open(path, "rb") as handle:
+        digest = "sha256:" + hashlib.file_digest(handle, "sha256").hexdigest()
+    record_dir = Path(site.service.record_dir)
+    if not record_dir.is_absolute():
+        record_dir = Path(path).resolve().parent / record_dir
+    return ServiceSite(site, path, digest, record_dir)
+
+
+def new_deployment_id() -> str:
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(4)
+
+
+def members_of(service_site: ServiceSite, deployment: str, request: ServiceRequest) -> list[ServiceRank]:
+    site = service_site.site
+    settings = site.service
+    assert settings is not None
+    members = []
+    for index, rank in enumerate(site.ranks):
+        assert rank.number is not None  # validate_service_ranks
+        members.append(ServiceRank(index, rank, RankRequest(
+            service=settings.name, deployment=deployment, rank=rank.number, profile=settings.profile,
+            env_file=rank.env_file or settings.env_file or "", engine=settings.engine,
+            engine_args=rank.engine_args, state_dir=f"{rank.data_dir.rstrip('/')}/service/{settings.name}",
+            image=request.image or settings.image, manifest=request.manifest or settings.manifest,
+            replacing=request.replace)))
+    return sorted(members, key=lambda member: member.number)
+
+
+def admit(service_site: ServiceSite, members: list[ServiceRank], progress: Progress) -> AdmissionReport:
+    """Every rank's checks at once; then the gang's comparisons."""
+    def one(member: ServiceRank) -> RankAdmissionResult | InputError:
+        reply, seconds = timed(lambda: call(service_site.site, member, "admit"))
+        try:
+            result = rank_result(service_site.origin, member, reply, seconds)
+        except InputError as exc:  # every rank's bad input in one message
+            return exc
+        progress(ProgressEvent("admitted" if result.ok else "refused", member.number, member.rank.name,
+                               f"{len(result.checks)} checks in {seconds:.1f}s"))
+        return result
+
+    (found, seconds) = timed(lambda: in_parallel(members, one))
+    errors = [str(item) for item in found if isinstance(item, InputError)]
+    if errors:
+        raise InputError("; ".join(errors))
+    ranks = [item for item in found if isinstance(item, RankAdmissionResult)]
+    report = AdmissionReport(tuple(ranks), seconds=seconds)
+    settings = service_site.site.service
+    assert settings is not None
+    signed = supply_chain_checks(settings, Path(service_site.origin).resolve().parent, members[0].request.manifest)
+    return replace(report, gang=(*gang_checks(ranks, members[0].request.image), *signed))
+
+
+class _Start:
+    """One deployment being started: what has started where, the watch sessions, the end."""
+
+    def __init__(self, service_site: ServiceSite, progress: Progress) -> None:
+        self.service_site = service_site
+        self.progress = progress
+        self.ranks: dict[int, RankRecord] = {}
+        self.watches: dict[int, StartedAgent] = {}
+        self.failure: dict[str, Any] | None = None
+        self._failing = threading.Lock()  # ranks 1..N-1 start in threads: the first failure wins
+
+    def fail(self, member: ServiceRank | None, reason: str) -> None:
+        with self._failing:
+            if self.failure is not None:
+                return
+            number = member.number if member else None
+            name = member.rank.name if member else None
+            self.failure = {"rank": number, "name": name, "reason": reason}
+        self.progress(ProgressEvent("failed", number, name, reason))
+
+    def start(self, member: ServiceRank) -> None:
+        reply = call(self.service_site.site, member, "start")
+        record = self.ranks[member.number]
+        if reply.unreachable:
+            self.fail(member, f"SSH to rank {member.number} ({member.rank.ssh}) lost: {reply.describe_failure()}")
+            return
+        if reply.returncode != 0 or not reply.result or reply.result.get("status") != "ok":
+            self.fail(member, f"rank {member.number} did not start: {reply.describe_failure()}")
+            return
+        self.ranks[member.number] = replace(record, container=reply.result["container"],
+                                            container_id=reply.result["container_id"], started_at=time.time())
+        self.watches[member.number] = watch(self.service_site.site, member, reply.result["container"])
+        self.progress(ProgressEvent("started", member.number, member.rank.name, reply.result["container"]))
+
+    def check_watches(self, members: list[ServiceRank]) -> None:
+        """Mark ranks joined; on the first container that ended (or SSH that dropped), fail
+        the start naming the rank that ended first: one rank's death ends its peers too."""
+        ended = [m for m in members if m.number in self.watches and self.watches[m.number].process.poll() is not None]
+        if self.failure is not None:
+            return
+        if not ended:
+            for member in members:
+                record = self.ranks[member.number]
+                if member.number in self.watches and record.joined_at is None and record.started_at \
+                        and time.time() - record.started_at >= JOIN_SECONDS:
+                    self.ranks[member.number] = replace(record, joined_at=time.time())
+                    self.progress(ProgressEvent("joined", member.number, member.rank.name, "running"))
+            return
+        # one rank's death ends its peers too: ask every started rank which container ended
+        # first (the engines' FinishedAt), rather than trusting which watch reported first;
+        # ask again until no more have ended (an engine records an exit a moment late)
+        started = [m for m in members if m.number in self.watches]
+        self.close_watches()
+        exited: list[tuple[str, int, ServiceRank, dict[str, Any]]] = []
+        for _ in range(SETTLE_ROUNDS):
+            replies = in_parallel(started, lambda member: call(self.service_site.site, member, "status"))
+            lost = [m for m, reply in zip(started, replies, strict=True) if reply.unreachable]
+            if lost:
+                self.fail(lost[0], f"SSH to rank {lost[0].number} ({lost[0].rank.ssh}) lost")
+                return
+            seen = [(container.get("finished_at") or "~", member.number, member, container)
+                    for member, reply in zip(started, replies, strict=True)
+                    for container in (reply.result or {}).get("containers", [])
+                    if container.get("deployment") == member.request.deployment and not container.get("running")]
+            answered = all(reply.returncode == 0 for reply in replies)  # a busy engine: ask again
+            if answered and seen and len(seen) == len(exited):
+                break
+            exited = seen
+            time.sleep(POLL_SECONDS)
+        if not exited:  # the watch ended without its container: the session itself broke
+            self.fail(ended[0], f"the SSH session watching rank {ended[0].number} ({ended[0].rank.ssh}) ended "
+                                "while its container still runs")
+            return
+        _, _, first, container = min(exited, key=lambda found: found[:2])
+        ended_too = ", ".join(f"rank {number} (status {c.get('exit_code')}, {when})"
+                              for when, number, _, c in sorted(exited, key=lambda found: found[:2]))
+        self.fail(first, f"rank {first.number}'s container exited with status {container.get('exit_code')} "
+                         f"during start (ended: {ended_too})")
+
+    def close_watches(self) -> None:
+        for session in self.watches.values():
+            session.cancel()
+        self.watches.clear()
+
+    def roll_back(self, members: list[ServiceRank], stop_timeout: int) -> None:
+        """Stop the deployment's containers on every rank, last rank first, keeping each
+        one's last log lines. Every rank, not only those whose start answered: a start whose
+        answer was lost (SSH dropped, an interrupt) may have left a container; the label
+        filter finds it or nothing."""
+        self.close_watches()
+        for member in reversed(members):
+            record = self.ranks[member.number]
+            reply = call(self.service_site.site, member, "stop",
+                         ["--deployment", member.request.deployment, "--timeout", str(stop_timeout), "--discard"])
+            containers = (reply.result or {}).get("containers", [])
+            logs = tuple(line for container in containers for line in container.get("logs", []))
+            if reply.returncode == 0:
+                detail = f"stopped {len(containers)} container(s)"
+            else:
+                detail = f"could not stop: {reply.describe_failure()}; run `sparkflake service down` once it is reachable"
+            self.ranks[member.number] = replace(record, stopped_at=time.time(), logs=logs)
+            self.progress(ProgressEvent("stopped", member.number, member.rank.name, detail))
+
+
+def deploy(service_site: ServiceSite, members: list[ServiceRank], request: ServiceRequest, kind: str,
+           progress: Progress, replaced: str | None = None) -> DeployResult:
+    settings = service_site.site.service
+    assert settings is not None
+    began = time.time()
+    admission = admit(service_site, members, progress)
+    starting = _Start(service_site, progress)
+    starting.ranks = {m.number: RankRecord(m.rank.name, m.number, m.rank.ssh, m.rank.management) for m in members}
+    first = admission.ranks[0].facts
+    rank0 = members[0]
+    outcome = "refused"
+    if not admission.ok:
+        starting.failure = {"rank": None, "name": None, "reason": "admission refused: " + " | ".join(admission.failures())}
+    else:
+        if request.replace:
+            for member in reversed(members):  # the running deployment goes first
+                call(service_site.site, member, "stop", ["--timeout", str(settings.stop_timeout)])
+        try:
+            outcome = _start_and_wait(starting, service_site, members, request, first, rank0)
+        except KeyboardInterrupt:  # SIGINT, or SIGTERM as the CLI delivers it: leave nothing half up
+            starting.fail(None, "interrupted")
+            starting.roll_back(members, settings.stop_timeout)
+            _record(service_site, members, request, kind, began, "failed", admission, starting, replaced)
+            raise
+        if outcome != "ready":
+            starting.roll_back(members, settings.stop_timeout)
+    warnings: list[str] = []
+    if outcome == "ready":
+        starting.close_watches()
+        commits = in_parallel(members, lambda member: call(service_site.site, member, "commit"))
+        for member, reply in zip(members, commits, strict=True):
+            if reply.returncode != 0:  # it serves, but a later rollback or restart would not find it
+                warnings.append(f"rank {member.number} ({member.rank.name}) could not keep deployment "
+                                f"{member.request.deployment} as current: {reply.describe_failure()}")
+                progress(ProgressEvent("failed", member.number, member.rank.name, warnings[-1]))
+    record, path = _record(service_site, members, request, kind, began, outcome, admission, starting, replaced,
+                           tuple(warnings))
+    return DeployResult(record, path, admission)
+
+
+def _record(service_site: ServiceSite, members: list[ServiceRank], request: ServiceRequest, kind: str,
+            began: float, outcome: str, admission: AdmissionReport, starting: _Start,
+            replaced: str | None, warnings: tuple[str, ...] = ()) -> tuple[DeploymentRecord, Path]:
+    settings = service_site.site.service
+    assert settings is not None
+    facts = admission.ranks[0].facts
+    record = DeploymentRecord(
+        deployment=members[0].request.deployment, service=settings.name, kind=kind, site=service_site.origin,
+        site_sha256=service_site.sha256, profile=settings.profile, config_digest=facts["image"],
+        manifest_digest=members[0].request.manifest, settings_hash=facts["settings_hash"],
+        checkpoint_pins_sha256=facts["pins_sha256"], spec_hash=facts["spec_hash"], outcome=outcome,
+        started_at=began, finished_at=time.time(), ranks=tuple(starting.ranks[m.number] for m in members),
+        admission=admission.as_record(), failure=starting.failure, replaced=replaced,
+        api=api_base(members[0].rank.management, int(facts["api_port"])), served_model=facts["served_model"],
+        warnings=warnings)
+    return record, write_record(service_site.record_dir, record, request.sign_key)
+
+
+def _start_and_wait(starting: _Start, service_site: ServiceSite, members: list[ServiceRank],
+                    request: ServiceRequest, first: dict[str, Any], rank0: ServiceRank) -> str:
+    settings = service_site.site.service
+    assert settings is not None
+    starting.start(rank0)
+    if starting.failure is None:
+        in_parallel(members[1:], starting.start)
+    deadline = time.monotonic() + (request.ready_timeout or settings.ready_timeout)
+    last = "not asked yet"
+    while starting.failure is None:
+        starting.check_watches(members)
+        if starting.failure is not None:
+            break
+        answer = probe(rank0.rank.management, int(first["api_port"]), str(first["served_model"]))
+        last = answer.detail
+        if answer.ready:
+            starting.check_watches(members)  # a rank that ended meanwhile fails the start still
+            if starting.failure is None:
+                starting.progress(ProgressEvent("ready", 0, rank0.rank.name, answer.detail))
+                return "ready"
+            break
+        if time.monotonic() > deadline:
+            timeout = request.ready_timeout or settings.ready_timeout
+            starting.fail(rank0, f"rank 0 not ready within {timeout}s: {last}")
+            break
+        time.sleep(POLL_SECONDS)
+    return "failed"
+
+
+def up(request: ServiceRequest, progress: Progress) -> DeployResult:
+    service_site = open_site(request.site_path)
+    members = members_of(service_site, new_deployment_id(), request)
+    return deploy(service_site, members, request, "up", progress)
+
+
+def rollback(request: ServiceRequest, progress: Progress) -> DeployResult:
+    """Start the deployment every rank kept as ``previous``, through the same admission."""
+    return start_kept(request, progress, "previous")
+
+
+def restart(request: ServiceRequest, progress: Progress) -> DeployResult:
+    """Start the deployment every rank kept as ``current`` again (after ``down``, a failed
+    upgrade or a host's reboot), through the same admission."""
+    return start_kept(request, progress, "current")
+
+
+def start_kept(request: ServiceRequest, progress: Progress, which: str) -> DeployResult:
+    service_site = open_site(request.site_path)
+    members = members_of(service_site, new_deployment_id(), request)
+    replies = in_parallel(members, lambda member: call(service_site.site, member, "kept"))
+    previous, current = [], set()
+    for member, reply in zip(members, replies, strict=True):
+        where = f"{service_site.origin}: ranks[{member.site_index}]"
+        if reply.unreachable:
+            raise InputError(f"{where}.ssh: {member.rank.ssh} is unreachable: {reply.describe_failure()}")
+        kept = reply.result or {}
+        if reply.returncode != 0 or kept.get(which) is None:
+            raise CheckFailed(f"rank {member.number} ({member.rank.name}) keeps no {which} deployment"
+                              f"{': ' + reply.describe_failure() if reply.returncode else ''}")
+        previous.append(RankRequest.from_document(kept[which], f"{where}: kept {which} deployment"))
+        current.add((kept.get("current") or {}).get("deployment"))
+    if len({p.deployment for p in previous}) != 1:
+        raise CheckFailed(f"the ranks keep different {which} deployments: "
+                          + ", ".join(f"rank {p.rank}: {p.deployment}" for p in previous))
+    deployment = members[0].request.deployment
+    members = [replace(member, request=replace(kept, deployment=deployment, replacing=True,
+                                               engine_args=member.request.engine_args))
+               for member, kept in zip(members, previous, strict=True)]
+    replaced = current.pop() if len(current) == 1 else None
+    kind = "rollback" if which == "previous" else "restart"
+    return deploy(service_site, members, replace(request, replace=True), kind, progress, replaced)
+
+
+@dataclass(frozen=True)
+class DownResult:
+    ranks: list[dict[str, Any]]
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if all(rank["ok"] for rank in self.ranks) else 1
+
+
+def down(request: ServiceRequest, progress: Progress) -> DownResult:
+    """Stop the service's containers (by its label) on every rank, last rank first."""
+    service_site = open_site(request.site_path)
+    settings = service_site.site.service
+    assert settings is not None
+    members = members_of(service_site, "down", request)
+    results = []
+    for member in reversed(members):
+        reply = call(service_site.site, member, "stop", ["--timeout", str(settings.stop_timeout)])
+        containers = [c["name"] for c in (reply.result or {}).get("containers", [])]
+        ok = reply.returncode == 0
+        detail = f"stopped {', '.join(containers) or 'nothing (no container of the service)'}" if ok \
+            else f"could not stop: {reply.describe_failure()}"
+        progress(ProgressEvent("stopped" if ok else "failed", member.number, member.rank.name, detail))
+        results.append({"rank": member.number, "name": member.rank.name, "ok": ok, "containers": containers,
+                        "detail": detail})
+    return DownResult(sorted(results, key=lambda r: r["rank"]))
+
+
+@dataclass(frozen=True)
+class StatusResult:
+    service: str
+    ranks: list[dict[str, Any]]
+    ready: bool
+    readiness: str
+    deployment: DeploymentRecord | None
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.ready else 1
+
+    def as_record(self) -> dict[str, Any]:
+        return {"service": self.service, "ready": self.ready, "readiness": self.readiness, "ranks": self.ranks,
+                "deployment": self.deployment.deployment if self.deployment else None}
+
+
+def status(request: ServiceRequest) -> StatusResult:
+    """Per rank: the service's container (image, settings hash, up since, state) and the kept
+    deployment; rank 0's API asked for readiness at the address the last ready record names."""
+    service_site = open_site(request.site_path)
+    members = members_of(service_site, "status", request)
+    replies = in_parallel(members, lambda member: call(service_site.site, member, "status"))
+    ranks = []
+    for member, reply in zip(members, replies, strict=True):
+        found = reply.result or {}
+        containers = found.get("containers", [])
+        ranks.append({"rank": member.number, "name": member.rank.name, "host": member.rank.ssh,
+                      "reachable": not reply.unreachable, "containers": containers,
+                      "deployment": (found.get("current") or {}).get("deployment"),
+                      "running": any(c.get("running") for c in containers),
+                      "message": "" if reply.returncode == 0 else reply.describe_failure()})
+    ready_records = [r for r in latest_records(service_site.record_dir, service_site.name) if r.outcome == "ready"]
+    record = ready_records[-1] if ready_records else None
+    ready, readiness = False, "no ready deployment recorded"
+    if record is not None and record.api and record.served_model and all(rank["running"] for rank in ranks):
+        host, _, port = record.api.removeprefix("http://").rpartition(":")
+        answer = probe(host.strip("[]"), int(port), record.served_model)
+        ready, readiness = answer.ready, answer.detail
+    elif record is not None:
+        readiness = "not every rank runs the service"
+    return StatusResult(service_site.name, ranks, ready, readiness, record)
