@@ -36,6 +36,7 @@ from .checks import (
 from .contract import LaunchContract
 from .envfile import read_env_file
 from .hashcache import VerifiedHashCache
+from .host_fabric import check_hcas, check_interfaces, check_nccl_library, check_rdma_devices
 from .identity import (
     StateDecision,
     accept_state,
@@ -138,9 +139,11 @@ def plan_from_assignments(
     check_engine: bool = True,
     run_checks: bool = True,
     detach: bool = False,
+    host_root: Path = Path("/"),
 ) -> LaunchPlan:
     """``run_checks=False`` computes the spec alone (golden specs, recipes): no checkpoint
-    file is read (the pins file CHECKPOINT_PINS names is: it gives the checkpoints' identity)."""
+    file is read (the pins file CHECKPOINT_PINS names is: it gives the checkpoints' identity).
+    ``host_root``: where the host's /sys and /dev are read for the fabric checks."""
     resolution = resolve(assignments, contract, rank, source)
     values = resolution.values
     if values["CHECKPOINT_PINS"]:
@@ -193,6 +196,7 @@ def plan_from_assignments(
     checks: list[CheckResult] = []
     hash_cache = VerifiedHashCache(None)
     if run_checks:
+        checks += fabric_checks(resolution, host_root)
         hash_cache = _run_checks(checks, resolution, contract, engine, image, spec, draft_id, identity,
                                  cache_root, sparkcache_dir, jit_dir, rehash, check_engine)
     return LaunchPlan(
@@ -211,6 +215,19 @@ def plan_from_assignments(
         jit_dir=jit_dir,
         hash_cache_stats={"hits": hash_cache.hits, "misses": hash_cache.misses},
     )
+
+
+def fabric_checks(resolution: Resolution, host_root: Path) -> list[CheckResult]:
+    """The host's side of the fabric the spec asks for, and the operator's NCCL build."""
+    values = resolution.values
+    checks = []
+    if values["NCCL_NET"] == "IB":
+        checks += [check_rdma_devices(host_root), check_hcas(host_root, values["NCCL_IB_HCA"])]
+    if values["SOCKET_IFNAME"]:
+        checks.append(check_interfaces(host_root, values["SOCKET_IFNAME"]))
+    if values["NCCL_LIBRARY"]:
+        checks.append(check_nccl_library(values["NCCL_LIBRARY"], values["NCCL_LIBRARY_SHA256"]))
+    return checks
 
 
 def _run_checks(checks, resolution, contract, engine, image, spec, draft_id, identity,
