@@ -6,7 +6,7 @@ import json
 import os
 import socket
 
-from fixtures.launch import bound_contract, site_env, write_env
+from fixtures.launch import fabric_host, bound_contract, site_env, write_env
 
 from sparkflake.launch.checks import (
     check_cache_root_dedicated,
@@ -96,10 +96,12 @@ def test_ports():
 def test_plan_report_without_engine(tmp_path):
     contract = bound_contract("glm53-dflash7", tmp_path)
     env_file = write_env(tmp_path, site_env(tmp_path, 0, API_PORT="18461", MASTER_PORT="18462"))
-    plan = plan_launch(rank=0, env_file=env_file, contract=contract, engine=None, check_engine=False)
+    plan = plan_launch(rank=0, env_file=env_file, contract=contract, engine=None, check_engine=False,
+                       host_root=fabric_host(tmp_path / "host"))
     report = plan.report(explain=True)
     assert {c["id"] for c in report["checks"]} == {
-        "cache-root.dedicated", "cache-root.local", "checkpoint.target", "checkpoint.draft", "cache-root.state", "ports.free"}
+        "cache-root.dedicated", "cache-root.local", "checkpoint.target", "checkpoint.draft", "cache-root.state",
+        "ports.free", "fabric.rdma-devices", "fabric.hca", "fabric.interface"}
     assert plan.ok, report["checks"]
     assert report["explain"]["CP_KV_INTERLEAVE"].startswith("auto:")
     assert isinstance(report["argv"], list) and report["resolved"]["KV_CACHE_GIB"] == 26

@@ -159,4 +159,6 @@ def test_docker_argv_uses_gpus_flag():
     plan = golden_plan("glm53-dflash7", 1, True, 0, engine="docker")
     assert plan.argv[:2] == ["docker", "run"]
     assert ["--gpus", "all"] == plan.argv[plan.argv.index("--gpus") : plan.argv.index("--gpus") + 2]
-    assert "--device" not in plan.argv
+    # the GPUs by --gpus; the one device is the RDMA verbs directory (NCCL_NET=IB)
+    devices = [plan.argv[i + 1] for i, word in enumerate(plan.argv) if word == "--device"]
+    assert devices == ["/dev/infiniband"]

@@ -106,7 +106,7 @@ def _runtime_env(work: Path, site: dict[str, str]) -> None:
     for key, value in values.items():
         text, count = re.subn(rf"^{key}=.*$", f"{key}={value}", text, flags=re.M)
         assert count == 1, key
-    text += (f"GPU_DEVICES=none\nCONTAINER_ULIMITS={SANDBOX_ULIMITS}\n"
+    text += (f"GPU_DEVICES=none\nNCCL_NET=Socket\nCONTAINER_ULIMITS={SANDBOX_ULIMITS}\n"
              f"API_PORT={free_port()}\nMASTER_PORT={free_port()}\n")
     (work / "runtime.env").write_text(text)
 

@@ -233,11 +233,10 @@ def fabric_env(v: Mapping[str, Any]) -> dict[str, str]:
             "NCCL_IB_DISABLE": "0",
             "NCCL_NET_PLUGIN": "none",
             "NCCL_IB_HCA": v["NCCL_IB_HCA"],
-            "NCCL_IB_GID_INDEX": str(v["NCCL_IB_GID_INDEX"]),
             "NCCL_IB_MERGE_NICS": "0",
             "NCCL_IB_SUBNET_AWARE_ROUTING": "1",
         })
-    for key in ("NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS"):
+    for key in ("NCCL_IB_GID_INDEX", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS"):
         if v[key] is not None:
             env[key] = str(v[key])
     if v["NCCL_LIBRARY"]:
