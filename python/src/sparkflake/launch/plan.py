@@ -87,6 +87,8 @@ class LaunchPlan:
             "qualification": self.qualification.as_record(),
             "identity": self.identity,
             "identity_hash": self.identity_hash,
+            # the seeds' upstream identities, as claims with their status (not in the identity)
+            "claims": dict(sorted(self.contract.claims.items())),
             "namespace": self.namespace,
             "container": self.spec.as_record(),
             "checks": [check.as_record() for check in self.checks],
