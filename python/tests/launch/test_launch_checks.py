@@ -6,7 +6,7 @@ import json
 import os
 import socket
 
-from fixtures.launch import fabric_host, bound_contract, site_env, write_env
+from fixtures.launch import bound_contract, fabric_host, site_env, write_env
 
 from sparkflake.launch.checks import (
     check_cache_root_dedicated,
