@@ -204,3 +204,16 @@ def test_parser_choices_are_vllms():
     # the seeds' parsers are among vLLM 0.33.0's registered names
     assert "glm47" in TOOL_CALL_PARSERS and "glm45" in REASONING_PARSERS
     assert CATALOG["TOOL_CALL_PARSER"].choices == TOOL_CALL_PARSERS
+
+
+def test_the_runtime_check_judges_the_fabric_variants():
+    from sparkflake.launch.conformance import conformance_cases
+
+    cases = {case.name: case for case in conformance_cases(real_contract("glm53-dflash7"))}
+    socket_case = cases["glm53-dflash7-nccl_net=Socket"]
+    assert socket_case.env["NCCL_NET"] == "Socket" and "NCCL_IB_HCA" not in socket_case.env
+    preloaded = cases["glm53-dflash7-nccl_library=/srv/sparkflake-check/nccl/libnccl.so.2"]
+    assert preloaded.env["LD_PRELOAD"] == preloaded.env["VLLM_NCCL_SO_PATH"] == CONTAINER_NCCL_LIBRARY
+    default = cases["glm53-dflash7-dcp1-sparkcache-off"]
+    assert default.env["NCCL_NET"] == "IB" and default.env["NCCL_IB_GID_INDEX"] == "3"
+    assert {"--tool-call-parser", "--reasoning-parser", "--enable-auto-tool-choice"} <= set(default.serve_args)

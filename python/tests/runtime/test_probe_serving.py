@@ -69,8 +69,12 @@ GOOD = {
     "parsers": {"tool_call:glm47": {"ok": True, "class": "vllm.tool_parsers.glm47_moe_tool_parser.Glm47MoeModelToolParser"},
                 "reasoning:glm45": {"ok": True, "class": "vllm.reasoning.glm47_moe_reasoning_parser.Glm45"}},
     "nccl_ib": {"nccl": "/opt/venv/lib/python3.11/site-packages/nvidia/nccl/lib/libnccl.so.2",
-                "dlopen_names": ["libibverbs.so.1", "libmlx5.so.1"],
-                "resolved": {"libibverbs.so.1": {"ok": True, "path": "/usr/lib/aarch64-linux-gnu/libibverbs.so.1.14.44.0"},
+                # as the dflash7 image answered (bwrap + qemu-user over its os-base and env trees): the
+                # development names are absent (no -dev packages), NCCL falls back to the sonames
+                "dlopen_names": ["libibverbs.so", "libibverbs.so.1", "libmlx5.so", "libmlx5.so.1"],
+                "resolved": {"libibverbs.so": {"ok": False, "error": "libibverbs.so: cannot open shared object file"},
+                             "libibverbs.so.1": {"ok": True, "path": "/usr/lib/aarch64-linux-gnu/libibverbs.so.1.14.44.0"},
+                             "libmlx5.so": {"ok": False, "error": "libmlx5.so: cannot open shared object file"},
                              "libmlx5.so.1": {"ok": True, "path": "/usr/lib/aarch64-linux-gnu/libmlx5.so.1.24.44.0"}},
                 "verbs_devices": 0},
     "caches": {"B12X_COMPILE_CACHE_DIR": {"ok": True, "value": "/jit/b12x", "directory": "/jit/b12x"},
@@ -97,8 +101,8 @@ def test_a_good_serving_document_passes_and_says_what_it_proves():
     [
         ("parsers", {"tool_call:glm99": {"ok": False, "error": "KeyError: Tool parser 'glm99' not found."}},
          "runtime.parsers", "tool_call:glm99: KeyError"),
-        ("nccl_ib", {**GOOD["nccl_ib"], "resolved": {"libibverbs.so.1": {"ok": False, "error": "cannot open"},
-                                                     "libmlx5.so.1": {"ok": True}}},
+        ("nccl_ib", {**GOOD["nccl_ib"], "resolved": {**GOOD["nccl_ib"]["resolved"],
+                                                     "libibverbs.so.1": {"ok": False, "error": "cannot open"}}},
          "runtime.nccl-ib-userspace", "libibverbs.so.1: cannot open"),
         ("nccl_ib", {**GOOD["nccl_ib"], "dlopen_names": [], "resolved": {}},
          "runtime.nccl-ib-userspace", "names no libibverbs.so"),

@@ -55,9 +55,17 @@ def _judge_nccl_ib(report: CheckReport, nccl: Any) -> None:
         return
     names = nccl.get("dlopen_names") or []
     resolved = nccl.get("resolved") or {}
-    problems = [f"{name}: {resolved.get(name, {}).get('error', 'not tried')}" for name in names
-                if not resolved.get(name, {}).get("ok")]
-    if not any(name.startswith("libibverbs.so") for name in names):
+    # NCCL tries each library by its development name, then its soname (src/misc/ibvwrap.cc:
+    # dlopen("libibverbs.so"), else dlopen("libibverbs.so.1")): one name of a family is enough
+    families: dict[str, list[str]] = {}
+    for name in names:
+        families.setdefault(name.split(".so", 1)[0], []).append(name)
+    problems = [
+        "; ".join(f"{name}: {resolved.get(name, {}).get('error', 'not tried')}" for name in tried)
+        for tried in families.values() if not any(resolved.get(name, {}).get("ok") for name in tried)
+    ]
+    names = [name for name in names if resolved.get(name, {}).get("ok")]
+    if "libibverbs" not in families:
         problems.append(f"{nccl['nccl']} names no libibverbs.so: this NCCL has no IB transport to load")
     devices = nccl.get("verbs_devices")
     if devices is None:

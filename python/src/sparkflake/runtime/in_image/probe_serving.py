@@ -8,8 +8,8 @@ Runs inside the image (see ``__init__.py``): standard library and the image's pa
   ``ReasoningParserManager.get_reasoning_parser``: the calls ``vllm serve`` makes), with the
   class each name loads, or the registry's error;
 - ``nccl_ib``: the IB userspace as NCCL would load it. The sonames NCCL's IB transport
-  dlopens are read from the bytes of the image's ``libnccl.so.2`` (NCCL 2.30.7:
-  ``libibverbs.so.1``, ``libmlx5.so.1``); each is dlopen'ed here, in the image's root, by the
+  dlopens are read from the bytes of the image's ``libnccl.so.2`` (NCCL 2.30.7: ``libibverbs.so``,
+  then ``libibverbs.so.1``, and the same for ``libmlx5``); each is dlopen'ed here, in the image's root, by the
   image's loader, and the file it resolved to is reported; libibverbs then enumerates its
   devices (``ibv_get_device_list``), which reads the provider configuration and finds none in
   the sandbox. What that proves: the libraries NCCL asks for by name exist in the image,
