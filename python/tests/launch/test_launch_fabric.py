@@ -125,6 +125,10 @@ def test_host_with_the_fabric_passes(tmp_path):
     for check_id in ("fabric.rdma-devices", "fabric.hca", "fabric.interface"):
         assert checks[check_id].status == "pass", checks[check_id]
     assert plan.ok, [c for c in plan.checks if c.status != "pass"]
+    # what runs is the identity's inputs; the seeds' commits are reported as claims, with status
+    report = plan.report()
+    assert report["claims"]["b12x"].startswith("unverified: Local Inference Lab B12X: rev 6255090a")
+    assert report["identity"]["inputs"]["b12x"].startswith("wheel b12x 1.5.1 sha256 ")
 
 
 @pytest.mark.parametrize(
