@@ -139,10 +139,15 @@ def test_host_with_the_fabric_passes(tmp_path):
         ({"hcas": {"rocep1s0f0": "1: DOWN"}}, "fabric.hca", "rocep1s0f0: no active port (port 1: 1: DOWN)"),
         ({"interfaces": ("lo", "enP7s7")}, "fabric.interface", "no interface enp1s0f0np0 on this host"),
         ({"uverbs": False}, "fabric.rdma-devices", "has no uverbs device"),
+        ({"gid3": "0000:0000:0000:0000:0000:0000:0000:0000"}, "fabric.hca",
+         "rocep1s0f0: GID index 3 has no address on port(s) 1"),
+        ({"extra": {"NCCL_IB_GID_INDEX": "5"}}, "fabric.hca", "GID index 5 has no address"),
     ],
 )
 def test_missing_hca_or_interface_is_a_named_check_failure(tmp_path, host, check_id, fragment):
-    plan, checks = _checks(tmp_path, fabric_host(tmp_path / "host", **host))
+    host = dict(host)
+    extra = host.pop("extra", {})
+    plan, checks = _checks(tmp_path, fabric_host(tmp_path / "host", **host), **extra)
     assert checks[check_id].status == "fail"
     assert fragment in checks[check_id].detail, checks[check_id].detail
     assert not plan.ok

@@ -90,7 +90,13 @@ def check_rdma_devices(host_root: Path) -> CheckResult:
     return CheckResult("fabric.rdma-devices", PASS, f"{directory}: {', '.join(uverbs)}")
 
 
-def check_hcas(host_root: Path, hca_list: str) -> CheckResult:
+ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
+
+
+def check_hcas(host_root: Path, hca_list: str, gid_index: int | None = None) -> CheckResult:
+    """Every HCA named is present with an ACTIVE port; with ``gid_index``, that port has an
+    address at that GID index (``ports/<n>/gids/<index>``: all zeros when the RoCE GID is not
+    configured, e.g. no IPv4 address on the interface for index 3)."""
     wanted = parse_name_list(hca_list)
     directory = host_root / "sys" / "class" / "infiniband"
     present = _listing(directory)
@@ -104,11 +110,18 @@ def check_hcas(host_root: Path, hca_list: str) -> CheckResult:
         for hca in matched:
             states = {port: _read_value(directory / hca / "ports" / port / "state")
                       for port in _listing(directory / hca / "ports")}
-            if ACTIVE_PORT_STATE not in states.values():
+            active = [port for port, state in states.items() if state == ACTIVE_PORT_STATE]
+            if not active:
                 shown = ", ".join(f"port {port}: {state or 'unreadable'}" for port, state in states.items())
                 problems.append(f"{hca}: no active port ({shown or 'no ports'})")
-            else:
-                found.append(hca)
+                continue
+            if gid_index is not None:
+                gids = {port: _read_value(directory / hca / "ports" / port / "gids" / str(gid_index)) for port in active}
+                if not any(gid not in (None, "", ZERO_GID) for gid in gids.values()):
+                    problems.append(f"{hca}: GID index {gid_index} has no address on port(s) {', '.join(active)} "
+                                    "(NCCL_IB_GID_INDEX; RoCE v2 IPv4 GIDs appear once the interface has an IPv4 address)")
+                    continue
+            found.append(hca)
     if problems:
         return CheckResult("fabric.hca", FAIL, "NCCL_IB_HCA: " + "; ".join(problems))
     return CheckResult("fabric.hca", PASS, f"NCCL_IB_HCA: {', '.join(found)} present with an active port")

@@ -224,7 +224,8 @@ def fabric_checks(resolution: Resolution, host_root: Path) -> list[CheckResult]:
     values = resolution.values
     checks = []
     if values["NCCL_NET"] == "IB":
-        checks += [check_rdma_devices(host_root), check_hcas(host_root, values["NCCL_IB_HCA"])]
+        checks += [check_rdma_devices(host_root),
+                   check_hcas(host_root, values["NCCL_IB_HCA"], values["NCCL_IB_GID_INDEX"])]
     if values["SOCKET_IFNAME"]:
         checks.append(check_interfaces(host_root, values["SOCKET_IFNAME"]))
     if values["NCCL_LIBRARY"]:
