@@ -65,20 +65,23 @@ def test_cache_resolvers_restore_the_environment(monkeypatch):
     assert "UNRELATED" not in os.environ
 
 
+# Each part as the glm53-dflash7 image's own code answered it (its layer trees under bwrap and
+# qemu-user, the default launch case's serve arguments and env, 2026-12-02)
 GOOD = {
     "parsers": {"tool_call:glm47": {"ok": True, "class": "vllm.tool_parsers.glm47_moe_tool_parser.Glm47MoeModelToolParser"},
-                "reasoning:glm45": {"ok": True, "class": "vllm.reasoning.glm47_moe_reasoning_parser.Glm45"}},
+                "reasoning:glm45": {"ok": True, "class": "vllm.parser.engine.adapters.Glm47MoeParserReasoningAdapter"}},
     "nccl_ib": {"nccl": "/opt/venv/lib/python3.11/site-packages/nvidia/nccl/lib/libnccl.so.2",
-                # as the dflash7 image answered (bwrap + qemu-user over its os-base and env trees): the
-                # development names are absent (no -dev packages), NCCL falls back to the sonames
+                # the development names are absent (no -dev packages): NCCL falls back to the sonames
                 "dlopen_names": ["libibverbs.so", "libibverbs.so.1", "libmlx5.so", "libmlx5.so.1"],
                 "resolved": {"libibverbs.so": {"ok": False, "error": "libibverbs.so: cannot open shared object file"},
                              "libibverbs.so.1": {"ok": True, "path": "/usr/lib/aarch64-linux-gnu/libibverbs.so.1.14.44.0"},
                              "libmlx5.so": {"ok": False, "error": "libmlx5.so: cannot open shared object file"},
                              "libmlx5.so.1": {"ok": True, "path": "/usr/lib/aarch64-linux-gnu/libmlx5.so.1.24.44.0"}},
                 "verbs_devices": 0},
-    "caches": {"B12X_COMPILE_CACHE_DIR": {"ok": True, "value": "/jit/b12x", "directory": "/jit/b12x"},
-               "XDG_CACHE_HOME": {"ok": True, "value": "/jit/xdg", "directory": "/jit/xdg/b12x/roce"}},
+    "caches": {"B12X_COMPILE_CACHE_DIR": {"ok": True, "value": "/var/lib/sparkflake/jit/glm53-dflash7/b12x",
+                                          "directory": "/var/lib/sparkflake/jit/glm53-dflash7/b12x"},
+               "XDG_CACHE_HOME": {"ok": True, "value": "/jit/xdg", "directory": "/jit/xdg/b12x/roce"},
+               "FLASHINFER_WORKSPACE_BASE": {"ok": True, "value": "/jit/flashinfer", "directory": "/jit/flashinfer"}},
 }
 
 
