@@ -40,14 +40,36 @@ def base_identity(**overrides):
         "SPARKCACHE_NAMESPACE": "manager-pages-v2", "SPARKCACHE_PUBLICATION": "snapshot-v1",
         "SPARKCACHE_MODEL_PROFILE": "glm52-nvfp4", "SPARKCACHE_DRAFT_KV_POLICY": "separate",
         "SPECULATIVE_METHOD": "dflash", "SPECULATIVE_TOKENS": 7, "ATTENTION_BACKEND": "",
-        "MOE_BACKEND": "", "LINEAR_BACKEND": "",
+        "MOE_BACKEND": "", "LINEAR_BACKEND": "", "NCCL_LIBRARY": "/srv/nccl/libnccl.so.2",
+        "NCCL_LIBRARY_SHA256": "5" * 64,
     }
     values.update(overrides)
     return runtime_identity(
         profile="glm53-dflash7", values=values, rank=1, target_checkpoint=T, draft_checkpoint=D,
-        components={"vllm.wheel_sha256": "3" * 64, "vllm.source": "git a tree b", "b12x.source": "git c tree d",
-                    "sparkcache.version": "0.1.0a2"},
+        components=COMPONENTS,
     )
+
+
+COMPONENTS = {"vllm_wheel": "wheel vllm 0.33.0 sha256 " + "3" * 64, "vllm_source": "sdist vllm-sdist 0.33.0 sha256 "
+              + "4" * 64, "b12x": "wheel b12x 1.5.1 sha256 " + "6" * 64}
+
+
+def test_identity_names_the_locked_inputs_not_the_claims():
+    from fixtures.launch import real_contract
+
+    contract = real_contract("glm53-dflash7")
+    inputs = contract.components
+    assert inputs["vllm_wheel"].startswith("wheel vllm 0.33.0 sha256 ")
+    assert inputs["b12x"].startswith("wheel b12x 1.5.1 sha256 ")
+    assert inputs["nccl"].startswith("wheel nvidia-nccl-cu13 2.30.7 sha256 ")
+    assert not any("331573d2" in text or "6255090a" in text for text in inputs.values())
+    # the seeds' commits stay claims, with their status first
+    assert contract.claims["vllm-composition"].startswith("unverified: active vLLM Python composition: rev 331573d2")
+    assert contract.claims["nccl-switchless-library"] == (
+        "unverified: switchless NCCL library: sha256 5f1c3f10d5ace66d4ba584415bbfe42b6ac1a0a9116a3b81dcbe50516ad924b3")
+    assert base_identity()["inputs"] == COMPONENTS
+    # the preloaded NCCL build is part of what runs; without NCCL_LIBRARY nothing is named
+    assert base_identity(NCCL_LIBRARY="")["options"]["nccl_library_sha256"] is None
 
 
 def _leaves(document, prefix=()):
@@ -123,6 +145,7 @@ def _flat(dcp, policy):
         "SPARKCACHE_NAMESPACE": "manager-pages-v2", "SPARKCACHE_PUBLICATION": "snapshot-v1",
         "SPARKCACHE_MODEL_PROFILE": "glm52-nvfp4", "SPARKCACHE_DRAFT_KV_POLICY": policy,
         "SPECULATIVE_METHOD": "dflash", "SPECULATIVE_TOKENS": 7, "ATTENTION_BACKEND": "", "MOE_BACKEND": "", "LINEAR_BACKEND": "",
+        "NCCL_LIBRARY": "", "NCCL_LIBRARY_SHA256": "",
     }
 
 

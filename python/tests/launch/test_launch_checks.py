@@ -11,6 +11,7 @@ import sys
 import pytest
 from fixtures.launch import (
     bound_contract,
+    fabric_host,
     site_env,
     write_bound_profile,
     write_checkpoint,
@@ -122,11 +123,12 @@ def test_a_port_held_only_by_time_wait_is_free():
 def test_plan_report_without_engine(tmp_path):
     contract = bound_contract("glm53-dflash7", tmp_path)
     env_file = write_env(tmp_path, site_env(tmp_path, 0, API_PORT="18461", MASTER_PORT="18462"))
-    plan = plan_launch(rank=0, env_file=env_file, contract=contract, engine=None, check_engine=False)
+    plan = plan_launch(rank=0, env_file=env_file, contract=contract, engine=None, check_engine=False,
+                       host_root=fabric_host(tmp_path / "host"))
     report = plan.report(explain=True)
     assert {c["id"] for c in report["checks"]} == {
         "cache-root.dedicated", "cache-root.local", "checkpoint.target", "checkpoint.draft", "cache-root.state", "ports.free",
-        "checkpoint.target.model", "checkpoint.draft.model"}
+        "checkpoint.target.model", "checkpoint.draft.model", "fabric.rdma-devices", "fabric.hca", "fabric.interface"}
     assert plan.ok, report["checks"]
     assert report["served_models"]["target"]["architectures"] == ["Glm5NextForCausalLM"]
     assert report["explain"]["CP_KV_INTERLEAVE"].startswith("auto:")

@@ -37,5 +37,6 @@ def test_operator_guide_documents_every_setting_and_check():
     for key in CATALOG:
         assert f"`{key}`" in guide, key
     for check_id in ("image.id", "image.labels", "container.name-free", "checkpoint.target", "checkpoint.draft",
-                     "cache-root.dedicated", "cache-root.local", "cache-root.state", "ports.free"):
+                     "cache-root.dedicated", "cache-root.local", "cache-root.state", "ports.free",
+                     "fabric.rdma-devices", "fabric.hca", "fabric.interface", "nccl.library"):
         assert f"`{check_id}`" in guide, check_id

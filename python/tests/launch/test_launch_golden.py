@@ -42,8 +42,9 @@ def golden_plan(profile: str, dcp: int, sparkcache: bool, rank: int, engine: str
         capabilities=None,
         target_files=_files(TARGET_FILES),
         draft_files=_files(DRAFT_FILES),
-        components={"vllm.wheel_sha256": "6" * 64, "vllm.source": "git 331573d2 tree 927f52a0",
-                    "b12x.source": "git 6255090a tree 0bb58d0d", "sparkcache.version": "0.1.0a2"},
+        components={"vllm_wheel": "wheel vllm 0.33.0 sha256 " + "6" * 64,
+                    "vllm_source": "sdist vllm-sdist 0.33.0 sha256 " + "7" * 64,
+                    "b12x": "wheel b12x 1.5.1 sha256 " + "8" * 64},
     )
     lines = [
         f"NODE_ADDRESS=192.0.2.{rank + 1}",
@@ -159,4 +160,6 @@ def test_docker_argv_uses_gpus_flag():
     plan = golden_plan("glm53-dflash7", 1, True, 0, engine="docker")
     assert plan.argv[:2] == ["docker", "run"]
     assert ["--gpus", "all"] == plan.argv[plan.argv.index("--gpus") : plan.argv.index("--gpus") + 2]
-    assert "--device" not in plan.argv
+    # the GPUs by --gpus; the one device is the RDMA verbs directory (NCCL_NET=IB)
+    devices = [plan.argv[i + 1] for i, word in enumerate(plan.argv) if word == "--device"]
+    assert devices == ["/dev/infiniband"]

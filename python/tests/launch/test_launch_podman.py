@@ -58,6 +58,7 @@ def _env_file(world, name: str, **extra: str) -> Path:
         "DRAFT_MODEL_PATH": str(base / "draft"),
         "CACHE_ROOT": str(base / f"cache-{name}"),
         "GPU_DEVICES": "none",
+        "NCCL_NET": "Socket",  # no HCA on a rehearsal host
         "CONTAINER_ULIMITS": SANDBOX_ULIMITS,
         "API_PORT": str(free_port()),
         "MASTER_PORT": str(free_port()),

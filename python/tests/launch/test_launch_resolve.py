@@ -61,13 +61,20 @@ def test_dcp_auto_rules(dcp, interleave, gather, gib):
     assert values["MAX_NUM_BATCHED_TOKENS"] == 8192
 
 
+def origins_of(text: str):
+    return run(text).origins
+
+
 def test_other_auto_rules():
     values = run(env()).values
     assert values["DRAFT_TP"] == 4
     assert values["SPARKCACHE_DRAFT_KV_POLICY"] == "separate"
     assert values["SPARKCACHE_MAX_SPAN_TOKENS"] == 1048576
     assert values["SHM_SIZE"] is None
-    assert values["NCCL_IB_GID_INDEX"] is None
+    assert values["NCCL_IB_GID_INDEX"] == 3  # the seeds' RoCE v2 GID index
+    assert values["SERVED_MODEL_NAME"] == "glm-5.3-flash-dflash7"
+    assert origins_of(env())["SERVED_MODEL_NAME"] == "auto: the profile's served model name"
+    assert run(env(NCCL_IB_GID_INDEX="auto")).values["NCCL_IB_GID_INDEX"] is None
     mtp = run(env(draft=False), profile="glm53-mtp5").values
     assert mtp["SPARKCACHE_DRAFT_KV_POLICY"] == "colocated_target"
     assert mtp["DRAFT_TP"] is None
@@ -192,7 +199,7 @@ def test_qualification(tmp_path):
     assert qualified.differences == ()
     changed = qualify(run(env(MAX_NUM_SEQS="8", SPARKCACHE_ENABLED="1")), contract, None)
     assert changed.status == UNQUALIFIED_CONFIGURATION
-    assert changed.differences == ("MAX_NUM_SEQS: qualified 4, resolved 8",)
+    assert changed.differences == ("MAX_NUM_SEQS: qualified 16, resolved 8",)
     assert changed.settings_hash != qualified.settings_hash
     dcp2 = qualify(run(env(DCP="2")), contract, None)
     assert dcp2.status == UNQUALIFIED_CONFIGURATION and any(d.startswith("DCP:") for d in dcp2.differences)

@@ -35,6 +35,7 @@ def test_seed_recipe_import(tmp_path):
     assert report["runtime"]["SPECULATIVE_METHOD"] == "dflash" and report["runtime"]["SPECULATIVE_TOKENS"] == "7"
     assert report["runtime"]["SPARKCACHE_ENABLED"] == "0"
     assert report["served_model_name"] == "glm53"
+    assert report["runtime"]["SERVED_MODEL_NAME"] == "glm53"  # the launch serves the recipe's name
     assert report["unknown_fields"] == ["docker_image_dir"]
     assert "--chat-template" in report["unmapped_args"] and "--block-size" in report["unmapped_args"]
     profile = tomllib.loads((tmp_path / "out" / "profile.toml").read_text())

@@ -65,7 +65,7 @@ def small_lock(*, without: tuple[str, ...] = (), platform: str = "linux/arm64") 
         wheel("torch", "2.14.0", "cp311-cp311-manylinux_2_28_aarch64"),
     ]
     for package in ("python3", "libc6", "libstdc++6", "libgcc-s1", "ca-certificates", "tzdata",
-                    "libssl3", "libsqlite3-0", "zlib1g"):
+                    "libssl3", "libsqlite3-0", "zlib1g", "libibverbs1", "ibverbs-providers"):
         pins.append(DebPin(name=f"{package}:arm64", package=package, version="1.0-1", architecture="arm64",
                            sha256=SHA, size=1, urls=(f"https://deb.example/{package}.deb",)))
     kept = [pin for pin in pins if pin.name not in without]

@@ -102,11 +102,11 @@ def _runtime_env(work: Path, site: dict[str, str]) -> None:
     """runtime.env as the quick start makes it: the example with this host's site values,
     plus what a GPU-free rehearsal on this machine needs (the guide's last section)."""
     text = (REPO / "profiles" / "glm53-dflash7" / "runtime.env.example").read_text()
-    values = {**site, "NODE_ADDRESS": "127.0.0.1", "MASTER_ADDRESS": "127.0.0.1"}
+    values = {**site, "NODE_ADDRESS": "127.0.0.1", "MASTER_ADDRESS": "127.0.0.1", "SOCKET_IFNAME": "lo"}
     for key, value in values.items():
         text, count = re.subn(rf"^{key}=.*$", f"{key}={value}", text, flags=re.M)
         assert count == 1, key
-    text += (f"GPU_DEVICES=none\nCONTAINER_ULIMITS={SANDBOX_ULIMITS}\n"
+    text += (f"GPU_DEVICES=none\nNCCL_NET=Socket\nCONTAINER_ULIMITS={SANDBOX_ULIMITS}\n"
              f"API_PORT={free_port()}\nMASTER_PORT={free_port()}\n")
     (work / "runtime.env").write_text(text)
 

@@ -21,7 +21,7 @@ import pytest
 from sparkflake.runtime.probe_runner import PROBE_DIRECTORY, PROBE_MODULES, ship_probe
 
 # The image's packages the probe's code imports (what it judges), by top-level name
-IMAGE_PACKAGES = {"torch", "vllm", "sparkcache", "b12x", "flashinfer", "fastsafetensors"}
+IMAGE_PACKAGES = {"torch", "vllm", "sparkcache", "b12x", "flashinfer", "fastsafetensors", "triton"}
 HOST_PYTHON = Path("/usr/bin/python3")
 # the probe wraps os.environ's class to record reads; the tests put it back
 _ENVIRON_GETITEM = type(os.environ).__getitem__

@@ -217,7 +217,9 @@ def assemble(
         return entry.tree, entry.manifest
 
     debs = [DebInput(d.package, d.version, d.architecture, fetched.paths[d.name]) for d in composition.debs]
-    architecture = composition.debs[0].architecture if composition.debs else "arm64"
+    # the lock's target, not a package's: an Architecture: all package (adduser, which
+    # libibverbs1 depends on) may sort first
+    architecture = composition.locks[0].target.architecture
     base_tree, _base_manifest = cached(
         "os-base",
         {"kind": "os-base", "platform": profile.platform, "debs": sorted([d.name, d.sha256] for d in composition.debs)},

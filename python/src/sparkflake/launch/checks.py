@@ -3,7 +3,8 @@
 Ids: ``engine.detected``, ``image.id``, ``image.labels``, ``container.name-free``,
 ``checkpoint.target``, ``checkpoint.draft``, ``checkpoint.mtp-depth`` (launch/mtp_depth.py),
 ``checkpoint.target.model``, ``checkpoint.draft.model`` (launch/served_model.py),
-``cache-root.dedicated``, ``cache-root.local``, ``cache-root.state``, ``ports.free``.
+``cache-root.dedicated``, ``cache-root.local``, ``cache-root.state``, ``ports.free``; the
+fabric's and the operator's NCCL build's are in ``host_fabric``.
 """
 
 from __future__ import annotations

@@ -41,6 +41,9 @@ VARIANTS: tuple[Mapping[str, str], ...] = (
     {"LANGUAGE_MODEL_ONLY": "0"},
     {"NCCL_IB_GID_INDEX": "3", "NCCL_MIN_NCHANNELS": "2", "NCCL_MAX_NCHANNELS": "8"},
     {"ATTENTION_BACKEND": "TRITON_MLA", "MOE_BACKEND": "triton", "LINEAR_BACKEND": "cutlass"},
+    # TCP instead of RDMA, and the operator's NCCL build preloaded (LD_PRELOAD, VLLM_NCCL_SO_PATH)
+    {"NCCL_NET": "Socket"},
+    {"NCCL_LIBRARY": "/srv/sparkflake-check/nccl/libnccl.so.2"},
 )
 
 

@@ -42,7 +42,11 @@ class LaunchContract:
     qualified: Mapping[str, str]  # [qualified]: catalog key -> env-file spelling
     target_files: tuple[CheckpointFile, ...]
     draft_files: tuple[CheckpointFile, ...]
-    components: Mapping[str, str] = field(default_factory=dict)  # vllm/b12x/sparkcache identities
+    # role -> what the lock pins for it ("wheel vllm 0.33.0 sha256 …", "git URL rev … tree …"):
+    # the software the image installs, never a claim
+    components: Mapping[str, str] = field(default_factory=dict)
+    # the seeds' upstream identities, each with its status (unverified until derived)
+    claims: Mapping[str, str] = field(default_factory=dict)
     # [checkpoints.ROLE] pin: which files identify the checkpoint (names or patterns);
     # their digests come from the site's pins file (launch.checkpoint_pins)
     target_pin: tuple[str, ...] = ()
@@ -60,7 +64,7 @@ class LaunchContract:
             raise InputError(
                 f"profile {self.profile}: image ID {self.image_id!r} is not sha256:<64 hex>"
             )
-        for name in ("image_labels", "runtime_defaults", "qualified", "components"):
+        for name in ("image_labels", "runtime_defaults", "qualified", "components", "claims"):
             object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
 
     def with_image(self, image_id: str, labels: Mapping[str, str] | None = None) -> LaunchContract:
@@ -94,6 +98,23 @@ def _auto_equivalents(runtime: Mapping[str, str]) -> dict[str, str]:
     }
 
 
+def pin_identity(pin: Any) -> str:
+    """What a lock pins, in one line: a file's kind, name, version and sha256, or a git
+    input's URL, commit and tree."""
+    if pin.kind == "git":
+        return f"git {pin.urls[0]} rev {pin.rev} tree {pin.tree}"
+    version = getattr(pin, "version", None)
+    return " ".join(part for part in (pin.kind, getattr(pin, "package", None) or pin.name,
+                                      str(version) if version else None, f"sha256 {pin.sha256}") if part)
+
+
+def claim_text(claim: Any) -> str:
+    """A claim as a claim: its status first, then what the seeds state."""
+    stated = [f"{key} {getattr(claim, key)}" for key in ("rev", "tree", "source_sha256", "sha256",
+                                                          "manifest_digest", "config_digest") if getattr(claim, key)]
+    return f"{claim.status}: {claim.subject}: " + " ".join(stated)
+
+
 def contract_from_profile(profile: Any) -> LaunchContract:
     """Adapt a ``sparkflake.profile.model.Profile`` to the launcher's contract."""
 
@@ -105,30 +126,16 @@ def contract_from_profile(profile: Any) -> LaunchContract:
     checkpoints = profile.checkpoints
     target = checkpoints.get("target")
     draft = checkpoints.get("draft")
-    components: dict[str, str] = {}
-    for claim in profile.claims:
-        if claim.kind == "git":
-            text = f"git {claim.rev} tree {claim.tree}"
-            if claim.source_sha256:
-                text += f" sha256 {claim.source_sha256}"
-            role = {"vllm-composition": "vllm.source", "b12x": "b12x.source", "sparkcache": "sparkcache.source"}
-            if claim.name in role:
-                components[role[claim.name]] = text
     try:
         locks = load_locks(profile) if all(path.is_file() for path in profile.lock_paths()) else ()
     except InputError:
         locks = ()
-    for role, key in (("vllm_wheel", "vllm.wheel_sha256"), ("sparkcache", "sparkcache.version")):
-        if not locks or role not in profile.inputs:
-            continue
+    components: dict[str, str] = {}
+    for role in sorted(profile.inputs) if locks else ():
         try:
-            pin = input_for(profile, role, locks)
+            components[role] = pin_identity(input_for(profile, role, locks))
         except InputError:
             continue
-        if key.endswith("sha256") and getattr(pin, "sha256", None):
-            components[key] = pin.sha256
-        elif getattr(pin, "version", None):
-            components[key] = str(pin.version)
     config_digest = getattr(profile.qualified, "config_digest", None)
     path = getattr(profile, "path", None)
     manifest = path.parent / CAPABILITIES_FILE if path is not None else None
@@ -147,6 +154,7 @@ def contract_from_profile(profile: Any) -> LaunchContract:
         target_files=target.files if target else (),
         draft_files=draft.files if draft else (),
         components=components,
+        claims={claim.name: claim_text(claim) for claim in profile.claims},
         target_pin=tuple(target.pin or ()) if target else (),
         draft_pin=tuple(draft.pin or ()) if draft else (),
         target_architecture=target.architecture if target else None,

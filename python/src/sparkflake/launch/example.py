@@ -18,6 +18,9 @@ SITE_EXAMPLES = {
     "DRAFT_MODEL_PATH": "/srv/models/glm-5.3-flash-dflash2",
     "CACHE_ROOT": "/var/lib/sparkflake/rank-cache",
     "CHECKPOINT_PINS": "/etc/sparkflake/checkpoint-pins.json",
+    # the seeds' hosts' names (SparkRing runtime/glm53-flash-jj-r8-gb10/runtime.env.example)
+    "SOCKET_IFNAME": "enP7s7",
+    "NCCL_IB_HCA": "rocep1s0f0,rocep1s0f1",
 }
 
 GROUP_TITLES = {
@@ -28,6 +31,7 @@ GROUP_TITLES = {
     "speculation": "Speculative decoding",
     "backends": "Backends",
     "cuda-graphs": "CUDA graphs",
+    "serving": "Serving surface (rank 0's OpenAI API)",
     "sparkcache": "SparkCache (persistent, rank-local context cache)",
     "ports": "Ports",
     "transport": "Transport (NCCL/Gloo)",

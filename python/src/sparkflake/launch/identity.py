@@ -2,8 +2,9 @@
 
 The canonical identity of a launch is a JSON document of: the model (target and draft
 checkpoint identities), the topology (TP, PP, DCP, KV interleave, full-CKV gather, node
-count, physical rank), vLLM (wheel and source identity), B12X, SparkCache (version,
-namespace, publication schema, and the storage key SparkCache itself derives), the KV
+count, physical rank), the inputs the lock installs (per role: kind, name, version and
+sha256, or a git commit and tree; never a claim of the seeds), SparkCache (namespace,
+publication schema, and the storage key SparkCache itself derives), the KV
 layout (dtype, block size, record size) and the runtime options that change stored state
 (speculative method and depth, attention and MoE backends). Its SHA-256 over canonical
 JSON bytes names the SparkCache root and the JIT root of the rank.
@@ -166,13 +167,12 @@ def runtime_identity(
             "nnodes": v["NODE_COUNT"],
             "physical_rank": rank,
         },
-        "vllm": {
-            "wheel_sha256": components.get("vllm.wheel_sha256"),
-            "source": components.get("vllm.source"),
-        },
-        "b12x": {"source": components.get("b12x.source")},
+        # what the lock installs, role by role (vLLM wheel and source, b12x, SparkCache,
+        # NCCL, torch, ...): the image's software, not the seeds' claims
+        "inputs": dict(sorted(components.items())),
         "sparkcache": {
-            "version": components.get("sparkcache.version") or sparkcache_version(),
+            # the SparkCache whose CacheIdentity computed storage_key (the launcher's own)
+            "storage_key_by": f"sparkcache {sparkcache_version()}",
             "namespace": v["SPARKCACHE_NAMESPACE"],
             "publication": v["SPARKCACHE_PUBLICATION"],
             "model_profile": v["SPARKCACHE_MODEL_PROFILE"],
@@ -190,6 +190,8 @@ def runtime_identity(
             "attention_backend": v["ATTENTION_BACKEND"],
             "moe_backend": v["MOE_BACKEND"],
             "linear_backend": v["LINEAR_BACKEND"],
+            # the operator's preloaded NCCL build, when there is one
+            "nccl_library_sha256": v["NCCL_LIBRARY_SHA256"] if v["NCCL_LIBRARY"] else None,
         },
     }
 

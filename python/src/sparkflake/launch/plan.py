@@ -36,6 +36,7 @@ from .checks import (
 from .contract import LaunchContract
 from .envfile import read_env_file
 from .hashcache import VerifiedHashCache
+from .host_fabric import check_hcas, check_interfaces, check_nccl_library, check_rdma_devices
 from .identity import (
     StateDecision,
     accept_state,
@@ -89,6 +90,8 @@ class LaunchPlan:
             "qualification": self.qualification.as_record(),
             "identity": self.identity,
             "identity_hash": self.identity_hash,
+            # the seeds' upstream identities, as claims with their status (not in the identity)
+            "claims": dict(sorted(self.contract.claims.items())),
             "namespace": self.namespace,
             "container": self.spec.as_record(),
             "checks": [check.as_record() for check in self.checks],
@@ -162,9 +165,11 @@ def plan_from_assignments(
     check_engine: bool = True,
     run_checks: bool = True,
     detach: bool = False,
+    host_root: Path = Path("/"),
 ) -> LaunchPlan:
     """``run_checks=False`` computes the spec alone (golden specs, recipes): no checkpoint
-    file is read (the pins file CHECKPOINT_PINS names is: it gives the checkpoints' identity)."""
+    file is read (the pins file CHECKPOINT_PINS names is: it gives the checkpoints' identity).
+    ``host_root``: where the host's /sys and /dev are read for the fabric checks."""
     resolution = resolve(assignments, contract, rank, source)
     values = resolution.values
     if values["CHECKPOINT_PINS"]:
@@ -218,6 +223,7 @@ def plan_from_assignments(
     served_models: dict[str, ServedModel] = {}
     hash_cache = VerifiedHashCache(None)
     if run_checks:
+        checks += fabric_checks(resolution, host_root)
         hash_cache = _run_checks(checks, served_models, resolution, contract, engine, image, spec, draft_id, identity,
                                  cache_root, sparkcache_dir, jit_dir, rehash, check_engine)
     return LaunchPlan(
@@ -237,6 +243,20 @@ def plan_from_assignments(
         hash_cache_stats={"hits": hash_cache.hits, "misses": hash_cache.misses},
         served_models=served_models,
     )
+
+
+def fabric_checks(resolution: Resolution, host_root: Path) -> list[CheckResult]:
+    """The host's side of the fabric the spec asks for, and the operator's NCCL build."""
+    values = resolution.values
+    checks = []
+    if values["NCCL_NET"] == "IB":
+        checks += [check_rdma_devices(host_root),
+                   check_hcas(host_root, values["NCCL_IB_HCA"], values["NCCL_IB_GID_INDEX"])]
+    if values["SOCKET_IFNAME"]:
+        checks.append(check_interfaces(host_root, values["SOCKET_IFNAME"]))
+    if values["NCCL_LIBRARY"]:
+        checks.append(check_nccl_library(values["NCCL_LIBRARY"], values["NCCL_LIBRARY_SHA256"]))
+    return checks
 
 
 def _judge_served_models(checks: list[CheckResult], resolution: Resolution, contract: LaunchContract,

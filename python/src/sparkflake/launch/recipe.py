@@ -206,6 +206,12 @@ def import_recipe(document: Mapping[str, Any], source: str) -> RecipeImport:
             continue
         if flag == "--served-model-name" and value is not None:
             served_model_name = value
+            # the name the recipe served is the launch's too (runtime.env SERVED_MODEL_NAME)
+            problem = _accepts("SERVED_MODEL_NAME", value)
+            if problem is None:
+                runtime["SERVED_MODEL_NAME"] = value
+            else:
+                notes.append(f"{where}: not a SERVED_MODEL_NAME: {problem}")
         elif flag in FLAG_SETTINGS and value is not None:
             problem = _accepts(FLAG_SETTINGS[flag], value)
             if problem is None:

@@ -330,6 +330,53 @@ class _Resolver:
             if v[key] == AUTO:
                 self.auto(key, None, "left to NCCL (not set)")
 
+    def fabric(self) -> None:
+        """NCCL over RDMA needs the site's HCA and bootstrap interface names: with none,
+        NCCL takes every HCA and interface it finds, which on a GB10 with three or more
+        interfaces hangs at init or runs the all-reduce at TCP speed."""
+        v = self.values
+        if v["NCCL_NET"] == "IB":
+            missing = [key for key in ("NCCL_IB_HCA", "SOCKET_IFNAME") if not v[key]]
+            if missing:
+                raise self.refuse(
+                    f"NCCL_NET=IB needs {' and '.join(missing)}: the ring's RDMA devices and the "
+                    "bootstrap interface of this host (the seeds' hosts: NCCL_IB_HCA=rocep1s0f0,"
+                    "rocep1s0f1 SOCKET_IFNAME=enP7s7); or set NCCL_NET=Socket",
+                    "NCCL_NET", *missing,
+                )
+            memlock = [item for item in v["CONTAINER_ULIMITS"].split(",") if item.startswith("memlock=")]
+            if memlock and memlock[0] not in ("memlock=-1", "memlock=-1:-1"):
+                raise self.refuse(
+                    f"NCCL_NET=IB registers GPU and host buffers with the HCA, which needs unlimited "
+                    f"locked memory; CONTAINER_ULIMITS has {memlock[0]}",
+                    "CONTAINER_ULIMITS", "NCCL_NET",
+                )
+        if v["NCCL_LIBRARY"] and not v["NCCL_LIBRARY_SHA256"]:
+            raise self.refuse(
+                f"NCCL_LIBRARY={v['NCCL_LIBRARY']} is not bound: set NCCL_LIBRARY_SHA256 to the "
+                "library's sha256 (the profile binds the seeds' switchless build)",
+                "NCCL_LIBRARY",
+            )
+        if v["SPARKCACHE_PLACEMENT_LIBRARY"]:
+            raise self.refuse(
+                "SPARKCACHE_PLACEMENT_LIBRARY is refused: the image's SparkCache (0.1.0a2) reads no "
+                "placement-library key, so nothing would load it",
+                "SPARKCACHE_PLACEMENT_LIBRARY",
+            )
+
+    def serving(self) -> None:
+        v = self.values
+        if v["AUTO_TOOL_CHOICE"] and not v["TOOL_CALL_PARSER"]:
+            # vLLM refuses the same at start (vllm/entrypoints/common/cli_args.py:553: "requires
+            # --tool-call-parser"); the launcher says it before the container starts
+            raise self.refuse(
+                "AUTO_TOOL_CHOICE=1 needs TOOL_CALL_PARSER (vLLM refuses "
+                "--enable-auto-tool-choice without --tool-call-parser)",
+                "AUTO_TOOL_CHOICE", "TOOL_CALL_PARSER",
+            )
+        if not v["SERVED_MODEL_NAME"]:
+            self.auto("SERVED_MODEL_NAME", self.contract.served_model_name, "the profile's served model name")
+
     def container(self) -> None:
         v = self.values
         if v["SHM_SIZE"] == AUTO:
@@ -360,6 +407,8 @@ class _Resolver:
         self.capacity()
         self.sparkcache()
         self.site()
+        self.fabric()
+        self.serving()
         self.container()
         self.image_capabilities()
         # "auto" that is one of a setting's choices (LOAD_FORMAT: vLLM's own auto) is a value

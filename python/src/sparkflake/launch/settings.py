@@ -30,6 +30,10 @@ _DECIMAL = re.compile(r"(0|[1-9][0-9]{0,18})\Z")
 _FLOAT = re.compile(r"(0|[1-9][0-9]{0,18})(\.[0-9]{1,18})?\Z")
 _IFNAME = re.compile(r"[A-Za-z0-9_.:@^!=-]{1,64}(,[A-Za-z0-9_.:@^!=-]{1,64})*\Z")
 _TOKEN = re.compile(r"[A-Za-z0-9_.:-]{1,128}\Z")
+# vLLM's --served-model-name is any string; the OpenAI API returns it as the model id. Letters,
+# digits and the separators of hub names ("zai-org/GLM-5.3") are enough and stay one argv word.
+_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}\Z")
+_SHA256 = re.compile(r"[0-9a-f]{64}\Z")
 _ULIMIT = re.compile(r"([a-z]+)=(-1|[0-9]{1,20})(:(-1|[0-9]{1,20}))?\Z")
 # an IPv6 zone id: an interface name (at most IFNAMSIZ-1 = 15 bytes) or its index
 _ZONE_ID = re.compile(r"[A-Za-z0-9_.-]{1,15}\Z")
@@ -39,7 +43,7 @@ _LIMITED_BROADCAST = ipaddress.IPv4Address("255.255.255.255")
 @dataclass(frozen=True)
 class Setting:
     key: str
-    kind: str  # int | bytes | float | bool | enum | path | address | token | ifname | ulimits
+    kind: str  # int | bytes | float | bool | enum | path | address | token | name | sha256 | ifname | ulimits
     group: str
     doc: str
     default: str | None = None  # None = required (no default)
@@ -60,6 +64,27 @@ class Setting:
 def _s(key: str, kind: str, group: str, doc: str, **kwargs: Any) -> Setting:
     return Setting(key=key, kind=kind, group=group, doc=doc, **kwargs)
 
+
+# vLLM 0.33.0's registered parser names: vllm/tool_parsers/__init__.py
+# (_TOOL_PARSERS_TO_REGISTER) and vllm/reasoning/__init__.py (_REASONING_PARSERS_TO_REGISTER).
+TOOL_CALL_PARSERS = (
+    "apertus", "beam", "cohere_command3", "cohere_command4", "deepseek_v3", "deepseek_v31",
+    "deepseek_v32", "deepseek_v4", "deepseek_v41", "dots", "ernie45", "functiongemma", "gemma4",
+    "gigachat3", "glm45", "glm47", "granite", "granite-20b-fc", "granite4", "hermes", "hf",
+    "hunyuan_a13b", "hy_v3", "hy_v4", "inkling", "internlm", "jamba", "k2_horizon", "kimi_k2",
+    "kimi_k3", "lfm2", "ling3", "llama3_json", "llama4_json", "llama4_pythonic", "longcat", "mimo",
+    "minicpm5", "minimax_m2", "minimax_m3", "mistral", "muse", "muse_glimmer", "musespark1x",
+    "olmo3", "openai", "phi4_mini_json", "plamo3", "poolside_v1", "pythonic", "qwen3_coder",
+    "qwen3_json", "qwen3_xml", "seed_oss", "step3", "step3p5", "step5", "xlam",
+)
+REASONING_PARSERS = (
+    "beam", "cohere_command3", "cohere_command4", "deepseek_r1", "deepseek_v3", "deepseek_v4",
+    "deepseek_v41", "ernie45", "gemma4", "glm45", "glm47", "granite", "granite_thinking_parser",
+    "hf", "holo2", "hunyuan_a13b", "hy_v3", "hy_v4", "inkling", "k2_horizon", "kimi_k2", "kimi_k3",
+    "ling3", "mimo", "minicpmv", "minimax_m2", "minimax_m2_append_think", "minimax_m3", "mistral",
+    "muse", "muse_glimmer", "musespark1x", "nemotron_v3", "olmo3", "openai_gptoss", "plamo3",
+    "poolside_v1", "qwen3", "seed_oss", "step3", "step3p5", "step5",
+)
 
 CATALOG_LIST: tuple[Setting, ...] = (
     # --- site: the five values every rank must supply ---------------------------------
@@ -101,7 +126,9 @@ CATALOG_LIST: tuple[Setting, ...] = (
        minimum=256, maximum=1 << 22),
     _s("MAX_NUM_BATCHED_TOKENS", "int", "capacity", "tokens per scheduler step",
        default="8192", minimum=16, maximum=1 << 20),
-    _s("MAX_NUM_SEQS", "int", "capacity", "concurrent sequences", default="4", minimum=1,
+    # 16: the seeds' R8 launcher (SparkRing runtime/glm53-flash-jj-r8-gb10/launch-rank.sh,
+    # MAX_NUM_SEQS:=16), whose DFlash warm-up covers concurrencies 1..16
+    _s("MAX_NUM_SEQS", "int", "capacity", "concurrent sequences", default="16", minimum=1,
        maximum=1024),
     _s("GPU_MEMORY_UTILIZATION", "float", "capacity", "fraction of GPU memory vLLM may use",
        default="0.86", minimum=0.05, maximum=0.99),
@@ -162,8 +189,27 @@ CATALOG_LIST: tuple[Setting, ...] = (
     _s("CUDA_GRAPH_MODE", "enum", "cuda-graphs", "CUDA graph capture mode",
        default="FULL_AND_PIECEWISE",
        choices=("FULL_AND_PIECEWISE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "NONE")),
+    # 128: the seeds' R8 launcher (MAX_CUDAGRAPH_CAPTURE_SIZE:=128): 16 sequences x (7 draft
+    # tokens + 1) rows, so a full DFlash7 decode step replays a captured graph
     _s("MAX_CUDA_GRAPH_CAPTURE_SIZE", "int", "cuda-graphs", "largest captured batch",
-       default="32", minimum=1, maximum=1024),
+       default="128", minimum=1, maximum=1024),
+    # --- serving surface (the OpenAI API of rank 0) -------------------------------------
+    _s("SERVED_MODEL_NAME", "name", "serving",
+       "model id the API serves (--served-model-name); empty: the profile's name",
+       default="", allow_empty=True),
+    # Parser names: the registries of vLLM 0.33.0 (vllm/tool_parsers/__init__.py
+    # _TOOL_PARSERS_TO_REGISTER, vllm/reasoning/__init__.py _REASONING_PARSERS_TO_REGISTER);
+    # the runtime check asks the image's own registries (runtime/in_image/probe_serving.py).
+    # glm47 / glm45: the seeds' R8 launcher (--tool-call-parser glm47 --reasoning-parser glm45).
+    _s("TOOL_CALL_PARSER", "enum", "serving",
+       "tool-call parser of the image's vLLM (--tool-call-parser); empty: no tool calls",
+       default="glm47", allow_empty=True, choices=TOOL_CALL_PARSERS),
+    _s("REASONING_PARSER", "enum", "serving",
+       "reasoning parser of the image's vLLM (--reasoning-parser); empty: none",
+       default="glm45", allow_empty=True, choices=REASONING_PARSERS),
+    _s("AUTO_TOOL_CHOICE", "bool", "serving",
+       "let the model decide when to call tools (--enable-auto-tool-choice; needs TOOL_CALL_PARSER)",
+       default="1"),
     # --- SparkCache -------------------------------------------------------------------
     _s("SPARKCACHE_ENABLED", "bool", "sparkcache",
        "persistent SparkCache; 0 keeps vLLM prefix caching only", default="1"),
@@ -195,22 +241,53 @@ CATALOG_LIST: tuple[Setting, ...] = (
     _s("SPARKCACHE_MAX_SPAN_TOKENS", "int", "sparkcache",
        "longest published span; auto: MAX_MODEL_LEN", default=AUTO, auto=True, minimum=1,
        maximum=1 << 22),
+    # The seeds pass their SparkCache's CUDA placement library (sha256 d5750905...) through
+    # kv_connector_extra_config["spark_cache_cuda_placement_library"]; sparkcache 0.1.0a2, the
+    # image's, reads no such key (spark_context_cache_config.parse_connector_config), so a
+    # value is refused by name rather than mounted where nothing would load it.
+    _s("SPARKCACHE_PLACEMENT_LIBRARY", "path", "sparkcache",
+       "host path of the SparkCache CUDA placement library (refused: the image's SparkCache "
+       "0.1.0a2 reads no placement-library key)", default="", allow_empty=True, site=True),
     # --- ports ------------------------------------------------------------------------
     _s("API_PORT", "int", "ports", "OpenAI API port (rank 0)", default="8000", minimum=1,
        maximum=65535, site=True),
     _s("MASTER_PORT", "int", "ports", "rendezvous port on rank 0", default="29501",
        minimum=1, maximum=65535, site=True),
     # --- transport --------------------------------------------------------------------
+    # The seeds' R8 launcher (SparkRing runtime/glm53-flash-jj-r8-gb10/launch-rank.sh) runs
+    # the ring over RoCE: NCCL_NET=IB, NCCL_IB_GID_INDEX=3 (RoCE v2 over IPv4 on the GB10's
+    # ConnectX-7), NCCL_ALGO=Ring, NCCL_CROSS_NIC=1, 4 channels. Those are the defaults; the
+    # HCA and interface names are the site's (the seeds' rocep1s0f0,rocep1s0f1 / enP7s7 are
+    # their hosts'). Every name below is a string of NCCL 2.30.7's libnccl.so.2 in the image.
+    _s("NCCL_NET", "enum", "transport",
+       "NCCL network: IB (RDMA over the ring's RoCE NICs, as the seeds run) or Socket (TCP)",
+       default="IB", choices=("IB", "Socket")),
     _s("SOCKET_IFNAME", "ifname", "transport",
-       "NCCL/Gloo socket interface; empty: NCCL selects", default="", allow_empty=True, site=True),
-    _s("NCCL_IB_HCA", "ifname", "transport", "RDMA devices; empty: NCCL selects",
+       "NCCL/Gloo socket (bootstrap) interface; required with NCCL_NET=IB", default="",
+       allow_empty=True, site=True),
+    _s("NCCL_IB_HCA", "ifname", "transport", "RDMA devices NCCL uses; required with NCCL_NET=IB",
        default="", allow_empty=True, site=True),
-    _s("NCCL_IB_GID_INDEX", "int", "transport", "RoCE GID index; auto: NCCL detects",
-       default=AUTO, auto=True, minimum=0, maximum=255, site=True),
+    _s("NCCL_IB_GID_INDEX", "int", "transport",
+       "RoCE GID index (3: RoCE v2 over IPv4, as the seeds); auto: NCCL detects",
+       default="3", auto=True, minimum=0, maximum=255),
+    _s("NCCL_ALGO", "enum", "transport", "NCCL algorithm (Ring: the seeds' switchless ring)",
+       default="Ring", choices=("Ring", "Tree")),
+    _s("NCCL_CROSS_NIC", "int", "transport",
+       "NCCL_CROSS_NIC: 1 lets a ring use different NICs on its two sides (the seeds' ring)",
+       default="1", choices=("0", "1", "2")),
     _s("NCCL_MIN_NCHANNELS", "int", "transport", "minimum NCCL channels; auto: NCCL",
-       default=AUTO, auto=True, minimum=1, maximum=64),
+       default="4", auto=True, minimum=1, maximum=64),
     _s("NCCL_MAX_NCHANNELS", "int", "transport", "maximum NCCL channels; auto: NCCL",
-       default=AUTO, auto=True, minimum=1, maximum=64),
+       default="4", auto=True, minimum=1, maximum=64),
+    # The operator's NCCL build (the seeds' switchless ring library), mounted read-only and
+    # preloaded as the seeds do (LD_PRELOAD, and VLLM_NCCL_SO_PATH: vllm/envs.py:754 in
+    # vLLM 0.33.0); checked against NCCL_LIBRARY_SHA256 before anything starts.
+    _s("NCCL_LIBRARY", "path", "transport",
+       "host path of an operator-supplied libnccl.so.2 (the switchless ring build); empty: the image's NCCL",
+       default="", allow_empty=True, site=True),
+    _s("NCCL_LIBRARY_SHA256", "sha256", "transport",
+       "sha256 NCCL_LIBRARY must have (the profile binds the seeds' switchless library)",
+       default="", allow_empty=True),
     # --- host -------------------------------------------------------------------------
     _s("OMP_NUM_THREADS", "int", "host", "host threads per rank", default="8", minimum=1,
        maximum=256),
@@ -293,6 +370,17 @@ def parse_value(setting: Setting, raw: str) -> Any:
     elif kind == "token":
         if not _TOKEN.match(raw):
             raise ValueError(f"{setting.key}={raw!r}: expected letters, digits, '_', '.', ':', '-'")
+        return raw
+    elif kind == "name":
+        if not _MODEL_NAME.match(raw):
+            raise ValueError(
+                f"{setting.key}={_cut(raw)!r}: expected a letter or digit, then letters, digits, "
+                "'_', '.', ':', '/', '-' (at most 128)"
+            )
+        return raw
+    elif kind == "sha256":
+        if not _SHA256.match(raw):
+            raise ValueError(f"{setting.key}={_cut(raw)!r}: expected 64 lowercase hex digits")
         return raw
     elif kind == "ifname":
         if not _IFNAME.match(raw):

@@ -16,6 +16,29 @@ from .contract import LaunchContract
 from .resolution import Resolution
 
 CONTAINER_TARGET = "/models/target"
+# Where an operator-supplied NCCL build is mounted (read-only) and preloaded from
+CONTAINER_NCCL_LIBRARY = "/opt/sparkflake/operator/nccl/libnccl.so.2"
+# What NCCL over RDMA needs of the container, as the seeds' R8 launcher gives it
+# (SparkRing runtime/glm53-flash-jj-r8-gb10/launch-rank.sh: --device /dev/infiniband
+# --cap-add IPC_LOCK --ulimit memlock=-1:-1): the verbs devices, and pinning (registering)
+# buffers with the HCA without a locked-memory limit.
+RDMA_DEVICES = ("/dev/infiniband",)
+RDMA_CAPABILITIES = ("IPC_LOCK",)
+UNLIMITED_MEMLOCK = "memlock=-1:-1"
+# Every JIT and compile cache of the image's components, under the rank's JIT root (the
+# identity's namespace under CACHE_ROOT): variable, directory under the root, who reads it.
+JIT_CACHE_VARIABLES: tuple[tuple[str, str, str], ...] = (
+    ("VLLM_CACHE_ROOT", "vllm", "vllm/envs.py:714 (vLLM 0.33.0)"),
+    ("B12X_COMPILE_CACHE_DIR", "b12x", "b12x/_lib/compiler.py:684 _cute_compile_cache_dir (b12x 1.5.1)"),
+    # b12x's RoCE proxy build (b12x/comm/roce/_proxy.py:47) and others default under it
+    ("XDG_CACHE_HOME", "xdg", "b12x/comm/roce/_proxy.py:47, b12x/_lib/compiler.py:687 (b12x 1.5.1)"),
+    ("CUTE_DSL_CACHE_DIR", "cute-dsl",
+     "nvidia_cutlass_dsl/dsl_packages/cutlass/base_dsl/cache_helpers.py:70 (nvidia-cutlass-dsl 4.8.0)"),
+    ("TRITON_CACHE_DIR", "triton", "triton/knobs.py:348"),
+    ("TORCHINDUCTOR_CACHE_DIR", "inductor", "torch/_inductor/runtime/cache_dir_utils.py:15"),
+    ("FLASHINFER_WORKSPACE_BASE", "flashinfer", "flashinfer/jit/env.py:67"),
+    ("CUDA_CACHE_PATH", "cuda", "the CUDA driver (CUDA C Programming Guide, CUDA Environment Variables)"),
+)
 CONTAINER_DRAFT = "/models/draft"
 SPARKCACHE_CONNECTOR = "SparkContextCacheConnector"
 SPARKCACHE_CONNECTOR_MODULE = "sparkcache.spark_context_cache_connector"
@@ -41,6 +64,8 @@ class ContainerSpec:
     labels: Mapping[str, str]
     gpus: str  # all | none
     ipc: str
+    devices: tuple[str, ...]  # host device paths passed through
+    cap_add: tuple[str, ...]
     shm_size: int | None
     ulimits: tuple[str, ...]
     serve_args: tuple[str, ...]  # after the image: arguments of the entrypoint `vllm serve`
@@ -52,6 +77,8 @@ class ContainerSpec:
             "network": "host",
             "ipc": self.ipc,
             "gpus": self.gpus,
+            "devices": list(self.devices),
+            "cap_add": list(self.cap_add),
             "shm_size": self.shm_size,
             "ulimits": list(self.ulimits),
             "mounts": [
@@ -121,7 +148,7 @@ def serve_args(
     rank = resolution.rank
     args: list[str] = [
         CONTAINER_TARGET,
-        "--served-model-name", contract.served_model_name,
+        "--served-model-name", v["SERVED_MODEL_NAME"],
         "--host", "0.0.0.0",
         "--port", str(v["API_PORT"]),
         "--tensor-parallel-size", str(v["TP"]),
@@ -157,6 +184,13 @@ def serve_args(
         args += ["--linear-backend", v["LINEAR_BACKEND"]]
     if v["LANGUAGE_MODEL_ONLY"]:
         args.append("--language-model-only")
+    # vllm/entrypoints/common/cli_args.py:123,129 and vllm/engine/arg_utils.py:1147 (0.33.0)
+    if v["TOOL_CALL_PARSER"]:
+        args += ["--tool-call-parser", v["TOOL_CALL_PARSER"]]
+    if v["AUTO_TOOL_CHOICE"]:
+        args.append("--enable-auto-tool-choice")
+    if v["REASONING_PARSER"]:
+        args += ["--reasoning-parser", v["REASONING_PARSER"]]
     compilation: dict[str, Any] = {
         "cudagraph_mode": v["CUDA_GRAPH_MODE"],
         "max_cudagraph_capture_size": v["MAX_CUDA_GRAPH_CAPTURE_SIZE"],
@@ -180,20 +214,35 @@ def container_env(resolution: Resolution, jit_root: str) -> dict[str, str]:
         "VLLM_ALLREDUCE_USE_SYMM_MEM": "1" if v["ALLREDUCE_SYMM_MEM"] else "0",
         "VLLM_ALLREDUCE_USE_FLASHINFER": "1" if v["FLASHINFER_ALLREDUCE"] else "0",
         "VLLM_HOST_IP": v["NODE_ADDRESS"],
-        "VLLM_CACHE_ROOT": f"{jit_root}/vllm",
-        "TRITON_CACHE_DIR": f"{jit_root}/triton",
-        "TORCHINDUCTOR_CACHE_DIR": f"{jit_root}/inductor",
-        "FLASHINFER_WORKSPACE_BASE": f"{jit_root}/flashinfer",
-        "CUDA_CACHE_PATH": f"{jit_root}/cuda",
+        **{variable: f"{jit_root}/{directory}" for variable, directory, _ in JIT_CACHE_VARIABLES},
     }
+    env.update(fabric_env(v))
+    return env
+
+
+def fabric_env(v: Mapping[str, Any]) -> dict[str, str]:
+    """NCCL's and Gloo's settings (every name a string of NCCL 2.30.7's libnccl.so.2)."""
+    env = {"NCCL_NET": v["NCCL_NET"], "NCCL_ALGO": v["NCCL_ALGO"], "NCCL_CROSS_NIC": str(v["NCCL_CROSS_NIC"])}
     if v["SOCKET_IFNAME"]:
         env["NCCL_SOCKET_IFNAME"] = v["SOCKET_IFNAME"]
         env["GLOO_SOCKET_IFNAME"] = v["SOCKET_IFNAME"]
-    if v["NCCL_IB_HCA"]:
-        env["NCCL_IB_HCA"] = v["NCCL_IB_HCA"]
+    if v["NCCL_NET"] == "IB":
+        # as the seeds' R8 launcher: IB on, no external net plugin, one NIC per ring side
+        # (no merged NICs), routing by subnet across the ring's point-to-point links
+        env.update({
+            "NCCL_IB_DISABLE": "0",
+            "NCCL_NET_PLUGIN": "none",
+            "NCCL_IB_HCA": v["NCCL_IB_HCA"],
+            "NCCL_IB_MERGE_NICS": "0",
+            "NCCL_IB_SUBNET_AWARE_ROUTING": "1",
+        })
     for key in ("NCCL_IB_GID_INDEX", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS"):
         if v[key] is not None:
             env[key] = str(v[key])
+    if v["NCCL_LIBRARY"]:
+        # preloaded, as the seeds do, so that torch's and vLLM's NCCL calls all bind to it
+        env["LD_PRELOAD"] = CONTAINER_NCCL_LIBRARY
+        env["VLLM_NCCL_SO_PATH"] = CONTAINER_NCCL_LIBRARY
     return env
 
 
@@ -215,6 +264,12 @@ def build_spec(
     if v["SPARKCACHE_ENABLED"]:
         mounts.append(Mount(sparkcache_dir, contract.container_cache_root, False))
     mounts.append(Mount(jit_dir, contract.container_jit_root, False))
+    if v["NCCL_LIBRARY"]:
+        mounts.append(Mount(v["NCCL_LIBRARY"], CONTAINER_NCCL_LIBRARY, True))
+    rdma = v["NCCL_NET"] == "IB"
+    ulimits = tuple(v["CONTAINER_ULIMITS"].split(","))
+    if rdma:
+        ulimits = (*(item for item in ulimits if not item.startswith("memlock=")), UNLIMITED_MEMLOCK)
     return ContainerSpec(
         name=f"{contract.container_name}-rank{resolution.rank}",
         image=image_id,
@@ -223,8 +278,10 @@ def build_spec(
         labels=dict(labels),
         gpus=v["GPU_DEVICES"],
         ipc=v["IPC_MODE"],
+        devices=RDMA_DEVICES if rdma else (),
+        cap_add=RDMA_CAPABILITIES if rdma else (),
         shm_size=v["SHM_SIZE"],
-        ulimits=tuple(v["CONTAINER_ULIMITS"].split(",")),
+        ulimits=ulimits,
         serve_args=serve_args(resolution, contract, target_checkpoint, draft_checkpoint),
     )
 
@@ -236,6 +293,10 @@ def engine_argv(spec: ContainerSpec, engine_name: str, engine_command: list[str]
         argv.append("--detach")
     if spec.gpus == "all":
         argv += ["--device", "nvidia.com/gpu=all"] if engine_name == "podman" else ["--gpus", "all"]
+    for device in spec.devices:
+        argv += ["--device", device]
+    for capability in spec.cap_add:
+        argv += ["--cap-add", capability]
     if spec.shm_size is not None:
         argv += ["--shm-size", f"{spec.shm_size}b" if engine_name == "podman" else str(spec.shm_size)]
     for ulimit in spec.ulimits:

@@ -13,6 +13,7 @@ from ..oci.reader import ImageReader
 from .capabilities import Capabilities
 from .check_report import Case, CheckReport
 from .env_evidence import EXTERNAL_READERS
+from .serving_judge import judge_serving
 
 # The variables that would switch B12X's full-CKV gather (DCP2/DCP4) on: the name the
 # launcher used to emit, and the one the seeds' launcher passes to their vLLM fork.
@@ -61,6 +62,9 @@ def judge_result(report: CheckReport, result: Mapping[str, Any], cases: Sequence
         report.add("runtime.env-unread", FAIL if unread else PASS,
                    f"{case.name}: read by nothing in the image: {', '.join(unread)}" if unread
                    else f"{case.name}: {len(case.env)} variables, each read by the image")
+    # written whenever vLLM imported (in_image/probe.py); without it runtime.imports has failed
+    if "serving" in result:
+        judge_serving(report, result)
 
 
 def _verdict_status(entry: Any) -> tuple[bool, str]:

@@ -22,7 +22,7 @@ from .env_evidence import find_names
 
 PROBE_DIRECTORY = Path(__file__).with_name("in_image")
 # The probe's modules, shipped side by side: probe.py imports the others by these names
-PROBE_MODULES = ("probe.py", "probe_capabilities.py", "probe_cases.py", "probe_support.py")
+PROBE_MODULES = ("probe.py", "probe_capabilities.py", "probe_cases.py", "probe_serving.py", "probe_support.py")
 MAX_RESULT_BYTES = 32 << 20
 INSIDE = "/tmp/sparkflake"
 PYCACHE_INSIDE = "/tmp/sparkflake-pycache"

@@ -9,5 +9,6 @@ standard library and the packages of the image.
 - ``probe.py``: the one start — runtime imports, platform, versions, then the two parts;
 - ``probe_capabilities.py``: what the image's code offers (backends, methods, formats, ...);
 - ``probe_cases.py``: each launch case judged by vLLM's and SparkCache's own code;
+- ``probe_serving.py``: the parsers the cases name, NCCL's IB userspace, where each cache lands;
 - ``probe_support.py``: error text, log capture, env-read tracking, forked children.
 """

@@ -32,6 +32,7 @@ import warnings
 
 from probe_capabilities import capabilities
 from probe_cases import judge_case, warm_model_registry
+from probe_serving import serving_probe
 from probe_support import (
     CAPTURE,
     ENV_READS,
@@ -194,6 +195,8 @@ def main(argv: list[str]) -> int:
                     os.environ.pop(key, None)
                 ENV_READS.intersection_update(seen)
         result["cases"] = cases
+        if imports.get("vllm", {}).get("ok"):
+            result["serving"] = serving_probe(request.get("cases", []))
         for name in FORKED_IMPORTS:
             if isinstance(imports.get(name), dict):
                 imports[name]["parent_imported"] = name in sys.modules
