@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -56,6 +57,25 @@ def test_file_hashes_trust_the_table_only_for_the_same_identity(tmp_path: Path) 
     fresh.sha256(target)
     fresh.save()
     assert not table.exists()  # nothing new was remembered, nothing written
+
+
+def test_file_hashes_never_remember_a_build_s_work_tree(tmp_path: Path) -> None:
+    """Files under a directory given to never_remember are hashed (right) but leave no
+    record, so the table is not rewritten; a file beside that directory is remembered."""
+    work = tmp_path / "work"
+    (work / "deep").mkdir(parents=True)
+    inside, beside = work / "deep" / "f", tmp_path / "work-sibling"
+    inside.write_bytes(b"scratch")
+    beside.write_bytes(b"kept")
+    table = tmp_path / "table.json"
+    hashes = FileHashes(table, racy_window_ns=0)
+    hashes.never_remember(work)
+    assert hashes.sha256(inside) == hashlib.sha256(b"scratch").hexdigest()
+    hashes.save()
+    assert not table.exists()
+    assert hashes.sha256(beside) == hashlib.sha256(b"kept").hexdigest()
+    hashes.save()
+    assert set(json.loads(table.read_bytes())["files"]) == {str(beside)}
 
 
 def test_file_hashes_name_an_unreadable_file(tmp_path: Path) -> None:
