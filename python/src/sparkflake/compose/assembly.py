@@ -30,7 +30,7 @@ from .debian_base import DebInput, assemble_base
 from .elf import iter_elf_files
 from .inputs import FetchedInputs
 from .layer_input import LayerInput, TreeSource
-from .native_interface import native_names, python_module_imports, python_op_uses
+from .native_interface import PythonScan, native_names, python_interface
 from .python_env import DEFAULT_PREFIX, CollisionRule, WheelInput, assemble_python_env
 from .source_overlay import (
     extract_sdist_package,
@@ -393,9 +393,12 @@ class WheelInterface:
     libraries: int
 
 
-def wheel_interface(package_dir: Path, wheel_sha256: str, hashes: FileHashes | None) -> WheelInterface:
+def wheel_interface(
+    package_dir: Path, wheel_sha256: str, hashes: FileHashes | None, scan: Callable[[Path], PythonScan] | None = None
+) -> WheelInterface:
     """Remembered per wheel sha256 beside the file-hash table (the installed package is
-    the verified wheel's, so its interface is a property of those bytes)."""
+    the verified wheel's, so its interface is a property of those bytes). ``scan``: how
+    each ``.py`` file is scanned (``python_interface``)."""
     memo = None
     if hashes is not None and hashes.table_path is not None:
         memo = hashes.table_path.parent / "native-interface" / f"{wheel_sha256}.json"
@@ -407,8 +410,8 @@ def wheel_interface(package_dir: Path, wheel_sha256: str, hashes: FileHashes | N
             pass
     libraries = [package_dir / elf.path for elf in iter_elf_files(package_dir)]
     files = {f"{package_dir.name}/{p}": path for p, path in package_files(package_dir).items()}
-    found = WheelInterface(python_op_uses(files), python_module_imports(files, package_dir.name),
-                           native_names(libraries), tuple(sorted(files)), len(libraries))
+    python = python_interface(files, package_dir.name, scan)
+    found = WheelInterface(python.op_uses, python.imports, native_names(libraries), tuple(sorted(files)), len(libraries))
     if memo is not None:
         record = {"op_uses": sorted([*key, path] for key, path in found.op_uses.items()), "imports": found.imports,
                   "registered": sorted(found.registered), "files": list(found.files), "libraries": found.libraries}
