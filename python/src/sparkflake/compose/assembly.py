@@ -22,7 +22,7 @@ from ..core.digest import sha256_file
 from ..core.errors import CheckFailed, InputError
 from ..core.file_hashes import FileHashes
 from ..core.progress import ProgressCallback
-from ..core.tree_digest import git_tree_id, nar_hash
+from ..core.tree_digest import git_tree_id, nar_digest_and_git_tree, nar_hash
 from ..lock.pins import GitPin, Lock, SdistPin, WheelPin
 from ..lock.target import Target
 from .composition import OVERLAY_PACKAGE, Composition
@@ -319,12 +319,14 @@ def assemble(
         vllm_site, OVERLAY_PACKAGE, wheel_filename=wheel_pin.filename, wheel_sha256=wheel_pin.sha256,
         hash_file=hash_file,
     )
+    # one read of each patched file for both identities (the copy is new on every build)
+    patched_nar, patched_git = nar_digest_and_git_tree(patched_package)
     overlay = overlay_manifest(
         plan,
         source_identity=source_identity,
         patch_set_sha256=composition.patch_set.patch_set_sha256,
-        patched_tree_git=git_tree_id(patched_package),
-        patched_tree_nar_hash=nar_hash(patched_package).sri,
+        patched_tree_git=patched_git,
+        patched_tree_nar_hash=patched_nar.nar_hash.sri,
         install_prefix=site_packages,
     )
     package_overlays = [
