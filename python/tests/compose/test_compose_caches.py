@@ -197,7 +197,8 @@ def test_cached_trees_keep_their_elf_facts_and_lose_them_when_changed(tmp_path: 
     assert first.assembly is not None
     facts = sorted(p.name for p in (tmp_path / "c" / "trees").glob("*/fact-*.json"))
     lower = len(first.image.layers) - 1
-    assert facts == ["fact-elf-machines.json"] * lower, facts
+    # the vllm tree and the extracted source also keep which files start with the ELF magic
+    assert facts == ["fact-elf-machines.json"] * lower + ["fact-elf-magic.json"] * 2, facts
     second = build_profile(request)
     assert [layer.from_cache for layer in second.image.layers[:-1]] == [True] * lower
     assert second.image.manifest_digest == first.image.manifest_digest
@@ -218,6 +219,42 @@ def test_cached_trees_keep_their_elf_facts_and_lose_them_when_changed(tmp_path: 
     fourth = build_profile(request)
     assert fourth.image.layers[0].from_cache is False
     assert fourth.image.layers[0].digest == first.image.layers[0].digest
+
+
+@settings(max_examples=40, deadline=None)
+@given(files=st.dictionaries(
+    st.sampled_from(["a", "b.so", "d/c", "d/e/f.so", "g"]),
+    st.one_of(st.binary(max_size=8), st.binary(max_size=8).map(lambda tail: b"\x7fELF" + tail),
+              st.sampled_from([b"\x7fEL", b"\x7fELF", b"\x7fELF\x02\x01"]),
+              st.just("link")),
+))
+def test_elf_magic_of_a_cached_tree_equals_reading_each_file(tmp_path_factory, files) -> None:
+    """The kept elf-magic fact answers as reading the first bytes would, for every path
+    of the tree (symlinks are not files); a file outside the tree is read."""
+    from sparkflake.compose.assembly import elf_magic_lookup
+    from sparkflake.compose.source_overlay import is_elf_file
+
+    root = tmp_path_factory.mktemp("cache")
+
+    def build(tree: Path) -> dict:
+        tree.mkdir()
+        for name, content in files.items():
+            target = tree / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if content == "link":
+                target.symlink_to("/bin/sh")  # an ELF file elsewhere: a symlink is no ELF file here
+            else:
+                target.write_bytes(content)
+        return {}
+
+    entry = TreeCache(root).get_or_build({"kind": "test"}, build)
+    outside = root / "outside"
+    outside.write_bytes(b"\x7fELF-outside")
+    for answers in (elf_magic_lookup([entry]), elf_magic_lookup([TreeCache(root).get_or_build({"kind": "test"}, build)])):
+        for name, content in files.items():
+            expected = content != "link" and is_elf_file(entry.tree / name)
+            assert answers(entry.tree / name) is expected, name
+        assert answers(outside) is True
 
 
 def _reference_elf_walk(root):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -33,7 +34,9 @@ from .layer_input import LayerInput, TreeSource
 from .native_interface import PythonScan, native_names, python_interface
 from .python_env import DEFAULT_PREFIX, CollisionRule, WheelInput, assemble_python_env
 from .source_overlay import (
+    elf_magic_paths,
     extract_sdist_package,
+    is_elf_file,
     overlay_manifest,
     package_files,
     plan_overlay,
@@ -306,7 +309,8 @@ def assemble(
             "nar_hash": source.nar_hash,
             "version": getattr(wheel, "version", ""),
         }
-    plan = plan_overlay(vllm_site, source_root, OVERLAY_PACKAGE, composition.patch_set, hash_file)
+    is_elf = elf_magic_lookup([entries[tree] for tree in (vllm_tree, source_root) if tree in entries])
+    plan = plan_overlay(vllm_site, source_root, OVERLAY_PACKAGE, composition.patch_set, hash_file, is_elf)
     patched_root = (scratch_dir or work_dir) / "patched-source"
     patched_package = write_patched_source(source_root, OVERLAY_PACKAGE, plan, patched_root)
     overlay_tree = work_dir / "overlay"
@@ -356,6 +360,23 @@ def assemble(
         cached_trees=entries,
         package_overlays=tuple(package_overlays),
     )
+
+
+def elf_magic_lookup(cached: Sequence[CachedTree]) -> Callable[[Path], bool]:
+    """``is_elf_file`` answered, for a file inside one of the ``cached`` trees, from that
+    entry's kept ``elf-magic`` fact (``CachedTree.fact``: the entry was validated path by
+    path this build -- every path's inode, size, mtime and ctime -- so the fact, taken
+    from its bytes once, is as current as the tree); other files are read."""
+    known = [(os.path.join(entry.tree, ""), frozenset(entry.fact("elf-magic", elf_magic_paths))) for entry in cached]  # type: ignore[arg-type]  # a kept fact is JSON; this one is elf_magic_paths' list
+
+    def is_elf(path: Path) -> bool:
+        text = os.fspath(path)
+        for prefix, paths in known:
+            if text.startswith(prefix):
+                return text[len(prefix):] in paths
+        return is_elf_file(path)
+
+    return is_elf
 
 
 def source_packages_document_of(assembly: Assembly) -> dict[str, Any]:

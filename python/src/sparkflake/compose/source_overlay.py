@@ -32,6 +32,7 @@ from ..core.atomic_write import copy_bytes
 from ..core.digest import sha256_file
 from ..core.errors import CheckFailed, InputError
 from .elf import ELF_MAGIC, iter_elf_files, parse_header
+from .layer_input import walk_lstat
 from .patches import ABSENT, FileReader, PatchedFile, PatchSet, apply_patch_set
 
 RETAINED_NATIVE_SCHEMA = "https://sparkflake.dev/retained-native/v1"
@@ -64,9 +65,19 @@ def is_elf_bytes(prefix: bytes) -> bool:
     return prefix.startswith(ELF_MAGIC)
 
 
-def _is_elf_file(path: Path) -> bool:
+def is_elf_file(path: str | os.PathLike[str]) -> bool:
     with open(path, "rb") as handle:
         return is_elf_bytes(handle.read(4))
+
+
+def elf_magic_paths(root: str | os.PathLike[str]) -> list[str]:
+    """Relative paths of the regular files under ``root`` that start with the ELF magic
+    (what ``is_elf_file`` says of each), sorted: a fact small enough to keep beside a
+    cached tree."""
+    return sorted(
+        relative for relative, host_path, status in walk_lstat(root)
+        if stat.S_ISREG(status.st_mode) and status.st_size >= len(ELF_MAGIC) and is_elf_file(host_path)
+    )
 
 
 # --------------------------------------------------------------------------- sources
@@ -219,6 +230,7 @@ def plan_overlay(
     package: str,
     patch_set: PatchSet | None = None,
     hash_file: Callable[[Path], str] = sha256_file,
+    is_elf: Callable[[Path], bool] = is_elf_file,
 ) -> OverlayPlan:
     """Decide, path by path, what the overlay adds, replaces and deletes.
 
@@ -226,7 +238,8 @@ def plan_overlay(
     ``<package>/``. Patches apply over the source first (falling back to the installed
     file for paths the source lacks); only their outcome and the source files that differ
     from the installed package become overlay entries. ``hash_file`` hashes the source
-    and installed files (a stat-keyed cache in a build).
+    and installed files (a stat-keyed cache in a build); ``is_elf`` says whether a file
+    starts with the ELF magic (in a build, a validated cached tree's kept fact).
     """
     base_root = Path(site_packages)
     source_package = Path(source_root) / package
@@ -242,10 +255,13 @@ def plan_overlay(
     unchanged = 0
     for path in sorted(set(source_files) | set(patched)):
         base_file = base_root / path
-        base_exists = base_file.is_file() and not base_file.is_symlink()
-        if base_file.is_symlink() or (base_file.exists() and not base_exists):
-            raise CheckFailed(f"{base_file}: overlay target is not a regular file", check_id="overlay.elf")
-        if base_exists and _is_elf_file(base_file):
+        try:
+            base_exists = stat.S_ISREG(os.lstat(base_file).st_mode)
+            if not base_exists:  # a symlink, directory or other kind
+                raise CheckFailed(f"{base_file}: overlay target is not a regular file", check_id="overlay.elf")
+        except (FileNotFoundError, NotADirectoryError):
+            base_exists = False
+        if base_exists and is_elf(base_file):
             raise CheckFailed(
                 f"overlay would touch ELF file {path} (compiled extensions are retained from the wheel)",
                 check_id="overlay.elf",
@@ -258,7 +274,7 @@ def plan_overlay(
             target_sha = outcome.target_sha256
         else:
             source_file = source_files[path]
-            if _is_elf_file(source_file):
+            if is_elf(source_file):
                 raise CheckFailed(
                     f"overlay source {source_file} is an ELF file: only Python and data files may be overlaid",
                     check_id="overlay.elf",
