@@ -54,16 +54,18 @@ def tagged_profile(profile: str, scratch: Path, tag: str) -> Path:
     return target
 
 
-def build(source: Path, profile: Path, out: Path, cache: Path | None) -> dict:
+def build(source: Path, profile: Path, out: Path, cache: Path | None, bytecode: bool = True) -> dict:
     """One ``sparkflake build`` with ``source`` first on the import path; its CPU from the
-    kernel (the children's rusage before and after)."""
+    kernel (the children's rusage before and after). ``bytecode``: compiled modules are
+    written and reused (as an installed package has them), else every run compiles."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     load = os.getloadavg()
     start = time.perf_counter()
     command = [sys.executable, "-m", "sparkflake.cli", "build", str(profile), "-o", str(out), "--json", "--offline",
                "--formats", "oci", *(["--cache", str(cache)] if cache else [])]
     completed = subprocess.run(command, capture_output=True, text=True, check=False,
-                               env={**os.environ, "SOURCE_DATE_EPOCH": "1", "PYTHONPATH": str(source)})
+                               env={**{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE" or not bytecode},
+                                    "SOURCE_DATE_EPOCH": "1", "PYTHONPATH": str(source)})
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if completed.returncode != 0:
@@ -90,6 +92,8 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=4)
     parser.add_argument("--profile", default="glm53-dflash7")
     parser.add_argument("--cache", type=Path, default=None)
+    parser.add_argument("--no-bytecode", action="store_true",
+                        help="compile every module on every run (PYTHONDONTWRITEBYTECODE kept)")
     parser.add_argument("--scratch", type=Path, default=Path("/work/scratch/h32r-rebuild-cpu"))
     args = parser.parse_args()
     versions = {"before": args.before_src.resolve(), "after": args.after_src.resolve()}
@@ -97,14 +101,14 @@ def main() -> int:
     warm = {label: tagged_profile(args.profile, args.scratch / f"warm-{label}", f"warm-{label}-{time.time_ns()}")
             for label in versions}
     for label, source in versions.items():  # each version's own caches (e.g. the scan table) warm
-        build(source, warm[label], args.scratch / f"warm-{label}" / "out", args.cache)
+        build(source, warm[label], args.scratch / f"warm-{label}" / "out", args.cache, not args.no_bytecode)
         shutil.rmtree(args.scratch / f"warm-{label}")
     for run in range(args.runs):
         order = ["before", "after"] if run % 2 == 0 else ["after", "before"]
         for label in order:
             work = args.scratch / f"{label}-{run}"
             profile = tagged_profile(args.profile, work, f"{label}-{run}-{time.time_ns()}")
-            measured = build(versions[label], profile, work / "out", args.cache)
+            measured = build(versions[label], profile, work / "out", args.cache, not args.no_bytecode)
             runs[label].append(measured)
             shutil.rmtree(work)
             print(f"run {run + 1} {label}: cpu {measured['cpu_s']:.2f}s (user {measured['user_s']:.2f} "
@@ -129,6 +133,7 @@ def main() -> int:
         "profile": args.profile,
         "versions": {"before": args.before_label, "after": args.after_label},
         "cpus": os.cpu_count(),
+        "bytecode": "compiled modules reused (written by the warm-up run)" if not args.no_bytecode else "compiled on every run",
         "runs": runs,
         "median_cpu_s": median,
         "full_build_idle_wall_s": FULL_BUILD_IDLE_S,
