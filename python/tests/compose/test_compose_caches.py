@@ -331,6 +331,64 @@ def test_elf_walk_keeps_the_os_walk_order_and_the_machines(tmp_path_factory, lay
         assert check_machine(root, "linux/arm64", elf_machines(root)) == len(listed)
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    layout=st.lists(
+        st.tuples(
+            st.lists(st.sampled_from(["pkg", "a", "b", "a-b", "a.b", "Z"]), min_size=1, max_size=4),
+            st.sampled_from(["file", "file", "executable", "link", "dirlink", "danglinglink"]),
+        ),
+        max_size=25,
+    )
+)
+def test_the_validating_walk_lists_and_hashes_as_the_file_system_would(tmp_path_factory, layout) -> None:
+    """Listing a package of a cached tree from the walk that validated it gives what
+    walking it now gives (files, refusals); the file hash taken under the walk's
+    identity is the file's sha256; outside the walked trees nothing is answered."""
+    from sparkflake.compose.assembly import hash_walked
+    from sparkflake.compose.source_overlay import package_files
+    from sparkflake.compose.tree_cache import WalkedTrees
+
+    root = tmp_path_factory.mktemp("walked")
+
+    def build(tree: Path) -> dict:
+        (tree / "pkg").mkdir(parents=True)
+        for parts, kind in layout:
+            path = tree.joinpath(*parts)
+            ancestors = [tree.joinpath(*parts[:i]) for i in range(1, len(parts))]
+            if any(a.is_symlink() or (a.exists() and not a.is_dir()) for a in ancestors) or os.path.lexists(path):
+                continue
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if kind in ("file", "executable"):
+                path.write_bytes("/".join(parts).encode())
+                path.chmod(0o755 if kind == "executable" else 0o644)
+            else:
+                os.symlink({"link": "/bin/sh", "dirlink": ".", "danglinglink": "nowhere"}[kind], path)
+        return {}
+
+    TreeCache(root / "cache").get_or_build({"kind": "walked"}, build)
+    entry = TreeCache(root / "cache").get_or_build({"kind": "walked"}, build)  # reused: validated by its walk
+    assert entry.reused
+    walked = WalkedTrees([entry])
+    hashes = FileHashes(root / "table.json", racy_window_ns=0)
+    for directory in [entry.tree / "pkg", *(p for p in (entry.tree / "pkg").rglob("*") if p.is_dir() and not p.is_symlink())]:
+        listing = walked.under(directory)
+        assert listing is not None
+        try:
+            expected = package_files(directory)
+        except InputError as refused:
+            with pytest.raises(InputError) as also:
+                package_files(directory, listing)
+            assert "symlinks are not accepted" in also.value.message and "symlinks are not accepted" in refused.message
+            continue
+        assert package_files(directory, listing) == expected
+        for path in expected.values():
+            assert walked.status(path) == os.lstat(path)
+            assert hash_walked(hashes, walked, path) == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert walked.under(root) is None and walked.status(root / "table.json") is None
+    assert walked.under(entry.tree / "pkg" / "absent") is None
+
+
 def test_scratch_on_the_memory_file_system_is_private_and_cleaned(tmp_path: Path, monkeypatch) -> None:
     """The patched-source scratch goes to /dev/shm (a copy across file systems works),
     is gone after the build, and a killed build's leftover is removed by the next one."""

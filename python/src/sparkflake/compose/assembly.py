@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import stat
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -21,7 +22,7 @@ from ..core.atomic_write import write_bytes_atomic
 from ..core.canonical_json import readable_json_bytes
 from ..core.digest import sha256_file
 from ..core.errors import CheckFailed, InputError
-from ..core.file_hashes import FileHashes
+from ..core.file_hashes import FileHashes, stat_identity
 from ..core.progress import ProgressCallback
 from ..core.tree_digest import git_tree_id, nar_digest_and_git_tree, nar_hash
 from ..lock.pins import GitPin, Lock, SdistPin, WheelPin
@@ -46,7 +47,7 @@ from .source_overlay import (
     write_patched_source,
 )
 from .source_packages import PackageOverlay, overlay_package, source_packages_document
-from .tree_cache import CachedTree, TreeCache
+from .tree_cache import CachedTree, TreeCache, WalkedTrees
 
 # Python environment layers, bottom to top: name, predicate over a normalized name.
 PYTHON_GROUPS: tuple[tuple[str, Callable[[str], bool]], ...] = (
@@ -87,12 +88,25 @@ class Assembly:
     trees_reused: Mapping[str, bool] = field(default_factory=dict)
     cached_trees: Mapping[Path, CachedTree] = field(default_factory=dict)  # tree -> its cache entry
     package_overlays: tuple[PackageOverlay, ...] = ()
+    walked: WalkedTrees = field(default_factory=lambda: WalkedTrees(()))  # the cached trees' validating walks
 
     def hash_file(self, path: Path) -> str:
-        return self.hashes.sha256(path) if self.hashes is not None else sha256_file(path)
+        return hash_walked(self.hashes, self.walked, path)
 
     def lower_layers(self) -> list[LayerTree]:
         return lower_layer_trees(self.base_tree, self.python_trees, self.cached_trees)
+
+
+def hash_walked(hashes: FileHashes | None, walked: WalkedTrees, path: Path) -> str:
+    """sha256 of ``path``: through the file-hash records when there are any, under the
+    identity the cached tree's validating walk took when the path lies in one (see
+    ``WalkedTrees``), else under one taken now."""
+    if hashes is None:
+        return sha256_file(path)
+    status = walked.status(path)
+    if status is None or not stat.S_ISREG(status.st_mode):  # a symlink's record is its target's
+        return hashes.sha256(path)
+    return hashes.sha256(path, stat_identity(status))
 
 
 def lower_layer_trees(
@@ -206,9 +220,12 @@ def assemble(
     profile = composition.profile
     target = _target_for(composition.locks[0])
     work_dir.mkdir(parents=True, exist_ok=True)
-    hash_file = hashes or sha256_file
     reused: dict[str, bool] = {}
     entries: dict[Path, CachedTree] = {}
+    walked = WalkedTrees(())
+
+    def hash_file(path: Path) -> str:
+        return hash_walked(hashes, walked, path)
 
     def cached(name: str, recipe: dict[str, Any], build: Callable[[Path], Mapping[str, Any]]) -> tuple[Path, Mapping[str, Any]]:
         if tree_cache is None:
@@ -310,7 +327,11 @@ def assemble(
             "version": getattr(wheel, "version", ""),
         }
     is_elf = elf_magic_lookup([entries[tree] for tree in (vllm_tree, source_root) if tree in entries])
-    plan = plan_overlay(vllm_site, source_root, OVERLAY_PACKAGE, composition.patch_set, hash_file, is_elf)
+    walked = WalkedTrees(entries.values())
+    plan = plan_overlay(
+        vllm_site, source_root, OVERLAY_PACKAGE, composition.patch_set, hash_file, is_elf,
+        source_listing=walked.under(source_root / OVERLAY_PACKAGE), lstat=lambda path: walked.status(path) or os.lstat(path),
+    )
     patched_root = (scratch_dir or work_dir) / "patched-source"
     patched_package = write_patched_source(source_root, OVERLAY_PACKAGE, plan, patched_root)
     overlay_tree = work_dir / "overlay"
@@ -359,6 +380,7 @@ def assemble(
         trees_reused=reused,
         cached_trees=entries,
         package_overlays=tuple(package_overlays),
+        walked=walked,
     )
 
 

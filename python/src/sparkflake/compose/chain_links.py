@@ -57,14 +57,18 @@ class ChainContext:
     @cached_property
     def wheel_package_hashes(self) -> dict[str, str]:
         """path -> sha256 of the wheel's own vllm/ tree, walked once for the overlay and the
-        patch links (the build's own tree: nothing changes it between two links)."""
-        return package_tree_hashes(self.vllm_site / OVERLAY_PACKAGE, self.assembly.hash_file)
+        patch links (the build's own tree: nothing changes it between two links), listed
+        from the walk that validated it when it is a cached tree."""
+        package = self.vllm_site / OVERLAY_PACKAGE
+        return package_tree_hashes(package, self.assembly.hash_file, self.assembly.walked.under(package))
 
     @cached_property
     def source_package_files(self) -> dict[str, Path]:
         """path -> file of the overlay source's vllm/ tree, walked once for the patch and
-        the native-interface links."""
-        return package_files(self.assembly.source_root / OVERLAY_PACKAGE)
+        the native-interface links (from the walk that validated it when it is a cached
+        tree)."""
+        package = self.assembly.source_root / OVERLAY_PACKAGE
+        return package_files(package, self.assembly.walked.under(package))
 
     @cached_property
     def python_scans(self) -> PythonScanMemo:

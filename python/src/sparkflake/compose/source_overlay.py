@@ -127,27 +127,48 @@ def extract_sdist_package(
     return root / package
 
 
-def package_files(root: str | os.PathLike[str]) -> dict[str, Path]:
-    """Regular files under ``root`` by relative POSIX path (links and others refused)."""
-    return _walk_files(Path(root))
+def package_files(
+    root: str | os.PathLike[str], listing: Mapping[str, os.stat_result] | None = None
+) -> dict[str, Path]:
+    """Regular files under ``root`` by relative POSIX path (links and others refused).
+    ``listing``: every path below ``root`` with its lstat from a walk already taken this
+    build (``tree_cache.WalkedTrees.under``), else ``root`` is walked now."""
+    return _walk_files(Path(root), listing)
 
 
-def _walk_files(root: Path) -> dict[str, Path]:
-    """Regular files under ``root`` keyed by POSIX path relative to root's parent-free base."""
-    files: dict[str, Path] = {}
+def _walk_files(root: Path, listing: Mapping[str, os.stat_result] | None = None) -> dict[str, Path]:
+    """Regular files under ``root`` keyed by POSIX path relative to ``root``, as os.walk
+    finds them: a symlink to a directory is not followed (and not a file), any other
+    symlink or non-regular file is refused."""
     base = os.fspath(root)
+    if listing is None:
+        listing = _lstat_files(base)
+    files: dict[str, Path] = {}
+    for relative, status in listing.items():
+        mode = status.st_mode
+        if stat.S_ISDIR(mode):
+            continue
+        full = os.path.join(base, relative)
+        if stat.S_ISLNK(mode):
+            if os.path.isdir(full):  # os.walk lists it among the directories and does not enter it
+                continue
+            raise InputError(f"{full}: symlinks are not accepted in an overlay source")
+        if not stat.S_ISREG(mode):
+            raise InputError(f"{full}: not a regular file")
+        files[relative] = Path(full)
+    return files
+
+
+def _lstat_files(base: str) -> dict[str, os.stat_result]:
+    """The non-directory entries os.walk lists under ``base``, with their lstat."""
+    found: dict[str, os.stat_result] = {}
     cut = len(os.path.join(base, ""))
     for dirpath, dirnames, filenames in os.walk(base):
         dirnames.sort()
         for name in sorted(filenames):
             full = os.path.join(dirpath, name)
-            status = os.lstat(full)
-            if stat.S_ISLNK(status.st_mode):
-                raise InputError(f"{full}: symlinks are not accepted in an overlay source")
-            if not stat.S_ISREG(status.st_mode):
-                raise InputError(f"{full}: not a regular file")
-            files[full[cut:].replace(os.sep, "/")] = Path(full)
-    return files
+            found[full[cut:].replace(os.sep, "/")] = os.lstat(full)
+    return found
 
 
 # --------------------------------------------------------------------------- manifests
@@ -231,6 +252,8 @@ def plan_overlay(
     patch_set: PatchSet | None = None,
     hash_file: Callable[[Path], str] = sha256_file,
     is_elf: Callable[[Path], bool] = is_elf_file,
+    source_listing: Mapping[str, os.stat_result] | None = None,
+    lstat: Callable[[Path], os.stat_result] = os.lstat,
 ) -> OverlayPlan:
     """Decide, path by path, what the overlay adds, replaces and deletes.
 
@@ -239,14 +262,16 @@ def plan_overlay(
     file for paths the source lacks); only their outcome and the source files that differ
     from the installed package become overlay entries. ``hash_file`` hashes the source
     and installed files (a stat-keyed cache in a build); ``is_elf`` says whether a file
-    starts with the ELF magic (in a build, a validated cached tree's kept fact).
+    starts with the ELF magic (in a build, a validated cached tree's kept fact);
+    ``source_listing`` and ``lstat`` give the source package's paths and an installed
+    path's lstat (in a build, from the walk that validated the cached tree).
     """
     base_root = Path(site_packages)
     source_package = Path(source_root) / package
     if not source_package.is_dir():
         raise InputError(f"{source_package}: overlay source has no {package}/ directory")
     source_files = {
-        f"{package}/{relative}": path for relative, path in _walk_files(source_package).items()
+        f"{package}/{relative}": path for relative, path in _walk_files(source_package, source_listing).items()
     }
     patched: dict[str, PatchedFile] = {}
     if patch_set is not None and patch_set.patches:
@@ -256,7 +281,7 @@ def plan_overlay(
     for path in sorted(set(source_files) | set(patched)):
         base_file = base_root / path
         try:
-            base_exists = stat.S_ISREG(os.lstat(base_file).st_mode)
+            base_exists = stat.S_ISREG(lstat(base_file).st_mode)
             if not base_exists:  # a symlink, directory or other kind
                 raise CheckFailed(f"{base_file}: overlay target is not a regular file", check_id="overlay.elf")
         except (FileNotFoundError, NotADirectoryError):
@@ -410,10 +435,13 @@ def overlay_manifest(
 
 
 def package_tree_hashes(
-    root: str | os.PathLike[str], hash_file: Callable[[Path], str] = sha256_file
+    root: str | os.PathLike[str],
+    hash_file: Callable[[Path], str] = sha256_file,
+    listing: Mapping[str, os.stat_result] | None = None,
 ) -> dict[str, str]:
-    """path -> sha256 for every regular file under ``root`` (relative POSIX paths)."""
-    return {relative: hash_file(path) for relative, path in _walk_files(Path(root)).items()}
+    """path -> sha256 for every regular file under ``root`` (relative POSIX paths);
+    ``listing`` as for ``package_files``."""
+    return {relative: hash_file(path) for relative, path in _walk_files(Path(root), listing).items()}
 
 
 def compare_overlay(
