@@ -195,6 +195,16 @@ def test_cached_trees_keep_their_elf_facts_and_lose_them_when_changed(tmp_path: 
     request = BuildRequest(profile=str(FIXTURE), output_dir=tmp_path / "o", cache_root=tmp_path / "c", offline=True, keep_work=True)
     first = build_profile(request)
     assert first.assembly is not None
+    # the retained-native manifest from the vllm tree's kept facts is the one read from it
+    from sparkflake.compose.assembly import package_elf_files
+    from sparkflake.compose.source_overlay import retained_native_manifest
+
+    site = first.assembly.vllm_tree / "opt/venv/lib/python3.11/site-packages"
+    kept = package_elf_files(site / "vllm", first.assembly.cached_trees)
+    assert kept is not None and len(kept) > 0
+    assert retained_native_manifest(site, "vllm", wheel_filename="w", wheel_sha256="s", elf_files=kept) == \
+        retained_native_manifest(site, "vllm", wheel_filename="w", wheel_sha256="s")
+    assert package_elf_files(site / "vllm", {}) is None
     facts = sorted(p.name for p in (tmp_path / "c" / "trees").glob("*/fact-*.json"))
     lower = len(first.image.layers) - 1
     # the vllm tree and the extracted source also keep which files start with the ELF magic

@@ -29,7 +29,7 @@ from ..lock.pins import GitPin, Lock, SdistPin, WheelPin
 from ..lock.target import Target
 from .composition import OVERLAY_PACKAGE, Composition
 from .debian_base import DebInput, assemble_base
-from .elf import iter_elf_files
+from .elf import ElfFile, elf_machines, iter_elf_files
 from .inputs import FetchedInputs
 from .layer_input import LayerInput, TreeSource
 from .native_interface import PythonScan, native_names, python_interface
@@ -342,7 +342,7 @@ def assemble(
     assert isinstance(wheel_pin, WheelPin)
     retained = retained_native_manifest(
         vllm_site, OVERLAY_PACKAGE, wheel_filename=wheel_pin.filename, wheel_sha256=wheel_pin.sha256,
-        hash_file=hash_file,
+        hash_file=hash_file, elf_files=package_elf_files(vllm_site / OVERLAY_PACKAGE, entries),
     )
     # one read of each patched file for both identities (the copy is new on every build)
     patched_nar, patched_git = nar_digest_and_git_tree(patched_package)
@@ -399,6 +399,29 @@ def elf_magic_lookup(cached: Sequence[CachedTree]) -> Callable[[Path], bool]:
         return is_elf_file(path)
 
     return is_elf
+
+
+def package_elf_files(package_dir: Path, assembly_trees: Mapping[Path, CachedTree]) -> list[ElfFile] | None:
+    """The ELF files under ``package_dir`` as ``iter_elf_files`` finds them (same order:
+    a subtree's files come together in the tree's walk), from the kept ``elf-machines``
+    fact of the cached tree holding it, sizes from the walk that validated that tree this
+    build (the fact is as current as the tree: see ``CachedTree.fact``). None when no
+    cached tree holds ``package_dir``: it is read then."""
+    text = os.fspath(package_dir)
+    for tree, entry in assembly_trees.items():
+        prefix = os.path.join(tree, "")
+        if not text.startswith(prefix) or not entry.statuses:
+            continue
+        inside = text[len(prefix):] + "/"
+        found = []
+        for path, machine in entry.fact("elf-machines", elf_machines):  # type: ignore[attr-defined]  # a kept fact is JSON; this one is elf_machines' list
+            if path.startswith(inside):
+                status = entry.statuses.get(path)
+                if status is None:  # a fact that does not match the walk: read the package
+                    return None
+                found.append(ElfFile(path[len(inside):], status.st_size, "", machine))
+        return found
+    return None
 
 
 def source_packages_document_of(assembly: Assembly) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from ..core.digest import sha256_file
 from ..core.status import CLAIM_STATUSES
 from ..profile.model import Profile
 from . import generated, receipt
-from .assembly import Assembly, wheel_interface, wheel_native
+from .assembly import Assembly, package_elf_files, wheel_interface, wheel_native
 from .composition import OVERLAY_PACKAGE, Composition
 from .elf import check_machine, elf_machines
 from .inputs import FetchedInputs
@@ -100,6 +100,7 @@ def check_retained_native(context: ChainContext) -> str:
     current = retained_native_manifest(
         context.vllm_site, OVERLAY_PACKAGE, wheel_filename=wheel.filename, wheel_sha256=wheel.sha256,
         hash_file=context.assembly.hash_file,
+        elf_files=package_elf_files(context.vllm_site / OVERLAY_PACKAGE, context.assembly.cached_trees),
     )
     require_no_problems(compare_retained_native(current, shipped), "retained native files differ from the wheel", "retained-native")
     require_no_problems(

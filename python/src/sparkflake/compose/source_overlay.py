@@ -23,7 +23,7 @@ import shutil
 import stat
 import tarfile
 import zipfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -31,7 +31,7 @@ from typing import Any
 from ..core.atomic_write import copy_bytes
 from ..core.digest import sha256_file
 from ..core.errors import CheckFailed, InputError
-from .elf import ELF_MAGIC, iter_elf_files, parse_header
+from .elf import ELF_MAGIC, ElfFile, iter_elf_files, parse_header
 from .layer_input import walk_lstat
 from .patches import ABSENT, FileReader, PatchedFile, PatchSet, apply_patch_set
 
@@ -181,8 +181,11 @@ def retained_native_manifest(
     wheel_filename: str,
     wheel_sha256: str,
     hash_file: Callable[[Path], str] = sha256_file,
+    elf_files: Iterable[ElfFile] | None = None,
 ) -> dict[str, Any]:
-    """Every ELF file under ``site_packages/package`` with its size, sha256 and machine."""
+    """Every ELF file under ``site_packages/package`` with its size, sha256 and machine;
+    ``elf_files``: those files as ``iter_elf_files`` finds them, when already known (a
+    validated cached tree's kept fact), else the package is read."""
     package_dir = Path(site_packages) / package
     if not package_dir.is_dir():
         raise InputError(f"{package_dir}: installed package {package!r} not found")
@@ -195,7 +198,7 @@ def retained_native_manifest(
             "wheel": wheel_filename,
             "wheel_sha256": wheel_sha256,
         }
-        for elf in iter_elf_files(package_dir)
+        for elf in (iter_elf_files(package_dir) if elf_files is None else elf_files)
     ]
     return {"schema": RETAINED_NATIVE_SCHEMA, "package": package, "files": files}
 
