@@ -294,16 +294,19 @@ _ELF_AARCH64 = bytes.fromhex("7f454c460201010000000000000000000300b700") + b"\0"
 _ELF_X86_64 = bytes.fromhex("7f454c4602010100000000000000000003003e00") + b"\0" * 44
 
 
+def _layouts(names: list[str], kinds: list[str]) -> st.SearchStrategy:
+    """Trees as (path as a list of names, kind) pairs: nested directories, links."""
+    return st.lists(st.tuples(st.lists(st.sampled_from(names), min_size=1, max_size=4), st.sampled_from(kinds)), max_size=25)
+
+
+def _placeable(root: Path, parts: list[str]) -> bool:
+    """No ancestor of the path is a link or a file, and nothing is there yet."""
+    ancestors = [root.joinpath(*parts[:i]) for i in range(1, len(parts))]
+    return not any(a.is_symlink() or (a.exists() and not a.is_dir()) for a in ancestors) and not os.path.lexists(root.joinpath(*parts))
+
+
 @settings(max_examples=40, deadline=None)
-@given(
-    layout=st.lists(
-        st.tuples(
-            st.lists(st.sampled_from(["a", "b", "a-b", "a.b", "Z", "_"]), min_size=1, max_size=4),
-            st.sampled_from(["aarch64", "x86_64", "text", "short", "link", "dirlink"]),
-        ),
-        max_size=25,
-    )
-)
+@given(layout=_layouts(["a", "b", "a-b", "a.b", "Z", "_"], ["aarch64", "x86_64", "text", "short", "link", "dirlink"]))
 def test_elf_walk_keeps_the_os_walk_order_and_the_machines(tmp_path_factory, layout):
     import hashlib
     import os
@@ -313,10 +316,7 @@ def test_elf_walk_keeps_the_os_walk_order_and_the_machines(tmp_path_factory, lay
     root = tmp_path_factory.mktemp("elf")
     for parts, kind in layout:
         path = root.joinpath(*parts)
-        ancestors = [root.joinpath(*parts[:i]) for i in range(1, len(parts))]
-        if any(a.is_symlink() or (a.exists() and not a.is_dir()) for a in ancestors):
-            continue
-        if path.exists() or path.is_symlink():
+        if not _placeable(root, parts):
             continue
         path.parent.mkdir(parents=True, exist_ok=True)
         if kind == "link":
@@ -342,15 +342,7 @@ def test_elf_walk_keeps_the_os_walk_order_and_the_machines(tmp_path_factory, lay
 
 
 @settings(max_examples=40, deadline=None)
-@given(
-    layout=st.lists(
-        st.tuples(
-            st.lists(st.sampled_from(["pkg", "a", "b", "a-b", "a.b", "Z"]), min_size=1, max_size=4),
-            st.sampled_from(["file", "file", "executable", "link", "dirlink", "danglinglink"]),
-        ),
-        max_size=25,
-    )
-)
+@given(layout=_layouts(["pkg", "a", "b", "a-b", "a.b", "Z"], ["file", "file", "executable", "link", "dirlink", "danglinglink"]))
 def test_the_validating_walk_lists_and_hashes_as_the_file_system_would(tmp_path_factory, layout) -> None:
     """Listing a package of a cached tree from the walk that validated it gives what
     walking it now gives (files, refusals); the file hash taken under the walk's
@@ -365,8 +357,7 @@ def test_the_validating_walk_lists_and_hashes_as_the_file_system_would(tmp_path_
         (tree / "pkg").mkdir(parents=True)
         for parts, kind in layout:
             path = tree.joinpath(*parts)
-            ancestors = [tree.joinpath(*parts[:i]) for i in range(1, len(parts))]
-            if any(a.is_symlink() or (a.exists() and not a.is_dir()) for a in ancestors) or os.path.lexists(path):
+            if not _placeable(tree, parts):
                 continue
             path.parent.mkdir(parents=True, exist_ok=True)
             if kind in ("file", "executable"):
