@@ -327,7 +327,8 @@ def assemble(
             "version": getattr(wheel, "version", ""),
         }
     is_elf = elf_magic_lookup([entries[tree] for tree in (vllm_tree, source_root) if tree in entries])
-    walked = WalkedTrees(entries.values())
+    # the vllm and source trees first: nearly every later lookup is inside one of them
+    walked = WalkedTrees(sorted(entries.values(), key=lambda entry: entry.tree not in (vllm_tree, source_root)))
     plan = plan_overlay(
         vllm_site, source_root, OVERLAY_PACKAGE, composition.patch_set, hash_file, is_elf,
         source_listing=walked.under(source_root / OVERLAY_PACKAGE), lstat=lambda path: walked.status(path) or os.lstat(path),
