@@ -99,6 +99,7 @@ def test_a_kept_scan_is_found_by_content_and_a_changed_file_is_scanned_again(tmp
     {"format": "sparkflake-python-scan-v1", "package": "vllm", "files": {"d": {"a": 1, "b": 2}}},
     {"format": "sparkflake-python-scan-v1", "package": "vllm", "files": []},
     ["not", "a", "table"],
+    {"format": "sparkflake-python-scan-v1", "package": "vllm"},
 ])
 def test_a_kept_table_of_another_shape_is_dropped(tmp_path: Path, document: object) -> None:
     module = tmp_path / "m.py"

@@ -111,7 +111,7 @@ class PythonScanMemo:
         if self._scans is None:
             self._scans = {}
             if self.table_path is not None:
-                with contextlib.suppress(FileNotFoundError, ValueError, TypeError, AttributeError):
+                with contextlib.suppress(FileNotFoundError, ValueError, TypeError, AttributeError, KeyError):
                     self._scans = _scans_of(json.loads(self.table_path.read_bytes()), self.package)
         return self._scans
 
