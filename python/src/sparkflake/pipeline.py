@@ -161,6 +161,11 @@ def build_profile(request: BuildRequest, progress: ProgressCallback | None = Non
     # build (its pid is gone); a concurrent build's, or another host's, is left alone
     work_dir = make_run_directory(root / "work", composition.profile.name)
     scratch_dir = None if request.keep_work else memory_scratch_dir(composition.profile.name)
+    for transient in (work_dir, scratch_dir):
+        if transient is not None:
+            hashes.never_remember(transient)
+            if layer_cache is not None:
+                layer_cache.never_remember(transient)
     try:
         # The output is staged beside out_dir and swapped in only when every stage passed;
         # a refused chain removes the staging directory, archive, layout and all.

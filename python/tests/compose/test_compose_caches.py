@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 from sparkflake.compose.layer_input import walk_tree
 from sparkflake.compose.tree_cache import TreeCache
 from sparkflake.core.errors import CheckFailed, InputError
-from sparkflake.core.file_hashes import FileHashes
+from sparkflake.core.file_hashes import FileHashes, stat_identity
 from sparkflake.pipeline import BuildRequest, build_profile
 
 REPO = Path(__file__).resolve().parents[3]
@@ -56,6 +57,25 @@ def test_file_hashes_trust_the_table_only_for_the_same_identity(tmp_path: Path) 
     fresh.sha256(target)
     fresh.save()
     assert not table.exists()  # nothing new was remembered, nothing written
+
+
+def test_file_hashes_never_remember_a_build_s_work_tree(tmp_path: Path) -> None:
+    """Files under a directory given to never_remember are hashed (right) but leave no
+    record, so the table is not rewritten; a file beside that directory is remembered."""
+    work = tmp_path / "work"
+    (work / "deep").mkdir(parents=True)
+    inside, beside = work / "deep" / "f", tmp_path / "work-sibling"
+    inside.write_bytes(b"scratch")
+    beside.write_bytes(b"kept")
+    table = tmp_path / "table.json"
+    hashes = FileHashes(table, racy_window_ns=0)
+    hashes.never_remember(work)
+    assert hashes.sha256(inside) == hashlib.sha256(b"scratch").hexdigest()
+    hashes.save()
+    assert not table.exists()
+    assert hashes.sha256(beside) == hashlib.sha256(b"kept").hexdigest()
+    hashes.save()
+    assert set(json.loads(table.read_bytes())["files"]) == {str(beside)}
 
 
 def test_file_hashes_name_an_unreadable_file(tmp_path: Path) -> None:
@@ -175,9 +195,20 @@ def test_cached_trees_keep_their_elf_facts_and_lose_them_when_changed(tmp_path: 
     request = BuildRequest(profile=str(FIXTURE), output_dir=tmp_path / "o", cache_root=tmp_path / "c", offline=True, keep_work=True)
     first = build_profile(request)
     assert first.assembly is not None
+    # the retained-native manifest from the vllm tree's kept facts is the one read from it
+    from sparkflake.compose.assembly import package_elf_files
+    from sparkflake.compose.source_overlay import retained_native_manifest
+
+    site = first.assembly.vllm_tree / "opt/venv/lib/python3.11/site-packages"
+    kept = package_elf_files(site / "vllm", first.assembly.cached_trees)
+    assert kept is not None and len(kept) > 0
+    assert retained_native_manifest(site, "vllm", wheel_filename="w", wheel_sha256="s", elf_files=kept) == \
+        retained_native_manifest(site, "vllm", wheel_filename="w", wheel_sha256="s")
+    assert package_elf_files(site / "vllm", {}) is None
     facts = sorted(p.name for p in (tmp_path / "c" / "trees").glob("*/fact-*.json"))
     lower = len(first.image.layers) - 1
-    assert facts == ["fact-elf-machines.json"] * lower, facts
+    # the vllm tree and the extracted source also keep which files start with the ELF magic
+    assert facts == ["fact-elf-machines.json"] * lower + ["fact-elf-magic.json"] * 2, facts
     second = build_profile(request)
     assert [layer.from_cache for layer in second.image.layers[:-1]] == [True] * lower
     assert second.image.manifest_digest == first.image.manifest_digest
@@ -198,6 +229,42 @@ def test_cached_trees_keep_their_elf_facts_and_lose_them_when_changed(tmp_path: 
     fourth = build_profile(request)
     assert fourth.image.layers[0].from_cache is False
     assert fourth.image.layers[0].digest == first.image.layers[0].digest
+
+
+@settings(max_examples=40, deadline=None)
+@given(files=st.dictionaries(
+    st.sampled_from(["a", "b.so", "d/c", "d/e/f.so", "g"]),
+    st.one_of(st.binary(max_size=8), st.binary(max_size=8).map(lambda tail: b"\x7fELF" + tail),
+              st.sampled_from([b"\x7fEL", b"\x7fELF", b"\x7fELF\x02\x01"]),
+              st.just("link")),
+))
+def test_elf_magic_of_a_cached_tree_equals_reading_each_file(tmp_path_factory, files) -> None:
+    """The kept elf-magic fact answers as reading the first bytes would, for every path
+    of the tree (symlinks are not files); a file outside the tree is read."""
+    from sparkflake.compose.assembly import elf_magic_lookup
+    from sparkflake.compose.source_overlay import is_elf_file
+
+    root = tmp_path_factory.mktemp("cache")
+
+    def build(tree: Path) -> dict:
+        tree.mkdir()
+        for name, content in files.items():
+            target = tree / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if content == "link":
+                target.symlink_to("/bin/sh")  # an ELF file elsewhere: a symlink is no ELF file here
+            else:
+                target.write_bytes(content)
+        return {}
+
+    entry = TreeCache(root).get_or_build({"kind": "test"}, build)
+    outside = root / "outside"
+    outside.write_bytes(b"\x7fELF-outside")
+    for answers in (elf_magic_lookup([entry]), elf_magic_lookup([TreeCache(root).get_or_build({"kind": "test"}, build)])):
+        for name, content in files.items():
+            expected = content != "link" and is_elf_file(entry.tree / name)
+            assert answers(entry.tree / name) is expected, name
+        assert answers(outside) is True
 
 
 def _reference_elf_walk(root):
@@ -227,16 +294,19 @@ _ELF_AARCH64 = bytes.fromhex("7f454c460201010000000000000000000300b700") + b"\0"
 _ELF_X86_64 = bytes.fromhex("7f454c4602010100000000000000000003003e00") + b"\0" * 44
 
 
+def _layouts(names: list[str], kinds: list[str]) -> st.SearchStrategy:
+    """Trees as (path as a list of names, kind) pairs: nested directories, links."""
+    return st.lists(st.tuples(st.lists(st.sampled_from(names), min_size=1, max_size=4), st.sampled_from(kinds)), max_size=25)
+
+
+def _placeable(root: Path, parts: list[str]) -> bool:
+    """No ancestor of the path is a link or a file, and nothing is there yet."""
+    ancestors = [root.joinpath(*parts[:i]) for i in range(1, len(parts))]
+    return not any(a.is_symlink() or (a.exists() and not a.is_dir()) for a in ancestors) and not os.path.lexists(root.joinpath(*parts))
+
+
 @settings(max_examples=40, deadline=None)
-@given(
-    layout=st.lists(
-        st.tuples(
-            st.lists(st.sampled_from(["a", "b", "a-b", "a.b", "Z", "_"]), min_size=1, max_size=4),
-            st.sampled_from(["aarch64", "x86_64", "text", "short", "link", "dirlink"]),
-        ),
-        max_size=25,
-    )
-)
+@given(layout=_layouts(["a", "b", "a-b", "a.b", "Z", "_"], ["aarch64", "x86_64", "text", "short", "link", "dirlink"]))
 def test_elf_walk_keeps_the_os_walk_order_and_the_machines(tmp_path_factory, layout):
     import hashlib
     import os
@@ -246,10 +316,7 @@ def test_elf_walk_keeps_the_os_walk_order_and_the_machines(tmp_path_factory, lay
     root = tmp_path_factory.mktemp("elf")
     for parts, kind in layout:
         path = root.joinpath(*parts)
-        ancestors = [root.joinpath(*parts[:i]) for i in range(1, len(parts))]
-        if any(a.is_symlink() or (a.exists() and not a.is_dir()) for a in ancestors):
-            continue
-        if path.exists() or path.is_symlink():
+        if not _placeable(root, parts):
             continue
         path.parent.mkdir(parents=True, exist_ok=True)
         if kind == "link":
@@ -272,6 +339,55 @@ def test_elf_walk_keeps_the_os_walk_order_and_the_machines(tmp_path_factory, lay
     else:
         assert check_machine(root, "linux/arm64") == len(listed)
         assert check_machine(root, "linux/arm64", elf_machines(root)) == len(listed)
+
+
+@settings(max_examples=40, deadline=None)
+@given(layout=_layouts(["pkg", "a", "b", "a-b", "a.b", "Z"], ["file", "file", "executable", "link", "dirlink", "danglinglink"]))
+def test_the_validating_walk_lists_and_hashes_as_the_file_system_would(tmp_path_factory, layout) -> None:
+    """Listing a package of a cached tree from the walk that validated it gives what
+    walking it now gives (files, refusals); the file hash taken under the walk's
+    identity is the file's sha256; outside the walked trees nothing is answered."""
+    from sparkflake.compose.assembly import hash_walked
+    from sparkflake.compose.source_overlay import package_files
+    from sparkflake.compose.tree_cache import WalkedTrees
+
+    root = tmp_path_factory.mktemp("walked")
+
+    def build(tree: Path) -> dict:
+        (tree / "pkg").mkdir(parents=True)
+        for parts, kind in layout:
+            path = tree.joinpath(*parts)
+            if not _placeable(tree, parts):
+                continue
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if kind in ("file", "executable"):
+                path.write_bytes("/".join(parts).encode())
+                path.chmod(0o755 if kind == "executable" else 0o644)
+            else:
+                os.symlink({"link": "/bin/sh", "dirlink": ".", "danglinglink": "nowhere"}[kind], path)
+        return {}
+
+    TreeCache(root / "cache").get_or_build({"kind": "walked"}, build)
+    entry = TreeCache(root / "cache").get_or_build({"kind": "walked"}, build)  # reused: validated by its walk
+    assert entry.reused
+    walked = WalkedTrees([entry])
+    hashes = FileHashes(root / "table.json", racy_window_ns=0)
+    for directory in [entry.tree / "pkg", *(p for p in (entry.tree / "pkg").rglob("*") if p.is_dir() and not p.is_symlink())]:
+        listing = walked.under(directory)
+        assert listing is not None
+        try:
+            expected = package_files(directory)
+        except InputError as refused:
+            with pytest.raises(InputError) as also:
+                package_files(directory, listing)
+            assert "symlinks are not accepted" in also.value.message and "symlinks are not accepted" in refused.message
+            continue
+        assert package_files(directory, listing) == expected
+        for path in expected.values():
+            assert stat_identity(walked.status(path)) == stat_identity(os.lstat(path))  # not atime: reading moves it
+            assert hash_walked(hashes, walked, path) == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert walked.under(root) is None and walked.status(root / "table.json") is None
+    assert walked.under(entry.tree / "pkg" / "absent") is None
 
 
 def test_scratch_on_the_memory_file_system_is_private_and_cleaned(tmp_path: Path, monkeypatch) -> None:

@@ -18,8 +18,7 @@ from sparkflake.compose.native_interface import (
     OpUse,
     missing_ops,
     native_names,
-    python_module_imports,
-    python_op_uses,
+    python_interface,
     unresolved_imports,
 )
 from sparkflake.compose.source_packages import package_parent, source_tree_sha256
@@ -113,7 +112,8 @@ def test_python_op_uses_finds_every_call(tmp_path_factory: pytest.TempPathFactor
     root = tmp_path_factory.mktemp("py")
     (root / "m.py").write_text(f"import torch\n{prefix}torch.ops.{namespace}.{op}(a, b)\ntorch.ops.aten.add(a)\ntorch.ops.vllm.x(a)\n")
     (root / "n.txt").write_text("torch.ops._C.in_a_text_file(a)\n")
-    assert python_op_uses({"pkg/m.py": root / "m.py", "pkg/n.txt": root / "n.txt"}) == {(namespace, op): "pkg/m.py"}
+    uses = python_interface({"pkg/m.py": root / "m.py", "pkg/n.txt": root / "n.txt"}, "pkg").op_uses
+    assert uses == {(namespace, op): "pkg/m.py"}
 
 
 @pytest.fixture(scope="module")
@@ -154,7 +154,7 @@ def test_read_sections_agrees_with_readelf(extension: Path) -> None:
 def test_module_imports_resolve_to_python_packages_or_compiled_modules(tmp_path: Path) -> None:
     (tmp_path / "m.py").write_text("import vllm._C\nfrom vllm.model_executor.layers import x\n  import vllm._moe_C  # noqa\n"
                                    "import os.path\nx = 'import vllm.in_a_string'\nfrom vllm import y\n")
-    imports = python_module_imports({"vllm/m.py": tmp_path / "m.py"}, "vllm")
+    imports = python_interface({"vllm/m.py": tmp_path / "m.py"}, "vllm").imports
     assert imports == {"vllm._C": "vllm/m.py", "vllm.model_executor.layers": "vllm/m.py", "vllm._moe_C": "vllm/m.py"}
     image = ["vllm/_C.abi3.so", "vllm/model_executor/layers/__init__.py", "vllm/m.py"]
     assert unresolved_imports(imports, {}, image) == [("vllm._moe_C", "vllm/m.py")]

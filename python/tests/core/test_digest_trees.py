@@ -330,6 +330,47 @@ def test_git_tree_id_equals_git_write_tree(tree: tuple) -> None:
         assert tree_digest.git_tree_id(root, "sha256") == git_write_tree(root, "sha256")
 
 
+# Trees that also hold ".git" entries at any level: a directory without HEAD is no
+# repository (git skips it, NAR keeps it); a file or one with HEAD is refused by both.
+trees_with_dot_git = _directory(st.recursive(
+    st.one_of(file_nodes, symlink_nodes),
+    lambda children: st.tuples(st.just("dir"), st.dictionaries(st.one_of(names, st.just(b".git")), children, max_size=5)),
+    max_leaves=18,
+))
+
+
+@given(st.one_of(trees, trees_with_dot_git), st.sampled_from([("sha256", "sha1"), ("sha512", "sha256")]))
+def test_nar_digest_and_git_tree_in_one_walk_equal_each_alone(tree: tuple, algorithms: tuple[str, str]) -> None:
+    algorithm, object_format = algorithms
+    with GeneratedTree(tree) as root:
+        try:
+            expected = (tree_digest.nar_digest(root, algorithm), tree_digest.git_tree_id(root, object_format))
+        except InputError as refused:
+            with pytest.raises(InputError) as also:
+                tree_digest.nar_digest_and_git_tree(root, algorithm, object_format)
+            assert also.value.message == refused.message
+            return
+        assert tree_digest.nar_digest_and_git_tree(root, algorithm, object_format) == expected
+
+
+@pytest.mark.parametrize("name", [".GIT", "git~1", ".git."])
+def test_nar_digest_and_git_tree_refuse_what_git_refuses(tmp_path: Path, name: str) -> None:
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / name).write_text("x")
+    with pytest.raises(InputError, match="git refuses to store a path named"):
+        tree_digest.nar_digest_and_git_tree(tmp_path)
+    (tmp_path / "sub" / name).unlink()
+    (tmp_path / "sub" / ".gitmodules").symlink_to("elsewhere")
+    with pytest.raises(InputError, match="git refuses a symlink named"):
+        tree_digest.nar_digest_and_git_tree(tmp_path)
+    (tmp_path / "sub" / ".gitmodules").unlink()
+    subprocess.run(["git", "init", "-q", str(tmp_path / "sub")], check=True, env=GIT_ENV)
+    with pytest.raises(InputError, match="nested git repository"):
+        tree_digest.nar_digest_and_git_tree(tmp_path)
+    with pytest.raises(InputError, match="is not a directory"):
+        tree_digest.nar_digest_and_git_tree(tmp_path / "sub" / ".git" / "HEAD")
+
+
 def test_git_tree_of_empty_and_only_empty_directories(tmp_path: Path) -> None:
     (tmp_path / "a" / "b" / "c").mkdir(parents=True)
     (tmp_path / "d").mkdir()

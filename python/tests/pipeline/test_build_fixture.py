@@ -17,9 +17,10 @@ from sparkflake import audit
 from sparkflake.audit.receipt import verify_receipt
 from sparkflake.cli import main as cli_main
 from sparkflake.compose.assembly import assemble
-from sparkflake.compose.chain_links import verify_composition
+from sparkflake.compose.chain_links import ChainContext, verify_composition
 from sparkflake.compose.composition import load_composition
 from sparkflake.compose.inputs import fetch_inputs
+from sparkflake.compose.source_overlay import package_files
 from sparkflake.compose.verification import ChainFailed
 from sparkflake.core.blob_cache import BlobCache
 from sparkflake.core.errors import CheckFailed, InputError
@@ -221,6 +222,26 @@ def stages(tmp_path: Path):
 def test_untampered_chain_passes(stages) -> None:
     results = verify_composition(*stages)
     assert all(result.status == "passed" for result in results)
+
+
+def test_native_interface_reads_the_patched_source_s_bytes(stages) -> None:
+    """The native-interface link reads unpatched files from the source tree they were
+    copied from (its sha256 records answer without reading) and patch outcomes from the
+    patched copy: together exactly the patched source's paths and bytes. A patch outcome
+    changed after the patch ran is what the link scans."""
+    composition, fetched, assembly, prepared = stages
+    files = ChainContext(composition, fetched, assembly, prepared).final_python_files()
+    patched = package_files(assembly.patched_source)
+    assert set(files) == {f"vllm/{path}" for path in patched}
+    assert {"vllm/fixture_patch.py", "vllm/envs.py"} <= set(files) and "vllm/legacy.py" not in files
+    assert files["vllm/envs.py"].is_relative_to(assembly.patched_source)
+    assert files["vllm/overlay_only.py"].is_relative_to(assembly.source_root)
+    assert all(files[f"vllm/{path}"].read_bytes() == copy.read_bytes() for path, copy in patched.items())
+    with (assembly.patched_source / "envs.py").open("a") as handle:
+        handle.write("torch.ops._C.never_registered(x)\n")
+    with pytest.raises(ChainFailed) as error:
+        verify_composition(composition, fetched, assembly, prepared)
+    assert "vllm/envs.py calls torch.ops._C.never_registered, which no retained extension registers" in str(error.value)
 
 
 def flip_last_byte(path: Path) -> None:

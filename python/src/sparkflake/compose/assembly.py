@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import stat
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -20,20 +22,22 @@ from ..core.atomic_write import write_bytes_atomic
 from ..core.canonical_json import readable_json_bytes
 from ..core.digest import sha256_file
 from ..core.errors import CheckFailed, InputError
-from ..core.file_hashes import FileHashes
+from ..core.file_hashes import FileHashes, stat_identity
 from ..core.progress import ProgressCallback
-from ..core.tree_digest import git_tree_id, nar_hash
+from ..core.tree_digest import git_tree_id, nar_digest_and_git_tree, nar_hash
 from ..lock.pins import GitPin, Lock, SdistPin, WheelPin
 from ..lock.target import Target
 from .composition import OVERLAY_PACKAGE, Composition
 from .debian_base import DebInput, assemble_base
-from .elf import iter_elf_files
+from .elf import ElfFile, elf_machines, iter_elf_files
 from .inputs import FetchedInputs
 from .layer_input import LayerInput, TreeSource
-from .native_interface import native_names, python_module_imports, python_op_uses
+from .native_interface import PythonScan, native_names, python_interface
 from .python_env import DEFAULT_PREFIX, CollisionRule, WheelInput, assemble_python_env
 from .source_overlay import (
+    elf_magic_paths,
     extract_sdist_package,
+    is_elf_file,
     overlay_manifest,
     package_files,
     plan_overlay,
@@ -43,7 +47,7 @@ from .source_overlay import (
     write_patched_source,
 )
 from .source_packages import PackageOverlay, overlay_package, source_packages_document
-from .tree_cache import CachedTree, TreeCache
+from .tree_cache import CachedTree, TreeCache, WalkedTrees
 
 # Python environment layers, bottom to top: name, predicate over a normalized name.
 PYTHON_GROUPS: tuple[tuple[str, Callable[[str], bool]], ...] = (
@@ -84,12 +88,25 @@ class Assembly:
     trees_reused: Mapping[str, bool] = field(default_factory=dict)
     cached_trees: Mapping[Path, CachedTree] = field(default_factory=dict)  # tree -> its cache entry
     package_overlays: tuple[PackageOverlay, ...] = ()
+    walked: WalkedTrees = field(default_factory=lambda: WalkedTrees(()))  # the cached trees' validating walks
 
     def hash_file(self, path: Path) -> str:
-        return self.hashes.sha256(path) if self.hashes is not None else sha256_file(path)
+        return hash_walked(self.hashes, self.walked, path)
 
     def lower_layers(self) -> list[LayerTree]:
         return lower_layer_trees(self.base_tree, self.python_trees, self.cached_trees)
+
+
+def hash_walked(hashes: FileHashes | None, walked: WalkedTrees, path: Path) -> str:
+    """sha256 of ``path``: through the file-hash records when there are any, under the
+    identity the cached tree's validating walk took when the path lies in one (see
+    ``WalkedTrees``), else under one taken now."""
+    if hashes is None:
+        return sha256_file(path)
+    status = walked.status(path)
+    if status is None or not stat.S_ISREG(status.st_mode):  # a symlink's record is its target's
+        return hashes.sha256(path)
+    return hashes.sha256(path, stat_identity(status))
 
 
 def lower_layer_trees(
@@ -203,9 +220,12 @@ def assemble(
     profile = composition.profile
     target = _target_for(composition.locks[0])
     work_dir.mkdir(parents=True, exist_ok=True)
-    hash_file = hashes or sha256_file
     reused: dict[str, bool] = {}
     entries: dict[Path, CachedTree] = {}
+    walked = WalkedTrees(())
+
+    def hash_file(path: Path) -> str:
+        return hash_walked(hashes, walked, path)
 
     def cached(name: str, recipe: dict[str, Any], build: Callable[[Path], Mapping[str, Any]]) -> tuple[Path, Mapping[str, Any]]:
         if tree_cache is None:
@@ -308,7 +328,13 @@ def assemble(
             "nar_hash": source.nar_hash,
             "version": getattr(wheel, "version", ""),
         }
-    plan = plan_overlay(vllm_site, source_root, OVERLAY_PACKAGE, composition.patch_set, hash_file)
+    is_elf = elf_magic_lookup([entries[tree] for tree in (vllm_tree, source_root) if tree in entries])
+    # the vllm and source trees first: nearly every later lookup is inside one of them
+    walked = WalkedTrees(sorted(entries.values(), key=lambda entry: entry.tree not in (vllm_tree, source_root)))
+    plan = plan_overlay(
+        vllm_site, source_root, OVERLAY_PACKAGE, composition.patch_set, hash_file, is_elf,
+        source_listing=walked.under(source_root / OVERLAY_PACKAGE), lstat=lambda path: walked.status(path) or os.lstat(path),
+    )
     patched_root = (scratch_dir or work_dir) / "patched-source"
     patched_package = write_patched_source(source_root, OVERLAY_PACKAGE, plan, patched_root)
     overlay_tree = work_dir / "overlay"
@@ -319,14 +345,16 @@ def assemble(
     assert isinstance(wheel_pin, WheelPin)
     retained = retained_native_manifest(
         vllm_site, OVERLAY_PACKAGE, wheel_filename=wheel_pin.filename, wheel_sha256=wheel_pin.sha256,
-        hash_file=hash_file,
+        hash_file=hash_file, elf_files=package_elf_files(vllm_site / OVERLAY_PACKAGE, entries),
     )
+    # one read of each patched file for both identities (the copy is new on every build)
+    patched_nar, patched_git = nar_digest_and_git_tree(patched_package)
     overlay = overlay_manifest(
         plan,
         source_identity=source_identity,
         patch_set_sha256=composition.patch_set.patch_set_sha256,
-        patched_tree_git=git_tree_id(patched_package),
-        patched_tree_nar_hash=nar_hash(patched_package).sri,
+        patched_tree_git=patched_git,
+        patched_tree_nar_hash=patched_nar.nar_hash.sri,
         install_prefix=site_packages,
     )
     package_overlays = [
@@ -355,7 +383,48 @@ def assemble(
         trees_reused=reused,
         cached_trees=entries,
         package_overlays=tuple(package_overlays),
+        walked=walked,
     )
+
+
+def elf_magic_lookup(cached: Sequence[CachedTree]) -> Callable[[Path], bool]:
+    """``is_elf_file`` answered, for a file inside one of the ``cached`` trees, from that
+    entry's kept ``elf-magic`` fact (``CachedTree.fact``: the entry was validated path by
+    path this build -- every path's inode, size, mtime and ctime -- so the fact, taken
+    from its bytes once, is as current as the tree); other files are read."""
+    known = [(os.path.join(entry.tree, ""), frozenset(entry.fact("elf-magic", elf_magic_paths))) for entry in cached]  # type: ignore[arg-type]  # a kept fact is JSON; this one is elf_magic_paths' list
+
+    def is_elf(path: Path) -> bool:
+        text = os.fspath(path)
+        for prefix, paths in known:
+            if text.startswith(prefix):
+                return text[len(prefix):] in paths
+        return is_elf_file(path)
+
+    return is_elf
+
+
+def package_elf_files(package_dir: Path, assembly_trees: Mapping[Path, CachedTree]) -> list[ElfFile] | None:
+    """The ELF files under ``package_dir`` as ``iter_elf_files`` finds them (same order:
+    a subtree's files come together in the tree's walk), from the kept ``elf-machines``
+    fact of the cached tree holding it, sizes from the walk that validated that tree this
+    build (the fact is as current as the tree: see ``CachedTree.fact``). None when no
+    cached tree holds ``package_dir``: it is read then."""
+    text = os.fspath(package_dir)
+    for tree, entry in assembly_trees.items():
+        prefix = os.path.join(tree, "")
+        if not text.startswith(prefix) or not entry.statuses:
+            continue
+        inside = text[len(prefix):] + "/"
+        found = []
+        for path, machine in entry.fact("elf-machines", elf_machines):  # type: ignore[attr-defined]  # a kept fact is JSON; this one is elf_machines' list
+            if path.startswith(inside):
+                status = entry.statuses.get(path)
+                if status is None:  # a fact that does not match the walk: read the package
+                    return None
+                found.append(ElfFile(path[len(inside):], status.st_size, "", machine))
+        return found
+    return None
 
 
 def source_packages_document_of(assembly: Assembly) -> dict[str, Any]:
@@ -395,9 +464,12 @@ class WheelInterface:
     libraries: int
 
 
-def wheel_interface(package_dir: Path, wheel_sha256: str, hashes: FileHashes | None) -> WheelInterface:
+def wheel_interface(
+    package_dir: Path, wheel_sha256: str, hashes: FileHashes | None, scan: Callable[[Path], PythonScan] | None = None
+) -> WheelInterface:
     """Remembered per wheel sha256 beside the file-hash table (the installed package is
-    the verified wheel's, so its interface is a property of those bytes)."""
+    the verified wheel's, so its interface is a property of those bytes). ``scan``: how
+    each ``.py`` file is scanned (``python_interface``)."""
     memo = None
     if hashes is not None and hashes.table_path is not None:
         memo = hashes.table_path.parent / "native-interface" / f"{wheel_sha256}.json"
@@ -409,8 +481,8 @@ def wheel_interface(package_dir: Path, wheel_sha256: str, hashes: FileHashes | N
             pass
     libraries = [package_dir / elf.path for elf in iter_elf_files(package_dir)]
     files = {f"{package_dir.name}/{p}": path for p, path in package_files(package_dir).items()}
-    found = WheelInterface(python_op_uses(files), python_module_imports(files, package_dir.name),
-                           native_names(libraries), tuple(sorted(files)), len(libraries))
+    python = python_interface(files, package_dir.name, scan)
+    found = WheelInterface(python.op_uses, python.imports, native_names(libraries), tuple(sorted(files)), len(libraries))
     if memo is not None:
         record = {"op_uses": sorted([*key, path] for key, path in found.op_uses.items()), "imports": found.imports,
                   "registered": sorted(found.registered), "files": list(found.files), "libraries": found.libraries}

@@ -14,11 +14,11 @@ from ..core.digest import sha256_file
 from ..core.status import CLAIM_STATUSES
 from ..profile.model import Profile
 from . import generated, receipt
-from .assembly import Assembly, wheel_interface, wheel_native
+from .assembly import Assembly, package_elf_files, wheel_interface, wheel_native
 from .composition import OVERLAY_PACKAGE, Composition
 from .elf import check_machine, elf_machines
 from .inputs import FetchedInputs
-from .native_interface import missing_ops, python_module_imports, python_op_uses, unresolved_imports
+from .native_interface import PythonScanMemo, missing_ops, python_interface, unresolved_imports
 from .patches import expected_post_images, expected_pre_images
 from .source_overlay import (
     compare_overlay,
@@ -57,8 +57,41 @@ class ChainContext:
     @cached_property
     def wheel_package_hashes(self) -> dict[str, str]:
         """path -> sha256 of the wheel's own vllm/ tree, walked once for the overlay and the
-        patch links (the build's own tree: nothing changes it between two links)."""
-        return package_tree_hashes(self.vllm_site / OVERLAY_PACKAGE, self.assembly.hash_file)
+        patch links (the build's own tree: nothing changes it between two links), listed
+        from the walk that validated it when it is a cached tree."""
+        package = self.vllm_site / OVERLAY_PACKAGE
+        return package_tree_hashes(package, self.assembly.hash_file, self.assembly.walked.under(package))
+
+    @cached_property
+    def source_package_files(self) -> dict[str, Path]:
+        """path -> file of the overlay source's vllm/ tree, walked once for the patch and
+        the native-interface links (from the walk that validated it when it is a cached
+        tree)."""
+        package = self.assembly.source_root / OVERLAY_PACKAGE
+        return package_files(package, self.assembly.walked.under(package))
+
+    @cached_property
+    def python_scans(self) -> PythonScanMemo:
+        hashes = self.assembly.hashes
+        table = None if hashes is None or hashes.table_path is None else (
+            hashes.table_path.parent / "python-scan" / f"{OVERLAY_PACKAGE}.json")
+        return PythonScanMemo(table, OVERLAY_PACKAGE, self.assembly.hash_file)
+
+    def final_python_files(self) -> dict[str, Path]:
+        """vllm/... -> a file holding that path's bytes in the patched source: a patch's
+        outcome is the patched copy, every other file the source file it was copied from
+        (``write_patched_source``: copy_file_range, size checked). The source tree stays
+        put between builds, so its sha256 records (bound to device, inode, size, mtime and
+        ctime) answer without reading; the copies are new files on every build and would
+        be read and hashed again."""
+        files = {f"{OVERLAY_PACKAGE}/{p}": path for p, path in self.source_package_files.items()}
+        for path in expected_post_images(self.composition.patch_set):
+            patched = self.assembly.patched_source / path.removeprefix(f"{OVERLAY_PACKAGE}/")
+            if patched.is_file() and not patched.is_symlink():
+                files[path] = patched
+            else:
+                files.pop(path, None)
+        return files
 
 
 def check_retained_native(context: ChainContext) -> str:
@@ -67,6 +100,7 @@ def check_retained_native(context: ChainContext) -> str:
     current = retained_native_manifest(
         context.vllm_site, OVERLAY_PACKAGE, wheel_filename=wheel.filename, wheel_sha256=wheel.sha256,
         hash_file=context.assembly.hash_file,
+        elf_files=package_elf_files(context.vllm_site / OVERLAY_PACKAGE, context.assembly.cached_trees),
     )
     require_no_problems(compare_retained_native(current, shipped), "retained native files differ from the wheel", "retained-native")
     require_no_problems(
@@ -101,7 +135,7 @@ def check_overlay(context: ChainContext) -> str:
 
 def check_patches(context: ChainContext) -> str:
     problems = []
-    source_files = package_tree_hashes(context.assembly.source_root / OVERLAY_PACKAGE, context.assembly.hash_file)
+    source_files = {path: context.assembly.hash_file(file) for path, file in context.source_package_files.items()}
     base_files = context.wheel_package_hashes
     first = expected_pre_images(context.composition.patch_set)
     final = expected_post_images(context.composition.patch_set)
@@ -129,10 +163,12 @@ def check_patches(context: ChainContext) -> str:
 
 def check_native_interface(context: ChainContext) -> str:
     wheel = context.composition.vllm_wheel
-    retained = wheel_interface(context.vllm_site / OVERLAY_PACKAGE, wheel.sha256, context.assembly.hashes)
-    final_files = {f"{OVERLAY_PACKAGE}/{p}": path for p, path in package_files(context.assembly.patched_source).items()}
-    final_uses = python_op_uses(final_files)
-    final_imports = python_module_imports(final_files, OVERLAY_PACKAGE)
+    scans = context.python_scans
+    retained = wheel_interface(context.vllm_site / OVERLAY_PACKAGE, wheel.sha256, context.assembly.hashes, scans.scan)
+    final_files = context.final_python_files()
+    final = python_interface(final_files, OVERLAY_PACKAGE, scans.scan)
+    scans.save()
+    final_uses, final_imports = final.op_uses, final.imports
     image_paths = (set(retained.files) | set(final_files)) - set(context.assembly.overlay_deletions)
     problems = [
         f"{use.path} calls torch.ops.{use.namespace}.{use.op}, which no retained extension registers"

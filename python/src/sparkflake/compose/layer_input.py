@@ -68,17 +68,20 @@ def walk_lstat(root: str | os.PathLike[str]) -> Iterator[tuple[str, str, os.stat
         stack.extend(reversed(subdirectories))
 
 
-def walk_tree(root: str | os.PathLike[str]) -> TreeWalk:
+def walk_tree(root: str | os.PathLike[str], statuses: dict[str, os.stat_result] | None = None) -> TreeWalk:
     """The stat identity of every path under ``root`` (``walk_lstat`` order), hashed: a
     directory's mode and inode; a symlink's target and ctime; a file's mode, size,
     mtime, ctime, inode and link count. Any write, chmod, rename, link, addition or
     removal under ``root`` changes it (ctime cannot be set by ordinary programs); the
     contents are not read. The one validity check of the caches: the tree cache's entry
-    and the layer cache's input fingerprint."""
+    and the layer cache's input fingerprint. ``statuses`` (when given) receives every
+    path's lstat, by relative path."""
     hasher = hashlib.sha256()
     lines: list[str] = []
     newest = 0
     for relative, host_path, status in walk_lstat(root):
+        if statuses is not None:
+            statuses[relative] = status
         mode = status.st_mode
         newest = max(newest, status.st_ctime_ns)
         if stat.S_ISDIR(mode):

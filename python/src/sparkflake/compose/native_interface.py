@@ -18,13 +18,18 @@ wheel's Python and its extensions were built together; ops they reference condit
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
 import mmap
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.atomic_write import write_bytes_atomic
+from ..core.canonical_json import canonical_json_bytes
 from .elf import read_sections
 
 _OP_USE = re.compile(rb"torch\.ops\.(_[A-Za-z0-9_]*)\.([A-Za-z_][A-Za-z0-9_]*)")
@@ -35,6 +40,7 @@ _MODULE_IMPORT = re.compile(rb"^[ \t]*(?:import|from)[ \t]+([A-Za-z_][A-Za-z0-9_
 _SCHEMA_NAME = re.compile(rb"(?<![A-Za-z0-9_:])([A-Za-z_][A-Za-z0-9_]{0,127})\(")
 _BARE_NAME = re.compile(rb"\x00([A-Za-z_][A-Za-z0-9_]{0,127})(?=\x00)")
 _ATTRIBUTES = frozenset({"default", "overload"})  # torch.ops._C.op.default is the op
+SCAN_FORMAT = "sparkflake-python-scan-v1"
 
 
 @dataclass(frozen=True)
@@ -44,34 +50,107 @@ class OpUse:
     path: str  # the first file using it, relative to site-packages
 
 
-def python_op_uses(files: Mapping[str, Path]) -> dict[tuple[str, str], str]:
-    """``(namespace, op) -> first path`` for every ``torch.ops._ns.op`` in the ``.py`` files
-    (``path -> file``), in path order."""
-    uses: dict[tuple[str, str], str] = {}
+@dataclass(frozen=True)
+class PythonScan:
+    """What one ``.py`` file's bytes use: ``torch.ops._ns.op`` calls and absolute imports
+    of the package's submodules, each once, in the order they first appear."""
+
+    op_uses: tuple[tuple[str, str], ...]
+    imports: tuple[str, ...]
+
+
+def scan_python(data: bytes, package: str) -> PythonScan:
+    prefix = package.encode() + b"."
+    return PythonScan(
+        tuple(dict.fromkeys((m.group(1).decode(), m.group(2).decode()) for m in _OP_USE.finditer(data))),
+        tuple(dict.fromkeys(m.group(1).decode() for m in _MODULE_IMPORT.finditer(data) if m.group(1).startswith(prefix))),
+    )
+
+
+@dataclass(frozen=True)
+class PythonInterface:
+    op_uses: dict[tuple[str, str], str]  # (namespace, op) -> first path calling it
+    imports: dict[str, str]  # package submodule -> first path importing it
+
+
+def python_interface(
+    files: Mapping[str, Path], package: str, scan: Callable[[Path], PythonScan] | None = None
+) -> PythonInterface:
+    """The op uses and ``package.*`` imports of the ``.py`` files (``path -> file``), each
+    with the first path (in path order) using it. ``scan`` (default: read and scan the
+    file) is a ``PythonScanMemo.scan`` in a build."""
+    op_uses: dict[tuple[str, str], str] = {}
+    imports: dict[str, str] = {}
     for path in sorted(files):
         if not path.endswith(".py"):
             continue
-        for match in _OP_USE.finditer(files[path].read_bytes()):
-            key = (match.group(1).decode(), match.group(2).decode())
-            uses.setdefault(key, path)
-    return uses
+        found = scan(files[path]) if scan is not None else scan_python(files[path].read_bytes(), package)
+        for key in found.op_uses:
+            op_uses.setdefault(key, path)
+        for module in found.imports:
+            imports.setdefault(module, path)
+    return PythonInterface(op_uses, imports)
+
+
+class PythonScanMemo:
+    """``scan_python`` results kept by the sha256 of the bytes scanned (content-addressed:
+    a result is stored only under the digest of the very bytes it was made from), in one
+    table per package; ``hash_file`` gives a file's sha256, in a build from the file-hash
+    records (bound to the file's device, inode, size, mtime and ctime, so a file changed
+    since it was hashed is read again). A rebuild after one patch scans only the files
+    whose bytes are new. ``table`` None: nothing kept between runs."""
+
+    def __init__(self, table: Path | None, package: str, hash_file: Callable[[Path], str]) -> None:
+        self.table_path = table
+        self.package = package
+        self.hash_file = hash_file
+        self._scans: dict[str, PythonScan] | None = None
+        self._dirty = False
+
+    def _known(self) -> dict[str, PythonScan]:
+        if self._scans is None:
+            self._scans = {}
+            if self.table_path is not None:
+                with contextlib.suppress(FileNotFoundError, ValueError, TypeError, AttributeError, KeyError):
+                    self._scans = _scans_of(json.loads(self.table_path.read_bytes()), self.package)
+        return self._scans
+
+    def scan(self, path: Path) -> PythonScan:
+        known = self._known().get(self.hash_file(path))
+        if known is not None:
+            return known
+        data = path.read_bytes()
+        found = scan_python(data, self.package)
+        self._known()[hashlib.sha256(data).hexdigest()] = found
+        self._dirty = True
+        return found
+
+    def save(self) -> None:
+        if self._dirty and self.table_path is not None and self._scans is not None:
+            files = {digest: [[list(use) for use in found.op_uses], list(found.imports)] for digest, found in self._scans.items()}
+            with contextlib.suppress(OSError):
+                write_bytes_atomic(self.table_path, canonical_json_bytes(
+                    {"format": SCAN_FORMAT, "package": self.package, "files": files}))
+            self._dirty = False
+
+
+def _scans_of(document: object, package: str) -> dict[str, PythonScan]:
+    """A kept table, every entry's shape checked (a table of another format or package, or
+    with one malformed entry, is dropped whole: it is only a cache)."""
+    if not isinstance(document, dict) or document.get("format") != SCAN_FORMAT or document.get("package") != package:
+        raise ValueError("not a scan table of this package")
+    scans: dict[str, PythonScan] = {}
+    for digest, (uses, imports) in document["files"].items():
+        if not (isinstance(uses, list) and isinstance(imports, list) and all(isinstance(u, list) and len(u) == 2 and all(isinstance(x, str) for x in u) for u in uses)
+                and all(isinstance(module, str) for module in imports)):
+            raise ValueError(f"malformed scan entry {digest!r}")
+        scans[digest] = PythonScan(tuple((namespace, op) for namespace, op in uses), tuple(imports))
+    return scans
 
 
 # the string literals of ops.def/ops.impl are read-only data; the rest of an extension
 # (code, CUDA fat binaries: most of its bytes) cannot hold them
 STRING_SECTIONS = (".rodata",)
-
-
-def python_module_imports(files: Mapping[str, Path], package: str) -> dict[str, str]:
-    """``module -> first path`` for every absolute import of a submodule of ``package``."""
-    imports: dict[str, str] = {}
-    prefix = package.encode() + b"."
-    for path in sorted(files):
-        if path.endswith(".py"):
-            for match in _MODULE_IMPORT.finditer(files[path].read_bytes()):
-                if match.group(1).startswith(prefix):
-                    imports.setdefault(match.group(1).decode(), path)
-    return imports
 
 
 def unresolved_imports(

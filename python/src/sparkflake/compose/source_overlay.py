@@ -23,7 +23,7 @@ import shutil
 import stat
 import tarfile
 import zipfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -31,7 +31,8 @@ from typing import Any
 from ..core.atomic_write import copy_bytes
 from ..core.digest import sha256_file
 from ..core.errors import CheckFailed, InputError
-from .elf import ELF_MAGIC, iter_elf_files, parse_header
+from .elf import ELF_MAGIC, ElfFile, iter_elf_files, parse_header
+from .layer_input import walk_lstat
 from .patches import ABSENT, FileReader, PatchedFile, PatchSet, apply_patch_set
 
 RETAINED_NATIVE_SCHEMA = "https://sparkflake.dev/retained-native/v1"
@@ -64,9 +65,19 @@ def is_elf_bytes(prefix: bytes) -> bool:
     return prefix.startswith(ELF_MAGIC)
 
 
-def _is_elf_file(path: Path) -> bool:
+def is_elf_file(path: str | os.PathLike[str]) -> bool:
     with open(path, "rb") as handle:
         return is_elf_bytes(handle.read(4))
+
+
+def elf_magic_paths(root: str | os.PathLike[str]) -> list[str]:
+    """Relative paths of the regular files under ``root`` that start with the ELF magic
+    (what ``is_elf_file`` says of each), sorted: a fact small enough to keep beside a
+    cached tree."""
+    return sorted(
+        relative for relative, host_path, status in walk_lstat(root)
+        if stat.S_ISREG(status.st_mode) and status.st_size >= len(ELF_MAGIC) and is_elf_file(host_path)
+    )
 
 
 # --------------------------------------------------------------------------- sources
@@ -116,27 +127,48 @@ def extract_sdist_package(
     return root / package
 
 
-def package_files(root: str | os.PathLike[str]) -> dict[str, Path]:
-    """Regular files under ``root`` by relative POSIX path (links and others refused)."""
-    return _walk_files(Path(root))
+def package_files(
+    root: str | os.PathLike[str], listing: Mapping[str, os.stat_result] | None = None
+) -> dict[str, Path]:
+    """Regular files under ``root`` by relative POSIX path (links and others refused).
+    ``listing``: every path below ``root`` with its lstat from a walk already taken this
+    build (``tree_cache.WalkedTrees.under``), else ``root`` is walked now."""
+    return _walk_files(Path(root), listing)
 
 
-def _walk_files(root: Path) -> dict[str, Path]:
-    """Regular files under ``root`` keyed by POSIX path relative to root's parent-free base."""
-    files: dict[str, Path] = {}
+def _walk_files(root: Path, listing: Mapping[str, os.stat_result] | None = None) -> dict[str, Path]:
+    """Regular files under ``root`` keyed by POSIX path relative to ``root``, as os.walk
+    finds them: a symlink to a directory is not followed (and not a file), any other
+    symlink or non-regular file is refused."""
     base = os.fspath(root)
+    if listing is None:
+        listing = _lstat_files(base)
+    files: dict[str, Path] = {}
+    for relative, status in listing.items():
+        mode = status.st_mode
+        if stat.S_ISDIR(mode):
+            continue
+        full = os.path.join(base, relative)
+        if stat.S_ISLNK(mode):
+            if os.path.isdir(full):  # os.walk lists it among the directories and does not enter it
+                continue
+            raise InputError(f"{full}: symlinks are not accepted in an overlay source")
+        if not stat.S_ISREG(mode):
+            raise InputError(f"{full}: not a regular file")
+        files[relative] = Path(full)
+    return files
+
+
+def _lstat_files(base: str) -> dict[str, os.stat_result]:
+    """The non-directory entries os.walk lists under ``base``, with their lstat."""
+    found: dict[str, os.stat_result] = {}
     cut = len(os.path.join(base, ""))
     for dirpath, dirnames, filenames in os.walk(base):
         dirnames.sort()
         for name in sorted(filenames):
             full = os.path.join(dirpath, name)
-            status = os.lstat(full)
-            if stat.S_ISLNK(status.st_mode):
-                raise InputError(f"{full}: symlinks are not accepted in an overlay source")
-            if not stat.S_ISREG(status.st_mode):
-                raise InputError(f"{full}: not a regular file")
-            files[full[cut:].replace(os.sep, "/")] = Path(full)
-    return files
+            found[full[cut:].replace(os.sep, "/")] = os.lstat(full)
+    return found
 
 
 # --------------------------------------------------------------------------- manifests
@@ -149,8 +181,11 @@ def retained_native_manifest(
     wheel_filename: str,
     wheel_sha256: str,
     hash_file: Callable[[Path], str] = sha256_file,
+    elf_files: Iterable[ElfFile] | None = None,
 ) -> dict[str, Any]:
-    """Every ELF file under ``site_packages/package`` with its size, sha256 and machine."""
+    """Every ELF file under ``site_packages/package`` with its size, sha256 and machine;
+    ``elf_files``: those files as ``iter_elf_files`` finds them, when already known (a
+    validated cached tree's kept fact), else the package is read."""
     package_dir = Path(site_packages) / package
     if not package_dir.is_dir():
         raise InputError(f"{package_dir}: installed package {package!r} not found")
@@ -163,7 +198,7 @@ def retained_native_manifest(
             "wheel": wheel_filename,
             "wheel_sha256": wheel_sha256,
         }
-        for elf in iter_elf_files(package_dir)
+        for elf in (iter_elf_files(package_dir) if elf_files is None else elf_files)
     ]
     return {"schema": RETAINED_NATIVE_SCHEMA, "package": package, "files": files}
 
@@ -219,6 +254,9 @@ def plan_overlay(
     package: str,
     patch_set: PatchSet | None = None,
     hash_file: Callable[[Path], str] = sha256_file,
+    is_elf: Callable[[Path], bool] = is_elf_file,
+    source_listing: Mapping[str, os.stat_result] | None = None,
+    lstat: Callable[[Path], os.stat_result] = os.lstat,
 ) -> OverlayPlan:
     """Decide, path by path, what the overlay adds, replaces and deletes.
 
@@ -226,14 +264,17 @@ def plan_overlay(
     ``<package>/``. Patches apply over the source first (falling back to the installed
     file for paths the source lacks); only their outcome and the source files that differ
     from the installed package become overlay entries. ``hash_file`` hashes the source
-    and installed files (a stat-keyed cache in a build).
+    and installed files (a stat-keyed cache in a build); ``is_elf`` says whether a file
+    starts with the ELF magic (in a build, a validated cached tree's kept fact);
+    ``source_listing`` and ``lstat`` give the source package's paths and an installed
+    path's lstat (in a build, from the walk that validated the cached tree).
     """
     base_root = Path(site_packages)
     source_package = Path(source_root) / package
     if not source_package.is_dir():
         raise InputError(f"{source_package}: overlay source has no {package}/ directory")
     source_files = {
-        f"{package}/{relative}": path for relative, path in _walk_files(source_package).items()
+        f"{package}/{relative}": path for relative, path in _walk_files(source_package, source_listing).items()
     }
     patched: dict[str, PatchedFile] = {}
     if patch_set is not None and patch_set.patches:
@@ -242,10 +283,13 @@ def plan_overlay(
     unchanged = 0
     for path in sorted(set(source_files) | set(patched)):
         base_file = base_root / path
-        base_exists = base_file.is_file() and not base_file.is_symlink()
-        if base_file.is_symlink() or (base_file.exists() and not base_exists):
-            raise CheckFailed(f"{base_file}: overlay target is not a regular file", check_id="overlay.elf")
-        if base_exists and _is_elf_file(base_file):
+        try:
+            base_exists = stat.S_ISREG(lstat(base_file).st_mode)
+            if not base_exists:  # a symlink, directory or other kind
+                raise CheckFailed(f"{base_file}: overlay target is not a regular file", check_id="overlay.elf")
+        except (FileNotFoundError, NotADirectoryError):
+            base_exists = False
+        if base_exists and is_elf(base_file):
             raise CheckFailed(
                 f"overlay would touch ELF file {path} (compiled extensions are retained from the wheel)",
                 check_id="overlay.elf",
@@ -258,7 +302,7 @@ def plan_overlay(
             target_sha = outcome.target_sha256
         else:
             source_file = source_files[path]
-            if _is_elf_file(source_file):
+            if is_elf(source_file):
                 raise CheckFailed(
                     f"overlay source {source_file} is an ELF file: only Python and data files may be overlaid",
                     check_id="overlay.elf",
@@ -394,10 +438,13 @@ def overlay_manifest(
 
 
 def package_tree_hashes(
-    root: str | os.PathLike[str], hash_file: Callable[[Path], str] = sha256_file
+    root: str | os.PathLike[str],
+    hash_file: Callable[[Path], str] = sha256_file,
+    listing: Mapping[str, os.stat_result] | None = None,
 ) -> dict[str, str]:
-    """path -> sha256 for every regular file under ``root`` (relative POSIX paths)."""
-    return {relative: hash_file(path) for relative, path in _walk_files(Path(root)).items()}
+    """path -> sha256 for every regular file under ``root`` (relative POSIX paths);
+    ``listing`` as for ``package_files``."""
+    return {relative: hash_file(path) for relative, path in _walk_files(Path(root), listing).items()}
 
 
 def compare_overlay(

@@ -10,7 +10,9 @@ targets).
 An entry is used only if a walk of the tree now gives the same digest: a tree changed in
 any way since it was made is discarded and assembled again. This costs one lstat per path,
 not a read of the tree; the walk is handed on (``CachedTree.walk``) so that the layer
-cache's input fingerprint of the same tree does not walk it again. (An entry written by
+cache's input fingerprint of the same tree does not walk it again, and so are the lstat
+results it took (``CachedTree.statuses``, read through ``WalkedTrees``): the build's
+later listings and file-hash lookups inside the tree use them instead of asking again. (An entry written by
 an earlier version, with every path's identity listed, is checked against that list once
 and then given its digest.)
 """
@@ -22,8 +24,8 @@ import json
 import os
 import shutil
 import stat
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import __version__
@@ -58,6 +60,7 @@ class CachedTree:
     manifest: Mapping[str, object]
     reused: bool
     walk: TreeWalk  # the walk that validated (or recorded) the tree in this build
+    statuses: Mapping[str, os.stat_result] = field(default_factory=dict, repr=False)  # that walk's lstat of every path
 
     def fact(self, name: str, compute: Callable[[Path], object]) -> object:
         """A fact derived from the tree's bytes only (for example the ELF machine of every
@@ -96,9 +99,10 @@ class TreeCache:
             # the parent does not change any identity below it.
             document = {"format": ENTRY_FORMAT, "recipe": dict(recipe), "manifest": dict(manifest)}
             write_bytes_atomic(staging / "recipe.json", json.dumps(document, sort_keys=True).encode())
-        walk = walk_tree(entry_dir / TREE_DIR)
+        statuses: dict[str, os.stat_result] = {}
+        walk = walk_tree(entry_dir / TREE_DIR, statuses)
         write_bytes_atomic(entry_dir / ENTRY_FILE, json.dumps({"walk": walk.digest}).encode())
-        return CachedTree(entry_dir / TREE_DIR, manifest, reused=False, walk=walk)
+        return CachedTree(entry_dir / TREE_DIR, manifest, reused=False, walk=walk, statuses=statuses)
 
     def _load(self, entry_dir: Path) -> CachedTree | None:
         try:
@@ -112,16 +116,57 @@ class TreeCache:
             return None
         tree = entry_dir / TREE_DIR
         intact = False
+        statuses: dict[str, os.stat_result] = {}
         if tree.is_dir():
             if "walk" in recorded:
-                walk = walk_tree(tree)
+                walk = walk_tree(tree, statuses)
                 intact = walk.digest == recorded["walk"]
             elif "identity" in recorded:  # an entry of an earlier version
                 intact = _listed_identity(tree) == recorded["identity"]
-                walk = walk_tree(tree)
+                walk = walk_tree(tree, statuses)
                 if intact:
                     write_bytes_atomic(entry_dir / ENTRY_FILE, json.dumps({"walk": walk.digest}).encode())
         if not intact:
             shutil.rmtree(entry_dir, ignore_errors=True)
             return None
-        return CachedTree(tree, document.get("manifest", {}), reused=True, walk=walk)
+        return CachedTree(tree, document.get("manifest", {}), reused=True, walk=walk, statuses=statuses)
+
+
+class WalkedTrees:
+    """The lstat of a path inside one of this build's cached trees, from the walk that
+    validated the tree (``CachedTree.statuses``) instead of a system call.
+
+    Safe because that walk is the tree cache's validity check: it took every path's type,
+    mode, size, mtime, ctime, inode and link count this build and found them as recorded
+    when the tree was made, the same walk the layer cache's fingerprint stands on. A file
+    hash looked up under such a status is a record bound to that identity (see
+    ``core.file_hashes``); the build trusts its cached trees from that walk on, as it
+    already does for their layers and kept facts."""
+
+    def __init__(self, entries: Iterable[CachedTree]) -> None:
+        self._trees = [(os.path.join(entry.tree, ""), entry.statuses) for entry in entries if entry.statuses]
+
+    def _inside(self, path: str | os.PathLike[str]) -> tuple[str, Mapping[str, os.stat_result]] | None:
+        text = os.fspath(path)
+        for prefix, statuses in self._trees:
+            if text.startswith(prefix):
+                return text[len(prefix):], statuses
+        return None
+
+    def status(self, path: str | os.PathLike[str]) -> os.stat_result | None:
+        """The walk's lstat of ``path``; None when no walked tree holds it (absent from a
+        walked tree included: the caller's own system call then says why)."""
+        inside = self._inside(path)
+        return None if inside is None else inside[1].get(inside[0])
+
+    def under(self, directory: str | os.PathLike[str]) -> dict[str, os.stat_result] | None:
+        """Every path below ``directory`` (relative to it) with its lstat, in the walk's
+        order; None when ``directory`` is not a directory of a walked tree."""
+        inside = self._inside(directory)
+        if inside is None:
+            return None
+        relative, statuses = inside
+        if not stat.S_ISDIR(getattr(statuses.get(relative), "st_mode", 0)):
+            return None
+        prefix = relative + "/"
+        return {path[len(prefix):]: status for path, status in statuses.items() if path.startswith(prefix)}

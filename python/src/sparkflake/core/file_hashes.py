@@ -7,8 +7,10 @@ hashed are read; a warm build of a multi-GB composition re-reads nothing it did 
 
 A file changed less than ``RACY_WINDOW_NS`` ago is hashed but neither looked up nor
 remembered: on file systems with coarse timestamps a second write in the same tick can
-keep size, mtime and ctime (git's "racy clean" case). That also keeps out the files of
-scratch trees a build makes and deletes, which would only grow the table.
+keep size, mtime and ctime (git's "racy clean" case). Files under a directory given to
+``never_remember`` (a build's work and scratch trees, deleted when it ends) are hashed
+but not remembered either: on a loaded machine a build outlasts the racy window, and
+each of its scratch files would otherwise grow the table and make every build rewrite it.
 
 One table per cache (the compose stage's input files, the layer cache's tree files),
 read on first use and written back only when something new was remembered.
@@ -45,6 +47,12 @@ class FileHashes:
         self.racy_window_ns = racy_window_ns
         self._table: dict[str, list] | None = None
         self._dirty = False
+        self._transient: tuple[str, ...] = ()
+
+    def never_remember(self, directory: str | os.PathLike[str]) -> None:
+        """Hash files under ``directory`` but keep no record of them (see the module
+        docstring)."""
+        self._transient += (os.path.join(os.path.abspath(directory), ""),)
 
     def _files(self) -> dict[str, list]:
         if self._table is None:
@@ -62,7 +70,7 @@ class FileHashes:
         key = os.path.abspath(path)
         try:
             known = list(identity) if identity is not None else stat_identity(os.stat(key))
-            settled = known[4] <= time.time_ns() - self.racy_window_ns
+            settled = known[4] <= time.time_ns() - self.racy_window_ns and not key.startswith(self._transient)
             if settled:
                 remembered = self._files().get(key)
                 if remembered is not None and remembered[:-1] == known:

@@ -1,6 +1,7 @@
 """Tree digests: the NAR serialization of a path and its hash (`nar_serialize`,
 `nar_digest`, `nar_hash`), equal to ``nix hash path``; and git object ids (`git_blob_id`,
-`git_tree_id`), equal to what ``git add -A && git write-tree`` stores.
+`git_tree_id`), equal to what ``git add -A && git write-tree`` stores; both of a directory
+from one read of each file (`nar_digest_and_git_tree`).
 
 Tree walks read each file once, in `READ_CHUNK` pieces, and feed the hash directly: the
 NAR framing and the file bytes go through one hasher in the same pass, nothing is
@@ -421,3 +422,100 @@ def _is_fallback_short_name(lowered: bytes, prefix: bytes) -> bool:
             return False
         index += 1
     return True
+
+
+# ---------------------------------------------------------------------------------------
+# Both at once: one walk, each file opened and read once, its bytes fed to the NAR hash
+# and to its git blob id. The NAR holds every entry (``.git`` too); git's tree leaves out
+# ``.git`` and what is below it, and refuses what `git_tree_id` refuses.
+
+
+def nar_digest_and_git_tree(
+    path: str | os.PathLike[str] | bytes, algorithm: str = "sha256", object_format: str = "sha1"
+) -> tuple[NarDigest, str]:
+    """``(nar_digest(path, algorithm), git_tree_id(path, object_format))`` of a directory."""
+    new_git_hasher = _git_hasher(object_format)
+    encoded = os.fsencode(path)
+    if not stat.S_ISDIR(lstat_mode(encoded)):
+        raise InputError(f"{os.fsdecode(encoded)}: is not a directory; a git tree id needs one")
+    nar_hasher = new_hasher(algorithm)
+    walker = _NarGitWalker(nar_hasher.update, new_git_hasher)
+    walker._write(_NAR_MAGIC)
+    raw = walker.both(encoded, 0, in_git=True)
+    if raw is None:
+        raw = _git_object(new_git_hasher, b"tree", b"")
+    return NarDigest(Hash(algorithm, nar_hasher.digest()), walker.size), raw.hex()
+
+
+class _NarGitWalker(_NarWalker):
+    def __init__(self, sink: NarSink, new_git_hasher: Callable[..., hashlib._Hash]) -> None:
+        super().__init__(sink)
+        self.new_git_hasher = new_git_hasher
+
+    def both(self, path: bytes, depth: int, *, in_git: bool) -> bytes | None:
+        """NAR-serialize the directory ``path``; return its raw git tree id (None when git
+        stores nothing for it, or when ``in_git`` is False: below a ``.git``)."""
+        if depth > _MAX_DEPTH:
+            raise InputError(f"{os.fsdecode(path)}: directory nesting deeper than {_MAX_DEPTH}")
+        write = self._write
+        write(_NAR_DIRECTORY)
+        keyed: list[tuple[bytes, bytes]] = []
+        for entry in _sorted_entries(path):
+            name = entry.name
+            tracked = in_git and name != b".git"
+            if in_git and name == b".git" and depth > 0:
+                _refuse_nested_repository(entry)
+            if tracked and _git_refuses_name(name):
+                raise InputError(
+                    f"{os.fsdecode(entry.path)}: git refuses to store a path named "
+                    f"{os.fsdecode(name)!r} (it aliases .git)"
+                )
+            write(_NAR_ENTRY_NAME + _nar_string(name) + _NAR_NODE)
+            record: tuple[bytes, bytes] | None = None
+            if entry.is_dir(follow_symlinks=False):
+                raw = self.both(entry.path, depth + 1, in_git=tracked)
+                if raw is not None:
+                    record = (name + b"/", _GIT_MODE_TREE + name + b"\0" + raw)
+            elif entry.is_symlink():
+                if tracked and _git_refuses_symlink_name(name):
+                    raise InputError(
+                        f"{os.fsdecode(entry.path)}: git refuses a symlink named "
+                        f"{os.fsdecode(name)!r} (it aliases .gitmodules)"
+                    )
+                try:
+                    target = os.readlink(entry.path)
+                except OSError as exc:
+                    raise unreadable(entry.path, exc) from exc
+                write(_NAR_SYMLINK + _nar_string(target) + _NAR_CLOSE)
+                record = (name, _GIT_MODE_SYMLINK + name + b"\0" + _git_object(self.new_git_hasher, b"blob", target))
+            elif entry.is_file(follow_symlinks=False):
+                mode, raw = self._file(entry.path)
+                record = (name, mode + name + b"\0" + raw)
+            else:
+                raise unsupported_file(entry.path, lstat_mode(entry.path))
+            write(_NAR_CLOSE)
+            if tracked and record is not None:
+                keyed.append(record)
+        write(_NAR_CLOSE)
+        if not in_git or not keyed:
+            return None
+        keyed.sort()
+        return _git_object(self.new_git_hasher, b"tree", b"".join(record for _, record in keyed))
+
+    def _file(self, path: bytes) -> tuple[bytes, bytes]:
+        fd, status = _open_file(path)
+        try:
+            size = status.st_size
+            executable = status.st_mode & stat.S_IXUSR
+            self._write((_NAR_EXECUTABLE if executable else _NAR_REGULAR) + size.to_bytes(8, "little"))
+            blob = self.new_git_hasher(b"blob %d\0" % size)
+
+            def both(piece: bytes | memoryview) -> None:
+                self._write(piece)
+                blob.update(piece)
+
+            _stream_file(fd, size, path, self._buffer, both)
+            self._write(_PADDING[: -size % 8] + _NAR_CLOSE)
+            return (_GIT_MODE_EXECUTABLE if executable else _GIT_MODE_FILE), blob.digest()
+        finally:
+            os.close(fd)

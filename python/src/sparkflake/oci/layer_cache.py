@@ -59,6 +59,10 @@ class LayerCache:
         self.layer_dir = self.root / "layers"
         self._hashes = FileHashes(self.root / "file-sha256.json")
 
+    def never_remember(self, directory: str | os.PathLike[str]) -> None:
+        """Files under ``directory`` (a build's work tree) are hashed, not remembered."""
+        self._hashes.never_remember(directory)
+
     def file_sha256(self, scanned: ScannedEntry) -> str:
         entry = scanned.entry
         if entry.content is not None:
