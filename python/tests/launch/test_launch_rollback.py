@@ -55,7 +55,8 @@ def _launch(world, *extra: str) -> tuple[int, dict]:
     base = world["base"]
     settings = {"NODE_ADDRESS": "127.0.0.1", "MASTER_ADDRESS": "127.0.0.1", "TARGET_MODEL_PATH": str(base / "target"),
                 "DRAFT_MODEL_PATH": str(base / "draft"), "CACHE_ROOT": str(base / "rank-cache"), "GPU_DEVICES": "none",
-                "CONTAINER_ULIMITS": SANDBOX_ULIMITS, "API_PORT": str(free_port()), "MASTER_PORT": str(free_port())}
+                "CONTAINER_ULIMITS": SANDBOX_ULIMITS, "API_PORT": str(free_port()), "MASTER_PORT": str(free_port()),
+                "NCCL_NET": "Socket"}  # no HCA on a rehearsal host
     env_file = base / "runtime.env"
     env_file.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
     completed = _run(
