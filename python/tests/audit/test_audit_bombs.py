@@ -1,0 +1,61 @@
+"""Decompression bombs (issue 28, class 2): a 65 KB zstd layer of RLE blocks and a 2 MB
+gzip layer each inflate to 2 GiB. The audit reads them in bounded pieces: its peak memory
+(the child's ru_maxrss) stays under 256 MB whether the whole stream is read (the default
+bound) or the bound refuses it, and the verdict is a failed check (exit 1), not a crash.
+Before the pieces were bounded the same audits peaked at 2.1 GB and 3.1 GB."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tarfile
+
+import pytest
+from fixtures.hostile_layers import gzip_bomb, layout_of_blobs, zstd_rle_bomb
+
+pytestmark = pytest.mark.slow
+
+PEAK_BOUND = 256 << 20
+_INFLATED = 2 << 30
+_MEDIA_TYPES = {"zstd": "application/vnd.oci.image.layer.v1.tar+zstd",
+                "gzip": "application/vnd.oci.image.layer.v1.tar+gzip"}
+
+
+def _bomb(kind: str) -> bytes:
+    member = tarfile.TarInfo("bomb")
+    member.size = _INFLATED
+    head = member.tobuf(tarfile.PAX_FORMAT)
+    return zstd_rle_bomb(head, _INFLATED // (128 << 10)) if kind == "zstd" else gzip_bomb(head, _INFLATED >> 20)
+
+
+def _audit_peak(*args: str) -> tuple[int, str, int]:
+    """Exit status, output and peak resident bytes of ``sparkflake audit ARGS``."""
+    child = subprocess.Popen([sys.executable, "-m", "sparkflake.cli", "audit", *args],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert child.stdout is not None
+    output = child.stdout.read()
+    _, status, usage = os.wait4(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(status)
+    return child.returncode, output, usage.ru_maxrss * 1024
+
+
+@pytest.mark.parametrize("kind", ["zstd", "gzip"])
+def test_a_bomb_read_whole_stays_in_bounded_memory(tmp_path, kind):
+    blob = _bomb(kind)
+    assert len(blob) < (3 << 20)
+    layout = layout_of_blobs(tmp_path / "image", [(blob, "sha256:" + "0" * 64)], _MEDIA_TYPES[kind])
+    status, output, peak = _audit_peak(f"oci:{layout}")
+    assert status == 1, output
+    assert "FAIL layer.diff-id" in output and "Traceback" not in output
+    assert peak <= PEAK_BOUND, f"audit of a {len(blob)}-byte {kind} bomb peaked at {peak >> 20} MiB"
+
+
+@pytest.mark.parametrize("kind", ["zstd", "gzip"])
+def test_a_bomb_over_the_bound_is_refused_in_bounded_memory(tmp_path, kind):
+    bound = 64 << 20
+    layout = layout_of_blobs(tmp_path / "image", [(_bomb(kind), "sha256:" + "0" * 64)], _MEDIA_TYPES[kind])
+    status, output, peak = _audit_peak(f"oci:{layout}", "--max-layer-bytes", str(bound))
+    assert status == 1, output
+    assert f"more than the bound of {bound} bytes" in output and "Traceback" not in output
+    assert peak <= PEAK_BOUND, f"refusing a {kind} bomb peaked at {peak >> 20} MiB"
