@@ -13,7 +13,7 @@ import importlib
 import pkgutil
 import sys
 
-from ._output import run_handler
+from ._output import run_command
 
 EXIT_BAD_INPUT = 2
 
@@ -57,9 +57,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser(argv[0] if argv else None)
-    args = parser.parse_args(argv)
-    return run_handler(args)
+    return run_command(lambda: build_parser(argv[0] if argv else None).parse_args(argv))
 
 if __name__ == "__main__":
     sys.exit(main())

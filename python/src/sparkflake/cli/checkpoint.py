@@ -10,6 +10,7 @@ from ..core.atomic_write import check_output_parent
 from ..core.errors import InputError
 from ..launch.checkpoint_pins import CheckpointPins, pin_checkpoint, read_pins, write_pins
 from ..lock.profile_locks import load_profile
+from . import _arguments as arguments
 from ._output import Progress, print_json, print_line, warn
 from ._parsers import add_command, add_group
 
@@ -34,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pin.add_argument("--role", required=True, choices=("target", "draft"), help="which checkpoint of the profile")
     pin.add_argument("--profile", default="glm53-dflash7", help="profile name or path (default glm53-dflash7)")
     pin.add_argument(
-        "-o", "--output", metavar="FILE", default=DEFAULT_PINS,
+        "-o", "--output", metavar="FILE", default=DEFAULT_PINS, type=arguments.output_file,
         help=f"the pins file to create or update (default {DEFAULT_PINS})",
     )
     pin.add_argument("--json", action="store_true", help="print the pinned files as JSON")

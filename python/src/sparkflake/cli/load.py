@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..core.errors import InputError
 from ..distribute.engine import ENGINES, import_archive
+from . import _arguments as arguments
 from ._output import print_json, print_line
 from ._parsers import add_command
 
@@ -28,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--engine", choices=ENGINES, default="podman")
     parser.add_argument("--engine-arg", dest="engine_args", action="append", default=[], metavar="ARG",
                         help="an argument for the engine before its command (repeatable), e.g. --storage-driver=vfs")
-    parser.add_argument("--tag", help="tag the loaded image (default: none)")
+    parser.add_argument("--tag", type=arguments.image_reference, help="tag the loaded image (default: none)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
 

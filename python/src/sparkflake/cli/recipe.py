@@ -12,6 +12,7 @@ from ..core.records import read_toml
 from ..launch.contract import load_contract
 from ..launch.plan import plan_launch
 from ..launch.recipe import dump_recipe, export_recipe, import_recipe, read_recipe, summarize
+from . import _arguments as arguments
 from ._output import print_json, print_line
 from ._parsers import add_command, add_group
 
@@ -40,7 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="the profile.toml a `recipe import` wrote: its [recipe] (env, mounts, mods, unmapped arguments, "
              "other fields) is carried into the export (default: profile.toml beside ENVFILE, if it has [recipe])",
     )
-    exporter.add_argument("-o", "--output", required=True, metavar="FILE.toml")
+    exporter.add_argument("-o", "--output", required=True, metavar="FILE.toml", type=arguments.output_file)
 
 
 def run_import(args: argparse.Namespace) -> int:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from ..core.errors import InputError
 from ..lock.profile_locks import load_locks
+from . import _arguments as arguments
 from ._output import print_json, print_line, warn
 from ._parsers import add_command, add_group
 
@@ -40,7 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     check.add_argument("out", metavar="OUT", help="build output directory, OCI layout or archive")
     check.add_argument("--profile", help="profile name or path (default: the image's org.sparkflake.profile label)")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
-    check.add_argument("--capabilities", metavar="FILE", help="also write the capability manifest here")
+    check.add_argument("--capabilities", metavar="FILE", type=arguments.output_file, help="also write the capability manifest here")
     check.add_argument("--scratch", metavar="DIR",
                        help="where the image root is unpacked and kept for reuse after verification "
                             "(default: $XDG_CACHE_HOME/sparkflake/runtime/PROFILE)")

@@ -29,6 +29,7 @@ from typing import BinaryIO
 
 from .canonical_json import readable_json_bytes
 from .direct_write import DirectWriter
+from .documents import file_kind
 from .errors import InputError
 
 
@@ -136,6 +137,27 @@ def make_run_directory(parent: Path, name: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"{name}.{_owner_tag()}.", dir=parent))
 
 
+def regular_output(path: str | os.PathLike[str]) -> Path:
+    """The file an output written to ``path`` replaces: ``path`` with its symlinks resolved
+    (a link stays a link; the file it names gets the new bytes), which must be absent or a
+    regular file. A device, a FIFO, a socket or a directory is refused (InputError): the
+    rename that makes a write atomic would replace the node itself (a host's /dev/full was
+    turned into a JSON file this way)."""
+    shown = os.fspath(path)
+    resolved = Path(os.path.realpath(shown))
+    try:
+        mode = os.stat(resolved).st_mode
+    except FileNotFoundError:
+        return resolved
+    except OSError as exc:
+        raise InputError(f"{shown}: cannot write: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(mode):
+        through = f" (through a symlink to {resolved})" if os.fspath(resolved) != os.path.abspath(shown) else ""
+        raise InputError(f"{shown}: is {file_kind(mode)}{through}; an output is written to a regular file "
+                         "only (choose a file path)")
+    return resolved
+
+
 @contextlib.contextmanager
 def _staged_fd(target: Path, mode: int, *, tagged: bool = False) -> Iterator[int]:
     """A temporary file beside ``target``; on clean exit fsynced and renamed onto it.
@@ -159,8 +181,9 @@ def _staged_fd(target: Path, mode: int, *, tagged: bool = False) -> Iterator[int
 
 @contextlib.contextmanager
 def atomic_file(path: str | os.PathLike[str], mode: int = 0o644) -> Iterator[BinaryIO]:
-    """Yield a binary file object; on clean exit it replaces ``path`` atomically."""
-    with _staged_fd(Path(path), mode) as fd, os.fdopen(fd, "wb", closefd=False) as handle:
+    """Yield a binary file object; on clean exit it replaces ``path`` (``regular_output``)
+    atomically."""
+    with _staged_fd(regular_output(path), mode) as fd, os.fdopen(fd, "wb", closefd=False) as handle:
         yield handle
 
 
@@ -169,7 +192,7 @@ def atomic_stream(path: str | os.PathLike[str], mode: int = 0o644, *, direct: bo
     """Like ``atomic_file`` for long sequential outputs: yields a ``DirectWriter`` (bytes
     and file ranges, written past the page cache unless ``direct`` is False). Errors
     writing, syncing or renaming are ``InputError``s naming ``path``."""
-    target = Path(path)
+    target = regular_output(path)
     try:
         remove_leftovers(target)
         with _staged_fd(target, mode, tagged=True) as fd:
@@ -275,6 +298,9 @@ def atomic_directory(
     """
     target = Path(path)
     check_output_parent(target)
+    if os.path.exists(target) and not os.path.isdir(target):
+        raise InputError(f"{target}: is {file_kind(os.stat(target).st_mode)}; this output is a directory "
+                         "(choose another path)")
     if owned_output:
         check_replaceable_output(target, force=force)
     try:

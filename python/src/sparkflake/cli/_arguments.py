@@ -1,0 +1,114 @@
+"""The argument values the CLI takes, each refused at parse time (argparse ``type=``: the
+usage line and exit 2) before any work: a negative or NaN duration, a byte bound below
+one, a malformed hash, platform, tag or image reference, an output that is not a regular
+file, a profiles directory that holds no profile. What each accepts is written in its
+refusal."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+import unicodedata
+from pathlib import Path
+
+from ..core.atomic_write import regular_output
+from ..core.errors import InputError
+from ..profile.model import PROFILE_FILE
+
+# The OCI distribution spec's tag grammar (distribution-spec, "Pulling manifests").
+_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+# distribution/reference's grammar: [domain[:port]/]path-component(/path-component)*[:tag]
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_REFERENCE = re.compile(
+    rf"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*(?::[0-9]+)?/)?"
+    rf"{_COMPONENT}(?:/{_COMPONENT})*(?::{_TAG.pattern})?"
+)
+# os/architecture[/variant] as the image index's platform object spells them
+_PLATFORM = re.compile(r"[a-z0-9]+/[a-z0-9_]+(?:/[a-z0-9]+)?")
+_SETTINGS_HASH = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+def _printable(text: str) -> str:
+    """``text`` unless it holds a control or format character (a newline, a right-to-left
+    override that shows a value other than it is)."""
+    for character in text:
+        if unicodedata.category(character) in ("Cc", "Cf"):
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: holds the control character U+{ord(character):04X}; give plain text")
+    return text
+
+
+def seconds(text: str) -> float:
+    """A duration in seconds: a finite number, not negative."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number of seconds, 0 or more")
+    return value
+
+
+def byte_count(text: str) -> int:
+    """A size in bytes: a whole number, 1 or more."""
+    if not re.fullmatch(r"[0-9]{1,19}", text) or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number of bytes, 1 or more")
+    return int(text)
+
+
+def settings_hash(text: str) -> str:
+    """A resolved-settings hash as `launch` prints it."""
+    if not _SETTINGS_HASH.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"{_printable(text)!r}: expected sha256: and 64 lowercase hex digits")
+    return text
+
+
+def platform(text: str) -> str:
+    if not _PLATFORM.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"{_printable(text)!r}: expected OS/ARCHITECTURE[/VARIANT], e.g. linux/arm64")
+    return text
+
+
+def image_tag(text: str) -> str:
+    """A tag of an OCI layout or a registry repository."""
+    if not _TAG.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"{_printable(text)!r}: expected a tag of 1-128 letters, digits, '_', '.', '-' "
+            "(not starting with '.' or '-')")
+    return text
+
+
+def image_reference(text: str) -> str:
+    """A name a container engine tags an image with: [HOST[:PORT]/]NAME[:TAG]."""
+    if not _REFERENCE.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"{_printable(text)!r}: expected [HOST[:PORT]/]NAME[:TAG] (lowercase name components)")
+    return text
+
+
+def output_file(text: str) -> str:
+    """A file to write: absent or a regular file (a symlink followed), never a device, a
+    FIFO, a socket or a directory."""
+    try:
+        regular_output(_printable(text))
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+    return text
+
+
+def profiles_dir(text: str) -> str:
+    """A directory holding at least one profile (NAME/profile.toml)."""
+    directory = Path(_printable(text))
+    if not directory.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: not a directory")
+    try:
+        holds_profile = any(
+            entry.is_dir() and os.path.isfile(os.path.join(entry.path, PROFILE_FILE)) for entry in os.scandir(directory))
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"{text}: cannot read: {exc.strerror or exc}") from None
+    if not holds_profile:
+        raise argparse.ArgumentTypeError(f"{text}: not a profiles directory (no NAME/{PROFILE_FILE} in it)")
+    return text
