@@ -6,13 +6,11 @@ Before the pieces were bounded the same audits peaked at 2.1 GB and 3.1 GB."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import tarfile
 
 import pytest
 from fixtures.hostile_layers import gzip_bomb, layout_of_blobs, zstd_rle_bomb
+from fixtures.peak_memory import run_measured
 
 pytestmark = pytest.mark.slow
 
@@ -30,14 +28,7 @@ def _bomb(kind: str) -> bytes:
 
 
 def _audit_peak(*args: str) -> tuple[int, str, int]:
-    """Exit status, output and peak resident bytes of ``sparkflake audit ARGS``."""
-    child = subprocess.Popen([sys.executable, "-m", "sparkflake.cli", "audit", *args],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    assert child.stdout is not None
-    output = child.stdout.read()
-    _, status, usage = os.wait4(child.pid, 0)
-    child.returncode = os.waitstatus_to_exitcode(status)
-    return child.returncode, output, usage.ru_maxrss * 1024
+    return run_measured("audit", *args, timeout=300)
 
 
 @pytest.mark.parametrize("kind", ["zstd", "gzip"])

@@ -8,12 +8,16 @@ stderr and its exit code; no traceback reaches the operator.
 
 from __future__ import annotations
 
-import argparse
-import importlib
-import pkgutil
-import sys
+from . import _signals
 
-from ._output import run_command
+_signals.install()  # first: an interrupt while the rest is imported ends quietly
+
+import argparse  # noqa: E402 - after the handlers, on purpose
+import importlib  # noqa: E402
+import pkgutil  # noqa: E402
+import sys  # noqa: E402
+
+from ._output import run_command  # noqa: E402
 
 EXIT_BAD_INPUT = 2
 

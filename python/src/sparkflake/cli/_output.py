@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
-import signal
 import sys
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from ..core.errors import SparkflakeError
+from . import _signals
 
 
 def print_json(document: Any) -> None:
@@ -65,67 +62,20 @@ def _human(count: int) -> str:
     return f"{value:.1f}GiB"
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (what ``timeout``, systemd and ``kill`` send), raised where the command is,
-    as SIGINT raises KeyboardInterrupt: every ``except BaseException`` and ``finally`` on
-    the way out runs, so staging directories go and the previous output stays."""
-
-
-_EXIT_STATUS = {signal.SIGINT: 130, signal.SIGTERM: 143}  # 128 + the signal, as a shell reports it
-_unwinding: list[int] = []  # the signal whose exception is on its way out
-
-
-def _raise_interrupt(signum: int, _frame: object) -> None:
-    if _unwinding:
-        return  # a second signal would cut the first one's cleanup short
-    _unwinding.append(signum)
-    raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
-
-
-def _swallowed(unraisable: Any, previous: Callable[[Any], None]) -> None:
-    """``sys.unraisablehook``: an interrupt raised where Python cannot propagate it (a
-    ``__del__``, an at-fork hook of ``logging``) is not printed but sent again, 10 ms later,
-    to land where it can."""
-    if not (isinstance(unraisable.exc_value, KeyboardInterrupt) and _unwinding):
-        previous(unraisable)
-        return
-    signum = _unwinding.pop()
-    threading.Timer(0.01, os.kill, (os.getpid(), signum)).start()
-
-
-@contextlib.contextmanager
-def interrupts_raised() -> Iterator[None]:
-    """SIGINT and SIGTERM raise in the main thread for the duration of the block; the
-    previous handlers come back after it (the CLI runs in-process in tests)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {number: signal.signal(number, _raise_interrupt) for number in _EXIT_STATUS}
-    previous_hook = sys.unraisablehook
-    sys.unraisablehook = lambda unraisable: _swallowed(unraisable, previous_hook)
-    try:
-        yield
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
-        sys.unraisablehook = previous_hook
-        _unwinding.clear()
-
-
-def _interrupted(exc: KeyboardInterrupt) -> int:
-    """The line and exit status of an interrupt, wherever it came."""
-    print("sparkflake: terminated" if isinstance(exc, Terminated) else "sparkflake: interrupted", file=sys.stderr)
-    return _EXIT_STATUS[signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT]
-
-
 def run_command(parse: Callable[[], argparse.Namespace]) -> int:
-    """Parse (importing the command modules) and run one command. SIGINT and SIGTERM, from
-    here on, end it with 130 and 143, its staging cleaned, without a traceback."""
-    with interrupts_raised():
+    """Parse (importing the command modules) and run one command. SIGINT and SIGTERM end
+    it with 130 and 143, its staging cleaned, without a traceback (``_signals``)."""
+    with _signals.InterruptsRaised():
         try:
             return run_handler(parse())
         except KeyboardInterrupt as exc:
             return _interrupted(exc)
+
+
+def _interrupted(interrupt: KeyboardInterrupt) -> int:
+    line, status = _signals.caught(interrupt)
+    print(line, file=sys.stderr)
+    return status
 
 
 def run_handler(args: argparse.Namespace) -> int:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
+from ..core.documents import read_json_file
 from ..core.errors import InputError
 from ..distribute.engine import ENGINES, import_archive
 from . import _arguments as arguments
@@ -36,8 +36,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     digests_path = args.out / "digests.json"
     try:
-        config_digest = json.loads(digests_path.read_text(encoding="utf-8"))["config"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        config_digest = read_json_file(digests_path, "the digests.json of a build")["config"]
+    except (KeyError, TypeError) as exc:
         raise InputError(f"{digests_path}: not the digests.json of a build (a JSON object with \"config\"): {exc}") from exc
     archive = next((args.out / name for name in ARCHIVES if (args.out / name).is_file()), None)
     if archive is None:
