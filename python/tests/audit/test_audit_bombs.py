@@ -9,7 +9,7 @@ from __future__ import annotations
 import tarfile
 
 import pytest
-from fixtures.hostile_layers import gzip_bomb, layout_of_blobs, zstd_rle_bomb
+from fixtures.bomb_layers import gzip_bomb, layout_of_blobs, zstd_rle_bomb
 from fixtures.peak_memory import run_measured
 
 pytestmark = pytest.mark.slow

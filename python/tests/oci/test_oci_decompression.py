@@ -12,7 +12,7 @@ import zlib
 
 import pytest
 import zstandard
-from fixtures.hostile_layers import gzip_bomb, zstd_rle_bomb
+from fixtures.bomb_layers import gzip_bomb, zstd_rle_bomb
 from hypothesis import given
 from hypothesis import strategies as st
 
