@@ -1,6 +1,7 @@
 """Files an operator names (issue 28, class 5) are read through the one bounded reader of
 regular files: `--auth-file` and `--ca-file` of publish and verify (sign shares verify's
-registry client), `fanout --site`, the cache root's marker. A FIFO is refused without
+registry client), `fanout --site`, a lock (`--lock`, `lock validate`), the cache root's
+marker. A FIFO is refused without
 waiting for a writer, /dev/zero without reading it, a huge sparse file after the bound
 (memory measured), nesting deeper than Python's parsers follow with a message naming the
 file; each is exit 2 and one line, never a traceback."""
@@ -53,17 +54,21 @@ def _commands(tmp_path: Path) -> dict[str, list[str]]:
         "verify --auth-file": ["verify", "127.0.0.1:9/x:v1", "--key", str(public_key), "--auth-file"],
         "publish --ca-file": ["publish", str(out), "registry.invalid/x:v1", "--ca-file"],
         "fanout --site": ["fanout", str(out / "absent.tar"), "--sha256", "0" * 64, "--site"],
+        "audit --lock": ["audit", f"oci:{out}", "--lock"],
+        "lock validate": ["lock", "validate"],
     }
 
 
 @pytest.mark.parametrize("command, kind", [
     (command, kind)
-    for command in ("publish --auth-file", "verify --auth-file", "publish --ca-file", "fanout --site")
+    for command in ("publish --auth-file", "verify --auth-file", "publish --ca-file", "fanout --site", "audit --lock",
+                    "lock validate")
     for kind in ("fifo", "dev-zero", "sparse-10g", "nested")
     if (command, kind) != ("publish --ca-file", "nested")  # a PEM file has no nesting
 ])
 def test_hostile_operator_files_are_refused_clearly_and_boundedly(tmp_path, command, kind):
-    hostile = _hostile(tmp_path, kind, _TOML_NESTING if command == "fanout --site" else _JSON_NESTING)
+    toml = command in ("fanout --site", "audit --lock", "lock validate")
+    hostile = _hostile(tmp_path, kind, _TOML_NESTING if toml else _JSON_NESTING)
     status, output, peak = run_measured(*_commands(tmp_path)[command], str(hostile), timeout=60)
     assert status == 2, output
     assert f"{hostile}: {_EXPECTED[kind]}" in output or f"{hostile}: " in output and _EXPECTED[kind] in output
