@@ -9,7 +9,8 @@ from __future__ import annotations
 import tarfile
 
 import pytest
-from fixtures.bomb_layers import gzip_bomb, layout_of_blobs, zstd_rle_bomb
+from fixtures.bomb_layers import gzip_bomb, with_layer_blob, zstd_rle_bomb
+from fixtures.hostile_layers import hostile_layout
 from fixtures.peak_memory import run_measured
 
 pytestmark = pytest.mark.slow
@@ -35,7 +36,7 @@ def _audit_peak(*args: str) -> tuple[int, str, int]:
 def test_a_bomb_read_whole_stays_in_bounded_memory(tmp_path, kind):
     blob = _bomb(kind)
     assert len(blob) < (3 << 20)
-    layout = layout_of_blobs(tmp_path / "image", [(blob, "sha256:" + "0" * 64)], _MEDIA_TYPES[kind])
+    layout = with_layer_blob(hostile_layout(tmp_path / "image", [[]]), blob, _MEDIA_TYPES[kind])
     status, output, peak = _audit_peak(f"oci:{layout}")
     assert status == 1, output
     assert "FAIL layer.diff-id" in output and "Traceback" not in output
@@ -45,7 +46,7 @@ def test_a_bomb_read_whole_stays_in_bounded_memory(tmp_path, kind):
 @pytest.mark.parametrize("kind", ["zstd", "gzip"])
 def test_a_bomb_over_the_bound_is_refused_in_bounded_memory(tmp_path, kind):
     bound = 64 << 20
-    layout = layout_of_blobs(tmp_path / "image", [(_bomb(kind), "sha256:" + "0" * 64)], _MEDIA_TYPES[kind])
+    layout = with_layer_blob(hostile_layout(tmp_path / "image", [[]]), _bomb(kind), _MEDIA_TYPES[kind])
     status, output, peak = _audit_peak(f"oci:{layout}", "--max-layer-bytes", str(bound))
     assert status == 1, output
     assert f"more than the bound of {bound} bytes" in output and "Traceback" not in output

@@ -4,32 +4,14 @@ inspect` and `runtime check` refuse it, naming the blob and the place in it."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from fixtures.bomb_layers import with_config
 from fixtures.hostile_layers import hostile_layout
 
 SAFE = [[("usr", "dir", "")]]
-
-
-def _with_config(layout: Path, config: bytes) -> Path:
-    """``layout`` with its config replaced by ``config`` (the manifest and index follow)."""
-    blobs = layout / "blobs" / "sha256"
-    index = json.loads((layout / "index.json").read_text())
-    manifest = json.loads((blobs / index["manifests"][0]["digest"][7:]).read_text())
-    digest = hashlib.sha256(config).hexdigest()
-    (blobs / digest).write_bytes(config)
-    manifest["config"].update(digest=f"sha256:{digest}", size=len(config))
-    manifest_bytes = json.dumps(manifest).encode()
-    manifest_digest = hashlib.sha256(manifest_bytes).hexdigest()
-    (blobs / manifest_digest).write_bytes(manifest_bytes)
-    index["manifests"][0].update(digest=f"sha256:{manifest_digest}", size=len(manifest_bytes))
-    (layout / "index.json").write_text(json.dumps(index))
-    return layout
 
 
 @pytest.mark.parametrize("config, message", [
@@ -38,7 +20,7 @@ def _with_config(layout: Path, config: bytes) -> Path:
     (b"{\"architecture\": \"\xff\"}", "not UTF-8 text (byte offset 18)"),
 ])
 def test_a_malformed_config_is_bad_input(tmp_path, config, message):
-    layout = _with_config(hostile_layout(tmp_path / "oci", SAFE), config)
+    layout = with_config(hostile_layout(tmp_path / "oci", SAFE), config)
     for argv in (["audit", f"oci:{layout}"], ["image", "inspect", str(layout)]):
         completed = subprocess.run([sys.executable, "-m", "sparkflake.cli", *argv], capture_output=True, text=True,
                                    timeout=120, check=False)

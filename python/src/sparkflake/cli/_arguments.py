@@ -58,35 +58,29 @@ def byte_count(text: str) -> int:
     return int(text)
 
 
+def _matching(pattern: re.Pattern[str], text: str, expected: str) -> str:
+    if not pattern.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"{_printable(text)!r}: expected {expected}")
+    return text
+
+
 def settings_hash(text: str) -> str:
     """A resolved-settings hash as `launch` prints it."""
-    if not _SETTINGS_HASH.fullmatch(text):
-        raise argparse.ArgumentTypeError(f"{_printable(text)!r}: expected sha256: and 64 lowercase hex digits")
-    return text
+    return _matching(_SETTINGS_HASH, text, "sha256: and 64 lowercase hex digits")
 
 
 def platform(text: str) -> str:
-    if not _PLATFORM.fullmatch(text):
-        raise argparse.ArgumentTypeError(
-            f"{_printable(text)!r}: expected OS/ARCHITECTURE[/VARIANT], e.g. linux/arm64")
-    return text
+    return _matching(_PLATFORM, text, "OS/ARCHITECTURE[/VARIANT], e.g. linux/arm64")
 
 
 def image_tag(text: str) -> str:
     """A tag of an OCI layout or a registry repository."""
-    if not _TAG.fullmatch(text):
-        raise argparse.ArgumentTypeError(
-            f"{_printable(text)!r}: expected a tag of 1-128 letters, digits, '_', '.', '-' "
-            "(not starting with '.' or '-')")
-    return text
+    return _matching(_TAG, text, "a tag of 1-128 letters, digits, '_', '.', '-' (not starting with '.' or '-')")
 
 
 def image_reference(text: str) -> str:
     """A name a container engine tags an image with: [HOST[:PORT]/]NAME[:TAG]."""
-    if not _REFERENCE.fullmatch(text):
-        raise argparse.ArgumentTypeError(
-            f"{_printable(text)!r}: expected [HOST[:PORT]/]NAME[:TAG] (lowercase name components)")
-    return text
+    return _matching(_REFERENCE, text, "[HOST[:PORT]/]NAME[:TAG] (lowercase name components)")
 
 
 def output_file(text: str) -> str:
