@@ -117,3 +117,11 @@ def test_an_operator_directory_shaped_like_a_leftover_is_kept(tmp_path):
         (staging / "new").write_text("new\n")
     assert sorted(path.name for path in tmp_path.iterdir()) == sorted([operator.name, "out"])
     assert (operator / "notes").read_text() == "mine\n"
+
+
+def test_a_forced_directory_output_still_never_replaces_a_fifo(tmp_path):
+    os.mkfifo(tmp_path / "out")
+    with pytest.raises(InputError, match="is a FIFO; this output is a directory"):
+        with atomic_directory(tmp_path / "out", owned_output=True, force=True):
+            pass
+    assert stat.S_ISFIFO(os.lstat(tmp_path / "out").st_mode) and os.listdir(tmp_path) == ["out"]

@@ -330,9 +330,7 @@ def atomic_directory(
     """
     target = Path(path)
     check_output_parent(target)
-    if os.path.exists(target) and not os.path.isdir(target):
-        raise InputError(f"{target}: is {file_kind(os.stat(target).st_mode)}; this output is a directory "
-                         "(choose another path)")
+    _check_directory_target(target, owned_output)
     if owned_output:
         check_replaceable_output(target, force=force)
     try:
@@ -353,6 +351,19 @@ def atomic_directory(
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)
         raise InputError(f"{target}: cannot replace it: {exc.strerror or exc}") from exc
+
+
+def _check_directory_target(target: Path, owned_output: bool) -> None:
+    """A device, a FIFO or a socket is never swapped out for a directory, even forced; a
+    regular file only where ``check_replaceable_output`` decides (an operator's output)."""
+    try:
+        mode = os.lstat(target).st_mode
+    except FileNotFoundError:
+        return
+    special = not (stat.S_ISDIR(mode) or stat.S_ISREG(mode) or stat.S_ISLNK(mode))
+    if special or (not owned_output and not os.path.isdir(target)):
+        kind = file_kind(mode) if special or not stat.S_ISLNK(mode) else "a symlink to no directory"
+        raise InputError(f"{target}: is {kind}; this output is a directory (choose another path)")
 
 
 def _swap_in(staging: Path, target: Path) -> None:
