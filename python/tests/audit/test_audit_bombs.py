@@ -1,8 +1,9 @@
 """Decompression bombs (issue 28, class 2): a 65 KB zstd layer of RLE blocks and a 2 MB
 gzip layer each inflate to 2 GiB. The audit reads them in bounded pieces: its peak memory
-(the child's ru_maxrss) stays under 256 MB whether the whole stream is read (the default
-bound) or the bound refuses it, and the verdict is a failed check (exit 1), not a crash.
-Before the pieces were bounded the same audits peaked at 2.1 GB and 3.1 GB."""
+(the command's ru_maxrss) stays under 256 MB when the whole stream is read (the default
+bound) and under twice the bound when a bound of 64 MiB refuses it; the verdict is a
+failed check (exit 1), not a crash. Before the pieces were bounded the same audits peaked
+at 2.1 GB and 3.1 GB."""
 
 from __future__ import annotations
 
@@ -50,4 +51,4 @@ def test_a_bomb_over_the_bound_is_refused_in_bounded_memory(tmp_path, kind):
     status, output, peak = _audit_peak(f"oci:{layout}", "--max-layer-bytes", str(bound))
     assert status == 1, output
     assert f"more than the bound of {bound} bytes" in output and "Traceback" not in output
-    assert peak <= PEAK_BOUND, f"refusing a {kind} bomb peaked at {peak >> 20} MiB"
+    assert peak <= min(2 * bound, PEAK_BOUND), f"refusing a {kind} bomb peaked at {peak >> 20} MiB"

@@ -33,8 +33,9 @@ def _is_zstd_magic(head: bytes) -> bool:
 
 def detect_compression(head: bytes) -> str:
     """Compression of a blob from its first bytes (gzip, zstd, or none for plain tar). A
-    zstd stream may begin with a skippable frame (as containerd's DetectCompression also
-    takes it): it is zstd too."""
+    zstd stream may begin with a skippable frame: it is zstd too, as moby's and
+    containerd's zstd matchers take it (zstdMagicSkippableStart 0x184D2A50, mask
+    0xFFFFFFF0); read as plain bytes it would pass for an uncompressed tar."""
     if head[:2] == b"\x1f\x8b":
         return "gzip"
     if _is_zstd_magic(head):
