@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results" / "checkpoint-pin.json"
 sys.path.insert(0, str(REPO / "python" / "tests"))
 
-from launch_fixtures import TARGET_FILES, real_contract, write_checkpoint
+from fixtures.launch import TARGET_FILES, real_contract, write_checkpoint
 from sparkflake.launch.plan import plan_launch
 
 

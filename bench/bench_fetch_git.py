@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "python" / "src"))
 sys.path.insert(0, str(REPO / "python" / "tests"))
 
-from git_fixtures import GIT_ENV, git, git_daemon
+from fixtures.git import GIT_ENV, git, git_daemon
 from sparkflake.core.blob_cache import default_cache_root
 from sparkflake.fetch.git import GitCache, fetch_git
 from sparkflake.lock.lock_file import load_lock

@@ -34,7 +34,7 @@ PASSWORD = "bench"
 COSIGN_FLAGS = ["--allow-insecure-registry", "--allow-http-registry"]
 
 sys.path.insert(0, str(REPO / "python" / "tests"))
-from oci_fixtures import RegistryServer
+from fixtures.oci import RegistryServer
 
 
 def timed(argv: list[str], env: dict[str, str], cwd: Path) -> float:

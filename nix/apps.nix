@@ -2,7 +2,8 @@
 # `sparkflake launch-rank RANK runtime.env` through its own console script, with the profiles
 # bundled in the package (found from any directory). For each image output <name> (nix/image.nix):
 #   nix run .#<name>-copy-to-registry -- REGISTRY/REPO:TAG [--insecure ...]
-#       `sparkflake publish`: our blobs and manifest bytes, the registry's digest checked
+#       `sparkflake publish`: our blobs and manifest bytes, the registry's digest checked;
+#       the result in ./publish.json (or --record FILE), never in the image's store path
 #   nix run .#<name>-load-into-podman -- [--tag TAG] [--engine-arg ARG ...]
 #       `sparkflake load`: podman load, its image ID checked against the config digest
 # (nix2container's copyToRegistry and copyToPodman). Each is a Python launcher that execs

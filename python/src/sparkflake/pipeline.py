@@ -26,10 +26,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .compose.assembly import LayerTree, assemble
+from .compose.assembly import Assembly, LayerTree, assemble
 from .compose.chain_links import verify_composition
 from .compose.composition import load_composition
-from .compose.inputs import fetch_inputs
+from .compose.inputs import FetchedInputs, fetch_inputs
 from .compose.tree_cache import TreeCache
 from .core.atomic_write import (
     atomic_directory,
@@ -41,6 +41,8 @@ from .core.atomic_write import (
 from .core.blob_cache import BlobCache, default_cache_root
 from .core.file_hashes import FileHashes
 from .core.progress import ProgressCallback
+from .housekeeping.build_record import BuildRecord, last_build_of, utc_now, write_build_record
+from .housekeeping.free_space import check_free_space, estimate_build_space
 from .oci.blob_store import BlobStore
 from .oci.composed_image import (
     OUTPUT_FORMATS,
@@ -107,6 +109,31 @@ class StageClock:
         self._since = now
 
 
+def used_by_build(root: Path, fetched: FetchedInputs, assembly: Assembly, result: BuildResult,
+                  store: BlobStore) -> BuildRecord:
+    """What this build took from the cache at ``root`` (for ``sparkflake cache gc``): input
+    blobs, git checkouts, assembled trees, and the layer-store blobs of its image."""
+
+    def names_under(directory: Path, paths: object) -> tuple[str, ...]:
+        return tuple(sorted({path.name for path in paths if path.parent == directory}))  # type: ignore[attr-defined]
+
+    tree_dirs = list(assembly.cached_trees)  # every tree the tree cache gave this build
+    image = result.image
+    named = {digest for layer in image.layers for digest in (layer.digest, layer.diff_id)}
+    named |= {image.config_digest, image.manifest_digest}
+    blobs = {digest for digest in named if store.has(digest)}  # layers, as stored and uncompressed
+    return BuildRecord(
+        profile=result.profile,
+        built_at=utc_now(),
+        manifest_digest=image.manifest_digest,
+        config_digest=image.config_digest,
+        inputs=names_under(BlobCache(root).blob_dir, fetched.paths.values()),
+        git_trees=names_under(root / "git" / "trees", fetched.git_trees.values()),
+        trees=names_under(root / "trees", [tree.parent for tree in tree_dirs]),
+        blobs=tuple(sorted(blobs)),
+    )
+
+
 def build_profile(request: BuildRequest, progress: ProgressCallback | None = None) -> BuildResult:
     """All stages; nothing is written to the output unless the chain passed."""
     check_formats(request.formats)
@@ -121,6 +148,8 @@ def build_profile(request: BuildRequest, progress: ProgressCallback | None = Non
     hashes = FileHashes(root / "compose" / "file-sha256.json")
     tree_cache = TreeCache(root / "trees") if request.use_tree_cache else None
     clock = StageClock()
+    check_free_space(estimate_build_space(composition, root, oci_root, out_dir, request.formats,
+                                          last_build_of(root, composition.profile.name)))
 
     fetched = fetch_inputs(
         composition, BlobCache(root), from_dirs=request.from_dirs, offline=request.offline, progress=progress,
@@ -159,6 +188,7 @@ def build_profile(request: BuildRequest, progress: ProgressCallback | None = Non
             clock.lap("top_layer_and_image")
             outputs.write(result)
         clock.lap("write_outputs")
+        write_build_record(root, used_by_build(root, fetched, assembly, result, store))
         result = dataclasses.replace(
             result, extra={"timings": clock.timings, "evicted": [str(eviction) for eviction in store.evicted]}
         )

@@ -275,6 +275,34 @@ def test_podman_store_audit_agrees_with_podman_inspect(built: Path, podman_store
     assert any(c.id == "engine.image-id" and c.status == "pass" for c in report.checks)
 
 
+def test_podman_store_audit_with_the_builds_digests_compares_like_with_like(built: Path, podman_store):  # noqa: F811
+    """Issue 31: an engine's store keeps no manifest and its layers uncompressed; the build's
+    digests.json is compared by config (image ID), chain ID and diffIDs, the manifest and
+    the compressed layer digests are named as not comparable, never reported as a mismatch."""
+    image_id = podman_store.load(built / "docker-archive.tar")
+    source = audit.open_target(f"podman:{image_id}", engine_args=podman_store.argv()[1:])
+    try:
+        report = audit.audit_image(source, audit.expectations_from(expect_file=str(built / "digests.json")))
+    finally:
+        source.cleanup()
+    assert report.exit_code == 0, [c.as_record() for c in report.failures]
+    status = {check.id: check for check in report.checks}
+    assert status["expect.config"].status == "pass" and status["expect.chain-id"].status == "pass"
+    assert status["expect.layers"].status == "pass" and "by diffID" in status["expect.layers"].detail
+    assert status["expect.manifest"].status == "skip" and "keeps no manifest" in status["expect.manifest"].detail
+    # a store holding another image still fails on what is comparable
+    digests = json.loads((built / "digests.json").read_text())
+    digests["layers"][0]["diff_id"] = "sha256:" + "0" * 64
+    wrong = built.parent / "wrong-digests.json"
+    wrong.write_text(json.dumps(digests))
+    source = audit.open_target(f"podman:{image_id}", engine_args=podman_store.argv()[1:])
+    try:
+        report = audit.audit_image(source, audit.expectations_from(expect_file=str(wrong)))
+    finally:
+        source.cleanup()
+    assert [check.id for check in report.failures] == ["expect.layers"]
+
+
 def test_layer_over_decompression_bound(built: Path):
     report = run_audit(f"oci:{built / 'oci'}", max_uncompressed_bytes=1024)
     assert any(c.id == "layer.decompressed-bound" for c in report.failures)

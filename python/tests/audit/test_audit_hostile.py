@@ -5,6 +5,7 @@ digests.json` covering index.json."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -13,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from fixtures.hostile_layers import hostile_layout
+from fixtures.hostile_layers import hostile_layout, rewrite_json, tar_bytes, without_end
 
 from sparkflake import audit
 from sparkflake.cli import main
@@ -112,3 +113,45 @@ def test_expect_file_covers_the_index(tmp_path, capsys):
     bad = audit.audit_image(audit.open_target(f"oci:{out / 'oci'}"), audit.expectations_from(expect_file=digests))
     assert [c.id for c in bad.failures] == ["expect.index"]
     assert json.loads(Path(digests).read_text())["index"] in bad.failures[0].detail
+
+
+# ---- issue 28 class 9: what Go's and the spec's readers refuse, the audit refuses ------
+
+_VISIBLE = tar_bytes(SAFE[0])
+_ESCAPE = tar_bytes([("../escape", "file", "")])
+_AUDIT_CASES = {
+    # a ../ entry after the end-of-archive blocks: tar --ignore-zeros extracts it
+    "entry after the end": ({"tars": [_VISIBLE + _ESCAPE]}, 1,
+                            "FAIL layer.entries-safe", f"data at byte {len(_VISIBLE)} of the tar stream, after its "
+                            "end-of-archive blocks"),
+    "entry after a lone zero block": ({"tars": [without_end(_VISIBLE) + bytes(512) + _ESCAPE]}, 1,
+                                      "FAIL layer.decompress", "a header after a single zero block"),
+    "schemaVersion 1": ({"manifest": rewrite_json(lambda d: d.update(schemaVersion=1))}, 2,
+                        "[document.parse]", "schemaVersion: expected 2, got 1"),
+    "rootfs overlay": ({"config": rewrite_json(lambda d: d["rootfs"].update(type="overlay"))}, 1,
+                       "FAIL document.parse", "rootfs.type: expected 'layers', got 'overlay'"),
+    "duplicate key": ({"index": lambda raw: raw.replace(b'"schemaVersion": 2', b'"schemaVersion": 2, "schemaVersion": 1')},
+                      2, "[document.parse]", "index.json: $.schemaVersion: the key is given twice"),
+    "byte-order mark": ({"manifest": lambda raw: b"\xef\xbb\xbf" + raw}, 2, "[document.parse]",
+                        "starts with a UTF-8 byte-order mark"),
+    "descriptor data of other bytes": (
+        {"manifest": rewrite_json(lambda d: d["config"].update(data=base64.b64encode(b"{}").decode()))}, 2,
+        "[document.parse]", "config: data: holds 2 bytes, the descriptor's size is"),
+}
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(path.relative_to(root)): path.read_bytes() for path in sorted(root.rglob("*")) if path.is_file()}
+
+
+@pytest.mark.parametrize("case", sorted(_AUDIT_CASES))
+def test_what_go_and_the_spec_refuse_the_audit_refuses(tmp_path, case):
+    rewrites, exit_code, check, message = _AUDIT_CASES[case]
+    layout = hostile_layout(tmp_path / "oci", SAFE, **rewrites)
+    before = _tree(tmp_path)
+    completed = cli("audit", f"oci:{layout}")
+    assert completed.returncode == exit_code, completed.stdout + completed.stderr
+    output = completed.stdout + completed.stderr
+    assert check in output and message in output, output
+    assert "Traceback" not in output
+    assert _tree(tmp_path) == before  # the audit changed nothing

@@ -54,6 +54,11 @@ def sparkflake(*args: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str
     return code, captured.out, captured.err
 
 
+@pytest.fixture(autouse=True)
+def _records_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # publish writes publish.json in the working directory
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = tmp_path_factory.mktemp("supply-chain-build")

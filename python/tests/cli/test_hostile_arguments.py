@@ -87,6 +87,10 @@ def test_an_output_that_is_not_a_regular_file_is_refused_and_kept(tmp_path, caps
     (["load", "out", "--tag", "Sparkflake/X:v1"], "expected [HOST[:PORT]/]NAME[:TAG]"),
     (["load", "out", "--tag", "x:v1\u202e"], "control character U+202E"),
     (["fanout", "--site", "s.toml", "--tag=-oProxyCommand=x"], "expected [HOST[:PORT]/]NAME[:TAG]"),
+    (["cache", "gc", "--keep", "-1"], "'-1': expected a whole number, 0 or more"),
+    (["cache", "gc", "--profiles-dir", "/proc"], "/proc: not a profiles directory"),
+    (["fetch", "p", "--jobs", "0"], "'0': expected a whole number of workers, 1 or more"),
+    (["runtime", "check", "out", "--timeout", "nan"], "'nan': expected a number of seconds"),
     (["profile", "list", "--profiles-dir", "/proc"], "/proc: not a profiles directory"),
     (["build", "p", "--profiles-dir", "/nonexistent"], "/nonexistent: not a directory"),
 ])

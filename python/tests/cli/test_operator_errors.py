@@ -29,7 +29,8 @@ def test_publish_to_a_plain_http_registry_says_insecure(tmp_path: Path) -> None:
         assert "WRONG_VERSION_NUMBER" in refused.stderr
         assert "speaks plain HTTP: pass --insecure" in refused.stderr
         assert "Traceback" not in refused.stderr
-        accepted = _cli("publish", str(tmp_path / "image" / "out"), f"127.0.0.1:{port}/sparkflake/x:v1", "--insecure")
+        accepted = _cli("publish", str(tmp_path / "image" / "out"), f"127.0.0.1:{port}/sparkflake/x:v1", "--insecure",
+                        "--record", str(tmp_path / "publish.json"))
         assert accepted.returncode == 0, accepted.stderr
     finally:
         registry.terminate()

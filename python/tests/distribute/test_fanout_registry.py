@@ -40,7 +40,7 @@ def test_publish_then_every_rank_pulls_by_digest(netns_ranks: NetnsRanks, tmp_pa
         published = subprocess.run(
             [sys.executable, "-m", "sparkflake.cli", "publish", str(tmp_path / "image" / "out"),
              f"{gateway}:{port}/sparkflake/glm53:r8", "--ca-file", str(certificate), "--json"],
-            capture_output=True, text=True,
+            capture_output=True, text=True, cwd=tmp_path,  # publish.json goes to the working directory
         )
         assert published.returncode == 0, published.stderr
         pinned = json.loads(published.stdout)["pinned"]

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from sparkflake.core.errors import InputError
 from sparkflake.distribute.site import (
+    _SSH_OPTIONS_ALLOWED,
     SCHEMA,
     Link,
     Rank,
@@ -20,6 +21,7 @@ from sparkflake.distribute.site import (
     dump_site,
     load_site,
     parse_site,
+    ssh_option_problem,
     validate_site,
 )
 
@@ -179,7 +181,7 @@ def chains(draw) -> Site:
     ranks = tuple(
         Rank(
             name=name,
-            ssh=draw(_free_text),
+            ssh=draw(_free_text.filter(lambda target: not target.startswith("-"))),
             management=f"192.168.{index}.{draw(st.integers(1, 254))}",
             data_dir="/" + draw(_free_text),
             fabric=fabric[name],
@@ -252,3 +254,64 @@ def test_a_ring_goes_round_a_failed_rank_the_other_way(broken: set[str], path: t
 def test_a_chain_has_no_way_round() -> None:
     chain = parse_site(FOUR_RING.replace('topology = "ring"', 'topology = "chain"'))
     assert chain.detour({"spark2"}) is None
+
+
+# ---- issue 28 class 11: the site file is data; ssh never runs a command it names --------
+
+_HOSTILE_OPTIONS = [
+    ("ProxyCommand=touch /tmp/pwned", "ProxyCommand is not an allowed OpenSSH option"),
+    ("proxycommand=sh", "proxycommand is not an allowed OpenSSH option"),
+    ("LocalCommand=touch x", "LocalCommand is not an allowed"),
+    ("PermitLocalCommand=yes", "PermitLocalCommand is not an allowed"),
+    ("KnownHostsCommand=/bin/sh", "KnownHostsCommand is not an allowed"),
+    ("Match=exec true", "Match is not an allowed"),
+    ("ProxyJump=evil", "ProxyJump is not an allowed"),
+    ("ControlPath=/tmp/sock", "ControlPath is not an allowed"),
+    ("Include=/etc/evil", "Include is not an allowed"),
+    ("StrictHostKeyChecking=no", "StrictHostKeyChecking is set by ssh.strict_host_key_checking"),
+    ("UserKnownHostsFile=/dev/null", "UserKnownHostsFile is set by ssh.known_hosts_file"),
+    ("Ciphers=aes128-ctr ProxyCommand=sh", "Ciphers: expected a value of letters"),
+    ("KexAlgorithms=%d", "KexAlgorithms: expected a value"),
+    ("-oProxyCommand", "expected Key=Value"),
+]
+
+
+@pytest.mark.parametrize(("option", "message"), _HOSTILE_OPTIONS)
+def test_ssh_options_outside_the_allow_list_are_refused_naming_the_file_and_key(option: str, message: str) -> None:
+    text = FOUR_RING.replace('cipher = "aes128', f'options = ["IPQoS=throughput", {_toml_string(option)}]\ncipher = "aes128')
+    with pytest.raises(InputError) as caught:
+        parse_site(text, origin="site.toml")
+    assert str(caught.value).startswith(f"site.toml: ssh.options[1]: {message}")
+
+
+def _toml_string(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def test_an_option_like_ssh_target_is_refused() -> None:
+    with pytest.raises(InputError, match=r"site.toml: ranks\[1\].ssh: expected \[user@\]host, not an option"):
+        parse_site(FOUR_RING.replace('ssh = "spark1.mgmt"', 'ssh = "-oProxyCommand=touch /tmp/x"'), origin="site.toml")
+
+
+@given(st.from_regex(r"[A-Za-z][A-Za-z0-9]{0,24}", fullmatch=True), st.from_regex(r"[a-z0-9,-]{1,20}", fullmatch=True))
+def test_only_the_allow_list_passes(key: str, value: str) -> None:
+    problem = ssh_option_problem(f"{key}={value}")
+    assert (problem is None) == (key.lower() in _SSH_OPTIONS_ALLOWED)
+
+
+def test_the_fanout_verify_of_a_site_with_a_proxy_command_runs_nothing(tmp_path) -> None:
+    marker = tmp_path / "pwned"
+    site = tmp_path / "site.toml"
+    site.write_text(FOUR_RING.replace('cipher = "aes128', f'options = ["ProxyCommand=touch {marker}"]\ncipher = "aes128'))
+    archive = tmp_path / "a.tar"
+    archive.write_bytes(b"x")
+    before = sorted(tmp_path.iterdir())
+    completed = subprocess.run(
+        [sys.executable, "-m", "sparkflake.cli", "fanout", str(archive), "--sha256", "0" * 64, "--verify",
+         "--site", str(site)],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert completed.returncode == 2, completed.stderr
+    assert f"{site}: ssh.options[0]: ProxyCommand is not an allowed OpenSSH option" in completed.stderr
+    assert "Traceback" not in completed.stderr
+    assert not marker.exists() and sorted(tmp_path.iterdir()) == before

@@ -163,9 +163,11 @@ def test_tampered_cache_entry_is_refused_and_evicted(tmp_path_factory: pytest.Te
     tampered = bytearray(PAYLOAD)
     tampered[position] ^= 0x01
     blob.write_bytes(bytes(tampered))
-    with pytest.raises(CheckFailed, match=r"demo: cache entry .* was altered .*evicted"):
+    with pytest.raises(CheckFailed, match=r"demo: cache entry .* was altered .*moved to .*quarantine"):
         cache.verified_path(artifact)
     assert not blob.exists()
+    [kept] = (cache.root / "quarantine" / "blobs").iterdir()  # moved aside, never dropped
+    assert kept.read_bytes() == bytes(tampered) and kept.name.startswith(artifact.sha256 + ".")
 
 
 def test_fetch_repairs_a_tampered_entry(tmp_path: Path) -> None:
@@ -175,8 +177,25 @@ def test_fetch_repairs_a_tampered_entry(tmp_path: Path) -> None:
     blob.write_bytes(b"rotten")
     with fixture_server() as server:
         outcome = fetch_artifact(_artifact(server.serve("/demo.whl", PAYLOAD)), cache)
-    assert outcome.evicted_corrupt and outcome.source == "download"
+    assert outcome.altered is not None and outcome.source == "download"
+    assert outcome.altered.moved_to.read_bytes() == b"rotten"
     assert blob.read_bytes() == PAYLOAD
+
+
+def test_offline_fetch_names_the_altered_entry_instead_of_calling_it_missing(tmp_path: Path) -> None:
+    """Issue 31's drift: an altered entry with no URL to repair it from was dropped and the
+    input reported as missing; the refusal now names the entry, its hash and where it went."""
+    cache = BlobCache(tmp_path / "cache")
+    blob = cache.blob_path(PAYLOAD_SHA)
+    blob.parent.mkdir(parents=True)
+    blob.write_bytes(b"rotten")
+    with pytest.raises(InputError) as refused:
+        fetch_all([_artifact()], cache)
+    message = str(refused.value)
+    rotten = hashlib.sha256(b"rotten").hexdigest()
+    assert f"cache entry {blob} was altered (sha256 {rotten}, 6 bytes); moved to {cache.root}/quarantine/blobs/" in message
+    [kept] = (cache.root / "quarantine" / "blobs").iterdir()
+    assert kept.read_bytes() == b"rotten"
 
 
 def test_parallel_many_inputs(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ from fixtures.launch import (
     site_env,
     write_checkpoint,
     write_env,
+    write_target_checkpoint,
 )
 from hypothesis import given
 from hypothesis import strategies as st
@@ -31,6 +33,7 @@ from sparkflake.launch.checkpoint_pins import (
     parse_pins,
     pin_checkpoint,
     read_pins,
+    resolve_in_checkpoint,
 )
 from sparkflake.launch.plan import plan_launch
 from sparkflake.profile.model import CheckpointFile
@@ -48,7 +51,7 @@ def _pin(directory: Path, role: str, pins: Path, *extra: str) -> subprocess.Comp
 
 
 def _site(tmp_path: Path) -> Path:
-    write_checkpoint(tmp_path / "target", TARGET_FILES)
+    write_target_checkpoint(tmp_path / "target")
     write_checkpoint(tmp_path / "draft", DRAFT_FILES)
     pins = tmp_path / "pins.json"
     for role in ("target", "draft"):
@@ -110,7 +113,7 @@ def test_a_shard_added_after_pinning_is_refused(tmp_path):
 
 
 def test_without_pins_the_check_says_how_to_pin(tmp_path):
-    write_checkpoint(tmp_path / "target", TARGET_FILES)
+    write_target_checkpoint(tmp_path / "target")
     write_checkpoint(tmp_path / "draft", DRAFT_FILES)
     env = write_env(tmp_path, site_env(tmp_path))
     plan = plan_launch(rank=0, env_file=env, contract=real_contract("glm53-dflash7"), engine=None, check_engine=False)
@@ -120,14 +123,15 @@ def test_without_pins_the_check_says_how_to_pin(tmp_path):
 
 
 def test_a_missing_pins_file_names_the_env_file_line(tmp_path):
-    write_checkpoint(tmp_path / "target", TARGET_FILES)
+    write_target_checkpoint(tmp_path / "target")
     write_checkpoint(tmp_path / "draft", DRAFT_FILES)
     env = write_env(tmp_path, site_env(tmp_path, CHECKPOINT_PINS=str(tmp_path / "absent.json")))
     with pytest.raises(InputError) as caught:
         plan_launch(rank=0, env_file=env, contract=real_contract("glm53-dflash7"), engine=None, check_engine=False)
     assert str(caught.value) == (
         f"{env}:6: CHECKPOINT_PINS: {tmp_path / 'absent.json'}: cannot read the checkpoint pins file: "
-        "No such file or directory"
+        f"No such file or directory; write it with `sparkflake checkpoint pin MODEL_DIR --role target -o "
+        f"{tmp_path / 'absent.json'}` (and --role draft for the draft checkpoint), or copy the site's pins file there"
     )
 
 
@@ -168,7 +172,7 @@ def test_bad_checkpoints_are_refused_and_nothing_is_recorded(tmp_path):
 
 
 def test_a_profile_without_the_role_or_a_pin_list_is_refused(tmp_path):
-    write_checkpoint(tmp_path / "target", TARGET_FILES)
+    write_target_checkpoint(tmp_path / "target")
     for profile, role, expected in (
         ("glm53-mtp5", "draft", "profile glm53-mtp5 has no draft checkpoint (it has target)"),
         ("fixture", "target", "checkpoints.target.pin: the profile names no identity-bearing files to pin"),
@@ -183,7 +187,7 @@ def test_a_profile_without_the_role_or_a_pin_list_is_refused(tmp_path):
 
 
 def test_an_unwritable_pins_file_is_refused_before_anything_is_hashed(tmp_path):
-    write_checkpoint(tmp_path / "target", TARGET_FILES)
+    write_target_checkpoint(tmp_path / "target")
     refused = _pin(tmp_path / "target", "target", Path("/proc/sparkflake/pins.json"))
     assert refused.returncode == 2 and "/proc/sparkflake/pins.json: cannot write here" in refused.stderr
     made = _pin(tmp_path / "target", "target", tmp_path / "etc" / "sparkflake" / "pins.json")
@@ -199,7 +203,8 @@ def test_fifos_and_devices_are_refused_before_they_are_read(tmp_path):
     zero_dir = tmp_path / "zero"
     write_checkpoint(zero_dir, {"config.json": b"{}"})
     os.symlink("/dev/zero", zero_dir / "model.safetensors")
-    _refused_without_trace(tmp_path, zero_dir, "draft", "model.safetensors: is a character device")
+    _refused_without_trace(tmp_path, zero_dir, "draft",
+                           "model.safetensors: model.safetensors is a symlink to the absolute path /dev/zero")
     directory_dir = tmp_path / "dir"
     write_checkpoint(directory_dir, {"config.json": b"{}"})
     (directory_dir / "model.safetensors").mkdir()
@@ -235,7 +240,9 @@ def test_progress_is_shown_on_stderr_when_asked(tmp_path):
     pins = _site(tmp_path)
     completed = _pin(tmp_path / "draft", "draft", pins, "--progress")
     assert completed.returncode == 0, completed.stderr
-    assert "pin model.safetensors [" in completed.stderr and "100%" in completed.stderr
+    # stderr is a pipe, not a terminal: plain lines a log keeps, no bar
+    assert re.search(r"^pin: 100% (\S+)/\1 pin model\.safetensors$", completed.stderr, re.M), completed.stderr
+    assert "\r" not in completed.stderr
     assert "pinned 2 draft files" in completed.stdout
 
 
@@ -292,3 +299,86 @@ def test_malformed_pins_are_input_errors_naming_the_file(document):
         parse_pins(json.dumps(document).encode(), "pins.json")
     except InputError as exc:
         assert str(exc).startswith("pins.json: ")
+
+
+# ---- issue 28 class 4: the bytes pinned and verified are the bytes the container sees ----
+
+
+def test_an_absolute_symlink_to_a_host_file_is_refused_by_pin_and_by_the_launch(tmp_path):
+    pins = _site(tmp_path)
+    host_file = tmp_path / "host-config.json"
+    host_file.write_bytes(TARGET_FILES["config.json"])  # the same bytes: only the place differs
+    hostile = tmp_path / "hostile"
+    write_checkpoint(hostile, {k: v for k, v in TARGET_FILES.items() if k != "config.json"})
+    os.symlink(host_file, hostile / "config.json")
+    _refused_without_trace(tmp_path, hostile, "target",
+                           f"config.json: config.json is a symlink to the absolute path {host_file}; the container "
+                           f"mounts only {hostile}")
+    # the launch of a pinned checkpoint whose file became such a symlink fails checkpoint.target
+    (tmp_path / "target" / "config.json").unlink()
+    os.symlink(host_file, tmp_path / "target" / "config.json")
+    _, checks = _checkpoint_checks(tmp_path, pins)
+    assert checks["checkpoint.target"].status == "fail"
+    assert f"config.json is a symlink to the absolute path {host_file}" in checks["checkpoint.target"].detail
+    assert checks["checkpoint.draft"].status == "pass"
+
+
+def test_a_shard_symlinked_out_of_the_directory_fails_checkpoint_draft(tmp_path):
+    pins = _site(tmp_path)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    shard = tmp_path / "draft" / "model.safetensors"
+    shard.rename(outside / "model.safetensors")
+    os.symlink("../elsewhere/model.safetensors", shard)
+    _, checks = _checkpoint_checks(tmp_path, pins)
+    assert checks["checkpoint.draft"].status == "fail"
+    assert ("model.safetensors: model.safetensors is a symlink to ../elsewhere/model.safetensors, outside the "
+            "checkpoint directory") in checks["checkpoint.draft"].detail
+    completed = _pin(tmp_path / "draft", "draft", tmp_path / "other-pins.json")
+    assert completed.returncode == 2 and "outside the checkpoint directory" in completed.stderr
+    assert "Traceback" not in completed.stderr and not (tmp_path / "other-pins.json").exists()
+
+
+def test_a_symlink_that_stays_inside_the_directory_is_followed(tmp_path):
+    """The layout of a Hugging Face snapshot mounted whole: names linking to blobs inside."""
+    draft = tmp_path / "draft"
+    write_checkpoint(draft, {"config.json": DRAFT_FILES["config.json"]})
+    write_checkpoint(draft / "blobs", {"aa": DRAFT_FILES["model.safetensors"]})
+    os.symlink("blobs/../blobs/./aa", draft / "model.safetensors")
+    pinned = pin_checkpoint(str(draft), ["config.json", "*.safetensors"], "checkpoints.draft.pin")
+    shard = next(f for f in pinned.files if f.path == "model.safetensors")
+    assert shard.sha256 == hashlib.sha256(DRAFT_FILES["model.safetensors"]).hexdigest()
+
+
+_steps = st.lists(st.sampled_from(["..", ".", "a", "b", "l1", "l2", "missing"]), min_size=1, max_size=6)
+
+
+@given(st.tuples(_steps, st.booleans()), st.tuples(_steps, st.booleans()), _steps)
+def test_resolution_agrees_with_the_kernel_inside_and_refuses_every_way_out(link1, link2, path) -> None:
+    """Two symlinks with drawn targets (relative or absolute) in a checkpoint ``root/ck``: a
+    path resolved without refusal is what the kernel resolves, and lies inside; a refused
+    path leads outside, or passes a symlink to an absolute path."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as scratch:
+        root = Path(os.path.realpath(scratch)) / "ck"
+        (root / "a" / "b").mkdir(parents=True)
+        (root / "b").mkdir()
+        absolute_used = False
+        for name, (steps, absolute) in (("l1", link1), ("a/l2", link2)):
+            target = "/".join(steps)
+            os.symlink(str(root / target) if absolute else target, root / name)
+        relative = "/".join(path)
+        try:
+            resolved = resolve_in_checkpoint(str(root), relative)
+        except InputError as refusal:
+            message = str(refusal)
+            absolute_used = "absolute path" in message
+            real = os.path.realpath(root / relative)
+            assert absolute_used or "loop" in message or not (real + "/").startswith(str(root) + "/"), message
+            return
+        if not os.path.exists(resolved):  # a missing step: the kernel finds nothing either
+            assert not os.path.exists(root / relative)
+            return
+        assert (resolved + "/").startswith(str(root) + "/")
+        assert os.path.realpath(root / relative) == resolved

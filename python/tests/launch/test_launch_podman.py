@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 from fixtures.launch import (
     DRAFT_FILES,
-    TARGET_FILES,
     real_contract,
     write_bound_profile,
     write_checkpoint,
+    write_target_checkpoint,
 )
 from fixtures.oci import free_port
 from fixtures.podman import SANDBOX_ULIMITS, Podman, build_echo_image
@@ -36,7 +36,7 @@ def world(tmp_path_factory):
         image_id = build_echo_image(base, base / "out", podman, real_contract("glm53-dflash7").image_labels)
 
         # A profile directory whose contract lists the fixture checkpoints' identity files.
-        target = write_checkpoint(base / "target", TARGET_FILES)
+        target = write_target_checkpoint(base / "target")
         draft = write_checkpoint(base / "draft", DRAFT_FILES)
         profile_path = write_bound_profile(base, "glm53-dflash7", target, draft)
         yield {

@@ -274,3 +274,95 @@ def test_render_parse_round_trip(key, data):
     from sparkflake.launch.settings import render_value
 
     assert parse_value(setting, render_value(value)) == value
+
+
+# ---- issue 28 class 10: values that cannot work fail the dry run ----------------------
+
+
+def _with(text: str, key: str, value: str) -> str:
+    return "\n".join(line for line in text.splitlines() if not line.startswith(key + "=")) + f"\n{key}={value}\n"
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "fragment"),
+    [
+        ("MASTER_ADDRESS", "0.0.0.0", "the unspecified address binds every interface but names no host"),
+        ("MASTER_ADDRESS", "::", "the unspecified address"),
+        ("MASTER_ADDRESS", "::ffff:0.0.0.0", "the unspecified address"),
+        ("MASTER_ADDRESS", "224.0.0.1", "a multicast address is no host's address"),
+        ("MASTER_ADDRESS", "ff02::1", "a multicast address"),
+        ("MASTER_ADDRESS", "255.255.255.255", "a broadcast or reserved"),
+        ("NODE_ADDRESS", "240.0.0.7", "a broadcast or reserved"),
+        ("MASTER_ADDRESS", "\"fe80::1%eth0 --enforce-eager\"", "the zone id after '%' is not an interface name"),
+        ("NODE_ADDRESS", "fe80::1%this-name-is-too-long", "the zone id"),
+        ("CONTAINER_ULIMITS", "bogus=1", "'bogus' is not a ulimit (one of core, cpu"),
+        ("CONTAINER_ULIMITS", "nofile=4096:1024", "nofile=4096:1024: the soft limit exceeds the hard limit"),
+        ("CONTAINER_ULIMITS", "stack=-1:8388608", "the soft limit exceeds the hard limit"),
+        ("CONTAINER_ULIMITS", "nofile=-1", "nofile cannot be unlimited"),
+        ("CONTAINER_ULIMITS", "nproc=0", "a nproc limit of 0 lets the container start nothing"),
+        ("CONTAINER_ULIMITS", "memlock=99999999999999999999", "a limit is at most 9223372036854775807"),
+        ("CONTAINER_ULIMITS", "memlock=-1,memlock=-1", "memlock is given twice"),
+    ],
+)
+def test_values_that_cannot_work_are_refused_with_the_line(key, value, fragment):
+    text = _with(env(), key, value)
+    message = refused(text, fragment)
+    assert message.startswith(f"r.env:{len(text.splitlines())}: "), message
+
+
+@pytest.mark.parametrize("zone", ["eth0 x", "eth0\n--x", "", "x" * 16])
+def test_a_zone_id_with_spaces_or_a_newline_never_parses(zone):
+    with pytest.raises(ValueError):
+        parse_value(CATALOG["MASTER_ADDRESS"], f"fe80::1%{zone}")
+
+
+def test_a_loopback_master_or_node_address_is_refused_for_a_rank_other_than_0():
+    refused(_with(env(1), "MASTER_ADDRESS", "127.0.0.1"),
+            "MASTER_ADDRESS=127.0.0.1 is a loopback address: rank 1 of 4 runs on another host", rank=1)
+    refused(_with(env(2), "NODE_ADDRESS", "::1"), "NODE_ADDRESS=::1 is a loopback address: rank 2 of 4", rank=2)
+    # rank 0 binds where it is told (a one-host test of the launcher)
+    assert run(_with(_with(env(0), "MASTER_ADDRESS", "127.0.0.1"), "NODE_ADDRESS", "127.0.0.1")).values[
+        "MASTER_ADDRESS"] == "127.0.0.1"
+
+
+@given(st.ip_addresses())
+def test_an_accepted_address_is_a_unicast_host_address_in_its_canonical_form(address):
+    try:
+        parsed = parse_value(CATALOG["MASTER_ADDRESS"], str(address))
+    except ValueError as refusal:
+        plain = getattr(address, "ipv4_mapped", None) or address
+        assert plain.is_unspecified or plain.is_multicast or plain.is_reserved, refusal
+        return
+    assert parsed == str(address)
+    assert not (address.is_unspecified or address.is_multicast)
+
+
+@given(st.from_regex(r"[A-Za-z0-9_.-]{1,15}", fullmatch=True) | st.text(max_size=20))
+def test_a_zone_id_is_an_interface_name_or_nothing(zone):
+    import re
+
+    raw = f"fe80::1%{zone}"
+    try:
+        parsed = parse_value(CATALOG["NODE_ADDRESS"], raw)
+    except ValueError:
+        assert not re.fullmatch(r"[A-Za-z0-9_.-]{1,15}", zone)
+        return
+    assert parsed == raw and re.fullmatch(r"[A-Za-z0-9_.-]{1,15}", zone)
+
+
+_limit = st.one_of(st.just("-1"), st.integers(0, 2**63 - 1).map(str))
+
+
+@given(st.sampled_from(sorted(["core", "cpu", "memlock", "nofile", "nproc", "stack", "rtprio"])), _limit, _limit)
+def test_an_accepted_ulimit_has_soft_at_most_hard(name, soft, hard):
+    try:
+        parse_value(CATALOG["CONTAINER_ULIMITS"], f"{name}={soft}:{hard}")
+    except ValueError:
+        return
+    infinite = 2**63 - 1
+
+    def limit(text):
+        return infinite if text == "-1" else int(text)
+
+    assert limit(soft) <= limit(hard)
+    assert not (name == "nofile" and limit(hard) == infinite)

@@ -48,6 +48,18 @@ def test_valid_lock_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
         ('size = 2\n', 'size = -2\n', "inputs[0].size: expected a non-negative integer, got integer -2"),
         ('name = "r8-image"', 'name = "vllm"', 'inputs[5].name: duplicate input name "vllm"'),
         ('urls = ["https://github.com', 'urls = ["ext::github.com', "inputs[2].urls[0]: expected a git URL"),
+        # issue 28: credentials, option-like hosts, invisible characters and dot steps never
+        # reach the SBOM, the receipt or the image: the lock is refused at load
+        ('urls = ["https://github.com', 'urls = ["https://oauth2:ghp_SECRET@github.com',
+         'inputs[2].urls[0]: expected a git URL https://, http://, git://, ssh://host/path or file:///absolute, '
+         'got "https://***@github.com/vllm-project/vllm.git": the URL carries a credential (user:password@): '
+         'credentials never go in a lock'),
+        ('urls = ["https://github.com', 'urls = ["ssh://-oProxyCommand=touch%20pwned',
+         "inputs[2].urls[0]: expected a git URL"),
+        ('urls = []\n', 'urls = ["https://files.example.org/\u202egnp.whl"]\n',
+         "inputs[1].urls[0]: expected an https:// or file:/// URL, got"),
+        ('urls = []\n', 'urls = ["file:///etc/../../root/.netrc"]\n',
+         "inputs[1].urls[0]: expected an https:// or file:/// URL, got \"file:///etc/../../root/.netrc\": the path has"),
         ('kind = "git"\n', 'kind = "git"\nextra = 1\n', "inputs[2].extra: unknown key"),
         ('nar_hash = "sha256-47DEQ', 'nar_hash = "sha256-47DE', 'inputs[2].nar_hash: expected an SRI hash'),
     ],
@@ -60,6 +72,7 @@ def test_invalid_lock_exit_2_names_file_and_path(
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.startswith(f"sparkflake: error: {path}: {expected}")
+    assert "SECRET" not in captured.err
 
 
 def test_console_script_truncated_toml(tmp_path: Path) -> None:
@@ -108,3 +121,32 @@ def test_directory_and_binary_files(tmp_path: Path, capsys: pytest.CaptureFixtur
     binary.write_bytes(b"\x00\xff\xfe")
     assert main(["lock", "validate", str(binary)]) == 2
     assert capsys.readouterr().err == f"sparkflake: error: {binary}: not UTF-8 text (byte offset 1)\n"
+
+
+def test_update_of_an_input_of_a_later_lock_names_that_lock_and_how_it_is_pinned(capsys):
+    """Issue 31: `lock --update` of a git input searched only the first lock ("no input named
+    …"); it now finds the lock that holds it and says how that input is pinned. Offline: the
+    refusal comes before any resolution."""
+    from sparkflake.cli import main
+
+    profiles = Path(__file__).resolve().parents[3] / "profiles"
+    assert main(["lock", "glm53-dflash7-exact", "--update", "vllm-git"]) == 2
+    err = capsys.readouterr().err
+    assert f"lock --update vllm-git: {profiles / 'glm53-exact.lock'} holds it" in err
+    assert "a git input pinned by commit and tree: set its rev and tree there" in err
+    assert main(["lock", "glm53-dflash7-exact", "--update", "no-such-input"]) == 2
+    err = capsys.readouterr().err
+    assert "no input named 'no-such-input' in " in err and "glm53.lock" in err and "glm53-exact.lock" in err
+
+
+def test_a_lock_with_a_credential_is_refused_before_anything_is_fetched_or_written(tmp_path: Path) -> None:
+    """Issue 28 class 3: the lock is refused at load, so no SBOM, receipt or layer can carry it."""
+    path = _write(tmp_path, VALID.replace('urls = ["https://github.com', 'urls = ["https://deploy:glpat-SECRET@github.com', 1))
+    cache = tmp_path / "cache"
+    result = subprocess.run([SPARKFLAKE, "fetch", str(path), "--cache", str(cache)], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert f"{path}: inputs[2].urls[0]: expected a git URL" in result.stderr
+    assert "https://***@github.com/vllm-project/vllm.git" in result.stderr and "SECRET" not in result.stderr
+    assert "sparkflake fetch --from DIR" in result.stderr  # where credentials belong instead
+    assert not cache.exists() and "Traceback" not in result.stderr

@@ -269,15 +269,18 @@ def test_malformed_sri(bad: str) -> None:
     [
         ('urls = ["https://github.com/vllm-project/vllm.git"]', 'urls = ["git@github.com:vllm-project/vllm.git"]',
          'glm53.lock: inputs[2].urls[0]: expected a git URL https://, http://, git://, ssh://host/path or '
-         'file:///absolute, got "git@github.com:vllm-project/vllm.git"'),
+         'file:///absolute, got "git@github.com:vllm-project/vllm.git": unsupported scheme'),
         ('urls = ["https://files.pythonhosted.org/packages/aa/', 'urls = ["ftp://files.pythonhosted.org/packages/aa/',
-         'glm53.lock: inputs[4].urls[0]: expected an https:// or file:// URL, got "ftp://files.pythonhosted.org/packages/aa/vllm-0.33.0.tar.gz"'),
+         'glm53.lock: inputs[4].urls[0]: expected an https:// or file:/// URL, got '
+         '"ftp://files.pythonhosted.org/packages/aa/vllm-0.33.0.tar.gz": unsupported scheme'),
         ('urls = []\n', 'urls = ["https:///nohost"]\n',
-         'glm53.lock: inputs[1].urls[0]: expected an https:// URL with a host, got "https:///nohost"'),
+         'glm53.lock: inputs[1].urls[0]: expected an https:// or file:/// URL, got "https:///nohost": no host'),
         ('urls = []\n', 'urls = ["file://relative/x"]\n',
-         'glm53.lock: inputs[1].urls[0]: expected a file:///absolute/path URL, got "file://relative/x"'),
+         'glm53.lock: inputs[1].urls[0]: expected an https:// or file:/// URL, got "file://relative/x": '
+         'a file: URL names no host (file:///absolute/path)'),
         ('urls = []\n', 'urls = ["https://h/a b"]\n',
-         'glm53.lock: inputs[1].urls[0]: URLs may not contain whitespace, got "https://h/a b"'),
+         'glm53.lock: inputs[1].urls[0]: expected an https:// or file:/// URL, got "https://h/a b": '
+         'a URL may not hold spaces, control or formatting characters, found U+0020 SPACE'),
         ('urls = []\n', 'urls = ["file:///x", "file:///x"]\n',
          'glm53.lock: inputs[1].urls[1]: duplicate element "file:///x"'),
     ],

@@ -98,7 +98,11 @@ def test_no_wheel_for_the_target_and_no_sdist(tmp_path: Path) -> None:
          "packages[0].wheels[0].hashes.sha256", "missing required key"),
         ("size = 34041", "size = -5", "packages[0].sdist.size", "expected a non-negative integer, got integer -5"),
         ('url = "https://files.pythonhosted.org/packages/71', 'url = "http://files.pythonhosted.org/packages/71',
-         "packages[0].sdist.url", 'expected an https:// or file:// URL, got "http://files.pythonhosted.org/packages/71/39/six-1.16.0.tar.gz"'),
+         "packages[0].sdist.url", 'expected an https:// or file:/// URL, got "http://files.pythonhosted.org/packages/71/39/six-1.16.0.tar.gz": '
+         'unsupported scheme'),
+        ('url = "https://files.pythonhosted.org/packages/71', 'url = "https://__token__:pypi-SECRET@files.pythonhosted.org/packages/71',
+         "packages[0].sdist.url", 'expected an https:// or file:/// URL, got "https://***@files.pythonhosted.org/packages/71/39/'
+         'six-1.16.0.tar.gz": the URL carries a credential (user:password@)'),
         ('url = "https://files.pythonhosted.org/packages/71/39/six-1.16.0.tar.gz", ',
          'path = "dist/six-1.16.0.tar.gz", ',
          "packages[0].sdist.url", "missing required key (local paths cannot be pinned)"),

@@ -207,6 +207,7 @@ _checkpoint = st.builds(
     Checkpoint,
     description=free_text,
     repository=st.one_of(st.none(), st.just("org/model")),
+    architecture=st.one_of(st.none(), st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,20}", fullmatch=True)),
     pin=st.one_of(st.none(), st.lists(st.sampled_from(["config.json", "tokenizer.json", "*.safetensors",
                                                         "sub/model.json", "tok?n.*"]), max_size=3, unique=True).map(tuple)),
     files=st.lists(
@@ -373,6 +374,12 @@ def test_invalid_profiles_name_the_place(old: str, new: str, expected: str) -> N
 def test_checkpoint_pin_lists_are_checked(pin: str, expected: str) -> None:
     text = _replace('pin = ["config.json", "*.safetensors"]', f"pin = {pin}")
     assert _error(text) == f"profile.toml: {expected}"
+
+
+def test_checkpoint_architectures_are_class_names() -> None:
+    text = _replace('architecture = "DFlash2DraftModel"', 'architecture = "DFlash2 DraftModel"')
+    assert _error(text) == ('profile.toml: checkpoints.draft.architecture: expected a model class name like '
+                            'Glm5NextForCausalLM, got "DFlash2 DraftModel"')
 
 
 def test_checkpoint_file_paths_must_be_relative_and_normalized() -> None:

@@ -33,7 +33,7 @@ from fixtures.doc_blocks import (
     shown,
     synopsis_lines,
 )
-from fixtures.launch import DRAFT_FILES, TARGET_FILES, real_contract, write_checkpoint
+from fixtures.launch import DRAFT_FILES, real_contract, write_checkpoint, write_target_checkpoint
 from fixtures.oci import free_port
 from fixtures.podman import SANDBOX_ULIMITS, Podman, build_echo_image
 from hypothesis import given
@@ -91,7 +91,7 @@ def operator_site(tmp_path_factory):
             "CACHE_ROOT": str(work / "rank-cache"),
             "CHECKPOINT_PINS": str(work / "checkpoint-pins.json"),
         }
-        write_checkpoint(Path(site["TARGET_MODEL_PATH"]), TARGET_FILES)
+        write_target_checkpoint(Path(site["TARGET_MODEL_PATH"]))
         write_checkpoint(Path(site["DRAFT_MODEL_PATH"]), DRAFT_FILES)
         yield {"base": base, "work": work, "podman": podman, "image_id": image_id, "site": site}
     finally:

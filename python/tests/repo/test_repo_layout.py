@@ -134,22 +134,38 @@ def test_ci_runs_the_readme_test_command_from_its_own_checkout() -> None:
     assert ci_run.rstrip().endswith("./bin/test")
 
 
+def _debian_packages() -> dict[str, str]:
+    """bin/debian-packages.txt: package -> role ("main" or "")."""
+    rows = {}
+    for line in (REPO / "bin" / "debian-packages.txt").read_text().splitlines():
+        fields = line.split("#", 1)[0].split()
+        if fields:
+            assert len(fields) <= 2 and fields[1:] in ([], ["main"]), line
+            rows[fields[0]] = fields[1] if len(fields) == 2 else ""
+    return rows
+
+
 def test_debian_package_list_has_every_tool_the_tests_use() -> None:
-    listed = {
-        line.split("#", 1)[0].strip()
-        for line in (REPO / "bin" / "debian-packages.txt").read_text().splitlines()
-    } - {""}
+    listed = set(_debian_packages())
     required = {"nix-bin", "skopeo", "umoci", "podman", "docker-registry", "openssh-server"}
     required |= {"iproute2", "dpkg-dev", "zstd", "python3-venv"}
     assert required <= listed
 
 
+def test_the_main_job_installs_only_what_the_build_needs() -> None:
+    # ./bin/sparkflake bootstraps with --main-job: the interpreter, HTTPS roots and git for
+    # git inputs; nothing only the tests use (issue 32: the cold path installs what it needs)
+    main = {package for package, role in _debian_packages().items() if role == "main"}
+    assert main == {"python3-venv", "git", "ca-certificates"}
+    assert '"$repo/bin/bootstrap" --main-job' in (REPO / "bin" / "sparkflake").read_text()
+
+
 @pytest.mark.network
 def test_bootstrap_is_idempotent() -> None:
     # After ./bin/test's own bootstrap, a run finds everything in place: nothing is installed.
-    for _ in range(2):
+    for argv in ([], ["--main-job"], []):
         completed = subprocess.run(
-            [str(REPO / "bin" / "bootstrap")], capture_output=True, text=True, timeout=600
+            [str(REPO / "bin" / "bootstrap"), *argv], capture_output=True, text=True, timeout=600
         )
         assert completed.returncode == 0, completed.stderr
         assert "installing" not in completed.stderr

@@ -17,7 +17,7 @@ SOURCE = Path(__file__).resolve().parents[2] / "src" / "sparkflake"
 # Flow order, bottom first. A stage may import itself and every stage before it.
 STAGE_ORDER = (
     "core", "profile", "lock", "fetch", "compose", "oci", "signing", "audit", "runtime",
-    "distribute", "launch", "pipeline", "cli",
+    "distribute", "launch", "housekeeping", "pipeline", "cli",
 )
 
 

@@ -254,3 +254,36 @@ def test_the_sandbox_mounts_a_checkpoint_where_the_image_has_no_directory(tmp_pa
     assert lines[1] == "['dpkg', 'jit']"
     assert lines[2] in (str(errno.EROFS), str(errno.EACCES))
     assert "models" in lines[3] and "etc" in lines[3]
+
+
+def test_progress_names_the_phases_as_lines_in_a_log(tmp_path):
+    """--progress on a non-terminal: the check's phases and the unpack's bytes as plain lines
+    (an image without Python stops after the unpack, so only that phase is reached)."""
+    image = _image(tmp_path / "a", [_tree(tmp_path / "a" / "t", {"etc/os-release": b"ID=none\n" * 100})])
+    completed = _cli("runtime", "check", str(image), "--profile", "glm53-dflash7", "--progress",
+                     "--scratch", str(tmp_path / "scratch"), "--cache", str(tmp_path / "cache"))
+    assert completed.returncode == 1, completed.stderr
+    lines = completed.stderr.splitlines()
+    assert lines[0] == "runtime check: unpack: verified layers into the scratch root"
+    assert any(line.startswith("runtime check: 100% ") for line in lines[1:]), lines
+    assert "\r" not in completed.stderr
+    quiet = _cli("runtime", "check", str(image), "--profile", "glm53-dflash7",
+                 "--scratch", str(tmp_path / "scratch"), "--cache", str(tmp_path / "cache"))
+    assert not any(line.startswith("runtime check:") for line in quiet.stderr.splitlines())
+
+
+@pytest.mark.parametrize("where", ["after the end", "after a lone zero block"])
+def test_a_layer_hiding_entries_past_its_end_is_refused_and_leaves_no_root(tmp_path, where):
+    """Issue 28 class 9: tarfile stops at the first zero block; what follows is refused as
+    the audit refuses it, not silently left out of the root the check judges."""
+    from fixtures.hostile_layers import hostile_layout, tar_bytes, without_end
+
+    visible = tar_bytes([("usr", "dir", ""), ("usr/bin", "dir", ""), ("usr/bin/tool", "file", "")])
+    escape = tar_bytes([("../escape", "file", "")])
+    stream = visible + escape if where == "after the end" else without_end(visible) + bytes(512) + escape
+    layout = hostile_layout(tmp_path / "oci", [], tars=[stream])
+    with pytest.raises(InputError) as caught:
+        rootfs.unpack_image(open_image(layout), tmp_path / "scratch")
+    expected = "after its end-of-archive blocks" if where == "after the end" else "a header after a single zero block"
+    assert expected in str(caught.value)
+    assert not (tmp_path / "scratch" / "root").exists() and not (tmp_path / "escape").exists()

@@ -357,7 +357,14 @@ def _labels(config: Mapping[str, Any]) -> dict[str, str]:
     return {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
 
 
+# An engine's store (podman, docker) keeps no manifest and its layers uncompressed: the
+# audit reads the image as the engine saves it, so only the config digest (the image ID),
+# the chain ID and the diffIDs are what the build's digests mean there.
+ENGINE_STORES = ("podman", "docker")
+
+
 def _check_expectations(expectations: Expectations, report: AuditReport) -> None:
+    store = report.source_kind if report.source_kind in ENGINE_STORES else None
     actual = {
         "manifest": report.manifest_digest,
         "config": report.config_digest,
@@ -365,6 +372,10 @@ def _check_expectations(expectations: Expectations, report: AuditReport) -> None
         "chain-id": report.chain_id,
     }
     for kind, want in expectations.digests:
+        if store is not None and kind in ("manifest", "layer"):
+            report.add(f"expect.{kind}", SKIP, f"{store}'s store keeps no manifest and its layers uncompressed: "
+                       f"the {kind} digest {want} is not comparable there (config, chain ID and diffIDs are)", want)
+            continue
         if kind in ("layer", "diff-id"):
             field_name = "digest" if kind == "layer" else "diff_id"
             present = [getattr(layer, field_name) for layer in report.layers]
@@ -388,8 +399,9 @@ def _check_expectations(expectations: Expectations, report: AuditReport) -> None
             report.add("expect.index", FAIL, f"index digest is {report.index_digest}, expected {want}", want)
     if expectations.expected_layers is not None:
         # compare the fields the expectation names (an expected-digests file may omit sizes)
+        comparable = ("diff_id",) if store is not None else ("digest", "diff_id", "size")
         compared = [
-            [key for key in ("digest", "diff_id", "size") if key in layer]
+            [key for key in comparable if key in layer]
             for layer in expectations.expected_layers
         ]
         want_layers = [
@@ -397,11 +409,12 @@ def _check_expectations(expectations: Expectations, report: AuditReport) -> None
             for layer, keys in zip(expectations.expected_layers, compared, strict=True)
         ]
         got_layers = [
-            {key: getattr(layer, key) for key in (compared[i] if i < len(compared) else ("digest", "diff_id", "size"))}
+            {key: getattr(layer, key) for key in (compared[i] if i < len(compared) else comparable)}
             for i, layer in enumerate(report.layers)
         ]
         if got_layers == want_layers:
-            report.add("expect.layers", PASS, f"{len(got_layers)} layers as expected")
+            how = f" (by diffID: {store}'s store keeps layers uncompressed)" if store is not None else ""
+            report.add("expect.layers", PASS, f"{len(got_layers)} layers as expected{how}")
         else:
             first = next(
                 (i for i, (g, w) in enumerate(zip(got_layers, want_layers, strict=False)) if g != w),

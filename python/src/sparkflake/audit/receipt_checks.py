@@ -3,13 +3,14 @@ image, its layers and the lock's inputs."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..compose import receipt as receipt_names
 from ..compose.generated import missing_labels
 from ..core.check_result import ERROR, FAIL, PASS, SKIP
+from ..core.documents import parse_json
+from ..core.errors import InputError
 from .report import IN_IMAGE_RECEIPT_PATH, AuditReport, Expectations
 from .target import ImageSource
 
@@ -23,9 +24,9 @@ def check_receipt(
     if receipt is None and in_image is not None:
         # without a full receipt, the one inside the image still binds the lower layers
         try:
-            statement = json.loads(in_image)
-        except (ValueError, UnicodeDecodeError):
-            report.add("receipt.in-image", FAIL, f"/{IN_IMAGE_RECEIPT_PATH} is not valid JSON", report.config_digest)
+            statement = parse_json(in_image, f"/{IN_IMAGE_RECEIPT_PATH}")
+        except InputError as exc:
+            report.add("receipt.in-image", FAIL, exc.message, report.config_digest)
             return
         _check_in_image_subjects(statement, report)
         _check_dependencies(statement, f"/{IN_IMAGE_RECEIPT_PATH}", expectations, report)

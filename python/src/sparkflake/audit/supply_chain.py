@@ -14,7 +14,6 @@ Run after the digest checks, on the manifest digest they re-derived from the byt
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,7 +21,7 @@ from ..compose import receipt as receipts
 from ..compose.sbom import IMAGE_ID, SPDX_MEDIA_TYPE, SPDX_VERSION
 from ..core.check_result import ERROR, FAIL, PASS, SKIP
 from ..core.digest import sha256_digest
-from ..core.documents import read_regular_file
+from ..core.documents import parse_json, read_regular_file
 from ..core.errors import CheckFailed, InputError
 from ..oci.referrers import find_referrers
 from ..oci.remote import RegistryClient, parse_reference
@@ -54,12 +53,9 @@ def sbom_checks(report: AuditReport, sbom_path: str, *, receipt: Mapping[str, An
     """The file checks; returns the file's bytes when it could be read."""
     try:
         content = read_regular_file(sbom_path, "an SPDX JSON document", SBOM_LIMIT)
-        document = json.loads(content)
+        document = parse_json(content, sbom_path)
     except InputError as exc:
         report.add("sbom.document", ERROR, exc.message)
-        return None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        report.add("sbom.document", ERROR, f"{sbom_path}: not JSON: {exc}")
         return None
     image = _image_package(document) if isinstance(document, dict) else None
     if not isinstance(document, dict) or document.get("spdxVersion") != SPDX_VERSION or image is None:

@@ -51,11 +51,25 @@ def seconds(text: str) -> float:
     return value
 
 
+def _whole_number(text: str, minimum: int, what: str) -> int:
+    if not re.fullmatch(r"[0-9]{1,19}", text) or int(text) < minimum:
+        raise argparse.ArgumentTypeError(f"{_printable(text)!r}: expected a whole number{what}, {minimum} or more")
+    return int(text)
+
+
 def byte_count(text: str) -> int:
     """A size in bytes: a whole number, 1 or more."""
-    if not re.fullmatch(r"[0-9]{1,19}", text) or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number of bytes, 1 or more")
-    return int(text)
+    return _whole_number(text, 1, " of bytes")
+
+
+def count(text: str) -> int:
+    """How many to keep: a whole number, 0 or more."""
+    return _whole_number(text, 0, "")
+
+
+def workers(text: str) -> int:
+    """How many run at once: a whole number, 1 or more."""
+    return _whole_number(text, 1, " of workers")
 
 
 def _matching(pattern: re.Pattern[str], text: str, expected: str) -> str:
@@ -93,7 +107,7 @@ def output_file(text: str) -> str:
     return text
 
 
-def profiles_dir(text: str) -> str:
+def profiles_dir(text: str) -> Path:
     """A directory holding at least one profile (NAME/profile.toml)."""
     directory = Path(_printable(text))
     if not directory.is_dir():
@@ -105,4 +119,4 @@ def profiles_dir(text: str) -> str:
         raise argparse.ArgumentTypeError(f"{text}: cannot read: {exc.strerror or exc}") from None
     if not holds_profile:
         raise argparse.ArgumentTypeError(f"{text}: not a profiles directory (no NAME/{PROFILE_FILE} in it)")
-    return text
+    return directory

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -25,35 +26,79 @@ def warn(text: str) -> None:
 
 
 class Progress:
-    """A one-line progress bar on stderr (only when stderr is a terminal, or forced).
+    """Progress on stderr: a one-line bar on a terminal; on anything else (a log, a pipe)
+    nothing unless asked (``enabled=True``, the commands' ``--progress``), then plain lines
+    a log keeps: ``build: 45% 1.2GiB/2.7GiB hashing trees``, one when the stage names
+    another step, every ``LINE_STEP`` percent and at least every ``LINE_SECONDS``.
 
     Stages report progress through a plain callback ``(done, total, label)``; this class
-    is such a callback, so stages never print.
+    is such a callback, so stages never print. ``unit`` is ``"bytes"`` or ``"items"``.
     """
 
-    def __init__(self, label: str, *, enabled: bool | None = None) -> None:
+    LINE_STEP = 10
+    LINE_SECONDS = 30.0
+
+    def __init__(self, label: str, *, enabled: bool | None = None, unit: str = "bytes") -> None:
         self.label = label
-        self.enabled = sys.stderr.isatty() if enabled is None else enabled
+        terminal = sys.stderr.isatty()
+        self.bar = terminal if enabled is None else (enabled and terminal)
+        self.lines = bool(enabled) and not terminal
+        self.unit = unit
         self._last = -1
+        self._last_line: tuple[str, int] | None = None
+        self._line_at = 0.0
+
+    @property
+    def enabled(self) -> bool:
+        return self.bar or self.lines
+
+    def _amount(self, count: int) -> str:
+        return human_bytes(count) if self.unit == "bytes" else str(count)
 
     def __call__(self, done: int, total: int, label: str | None = None) -> None:
-        if not self.enabled:
-            return
         percent = int(done * 100 / total) if total else 100
+        if self.lines:
+            self._line(done, total, percent, label)
+        if not self.bar:
+            return
         if percent == self._last and done != total:
             return
         self._last = percent
         width = 30
         filled = int(width * percent / 100)
         bar = "#" * filled + "-" * (width - filled)
-        text = f"\r{label or self.label} [{bar}] {percent:3d}% {_human(done)}/{_human(total)}"
+        text = f"\r{label or self.label} [{bar}] {percent:3d}% {self._amount(done)}/{self._amount(total)}"
         sys.stderr.write(text)
         if done >= total:
             sys.stderr.write("\n")
         sys.stderr.flush()
 
+    def _line(self, done: int, total: int, percent: int, label: str | None) -> None:
+        step = label or ""
+        now = time.monotonic()
+        previous = self._last_line
+        due = (
+            previous is None
+            or step != previous[0]
+            or percent // self.LINE_STEP != previous[1] // self.LINE_STEP
+            or (done >= total and previous[1] != 100)
+            or now - self._line_at >= self.LINE_SECONDS
+        )
+        if not due or (previous == (step, percent) and now - self._line_at < self.LINE_SECONDS):
+            return
+        self._last_line, self._line_at = (step, percent), now
+        what = f" {step}" if step and step != self.label else ""
+        sys.stderr.write(f"{self.label}: {percent}% {self._amount(done)}/{self._amount(total)}{what}\n")
+        sys.stderr.flush()
 
-def _human(count: int) -> str:
+    def phase(self, name: str) -> None:
+        """A step without a count (``runtime check: probe``): one line, or one bar label."""
+        if self.lines or self.bar:
+            sys.stderr.write(f"{self.label}: {name}\n")
+            sys.stderr.flush()
+
+
+def human_bytes(count: int) -> str:
     value = float(count)
     for unit in ("B", "KiB", "MiB", "GiB"):
         if value < 1024 or unit == "GiB":
@@ -76,6 +121,16 @@ def _interrupted(interrupt: KeyboardInterrupt) -> int:
     line, status = _signals.caught(interrupt)
     print(line, file=sys.stderr)
     return status
+
+
+def add_progress_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--progress", action="store_true",
+                        help="progress on stderr as plain lines when it is not a terminal (a log); a bar on a terminal")
+
+
+def progress_for(label: str, args: argparse.Namespace, unit: str = "bytes") -> Progress:
+    """The command's progress: a bar on a terminal; lines in a log with --progress."""
+    return Progress(label, enabled=True if getattr(args, "progress", False) else None, unit=unit)
 
 
 def run_handler(args: argparse.Namespace) -> int:

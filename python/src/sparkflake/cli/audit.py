@@ -9,7 +9,7 @@ from ..audit import supply_chain
 from ..audit.report import REPORT_SCHEMA
 from ..core.errors import InputError
 from . import _arguments as arguments
-from ._output import Progress, print_json, print_line
+from ._output import add_progress_flag, print_json, print_line, progress_for
 from ._parsers import add_command
 
 _SYMBOL = {"pass": "ok  ", "fail": "FAIL", "error": "ERR ", "skip": "skip"}
@@ -47,6 +47,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="registry targets: verify the cosign signature and provenance attestation with this public key")
     parser.add_argument("--record", metavar="FILE", type=arguments.output_file, help="write the digest-verification record (JSON)")
     parser.add_argument("--json", action="store_true", help="machine-readable report (schema versioned)")
+    add_progress_flag(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -73,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
             })
         raise
     try:
-        report = audit.audit_image(source, expectations, progress=Progress("audit"))
+        report = audit.audit_image(source, expectations, progress=progress_for("audit", args))
     finally:
         if source.cleanup is not None:
             source.cleanup()

@@ -7,13 +7,14 @@ import os
 import time
 from pathlib import Path
 
+from ..core.atomic_write import OUTPUT_MARKER
 from ..core.errors import InputError
 from ..oci.composed_image import ImageOptions
 from ..oci.compression import Compression
 from ..oci.image import default_source_date_epoch
 from ..pipeline import BuildRequest, build_profile, default_output_dir
 from . import _arguments as arguments
-from ._output import Progress, print_json, print_line, warn
+from ._output import add_progress_flag, print_json, print_line, progress_for, warn
 from ._parsers import add_command
 from .fetch import parse_mirrors
 
@@ -54,10 +55,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--repository", default="localhost/sparkflake", help="image repository name in the outputs")
     parser.add_argument("--tag", default=None, type=arguments.image_tag, help="image tag (default: the profile name)")
     parser.add_argument("--profiles-dir", metavar="DIR", type=arguments.profiles_dir, help="where profiles live (default: ./profiles upward)")
-    parser.add_argument("--keep-work", action="store_true", help="keep the assembled trees (printed)")
+    parser.add_argument("--keep-work", action="store_true",
+                        help="keep the assembled work trees (printed; the next build or `cache cleanup` removes them)")
     parser.add_argument("--force", action="store_true",
                         help="replace the output path even if it is not an output sparkflake wrote (its contents are lost)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_progress_flag(parser)
+
+
+def written_entries(out_dir: Path) -> list[str]:
+    """What the build wrote into OUT (its marker lists them), as the closing line names it."""
+    return [f"{name}/" if (out_dir / name).is_dir() else name
+            for name in sorted(os.listdir(out_dir)) if name != OUTPUT_MARKER]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -90,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
         formats=tuple(part.strip() for part in args.formats.split(",") if part.strip()),
     )
     started = time.monotonic()
-    result = build_profile(request, Progress("build"))
+    result = build_profile(request, progress_for("build", args))
     elapsed = time.monotonic() - started
     image = result.image
     out_dir = request.output_dir or default_output_dir(result.profile)
@@ -131,6 +140,7 @@ def run(args: argparse.Namespace) -> int:
     print_line(f"chain ID         {image.chain_id}")
     if result.sbom_artifact is not None:
         print_line(f"SBOM             {result.sbom_artifact.blob_digest}  (artifact {result.sbom_artifact.manifest_digest})")
-    print_line(f"wrote {out_dir}/ (oci/, oci-archive.tar, docker-archive.tar, receipt.json, sbom.spdx.json, "
-               f"digests.json) in {elapsed:.1f}s")
+    if result.assembly is not None:  # --keep-work: where the assembled trees stay
+        print_line(f"work trees kept  {result.assembly.work_dir}")
+    print_line(f"wrote {out_dir}/ ({', '.join(written_entries(out_dir))}) in {elapsed:.1f}s")
     return 0

@@ -14,7 +14,7 @@ from ..distribute.fanout import FanoutRequest, fanout
 from ..distribute.registry_mode import RegistryFanoutRequest, registry_fanout
 from ..distribute.site import load_site
 from . import _arguments as arguments
-from ._output import Progress, print_json, print_line, warn
+from ._output import add_progress_flag, print_json, print_line, progress_for, warn
 from ._parsers import add_command
 
 
@@ -53,6 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="how long a broken hop keeps resuming (default 120)")
     parser.add_argument("--evidence-dir", type=Path, help="write one JSON evidence record per rank here")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_progress_flag(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -73,12 +74,12 @@ def run(args: argparse.Namespace) -> int:
         report = layout_fanout(site, LayoutFanoutRequest(
             layout=args.archive, image_id=args.image_id, engine=args.engine, tag=args.tag,
             verify_only=args.verify, retry_seconds=args.retry_seconds,
-        ), progress=Progress("fanout"))
+        ), progress=progress_for("fanout", args))
         return _report(args, report)
     report = fanout(site, FanoutRequest(
         archive=args.archive, sha256=args.sha256, image_id=args.image_id, engine=args.engine, tag=args.tag,
         verify_only=args.verify, retry_seconds=args.retry_seconds,
-    ), progress=Progress("fanout"))
+    ), progress=progress_for("fanout", args))
     return _report(args, report)
 
 

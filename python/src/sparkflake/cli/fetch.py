@@ -15,7 +15,8 @@ from ..fetch.git import GitCache, GitOutcome, fetch_git_inputs
 from ..lock.lock_file import load_lock
 from ..lock.pins import GitPin, Lock
 from ..lock.resolve import artifacts, default_cache, load_profile_lock, profile_from_arg
-from ._output import Progress, print_json, print_line
+from . import _arguments as arguments
+from ._output import Progress, print_json, print_line, warn
 from ._parsers import add_command
 
 KINDS = ("wheel", "sdist", "deb", "file", "git")
@@ -41,7 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "is a git repository is also tried for every git input (repeatable)")
     parser.add_argument("--git-mirror", action="append", default=[], metavar="NAME=URL",
                         help="try URL for the git input NAME before the lock's URLs (repeatable)")
-    parser.add_argument("--jobs", type=int, default=6, help="parallel downloads (default 6)")
+    parser.add_argument("--jobs", type=arguments.workers, default=6, help="parallel downloads (default 6)")
     parser.add_argument("--offline", action="store_true",
                         help="no network: only the cache, --from directories and file:// mirrors")
     parser.add_argument("--cache", metavar="DIR", help="cache root (default $XDG_CACHE_HOME/sparkflake)")
@@ -126,6 +127,9 @@ def run(args: argparse.Namespace) -> int:
         progress=Progress("fetch", enabled=True if args.progress else None), offline=args.offline,
     )
     elapsed = time.monotonic() - started
+    for outcome in report.outcomes:  # a repaired entry is named, never dropped silently
+        if outcome.altered is not None:
+            warn(f"sparkflake: {outcome.name}: the {outcome.altered}; downloaded again")
     if args.json:
         print_json(
             {
@@ -134,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
                 "seconds": round(elapsed, 3),
                 "total_bytes": report.total_bytes,
                 "downloaded_bytes": report.downloaded_bytes,
-                "inputs": [o.__dict__ for o in report.outcomes],
+                "inputs": [{**o.__dict__, "altered": str(o.altered) if o.altered else None} for o in report.outcomes],
                 "git": [dataclasses.asdict(o) for o in git_outcomes],
             }
         )

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import re
 import shlex
 import sys
+from pathlib import Path
 
+from ..core.blob_cache import default_cache_root
+from ..core.check_result import exit_code_of
 from ..core.container_engine import detect_engine
 from ..core.digest import is_digest
 from ..core.errors import InputError
-from ..launch.contract import load_contract
+from ..launch.contract import LaunchContract, load_contract
+from ..launch.image_capabilities import capabilities_of_image
 from ..launch.plan import plan_launch, prepare_state
 from ._output import print_json, print_line, warn
 from ._parsers import add_command
@@ -42,6 +47,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--image", metavar="sha256:ID", help="image ID to launch (default: the profile's pin)")
     parser.add_argument("--digests", metavar="FILE", help="a build's digests.json: launch its config digest")
+    parser.add_argument("--cache", metavar="DIR", help="where `runtime check` kept the capabilities of each image "
+                        "(default $XDG_CACHE_HOME/sparkflake; CACHE/capabilities/<image ID hex>.json)")
     parser.add_argument("--dry-run", action="store_true", help="check and print, start nothing")
     parser.add_argument("--json", action="store_true", help="print the launch report as JSON")
     parser.add_argument("--explain", action="store_true", help="say where each value came from")
@@ -49,21 +56,36 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--detach", action="store_true", help="start the container detached")
 
 
-def _image_from_args(args: argparse.Namespace) -> str | None:
+def _image_from_args(args: argparse.Namespace) -> tuple[str | None, str | None]:
+    """The image ID to launch, and its manifest digest when a digests.json names it."""
     if args.image and args.digests:
         raise InputError("--image and --digests are exclusive")
     if args.image:
         if not is_digest(args.image):
             raise InputError(f"--image {args.image!r}: expected sha256:<64 lowercase hex>")
-        return args.image
+        return args.image, None
     if args.digests:
         from ..launch.evidence import load_built_image
 
         built = load_built_image(args.digests)
         if built is None:
             raise InputError(f"--digests {args.digests}: no such file")
-        return built.config_digest
-    return None
+        return built.config_digest, built.manifest_digest
+    return None, None
+
+
+def _with_image_capabilities(contract: LaunchContract, args: argparse.Namespace, image: str | None,
+                             manifest: str | None) -> LaunchContract:
+    """The contract with the capabilities written for ``image`` (an earlier image's own, on
+    a roll back), found beside --digests or in the cache's store."""
+    if image is None:
+        return contract
+    found = capabilities_of_image(
+        image, manifest_digest=manifest, digests_file=Path(args.digests) if args.digests else None,
+        cache_root=Path(args.cache) if args.cache else default_cache_root(),
+        profile_capabilities=contract.capabilities,
+    )
+    return dataclasses.replace(contract, capabilities=found)
 
 
 def parse_rank(text: str) -> int:
@@ -76,8 +98,8 @@ def parse_rank(text: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     rank = parse_rank(args.rank)
-    contract = load_contract(args.profile)
-    image = _image_from_args(args)
+    image, manifest = _image_from_args(args)
+    contract = _with_image_capabilities(load_contract(args.profile), args, image, manifest)
     try:
         engine = detect_engine(args.engine, args.engine_arg)
     except InputError as exc:
@@ -102,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     if not plan.ok:
         failed = ", ".join(c.id for c in plan.checks if c.status != "pass")
         warn(f"sparkflake: refusing to start rank {rank}: failed check(s): {failed}")
-        return 1
+        return exit_code_of(plan.checks)  # 2 where a check could not judge its input
     if args.dry_run:
         return 0
     decisions = prepare_state(plan)

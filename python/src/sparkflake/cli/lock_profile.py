@@ -13,10 +13,9 @@ from ..lock.lock_file import dump_lock, load_lock
 from ..lock.resolve import (
     check_lock,
     default_cache,
-    load_profile_lock,
     profile_from_arg,
     resolve_lock,
-    update_input,
+    update_profile_input,
     write_profile_lock,
 )
 from ._output import print_json, print_line
@@ -38,8 +37,7 @@ def run_profile(args: argparse.Namespace) -> int:
         return 0
     started = time.monotonic()
     if args.update:
-        before = load_profile_lock(profile)
-        lock = update_input(profile, before, args.update, cache=default_cache())
+        before, lock = update_profile_input(profile, args.update, cache=default_cache())
     else:
         path = profile.lock_paths()[0]
         before = load_lock(path) if path.is_file() else None

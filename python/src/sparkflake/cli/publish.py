@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from ..compose import receipt
-from ..core.atomic_write import write_bytes_atomic
+from ..core.atomic_write import record_written_entry, write_bytes_atomic
 from ..core.canonical_json import readable_json_bytes
 from ..core.errors import InputError
 from ..distribute.registry import push_layout
@@ -27,7 +27,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "layout itself) to REGISTRY/REPO:TAG. Blobs the registry already has are not "
             "sent again (HEAD first); the manifest goes up byte for byte, and the digest the "
             "registry answers must equal ours. The registry digest is recorded in "
-            "OUT/publish.json (or --record). The build's SBOM (an OCI artifact whose subject is "
+            "publish.json in the working directory (or --record FILE), never in OUT, which may be a "
+            "read-only /nix/store path. The build's SBOM (an OCI artifact whose subject is "
             "the image, found through OUT/receipt.json) is pushed too: the registry's referrers "
             "API lists it, or, without that API, the fallback tag sha256-<hex> (an index)."
         ),
@@ -38,7 +39,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--ca-file", help="CA certificate for a registry with a private CA")
     parser.add_argument("--auth-file", help='JSON {"username": ..., "password": ...} for Basic/token auth')
     parser.add_argument("--no-sbom", action="store_true", help="do not push the SBOM artifact of the build")
-    parser.add_argument("--record", type=arguments.output_file, help="where to record the result (default OUT/publish.json)")
+    parser.add_argument("--record", type=arguments.output_file,
+                        help="where to record the result (default ./publish.json in the working directory)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
@@ -57,8 +59,9 @@ def run(args: argparse.Namespace) -> int:
     sbom = None if args.no_sbom else sbom_artifact(args.out, layout, result.manifest_digest)
     if sbom is not None:
         outcome["sbom"] = push_referrer(client, target.repository, sbom, result.manifest_digest).as_record()
-    record = args.record or (args.out / "publish.json")
+    record = args.record or Path("publish.json")
     write_bytes_atomic(record, readable_json_bytes(outcome))
+    record_written_entry(record.parent, record.name)  # a record put in a build output: the next build may replace it
     if args.json:
         print_json(outcome)
     else:
@@ -66,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
         print_line(f"manifest {result.manifest_digest}")
         print_line(f"pull by digest: {result.pinned}")
         print_line(f"blobs sent {len(result.blobs_pushed)}, already present {len(result.blobs_present)}")
+        print_line(f"recorded in {record}")
         if "sbom" in outcome:
             how = outcome["sbom"]["via"] + (f" {outcome['sbom']['tag']}" if outcome["sbom"]["tag"] else "")
             print_line(f"SBOM artifact {outcome['sbom']['manifest']} (subject {result.manifest_digest}, {how})")

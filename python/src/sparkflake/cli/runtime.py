@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..core.blob_cache import default_cache_root
 from ..core.errors import InputError
 from ..lock.profile_locks import load_locks
 from . import _arguments as arguments
-from ._output import print_json, print_line, warn
+from ._output import add_progress_flag, print_json, print_line, progress_for, warn
 from ._parsers import add_command, add_group
 
 if TYPE_CHECKING:  # imported where they are used, after the command is chosen
@@ -34,25 +34,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "qemu-user through binfmt_misc elsewhere) and have vLLM's, SparkCache's and the "
             "other components' code accept every launch spec of the profile. Writes "
             "OUT/runtime-capabilities.json and records it in OUT/receipt.json (OUT a build "
-            "directory), and --capabilities FILE if given. "
+            "directory), keeps it in the cache by image ID (where `launch-rank --image` finds it), "
+            "and --capabilities FILE if given. "
             "Exit 0 ok, 1 a check failed, 2 bad input."
         ),
     )
     check.add_argument("out", metavar="OUT", help="build output directory, OCI layout or archive")
     check.add_argument("--profile", help="profile name or path (default: the image's org.sparkflake.profile label)")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
-    check.add_argument("--capabilities", metavar="FILE", type=arguments.output_file, help="also write the capability manifest here")
+    add_progress_flag(check)
+    check.add_argument("--capabilities", metavar="FILE", type=arguments.output_file,
+                       help="also write the capability manifest here")
     check.add_argument("--scratch", metavar="DIR",
                        help="where the image root is unpacked and kept for reuse after verification "
-                            "(default: $XDG_CACHE_HOME/sparkflake/runtime/PROFILE)")
-    check.add_argument("--timeout", type=float, default=3600.0, help="seconds the probe may take (default 3600)")
+                            "(default: CACHE/runtime/PROFILE)")
+    check.add_argument("--cache", metavar="DIR",
+                       help="cache root (default $XDG_CACHE_HOME/sparkflake): the capabilities are kept in "
+                            "CACHE/capabilities/<image ID hex>.json for launches of this image")
+    check.add_argument("--timeout", type=arguments.seconds, default=3600.0, help="seconds the probe may take (default 3600)")
+
+
+def _cache_root(args: argparse.Namespace) -> Path:
+    return Path(args.cache) if args.cache else default_cache_root()
 
 
 def _scratch(args: argparse.Namespace, profile: str) -> Path:
     if args.scratch:
         return Path(args.scratch)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "sparkflake" / "runtime" / profile
+    return _cache_root(args) / "runtime" / profile
 
 
 def _profile_name(args: argparse.Namespace, out: Path) -> str:
@@ -97,6 +106,7 @@ def run_check_command(args: argparse.Namespace) -> int:
     from ..core.check_result import SKIP
     from ..launch.conformance import conformance_cases
     from ..launch.contract import contract_from_profile
+    from ..launch.image_capabilities import record_capabilities
     from ..lock.profile_locks import load_profile
     from ..runtime import capabilities as capability_file
     from ..runtime.check import run_check
@@ -115,13 +125,14 @@ def run_check_command(args: argparse.Namespace) -> int:
             cases.append(Case(case.name, case.serve_args, case.env))
     report = run_check(out, cases=cases, expected_versions=expected_versions(profile),
                        platform=profile.platform, scratch=_scratch(args, profile.name), timeout=args.timeout,
-                       mounts=container_mounts(contract, cases))
+                       mounts=container_mounts(contract, cases), progress=progress_for("runtime check", args))
     for case in refused:
         report.add("runtime.launch-refused", SKIP, f"{case.name}: the launcher refuses it: {case.refusal}")
     if report.capabilities is not None:
         written = capability_file.dumps(report.capabilities)
+        # beside the image's digests (OUT a build directory) and in the cache by image ID
+        record_capabilities(report.capabilities, out if out.is_dir() else None, _cache_root(args))
         if out.is_dir():
-            write_bytes_atomic(out / capability_file.FILE_NAME, written)
             if (out / "receipt.json").is_file():
                 from ..runtime.receipt_record import record_in_receipt
 

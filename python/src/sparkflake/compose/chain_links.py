@@ -5,7 +5,7 @@ layer, run before anything is written to the output. Each link is a function ove
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
+from functools import cached_property, partial
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
@@ -31,7 +31,7 @@ from .top_layer import PreparedTop, claim_records
 from .verification import Link, LinkResult, require_no_problems, run_chain
 
 
-@dataclass(frozen=True)
+@dataclass
 class ChainContext:
     """What every link reads: the composition, its verified inputs, the assembled trees and
     the prepared top layer."""
@@ -53,6 +53,12 @@ class ChainContext:
     @property
     def vllm_site(self) -> Path:
         return self.assembly.vllm_tree / self.site
+
+    @cached_property
+    def wheel_package_hashes(self) -> dict[str, str]:
+        """path -> sha256 of the wheel's own vllm/ tree, walked once for the overlay and the
+        patch links (the build's own tree: nothing changes it between two links)."""
+        return package_tree_hashes(self.vllm_site / OVERLAY_PACKAGE, self.assembly.hash_file)
 
 
 def check_retained_native(context: ChainContext) -> str:
@@ -79,7 +85,7 @@ def check_retained_native(context: ChainContext) -> str:
 def check_overlay(context: ChainContext) -> str:
     before = {
         f"{OVERLAY_PACKAGE}/{p}": h
-        for p, h in package_tree_hashes(context.vllm_site / OVERLAY_PACKAGE, context.assembly.hash_file).items()
+        for p, h in context.wheel_package_hashes.items()
     }
     after = dict(before)
     overlay_package = context.assembly.overlay_tree / OVERLAY_PACKAGE
@@ -96,7 +102,7 @@ def check_overlay(context: ChainContext) -> str:
 def check_patches(context: ChainContext) -> str:
     problems = []
     source_files = package_tree_hashes(context.assembly.source_root / OVERLAY_PACKAGE, context.assembly.hash_file)
-    base_files = package_tree_hashes(context.vllm_site / OVERLAY_PACKAGE, context.assembly.hash_file)
+    base_files = context.wheel_package_hashes
     first = expected_pre_images(context.composition.patch_set)
     final = expected_post_images(context.composition.patch_set)
     for path, pre in first.items():

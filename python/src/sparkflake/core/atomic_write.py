@@ -309,6 +309,18 @@ def _kind_of(path: Path) -> str:
     return "a regular file" if stat.S_ISREG(mode) else "not a directory"
 
 
+def record_written_entry(directory: Path, name: str) -> None:
+    """Add ``name`` to the entries the marker of output ``directory`` lists: a file a later
+    command of sparkflake wrote into the output (the runtime check's capabilities, a publish
+    record), which the next build may then replace. A directory without a marker is left
+    as it is."""
+    written = _written_entries(directory)
+    if written is None or name in written:
+        return
+    record = {"kind": _OUTPUT_KIND, "entries": sorted([*written, name])}
+    write_bytes_atomic(directory / OUTPUT_MARKER, readable_json_bytes(record))
+
+
 def _write_output_marker(staging: Path) -> None:
     entries = sorted(name for name in os.listdir(staging) if name != OUTPUT_MARKER)
     record = {"kind": _OUTPUT_KIND, "entries": entries}

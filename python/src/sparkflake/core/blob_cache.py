@@ -6,11 +6,13 @@ Layout under the cache root (``$XDG_CACHE_HOME/sparkflake``, default ``~/.cache/
     blobs/sha256/<hex>          complete, verified blobs (read-only by convention)
     partial/<hex>.partial       downloads in progress; resumed with an HTTP Range request
     locks/<hex>                 advisory locks: one fetch per blob at a time, across processes
+    quarantine/blobs/<hex>.<UTC time>  entries found altered, moved aside (``sparkflake cache
+                                cleanup`` removes them), never silently dropped
 
 A blob is renamed into ``blobs/`` only after its size and sha256 matched the lock in the
 same pass that wrote it, so a truncated, oversized or altered download never becomes a
 cache entry. An entry altered later (disk fault, a hand edit) is detected when it is used
-(``BlobCache.verified_path``) or fetched again, and evicted.
+(``BlobCache.verified_path``) or fetched again, moved into ``quarantine/`` and named.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import hashlib
 import os
 import re
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -51,6 +54,37 @@ class Artifact:
             raise InputError(f"{self.name}: sha256 must be 64 lowercase hex digits, got {self.sha256!r}")
 
 
+QUARANTINE_DIR = "quarantine"
+
+
+def move_to_quarantine(root: Path, path: Path, kind: str) -> Path:
+    """Move ``path`` (a cache entry found altered) to ``root/quarantine/<kind>/`` under its
+    own name and the UTC time, so an operator can see what was there."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    directory = root / QUARANTINE_DIR / kind
+    directory.mkdir(parents=True, exist_ok=True)
+    target, serial = directory / f"{path.name}.{stamp}", 1
+    while os.path.lexists(target):
+        serial += 1
+        target = directory / f"{path.name}.{stamp}-{serial}"
+    os.rename(path, target)
+    return target
+
+
+@dataclass(frozen=True)
+class Altered:
+    """A cache entry whose bytes were not its name's: what they were and where they went."""
+
+    path: Path
+    size: int
+    sha256: str
+    moved_to: Path
+
+    def __str__(self) -> str:
+        return (f"cache entry {self.path} was altered (sha256 {self.sha256}, {self.size} bytes); "
+                f"moved to {self.moved_to}")
+
+
 @dataclass(frozen=True)
 class FetchOutcome:
     name: str
@@ -58,7 +92,7 @@ class FetchOutcome:
     size: int
     source: str  # "cache", "download", "import"
     url: str | None = None
-    evicted_corrupt: bool = False
+    altered: Altered | None = None  # the cache held other bytes under this name before the download
 
 
 def default_cache_root() -> Path:
@@ -84,18 +118,21 @@ class BlobCache:
     def contains(self, sha256: str) -> bool:
         return self.blob_path(sha256).is_file()
 
-    def verify_entry(self, sha256: str, size: int | None) -> bool:
-        """True when the entry exists and its bytes hash to its name; a bad entry is evicted."""
+    def check_entry(self, sha256: str, size: int | None) -> Altered | None:
+        """None when the entry is absent or its bytes hash to its name (and have ``size``);
+        else the entry is moved into quarantine and described."""
         path = self.blob_path(sha256)
         if not path.is_file():
-            return False
-        if size is not None and path.stat().st_size != size:
-            path.unlink()
-            return False
-        if sha256_file(path) != sha256:
-            path.unlink()
-            return False
-        return True
+            return None
+        actual_size = path.stat().st_size
+        actual = sha256_file(path)
+        if actual == sha256 and (size is None or actual_size == size):
+            return None
+        return Altered(path, actual_size, actual, move_to_quarantine(self.root, path, "blobs"))
+
+    def verify_entry(self, sha256: str, size: int | None) -> bool:
+        """True when the entry exists and its bytes hash to its name; a bad one is quarantined."""
+        return self.check_entry(sha256, size) is None and self.contains(sha256)
 
     def verified_path(self, artifact: Artifact) -> Path:
         """The blob for ``artifact`` after re-hashing it; refuses (and evicts) a tampered entry."""
@@ -106,14 +143,11 @@ class BlobCache:
                 f"cache {self.blob_dir}; run `sparkflake fetch` first",
                 check_id="fetch-missing",
             )
-        actual_size = path.stat().st_size
-        actual = sha256_file(path)
-        if actual != artifact.sha256 or (artifact.size is not None and actual_size != artifact.size):
-            path.unlink()
+        altered = self.check_entry(artifact.sha256, artifact.size)
+        if altered is not None:
             raise CheckFailed(
-                f"{artifact.name}: cache entry {path} was altered (sha256 {actual}, size "
-                f"{actual_size}; lock says sha256 {artifact.sha256}, size {artifact.size}); "
-                "evicted, run `sparkflake fetch` again",
+                f"{artifact.name}: {altered} (the lock says sha256 {artifact.sha256}, size {artifact.size}); "
+                "run `sparkflake fetch` again",
                 check_id="cache-entry",
             )
         return path
@@ -309,11 +343,11 @@ def _fetch_locked(
     timeout: float,
     attempts_per_url: int,
 ) -> FetchOutcome:
-    evicted = False
+    altered = None
     if cache.contains(artifact.sha256):
-        if cache.verify_entry(artifact.sha256, artifact.size):
+        altered = cache.check_entry(artifact.sha256, artifact.size)
+        if altered is None:
             return FetchOutcome(artifact.name, artifact.sha256, artifact.size or 0, "cache")
-        evicted = True
     tried: list[str] = []
     for url in artifact.urls:
         for attempt in range(attempts_per_url):
@@ -325,17 +359,18 @@ def _fetch_locked(
                 tried.append(f"{url}: {refusal.reason}")
                 break
             size = cache.blob_path(artifact.sha256).stat().st_size
-            return FetchOutcome(artifact.name, artifact.sha256, size, "download", url, evicted)
+            return FetchOutcome(artifact.name, artifact.sha256, size, "download", url, altered)
     with contextlib.suppress(FileNotFoundError):
         cache.partial_path(artifact.sha256).unlink()
-    raise MissingInput(artifact, tried)
+    raise MissingInput(artifact, tried, altered)
 
 
 class MissingInput(Exception):
-    def __init__(self, artifact: Artifact, tried: list[str]) -> None:
+    def __init__(self, artifact: Artifact, tried: list[str], altered: Altered | None = None) -> None:
         super().__init__(artifact.name)
         self.artifact = artifact
         self.tried = tried
+        self.altered = altered
 
     def describe(self, cache: BlobCache) -> str:
         artifact = self.artifact
@@ -343,6 +378,8 @@ class MissingInput(Exception):
             f"{artifact.name}: {artifact.filename} (sha256 {artifact.sha256}, "
             f"{artifact.size if artifact.size is not None else 'unknown'} bytes) could not be fetched"
         ]
+        if self.altered is not None:
+            lines.append(f"    the {self.altered}")
         if self.tried:
             lines += [f"    tried {entry}" for entry in self.tried]
         else:

@@ -63,11 +63,26 @@ class ImageRecord:
     labels: Mapping[str, str]
 
 
+# What the docker client says when it reaches no daemon (docker/cli: "Cannot connect to the
+# Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?"; on a TCP or
+# SSH host, "error during connect"). The client alone answers every inspect with "no such
+# object", so without this a missing daemon read as a missing image.
+_NO_DAEMON = ("Cannot connect to the Docker daemon", "Is the docker daemon running", "error during connect")
+
+
 def _run(engine: Engine, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     try:
-        return subprocess.run(engine.command(*args), capture_output=True, timeout=timeout, check=False)
+        result = subprocess.run(engine.command(*args), capture_output=True, timeout=timeout, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise InputError(f"{engine.name} {' '.join(args[:2])}: {exc}", check_id="engine.detected") from None
+    if result.returncode != 0 and engine.name == "docker":
+        said = result.stderr.decode(errors="replace")
+        if any(sign in said for sign in _NO_DAEMON):
+            line = next((text for text in said.splitlines() if any(sign in text for sign in _NO_DAEMON)), said)
+            raise InputError(
+                f"docker ({engine.binary}) reaches no daemon: {line.strip()}; start the docker daemon (or set "
+                "DOCKER_HOST to one), or use --engine podman", check_id="engine.detected")
+    return result
 
 
 def inspect_image(engine: Engine, reference: str) -> ImageRecord | None:

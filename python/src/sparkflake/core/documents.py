@@ -80,10 +80,65 @@ def parse_limit_error(exc: RecursionError | ValueError, text: str | bytes, shown
     return InputError(f"{shown}: not valid: {exc}")
 
 
+class _NotStrictJson(ValueError):
+    pass
+
+
+class _ObjectWithDuplicate(dict):  # type: ignore[type-arg]
+    """An object that had ``duplicate`` twice; found afterwards to name its JSON path."""
+
+    duplicate: str = ""
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    document = dict(pairs)
+    if len(document) == len(pairs):
+        return document
+    marked = _ObjectWithDuplicate(document)
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            marked.duplicate = key
+            break
+        seen.add(key)
+    return marked
+
+
+def _duplicate_path(node: Any, path: str) -> str | None:
+    """The JSON path of the first key given twice under ``node`` (document order)."""
+    if isinstance(node, _ObjectWithDuplicate):
+        return f"{path}.{node.duplicate}"
+    children = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for key, child in children:
+        found = _duplicate_path(child, f"{path}.{key}" if isinstance(node, dict) else f"{path}[{key}]")
+        if found is not None:
+            return found
+    return None
+
+
+def _no_constant(name: str) -> Any:
+    raise _NotStrictJson(f"{name} is not JSON (RFC 8259 has no NaN or Infinity)")
+
+
 def parse_json(raw: bytes | str, shown: str) -> Any:
-    """``json.loads`` whose every refusal is an InputError naming ``shown``."""
+    """``json.loads`` as strict as Go's encoding/json and RFC 8259 (what containers/image,
+    containerd and the registries read these documents with), every refusal an InputError
+    naming ``shown``: no byte-order mark (json.loads would skip one in bytes), no key twice
+    in an object (one reader would take the first, another the last), no NaN/Infinity."""
+    if raw[:3] == b"\xef\xbb\xbf" or raw[:1] == "\ufeff":
+        raise InputError(f"{shown}: starts with a UTF-8 byte-order mark, which JSON does not allow (RFC 8259 §8.1)")
+    duplicates: list[_ObjectWithDuplicate] = []
+
+    def object_of(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        made = _object(pairs)
+        if isinstance(made, _ObjectWithDuplicate):
+            duplicates.append(made)
+        return made
+
     try:
-        return json.loads(raw)
+        document = json.loads(raw, object_pairs_hook=object_of, parse_constant=_no_constant)
+    except _NotStrictJson as exc:
+        raise InputError(f"{shown}: not valid JSON: {exc}") from None
     except RecursionError as exc:
         raise parse_limit_error(exc, raw, shown) from None
     except UnicodeDecodeError as exc:
@@ -92,6 +147,14 @@ def parse_json(raw: bytes | str, shown: str) -> Any:
         raise InputError(f"{shown}: not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
     except ValueError as exc:
         raise parse_limit_error(exc, raw, shown) from None
+    if duplicates:
+        try:
+            duplicate = _duplicate_path(document, "$")
+        except RecursionError:
+            duplicate = f"$..{duplicates[0].duplicate}"
+        raise InputError(f"{shown}: {duplicate}: the key is given twice in one object (JSON readers differ on "
+                         "which one counts, so neither does)")
+    return document
 
 
 def parse_json_object(

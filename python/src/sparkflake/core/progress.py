@@ -8,6 +8,14 @@ from collections.abc import Callable
 ProgressCallback = Callable[[int, int, str], None]
 
 
+def report_phase(progress: ProgressCallback | None, name: str) -> None:
+    """A step without a count (the runtime check's ``probe``), for a callback that shows
+    steps (the CLI's ``Progress.phase``); other callbacks ignore it."""
+    show = getattr(progress, "phase", None)
+    if show is not None:
+        show(name)
+
+
 class BytesProgress:
     """A callback for the bytes of one item among several: each call adds its bytes to the
     item's count and reports ``base + count`` of ``total`` (capped at ``total``)."""

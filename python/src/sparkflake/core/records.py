@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from .digest import DIGEST_PATTERN, SHA256_HEX_PATTERN
 from .documents import parse_limit_error, read_regular_file
 from .errors import InputError
+from .urls import redacted, url_problem
 
 RecordT = TypeVar("RecordT")
 
@@ -120,49 +121,35 @@ def require_size(path: str, value: object) -> int:
     return value
 
 
-def require_url(path: str, value: object) -> str:
+def _require_url(path: str, value: object, schemes: tuple[str, ...], what: str) -> str:
     text = require_str(path, value, allow_empty=True)
-    if text.startswith("https://"):
-        rest = text[len("https://") :]
-        if not rest or rest.startswith("/"):
-            raise InvalidField(path, f"expected an https:// URL with a host, got {describe(text)}")
-    elif text.startswith("file://"):
-        if not text[len("file://") :].startswith("/"):
-            raise InvalidField(path, f"expected a file:///absolute/path URL, got {describe(text)}")
-    else:
-        raise InvalidField(path, f"expected an https:// or file:// URL, got {describe(text)}")
-    if any(char.isspace() for char in text):
-        raise InvalidField(path, f"URLs may not contain whitespace, got {describe(text)}")
+    problem = url_problem(text, schemes)
+    if problem:
+        raise InvalidField(path, f"expected {what}, got {describe(redacted(text))}: {problem}")
     return text
 
 
-# git's own transports, spelled as URLs (no scp-like "host:path", no "ext::" or other
-# remote helpers); plain http:// and git:// are accepted because the commit and tree ids,
-# not the transport, bind what is fetched
-_GIT_URL = re.compile(r"^(https?|git|ssh)://[^/\s]+/\S*$|^file:///\S*$")
+def require_url(path: str, value: object) -> str:
+    """A file's download URL: https:// or file:///absolute."""
+    return _require_url(path, value, ("https", "file"), "an https:// or file:/// URL")
 
 
 def require_git_url(path: str, value: object) -> str:
-    text = require_str(path, value, allow_empty=True)
-    if not _GIT_URL.fullmatch(text):
-        raise InvalidField(
-            path,
-            "expected a git URL https://, http://, git://, ssh://host/path or file:///absolute, "
-            f"got {describe(text)}",
-        )
-    return text
-
-
-_ARCHIVE_URL = re.compile(r"^https?://[^/\s]+/\S*$|^file:///\S*$")
+    """git's own transports, spelled as URLs (no scp-like "host:path", no "ext::" or other
+    remote helpers); plain http:// and git:// are accepted because the commit and tree ids,
+    not the transport, bind what is fetched."""
+    return _require_url(
+        path, value, ("https", "http", "git", "ssh", "file"),
+        "a git URL https://, http://, git://, ssh://host/path or file:///absolute",
+    )
 
 
 def require_archive_url(path: str, value: object) -> str:
     """A forge archive of a commit (a .tar.gz over https, http or file): bound, like the
     git URLs, by the tree id of what it holds, not by its transport."""
-    text = require_str(path, value, allow_empty=True)
-    if not _ARCHIVE_URL.fullmatch(text):
-        raise InvalidField(path, f"expected an https://, http:// or file:/// URL of a .tar.gz archive, got {describe(text)}")
-    return text
+    return _require_url(
+        path, value, ("https", "http", "file"), "an https://, http:// or file:/// URL of a .tar.gz archive"
+    )
 
 
 def require_str_tuple(

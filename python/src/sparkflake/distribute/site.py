@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -282,6 +283,50 @@ def _toml(value: Any) -> str:
     raise TypeError(f"cannot write {type(value).__name__} as TOML")
 
 
+# The extra ``-o`` settings a site may give: how the connection is negotiated and kept,
+# never something OpenSSH runs or reads a command from (ProxyCommand, LocalCommand,
+# PermitLocalCommand, KnownHostsCommand, Match exec, ProxyJump, ControlPath, Include, ...):
+# the site file is data, and a fan-out must not execute it. Keys the [ssh] table sets itself
+# are named there, so the site has one place for each.
+_SSH_OPTIONS_ALLOWED = {
+    key.lower(): key
+    for key in (
+        "AddressFamily", "CASignatureAlgorithms", "CheckHostIP", "Ciphers", "ConnectionAttempts",
+        "GSSAPIAuthentication", "HashKnownHosts", "HostKeyAlgorithms", "HostbasedAuthentication",
+        "IPQoS", "KbdInteractiveAuthentication", "KexAlgorithms", "MACs", "NumberOfPasswordPrompts",
+        "PasswordAuthentication", "PreferredAuthentications", "PubkeyAcceptedAlgorithms",
+        "PubkeyAuthentication", "RekeyLimit", "RequiredRSASize", "TCPKeepAlive", "UpdateHostKeys",
+        "VerifyHostKeyDNS",
+    )
+}
+_SSH_OPTIONS_OF_THE_TABLE = {
+    "port": "ssh.port", "user": "ssh.user", "identityfile": "ssh.identity_file",
+    "identitiesonly": "ssh.identity_file", "userknownhostsfile": "ssh.known_hosts_file",
+    "stricthostkeychecking": "ssh.strict_host_key_checking", "connecttimeout": "ssh.connect_timeout",
+    "serveraliveinterval": "ssh.server_alive_interval", "serveralivecountmax": "ssh.server_alive_count_max",
+    "batchmode": "(always yes)", "loglevel": "(always ERROR)", "compression": "(always no)",
+}
+# an option value: algorithm lists, numbers, yes/no words; no spaces, quotes, % tokens or paths
+_SSH_OPTION_VALUE = re.compile(r"[A-Za-z0-9@.,_+:-]{1,512}")
+
+
+def ssh_option_problem(option: str) -> str | None:
+    """Why ``option`` may not be passed to ``ssh -o``, or None when the allow-list has it."""
+    key, equals, value = option.partition("=")
+    if not equals or not key.isascii() or not key.isalnum():
+        return f"expected Key=Value (an OpenSSH option), got {option!r}"
+    if key.lower() in _SSH_OPTIONS_OF_THE_TABLE:
+        return f"{key} is set by {_SSH_OPTIONS_OF_THE_TABLE[key.lower()]}, not by ssh.options"
+    if key.lower() not in _SSH_OPTIONS_ALLOWED:
+        return (
+            f"{key} is not an allowed OpenSSH option (a site file may not make ssh run or read "
+            f"anything; allowed: {', '.join(sorted(_SSH_OPTIONS_ALLOWED.values()))})"
+        )
+    if not _SSH_OPTION_VALUE.fullmatch(value):
+        return f"{key}: expected a value of letters, digits and @.,_+:- got {value!r}"
+    return None
+
+
 def _ssh_options(reader: _Reader, raw: Any) -> SshOptions:
     table = reader.table(raw, "ssh")
     reader.keys(table, "ssh", set(SshOptions.__dataclass_fields__))
@@ -292,9 +337,9 @@ def _ssh_options(reader: _Reader, raw: Any) -> SshOptions:
     if "options" in table:
         options = reader.strings(table["options"], "ssh.options")
         for index, option in enumerate(options):
-            key, equals, value = option.partition("=")
-            if not equals or not key.isalnum() or not value or "\n" in option:
-                raise reader.fail(f"ssh.options[{index}]", "Key=Value (an OpenSSH option)", option)
+            problem = ssh_option_problem(option)
+            if problem:
+                raise InputError(f"{reader.origin}: ssh.options[{index}]: {problem}")
         kwargs["options"] = tuple(options)
     policy = kwargs.get("strict_host_key_checking", "yes")
     if policy not in ("yes", "accept-new"):
@@ -319,13 +364,16 @@ def _rank(reader: _Reader, raw: dict[str, Any], where: str) -> Rank:
         reader.name(link, f"{where}.fabric"): reader.address(address, f"{where}.fabric.{link}")
         for link, address in fabric_table.items()
     }
+    ssh_target = reader.string(raw["ssh"], f"{where}.ssh")
+    if ssh_target.startswith("-"):  # ssh would read it as an option (-oProxyCommand=...)
+        raise reader.fail(f"{where}.ssh", "[user@]host, not an option", ssh_target)
     data_dir = reader.string(raw["data_dir"], f"{where}.data_dir")
     if not data_dir.startswith("/"):
         raise InputError(f"{reader.origin}: {where}.data_dir: expected an absolute path, got {data_dir!r}")
     agent = raw.get("agent")
     return Rank(
         name=name,
-        ssh=reader.string(raw["ssh"], f"{where}.ssh"),
+        ssh=ssh_target,
         management=management,
         data_dir=data_dir,
         fabric=fabric,

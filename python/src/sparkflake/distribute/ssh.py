@@ -47,7 +47,8 @@ def ssh_argv(
         argv += ["-l", options.user]
     if bind:
         argv += ["-b", bind]
-    argv += [target, shlex.join(remote)]
+    # "--": the target is never read as an option, whatever the site file says
+    argv += ["--", target, shlex.join(remote)]
     return argv
 
 

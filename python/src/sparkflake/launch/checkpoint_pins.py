@@ -109,14 +109,80 @@ def select_files(directory: str, patterns: Sequence[str], where: str) -> list[st
     return sorted(chosen)
 
 
+# Linux's own bound on symlinks followed while resolving one path (MAXSYMLINKS, ELOOP)
+_MAX_SYMLINKS = 40
+
+
+def resolve_in_checkpoint(directory: str, relative: str) -> str:
+    """The path ``relative`` names inside the checkpoint ``directory``, its symlinks followed
+    as the container follows them: only ``directory`` is mounted, at another path, so a
+    symlink to an absolute path, or one whose target climbs out of the directory, leads
+    elsewhere there (or nowhere) than on the host; both are refused by name (InputError),
+    and the bytes pinned and verified are the bytes vLLM loads. A component that does not
+    exist ends the walk (the caller's stat says what is missing)."""
+    root = os.path.realpath(directory)
+    pending = [part for part in relative.split("/") if part not in ("", ".")]
+    inside: list[str] = []
+    followed = 0
+    while pending:
+        name = pending.pop(0)
+        if name == "..":
+            if not inside:
+                raise InputError(f"{relative}: leads out of the checkpoint directory {directory}; "
+                                 "the container mounts only the directory")
+            inside.pop()
+            continue
+        candidate = os.path.join(root, *inside, name)
+        try:
+            is_link = stat.S_ISLNK(os.lstat(candidate).st_mode)
+        except OSError:
+            return os.path.join(root, *inside, name, *pending)
+        if not is_link:
+            inside.append(name)
+            continue
+        followed += 1
+        link = os.path.join(*inside, name)
+        target = os.readlink(candidate)
+        if followed > _MAX_SYMLINKS:
+            raise InputError(f"{relative}: more than {_MAX_SYMLINKS} symlinks followed (a loop at {link}?)")
+        if os.path.isabs(target):
+            raise InputError(
+                f"{relative}: {link} is a symlink to the absolute path {target}; the container mounts only "
+                f"{directory}, where that path is not this file: pin a file inside the directory"
+            )
+        pending = [part for part in target.split("/") if part not in ("", ".")] + pending
+        if _climbs_out(inside, pending):
+            raise InputError(
+                f"{relative}: {link} is a symlink to {target}, outside the checkpoint directory {directory}; "
+                "the container mounts only the directory"
+            )
+    return os.path.join(root, *inside)
+
+
+def _climbs_out(inside: list[str], pending: list[str]) -> bool:
+    """Whether the leading ``..`` steps of ``pending`` climb above the directory."""
+    depth = len(inside)
+    for part in pending:
+        if part != "..":
+            return False
+        depth -= 1
+        if depth < 0:
+            return True
+    return False
+
+
 def hash_pinned_file(directory: str, relative: str, progress: FileProgress | None = None) -> CheckpointFile:
-    """Size and sha256 of one regular file (a symlink is followed), streamed once.
+    """Size and sha256 of one regular file, streamed once; a symlink is followed only
+    inside the checkpoint directory (``resolve_in_checkpoint``).
 
     The file is stat'ed before and after it is read: a file that changed meanwhile, or
     whose byte count differs from its size, is refused (its pin would record neither
     version). FIFOs, devices and sockets are refused before they are read.
     """
-    path = os.path.join(directory, relative)
+    try:
+        path = resolve_in_checkpoint(directory, relative)
+    except InputError as exc:
+        raise InputError(f"{directory}: {exc.message}") from None
     try:
         before = os.stat(path)
     except OSError as exc:
@@ -145,7 +211,14 @@ def pin_checkpoint(
 
 def read_pins(path: str | os.PathLike[str]) -> CheckpointPins:
     """A pins file, read with a size bound (regular files only) and checked field by field."""
-    return parse_pins(read_regular_file(path, "the checkpoint pins file", MAX_PINS_FILE_BYTES), os.fspath(path))
+    shown = os.fspath(path)
+    if not os.path.lexists(shown):
+        raise InputError(
+            f"{shown}: cannot read the checkpoint pins file: No such file or directory; write it with "
+            f"`sparkflake checkpoint pin MODEL_DIR --role target -o {shown}` (and --role draft for the draft "
+            "checkpoint), or copy the site's pins file there"
+        )
+    return parse_pins(read_regular_file(path, "the checkpoint pins file", MAX_PINS_FILE_BYTES), shown)
 
 
 def pins_of_profile(path: str | os.PathLike[str], profile: str) -> CheckpointPins:

@@ -2,6 +2,7 @@
 
 Ids: ``engine.detected``, ``image.id``, ``image.labels``, ``container.name-free``,
 ``checkpoint.target``, ``checkpoint.draft``, ``checkpoint.mtp-depth`` (launch/mtp_depth.py),
+``checkpoint.target.model``, ``checkpoint.draft.model`` (launch/served_model.py),
 ``cache-root.dedicated``, ``cache-root.local``, ``cache-root.state``, ``ports.free``.
 """
 
@@ -21,7 +22,7 @@ from ..core.documents import read_json_file
 from ..core.errors import InputError
 from ..profile.model import CheckpointFile
 from ..runtime.capabilities import Capabilities
-from .checkpoint_pins import is_pattern
+from .checkpoint_pins import is_pattern, resolve_in_checkpoint
 from .hashcache import VerifiedHashCache
 from .identity import inspect_state
 
@@ -117,7 +118,11 @@ def check_checkpoint(
                 for name in unpinned_names(directory, pin, {entry.path for entry in files})]
     verified = 0
     for entry in files:
-        path = os.path.join(directory, entry.path)
+        try:
+            path = resolve_in_checkpoint(directory, entry.path)
+        except InputError as exc:
+            problems.append(exc.message)
+            continue
         try:
             stat = os.stat(path)
         except OSError as exc:
@@ -259,12 +264,33 @@ def check_ports(rank: int, ports: Sequence[tuple[str, int]]) -> CheckResult:
         return CheckResult("ports.free", PASS, f"rank {rank} runs headless and listens on no launcher port")
     busy = []
     for name, port in ports:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            try:
-                probe.bind(("0.0.0.0", port))
-            except OSError as exc:
-                reason = "in use" if exc.errno == errno.EADDRINUSE else exc.strerror
-                busy.append(f"{name}={port} {reason}")
+        for family, wildcard in ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::")):
+            problem = _bind_problem(family, wildcard, port)
+            if problem:
+                busy.append(f"{name}={port} {problem}")
     if busy:
         return CheckResult("ports.free", FAIL, "; ".join(busy))
     return CheckResult("ports.free", PASS, ", ".join(f"{name}={port}" for name, port in ports) + " free")
+
+
+def _bind_problem(family: socket.AddressFamily, wildcard: str, port: int) -> str | None:
+    """Why ``port`` cannot be bound on every address of ``family`` (a listener on either
+    family takes the port from the server), or None; a host without IPv6 has no IPv6 port
+    to take."""
+    try:
+        probe = socket.socket(family, socket.SOCK_STREAM)
+    except OSError as exc:
+        if exc.errno == errno.EAFNOSUPPORT:
+            return None
+        raise
+    with probe:
+        if family == socket.AF_INET6:
+            probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        try:
+            probe.bind((wildcard, port))
+        except OSError as exc:
+            if family == socket.AF_INET6 and exc.errno == errno.EADDRNOTAVAIL:
+                return None  # IPv6 is compiled in but disabled on this host
+            reason = "in use" if exc.errno == errno.EADDRINUSE else exc.strerror
+            return f"{reason} ({'IPv6' if family == socket.AF_INET6 else 'IPv4'})"
+    return None

@@ -47,6 +47,10 @@ class LaunchContract:
     # their digests come from the site's pins file (launch.checkpoint_pins)
     target_pin: tuple[str, ...] = ()
     draft_pin: tuple[str, ...] = ()
+    # [checkpoints.ROLE] architecture: what the checkpoint must serve (launch.served_model);
+    # None: not checked
+    target_architecture: str | None = None
+    draft_architecture: str | None = None
     # what the profile's image can honour (profiles/<name>/runtime-capabilities.json, written
     # by `sparkflake runtime check`); None: no manifest, no capability rules apply
     capabilities: Capabilities | None = None
@@ -145,6 +149,8 @@ def contract_from_profile(profile: Any) -> LaunchContract:
         components=components,
         target_pin=tuple(target.pin or ()) if target else (),
         draft_pin=tuple(draft.pin or ()) if draft else (),
+        target_architecture=target.architecture if target else None,
+        draft_architecture=draft.architecture if draft else None,
         capabilities=capabilities,
     )
 

@@ -47,6 +47,7 @@ from .identity import (
 from .mtp_depth import check_mtp_depth
 from .qualification import Qualification, qualify
 from .resolution import Resolution, resolve
+from .served_model import ServedModel, check_served_model
 from .spec import LABEL_PREFIX, ContainerSpec, build_spec, engine_argv
 
 REPORT_SCHEMA = "sparkflake.launch-plan/v1"
@@ -68,6 +69,8 @@ class LaunchPlan:
     sparkcache_dir: Path
     jit_dir: Path
     hash_cache_stats: dict[str, int] = field(default_factory=dict)
+    # role -> what its checkpoint on this rank serves (launch.served_model), when read
+    served_models: dict[str, ServedModel] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -91,6 +94,8 @@ class LaunchPlan:
             "checks": [check.as_record() for check in self.checks],
             "ok": self.ok,
         }
+        if self.served_models:
+            document["served_models"] = {role: model.as_record() for role, model in self.served_models.items()}
         if explain:
             document["explain"] = dict(sorted(self.resolution.origins.items()))
         return document
@@ -117,6 +122,25 @@ def _require_directory(resolution: Resolution, key: str) -> None:
     if path and not os.path.isdir(path):
         what = "does not exist" if not os.path.exists(path) else "is not a directory"
         raise InputError(f"{_setting_origin(resolution, key)}: {key}={path} {what}")
+
+
+def _refuse_cache_root_inside_a_checkpoint(resolution: Resolution) -> None:
+    """The resolution refuses a CACHE_ROOT whose spelling overlaps a checkpoint; through a
+    symlinked parent (or a symlinked checkpoint) two spellings can name one directory, so
+    the same refusal on the resolved paths: the real path of what exists, the rest
+    appended (``os.path.realpath`` without ``strict``)."""
+    cache_root = os.path.realpath(resolution.values["CACHE_ROOT"])
+    for key in ("TARGET_MODEL_PATH", "DRAFT_MODEL_PATH"):
+        model = resolution.values[key]
+        if not model:
+            continue
+        resolved = os.path.realpath(model)
+        if os.path.commonpath([cache_root, resolved]) in (cache_root, resolved):
+            raise InputError(
+                f"{_setting_origin(resolution, 'CACHE_ROOT')}: CACHE_ROOT={resolution.values['CACHE_ROOT']} "
+                f"resolves to {cache_root}, which overlaps {key}={model} (resolved {resolved}); the cache "
+                "root must be dedicated, outside every checkpoint"
+            )
 
 
 def plan_launch(*, env_file: str | os.PathLike[str], **options: Any) -> LaunchPlan:
@@ -191,9 +215,10 @@ def plan_from_assignments(
     )
 
     checks: list[CheckResult] = []
+    served_models: dict[str, ServedModel] = {}
     hash_cache = VerifiedHashCache(None)
     if run_checks:
-        hash_cache = _run_checks(checks, resolution, contract, engine, image, spec, draft_id, identity,
+        hash_cache = _run_checks(checks, served_models, resolution, contract, engine, image, spec, draft_id, identity,
                                  cache_root, sparkcache_dir, jit_dir, rehash, check_engine)
     return LaunchPlan(
         contract=contract,
@@ -210,16 +235,34 @@ def plan_from_assignments(
         sparkcache_dir=sparkcache_dir,
         jit_dir=jit_dir,
         hash_cache_stats={"hits": hash_cache.hits, "misses": hash_cache.misses},
+        served_models=served_models,
     )
 
 
-def _run_checks(checks, resolution, contract, engine, image, spec, draft_id, identity,
+def _judge_served_models(checks: list[CheckResult], resolution: Resolution, contract: LaunchContract,
+                         with_draft: bool) -> dict[str, ServedModel]:
+    """The checkpoints on this rank, read (config.json, safetensors headers) and judged
+    against the architectures the profile serves."""
+    roles = [("target", "TARGET_MODEL_PATH", contract.target_architecture)]
+    if with_draft:
+        roles.append(("draft", "DRAFT_MODEL_PATH", contract.draft_architecture))
+    served: dict[str, ServedModel] = {}
+    for role, key, architecture in roles:
+        check, model = check_served_model(f"checkpoint.{role}.model", resolution.values[key], architecture)
+        checks.append(check)
+        if model is not None:
+            served[role] = model
+    return served
+
+
+def _run_checks(checks, served_models, resolution, contract, engine, image, spec, draft_id, identity,
                 cache_root, sparkcache_dir, jit_dir, rehash, check_engine) -> VerifiedHashCache:
     values = resolution.values
     rank = resolution.rank
     # Paths that are not directories are bad input (exit 2), not failed checks.
     _require_directory(resolution, "TARGET_MODEL_PATH")
     _require_directory(resolution, "DRAFT_MODEL_PATH")
+    _refuse_cache_root_inside_a_checkpoint(resolution)
     if check_engine:
         checks += check_image(engine, image, contract.image_labels)
         checks.append(check_container_name(engine, spec.name))
@@ -243,6 +286,7 @@ def _run_checks(checks, resolution, contract, engine, image, spec, draft_id, ide
     if draft_id is not None:
         checks.append(check_checkpoint("checkpoint.draft", values["DRAFT_MODEL_PATH"], contract.draft_files,
                                        hash_cache, contract.draft_pin))
+    served_models.update(_judge_served_models(checks, resolution, contract, draft_id is not None))
     if dedicated.status == PASS and cache_root.exists():
         hash_cache.save()
     states = {"jit": (jit_dir, identity)}

@@ -8,6 +8,7 @@ reason and the env-file line of the value that caused the conflict.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -300,6 +301,14 @@ class _Resolver:
                 "must be this rank's own address",
                 "NODE_ADDRESS",
             )
+        if self.rank != 0:
+            for key in ("MASTER_ADDRESS", "NODE_ADDRESS"):
+                if ipaddress.ip_address(v[key]).is_loopback:
+                    raise self.refuse(
+                        f"{key}={v[key]} is a loopback address: rank {self.rank} of {v['NODE_COUNT']} runs on "
+                        "another host than rank 0, and loopback never leaves a host",
+                        key,
+                    )
         if v["API_PORT"] == v["MASTER_PORT"]:
             raise self.refuse("API_PORT and MASTER_PORT must differ", "API_PORT", "MASTER_PORT")
         cache_root = v["CACHE_ROOT"]

@@ -30,7 +30,10 @@ _DECIMAL = re.compile(r"(0|[1-9][0-9]{0,18})\Z")
 _FLOAT = re.compile(r"(0|[1-9][0-9]{0,18})(\.[0-9]{1,18})?\Z")
 _IFNAME = re.compile(r"[A-Za-z0-9_.:@^!=-]{1,64}(,[A-Za-z0-9_.:@^!=-]{1,64})*\Z")
 _TOKEN = re.compile(r"[A-Za-z0-9_.:-]{1,128}\Z")
-_ULIMIT = re.compile(r"[a-z]+=(-1|[0-9]+)(:(-1|[0-9]+))?\Z")
+_ULIMIT = re.compile(r"([a-z]+)=(-1|[0-9]{1,20})(:(-1|[0-9]{1,20}))?\Z")
+# an IPv6 zone id: an interface name (at most IFNAMSIZ-1 = 15 bytes) or its index
+_ZONE_ID = re.compile(r"[A-Za-z0-9_.-]{1,15}\Z")
+_LIMITED_BROADCAST = ipaddress.IPv4Address("255.255.255.255")
 
 
 @dataclass(frozen=True)
@@ -286,10 +289,7 @@ def parse_value(setting: Setting, raw: str) -> Any:
             )
         return raw.rstrip("/") or "/"
     elif kind == "address":
-        try:
-            return str(ipaddress.ip_address(raw))
-        except ValueError:
-            raise ValueError(f"{setting.key}={raw!r}: expected an IPv4 or IPv6 address") from None
+        return _host_address(setting, raw)
     elif kind == "token":
         if not _TOKEN.match(raw):
             raise ValueError(f"{setting.key}={raw!r}: expected letters, digits, '_', '.', ':', '-'")
@@ -299,17 +299,7 @@ def parse_value(setting: Setting, raw: str) -> Any:
             raise ValueError(f"{setting.key}={raw!r}: expected comma-separated interface names")
         return raw
     elif kind == "ulimits":
-        items = raw.split(",")
-        names = []
-        for item in items:
-            if not _ULIMIT.match(item):
-                raise ValueError(
-                    f"{setting.key}: {item!r} is not name=soft[:hard] (decimal or -1)"
-                )
-            names.append(item.split("=")[0])
-        if len(set(names)) != len(names):
-            raise ValueError(f"{setting.key}: a ulimit is given twice")
-        return raw
+        return _ulimits(setting, raw)
     else:  # pragma: no cover - the catalog only uses the kinds above
         raise ValueError(f"{setting.key}: unknown kind {kind}")
     if setting.choices and str(raw) not in setting.choices:
@@ -323,6 +313,65 @@ def parse_value(setting: Setting, raw: str) -> Any:
     if setting.maximum is not None and value > setting.maximum:
         raise ValueError(f"{setting.key}={raw}: above the maximum {_num(setting.maximum)}")
     return value
+
+
+def _host_address(setting: Setting, raw: str) -> str:
+    """One host's own unicast address: what a rank binds and the others connect to. The
+    unspecified address (0.0.0.0, ::) binds every interface but names none to connect to;
+    multicast, the limited broadcast and the reserved 240/4 are no host's address. An IPv6
+    zone id is an interface name or index (it reaches --master-addr and VLLM_HOST_IP)."""
+    try:
+        address = ipaddress.ip_address(raw)
+    except ValueError:
+        raise ValueError(f"{setting.key}={raw!r}: expected an IPv4 or IPv6 address") from None
+    if isinstance(address, ipaddress.IPv6Address) and address.scope_id is not None:
+        if not _ZONE_ID.match(address.scope_id):
+            raise ValueError(f"{setting.key}={raw!r}: the zone id after '%' is not an interface name or index")
+    plain = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped else address
+    if plain.is_unspecified:
+        problem = "the unspecified address binds every interface but names no host to connect to"
+    elif plain.is_multicast:
+        problem = "a multicast address is no host's address"
+    elif isinstance(plain, ipaddress.IPv4Address) and (plain == _LIMITED_BROADCAST or plain.is_reserved):
+        problem = "a broadcast or reserved (240.0.0.0/4) address is no host's address"
+    else:
+        return str(address)
+    raise ValueError(f"{setting.key}={raw}: {problem}")
+
+
+# the names podman and docker accept (go-units' ulimit table, the kernel's RLIMIT_*)
+ULIMIT_NAMES = frozenset({"core", "cpu", "data", "fsize", "locks", "memlock", "msgqueue", "nice", "nofile",
+                          "nproc", "rss", "rtprio", "rttime", "sigpending", "stack"})
+# limits under which the engine starts nothing: no file, no process, no stack
+_ULIMITS_ABOVE_ZERO = frozenset({"nofile", "nproc", "stack"})
+_RLIM_MAX = (1 << 63) - 1
+
+
+def _ulimits(setting: Setting, raw: str) -> str:
+    """``name=soft[:hard],...`` that the engine and the kernel accept: a known name, once;
+    soft at most hard (-1 is unlimited); nofile finite (the kernel caps it at fs.nr_open)."""
+    names: set[str] = set()
+    for item in raw.split(","):
+        match = _ULIMIT.match(item)
+        if not match:
+            raise ValueError(f"{setting.key}: {item!r} is not name=soft[:hard] (decimal or -1)")
+        name, soft_text, _, hard_text = match.groups()
+        if name not in ULIMIT_NAMES:
+            raise ValueError(f"{setting.key}: {name!r} is not a ulimit (one of {', '.join(sorted(ULIMIT_NAMES))})")
+        if name in names:
+            raise ValueError(f"{setting.key}: {name} is given twice")
+        names.add(name)
+        soft = _RLIM_MAX if soft_text == "-1" else int(soft_text)
+        hard = soft if hard_text is None else _RLIM_MAX if hard_text == "-1" else int(hard_text)
+        if max(soft, hard) > _RLIM_MAX:
+            raise ValueError(f"{setting.key}: {item}: a limit is at most {_RLIM_MAX} (or -1, unlimited)")
+        if soft > hard:
+            raise ValueError(f"{setting.key}: {item}: the soft limit exceeds the hard limit")
+        if name == "nofile" and hard == _RLIM_MAX:
+            raise ValueError(f"{setting.key}: {item}: nofile cannot be unlimited (the kernel caps it at fs.nr_open)")
+        if name in _ULIMITS_ABOVE_ZERO and soft == 0:
+            raise ValueError(f"{setting.key}: {item}: a {name} limit of 0 lets the container start nothing")
+    return raw
 
 
 def render_value(value: Any) -> str:

@@ -208,7 +208,30 @@ def update_input(profile: Profile, lock: Lock, name: str, *, cache: BlobCache | 
             if pin.name == name or pin.name not in lock:
                 updated = updated.replace_input(pin)
         return updated
-    raise InputError(f"lock --update: {name} is a {existing.kind} input; edit it in the lock file")
+    raise InputError(f"lock --update {name}: {profile.lock_paths()[0]} holds it, {_pinned_by_hand(existing)}")
+
+
+def update_profile_input(profile: Profile, name: str, *, cache: BlobCache | None = None) -> tuple[Lock, Lock]:
+    """``update_input`` on the lock that holds ``name`` among every lock the profile lists;
+    (before, after). Only the first (resolved) lock is refreshed by resolution: an input of a
+    later lock (git sources, operator files) is pinned by hand, and the refusal says where."""
+    before = load_profile_lock(profile)
+    if before.get(name) is not None:
+        return before, update_input(profile, before, name, cache=cache)
+    paths = profile.lock_paths()
+    for path in paths[1:]:
+        pin = load_lock(path).get(name) if path.is_file() else None
+        if pin is not None:
+            raise InputError(f"lock --update {name}: {path} holds it, {_pinned_by_hand(pin)}")
+    raise InputError(f"lock --update: no input named {name!r} in {', '.join(str(path) for path in paths)}")
+
+
+def _pinned_by_hand(pin: Any) -> str:
+    if isinstance(pin, GitPin):
+        return (f"a git input pinned by commit and tree: set its rev and tree there (tree: `git rev-parse "
+                f"REV^{{tree}}` in a clone of {pin.urls[0] if pin.urls else 'the repository'}), then "
+                "`sparkflake fetch PROFILE` checks the commit names that tree")
+    return f"a {pin.kind} input: edit its record there, then `sparkflake fetch PROFILE` checks its bytes"
 
 
 def check_lock(profile: Profile) -> dict[str, Any]:

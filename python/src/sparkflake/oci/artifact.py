@@ -10,14 +10,13 @@ ReferringArtifact Usage"). A registry without the referrers API finds it through
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.canonical_json import canonical_json_bytes
 from ..core.digest import digest_hex, sha256_digest
-from ..core.documents import read_regular_file
+from ..core.documents import parse_json, read_regular_file
 from ..core.errors import CheckFailed, InputError
 from . import media_types
 
@@ -106,10 +105,7 @@ def read_referring_artifact(layout: Path, manifest_digest: str, subject_digest: 
     refused unless its subject is ``subject_digest``."""
     where = f"{layout} artifact {manifest_digest}"
     manifest_bytes = _layout_blob(layout, manifest_digest, ARTIFACT_LIMIT)
-    try:
-        document = json.loads(manifest_bytes)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"{where}: not JSON: {exc}") from None
+    document = parse_json(manifest_bytes, where)
     subject = document.get("subject") if isinstance(document, dict) else None
     if not isinstance(subject, dict) or subject.get("digest") != subject_digest:
         found = subject.get("digest") if isinstance(subject, dict) else None

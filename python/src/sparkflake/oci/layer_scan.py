@@ -31,7 +31,9 @@ class ElfFile:
 @dataclass
 class TarElfScanner:
     """Incremental tar reader that records ``ElfFile`` for every ELF regular file and,
-    given an ``EntrySafety``, the first entry it refuses (``unsafe``)."""
+    given an ``EntrySafety``, the first entry it refuses (``unsafe``; also, with or without
+    one, data after the end-of-archive blocks). ``error``: what Go's archive/tar refuses
+    (a bad size or checksum field, a header after a single zero block)."""
 
     capture_paths: frozenset[str] = frozenset()
     safety: EntrySafety | None = None
@@ -51,13 +53,19 @@ class TarElfScanner:
     _next_size: int | None = None
     _next_link: str | None = None
     _ended: bool = False
+    _zero_block: bool = False  # the last header block read was all zeros
+    _offset: int = 0  # bytes of the tar stream before this chunk
 
     def feed(self, chunk: bytes) -> None:
-        if self._ended or self.error is not None:
+        if self.error is not None:
             return
         view = memoryview(chunk)
         position = 0
         length = len(view)
+        if self._ended:
+            self._after_the_end(view, 0)
+            self._offset += length
+            return
         while position < length and not self._ended and self.error is None:
             if self._skip:
                 take = min(self._skip, length - position)
@@ -76,13 +84,37 @@ class TarElfScanner:
                 header = bytes(self._header)
                 self._header.clear()
                 self._start_member(header)
+        if self._ended and position < length:
+            self._after_the_end(view, position)
+        self._offset += length
+
+    def _after_the_end(self, view: memoryview, position: int) -> None:
+        """What follows the two zero blocks may only be zeros (a writer's padding to its
+        record size): Go's archive/tar and Python's tarfile stop at the end, but
+        ``tar --ignore-zeros`` reads on and extracts what is hidden there."""
+        if self.unsafe is not None:
+            return
+        rest = bytes(view[position:])
+        if rest.strip(b"\x00"):
+            at = self._offset + position + next(i for i, byte in enumerate(rest) if byte)
+            self.unsafe = (
+                f"data at byte {at} of the tar stream, after its end-of-archive blocks: entries there are "
+                "hidden from readers that stop at the end and extracted by tar --ignore-zeros"
+            )
 
     def _start_member(self, header: bytes) -> None:
         if header == bytes(BLOCK):
-            self._ended = True
+            # the end is two zero blocks; a lone one is no end (and no header)
+            self._ended = self._zero_block
+            self._zero_block = True
+            return
+        if self._zero_block:
+            self.error = (f"tar member {self.members}: a header after a single zero block (the end of an archive "
+                          "is two; Go's archive/tar refuses this as an invalid header)")
             return
         try:
             size = _header_size(header)
+            _check_header_sum(header)
         except ValueError as exc:
             self.error = f"tar member {self.members}: {exc}"
             return
@@ -161,6 +193,27 @@ def _header_size(header: bytes) -> int:
         return int(text, 8)
     except ValueError as exc:
         raise ValueError(f"bad size field {field_bytes!r}") from exc
+
+
+_HIGH_BYTES = bytes(range(128, 256))  # the bytes a signed sum counts as negative
+
+
+def _check_header_sum(header: bytes) -> None:
+    """The header checksum as Go's archive/tar checks it: the sum of the block's bytes with
+    the checksum field read as spaces, unsigned or (old writers) signed."""
+    field_bytes = header[148:156]
+    text = field_bytes.rstrip(b"\x00 ").lstrip(b" ")
+    try:
+        recorded = int(text, 8)
+    except ValueError:
+        raise ValueError(f"bad checksum field {field_bytes!r}") from None
+    unsigned = sum(header) - sum(field_bytes) + 8 * 0x20  # the field counted as eight spaces
+    if recorded == unsigned:
+        return
+    blanked = header[:148] + b" " * 8 + header[156:]
+    signed = unsigned - 256 * (len(blanked) - len(blanked.translate(None, _HIGH_BYTES)))
+    if recorded != signed:
+        raise ValueError(f"header checksum {recorded} differs from the header's sum {unsigned}; an invalid header")
 
 
 def _header_field(header: bytes, start: int, end: int) -> str:

@@ -35,6 +35,12 @@ from ..core.digest import digest_hex, is_digest
 from ..core.documents import MAX_DOCUMENT_BYTES, open_regular_file, parse_json, parse_json_object
 from ..core.errors import InputError
 from . import media_types
+from .document_rules import (
+    docker_repo_tags,
+    require_consistent_data,
+    require_layers_rootfs,
+    require_schema_version,
+)
 from .stored_blob import stored_document
 from .types import BlobRef, select_index_entry
 
@@ -131,11 +137,17 @@ class TarFiles:
             with os.fdopen(fd, "rb") as handle, tarfile.open(fileobj=handle, mode="r:") as tar:
                 for member in tar:
                     name = _clean_member_name(member.name)
+                    if (member.isfile() or member.issym() or member.islnk()) and (
+                        name in self.members or name in links
+                    ):
+                        # docker load, skopeo and we could each take another copy
+                        raise InputError(f"{archive}: member {name} appears twice", check_id="image.readable")
                     if member.isfile():
                         self.members[name] = (member.offset_data, member.size)
                     elif member.issym() or member.islnk():
                         base = os.path.dirname(name) if member.issym() else ""
                         links[name] = _clean_member_name(os.path.join(base, member.linkname))
+                _refuse_data_after_the_end(archive, handle, tar.offset)
         except (tarfile.TarError, EOFError) as exc:
             raise InputError(f"{archive}: not a readable tar archive: {exc}", check_id="image.readable") from exc
         except OSError as exc:
@@ -160,6 +172,23 @@ class TarFiles:
         if found is None:
             raise InputError(f"{self.archive}: no member {name}", check_id="image.readable")
         return io.BufferedReader(_Slice(self.archive, *found), buffer_size=1 << 20)
+
+
+def _refuse_data_after_the_end(archive: Path, handle: BinaryIO, end: int) -> None:
+    """tarfile stops at the first zero block (``end``); Go's archive/tar refuses a header
+    after a single one, and ``tar --ignore-zeros`` reads members hidden after the two: only
+    zeros (a writer's record padding) may follow."""
+    handle.seek(end)
+    position = end
+    while chunk := handle.read(1 << 20):
+        if chunk.strip(b"\0"):
+            at = position + next(index for index, byte in enumerate(chunk) if byte)
+            raise InputError(
+                f"{archive}: data at byte {at}, after the archive's end-of-archive block: members there are "
+                "refused by Go's archive/tar or hidden from it",
+                check_id="image.readable",
+            )
+        position += len(chunk)
 
 
 def _clean_member_name(name: str) -> str:
@@ -214,7 +243,10 @@ class ImageReader:
 
     @property
     def config(self) -> dict:
-        return parse_json_object(self.config_bytes, f"{self.files.describe(self.config_ref.name)}", check_id="document.parse")
+        where = self.files.describe(self.config_ref.name)
+        config = parse_json_object(self.config_bytes, where, check_id="document.parse")
+        require_layers_rootfs(config, where)
+        return config
 
     @property
     def manifest(self) -> dict | None:
@@ -262,6 +294,7 @@ def _descriptor(record: object, role: str, where: str, locate: Callable[[object,
     name = locate(digest, f"{where}.digest")
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
         raise InputError(f"{where}.size: expected a non-negative integer, got {size!r}", check_id="document.parse")
+    require_consistent_data(record, where)
     if not isinstance(media_type, str):
         raise InputError(f"{where}.mediaType: expected a string", check_id="document.parse")
     return BlobRef(role, name, str(digest), size, media_type)
@@ -307,6 +340,7 @@ def _open_oci(
     index_bytes = _read_document(files, "index.json", "index.json")
     index_where = files.describe("index.json")
     index = parse_json_object(index_bytes, index_where, check_id="document.parse")
+    require_schema_version(index, index_where)
     manifest_ref, chosen_ref_name, index_platform = _select_manifest(index, index_where, files, ref_name, platform)
     manifest_bytes = _read_document(files, manifest_ref.name, f"manifest {manifest_ref.digest}")
     return reader_from_manifest(
@@ -332,6 +366,7 @@ def reader_from_manifest(
     manifest_where = files.describe(manifest_ref.name)
     stored_document(manifest_ref, manifest_bytes, manifest_where).refuse_difference()
     manifest = parse_json_object(manifest_bytes, manifest_where, check_id="document.parse")
+    require_schema_version(manifest, manifest_where)
     config_ref = _descriptor(manifest.get("config"), "config", f"{manifest_where}: config", locate)
     layers = manifest.get("layers")
     if not isinstance(layers, list):
@@ -353,6 +388,7 @@ def select_platform_manifest(
 ) -> tuple[BlobRef, dict[str, Any] | None]:
     """The manifest descriptor of an image index chosen by ``oci.types``' one rule, and
     the ``platform`` object of its entry."""
+    require_schema_version(index, where)
     manifests = index.get("manifests")
     if not isinstance(manifests, list) or not manifests:
         raise InputError(f"{where}: manifests: expected a non-empty list", check_id="document.parse")
@@ -420,10 +456,7 @@ def _docker_entry_names(entry: dict, where: str) -> tuple[str, list[str], list[s
         raise InputError(f"{where}.Config: expected a file name", check_id="document.parse")
     if not isinstance(layer_names, list) or not all(isinstance(n, str) for n in layer_names):
         raise InputError(f"{where}.Layers: expected a list of file names", check_id="document.parse")
-    repo_tags = entry.get("RepoTags") or []
-    if not isinstance(repo_tags, list):
-        raise InputError(f"{where}.RepoTags: expected a list", check_id="document.parse")
-    return config_name, layer_names, [str(tag) for tag in repo_tags]
+    return config_name, layer_names, docker_repo_tags(entry, where)
 
 
 def _open_combined(location: Path, files: TarFiles, ref_name: str | None, platform: str | None) -> ImageReader:

@@ -75,6 +75,7 @@ _LABEL_KEY = re.compile(r"^[a-z0-9]+(?:[.-][a-z0-9]+)*(?:\.[a-z0-9]+(?:[-_][a-z0
 _DISTRIBUTION = re.compile(r"^([A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9])$")
 _SUITE = re.compile(r"^[a-z][a-z0-9-]*$")
 _CLAIM_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,99}$")
+_ARCHITECTURE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")  # a Python class name
 
 RuntimeValue = str | int | float | bool
 
@@ -264,6 +265,11 @@ class Checkpoint:
 
     description: str
     repository: str | None = None
+    # The architecture vLLM serves from this checkpoint (config.json's first
+    # `architectures` entry, as its model registry names it): what the runtime check judged,
+    # and what launch-rank requires of the checkpoint it finds (launch/served_model.py).
+    # None: not checked.
+    architecture: str | None = None
     # What `sparkflake checkpoint pin` records (names, or patterns of top-level names):
     # the files that say which model this is. The hashes go to a site-owned pins file,
     # so a committed profile stays the same for every site's copy of the checkpoint.
@@ -277,6 +283,8 @@ class Checkpoint:
         require_str("description", self.description, free_text=True)
         if self.repository is not None:
             require_str("repository", self.repository)
+        if self.architecture is not None:
+            require_match("architecture", self.architecture, _ARCHITECTURE, "a model class name like Glm5NextForCausalLM")
         if self.pin is not None:
             patterns = tuple(self.pin)
             for index, pattern in enumerate(patterns):

@@ -87,7 +87,7 @@ def _checkpoints_from_dict(value: object) -> dict[str, Checkpoint]:
     for key, entry in table.items():
         where = f"checkpoints.{key}"
         entry = require_table(where, entry)
-        check_keys(entry, where, ("description",), ("repository", "pin", "files"))
+        check_keys(entry, where, ("description",), ("repository", "architecture", "pin", "files"))
         pin_raw = entry.get("pin")
         if pin_raw is not None and not isinstance(pin_raw, list):
             raise InvalidField(f"{where}.pin", f"expected an array of strings, got {describe(pin_raw)}")
@@ -103,7 +103,7 @@ def _checkpoints_from_dict(value: object) -> dict[str, Checkpoint]:
         try:
             checkpoints[key] = Checkpoint(
                 description=entry["description"], repository=entry.get("repository"),
-                pin=None if pin_raw is None else tuple(pin_raw), files=files,
+                architecture=entry.get("architecture"), pin=None if pin_raw is None else tuple(pin_raw), files=files,
             )
         except InvalidField as error:
             raise prefixed(where, error) from None

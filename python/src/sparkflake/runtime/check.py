@@ -31,6 +31,7 @@ from ..core.check_result import ERROR, FAIL, PASS
 from ..core.directory_lock import DirectoryInUse, held_alone
 from ..core.elf_machines import MACHINE_BY_ARCHITECTURE
 from ..core.errors import CheckFailed, InputError
+from ..core.progress import report_phase
 from ..oci.reader import ImageReader, open_image
 from . import checkpoint, rootfs, sandbox
 from .check_report import Case, CheckReport
@@ -156,6 +157,7 @@ def _check_in_scratch(report: CheckReport, reader: Any, platform: str, image_arc
     import time
 
     started = time.monotonic()
+    report_phase(progress, "unpack: verified layers into the scratch root")
     try:
         unpacked = rootfs.unpack_image(reader, scratch, progress=progress)
     except (InputError, CheckFailed) as exc:
@@ -180,11 +182,13 @@ def _check_in_scratch(report: CheckReport, reader: Any, platform: str, image_arc
     # file search for env-variable names.
     host_work = HostWork(unpacked.path, env_names)
     binds = checkpoint.prepare(scratch, tuple(mounts))
+    report_phase(progress, f"bytecode (host), imports and probe of {len(cases)} launch specs (the image's Python)")
     result = run_probe(report, unpacked.path, scratch, inside, env, cases, expected_versions, timeout, host_work,
                        binds)
     found = host_work.found()
     if result is None:
         return
+    report_phase(progress, "judge: the probe's answers against the launch specs")
     evidence = {name: env_evidence(name, result, found) for name in sorted(env_names)}
     judge_result(report, result, cases, expected_versions, evidence)
     read = {name: text for name, text in evidence.items() if text is not None}

@@ -36,6 +36,7 @@ from ..core.atomic_write import write_bytes_atomic
 from ..core.errors import CheckFailed, InputError
 from ..core.file_hashes import stat_identity
 from ..core.progress import ProgressCallback
+from ..oci.layer_scan import TarElfScanner
 from ..oci.layer_stream import LayerStream
 from ..oci.reader import ImageReader
 from ..oci.types import BlobRef
@@ -138,18 +139,39 @@ def unpack_layer(reader: ImageReader, ref: BlobRef, diff_id: str, root: Path,
     where = reader.files.describe(ref.name)
     entries = skipped = 0
     with reader.open_blob(ref) as handle, LayerStream(handle, on_bytes=on_bytes) as stream:
+        scanned = _ScannedStream(stream)
         try:
-            with tarfile.open(fileobj=stream, mode="r|") as tar:  # type: ignore[call-overload]  # typeshed has no overload for a stream mode over a fileobj
+            with tarfile.open(fileobj=scanned, mode="r|") as tar:  # type: ignore[call-overload]  # typeshed has no overload for a stream mode over a fileobj
                 for member in tar:
                     entries += 1
                     if not _extract(tar, member, root, where):
                         skipped += 1
-            stream.drain()
+            while scanned.read(READ_CHUNK):  # what follows the end is hashed and scanned too
+                pass
         except (tarfile.TarError, ValueError, EOFError) as exc:
             raise InputError(f"{ref.role} blob {where}: {exc}") from None
+        problem = scanned.scanner.error or scanned.scanner.unsafe
+        if problem is not None:
+            raise InputError(f"{ref.role} blob {where}: {problem}")
         digests = stream.digests()
     digests.refuse_difference(ref, where, diff_id)
     return entries, skipped
+
+
+class _ScannedStream:
+    """The layer's tar stream as tarfile reads it, also fed to the audit's tar scanner:
+    tarfile stops at the first zero block, so what Go's archive/tar refuses there (a header
+    after a lone zero block) or ``tar --ignore-zeros`` would find after the end is refused
+    here as the audit refuses it (``layer_scan.TarElfScanner``)."""
+
+    def __init__(self, stream: LayerStream) -> None:
+        self.stream = stream
+        self.scanner = TarElfScanner()
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.stream.read(size)
+        self.scanner.feed(data)
+        return data
 
 
 def _walk(root: Path) -> Iterator[tuple[str, os.stat_result]]:

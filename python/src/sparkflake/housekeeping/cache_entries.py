@@ -1,0 +1,357 @@
+"""What sparkflake's cache holds, entry by entry and by kind, and which entries are
+leftovers (what an interrupted or finished run left and no running process uses).
+
+Only names sparkflake makes are entries; anything else under the cache root is reported as
+``not sparkflake's`` and never chosen for removal. The layout (``core.blob_cache``,
+``fetch.git``, ``compose.tree_cache``, ``oci.blob_store``/``oci.layer_cache``, the build's
+work directories, the runtime check's scratch, ``quarantine/``, ``builds/``)::
+
+    blobs/sha256/<hex>                 input blobs                partial/…      unfinished downloads
+    git/trees/<id>, git/commits/<rev>  git sources                locks/<hex>    lock files
+    trees/<key>/                       assembled trees            work/<run>/    build work trees
+    oci/blobs/sha256/<hex>, oci/…      layer store                runtime/<p>/   runtime scratch
+    quarantine/<kind>/<entry>          quarantine                 builds/<p>/…   build records
+    capabilities/<hex>.json            image capabilities
+
+Sizes are bytes on disk (allocated blocks), a file with several links counted once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import re
+import stat
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..core.atomic_write import host_tag, process_alive
+from ..core.directory_lock import LOCK_NAME
+from .build_record import BUILDS_DIR, RECORD_NAME
+
+INPUT_BLOBS = "input blobs"
+GIT_SOURCES = "git sources"
+TREES = "assembled trees"
+LAYER_STORE = "layer store"
+WORK = "build work trees"
+RUNTIME_SCRATCH = "runtime scratch"
+QUARANTINE = "quarantine"
+PARTIAL = "unfinished downloads"
+LOCKS = "lock files"
+RECORDS = "build records"
+CAPABILITIES = "image capabilities"
+INDEXES = "hash and fact indexes"
+FOREIGN = "not sparkflake's"
+KINDS = (INPUT_BLOBS, GIT_SOURCES, TREES, LAYER_STORE, WORK, RUNTIME_SCRATCH, QUARANTINE, PARTIAL, LOCKS,
+         RECORDS, CAPABILITIES, INDEXES, FOREIGN)
+
+QUARANTINE_DIR = "quarantine"
+CAPABILITIES_DIR = "capabilities"
+# A lock or temporary file untouched this long, held by no process, is a leftover: a run
+# that is still writing touches its file far more often.
+GRACE_SECONDS = 3600
+
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_GIT_ID = re.compile(r"^[0-9a-f]{40}$|^[0-9a-f]{64}$")
+_RUN_DIR = re.compile(r"^[a-z0-9][a-z0-9._+:-]*\.(?P<host>[A-Za-z0-9_-]+)\.pid(?P<pid>[0-9]+)\.[A-Za-z0-9_]+$")
+_STAGED = re.compile(r"^\.[^/]+\.(?P<host>[A-Za-z0-9_-]+)\.pid(?P<pid>[0-9]+)\.[^/]*\.(partial|old)$")
+_IMPORT = re.compile(r"^(?P<hex>[0-9a-f]{64})\.import\.(?P<pid>[0-9]+)\.[0-9]+$")
+_GIT_STAGING = re.compile(r"^git-[0-9a-f]{40,64}\.(?P<pid>[0-9]+)\.")
+_MISMATCH = re.compile(r"^.+\.mismatch-[0-9]{8}T[0-9]{6}Z(-[0-9]+)?$")
+_RECEIVE_TEMP = re.compile(r"^\..+\.(partial|lock)$")
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    kind: str
+    path: Path
+    name: str  # what it is keyed by (a digest's hex, a tree key, a run directory's name)
+    bytes: int
+    leftover: str | None = None  # why cleanup may remove it; None: not a leftover
+
+
+class DiskUsage:
+    """Bytes on disk under paths, each inode counted once across every call."""
+
+    def __init__(self) -> None:
+        self._seen: set[tuple[int, int]] = set()
+
+    def of(self, path: Path) -> int:
+        total = 0
+        for status in _lstat_all(path):
+            key = (status.st_dev, status.st_ino)
+            if key in self._seen:
+                continue
+            self._seen.add(key)
+            total += status.st_blocks * 512
+        return total
+
+
+def _lstat_all(path: Path) -> Iterator[os.stat_result]:
+    try:
+        status = os.lstat(path)
+    except FileNotFoundError:
+        return
+    yield status
+    if not stat.S_ISDIR(status.st_mode):
+        return
+    pending = [os.fspath(path)]
+    while pending:
+        try:
+            entries = list(os.scandir(pending.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            with contextlib.suppress(FileNotFoundError):
+                child = entry.stat(follow_symlinks=False)
+                yield child
+                if stat.S_ISDIR(child.st_mode):
+                    pending.append(entry.path)
+
+
+def lock_is_free(path: Path) -> bool:
+    """No process holds an flock on ``path`` (a missing file is free)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+def _idle(path: Path, now: float) -> bool:
+    try:
+        return now - os.lstat(path).st_mtime >= GRACE_SECONDS
+    except FileNotFoundError:
+        return False
+
+
+def _dead_here(host: str, pid: int) -> bool:
+    return host == host_tag() and pid != os.getpid() and not process_alive(pid)
+
+
+def _children(directory: Path) -> list[os.DirEntry[str]]:
+    try:
+        return sorted(os.scandir(directory), key=lambda entry: entry.name)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def scan_cache(root: Path) -> list[CacheEntry]:
+    """Every entry of the cache at ``root``; what is not sparkflake's is one FOREIGN entry
+    per top-level name (or per name inside a directory sparkflake owns)."""
+    usage, now = DiskUsage(), time.time()
+    entries: list[CacheEntry] = []
+
+    def add(kind: str, path: str | Path, name: str, leftover: str | None = None) -> None:
+        entries.append(CacheEntry(kind, Path(path), name, usage.of(Path(path)), leftover))
+
+    def foreign(path: str | Path) -> None:
+        add(FOREIGN, path, Path(path).name)
+
+    owned = {"blobs": _scan_input_blobs, "git": _scan_git, "trees": _scan_trees, "oci": _scan_layer_store,
+             "work": _scan_work, "runtime": _scan_runtime, QUARANTINE_DIR: _scan_quarantine,
+             "partial": _scan_partial, "locks": _scan_locks, BUILDS_DIR: _scan_records,
+             CAPABILITIES_DIR: _scan_capabilities, "compose": _scan_compose}
+    for top in _children(root):
+        scanner = owned.get(top.name)
+        if scanner is None or not top.is_dir(follow_symlinks=False):
+            foreign(top.path)
+            continue
+        scanner(Path(top.path), add, foreign, now)
+    return entries
+
+
+def _sha256_entries(directory: Path, foreign) -> Iterator[os.DirEntry[str]]:  # noqa: ANN001
+    """The entries of ``directory/sha256/``; anything else in ``directory`` is foreign."""
+    for child in _children(directory):
+        if child.name != "sha256" or not child.is_dir(follow_symlinks=False):
+            foreign(child.path)
+            continue
+        yield from _children(Path(child.path))
+
+
+def _scan_input_blobs(directory: Path, add, foreign, now: float) -> None:  # noqa: ANN001 - the scanners' shared callbacks
+    for blob in _sha256_entries(directory, foreign):
+        if _HEX64.fullmatch(blob.name) and blob.is_file(follow_symlinks=False):
+            add(INPUT_BLOBS, blob.path, blob.name)
+        else:
+            foreign(blob.path)
+
+
+def _scan_two_levels(directory: Path, add, foreign, kind: str, parents: Callable[[str], bool],  # noqa: ANN001
+                     names: Callable[[str], bool]) -> None:
+    """``directory/<parent>/<name>`` entries of ``kind``, named ``parent/name``."""
+    for parent in _children(directory):
+        if not parents(parent.name) or not parent.is_dir(follow_symlinks=False):
+            foreign(parent.path)
+            continue
+        for item in _children(Path(parent.path)):
+            if names(item.name):
+                add(kind, item.path, f"{parent.name}/{item.name}")
+            else:
+                foreign(item.path)
+
+
+def _scan_git(directory: Path, add, foreign, now: float) -> None:  # noqa: ANN001
+    _scan_two_levels(directory, add, foreign, GIT_SOURCES, lambda name: name in ("trees", "commits"),
+                     lambda name: bool(_GIT_ID.fullmatch(name)))
+
+
+def _scan_trees(directory: Path, add, foreign, now: float) -> None:  # noqa: ANN001
+    for child in _children(directory):
+        staged = _STAGED.fullmatch(child.name)
+        if _HEX64.fullmatch(child.name) and child.is_dir(follow_symlinks=False):
+            add(TREES, child.path, child.name)
+        elif staged:
+            gone = _dead_here(staged["host"], int(staged["pid"]))
+            add(TREES, child.path, child.name, "staging of a build that is gone" if gone else None)
+        else:
+            foreign(child.path)
+
+
+_LAYER_STORE_PARTS = {"blobs", "verified", "layers", "fingerprints"}
+
+
+def _scan_layer_store(directory: Path, add, foreign, now: float) -> None:  # noqa: ANN001
+    for child in _children(directory):
+        path = Path(child.path)
+        if child.name == "file-sha256.json" and child.is_file(follow_symlinks=False):
+            add(INDEXES, path, "oci/file-sha256.json")
+        elif child.name not in _LAYER_STORE_PARTS or not child.is_dir(follow_symlinks=False):
+            foreign(path)
+        elif child.name == "blobs":
+            _scan_store_blobs(path, add, foreign, now)
+        else:
+            for item in _children(path):
+                stem = item.name.removesuffix(".json") if child.name != "verified" else item.name
+                partial = item.name.startswith(".") and item.name.endswith(".partial")
+                if _HEX64.fullmatch(stem) and item.is_file(follow_symlinks=False):
+                    add(LAYER_STORE, item.path, f"{child.name}/{stem}")
+                elif partial and _idle(Path(item.path), now):
+                    add(LAYER_STORE, item.path, item.name, "an unfinished write, untouched for an hour")
+                elif not partial:
+                    foreign(item.path)
+
+
+def _scan_store_blobs(directory: Path, add, foreign, now: float) -> None:  # noqa: ANN001
+    for blob in _sha256_entries(directory, foreign):
+        if _HEX64.fullmatch(blob.name) and blob.is_file(follow_symlinks=False):
+            add(LAYER_STORE, blob.path, f"blobs/{blob.name}")
+        elif blob.name.startswith(".incoming."):
+            reason = "an unfinished blob, untouched for an hour" if _idle(Path(blob.path), now) else None
+            add(LAYER_STORE, blob.path, blob.name, reason)
+        else:
+            foreign(blob.path)
+
+
+def _scan_work(directory: Path, add, foreign, now: float) -> None:  # noqa: ANN001
+    for child in _children(directory):
+        run = _RUN_DIR.fullmatch(child.name)
+        if run is None or not child.is_dir(follow_symlinks=False):
+            foreign(child.path)
+            continue
+        gone = _dead_here(run["host"], int(run["pid"]))
+        add(WORK, child.path, child.name, "work trees of a build that is gone" if gone else None)
+
+
+def _scan_runtime(directory: Path, add, foreign, now: float) -> None:  # noqa: ANN001
+    for child in _children(directory):
+        path = Path(child.path)
+        # a scratch directory the runtime check made holds its lock file (core.directory_lock)
+        if not child.is_dir(follow_symlinks=False) or not (path / LOCK_NAME).is_file():
+            foreign(path)
+            continue
+        free = lock_is_free(path / LOCK_NAME)
+        add(RUNTIME_SCRATCH, path, child.name, "no runtime check uses it" if free else None)
+
+
+def _scan_quarantine(directory: Path, add, foreign, now: float) -> None:  # noqa: ANN001
+    for kind in _children(directory):
+        if not kind.is_dir(follow_symlinks=False):
+            foreign(kind.path)
+            continue
+        for item in _children(Path(kind.path)):
+            add(QUARANTINE, item.path, f"{kind.name}/{item.name}", "moved aside when its bytes differed from its name")
+
+
+def _scan_partial(directory: Path, add, foreign, now: float) -> None:  # noqa: ANN001
+    locks = directory.parent / "locks"
+    for child in _children(directory):
+        path = Path(child.path)
+        stem = child.name.removesuffix(".partial")
+        imported, git = _IMPORT.fullmatch(child.name), _GIT_STAGING.match(child.name)
+        if child.name.endswith(".partial") and _HEX64.fullmatch(stem):
+            idle = lock_is_free(locks / stem) and _idle(path, now)
+            add(PARTIAL, path, child.name, "a download no fetch resumes, untouched for an hour" if idle else None)
+        elif imported or git:
+            pid = int((imported or git)["pid"])  # type: ignore[index]
+            add(PARTIAL, path, child.name, None if process_alive(pid) else "staging of a fetch that is gone")
+        else:
+            foreign(path)
+
+
+def _scan_locks(directory: Path, add, foreign, now: float) -> None:  # noqa: ANN001
+    for child in _children(directory):
+        path = Path(child.path)
+        if not (_HEX64.fullmatch(child.name) or _GIT_ID.fullmatch(child.name)) or not child.is_file(follow_symlinks=False):
+            foreign(path)
+            continue
+        stale = lock_is_free(path) and _idle(path, now)
+        add(LOCKS, path, child.name, "held by no fetch, untouched for an hour" if stale else None)
+
+
+def _scan_records(directory: Path, add, foreign, now: float) -> None:  # noqa: ANN001
+    _scan_two_levels(directory, add, foreign, RECORDS, lambda name: True, lambda name: bool(RECORD_NAME.fullmatch(name)))
+
+
+def _scan_capabilities(directory: Path, add, foreign, now: float) -> None:  # noqa: ANN001
+    for item in _children(directory):
+        if _HEX64.fullmatch(item.name.removesuffix(".json")) and item.name.endswith(".json"):
+            add(CAPABILITIES, item.path, item.name.removesuffix(".json"))
+        else:
+            foreign(item.path)
+
+
+_COMPOSE_INDEXES = {"file-sha256.json", "native-interface", "wheel-native"}
+
+
+def _scan_compose(directory: Path, add, foreign, now: float) -> None:  # noqa: ANN001
+    for item in _children(directory):
+        if item.name in _COMPOSE_INDEXES:  # file hashes, facts read from wheels (compose/)
+            add(INDEXES, item.path, f"compose/{item.name}")
+        else:
+            foreign(item.path)
+
+
+def _receiver_gone(path: Path, now: float) -> bool:
+    """A receiver holds ``.NAME.lock`` while it writes ``.NAME.partial``."""
+    lock = path.with_name(path.name.removesuffix(".partial") + ".lock") if path.name.endswith(".partial") else path
+    return lock_is_free(lock) and _idle(path, now)
+
+
+def scan_received(directory: Path) -> list[CacheEntry]:
+    """A fan-out destination directory (``distribute.files``): the files a receiver moved
+    aside (``NAME.mismatch-<UTC time>``) and its temporaries no receiver holds; nothing
+    else in it is an entry."""
+    usage, now = DiskUsage(), time.time()
+    found = []
+    for child in _children(directory):
+        path = Path(child.path)
+        if not child.is_file(follow_symlinks=False):
+            continue
+        if _MISMATCH.fullmatch(child.name):
+            found.append(CacheEntry(QUARANTINE, path, child.name, usage.of(path), "a wrong copy a receiver moved aside"))
+        elif _RECEIVE_TEMP.fullmatch(child.name) and _receiver_gone(path, now):
+            found.append(CacheEntry(PARTIAL, path, child.name, usage.of(path), "a receiver's temporary, held by none"))
+    return found

@@ -1,0 +1,219 @@
+"""`sparkflake cache gc|cleanup|verify|du` on the caches of real fixture builds: retention
+keeps everything the kept builds and deployed images use (an offline rebuild then takes
+every layer from the cache), a dry run removes nothing, files sparkflake did not write
+survive, leftovers go only when no process holds them, an altered blob is quarantined."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from sparkflake.cli import main
+from sparkflake.core.atomic_write import host_tag, remove_tree
+from sparkflake.core.directory_lock import LOCK_NAME
+from sparkflake.housekeeping.build_record import load_build_records
+from sparkflake.launch.evidence import EvidenceRecord, write_record
+
+FIXTURE = Path(__file__).resolve().parents[3] / "profiles" / "fixture"
+PROFILES = FIXTURE.parent
+
+
+def _build(cache: Path, out: Path, compression: str, capsys) -> dict:
+    assert main(["build", str(FIXTURE), "--offline", "-o", str(out), "--cache", str(cache),
+                 "--compression", compression, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> tuple[Path, dict, dict]:
+    """One cache, two builds of the fixture: gzip first, then zstd (other layer blobs)."""
+    root = tmp_path_factory.mktemp("gc")
+    records = {}
+    for compression in ("gzip", "zstd"):
+        stdout = root / f"{compression}.json"
+        with open(stdout, "w") as handle:
+            result = subprocess.run(
+                [sys.executable, "-m", "sparkflake.cli", "build", str(FIXTURE), "--offline", "-o", str(root / compression),
+                 "--cache", str(root / "cache"), "--compression", compression, "--json"],
+                stdout=handle, check=True)
+        assert result.returncode == 0
+        records[compression] = json.loads(stdout.read_text())
+        time.sleep(1.1)  # the records' times order the builds (seconds)
+    return root / "cache", records["gzip"], records["zstd"]
+
+
+@pytest.fixture
+def cache(built, tmp_path) -> Path:
+    copy = tmp_path / "cache"
+    shutil.copytree(built[0], copy, symlinks=True)
+    yield copy
+    remove_tree(copy)
+
+
+def _files(root: Path) -> dict[str, int]:
+    return {str(path.relative_to(root)): path.lstat().st_size for path in root.rglob("*")}
+
+
+def _foreign(cache: Path) -> list[Path]:
+    placed = [cache / "notes.txt", cache / "blobs" / "sha256" / "README", cache / "trees" / "mine",
+              cache / "oci" / "blobs" / "sha256" / "keep-me", cache / "runtime" / "not-a-scratch"]
+    for path in placed:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("the operator's\n")
+    return placed
+
+
+def test_gc_dry_run_removes_nothing(cache, capsys):
+    before = _files(cache)
+    assert main(["cache", "gc", "--cache", str(cache), "--keep", "1", "--profiles-dir", str(PROFILES)]) == 0
+    out = capsys.readouterr().out
+    assert "would remove" in out and "nothing removed (dry run: pass --apply)" in out
+    assert _files(cache) == before
+
+
+def test_gc_keeps_what_the_kept_build_uses_and_foreign_files(cache, built, tmp_path, capsys):
+    _, gzip_build, zstd_build = built
+    foreign = _foreign(cache)
+    assert main(["cache", "gc", "--cache", str(cache), "--keep", "1", "--apply", "--json",
+                 "--profiles-dir", str(PROFILES)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    removed = {Path(item["path"]) for item in report["removals"]}
+    gzip_only = {layer["digest"] for layer in gzip_build["layers"]} - {layer["digest"] for layer in zstd_build["layers"]}
+    assert {cache / "oci" / "blobs" / "sha256" / digest.removeprefix("sha256:") for digest in gzip_only} <= removed
+    assert all(path.exists() for path in foreign)
+    [kept] = load_build_records(cache)
+    assert kept.record.manifest_digest == zstd_build["manifest"]
+    for name in kept.record.inputs:
+        assert (cache / "blobs" / "sha256" / name).is_file()
+    for key in kept.record.trees:
+        assert (cache / "trees" / key / "tree").is_dir()
+    for digest in kept.record.blobs:
+        assert (cache / "oci" / "blobs" / "sha256" / digest.removeprefix("sha256:")).is_file()
+    # the order: trees before input blobs before the layer store
+    kinds = [item["kind"] for item in report["removals"]]
+    assert kinds == sorted(kinds, key=["assembled trees", "git sources", "input blobs", "layer store",
+                                       "build records"].index)
+    # nothing the kept build used is gone: the rebuild takes every layer from the cache
+    again = _build(cache, tmp_path / "again", "zstd", capsys)
+    assert again["manifest"] == zstd_build["manifest"]
+    assert all(layer["cached"] for layer in again["layers"])
+
+
+def test_gc_keeps_the_builds_of_a_deployed_image(cache, built, capsys):
+    _, gzip_build, _ = built
+    deployed = cache.parent / "digests.json"
+    deployed.write_text(json.dumps({"manifest": gzip_build["manifest"], "config": gzip_build["config"]}))
+    assert main(["cache", "gc", "--cache", str(cache), "--keep", "1", "--apply", "--json",
+                 "--deployed", str(deployed), "--profiles-dir", str(PROFILES)]) == 0
+    assert json.loads(capsys.readouterr().out)["removals"] == []
+    assert len(load_build_records(cache)) == 2
+
+
+def test_gc_keeps_the_builds_of_an_image_an_evidence_record_names(cache, built, tmp_path, capsys):
+    """A deployed image known from launch's evidence (profiles/<name>/evidence/*.json)."""
+    _, gzip_build, _ = built
+    profiles = tmp_path / "profiles"
+    shutil.copytree(FIXTURE, profiles / "fixture")
+    (profiles / "fixture" / "evidence").mkdir()
+    write_record(profiles / "fixture" / "evidence" / "deployed.json", EvidenceRecord(
+        profile="fixture", status="implemented", origin="local", manifest_digest=gzip_build["manifest"],
+        config_digest=gzip_build["config"], settings_hash=None, measured=(), recorded="2026-12-02",
+        source="the ranks run it"))
+    assert main(["cache", "gc", "--cache", str(cache), "--keep", "1", "--json", "--profiles-dir", str(profiles)]) == 0
+    assert json.loads(capsys.readouterr().out)["removals"] == []
+    assert main(["cache", "gc", "--cache", str(cache), "--keep", "1", "--json", "--profiles-dir", str(PROFILES)]) == 0
+    assert json.loads(capsys.readouterr().out)["removals"] != []
+
+
+def test_gc_refuses_bad_retention_and_records(cache, capsys):
+    assert main(["cache", "gc", "--cache", str(cache), "--keep", "0"]) == 2
+    assert "keep at least the last build" in capsys.readouterr().err
+    assert main(["cache", "gc", "--cache", str(cache), "--keep-image", "sha256:abc"]) == 2
+    assert "expected sha256:<64 lowercase hex>" in capsys.readouterr().err
+    [first, _] = load_build_records(cache)
+    first.path.chmod(0o644)
+    first.path.write_text(first.path.read_text().replace('"inputs": [', '"inputs": [7, '))
+    before = _files(cache)
+    assert main(["cache", "gc", "--cache", str(cache), "--apply", "--profiles-dir", str(PROFILES)]) == 2
+    assert f"{first.path}: $.inputs[0]: expected a string, got integer 7" in capsys.readouterr().err
+    assert _files(cache) == before  # a record it cannot read stops gc before anything goes
+
+
+def test_gc_without_any_build_record_refuses_and_removes_nothing(cache, capsys):
+    remove_tree(cache / "builds")
+    before = _files(cache)
+    assert main(["cache", "gc", "--cache", str(cache), "--apply", "--profiles-dir", str(PROFILES)]) == 2
+    assert "no build record, so gc cannot tell what any build uses" in capsys.readouterr().err
+    assert _files(cache) == before
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_cleanup_removes_only_leftovers_no_process_holds(cache, tmp_path, capsys):
+    foreign = _foreign(cache)
+    hour_ago = time.time() - 7200
+    dead = cache / "work" / f"fixture.{host_tag()}.pid{_dead_pid()}.abc123"
+    alive = cache / "work" / f"fixture.{host_tag()}.pid{os.getpid()}.def456"
+    for path in (dead, alive):
+        (path / "trees").mkdir(parents=True)
+    stale_lock, held_lock = cache / "locks" / ("a" * 64), cache / "locks" / ("b" * 64)
+    stale_lock.parent.mkdir(exist_ok=True)
+    for path in (stale_lock, held_lock):
+        path.write_bytes(b"")
+        os.utime(path, (hour_ago, hour_ago))
+    quarantined = cache / "quarantine" / "blobs" / f"{'c' * 64}.20261202T000000Z"
+    quarantined.parent.mkdir(parents=True)
+    quarantined.write_bytes(b"rotten")
+    free_scratch, busy_scratch = cache / "runtime" / "fixture", cache / "runtime" / "other"
+    for path in (free_scratch, busy_scratch):
+        (path / "root").mkdir(parents=True)
+        (path / LOCK_NAME).write_text("1\n")
+    received = tmp_path / "received"
+    received.mkdir()
+    mismatch = received / "image.tar.mismatch-20261202T000102Z"
+    mismatch.write_bytes(b"wrong copy")
+    (received / "image.tar").write_bytes(b"the good copy")
+    leftovers = {dead, stale_lock, quarantined, free_scratch, mismatch}
+    with open(held_lock) as lock, open(busy_scratch / LOCK_NAME) as busy:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        fcntl.flock(busy, fcntl.LOCK_EX)
+        before = _files(cache)
+        assert main(["cache", "cleanup", "--cache", str(cache), "--received", str(received), "--json"]) == 0
+        planned = {Path(item["path"]) for item in json.loads(capsys.readouterr().out)["removals"]}
+        assert planned == leftovers
+        assert _files(cache) == before and mismatch.exists()  # dry run
+        assert main(["cache", "cleanup", "--cache", str(cache), "--received", str(received), "--apply"]) == 0
+        assert "5 entries removed" in capsys.readouterr().out
+    assert not any(path.exists() for path in leftovers)
+    assert all(path.exists() for path in (*foreign, alive, held_lock, busy_scratch, received / "image.tar"))
+
+
+def test_verify_quarantines_an_altered_blob_and_du_shows_it(cache, capsys):
+    store = cache / "oci" / "blobs" / "sha256"
+    victim = next(path for path in sorted(store.iterdir()) if len(path.name) == 64)
+    victim.chmod(0o644)
+    victim.write_bytes(victim.read_bytes() + b"!")
+    assert main(["cache", "verify", "--cache", str(cache)]) == 1
+    out = capsys.readouterr().out
+    assert f"ALTERED {victim}: its bytes hash to sha256 " in out and "1 altered" in out
+    assert not victim.exists()
+    [moved] = (cache / "quarantine" / "oci-blobs").iterdir()
+    assert moved.name.startswith(victim.name + ".")
+    assert not (cache / "oci" / "verified" / victim.name).exists()
+    assert main(["cache", "du", "--cache", str(cache), "--json"]) == 0
+    kinds = json.loads(capsys.readouterr().out)["kinds"]
+    assert kinds["quarantine"]["entries"] == 1 and kinds["quarantine"]["leftover_bytes"] > 0
+    assert main(["cache", "verify", "--cache", str(cache)]) == 0
+    assert main(["cache", "du", "--cache", str(cache / "absent")]) == 2
