@@ -97,14 +97,14 @@ def image_reference(text: str) -> str:
     return _matching(_REFERENCE, text, "[HOST[:PORT]/]NAME[:TAG] (lowercase name components)")
 
 
-def output_file(text: str) -> str:
+def output_file(text: str) -> Path:
     """A file to write: absent or a regular file (a symlink followed), never a device, a
-    FIFO, a socket or a directory."""
+    FIFO, a socket or a directory. The path as given (the write resolves it again)."""
     try:
         regular_output(_printable(text))
     except InputError as exc:
         raise argparse.ArgumentTypeError(exc.message) from None
-    return text
+    return Path(text)
 
 
 def profiles_dir(text: str) -> Path:

@@ -59,7 +59,7 @@ def run_pin(args: argparse.Namespace) -> int:
     # the other role meanwhile.
     updated = update_pins(args.output, profile.name, args.role, pinned)
     if args.json:
-        print_json({"pins": args.output, "role": args.role, **updated.as_record()})
+        print_json({"pins": str(args.output), "role": args.role, **updated.as_record()})
         return 0
     for entry in pinned.files:
         print_line(f"{entry.sha256}  {entry.size:>14}  {entry.path}")
