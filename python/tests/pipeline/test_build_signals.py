@@ -94,3 +94,25 @@ def test_an_interrupt_while_the_cli_starts_prints_no_traceback():
         _, error = started.communicate(timeout=60)
         assert "Traceback" not in error and "KeyboardInterrupt" not in error, error
         assert started.returncode in (130, 0), error  # interrupted, or done before the signal
+
+
+def test_an_error_raised_while_an_interrupt_unwinds_is_that_interrupt(capsys):
+    """Python's thread pool cut inside Thread.start cannot be joined: the RuntimeError its
+    shutdown raises while the interrupt unwinds is reported as the interrupt."""
+    import argparse
+
+    from sparkflake.cli._output import run_handler
+    from sparkflake.cli._signals import Interrupted, Terminated
+
+    def cut(interrupt: KeyboardInterrupt):
+        def handler(_args):
+            try:
+                raise interrupt
+            except KeyboardInterrupt:
+                raise RuntimeError("cannot join thread before it is started") from None
+        return argparse.Namespace(handler=handler)
+
+    assert run_handler(cut(Interrupted())) == 130 and capsys.readouterr().err == "sparkflake: interrupted\n"
+    assert run_handler(cut(Terminated())) == 143 and capsys.readouterr().err == "sparkflake: terminated\n"
+    with pytest.raises(RuntimeError, match="not an interrupt"):
+        run_handler(argparse.Namespace(handler=lambda _args: (_ for _ in ()).throw(RuntimeError("not an interrupt"))))

@@ -113,8 +113,11 @@ def run_command(parse: Callable[[], argparse.Namespace]) -> int:
     with _signals.InterruptsRaised():
         try:
             return run_handler(parse())
-        except KeyboardInterrupt as exc:
-            return _interrupted(exc)
+        except BaseException as exc:  # noqa: BLE001 - an interrupt, or what it left behind
+            interrupt = _signals.interrupt_behind(exc)
+            if interrupt is None:
+                raise
+            return _interrupted(interrupt)
 
 
 def _interrupted(interrupt: KeyboardInterrupt) -> int:
@@ -135,19 +138,28 @@ def progress_for(label: str, args: argparse.Namespace, unit: str = "bytes") -> P
 
 def run_handler(args: argparse.Namespace) -> int:
     """Run a parsed command; every refusal is one line on stderr and its exit code, never a
-    traceback."""
+    traceback. An error raised while an interrupt unwound (library code cut at an unlucky
+    point: a thread pool whose manager thread never started cannot be joined) is that
+    interrupt's."""
     try:
         return int(args.handler(args) or 0)
-    except SparkflakeError as exc:
+    except BaseException as exc:  # noqa: BLE001 - sorted out below, the rest re-raised
+        return _refusal(exc)
+
+
+def _refusal(exc: BaseException) -> int:
+    interrupt = _signals.interrupt_behind(exc)
+    if interrupt is not None:
+        return _interrupted(interrupt)
+    if isinstance(exc, SparkflakeError):
         print(f"sparkflake: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt as exc:
-        return _interrupted(exc)
-    except BrokenPipeError:
+    if isinstance(exc, BrokenPipeError):
         return 0
-    except OSError as exc:
+    if isinstance(exc, OSError):
         # What a stage did not name itself (a full disk, a path that cannot be made):
         # the file and the reason, not a traceback.
         where = f"{exc.filename}: " if exc.filename else ""
         print(f"sparkflake: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return 2
+    raise exc

@@ -60,6 +60,19 @@ def caught(interrupt: KeyboardInterrupt) -> tuple[str, int]:
     return "sparkflake: interrupted", EXIT_STATUS[_signal.SIGINT]
 
 
+def interrupt_behind(error: BaseException) -> KeyboardInterrupt | None:
+    """``error`` if it is an interrupt, else the interrupt it was raised while handling
+    (its ``__context__``/``__cause__`` chain), else None."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, KeyboardInterrupt):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
 def _on_signal(signum: int, _frame: object) -> None:
     if not _STATE.running:
         os.write(2, b"sparkflake: interrupted\n" if signum == _signal.SIGINT else b"sparkflake: terminated\n")
