@@ -6,9 +6,11 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ..core.errors import SparkflakeError
+from . import _signals
 
 
 def print_json(document: Any) -> None:
@@ -105,6 +107,25 @@ def human_bytes(count: int) -> str:
     return f"{value:.1f}GiB"
 
 
+def run_command(parse: Callable[[], argparse.Namespace]) -> int:
+    """Parse (importing the command modules) and run one command. SIGINT and SIGTERM end
+    it with 130 and 143, its staging cleaned, without a traceback (``_signals``)."""
+    with _signals.InterruptsRaised():
+        try:
+            return run_handler(parse())
+        except BaseException as exc:  # noqa: BLE001 - an interrupt, or what it left behind
+            interrupt = _signals.interrupt_behind(exc)
+            if interrupt is None:
+                raise
+            return _interrupted(interrupt)
+
+
+def _interrupted(interrupt: KeyboardInterrupt) -> int:
+    line, status = _signals.caught(interrupt)
+    print(line, file=sys.stderr)
+    return status
+
+
 def add_progress_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--progress", action="store_true",
                         help="progress on stderr as plain lines when it is not a terminal (a log); a bar on a terminal")
@@ -117,20 +138,28 @@ def progress_for(label: str, args: argparse.Namespace, unit: str = "bytes") -> P
 
 def run_handler(args: argparse.Namespace) -> int:
     """Run a parsed command; every refusal is one line on stderr and its exit code, never a
-    traceback."""
+    traceback. An error raised while an interrupt unwound (library code cut at an unlucky
+    point: a thread pool whose manager thread never started cannot be joined) is that
+    interrupt's."""
     try:
         return int(args.handler(args) or 0)
-    except SparkflakeError as exc:
+    except BaseException as exc:  # noqa: BLE001 - sorted out below, the rest re-raised
+        return _refusal(exc)
+
+
+def _refusal(exc: BaseException) -> int:
+    interrupt = _signals.interrupt_behind(exc)
+    if interrupt is not None:
+        return _interrupted(interrupt)
+    if isinstance(exc, SparkflakeError):
         print(f"sparkflake: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
-        print("sparkflake: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
+    if isinstance(exc, BrokenPipeError):
         return 0
-    except OSError as exc:
+    if isinstance(exc, OSError):
         # What a stage did not name itself (a full disk, a path that cannot be made):
         # the file and the reason, not a traceback.
         where = f"{exc.filename}: " if exc.filename else ""
         print(f"sparkflake: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return 2
+    raise exc
