@@ -90,7 +90,7 @@ def main() -> None:
                 times[name]["cosign"].append(sum(timed(argv, env, work) for argv in theirs))
     finally:
         registry.stop()
-    report = {"runs": args.runs, "results": {}}
+    report = {"runs": args.runs, "results": {}, "load_average_after": [round(x, 2) for x in os.getloadavg()]}
     for name, sides in times.items():
         ours, theirs = statistics.median(sides["sparkflake"]), statistics.median(sides["cosign"])
         report["results"][name] = {"sparkflake_s": round(ours, 3), "cosign_s": round(theirs, 3),
