@@ -283,11 +283,11 @@ def test_scratch_on_the_memory_file_system_is_private_and_cleaned(tmp_path: Path
     shm = tmp_path / "shm"
     shm.mkdir()
     monkeypatch.setattr(build_module, "MEMORY_SCRATCH", shm)
-    from sparkflake.core.atomic_write import host_tag
+    from sparkflake.core.atomic_write import generated_name
 
-    leftover = shm / f"sparkflake-fixture.{host_tag()}.pid999999999.abc"
+    leftover = shm / generated_name("sparkflake-fixture", pid=999999999)
     (leftover / "patched-source").mkdir(parents=True)
-    mine = shm / f"sparkflake-fixture.{host_tag()}.pid{os.getpid()}.keep"
+    mine = shm / generated_name("sparkflake-fixture")
     mine.mkdir()
     request = BuildRequest(profile=str(FIXTURE), output_dir=tmp_path / "o", cache_root=tmp_path / "c", offline=True)
     result = build_profile(request)

@@ -72,7 +72,7 @@ def _in_image_receipt(layout: Path) -> bytes:
 def test_load_refuses_an_output_without_digests_or_archive(tmp_path: Path) -> None:
     completed = sparkflake("load", str(tmp_path))
     assert completed.returncode == 2
-    assert f"sparkflake: error: {tmp_path}/digests.json: not the digests.json of a build" in completed.stderr
+    assert f"sparkflake: error: {tmp_path}/digests.json: cannot read the digests.json of a build" in completed.stderr
     (tmp_path / "digests.json").write_text('{"config": "sha256:' + "0" * 64 + '"}')
     completed = sparkflake("load", str(tmp_path))
     assert completed.returncode == 2

@@ -209,23 +209,25 @@ def test_the_next_run_removes_what_a_killed_run_left(tmp_path, kind):
 
 
 def test_leftovers_of_live_processes_and_other_hosts_stay(tmp_path):
-    from sparkflake.core.atomic_write import host_tag, remove_leftovers
+    from sparkflake.core.atomic_write import generated_name, host_tag, remove_leftovers
 
     host = host_tag()
     sleeper = subprocess.Popen(["sleep", "30"])
     try:
         dead_pid = subprocess.Popen(["true"])
         dead_pid.wait()
-        live = tmp_path / f".out.{host}.pid{sleeper.pid}.abc.partial"
-        other_host = tmp_path / f".out.otherhost.pid{dead_pid.pid}.abc.partial"
-        dead = tmp_path / f".out.{host}.pid{dead_pid.pid}.abc.partial"
+        live = tmp_path / generated_name(".out", ".partial", pid=sleeper.pid)
+        dead = tmp_path / generated_name(".out", ".partial", pid=dead_pid.pid)
+        other_host = tmp_path / dead.name.replace(f".{host}.", ".otherhost.")
         unrelated = tmp_path / ".outer.partial"
-        for path in (live, other_host, dead, unrelated):
+        # an operator's directory of the generated shape, without the check
+        look_alike = tmp_path / f".out.{host}.pid{dead_pid.pid}.0123456789abcdef.old"
+        for path in (live, other_host, dead, unrelated, look_alike):
             path.mkdir()
         (tmp_path / "out").mkdir()
         assert remove_leftovers(tmp_path / "out") == [dead]
         assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-            [live.name, other_host.name, unrelated.name, "out"]
+            [live.name, other_host.name, unrelated.name, look_alike.name, "out"]
         )
     finally:
         sleeper.kill()
@@ -236,15 +238,14 @@ def test_a_swap_cut_between_its_renames_is_undone(tmp_path):
     """Where RENAME_EXCHANGE is missing the swap is two renames; a run killed between
     them leaves the target missing and the previous tree retired: the next run puts it
     back before anything else."""
-    from sparkflake.core.atomic_write import host_tag, remove_leftovers
+    from sparkflake.core.atomic_write import generated_name, remove_leftovers
 
-    host = host_tag()
     gone = subprocess.Popen(["true"])
     gone.wait()
-    retired = tmp_path / f".out.{host}.pid{gone.pid}.abc.old"
+    retired = tmp_path / generated_name(".out", ".old", pid=gone.pid)
     retired.mkdir()
     (retired / "digests.json").write_text("previous")
-    staged = tmp_path / f".out.{host}.pid{gone.pid}.def.partial"
+    staged = tmp_path / generated_name(".out", ".partial", pid=gone.pid)
     staged.mkdir()
     remove_leftovers(tmp_path / "out")
     assert (tmp_path / "out" / "digests.json").read_text() == "previous"

@@ -247,7 +247,7 @@ def test_progress_is_shown_on_stderr_when_asked(tmp_path):
 
 
 def test_pins_files_that_are_not_pins_are_refused(tmp_path):
-    with pytest.raises(InputError, match="is a character device; expected a checkpoint pins file"):
+    with pytest.raises(InputError, match="is a character device, expected the checkpoint pins file"):
         read_pins("/dev/zero")
     fifo = tmp_path / "fifo.json"
     os.mkfifo(fifo)

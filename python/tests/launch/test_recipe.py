@@ -297,3 +297,37 @@ def test_backend_flags_map_to_their_settings():
     assert (imported.runtime["ATTENTION_BACKEND"], imported.runtime["MOE_BACKEND"],
             imported.runtime["LINEAR_BACKEND"]) == ("B12X", "b12x", "b12x")
     assert "--linear-backend" not in imported.unmapped_args
+
+
+def test_import_never_replaces_an_operators_files_unless_forced(tmp_path):
+    """Issue 28, class 12: a hand-written runtime.env (or profile.toml) in the output
+    directory is kept and the import refused, exit 2, naming it; a file the import wrote
+    and nobody edited is replaced; once edited (site values filled in) it is the
+    operator's; --force replaces whatever is there."""
+    out = tmp_path / "out"
+    out.mkdir()
+    hand_written = "# my site\nNODE_ADDRESS=10.0.0.1\n"
+    (out / "runtime.env").write_text(hand_written)
+    refused = cli("recipe", "import", str(SEED_RECIPE), "-o", str(out))
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert f"{out / 'runtime.env'}: exists and is not a file sparkflake wrote" in refused.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["runtime.env"]  # profile.toml not written either
+    assert (out / "runtime.env").read_text() == hand_written
+
+    (out / "runtime.env").unlink()
+    assert cli("recipe", "import", str(SEED_RECIPE), "-o", str(out)).returncode == 0
+    first = {name: (out / name).read_bytes() for name in ("profile.toml", "runtime.env")}
+    assert all(content.startswith(b"# sparkflake-generated sha256:") for content in first.values())
+    assert tomllib.loads(first["profile.toml"].decode())["recipe"]  # the mark is a TOML comment
+    again = cli("recipe", "import", str(SEED_RECIPE), "-o", str(out))
+    assert again.returncode == 0, again.stderr  # unchanged since written: replaced
+    assert {name: (out / name).read_bytes() for name in first} == first
+
+    edited = first["runtime.env"].decode() + site_env(tmp_path, 0)
+    (out / "runtime.env").write_text(edited)
+    refused = cli("recipe", "import", str(SEED_RECIPE), "-o", str(out))
+    assert refused.returncode == 2 and "or it was edited since" in refused.stderr
+    assert (out / "runtime.env").read_text() == edited
+    forced = cli("recipe", "import", str(SEED_RECIPE), "-o", str(out), "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert (out / "runtime.env").read_bytes() == first["runtime.env"]

@@ -104,7 +104,7 @@ def test_console_script_valid(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
-        (["lock", "validate", "/nonexistent/glm53.lock"], "sparkflake: error: /nonexistent/glm53.lock: cannot read: No such file or directory\n"),
+        (["lock", "validate", "/nonexistent/glm53.lock"], "sparkflake: error: /nonexistent/glm53.lock: cannot read a TOML file: No such file or directory\n"),
         (["lock", "validate"], "sparkflake: error: lock validate: missing FILE\n"),
         (["lock", "validate", "x.lock", "--check"], "sparkflake: error: lock validate: --check and --update belong to"),
     ],
@@ -116,7 +116,7 @@ def test_bad_usage_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str], e
 
 def test_directory_and_binary_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["lock", "validate", str(tmp_path)]) == 2
-    assert capsys.readouterr().err == f"sparkflake: error: {tmp_path}: is a directory, expected a TOML file\n"
+    assert capsys.readouterr().err == f"sparkflake: error: {tmp_path}: is a directory, expected a TOML file (a regular file)\n"
     binary = tmp_path / "x.lock"
     binary.write_bytes(b"\x00\xff\xfe")
     assert main(["lock", "validate", str(binary)]) == 2

@@ -412,15 +412,15 @@ def test_long_bad_values_are_shortened_in_messages() -> None:
 
 
 def test_load_lock_unreadable_files(tmp_path: Path) -> None:
-    with pytest.raises(InputError, match=r"missing\.lock: cannot read: No such file or directory"):
+    with pytest.raises(InputError, match=r"missing\.lock: cannot read a TOML file: No such file or directory"):
         load_lock(tmp_path / "missing.lock")
     with pytest.raises(InputError, match=r": is a directory, expected a TOML file"):
         load_lock(tmp_path)
     fifo = tmp_path / "fifo.lock"
     os.mkfifo(fifo)
-    with pytest.raises(InputError, match=r"fifo\.lock: not a regular file, expected a TOML file"):
+    with pytest.raises(InputError, match=r"fifo\.lock: is a FIFO, expected a TOML file \(a regular file\)"):
         load_lock(fifo)
-    with pytest.raises(InputError, match=r"null: not a regular file"):
+    with pytest.raises(InputError, match=r"null: is a character device, expected a TOML file"):
         load_lock("/dev/null")
 
 

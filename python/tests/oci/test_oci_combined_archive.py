@@ -537,3 +537,17 @@ def test_streamed_archive_abort_and_wrong_layers(tmp_path, gzip_image):
     written = writer.finish(image)
     assert written.read_bytes() == write_combined_archive(image, tmp_path / "again.tar").read_bytes()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["again.tar", "oci-archive.tar"]
+
+
+def test_an_archive_is_never_linked_over_a_fifo_or_a_directory(tmp_path):
+    """Issue 28, class 1: the hard-link path of the archive writer replaces its target in
+    one rename too, so it refuses what the atomic writers refuse."""
+    source = tmp_path / "oci-archive.tar"
+    source.write_bytes(b"archive bytes")
+    os.mkfifo(tmp_path / "fifo.tar")
+    (tmp_path / "directory.tar").mkdir()
+    for name in ("fifo.tar", "directory.tar"):
+        with pytest.raises(InputError, match=f"{name}: is a .*; an output is written to a regular file only"):
+            archive_module.link_or_copy_atomic(source, tmp_path / name)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["directory.tar", "fifo.tar", "oci-archive.tar"]
+    assert archive_module.link_or_copy_atomic(source, tmp_path / "copy.tar").samefile(source)

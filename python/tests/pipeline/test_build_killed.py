@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkflake.core.atomic_write import host_tag, remove_dead_run_directories
+from sparkflake.core.atomic_write import generated_name, host_tag, remove_dead_run_directories
 from sparkflake.pipeline import BuildRequest, build_profile
 
 FIXTURE = Path(__file__).resolve().parents[3] / "profiles" / "fixture"
@@ -99,12 +99,12 @@ def test_sigkilled_builds_leave_no_process_and_the_next_build_cleans_up(tmp_path
     # of a process known to be gone, so the cleanup always has something to remove
     dead = subprocess.Popen(["true"])
     dead.wait()
-    (work / f"fixture.{host_tag()}.pid{dead.pid}.dead1234" / "trees").mkdir(parents=True)
+    (work / generated_name("fixture", pid=dead.pid) / "trees").mkdir(parents=True)
     left_by_kills = [p.name for p in work.iterdir()]
     # a live build's directory (here: this test process's pid) must survive the cleanup
-    live = work / f"fixture.{host_tag()}.pid{os.getpid()}.live1234"
+    live = work / generated_name("fixture")
     live.mkdir()
-    other_host = work / f"fixture.{'x' + host_tag()}.pid1.other123"
+    other_host = work / generated_name("fixture", pid=1).replace(f".{host_tag()}.", f".x{host_tag()}.")
     other_host.mkdir()
     build_profile(BuildRequest(profile=str(FIXTURE), output_dir=tmp_path / "good", cache_root=cache, offline=True))
     assert sorted(p.name for p in work.iterdir()) == sorted([live.name, other_host.name]), left_by_kills
@@ -116,12 +116,15 @@ def test_sigkilled_builds_leave_no_process_and_the_next_build_cleans_up(tmp_path
 def test_only_dead_runs_of_this_host_are_removed(tmp_path):
     dead = subprocess.Popen(["true"])
     dead.wait()
+    dead_name = generated_name("p", pid=dead.pid)
     names = {
-        "dead": f"p.{host_tag()}.pid{dead.pid}.abc12345",
-        "live": f"p.{host_tag()}.pid{os.getpid()}.abc12345",
-        "other-host": f"p.elsewhere-{socket.gethostname()[:3]}x.pid{dead.pid}.abc12345",
+        "dead": dead_name,
+        "live": generated_name("p"),
+        "other-host": dead_name.replace(f".{host_tag()}.", f".elsewhere-{socket.gethostname()[:3]}x."),
         "other-shape": "p.notarun",
-        "other-prefix": f"q.{host_tag()}.pid{dead.pid}.abc12345",
+        # an operator's directory of the same shape whose check does not hold
+        "look-alike": f"p.{host_tag()}.pid{dead.pid}.0123456789abcdef",
+        "other-prefix": generated_name("q", pid=dead.pid),
     }
     for name in names.values():
         (tmp_path / name).mkdir()

@@ -430,7 +430,7 @@ def test_roles_and_seed_are_checked_against_an_existing_lock(tmp_path: Path) -> 
 def test_a_missing_lock_is_not_an_error_until_it_is_needed(tmp_path: Path) -> None:
     profiles = make_profiles_dir(tmp_path)
     profile = load_profile("glm53-dflash7", profiles)
-    with pytest.raises(InputError, match=r"glm53\.lock: cannot read: No such file or directory"):
+    with pytest.raises(InputError, match=r"glm53\.lock: cannot read a TOML file: No such file or directory"):
         load_locks(profile)
 
 

@@ -220,8 +220,8 @@ def _add_document_check(report: AuditReport, role: str, stored: StoredBlob, refe
 def _config_or_error(source: ImageSource, report: AuditReport) -> dict[str, Any] | None:
     try:
         return source.reader.config
-    except InputError as exc:
-        report.add("document.parse", FAIL, exc.message, report.config_digest)
+    except InputError as exc:  # malformed: bad input the audit cannot judge (exit 2), not a mismatch
+        report.add("document.parse", ERROR, exc.message, report.config_digest)
         return None
 
 

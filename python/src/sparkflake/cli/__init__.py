@@ -8,12 +8,16 @@ stderr and its exit code; no traceback reaches the operator.
 
 from __future__ import annotations
 
-import argparse
-import importlib
-import pkgutil
-import sys
+from . import _signals
 
-from ._output import run_handler
+_signals.install()  # first: an interrupt while the rest is imported ends quietly
+
+import argparse  # noqa: E402 - after the handlers, on purpose
+import importlib  # noqa: E402
+import pkgutil  # noqa: E402
+import sys  # noqa: E402
+
+from ._output import run_command  # noqa: E402
 
 EXIT_BAD_INPUT = 2
 
@@ -57,9 +61,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser(argv[0] if argv else None)
-    args = parser.parse_args(argv)
-    return run_handler(args)
+    return run_command(lambda: build_parser(argv[0] if argv else None).parse_args(argv))
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -14,6 +14,7 @@ from ..compose.locked_inputs import (
 )
 from ..core.blob_cache import BlobCache
 from ..lock.resolve import default_cache, load_profile_lock, profile_from_arg
+from . import _arguments as arguments
 from ._output import Progress, print_json, print_line
 from ._parsers import add_command
 
@@ -33,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("profile", metavar="PROFILE")
     parser.add_argument("-o", "--output", required=True, metavar="DIR")
     parser.add_argument("--only", choices=["base", "python"], help="assemble one tree only")
-    parser.add_argument("--jobs", type=int, default=None, help="parallel wheel installs (default: CPUs, at most 4)")
+    parser.add_argument("--jobs", type=arguments.workers, default=None, help="parallel wheel installs (default: CPUs, at most 4)")
     parser.add_argument("--cache", metavar="DIR", help="cache root (default $XDG_CACHE_HOME/sparkflake)")
     parser.add_argument("--json", action="store_true")
 

@@ -8,6 +8,7 @@ from .. import audit
 from ..audit import supply_chain
 from ..audit.report import REPORT_SCHEMA
 from ..core.errors import InputError
+from . import _arguments as arguments
 from ._output import add_progress_flag, print_json, print_line, progress_for
 from ._parsers import add_command
 
@@ -35,16 +36,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="expected digest; KIND: manifest, config (= image-id), index, chain-id, layer, diff-id",
     )
     parser.add_argument("--expect-file", help="expected digests (digests.json shape)")
-    parser.add_argument("--platform", help="platform to pick from an index (default: the profile's)")
+    parser.add_argument("--platform", type=arguments.platform, help="platform to pick from an index (default: the profile's)")
     parser.add_argument("--insecure", action="store_true", help="plain HTTP to a registry on loopback")
     parser.add_argument("--engine-arg", action="append", default=[], help="extra argument for podman/docker (repeat)")
-    parser.add_argument("--max-layer-bytes", type=int, help="refuse a layer that decompresses to more")
+    parser.add_argument("--max-layer-bytes", type=arguments.byte_count, help="refuse a layer that decompresses to more")
     parser.add_argument("--sbom", metavar="FILE",
                         help="check this SPDX SBOM (OUT/sbom.spdx.json) against the image, receipt and lock; "
                         "for a registry target also that the registry lists it as a referrer of the image")
     parser.add_argument("--key", metavar="PUB",
                         help="registry targets: verify the cosign signature and provenance attestation with this public key")
-    parser.add_argument("--record", metavar="FILE", help="write the digest-verification record (JSON)")
+    parser.add_argument("--record", metavar="FILE", type=arguments.output_file, help="write the digest-verification record (JSON)")
     parser.add_argument("--json", action="store_true", help="machine-readable report (schema versioned)")
     add_progress_flag(parser)
 

@@ -13,6 +13,7 @@ from ..oci.composed_image import ImageOptions
 from ..oci.compression import Compression
 from ..oci.image import default_source_date_epoch
 from ..pipeline import BuildRequest, build_profile, default_output_dir
+from . import _arguments as arguments
 from ._output import add_progress_flag, print_json, print_line, progress_for, warn
 from ._parsers import add_command
 from .fetch import parse_mirrors
@@ -52,8 +53,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--no-layer-cache", action="store_true", help="re-tar and re-compress every layer")
     parser.add_argument("--repository", default="localhost/sparkflake", help="image repository name in the outputs")
-    parser.add_argument("--tag", default=None, help="image tag (default: the profile name)")
-    parser.add_argument("--profiles-dir", metavar="DIR", help="where profiles live (default: ./profiles upward)")
+    parser.add_argument("--tag", default=None, type=arguments.image_tag, help="image tag (default: the profile name)")
+    parser.add_argument("--profiles-dir", metavar="DIR", type=arguments.profiles_dir, help="where profiles live (default: ./profiles upward)")
     parser.add_argument("--keep-work", action="store_true",
                         help="keep the assembled work trees (printed; the next build or `cache cleanup` removes them)")
     parser.add_argument("--force", action="store_true",

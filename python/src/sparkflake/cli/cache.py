@@ -22,6 +22,7 @@ from ..housekeeping.cache_gc import (
 )
 from ..housekeeping.deployments import deployed_images
 from ..profile.lookup import find_profiles_dir
+from . import _arguments as arguments
 from ._output import add_progress_flag, human_bytes, print_json, print_line, progress_for
 from ._parsers import add_command, add_group
 
@@ -54,12 +55,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         parser.add_argument("--cache", metavar="DIR", type=Path, help="cache root (default $XDG_CACHE_HOME/sparkflake)")
         parser.add_argument("--json", action="store_true", help="print the result as JSON")
     add_progress_flag(verify)
-    gc.add_argument("--keep", type=int, default=3, metavar="N", help="builds of each profile to keep (default 3)")
+    gc.add_argument("--keep", type=arguments.count, default=3, metavar="N", help="builds of each profile to keep (default 3)")
     gc.add_argument("--keep-image", action="append", default=[], metavar="sha256:DIGEST",
                     help="a deployed image (manifest or config digest) whose builds stay; repeatable")
     gc.add_argument("--deployed", action="append", default=[], metavar="FILE", type=Path,
                     help="a digests.json (or deployment record) of a deployed image; repeatable")
-    gc.add_argument("--profiles-dir", metavar="DIR", type=Path, help="where profiles live (default: search upward)")
+    gc.add_argument("--profiles-dir", metavar="DIR", type=arguments.profiles_dir, help="where profiles live (default: search upward)")
     cleanup.add_argument("--received", action="append", default=[], metavar="DIR", type=Path,
                          help="a fan-out destination directory: its NAME.mismatch-* files and dead temporaries; repeatable")
     for parser in (gc, cleanup):

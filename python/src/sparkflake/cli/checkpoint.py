@@ -8,8 +8,9 @@ from pathlib import Path
 
 from ..core.atomic_write import check_output_parent
 from ..core.errors import InputError
-from ..launch.checkpoint_pins import CheckpointPins, pin_checkpoint, read_pins, write_pins
+from ..launch.checkpoint_pins import pin_checkpoint, pins_of_profile, update_pins
 from ..lock.profile_locks import load_profile
+from . import _arguments as arguments
 from ._output import Progress, print_json, print_line, warn
 from ._parsers import add_command, add_group
 
@@ -34,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pin.add_argument("--role", required=True, choices=("target", "draft"), help="which checkpoint of the profile")
     pin.add_argument("--profile", default="glm53-dflash7", help="profile name or path (default glm53-dflash7)")
     pin.add_argument(
-        "-o", "--output", metavar="FILE", default=DEFAULT_PINS,
+        "-o", "--output", metavar="FILE", default=DEFAULT_PINS, type=arguments.output_file,
         help=f"the pins file to create or update (default {DEFAULT_PINS})",
     )
     pin.add_argument("--json", action="store_true", help="print the pinned files as JSON")
@@ -47,20 +48,18 @@ def run_pin(args: argparse.Namespace) -> int:
     if checkpoint is None:
         raise InputError(f"profile {profile.name} has no {args.role} checkpoint (it has {', '.join(profile.checkpoints)})")
     # Read the existing file first: a malformed one is refused before anything is hashed.
-    pins = read_pins(args.output) if os.path.lexists(args.output) else CheckpointPins(profile.name)
-    if pins.profile != profile.name:
-        raise InputError(f"{args.output}: pins checkpoints for profile {pins.profile}, not {profile.name}; "
-                         "use another -o FILE")
+    pins_of_profile(args.output, profile.name)
     check_output_parent(Path(args.output))  # before the hashing, which can take minutes
     bar = Progress("pin", enabled=True if args.progress else None)
     pinned = pin_checkpoint(
         args.directory, checkpoint.pin or (), f"checkpoints.{args.role}.pin",
         lambda done, total, name: bar(done, total, f"pin {name}"),
     )
-    updated = pins.with_role(args.role, pinned)
-    write_pins(args.output, updated)
+    # Read again, merged and written under the file's lock: another run may have pinned
+    # the other role meanwhile.
+    updated = update_pins(args.output, profile.name, args.role, pinned)
     if args.json:
-        print_json({"pins": args.output, "role": args.role, **updated.as_record()})
+        print_json({"pins": str(args.output), "role": args.role, **updated.as_record()})
         return 0
     for entry in pinned.files:
         print_line(f"{entry.sha256}  {entry.size:>14}  {entry.path}")

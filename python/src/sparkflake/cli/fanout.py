@@ -13,6 +13,7 @@ from ..distribute.blobs import LayoutFanoutRequest, layout_fanout
 from ..distribute.fanout import FanoutRequest, fanout
 from ..distribute.registry_mode import RegistryFanoutRequest, registry_fanout
 from ..distribute.site import load_site
+from . import _arguments as arguments
 from ._output import add_progress_flag, print_json, print_line, progress_for, warn
 from ._parsers import add_command
 
@@ -38,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--sha256", help="expected sha256 of the archive (hex): the archive route")
     parser.add_argument("--from-registry", metavar="REGISTRY/REPO@sha256:…",
                         help="registry mode: every rank pulls this digest-pinned image instead")
-    parser.add_argument("--platform", default="linux/arm64", help="registry mode: platform (default linux/arm64)")
+    parser.add_argument("--platform", default="linux/arm64", type=arguments.platform, help="registry mode: platform (default linux/arm64)")
     parser.add_argument("--insecure-registry", action="store_true",
                         help="registry mode: plain HTTP (loopback registries only)")
     parser.add_argument("--ca-file", help="registry mode: CA certificate path on every rank")
@@ -46,9 +47,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--image-id", help="expected image ID (sha256:…), checked before tagging")
     parser.add_argument("--import", dest="engine", choices=("podman", "docker"),
                         help="load the verified archive into this engine on every rank")
-    parser.add_argument("--tag", help="tag applied after the image ID matched")
+    parser.add_argument("--tag", type=arguments.image_reference, help="tag applied after the image ID matched")
     parser.add_argument("--verify", action="store_true", help="read-only: report what every rank holds")
-    parser.add_argument("--retry-seconds", type=float, default=120.0,
+    parser.add_argument("--retry-seconds", type=arguments.seconds, default=120.0,
                         help="how long a broken hop keeps resuming (default 120)")
     parser.add_argument("--evidence-dir", type=Path, help="write one JSON evidence record per rank here")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")

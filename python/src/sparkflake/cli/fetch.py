@@ -15,6 +15,7 @@ from ..fetch.git import GitCache, GitOutcome, fetch_git_inputs
 from ..lock.lock_file import load_lock
 from ..lock.pins import GitPin, Lock
 from ..lock.resolve import artifacts, default_cache, load_profile_lock, profile_from_arg
+from . import _arguments as arguments
 from ._output import Progress, print_json, print_line, warn
 from ._parsers import add_command
 
@@ -41,7 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "is a git repository is also tried for every git input (repeatable)")
     parser.add_argument("--git-mirror", action="append", default=[], metavar="NAME=URL",
                         help="try URL for the git input NAME before the lock's URLs (repeatable)")
-    parser.add_argument("--jobs", type=int, default=6, help="parallel downloads (default 6)")
+    parser.add_argument("--jobs", type=arguments.workers, default=6, help="parallel downloads (default 6)")
     parser.add_argument("--offline", action="store_true",
                         help="no network: only the cache, --from directories and file:// mirrors")
     parser.add_argument("--cache", metavar="DIR", help="cache root (default $XDG_CACHE_HOME/sparkflake)")

@@ -157,13 +157,14 @@ def main(argv: list[str] | None = None) -> int:
     """`launch-rank` alone, without importing every other command group (a launcher
     started on every rank should not pay for the build stages' imports)."""
     from . import _Parser
-    from ._output import run_handler
+    from ._output import run_command
 
-    parser = _Parser(prog="sparkflake-launch-rank")
-    subparsers = parser.add_subparsers(dest="command", parser_class=_Parser)
-    register(subparsers)
-    args = parser.parse_args(["launch-rank", *(sys.argv[1:] if argv is None else argv)])
-    return run_handler(args)
+    def parse() -> argparse.Namespace:
+        parser = _Parser(prog="sparkflake-launch-rank")
+        register(parser.add_subparsers(dest="command", parser_class=_Parser))
+        return parser.parse_args(["launch-rank", *(sys.argv[1:] if argv is None else argv)])
+
+    return run_command(parse)
 
 if __name__ == "__main__":
     sys.exit(main())

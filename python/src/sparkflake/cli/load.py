@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
+from ..core.documents import read_json_file
 from ..core.errors import InputError
 from ..distribute.engine import ENGINES, import_archive
+from . import _arguments as arguments
 from ._output import print_json, print_line
 from ._parsers import add_command
 
@@ -28,15 +29,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--engine", choices=ENGINES, default="podman")
     parser.add_argument("--engine-arg", dest="engine_args", action="append", default=[], metavar="ARG",
                         help="an argument for the engine before its command (repeatable), e.g. --storage-driver=vfs")
-    parser.add_argument("--tag", help="tag the loaded image (default: none)")
+    parser.add_argument("--tag", type=arguments.image_reference, help="tag the loaded image (default: none)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
     digests_path = args.out / "digests.json"
     try:
-        config_digest = json.loads(digests_path.read_text(encoding="utf-8"))["config"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        config_digest = read_json_file(digests_path, "the digests.json of a build")["config"]
+    except (KeyError, TypeError) as exc:
         raise InputError(f"{digests_path}: not the digests.json of a build (a JSON object with \"config\"): {exc}") from exc
     archive = next((args.out / name for name in ARCHIVES if (args.out / name).is_file()), None)
     if archive is None:

@@ -9,6 +9,7 @@ from ..launch.settings import validate_runtime_table
 from ..lock.profile_locks import load_all_profiles, load_profile
 from ..profile.lookup import check_profiles_distinct, find_profiles_dir, list_profiles
 from ..profile.profile_file import dump_profile
+from . import _arguments as arguments
 from ._output import print_json, print_line
 from ._parsers import add_command, add_group
 
@@ -30,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     show = add_command(actions, "show", run_show, help="print a profile (canonical TOML, or --json)")
     show.add_argument("name", metavar="NAME")
     show.add_argument("--json", action="store_true", help="print the model as JSON")
-    show.add_argument("--profiles-dir", metavar="DIR")
+    show.add_argument("--profiles-dir", metavar="DIR", type=arguments.profiles_dir)
 
     validate = add_command(
         actions, "validate", run_validate,
@@ -43,11 +44,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     validate.add_argument("name", metavar="NAME", nargs="?")
     validate.add_argument("--json", action="store_true", help="print the result as JSON")
-    validate.add_argument("--profiles-dir", metavar="DIR")
+    validate.add_argument("--profiles-dir", metavar="DIR", type=arguments.profiles_dir)
 
     listing = add_command(actions, "list", run_list, help="list the profiles of the profiles directory")
     listing.add_argument("--json", action="store_true")
-    listing.add_argument("--profiles-dir", metavar="DIR")
+    listing.add_argument("--profiles-dir", metavar="DIR", type=arguments.profiles_dir)
 
 
 def run_show(args: argparse.Namespace) -> int:

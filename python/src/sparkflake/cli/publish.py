@@ -13,6 +13,7 @@ from ..distribute.registry import push_layout
 from ..oci.artifact import ReferringArtifact, read_referring_artifact
 from ..oci.referrers import push_referrer
 from ..oci.remote import RegistryClient, load_credentials, parse_reference
+from . import _arguments as arguments
 from ._output import Progress, print_json, print_line
 from ._parsers import add_command
 
@@ -38,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--ca-file", help="CA certificate for a registry with a private CA")
     parser.add_argument("--auth-file", help='JSON {"username": ..., "password": ...} for Basic/token auth')
     parser.add_argument("--no-sbom", action="store_true", help="do not push the SBOM artifact of the build")
-    parser.add_argument("--record", type=Path,
+    parser.add_argument("--record", type=arguments.output_file,
                         help="where to record the result (default ./publish.json in the working directory)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
 

@@ -8,10 +8,12 @@ from pathlib import Path
 from ..core import canonical_toml
 from ..core.atomic_write import write_bytes_atomic
 from ..core.container_engine import Engine
+from ..core.generated_files import check_replaceable_file, marked_text
 from ..core.records import read_toml
 from ..launch.contract import load_contract
 from ..launch.plan import plan_launch
 from ..launch.recipe import dump_recipe, export_recipe, import_recipe, read_recipe, summarize
+from . import _arguments as arguments
 from ._output import print_json, print_line
 from ._parsers import add_command, add_group
 
@@ -24,11 +26,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "Map a TOML launch recipe onto the settings catalog. Writes OUT/profile.toml "
             "([runtime] and everything without a setting, verbatim, under [recipe]) and "
-            "OUT/runtime.env. Unknown fields and unmapped arguments are reported, never dropped."
+            "OUT/runtime.env. Unknown fields and unmapped arguments are reported, never dropped. "
+            "An existing file there is replaced only while it is what an import wrote (its first "
+            "line names its sha256), not once edited, unless --force."
         ),
     )
     importer.add_argument("recipe", metavar="FILE.toml")
     importer.add_argument("-o", "--output", required=True, metavar="DIR")
+    importer.add_argument("--force", action="store_true",
+                          help="replace DIR/profile.toml and DIR/runtime.env even when sparkflake did not write them "
+                               "or they were edited since")
     importer.add_argument("--json", action="store_true")
     exporter = add_command(commands, "export", run_export, help="write the recipe of one rank's launch")
     exporter.add_argument("rank", metavar="RANK")
@@ -40,14 +47,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="the profile.toml a `recipe import` wrote: its [recipe] (env, mounts, mods, unmapped arguments, "
              "other fields) is carried into the export (default: profile.toml beside ENVFILE, if it has [recipe])",
     )
-    exporter.add_argument("-o", "--output", required=True, metavar="FILE.toml")
+    exporter.add_argument("-o", "--output", required=True, metavar="FILE.toml", type=arguments.output_file)
 
 
 def run_import(args: argparse.Namespace) -> int:
     imported = import_recipe(read_recipe(args.recipe), args.recipe)
     out = Path(args.output)
-    write_bytes_atomic(out / "profile.toml", canonical_toml.dumps(imported.profile_document()).encode())
-    write_bytes_atomic(out / "runtime.env", imported.env_text(args.recipe).encode())
+    written = {out / "profile.toml": canonical_toml.dumps(imported.profile_document()),
+               out / "runtime.env": imported.env_text(args.recipe)}
+    for path in written:  # both checked before either is written
+        check_replaceable_file(path, force=args.force)
+    for path, text in written.items():
+        write_bytes_atomic(path, marked_text(text).encode())
     if args.json:
         print_json(imported.report())
         return 0

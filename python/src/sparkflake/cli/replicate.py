@@ -9,6 +9,7 @@ from ..core.atomic_write import write_bytes_atomic
 from ..core.canonical_json import readable_json_bytes
 from ..distribute.replicate import ReplicateRequest, replicate
 from ..distribute.site import load_site
+from . import _arguments as arguments
 from ._output import Progress, print_json, print_line, warn
 from ._parsers import add_command
 
@@ -27,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("model_dir", metavar="MODEL_DIR")
     parser.add_argument("--site", required=True, type=Path, help="site file (TOML)")
     parser.add_argument("--dest", help="directory on every other rank (default DATA_DIR/models/NAME)")
-    parser.add_argument("--retry-seconds", type=float, default=120.0)
+    parser.add_argument("--retry-seconds", type=arguments.seconds, default=120.0)
     parser.add_argument("--evidence-dir", type=Path, help="write one JSON evidence record per rank here")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 

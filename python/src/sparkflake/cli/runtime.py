@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from ..core.blob_cache import default_cache_root
 from ..core.errors import InputError
 from ..lock.profile_locks import load_locks
+from . import _arguments as arguments
 from ._output import add_progress_flag, print_json, print_line, progress_for, warn
 from ._parsers import add_command, add_group
 
@@ -42,14 +43,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     check.add_argument("--profile", help="profile name or path (default: the image's org.sparkflake.profile label)")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
     add_progress_flag(check)
-    check.add_argument("--capabilities", metavar="FILE", help="also write the capability manifest here")
+    check.add_argument("--capabilities", metavar="FILE", type=arguments.output_file,
+                       help="also write the capability manifest here")
     check.add_argument("--scratch", metavar="DIR",
                        help="where the image root is unpacked and kept for reuse after verification "
                             "(default: CACHE/runtime/PROFILE)")
     check.add_argument("--cache", metavar="DIR",
                        help="cache root (default $XDG_CACHE_HOME/sparkflake): the capabilities are kept in "
                             "CACHE/capabilities/<image ID hex>.json for launches of this image")
-    check.add_argument("--timeout", type=float, default=3600.0, help="seconds the probe may take (default 3600)")
+    check.add_argument("--timeout", type=arguments.seconds, default=3600.0, help="seconds the probe may take (default 3600)")
 
 
 def _cache_root(args: argparse.Namespace) -> Path:

@@ -8,6 +8,7 @@ from pathlib import Path
 from ..launch import evidence
 from ..lock.profile_locks import load_profile
 from ..profile.lookup import find_profiles_dir, list_profiles
+from . import _arguments as arguments
 from ._output import print_json, print_line
 from ._parsers import add_command
 
@@ -25,8 +26,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("profiles", nargs="*", metavar="PROFILE", help="default: every profile")
     parser.add_argument("--result", default="out", metavar="DIR", help="build output root (default: out, where build writes)")
-    parser.add_argument("--profiles-dir", help="where profiles live (default: search upward)")
-    parser.add_argument("--settings-hash", help="also require this resolved-settings hash")
+    parser.add_argument("--profiles-dir", type=arguments.profiles_dir, help="where profiles live (default: search upward)")
+    parser.add_argument("--settings-hash", type=arguments.settings_hash, help="also require this resolved-settings hash")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 

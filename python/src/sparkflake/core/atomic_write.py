@@ -2,8 +2,11 @@
 previous good state, never a half-written file under the final name. Also the one
 in-kernel byte copy between open files (``copy_bytes``) the writers share.
 
-The staging names of the large outputs (``atomic_directory``, ``atomic_stream``) carry
-the host and the process id: ``.NAME.<host>.pid<N>.<random>.partial``. A run killed
+The staging names of the large outputs (``atomic_directory``, ``atomic_stream``) and the
+run directories carry the host, the process id, a random token and a check of all that:
+``.NAME.<host>.pid<N>.<token><check>.partial`` (``generated_name``). Cleanup removes only
+names whose check holds, so an operator's ``.out.myhost.pid1.backup.old`` is never taken
+for a leftover. A run killed
 outright (SIGKILL, power loss) cannot clean up after itself; the next run for the same
 target on the same host removes what a dead process left there (``remove_leftovers``),
 and if a directory swap was cut between its two renames, puts the previous directory
@@ -16,19 +19,22 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import hashlib
 import json
 import os
 import re
+import secrets
 import shutil
 import socket
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
 from .canonical_json import readable_json_bytes
 from .direct_write import DirectWriter
+from .documents import file_kind
 from .errors import InputError
 
 
@@ -37,11 +43,36 @@ def host_tag() -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", socket.gethostname()) or "host"
 
 
-def _owner_tag() -> str:
-    return f"{host_tag()}.pid{os.getpid()}"
+def generated_name(prefix: str, suffix: str = "", pid: int | None = None) -> str:
+    """``PREFIX.<host>.pid<N>.<token><check>SUFFIX``: 8 random hex digits, then 8 of the
+    sha256 of what precedes them, so ``_generated`` recognises exactly the names made here."""
+    base = f"{prefix}.{host_tag()}.pid{os.getpid() if pid is None else pid}.{secrets.token_hex(4)}"
+    return base + _name_check(base) + suffix
 
 
-_LEFTOVER = re.compile(r"\.(?P<host>[A-Za-z0-9_-]+)\.pid(?P<pid>[0-9]+)\.[^/]*\.(?P<kind>partial|old)$")
+def _name_check(base: str) -> str:
+    return hashlib.sha256(b"sparkflake generated name\0" + base.encode()).hexdigest()[:8]
+
+
+_GENERATED = re.compile(r"(?P<base>(?P<prefix>.+)\.(?P<host>[A-Za-z0-9_-]+)\.pid(?P<pid>[0-9]+)\.[0-9a-f]{8})"
+                        r"(?P<check>[0-9a-f]{8})(?P<suffix>\.partial|\.old)?")
+
+
+def _generated(name: str) -> re.Match[str] | None:
+    """The parts of a name ``generated_name`` made (its check holds), else None."""
+    match = _GENERATED.fullmatch(name)
+    return match if match is not None and match["check"] == _name_check(match["base"]) else None
+
+
+def _make_generated(parent: Path, prefix: str, suffix: str, make: Callable[[Path], None]) -> Path:
+    """``make`` (an exclusive create) a fresh generated name in ``parent``."""
+    while True:
+        path = parent / generated_name(prefix, suffix)
+        try:
+            make(path)
+        except FileExistsError:
+            continue
+        return path
 
 
 def process_alive(pid: int) -> bool:
@@ -68,10 +99,11 @@ def remove_leftovers(target: Path) -> list[Path]:
     except FileNotFoundError:
         return []
     for entry in siblings:
-        match = _LEFTOVER.fullmatch(entry.name[len(prefix) :])
-        if match and match["host"] == host and int(match["pid"]) != os.getpid() and not process_alive(int(match["pid"])):
-            dead.append((Path(entry.path), match["kind"]))
-    retired = sorted((path for path, kind in dead if kind == "old"), key=lambda path: path.lstat().st_mtime_ns)
+        match = _generated(entry.name)
+        if (match and match["prefix"] == prefix and match["suffix"] and match["host"] == host
+                and int(match["pid"]) != os.getpid() and not process_alive(int(match["pid"]))):
+            dead.append((Path(entry.path), match["suffix"]))
+    retired = sorted((path for path, kind in dead if kind == ".old"), key=lambda path: path.lstat().st_mtime_ns)
     if retired and not os.path.lexists(target):
         os.replace(retired[-1], target)
         dead = [(path, kind) for path, kind in dead if path != retired[-1]]
@@ -103,10 +135,6 @@ def remove_tree(path: Path) -> None:
     shutil.rmtree(path, onerror=writable_and_retry)
 
 
-# Directories of one run (a build's work trees, its memory scratch): NAME.<host>.pid<N>.<random>.
-_RUN_DIRECTORY = re.compile(r"\.(?P<host>[A-Za-z0-9_-]+)\.pid(?P<pid>[0-9]+)\.[A-Za-z0-9_]+$")
-
-
 def remove_dead_run_directories(parent: Path, prefix: str = "") -> list[Path]:
     """Remove the run directories in ``parent`` (names starting with ``prefix``) whose
     recorded process is gone on this host: what a killed run left. A live run's, another
@@ -118,8 +146,8 @@ def remove_dead_run_directories(parent: Path, prefix: str = "") -> list[Path]:
     except OSError:
         return removed
     for entry in entries:
-        match = _RUN_DIRECTORY.search(entry.name)
-        if not entry.name.startswith(prefix) or match is None or match["host"] != host:
+        match = _generated(entry.name)
+        if not entry.name.startswith(prefix) or match is None or match["suffix"] or match["host"] != host:
             continue
         pid = int(match["pid"])
         if pid != os.getpid() and not process_alive(pid) and entry.is_dir(follow_symlinks=False):
@@ -129,11 +157,32 @@ def remove_dead_run_directories(parent: Path, prefix: str = "") -> list[Path]:
 
 
 def make_run_directory(parent: Path, name: str) -> Path:
-    """A fresh directory ``parent/NAME.<host>.pid<N>.<random>`` for this run, after what
-    dead runs left in ``parent`` is removed. The caller removes it when done."""
+    """A fresh directory ``parent/NAME.<host>.pid<N>.<token><check>`` for this run, after
+    what dead runs left in ``parent`` is removed. The caller removes it when done."""
     parent.mkdir(parents=True, exist_ok=True)
     remove_dead_run_directories(parent, f"{name}.")
-    return Path(tempfile.mkdtemp(prefix=f"{name}.{_owner_tag()}.", dir=parent))
+    return _make_generated(parent, name, "", lambda path: path.mkdir(0o700))
+
+
+def regular_output(path: str | os.PathLike[str]) -> Path:
+    """The file an output written to ``path`` replaces: ``path`` with its symlinks resolved
+    (a link stays a link; the file it names gets the new bytes), which must be absent or a
+    regular file. A device, a FIFO, a socket or a directory is refused (InputError): the
+    rename that makes a write atomic would replace the node itself (a host's /dev/full was
+    turned into a JSON file this way)."""
+    shown = os.fspath(path)
+    resolved = Path(os.path.realpath(shown))
+    try:
+        mode = os.stat(resolved).st_mode
+    except FileNotFoundError:
+        return resolved
+    except OSError as exc:
+        raise InputError(f"{shown}: cannot write: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(mode):
+        through = f" (through a symlink to {resolved})" if os.fspath(resolved) != os.path.abspath(shown) else ""
+        raise InputError(f"{shown}: is {file_kind(mode)}{through}; an output is written to a regular file "
+                         "only (choose a file path)")
+    return resolved
 
 
 @contextlib.contextmanager
@@ -141,8 +190,13 @@ def _staged_fd(target: Path, mode: int, *, tagged: bool = False) -> Iterator[int
     """A temporary file beside ``target``; on clean exit fsynced and renamed onto it.
     ``tagged``: the name carries host and pid (see the module docstring)."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    owner = f"{_owner_tag()}." if tagged else ""
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.{owner}", suffix=".partial", dir=target.parent)
+    if tagged:
+        created: list[int] = []
+        tmp_name = os.fspath(_make_generated(target.parent, f".{target.name}", ".partial", lambda path: created.append(
+            os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))))
+        fd = created[0]
+    else:
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
     try:
         try:
             yield fd
@@ -159,8 +213,9 @@ def _staged_fd(target: Path, mode: int, *, tagged: bool = False) -> Iterator[int
 
 @contextlib.contextmanager
 def atomic_file(path: str | os.PathLike[str], mode: int = 0o644) -> Iterator[BinaryIO]:
-    """Yield a binary file object; on clean exit it replaces ``path`` atomically."""
-    with _staged_fd(Path(path), mode) as fd, os.fdopen(fd, "wb", closefd=False) as handle:
+    """Yield a binary file object; on clean exit it replaces ``path`` (``regular_output``)
+    atomically."""
+    with _staged_fd(regular_output(path), mode) as fd, os.fdopen(fd, "wb", closefd=False) as handle:
         yield handle
 
 
@@ -169,7 +224,7 @@ def atomic_stream(path: str | os.PathLike[str], mode: int = 0o644, *, direct: bo
     """Like ``atomic_file`` for long sequential outputs: yields a ``DirectWriter`` (bytes
     and file ranges, written past the page cache unless ``direct`` is False). Errors
     writing, syncing or renaming are ``InputError``s naming ``path``."""
-    target = Path(path)
+    target = regular_output(path)
     try:
         remove_leftovers(target)
         with _staged_fd(target, mode, tagged=True) as fd:
@@ -287,11 +342,12 @@ def atomic_directory(
     """
     target = Path(path)
     check_output_parent(target)
+    _check_directory_target(target, owned_output)
     if owned_output:
         check_replaceable_output(target, force=force)
     try:
         remove_leftovers(target)
-        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.{_owner_tag()}.", suffix=".partial", dir=target.parent))
+        staging = _make_generated(target.parent, f".{target.name}", ".partial", lambda path: path.mkdir(0o700))
     except OSError as exc:
         raise InputError(f"{target}: cannot write here: {exc.strerror or exc}") from exc
     try:
@@ -309,15 +365,27 @@ def atomic_directory(
         raise InputError(f"{target}: cannot replace it: {exc.strerror or exc}") from exc
 
 
+def _check_directory_target(target: Path, owned_output: bool) -> None:
+    """A device, a FIFO or a socket is never swapped out for a directory, even forced; a
+    regular file only where ``check_replaceable_output`` decides (an operator's output)."""
+    try:
+        mode = os.lstat(target).st_mode
+    except FileNotFoundError:
+        return
+    special = not (stat.S_ISDIR(mode) or stat.S_ISREG(mode) or stat.S_ISLNK(mode))
+    if special or (not owned_output and not os.path.isdir(target)):
+        kind = file_kind(mode) if special or not stat.S_ISLNK(mode) else "a symlink to no directory"
+        raise InputError(f"{target}: is {kind}; this output is a directory (choose another path)")
+
+
 def _swap_in(staging: Path, target: Path) -> None:
     retired = None
     if os.path.lexists(target):
         if _exchange(staging, target):
             retired = staging  # now holds the previous tree
         else:
-            retired = Path(tempfile.mkdtemp(prefix=f".{target.name}.{_owner_tag()}.", suffix=".old", dir=target.parent))
-            os.rmdir(retired)
-            os.replace(target, retired)
+            retired = target.parent / generated_name(f".{target.name}", ".old")
+            os.rename(target, retired)  # a fresh random name: nothing there to replace
             os.replace(staging, target)
     else:
         os.replace(staging, target)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -40,6 +41,29 @@ def held_alone(directory: Path, what: str, instead: str = "give this one another
             ) from None
         os.ftruncate(descriptor, 0)
         os.pwrite(descriptor, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(descriptor)
+
+
+UPDATE_LOCK_SUFFIX = ".sparkflake-lock"
+
+
+@contextlib.contextmanager
+def updating_file(target: Path) -> Iterator[None]:
+    """Hold ``target``'s update lock for one read-modify-write of it: ``flock`` on the
+    sidecar ``.NAME.sparkflake-lock`` beside it (``target`` itself is replaced by every
+    atomic write, so it cannot carry the lock). A second run waits until the first has
+    written, then reads what it wrote: two updates of one file both stay."""
+    path = target.parent / f".{target.name}{UPDATE_LOCK_SUFFIX}"
+    try:
+        descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot lock {target} for an update: {exc.strerror or exc}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise InputError(f"{path}: not a regular file; it is where sparkflake locks {target} (remove it)")
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
         yield
     finally:
         os.close(descriptor)

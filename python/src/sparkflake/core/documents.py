@@ -25,6 +25,7 @@ from .errors import InputError, SparkflakeError
 MAX_DOCUMENT_BYTES = 4 << 20  # an index, manifest, config, spec or recipe is far smaller
 
 _KIND_OF_MODE = (
+    (stat.S_ISREG, "a regular file"),
     (stat.S_ISDIR, "a directory"),
     (stat.S_ISFIFO, "a FIFO"),
     (stat.S_ISCHR, "a character device"),
@@ -34,7 +35,7 @@ _KIND_OF_MODE = (
 
 
 def file_kind(mode: int) -> str:
-    """What a non-regular file is, in words ("a FIFO", "a character device", ...)."""
+    """What a file is, in words ("a FIFO", "a character device", ...)."""
     return next((name for test, name in _KIND_OF_MODE if test(mode)), "not a regular file")
 
 

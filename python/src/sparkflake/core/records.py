@@ -9,14 +9,13 @@ import binascii
 import json
 import os
 import re
-import stat
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import MISSING, fields
 from typing import Any, TypeVar
 
 from .digest import DIGEST_PATTERN, SHA256_HEX_PATTERN
-from .documents import parse_limit_error
+from .documents import parse_limit_error, read_regular_file
 from .errors import InputError
 from .urls import redacted, url_problem
 
@@ -184,27 +183,7 @@ def require_filename(path: str, value: object) -> str:
 
 def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
     """tomllib with errors that name the file (and line/column for syntax errors)."""
-    shown = os.fspath(path)
-    try:
-        # O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except IsADirectoryError:
-        raise InputError(f"{shown}: is a directory, expected a TOML file") from None
-    except OSError as exc:
-        raise InputError(f"{shown}: cannot read: {exc.strerror or exc}") from None
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        if stat.S_ISDIR(mode):
-            raise InputError(f"{shown}: is a directory, expected a TOML file")
-        raise InputError(f"{shown}: not a regular file, expected a TOML file")
-    os.set_blocking(fd, True)
-    with os.fdopen(fd, "rb") as handle:
-        try:
-            raw = handle.read()
-        except OSError as exc:
-            raise InputError(f"{shown}: cannot read: {exc.strerror or exc}") from None
-    return parse_toml_text(raw, shown)
+    return parse_toml_text(read_regular_file(path, "a TOML file"), os.fspath(path))
 
 
 def parse_toml_text(raw: bytes | str, shown: str) -> dict[str, Any]:

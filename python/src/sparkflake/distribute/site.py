@@ -13,12 +13,12 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
-import tomllib
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from ..core.documents import read_regular_file
 from ..core.errors import InputError
+from ..core.records import parse_toml_text
 from .site_service import (
     ServiceSettings,
     dump_service,
@@ -144,22 +144,12 @@ class Site:
 
 
 def load_site(path: str | os.PathLike[str]) -> Site:
-    source = Path(path)
-    try:
-        text = source.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"{source}: cannot read site file: {exc.strerror}") from exc
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{source}: site file is not UTF-8: {exc}") from exc
-    return parse_site(text, origin=str(source))
+    """The site file: a bounded read of a regular file (a FIFO or /dev/zero is refused)."""
+    return parse_site(read_regular_file(path, "a site file"), origin=os.fspath(path))
 
 
-def parse_site(text: str, *, origin: str = "<site>") -> Site:
-    try:
-        document = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"{origin}: not valid TOML: {exc}") from exc
-    return site_from_document(document, origin=origin)
+def parse_site(text: str | bytes, *, origin: str = "<site>") -> Site:
+    return site_from_document(parse_toml_text(text, origin), origin=origin)
 
 
 def site_from_document(document: dict[str, Any], *, origin: str = "<site>") -> Site:

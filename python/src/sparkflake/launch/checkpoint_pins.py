@@ -24,10 +24,11 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from ..core.atomic_write import write_bytes_atomic
+from ..core.atomic_write import regular_output, write_bytes_atomic
 from ..core.canonical_json import readable_json_bytes
 from ..core.digest import file_digest
-from ..core.documents import file_kind, objects_of_array, parse_json_object
+from ..core.directory_lock import updating_file
+from ..core.documents import file_kind, objects_of_array, parse_json_object, read_regular_file
 from ..core.errors import InputError
 from ..core.file_hashes import stat_identity
 from ..profile.model import CheckpointFile
@@ -211,28 +212,32 @@ def pin_checkpoint(
 def read_pins(path: str | os.PathLike[str]) -> CheckpointPins:
     """A pins file, read with a size bound (regular files only) and checked field by field."""
     shown = os.fspath(path)
-    try:
-        fd = os.open(shown, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
+    if not os.path.lexists(shown):
         raise InputError(
             f"{shown}: cannot read the checkpoint pins file: No such file or directory; write it with "
             f"`sparkflake checkpoint pin MODEL_DIR --role target -o {shown}` (and --role draft for the draft "
             "checkpoint), or copy the site's pins file there"
-        ) from None
-    except OSError as exc:
-        raise InputError(f"{shown}: cannot read the checkpoint pins file: {exc.strerror}") from None
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise InputError(f"{shown}: is {file_kind(mode) if not stat.S_ISDIR(mode) else 'a directory'}; "
-                             "expected a checkpoint pins file")
-        with os.fdopen(fd, "rb", closefd=False) as handle:
-            raw = handle.read(MAX_PINS_FILE_BYTES + 1)
-    finally:
-        os.close(fd)
-    if len(raw) > MAX_PINS_FILE_BYTES:
-        raise InputError(f"{shown}: larger than {MAX_PINS_FILE_BYTES} bytes; not a checkpoint pins file")
-    return parse_pins(raw, shown)
+        )
+    return parse_pins(read_regular_file(path, "the checkpoint pins file", MAX_PINS_FILE_BYTES), shown)
+
+
+def pins_of_profile(path: str | os.PathLike[str], profile: str) -> CheckpointPins:
+    """The pins file at ``path`` (empty when absent), refused when it pins another profile."""
+    pins = read_pins(path) if os.path.lexists(path) else CheckpointPins(profile)
+    if pins.profile != profile:
+        raise InputError(f"{os.fspath(path)}: pins checkpoints for profile {pins.profile}, not {profile}; "
+                         "use another -o FILE")
+    return pins
+
+
+def update_pins(path: str | os.PathLike[str], profile: str, role: str, pinned: PinnedCheckpoint) -> CheckpointPins:
+    """Record ``pinned`` as ``role`` in the pins file at ``path`` (made if absent), read and
+    written under its update lock: concurrent runs pinning into one file all stay."""
+    target = regular_output(path)
+    with updating_file(target):
+        updated = pins_of_profile(target, profile).with_role(role, pinned)
+        write_bytes_atomic(target, readable_json_bytes(updated.as_record()))
+    return updated
 
 
 def parse_pins(raw: bytes, shown: str) -> CheckpointPins:
@@ -279,10 +284,6 @@ def _known_keys(mapping: Mapping[str, Any], known: set[str], shown: str, place: 
     unknown = sorted(set(mapping) - known)
     if unknown:
         raise InputError(f"{shown}: {place}: unknown key {unknown[0]!r} (expected {', '.join(sorted(known))})")
-
-
-def write_pins(path: str | os.PathLike[str], pins: CheckpointPins) -> None:
-    write_bytes_atomic(path, readable_json_bytes(pins.as_record()))
 
 
 def pinned_files(

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import errno
 import fnmatch
-import json
 import os
 import socket
 from collections.abc import Mapping, Sequence
@@ -19,6 +18,7 @@ from typing import Any
 
 from ..core.check_result import FAIL, PASS, CheckResult
 from ..core.container_engine import Engine, container_exists, inspect_image
+from ..core.documents import read_json_file
 from ..core.errors import InputError
 from ..profile.model import CheckpointFile
 from ..runtime.capabilities import Capabilities
@@ -27,6 +27,7 @@ from .hashcache import VerifiedHashCache
 from .identity import inspect_state
 
 CACHE_ROOT_MARKER = ".sparkflake-cache-root.json"
+MAX_MARKER_BYTES = 64 << 10  # a marker is a few hundred bytes
 CACHE_ROOT_SCHEMA = "sparkflake.cache-root/v1"
 TOOL_DIR = ".sparkflake"
 QUARANTINE_DIR = "quarantine"
@@ -179,9 +180,9 @@ def check_cache_root_dedicated(root: Path, marker: Mapping[str, Any], allowed: s
     marker_path = root / CACHE_ROOT_MARKER
     if marker_path.exists():
         try:
-            found = json.loads(marker_path.read_bytes())
-        except (OSError, ValueError) as exc:
-            return CheckResult("cache-root.dedicated", FAIL, f"{marker_path}: unreadable ({exc})")
+            found = read_json_file(marker_path, "the cache root's marker", MAX_MARKER_BYTES)
+        except InputError as exc:
+            return CheckResult("cache-root.dedicated", FAIL, f"unreadable: {exc.message}")
         if found != dict(marker):
             return CheckResult(
                 "cache-root.dedicated",

@@ -36,7 +36,7 @@ from typing import Any
 from ..core.atomic_write import write_bytes_atomic
 from ..core.canonical_json import readable_json_bytes
 from ..core.digest import is_digest
-from ..core.documents import objects_of_array
+from ..core.documents import objects_of_array, parse_json_object, read_regular_file
 from ..core.errors import InputError
 from ..core.status import STATUSES
 
@@ -189,10 +189,7 @@ def load_evidence_dir(directory: str | Path) -> list[EvidenceRecord]:
         return []
     records = []
     for path in sorted(folder.glob("*.json")):
-        try:
-            text = path.read_bytes()
-        except OSError as exc:
-            raise InputError(f"{path}: cannot read: {exc.strerror}") from exc
+        text = read_regular_file(path, "an evidence record")
         records.append(parse_record(text, str(path)))
     return records
 
@@ -318,12 +315,7 @@ def load_built_image(digests_json: str | Path) -> BuiltImage | None:
     path = Path(digests_json)
     if not path.is_file():
         return None
-    try:
-        document = json.loads(path.read_bytes())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read digests: {exc}") from exc
-    if not isinstance(document, dict):
-        raise InputError(f"{path}: $: expected a JSON object")
+    document = parse_json_object(read_regular_file(path, "a build's digests.json"), str(path))
     manifest_digest = _digest(document, "manifest", str(path), "$")
     config_digest = _digest(document, "config", str(path), "$")
     return BuiltImage(manifest_digest, config_digest, str(path))

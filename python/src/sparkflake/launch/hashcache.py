@@ -18,9 +18,12 @@ from pathlib import Path
 
 from ..core.atomic_write import write_bytes_atomic
 from ..core.digest import sha256_file
+from ..core.documents import read_json_file
+from ..core.errors import InputError
 from ..core.file_hashes import stat_identity
 
 SCHEMA = "sparkflake.verified-hashes/v1"
+MAX_HASH_CACHE_BYTES = 64 << 20  # an entry per checkpoint file, ~200 bytes each
 
 
 class VerifiedHashCache:
@@ -33,10 +36,10 @@ class VerifiedHashCache:
         self.misses = 0
         if path is not None and not rehash:
             try:
-                document = json.loads(path.read_bytes())
+                document = read_json_file(path, "the hash cache", MAX_HASH_CACHE_BYTES)
                 if document.get("schema") == SCHEMA and isinstance(document.get("entries"), dict):
                     self.entries = document["entries"]
-            except (OSError, ValueError, AttributeError):
+            except (InputError, AttributeError):
                 self.entries = {}
 
     def sha256(self, file_path: str, stat: os.stat_result, hasher: Callable[[str], str] = sha256_file) -> str:

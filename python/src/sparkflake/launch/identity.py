@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import datetime
 import hashlib
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from typing import Any
 
 from ..core.atomic_write import write_bytes_atomic
 from ..core.canonical_json import canonical_json_bytes, readable_json_bytes
+from ..core.documents import read_json_file
 from ..core.errors import InputError
 
 IDENTITY_SCHEMA = "sparkflake.runtime-identity/v1"
@@ -217,8 +217,8 @@ class StateDecision:
 def read_identity_file(state_dir: Path) -> Any:
     """The identity stored in a state directory; None when absent or unreadable."""
     try:
-        return json.loads((state_dir / IDENTITY_FILE).read_bytes())
-    except (OSError, ValueError):
+        return read_json_file(state_dir / IDENTITY_FILE, "a state directory's identity")
+    except InputError:
         return None
 
 

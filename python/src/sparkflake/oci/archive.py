@@ -32,7 +32,7 @@ import os
 import secrets
 from pathlib import Path
 
-from ..core.atomic_write import atomic_stream
+from ..core.atomic_write import atomic_stream, regular_output
 from ..core.canonical_json import canonical_json_bytes
 from ..core.digest import digest_hex
 from ..core.errors import CheckFailed, InputError
@@ -267,7 +267,9 @@ def write_archives(
 
 def link_or_copy_atomic(source: Path, target: Path) -> Path:
     """``target`` becomes the same file as ``source`` (hard link), else a copy of it;
-    replaced in one rename, so a reader sees the old or the new archive, never none."""
+    replaced in one rename, so a reader sees the old or the new archive, never none. A
+    target that is not a regular file is refused (``regular_output``)."""
+    target = regular_output(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     if target.exists() and os.path.samefile(source, target):
         return target

@@ -6,7 +6,9 @@ A worker thread reads the blob, hashes it as stored (blob digest, size), detects
 compression from its first bytes and decompresses it; the reading thread hashes the
 decompressed bytes as it takes them (diffID). zlib, zstd and sha256 release the GIL, so
 on two cores the two threads overlap like ``gzip -dc | sha256sum``; the diffID is hashed
-on the reading side because decompression is the slower half.
+on the reading side because decompression is the slower half. Decompression gives pieces
+of at most ``decompression.PIECE_BYTES`` (one zstd block more) and the queue holds
+``QUEUE_CHUNKS`` of them: what a bomb costs in memory is that, not its inflated size.
 
 An error (the blob cannot be read, a corrupt or truncated stream, more decompressed bytes
 than the bound) is raised in the reading thread after the last good bytes: ``OSError``
@@ -26,7 +28,7 @@ from types import TracebackType
 from typing import BinaryIO
 
 from ..core.errors import CheckFailed
-from .compression import Decompressor, detect_compression
+from .decompression import Decompressor, detect_compression
 from .types import BlobRef
 
 READ_CHUNK = 1 << 20
@@ -111,7 +113,10 @@ class LayerStream:
                 if not failed:
                     assert decompressor is not None
                     try:
-                        self._pass_on(decompressor.decompress(chunk))
+                        for plain in decompressor.pieces(chunk):
+                            if self._stop.is_set():
+                                return
+                            self._pass_on(plain)
                     except ValueError as exc:
                         failed = True  # the rest of the blob is hashed, not decompressed
                         self._fail(exc)
@@ -138,8 +143,7 @@ class LayerStream:
         self._plain_total += len(plain)
         if self._bound is not None and self._plain_total > self._bound:
             raise ValueError(f"decompresses to more than the bound of {self._bound} bytes")
-        if plain:
-            self._chunks.put(plain)
+        self._chunks.put(plain)
 
     def _fail(self, error: BaseException) -> None:
         self._error = error

@@ -31,12 +31,14 @@ from typing import Any
 
 from ..core.atomic_write import atomic_file
 from ..core.digest import is_digest
-from ..core.documents import parse_json_object
+from ..core.documents import parse_json_object, read_json_file, read_regular_file
 from ..core.errors import CheckFailed, InputError
 from ..core.progress import ProgressCallback
 from .types import Platform, matching_entries, platform_text
 
 MANIFEST_LIMIT = 4 * 1024 * 1024
+MAX_CREDENTIALS_BYTES = 64 << 10  # {"username", "password"}, a token at most a few KiB
+MAX_CA_BYTES = 1 << 20  # a CA bundle (the system one is ~200 KiB)
 CHUNK = 1 << 20
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -138,17 +140,25 @@ class Credentials:
 
 
 def load_credentials(path: str | os.PathLike[str]) -> Credentials:
-    try:
-        document = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read registry credentials: {exc.strerror}") from exc
-    except ValueError as exc:
-        raise InputError(f"{path}: not JSON: {exc}") from exc
+    """The --auth-file: a bounded read of a regular file (a FIFO or /dev/zero is refused)."""
+    document = read_json_file(path, "registry credentials", MAX_CREDENTIALS_BYTES)
     if not isinstance(document, dict) or set(document) != {"username", "password"} or not all(
         isinstance(value, str) for value in document.values()
     ):
         raise InputError(f"{path}: expected {{\"username\": \"...\", \"password\": \"...\"}}")
     return Credentials(document["username"], document["password"])
+
+
+def _tls_context(ca_file: str | None) -> ssl.SSLContext:
+    """The system's trust, or the PEM certificates of ``ca_file`` read with a bound from a
+    regular file (given as ``cafile``, ssl would open a FIFO and wait without end)."""
+    if ca_file is None:
+        return ssl.create_default_context()
+    pem = read_regular_file(ca_file, "CA certificates (PEM)", MAX_CA_BYTES)
+    try:
+        return ssl.create_default_context(cadata=pem.decode("ascii"))
+    except (UnicodeDecodeError, ssl.SSLError) as exc:
+        raise InputError(f"{ca_file}: not PEM certificates: {exc}") from None
 
 
 # ---- the client -------------------------------------------------------------------------
@@ -172,7 +182,7 @@ class RegistryClient:
         self.insecure = insecure
         self.credentials = credentials
         self.timeout = timeout
-        self._tls = None if insecure else ssl.create_default_context(cafile=ca_file)
+        self._tls = None if insecure else _tls_context(ca_file)
         self._tokens: dict[str, str] = {}
         self._basic = False
 

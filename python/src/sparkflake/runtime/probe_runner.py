@@ -9,12 +9,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ..core.atomic_write import write_bytes_atomic
+from ..core.atomic_write import make_run_directory, write_bytes_atomic
 from ..core.check_result import FAIL, PASS, SKIP
 from . import bytecode, rootfs, sandbox
 from .check_report import Case, CheckReport
@@ -80,11 +79,9 @@ def run_probe(report: CheckReport, root: Path, scratch: Path, python: str, image
                cases: Sequence[Case], expected_versions: Mapping[str, str], timeout: float,
                host_work: HostWork, binds: Sequence[tuple[Path, str, bool]]) -> dict | None:
     pycache = _verified_pycache(scratch)
-    for stale in scratch.glob("probe-*"):  # left by a check that was killed
-        shutil.rmtree(stale, ignore_errors=True)
     env = probe_env(image_env, cases)
     host_work.start(pycache, _bytecode_facts(report, root, scratch, python, env))
-    work = Path(tempfile.mkdtemp(prefix="probe-", dir=scratch))
+    work = make_run_directory(scratch, "probe")  # after removing what a killed check left
     try:
         ship_probe(work)
         request = {"expected_versions": dict(expected_versions), "cases": [case.as_record() for case in cases]}

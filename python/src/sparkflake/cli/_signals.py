@@ -1,0 +1,117 @@
+"""SIGINT and SIGTERM for the CLI: one path out for both, without a traceback.
+
+SIGTERM (what ``timeout``, systemd and ``kill`` send) is raised where the command is, as
+SIGINT is: every ``except BaseException`` and ``finally`` on the way out runs, so staging
+directories go and the previous output stays; the command exits 143 (SIGINT: 130), as a
+shell reports a process ended by the signal.
+
+From the import of ``sparkflake.cli`` (the console script's first line) until a command
+runs, an interrupt ends the process at once with that status and one line: nothing has
+been written yet. This module imports only modules the interpreter has loaded before it
+runs any code of ours (``_signal``, ``_thread``, ``os``, ``sys``), so the handlers are in
+place before the rest of the CLI is imported; only what the interpreter does before that
+(under heavy load a few hundred milliseconds) is outside them.
+
+While a command runs (``InterruptsRaised``) the signal is raised; a second one is ignored
+while the first unwinds, so the cleanup is not cut short. Python cannot raise everywhere:
+an exception from a handler that lands in a ``__del__`` or an at-fork hook (``logging``
+registers one) is "ignored" and printed; such an interrupt is not printed but delivered
+again 10 ms later (``_thread.interrupt_main``), where it can land.
+"""
+
+from __future__ import annotations
+
+import _signal
+import _thread
+import os
+import sys
+
+EXIT_STATUS = {_signal.SIGINT: 130, _signal.SIGTERM: 143}  # 128 + the signal
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT. A subclass, not KeyboardInterrupt itself: CPython remembers a bare
+    KeyboardInterrupt that leaves code run by ``exec`` of a string (dataclasses make
+    their methods so) and then ends the process by SIGINT, whatever status we return."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like SIGINT."""
+
+
+class _State:
+    running = False  # a command runs: raise, do not exit
+    unwinding: int | None = None  # the signal whose exception is on its way out
+    swallowed = False  # that exception landed where Python could not raise it
+    handled = False  # the command's caller caught it
+    redelivery: object = None  # the timer that delivers a swallowed interrupt again
+
+
+_STATE = _State()
+_BEFORE_IMPORT: dict[int, object] = {}
+
+
+def caught(interrupt: KeyboardInterrupt) -> tuple[str, int]:
+    """The command's caller caught ``interrupt``: its line and exit status. A delivery
+    still pending is not needed any more."""
+    _STATE.handled = True
+    if isinstance(interrupt, Terminated):
+        return "sparkflake: terminated", EXIT_STATUS[_signal.SIGTERM]
+    return "sparkflake: interrupted", EXIT_STATUS[_signal.SIGINT]
+
+
+def _on_signal(signum: int, _frame: object) -> None:
+    if not _STATE.running:
+        os.write(2, b"sparkflake: interrupted\n" if signum == _signal.SIGINT else b"sparkflake: terminated\n")
+        os._exit(EXIT_STATUS[signum])
+    if _STATE.handled or (_STATE.unwinding is not None and not _STATE.swallowed):
+        return
+    _STATE.unwinding, _STATE.swallowed = signum, False
+    raise Terminated() if signum == _signal.SIGTERM else Interrupted()
+
+
+def _on_unraisable(unraisable, previous) -> None:  # noqa: ANN001 - sys.unraisablehook's argument
+    if not (isinstance(unraisable.exc_value, KeyboardInterrupt) and _STATE.unwinding is not None):
+        previous(unraisable)
+        return
+    import threading
+
+    _STATE.swallowed = True
+    _STATE.redelivery = threading.Timer(0.01, _thread.interrupt_main, (_STATE.unwinding,))
+    _STATE.redelivery.start()
+
+
+def install() -> None:
+    """Exit quietly on SIGINT and SIGTERM until a command runs (main thread only)."""
+    try:
+        for number in EXIT_STATUS:
+            _BEFORE_IMPORT.setdefault(number, _signal.signal(number, _on_signal))
+    except ValueError:  # imported outside the main thread: leave the handlers alone
+        pass
+
+
+class InterruptsRaised:
+    """``with InterruptsRaised():`` SIGINT and SIGTERM raise in the main thread for the
+    duration of the block; then the handlers from before ``sparkflake.cli`` was imported
+    come back (the CLI runs in-process in tests)."""
+
+    def __enter__(self) -> None:
+        import threading
+
+        self._previous: dict[int, object] = {}
+        if threading.current_thread() is not threading.main_thread():
+            return
+        self._previous = {number: _signal.signal(number, _on_signal) for number in EXIT_STATUS}
+        self._hook = sys.unraisablehook
+        sys.unraisablehook = lambda unraisable: _on_unraisable(unraisable, self._hook)
+        _STATE.running, _STATE.unwinding, _STATE.swallowed, _STATE.handled = True, None, False, False
+
+    def __exit__(self, kind: type[BaseException] | None, value: object, traceback: object) -> None:
+        if not self._previous:
+            return
+        _STATE.running = False
+        if _STATE.redelivery is not None:
+            _STATE.redelivery.cancel()  # type: ignore[attr-defined]
+        for number, handler in self._previous.items():
+            _signal.signal(number, _BEFORE_IMPORT.get(number, handler))
+        sys.unraisablehook = self._hook

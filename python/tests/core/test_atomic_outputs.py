@@ -1,0 +1,127 @@
+"""The one output writer (``core.atomic_write``, issue 28 class 1): every atomic write
+refuses a target that is not a regular file, at the moment it writes, whatever the CLI
+checked before; a symlink is resolved first (its target gets the bytes, the link stays)."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from sparkflake.core.atomic_write import (
+    _generated,
+    _name_check,
+    atomic_directory,
+    atomic_file,
+    atomic_stream,
+    generated_name,
+    host_tag,
+    write_bytes_atomic,
+)
+from sparkflake.core.errors import InputError
+
+pytestmark = pytest.mark.nix_sandbox
+
+
+def _writers():
+    def stream(path, content):
+        with atomic_stream(path, direct=False) as writer:
+            writer.write(content)
+
+    def handle(path, content):
+        with atomic_file(path) as sink:
+            sink.write(content)
+
+    return {"write_bytes_atomic": write_bytes_atomic, "atomic_file": handle, "atomic_stream": stream}
+
+
+@pytest.mark.parametrize("writer", sorted(_writers()))
+@pytest.mark.parametrize("kind", ["fifo", "directory", "symlink-to-fifo", "character-device"])
+def test_a_non_regular_target_is_refused_when_written(tmp_path, writer, kind):
+    if kind == "character-device" and os.geteuid() != 0:
+        pytest.skip("mknod needs root (CI runs as root)")
+    node = tmp_path / kind
+    if kind == "fifo":
+        os.mkfifo(node)
+    elif kind == "directory":
+        node.mkdir()
+    elif kind == "character-device":
+        os.mknod(node, 0o600 | stat.S_IFCHR, os.makedev(1, 7))
+    else:
+        os.mkfifo(tmp_path / "fifo")
+        node.symlink_to(tmp_path / "fifo")
+    before = os.lstat(node)
+    with pytest.raises(InputError, match="an output is written to a regular file only"):
+        _writers()[writer](node, b"{}\n")
+    after = os.lstat(node)
+    assert (after.st_ino, after.st_mode) == (before.st_ino, before.st_mode)
+    assert set(os.listdir(tmp_path)) == ({kind, "fifo"} if "symlink" in kind else {kind})  # no staging left
+
+
+@pytest.mark.parametrize("writer", sorted(_writers()))
+def test_a_symlink_to_a_regular_file_is_written_through(tmp_path, writer):
+    (tmp_path / "real.json").write_bytes(b"old\n")
+    (tmp_path / "link.json").symlink_to("real.json")
+    _writers()[writer](tmp_path / "link.json", b"new\n")
+    assert os.readlink(tmp_path / "link.json") == "real.json"
+    assert (tmp_path / "real.json").read_bytes() == b"new\n"
+
+
+def test_a_directory_output_is_not_swapped_with_a_file_or_a_fifo(tmp_path):
+    os.mkfifo(tmp_path / "out")
+    with pytest.raises(InputError, match="is a FIFO; this output is a directory"):
+        with atomic_directory(tmp_path / "out"):
+            pass
+    assert stat.S_ISFIFO(os.lstat(tmp_path / "out").st_mode) and os.listdir(tmp_path) == ["out"]
+
+
+# Leftover cleanup (issue 28, class 12) matches only names sparkflake generated: the shape
+# and a check of the host, pid and random token that an operator's name does not have.
+_NAME_PART = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789._-", min_size=1, max_size=20)
+
+
+@given(prefix=_NAME_PART, suffix=st.sampled_from(["", ".partial", ".old"]), pid=st.integers(1, 1 << 22))
+def test_generated_names_are_recognised_with_their_parts(prefix, suffix, pid):
+    name = generated_name(prefix, suffix, pid=pid)
+    match = _generated(name)
+    assert match is not None
+    assert (match["prefix"], match["suffix"] or "", int(match["pid"]), match["host"]) == (prefix, suffix, pid, host_tag())
+
+
+@given(prefix=_NAME_PART, pid=st.integers(1, 1 << 22), token=st.text(alphabet="0123456789abcdef", min_size=16, max_size=16),
+       suffix=st.sampled_from(["", ".partial", ".old"]))
+def test_names_of_the_same_shape_without_the_check_are_never_taken(prefix, pid, token, suffix):
+    name = f"{prefix}.{host_tag()}.pid{pid}.{token}{suffix}"
+    assume(token[8:] != _name_check(f"{prefix}.{host_tag()}.pid{pid}.{token[:8]}"))
+    assert _generated(name) is None
+    # and a generated name changed in any one character is not taken either
+    generated = generated_name(prefix, suffix, pid=pid)
+    position = len(prefix) + 1  # the host's first character
+    altered = generated[:position] + ("x" if generated[position] != "x" else "y") + generated[position + 1:]
+    assert _generated(altered) is None or _generated(altered)["host"] != host_tag()
+
+
+def test_an_operator_directory_shaped_like_a_leftover_is_kept(tmp_path):
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    operator = tmp_path / f".out.{host_tag()}.pid{gone.pid}.backup1234567890.old"
+    operator.mkdir()
+    (operator / "notes").write_text("mine\n")
+    leftover = tmp_path / generated_name(".out", ".partial", pid=gone.pid)
+    leftover.mkdir()
+    with atomic_directory(tmp_path / "out") as staging:
+        (staging / "new").write_text("new\n")
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted([operator.name, "out"])
+    assert (operator / "notes").read_text() == "mine\n"
+
+
+def test_a_forced_directory_output_still_never_replaces_a_fifo(tmp_path):
+    os.mkfifo(tmp_path / "out")
+    with pytest.raises(InputError, match="is a FIFO; this output is a directory"):
+        with atomic_directory(tmp_path / "out", owned_output=True, force=True):
+            pass
+    assert stat.S_ISFIFO(os.lstat(tmp_path / "out").st_mode) and os.listdir(tmp_path) == ["out"]

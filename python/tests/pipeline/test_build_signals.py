@@ -1,0 +1,96 @@
+"""SIGTERM and SIGINT (issue 28, class 7): what `timeout`, systemd and Ctrl-C send end a
+real `sparkflake build` of the fixture profile at any moment with 143 / 130, one line on
+stderr and no traceback; the staging directory, the run's work directory and its memory
+scratch are gone and the previous output is byte for byte what it was. An interrupt
+while the CLI starts (importing its command modules) prints no traceback either."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+FIXTURE = Path(__file__).resolve().parents[3] / "profiles" / "fixture"
+
+
+def _cli(*argv: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "sparkflake.cli", *argv], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _tree(directory: Path) -> dict[str, str]:
+    """Every file under ``directory`` by relative path, with its sha256."""
+    return {str(path.relative_to(directory)): hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in sorted(directory.rglob("*")) if path.is_file()}
+
+
+def _left_by(pid: int, *places: Path) -> list[Path]:
+    return [entry for place in places if place.is_dir() for entry in place.iterdir() if f".pid{pid}." in entry.name]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum, status, line", [(signal.SIGTERM, 143, "sparkflake: terminated"),
+                                                  (signal.SIGINT, 130, "sparkflake: interrupted")])
+def test_a_signalled_build_leaves_the_previous_output_and_no_staging(tmp_path, signum, status, line):
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    first = _cli("build", str(FIXTURE), "-o", str(out), "--cache", str(cache), "--offline")
+    assert first.wait(timeout=600) == 0, first.stderr.read() if first.stderr else ""
+    previous = _tree(out)
+    rng = random.Random(int(signum))
+    staged_hits = 0
+    for attempt in range(4):
+        build = _cli("build", str(FIXTURE), "-o", str(out), "--cache", str(cache), "--offline", "--no-tree-cache")
+        deadline = time.monotonic() + 120
+        # half the attempts wait until the output is being staged, half signal at a random moment
+        while time.monotonic() < deadline and build.poll() is None:
+            if attempt % 2 == 0 and _left_by(build.pid, tmp_path):
+                time.sleep(rng.uniform(0, 0.05))
+                staged_hits += 1
+                break
+            if attempt % 2 == 1 and time.monotonic() > deadline - 120 + rng.uniform(0.3, 2.5):
+                break
+            time.sleep(0.002)
+        build.send_signal(signum)
+        _, error = build.communicate(timeout=120)
+        assert "Traceback" not in error, error
+        if build.returncode in (0, -signum):
+            # it finished first (the build is deterministic: the same output), or the signal
+            # came while the interpreter exited, after sparkflake's handlers were gone
+            assert _tree(out) == previous and _left_by(build.pid, tmp_path) == []
+            continue
+        assert build.returncode == status, error
+        assert line in error
+        assert _left_by(build.pid, tmp_path, cache / "work", Path("/dev/shm")) == []
+        assert _tree(out) == previous
+    assert staged_hits >= 1  # at least one signal arrived while the output was staged
+
+
+# The console script's two lines (pip's and installer's entry-point wrapper), with a mark
+# between them: from then on every interrupt is sparkflake's to handle. Before it, the
+# interpreter's own start-up (site, encodings) prints what it prints.
+CONSOLE_SCRIPT = """
+import sys
+from sparkflake.cli import main
+sys.stderr.write("started\\n"); sys.stderr.flush()
+sys.exit(main())
+"""
+
+
+def test_an_interrupt_while_the_cli_starts_prints_no_traceback():
+    """The command modules are imported inside ``main`` (most of the start-up time)."""
+    rng = random.Random(28)
+    for _ in range(8):
+        started = subprocess.Popen([sys.executable, "-c", CONSOLE_SCRIPT, "profile", "list", "--profiles-dir",
+                                    str(FIXTURE.parent)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        assert started.stderr is not None and started.stderr.readline() == "started\n"
+        time.sleep(rng.uniform(0.0, 0.3))
+        started.send_signal(signal.SIGINT)
+        _, error = started.communicate(timeout=60)
+        assert "Traceback" not in error and "KeyboardInterrupt" not in error, error
+        assert started.returncode in (130, 0), error  # interrupted, or done before the signal
