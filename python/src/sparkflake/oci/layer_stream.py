@@ -2,11 +2,12 @@
 one streaming decompression of a layer (verification's scan, the runtime check's unpack,
 the receipt check's merged filesystem).
 
-A worker thread reads the blob, hashes it as stored (blob digest, size), detects its
-compression from its first bytes and decompresses it; the reading thread hashes the
-decompressed bytes as it takes them (diffID). zlib, zstd and sha256 release the GIL, so
-on two cores the two threads overlap like ``gzip -dc | sha256sum``; the diffID is hashed
-on the reading side because decompression is the slower half. Decompression gives pieces
+A worker thread reads the blob once, hashes it as stored (blob digest, size), detects
+its compression from its first bytes and decompresses it: gzip on every core
+(``member_inflate``: our layers are 4 MiB members, inflated in parallel and given on in
+order), zstd in the worker itself; the reading thread hashes the decompressed bytes as it
+takes them (diffID). zlib, zstd and sha256 release the GIL, so the threads overlap like
+``gzip -dc | sha256sum`` does, but with inflation (most of the cost) spread over the cores. Decompression gives pieces
 of at most ``decompression.PIECE_BYTES`` (one zstd block more) and the queue holds
 ``QUEUE_CHUNKS`` of them: what a bomb costs in memory is that, not its inflated size.
 
