@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import random
+import resource
 import shutil
 import statistics
 import subprocess
@@ -78,10 +79,22 @@ def build_image(work: Path, total_bytes: int, small_files: int) -> Path:
     return marker / "out"
 
 
-def timed(argv_list, env=None) -> float:
-    start = time.perf_counter()
+def children_cpu() -> float:
+    """CPU seconds (user + system) of the waited-for children so far: on a loaded machine
+    the share of the cores a run gets varies, the CPU it costs does not."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+CPU: dict[str, list[float]] = {"ours": [], "bound": [], "skopeo": [], "against": []}
+
+
+def timed(argv_list, env=None, cpu_key: str | None = None) -> float:
+    start, cpu = time.perf_counter(), children_cpu()
     for argv in argv_list:
         subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, env=env)
+    if cpu_key is not None:
+        CPU[cpu_key].append(children_cpu() - cpu)
     return time.perf_counter() - start
 
 
@@ -89,7 +102,7 @@ def bound(layout: Path) -> float:
     blobs = sorted(str(p) for p in (layout / "blobs" / "sha256").iterdir())
     index = json.loads((layout / "index.json").read_text())
     manifest = json.loads((layout / "blobs" / "sha256" / index["manifests"][0]["digest"][7:]).read_text())
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), children_cpu()
     subprocess.run(["sha256sum", *blobs], check=True, stdout=subprocess.DEVNULL)
     for layer in manifest["layers"]:
         path = layout / "blobs" / "sha256" / layer["digest"][7:]
@@ -98,6 +111,7 @@ def bound(layout: Path) -> float:
         gunzip.stdout.close()
         if gunzip.wait() != 0 or hasher.returncode != 0:
             raise SystemExit("bound pipeline failed")
+    CPU["bound"].append(children_cpu() - cpu)
     return time.perf_counter() - start
 
 
@@ -121,17 +135,17 @@ def main() -> None:
         audit += ["--expect-file", str(out / "digests.json")]
     ours, bounds, skopeo, against, loads = [], [], [], [], [os.getloadavg()]
     for _ in range(runs):
-        ours.append(timed([audit]))
+        ours.append(timed([audit], cpu_key="ours"))
         if args.against:
             env = {**os.environ, "PYTHONPATH": args.against}
-            against.append(timed([audit], env=env))
+            against.append(timed([audit], env=env, cpu_key="against"))
         bounds.append(bound(layout))
         copy_target = work / "skopeo-copy"
         shutil.rmtree(copy_target, ignore_errors=True)
         tag = json.loads((layout / "index.json").read_text())["manifests"][0]["annotations"][
             "org.opencontainers.image.ref.name"
         ]
-        skopeo.append(timed([["skopeo", "copy", "-q", f"oci:{layout}:{tag}", f"oci:{copy_target}:{tag}"]]))
+        skopeo.append(timed(cpu_key="skopeo", argv_list=[["skopeo", "copy", "-q", f"oci:{layout}:{tag}", f"oci:{copy_target}:{tag}"]]))
         shutil.rmtree(copy_target, ignore_errors=True)
         loads.append(os.getloadavg())
     result = {
@@ -145,6 +159,9 @@ def main() -> None:
         "ratio_vs_bound": statistics.median(ours) / statistics.median(bounds),
         "ratio_vs_skopeo_copy": statistics.median(ours) / statistics.median(skopeo),
         "all": {"ours": ours, "bound": bounds, "skopeo": skopeo},
+        "cpu_s": {key: statistics.median(values) for key, values in CPU.items() if values},
+        "cpu_ratio_vs_bound": statistics.median(CPU["ours"]) / statistics.median(CPU["bound"]),
+        "all_cpu": {key: values for key, values in CPU.items() if values},
         "load": os.getloadavg(),
         "load_per_run": loads,  # 1/5/15-minute load before the first run and after each
         "cores": os.cpu_count(),
