@@ -25,6 +25,7 @@ from sparkflake.oci.layer_stream import READ_CHUNK, LayerStream
 
 pytestmark = pytest.mark.nix_sandbox  # needs Python and zstd only
 
+STREAM_THREADS = ("layer-stream", "inflate", "inflate-order")
 ALGORITHMS = ("gzip-members", "gzip-stream", "zstd-frames", "zstd-stream", "none")
 
 
@@ -87,7 +88,7 @@ _READS = st.lists(st.integers(1, 70_000), max_size=4)
 
 
 def _no_stream_threads() -> bool:
-    return not any(thread.name == "layer-stream" for thread in threading.enumerate())
+    return not any(thread.name in STREAM_THREADS for thread in threading.enumerate())
 
 
 @given(algorithm=st.sampled_from(ALGORITHMS), blocks=_BLOCKS, blob_reads=_READS,

@@ -111,6 +111,11 @@ class Decompressor:
         self._carry = data[self._zstd.consumed :]  # a header cut by the chunk (< 18 bytes)
         self._in_member = self._zstd.inside_frame or bool(self._carry)
 
+    @property
+    def at_member_end(self) -> bool:
+        """Every member or frame fed so far ended: what follows may start a new one."""
+        return not self._in_member
+
     def finish(self) -> None:
         if self._in_member:
             raise ValueError(f"truncated {self.algorithm} stream")

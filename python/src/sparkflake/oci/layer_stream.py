@@ -2,11 +2,12 @@
 one streaming decompression of a layer (verification's scan, the runtime check's unpack,
 the receipt check's merged filesystem).
 
-A worker thread reads the blob, hashes it as stored (blob digest, size), detects its
-compression from its first bytes and decompresses it; the reading thread hashes the
-decompressed bytes as it takes them (diffID). zlib, zstd and sha256 release the GIL, so
-on two cores the two threads overlap like ``gzip -dc | sha256sum``; the diffID is hashed
-on the reading side because decompression is the slower half. Decompression gives pieces
+A worker thread reads the blob once, hashes it as stored (blob digest, size), detects
+its compression from its first bytes and decompresses it: gzip on every core
+(``member_inflate``: our layers are 4 MiB members, inflated in parallel and given on in
+order), zstd in the worker itself; the reading thread hashes the decompressed bytes as it
+takes them (diffID). zlib, zstd and sha256 release the GIL, so the threads overlap like
+``gzip -dc | sha256sum`` does, but with inflation (most of the cost) spread over the cores. Decompression gives pieces
 of at most ``decompression.PIECE_BYTES`` (one zstd block more) and the queue holds
 ``QUEUE_CHUNKS`` of them: what a bomb costs in memory is that, not its inflated size.
 
@@ -29,6 +30,7 @@ from typing import BinaryIO
 
 from ..core.errors import CheckFailed
 from .decompression import Decompressor, detect_compression
+from .member_inflate import MemberInflater
 from .types import BlobRef
 
 READ_CHUNK = 1 << 20
@@ -67,10 +69,12 @@ class LayerStream:
         *,
         max_uncompressed_bytes: int | None = None,
         on_bytes: Callable[[int], None] | None = None,
+        segments: dict[str, int] | None = None,
     ) -> None:
         self._handle = handle
         self._bound = max_uncompressed_bytes
         self._on_bytes = on_bytes
+        self._segments = segments or {}  # MemberInflater's threads, min_segment, max_segment (tests)
         self._blob_hasher = hashlib.sha256()
         self._diff_hasher = hashlib.sha256()
         self._size = 0
@@ -99,37 +103,71 @@ class LayerStream:
         self.close()
 
     def _produce(self) -> None:
-        failed = False
         try:
             chunk = self._head()
-            decompressor = Decompressor(detect_compression(chunk)) if chunk else None
-            if decompressor is not None:
-                self._compression = decompressor.algorithm
-            while chunk and not self._stop.is_set():
-                self._blob_hasher.update(chunk)
-                self._size += len(chunk)
-                if self._on_bytes is not None:
-                    self._on_bytes(len(chunk))
-                if not failed:
-                    assert decompressor is not None
-                    try:
-                        for plain in decompressor.pieces(chunk):
-                            if self._stop.is_set():
-                                return
-                            self._pass_on(plain)
-                    except ValueError as exc:
-                        failed = True  # the rest of the blob is hashed, not decompressed
-                        self._fail(exc)
-                chunk = self._handle.read(READ_CHUNK)
-            if failed or self._stop.is_set():
-                return
-            if decompressor is not None:
-                decompressor.finish()
-            self._complete = True
-            self._chunks.put(_END)
+            algorithm = detect_compression(chunk) if chunk else "none"
+            if algorithm == "gzip":
+                self._compression = algorithm
+                self._produce_gzip(chunk)
+            else:
+                self._produce_serially(chunk)
         except BaseException as exc:  # noqa: BLE001 - re-raised in the reading thread
-            if not failed:  # after a stream error that error stands
+            if self._error is None:  # after a stream error that error stands
                 self._fail(exc)
+
+    def _read_on(self, chunk: bytes) -> bytes:
+        """Hash a chunk as stored; the next one."""
+        self._blob_hasher.update(chunk)
+        self._size += len(chunk)
+        if self._on_bytes is not None:
+            self._on_bytes(len(chunk))
+        return self._handle.read(READ_CHUNK)
+
+    def _produce_serially(self, chunk: bytes) -> None:
+        failed = False
+        decompressor = Decompressor(detect_compression(chunk)) if chunk else None
+        if decompressor is not None:
+            self._compression = decompressor.algorithm
+        while chunk and not self._stop.is_set():
+            if not failed:
+                assert decompressor is not None
+                try:
+                    for plain in decompressor.pieces(chunk):
+                        if self._stop.is_set():
+                            return
+                        self._pass_on(plain)
+                except ValueError as exc:
+                    failed = True  # the rest of the blob is hashed, not decompressed
+                    self._fail(exc)
+            chunk = self._read_on(chunk)
+        if failed or self._stop.is_set():
+            return
+        if decompressor is not None:
+            decompressor.finish()
+        self._complete = True
+        self._chunks.put(_END)
+
+    def _produce_gzip(self, chunk: bytes) -> None:
+        """gzip members are inflated on every core (``member_inflate``) while this
+        thread reads and hashes the blob."""
+        inflater = MemberInflater(self._pass_on, self._stop, **self._segments)
+        try:
+            while chunk and not self._stop.is_set():
+                inflater.add(chunk)
+                chunk = self._read_on(chunk)
+        except BaseException:
+            inflater.abandon()
+            inflater.result()
+            raise
+        inflater.end()
+        error = inflater.result()
+        if self._stop.is_set():
+            return
+        if error is not None:
+            self._fail(error)
+            return
+        self._complete = True
+        self._chunks.put(_END)
 
     def _head(self) -> bytes:
         """The first chunk, with at least the bytes that name its compression (a stream
