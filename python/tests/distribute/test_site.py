@@ -98,7 +98,7 @@ def test_load_site_reads_a_file(tmp_path) -> None:
     path = tmp_path / "site.toml"
     path.write_text(FOUR_RING)
     assert load_site(path) == parse_site(FOUR_RING)
-    with pytest.raises(InputError, match="cannot read site file"):
+    with pytest.raises(InputError, match="cannot read a site file"):
         load_site(tmp_path / "missing.toml")
 
 
@@ -135,7 +135,7 @@ def test_load_site_reads_a_file(tmp_path) -> None:
                              'order = ["spark0", "spark1", "spark2"]'), "not in the order"),
         (lambda t: t.replace('data_dir = "/var/lib/sparkflake"', 'data_dir = "relative"', 1), "expected an absolute path"),
         (lambda t: t + "\n[[links]]\nname = \"l01\"\nendpoints = [\"spark0\", \"spark1\"]\n", "links\\[\\].name: duplicate"),
-        (lambda t: t.replace("[ssh]", "[ssh\n"), "not valid TOML"),
+        (lambda t: t.replace("[ssh]", "[ssh\n"), "invalid TOML"),
     ],
 )
 def test_bad_site_files_are_refused_with_the_place(edit, message) -> None:
