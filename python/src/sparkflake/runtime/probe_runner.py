@@ -22,7 +22,7 @@ from .env_evidence import find_names
 
 PROBE_DIRECTORY = Path(__file__).with_name("in_image")
 # The probe's modules, shipped side by side: probe.py imports the others by these names
-PROBE_MODULES = ("probe.py", "probe_capabilities.py", "probe_cases.py", "probe_support.py")
+PROBE_MODULES = ("probe.py", "probe_capabilities.py", "probe_cases.py", "probe_engine.py", "probe_support.py")
 MAX_RESULT_BYTES = 32 << 20
 INSIDE = "/tmp/sparkflake"
 PYCACHE_INSIDE = "/tmp/sparkflake-pycache"
@@ -78,7 +78,8 @@ class HostWork:
 
 def run_probe(report: CheckReport, root: Path, scratch: Path, python: str, image_env: Mapping[str, str],
                cases: Sequence[Case], expected_versions: Mapping[str, str], timeout: float,
-               host_work: HostWork, binds: Sequence[tuple[Path, str, bool]]) -> dict | None:
+               host_work: HostWork, binds: Sequence[tuple[Path, str, bool]],
+               device: Mapping[str, object] | None = None) -> dict | None:
     pycache = _verified_pycache(scratch)
     for stale in scratch.glob("probe-*"):  # left by a check that was killed
         shutil.rmtree(stale, ignore_errors=True)
@@ -88,6 +89,8 @@ def run_probe(report: CheckReport, root: Path, scratch: Path, python: str, image
     try:
         ship_probe(work)
         request = {"expected_versions": dict(expected_versions), "cases": [case.as_record() for case in cases]}
+        if device is not None:
+            request["device"] = dict(device)
         (work / "request.json").write_text(json.dumps(request, sort_keys=True))
         command = sandbox.sandbox_argv(
             root,

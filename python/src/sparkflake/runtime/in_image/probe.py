@@ -6,8 +6,8 @@ then has vLLM's, SparkCache's and the other components' own code say what the im
 (``probe_capabilities``) and accept (or refuse) each launch spec it is given
 (``probe_cases``).
 
-Input (argv[1], JSON): ``{"expected_versions": {dist: version}, "cases": [{"name",
-"serve_args": [...], "env": {...}}]}``. Output (argv[2]): one JSON document with the
+Input (argv[1], JSON): ``{"expected_versions": {dist: version}, "device": {...} (the
+profile's [device], or absent), "cases": [{"name", "serve_args": [...], "env": {...}}]}``. Output (argv[2]): one JSON document with the
 versions, the capabilities (what this image's code offers) and, per case, one verdict
 per judgement. The probe never raises: every failure becomes data with its message.
 
@@ -32,6 +32,7 @@ import warnings
 
 from probe_capabilities import capabilities
 from probe_cases import judge_case, warm_model_registry
+from probe_engine import install_device
 from probe_support import (
     CAPTURE,
     ENV_READS,
@@ -156,9 +157,11 @@ def main(argv: list[str]) -> int:
         started = time.monotonic()
         if imports.get("vllm", {}).get("ok"):
             try:
-                result["platform"] = select_platform()
+                result["platform"] = (install_device(request["device"]) if request.get("device")
+                                      else select_platform())
             except BaseException as exc:  # noqa: BLE001
-                result["platform"] = {"error": error_text(exc)}
+                result["device_error"] = error_text(exc)
+                result["platform"] = select_platform()
         PHASE_SECONDS["platform"] = round(time.monotonic() - started, 3)
         started = time.monotonic()
         result["versions"] = versions(request.get("expected_versions", {}))

@@ -12,6 +12,7 @@ import io
 import os
 import types
 
+from probe_engine import judge_engine
 from probe_support import error_text
 
 
@@ -193,6 +194,8 @@ def judge_case(case: dict[str, object]) -> dict[str, object]:
             if kv_config.kv_connector == "SparkContextCacheConnector":
                 verdict["sparkcache"] = judge_sparkcache(engine_args, kv_config)
     verdict["configs"] = configs
+    # last: create_engine_config resolves the engine arguments in place
+    verdict["engine"] = judge_engine(engine_args, headless=bool(getattr(args, "headless", False)))
     return verdict
 
 
