@@ -11,7 +11,12 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparkflake.runtime.driver_stand_in import SONAME, build_stand_in, driver_imports, stand_in_source
+from sparkflake.runtime.driver_stand_in import (
+    SONAME,
+    build_stand_in,
+    driver_imports,
+    stand_in_source,
+)
 
 GCC, READELF = "aarch64-linux-gnu-gcc", "aarch64-linux-gnu-readelf"
 SITE = "opt/venv/lib/python3.11/site-packages"
