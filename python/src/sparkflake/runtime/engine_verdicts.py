@@ -34,6 +34,14 @@ SELECTING_FLAGS = ("--attention-backend", "--moe-backend", "--linear-backend", "
                    "--decode-context-parallel-size", "--gpu-memory-utilization", "--kv-cache-memory-bytes")
 
 
+def kernel_family(choice: str) -> str | None:
+    """The toolchain a selected backend's or kernel's code comes from, as the probe's
+    ``kernel_toolchains`` names them (None: vLLM's own compiled extensions, whose sm_121
+    code the check cannot run without a GPU)."""
+    lowered = choice.lower()
+    return next((family for family in ("flashinfer", "triton", "b12x") if family in lowered), None)
+
+
 def _flag(args: Sequence[str], flag: str) -> str:
     return args[args.index(flag) + 1] if flag in args and args.index(flag) + 1 < len(args) else ""
 
@@ -58,8 +66,10 @@ def _ok(entry: Any) -> bool:
     return isinstance(entry, Mapping) and bool(entry.get("ok"))
 
 
-def judge_engine(report: CheckReport, case: Case, engine: Any) -> KernelSelection | None:
-    """The engine-start checks of one case; what vLLM chose for it (None: not judged)."""
+def judge_engine(report: CheckReport, case: Case, engine: Any,
+                 toolchains: Mapping[str, Any] | None = None) -> KernelSelection | None:
+    """The engine-start checks of one case; what vLLM chose for it (None: not judged).
+    ``toolchains``: the probe's kernel_toolchains, by which a chosen kernel is loadable."""
     name = case.name
     if not isinstance(engine, Mapping) or not isinstance(engine.get("engine_config"), Mapping):
         report.add("runtime.engine-config", FAIL, f"{name}: the probe did not take the case through vLLM's "
@@ -83,6 +93,7 @@ def judge_engine(report: CheckReport, case: Case, engine: Any) -> KernelSelectio
             if step != "draft.vllm_config":
                 layers[step] = LayerChoice(choice, None)
                 report.add("runtime.layer-kernel", PASS, f"{name}: {what}: vLLM selects {choice}")
+                _judge_loadable(report, name, what, choice, toolchains or {})
         else:
             layers[step] = LayerChoice(None, str(entry.get("error")))
             report.add("runtime.layer-kernel", FAIL, f"{name}: {what} ({setting}): vLLM refuses: {entry.get('error')}")
@@ -100,6 +111,24 @@ def judge_engine(report: CheckReport, case: Case, engine: Any) -> KernelSelectio
             report.add("runtime.memory", FAIL, f"{name}: --gpu-memory-utilization/--kv-cache-memory-bytes: "
                        f"{memory.get('error')}")
     return KernelSelection(selecting_settings(case), layers, settled)
+
+
+def _judge_loadable(report: CheckReport, name: str, what: str, choice: str, toolchains: Mapping[str, Any]) -> None:
+    family = kernel_family(choice)
+    if family is None:
+        report.add("runtime.kernel-loadable", PASS, f"{name}: {what}: {choice} runs vLLM's own compiled kernels "
+                   "(that they run on the device is not checkable without a GPU)")
+        return
+    toolchain = toolchains.get(family)
+    if not isinstance(toolchain, Mapping):
+        report.add("runtime.kernel-loadable", FAIL, f"{name}: {what}: {choice}: the probe did not report how "
+                   f"{family} kernels are built")
+    elif not toolchain.get("ok"):
+        report.add("runtime.kernel-loadable", FAIL, f"{name}: {what}: vLLM selects {choice}, whose {family} "
+                   f"kernels cannot be built in the image: {toolchain.get('error')}")
+    else:
+        report.add("runtime.kernel-loadable", PASS, f"{name}: {what}: {choice}: {family} kernels can be built "
+                   "in the image (that they run on the device is not checkable without a GPU)")
 
 
 def _judge_block_size(report: CheckReport, case: Case, block: Mapping[str, Any]) -> int | None:

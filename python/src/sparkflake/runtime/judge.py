@@ -63,7 +63,7 @@ def judge_result(report: CheckReport, result: Mapping[str, Any], cases: Sequence
             continue
         _judge_case(report, case, verdict, capabilities)
         if engine_judged and "engine_args" in verdict and _verdict_status(verdict["engine_args"])[0]:
-            selection = judge_engine(report, case, verdict.get("engine"))
+            selection = judge_engine(report, case, verdict.get("engine"), capabilities.get("kernel_toolchains"))
             if selection is not None:
                 selections.append(selection)
         unread = [name for name in sorted(case.env) if evidence.get(name) is None]

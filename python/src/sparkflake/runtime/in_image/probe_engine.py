@@ -18,6 +18,8 @@ name was read in the image's vLLM 0.33.0 (paths relative to site-packages/vllm).
 
 from __future__ import annotations
 
+import time
+
 from probe_support import error_text
 
 GIB = 1 << 30
@@ -306,6 +308,7 @@ def _enum_name(value) -> str | None:
 
 def judge_engine(engine_args, headless: bool) -> dict[str, object]:
     """One case through vLLM's engine start: each step's verdict, vLLM's reason on refusal."""
+    started = time.monotonic()
     record: dict[str, object] = {}
     if "total_memory_gib" not in DEVICE_STAND_IN:
         record["engine_config"] = {"ok": False, "error": "the profile states no [device]: vLLM's start is not "
@@ -324,4 +327,73 @@ def judge_engine(engine_args, headless: bool) -> dict[str, object]:
     if chosen:
         _step(record, "block_size", lambda: _block_size(vllm_config, chosen))
     _step(record, "memory", lambda: _memory(vllm_config))
+    record["seconds"] = round(time.monotonic() - started, 3)
     return record
+
+
+def kernel_toolchains() -> dict[str, dict[str, object]]:
+    """What each kernel family of the image compiles or loads its kernels with, checked as
+    far as it can be without a GPU (each entry: ``ok`` and what was found or missing).
+
+    - FlashInfer: its precompiled kernels (flashinfer-cubin, flashinfer-jit-cache), else its
+      JIT: nvcc under get_cuda_path() (flashinfer/jit/cpp_ext.py:48: CUDA_HOME, CUDA_PATH,
+      ``which nvcc``), ninja on PATH (vLLM's has_flashinfer, vllm/utils/flashinfer.py:88),
+      and the host C++ compiler nvcc hands the host code to (torch.utils.cpp_extension.
+      get_cxx_compiler: CXX, else ``c++``).
+    - Triton: it compiles its CUDA launcher (triton/backends/nvidia/driver.py CudaUtils,
+      driver.c) with a C compiler at first use (triton/runtime/build.py _find_compiler: CC,
+      gcc, clang); its ptxas is in the wheel.
+    - b12x: CuTe DSL kernels compiled in-process by nvidia-cutlass-dsl (no host compiler).
+    What cannot be checked without a GPU: that a compiled kernel runs on sm_121."""
+    import importlib.util
+    import os
+    import shutil
+
+    found: dict[str, dict[str, object]] = {}
+
+    def record(name: str, producer) -> None:
+        try:
+            found[name] = producer()
+        except BaseException as exc:  # noqa: BLE001
+            found[name] = {"ok": False, "error": error_text(exc)}
+
+    def flashinfer() -> dict[str, object]:
+        from vllm.utils.flashinfer import has_flashinfer
+
+        precompiled = [name for name in ("flashinfer_cubin", "flashinfer_jit_cache")
+                       if importlib.util.find_spec(name) is not None]
+        cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+        if not cuda_home and shutil.which("nvcc"):
+            cuda_home = os.path.dirname(os.path.dirname(shutil.which("nvcc")))
+        nvcc = shutil.which(os.path.join(cuda_home, "bin", "nvcc")) if cuda_home else None
+        cxx = os.environ.get("CXX") or "c++"
+        entry = {"has_flashinfer": bool(has_flashinfer()), "precompiled": precompiled, "cuda_home": cuda_home,
+                 "nvcc": nvcc, "ninja": shutil.which("ninja"), "host_cxx": shutil.which(cxx)}
+        missing = [what for what, present in (("nvcc (CUDA_HOME)", nvcc), ("ninja", entry["ninja"]),
+                                              (f"a host C++ compiler ({cxx}) for nvcc", entry["host_cxx"]))
+                   if not present]
+        entry["ok"] = bool(precompiled) or not missing
+        if not entry["ok"]:
+            entry["error"] = ("no precompiled FlashInfer kernels (flashinfer-cubin, flashinfer-jit-cache) and its "
+                              f"JIT lacks {', '.join(missing)}")
+        return entry
+
+    def triton() -> dict[str, object]:
+        from triton.runtime.build import _find_compiler
+
+        compiler = _find_compiler("c")
+        resolved = shutil.which(compiler)
+        if resolved is None:
+            return {"ok": False, "error": f"Triton's C compiler {compiler!r} is not in the image"}
+        return {"ok": True, "c_compiler": resolved}
+
+    def b12x() -> dict[str, object]:
+        import cutlass.cute  # noqa: F401 - nvidia-cutlass-dsl, what b12x compiles with
+
+        return {"ok": True, "compiler": "nvidia-cutlass-dsl (in-process)"}
+
+    record("flashinfer", flashinfer)
+    record("triton", triton)
+    record("b12x", b12x)
+    return found
+
