@@ -40,9 +40,14 @@ def _engine(**steps):
     return engine
 
 
-def _judge(case, engine):
+TOOLCHAINS = {"flashinfer": {"ok": True, "nvcc": "/opt/venv/lib/python3.11/site-packages/nvidia/cu13/bin/nvcc"},
+              "triton": {"ok": True, "c_compiler": "/usr/bin/gcc"}, "b12x": {"ok": True}}
+
+
+def _judge(case, engine, toolchains=TOOLCHAINS):
     report = CheckReport()
-    result = {"imports": {"vllm": {"ok": True}}, "versions": {}, "capabilities": {}, "env_reads": [],
+    result = {"imports": {"vllm": {"ok": True}}, "versions": {}, "capabilities": {"kernel_toolchains": toolchains},
+              "env_reads": [],
               "cases": [{"name": case.name, **GOOD, "engine": engine}]}
     selections = judge_result(report, result, [case], {}, {}, engine_judged=True)
     return report, selections
@@ -82,6 +87,21 @@ def test_each_refusal_fails_naming_the_layer_the_setting_and_vllms_reason():
     (memory,) = _failed(report, "runtime.memory")
     assert "less than desired GPU memory utilization (0.86" in memory
     assert set(selection.refusals) == {"target.sparse_mla_attention", "mtp.moe", "memory"}
+
+
+def test_a_selected_kernel_the_image_cannot_build_fails_naming_what_is_missing():
+    toolchains = {**TOOLCHAINS, "triton": {"ok": False, "error": "Triton's C compiler 'gcc' is not in the image"},
+                  "flashinfer": {"ok": False, "error": "no precompiled FlashInfer kernels (flashinfer-cubin, "
+                                 "flashinfer-jit-cache) and its JIT lacks a host C++ compiler (c++) for nvcc"}}
+    report, _ = _judge(Case("good", ARGS, {}), _engine(), toolchains)
+    failed = _failed(report, "runtime.kernel-loadable")
+    assert any("target attention (sparse MLA): vLLM selects FLASHINFER_MLA_SPARSE_SM120, whose flashinfer kernels "
+               "cannot be built in the image: " in detail and "host C++ compiler" in detail for detail in failed)
+    assert any("DFlash draft attention" in detail and "C compiler 'gcc'" in detail for detail in failed)
+    # vLLM's own compiled kernels and b12x's in-process compiler are not refused
+    assert not any("B12xExperts" in detail or "target MoE" in detail for detail in failed)
+    report, _ = _judge(Case("good", ARGS, {}), _engine(), {})
+    assert any("did not report how flashinfer kernels are built" in d for d in _failed(report, "runtime.kernel-loadable"))
 
 
 def test_a_start_vllm_refuses_outright_and_an_unjudged_case_fail():

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..compose.python_env import DEFAULT_PREFIX
 from ..core.canonical_json import canonical_json_bytes
 from .contract import LaunchContract
 from .resolution import Resolution
@@ -171,6 +172,11 @@ def serve_args(
     return tuple(args)
 
 
+# the CUDA toolkit the image's wheels carry (nvidia-cuda-nvcc, -cccl, -crt, -runtime under
+# site-packages/nvidia/cu13 of the image's environment, compose/python_env.py DEFAULT_PREFIX)
+IMAGE_CUDA_HOME = f"{DEFAULT_PREFIX}/lib/python3.11/site-packages/nvidia/cu13"
+
+
 def container_env(resolution: Resolution, jit_root: str) -> dict[str, str]:
     v = resolution.values
     env = {
@@ -185,6 +191,12 @@ def container_env(resolution: Resolution, jit_root: str) -> dict[str, str]:
         "TORCHINDUCTOR_CACHE_DIR": f"{jit_root}/inductor",
         "FLASHINFER_WORKSPACE_BASE": f"{jit_root}/flashinfer",
         "CUDA_CACHE_PATH": f"{jit_root}/cuda",
+        # FlashInfer's JIT finds nvcc at $CUDA_HOME/bin/nvcc (flashinfer/jit/cpp_ext.py:48
+        # get_cuda_path: CUDA_HOME, then CUDA_PATH, then `which nvcc`) and vLLM's
+        # has_flashinfer() looks there too (vllm/utils/flashinfer.py:61); the image's
+        # toolkit is the nvidia-cuda-nvcc wheel's, off PATH. The runtime check verifies
+        # that nvcc is there (runtime-capabilities: kernel_toolchains.flashinfer).
+        "CUDA_HOME": IMAGE_CUDA_HOME,
     }
     if v["SOCKET_IFNAME"]:
         env["NCCL_SOCKET_IFNAME"] = v["SOCKET_IFNAME"]

@@ -90,7 +90,7 @@ class Capabilities:
         return next((selection for selection in self.kernel_selections if dict(selection.settings) == wanted), None)
 
     def as_record(self) -> dict[str, Any]:
-        return {
+        record = {
             "schema": SCHEMA,
             "image": {"manifest_digest": self.manifest_digest, "config_digest": self.config_digest,
                       "platform": self.platform},
@@ -110,8 +110,10 @@ class Capabilities:
             "quantization_methods": list(self.quantization_methods),
             "plugin_warnings": list(self.plugin_warnings),
             "vllm_platform": self.vllm_platform,
-            "kernel_selections": _unique_records(self.kernel_selections),
         }
+        if self.kernel_selections:  # left out when the check judged no engine start
+            record["kernel_selections"] = _unique_records(self.kernel_selections)
+        return record
 
 
 def _unique_records(selections: tuple[KernelSelection, ...]) -> list[dict[str, Any]]:
