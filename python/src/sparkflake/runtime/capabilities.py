@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,32 @@ from ..core.errors import InputError
 SCHEMA = "sparkflake.runtime-capabilities/v1"
 FILE_NAME = "runtime-capabilities.json"
 MAX_BYTES = 4 << 20
+
+
+# the serve arguments that decide vLLM's kernel selection, as KernelSelection.settings keys
+SELECTING_FLAGS = ("--attention-backend", "--moe-backend", "--linear-backend", "--kv-cache-dtype", "--block-size",
+                   "--decode-context-parallel-size", "--gpu-memory-utilization", "--kv-cache-memory-bytes")
+
+
+def _flag(args: Sequence[str], flag: str) -> str:
+    return args[args.index(flag) + 1] if flag in args and args.index(flag) + 1 < len(args) else ""
+
+
+def selecting_settings(serve_args: Sequence[str]) -> dict[str, str]:
+    """The serve arguments of a launch that decide what vLLM selects (empty: not given),
+    with the speculative method and the draft's own backend fields: the key under which
+    the runtime check records a judged launch and the launcher finds it again."""
+    args = list(serve_args)
+    settings = {flag.lstrip("-"): _flag(args, flag) for flag in SELECTING_FLAGS}
+    try:
+        speculative = json.loads(_flag(args, "--speculative-config") or "{}")
+    except ValueError:
+        speculative = {}
+    if not isinstance(speculative, dict):
+        speculative = {}
+    for key in ("method", "attention_backend", "moe_backend", "kv_cache_dtype"):
+        settings[f"speculative.{key}"] = str(speculative.get(key) or "")
+    return settings
 
 
 @dataclass(frozen=True)

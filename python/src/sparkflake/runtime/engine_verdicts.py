@@ -11,12 +11,11 @@ the profile's device, and the KV budget within it).
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from ..core.check_result import FAIL, PASS
-from .capabilities import KernelSelection, LayerChoice
+from .capabilities import KernelSelection, LayerChoice, selecting_settings
 from .check_report import Case, CheckReport
 
 # step in the probe's record -> (what it is, the launch setting that decides it)
@@ -29,37 +28,12 @@ LAYER_STEPS: Mapping[str, tuple[str, str]] = {
     "mtp.sparse_mla_attention": ("MTP head attention (sparse MLA)", "--speculative-config attention_backend"),
     "mtp.moe": ("MTP head MoE (unquantized)", "--moe-backend (inherited) / --speculative-config moe_backend"),
 }
-# the serve arguments that decide vLLM's kernel selection, as KernelSelection keys
-SELECTING_FLAGS = ("--attention-backend", "--moe-backend", "--linear-backend", "--kv-cache-dtype", "--block-size",
-                   "--decode-context-parallel-size", "--gpu-memory-utilization", "--kv-cache-memory-bytes")
-
-
 def kernel_family(choice: str) -> str | None:
     """The toolchain a selected backend's or kernel's code comes from, as the probe's
     ``kernel_toolchains`` names them (None: vLLM's own compiled extensions, whose sm_121
     code the check cannot run without a GPU)."""
     lowered = choice.lower()
     return next((family for family in ("flashinfer", "triton", "b12x") if family in lowered), None)
-
-
-def _flag(args: Sequence[str], flag: str) -> str:
-    return args[args.index(flag) + 1] if flag in args and args.index(flag) + 1 < len(args) else ""
-
-
-def selecting_settings(case: Case) -> dict[str, str]:
-    """The case's serve arguments that decide what vLLM selects (empty: not given), with the
-    speculative method and the draft's own backend fields."""
-    args = list(case.serve_args)
-    settings = {flag.lstrip("-"): _flag(args, flag) for flag in SELECTING_FLAGS}
-    try:
-        speculative = json.loads(_flag(args, "--speculative-config") or "{}")
-    except ValueError:
-        speculative = {}
-    if not isinstance(speculative, dict):
-        speculative = {}
-    for key in ("method", "attention_backend", "moe_backend", "kv_cache_dtype"):
-        settings[f"speculative.{key}"] = str(speculative.get(key) or "")
-    return settings
 
 
 def _ok(entry: Any) -> bool:
@@ -79,7 +53,7 @@ def judge_engine(report: CheckReport, case: Case, engine: Any,
     if not _ok(config):
         report.add("runtime.engine-config", FAIL, f"{name}: vLLM's create_engine_config refuses it: "
                    f"{config.get('error')}")
-        return KernelSelection(selecting_settings(case), {"engine_config": LayerChoice(None, str(config.get('error')))},
+        return KernelSelection(selecting_settings(case.serve_args), {"engine_config": LayerChoice(None, str(config.get('error')))},
                                None)
     report.add("runtime.engine-config", PASS, f"{name}: create_engine_config: {config.get('architecture')}, "
                f"KV {config.get('cache_dtype')} in blocks of {config.get('block_size')}")
@@ -110,7 +84,7 @@ def judge_engine(report: CheckReport, case: Case, engine: Any,
             layers["memory"] = LayerChoice(None, str(memory.get("error")))
             report.add("runtime.memory", FAIL, f"{name}: --gpu-memory-utilization/--kv-cache-memory-bytes: "
                        f"{memory.get('error')}")
-    return KernelSelection(selecting_settings(case), layers, settled)
+    return KernelSelection(selecting_settings(case.serve_args), layers, settled)
 
 
 def _judge_loadable(report: CheckReport, name: str, what: str, choice: str, toolchains: Mapping[str, Any]) -> None:
@@ -137,7 +111,7 @@ def _judge_block_size(report: CheckReport, case: Case, block: Mapping[str, Any])
         report.add("runtime.block-size", FAIL, f"{name}: --block-size: vLLM refuses: {block.get('error')}")
         return None
     settled = block.get("block_size")
-    given = _flag(list(case.serve_args), "--block-size")
+    given = selecting_settings(case.serve_args)["block-size"]
     if given and str(settled) != given:
         report.add("runtime.block-size", FAIL, f"{name}: --block-size {given}: vLLM settles the KV block size at "
                    f"{settled} for {', '.join(block.get('backends') or [])} (hybrid attention/Mamba alignment), "
