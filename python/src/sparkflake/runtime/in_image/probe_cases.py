@@ -213,7 +213,10 @@ def _model_configs(engine_args) -> tuple[dict[str, object], dict[str, object] | 
     if not getattr(engine_args, "speculative_config", None):
         return built, None
     try:
-        parallel = _parallel_config(engine_args, LAUNCHED_PARALLEL_ARGS[:3])
+        # all the launch's parallel arguments: on vLLM's CUDA platform ParallelConfig compares
+        # the world size with the node's devices unless --nnodes and the mp backend say
+        # the ranks are on other nodes (vllm/config/parallel.py:1064)
+        parallel = _parallel_config(engine_args, LAUNCHED_PARALLEL_ARGS)
         speculative = engine_args.create_speculative_config(model, parallel)
         draft = getattr(speculative, "draft_model_config", None)
         return built, {"ok": True, "method": speculative.method,
@@ -244,8 +247,7 @@ def warm_model_registry(case: dict[str, object]) -> dict[str, object]:
 
 
 # The engine arguments a launch sets that vLLM's create_engine_config hands to ParallelConfig
-# under the same names (vllm/engine/arg_utils.py:2569 in the image). The first three are the
-# model's shape, all the draft's model config depends on.
+# under the same names (vllm/engine/arg_utils.py:2569 in the image).
 LAUNCHED_PARALLEL_ARGS = (
     "tensor_parallel_size", "pipeline_parallel_size", "decode_context_parallel_size",
     "cp_kv_cache_interleave_size", "all2all_backend", "distributed_executor_backend",

@@ -51,6 +51,11 @@ def install_device(device: dict[str, object]) -> str:
             return total
 
         @classmethod
+        def device_count(cls) -> int:
+            # one device per host: the launcher runs one rank per host (NODE_COUNT ranks)
+            return 1
+
+        @classmethod
         def is_integrated_gpu(cls, device_id: int = 0) -> bool:
             # cuda.py:700 reads torch.cuda.get_device_properties(...).is_integrated
             return bool(device.get("unified"))
