@@ -154,6 +154,12 @@ def probe_env(image_env: Mapping[str, str], cases: Sequence[Case] = ()) -> dict[
     same layers does not compile every module again under emulation."""
     env = dict(image_env)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
+    # humming (a kernel library vLLM's NVFP4 selectors import) starts two background
+    # Python processes at import to prebuild its launcher and NVRTC helper
+    # (humming/ops/utils.py build_humming_launcher_in_bg, humming/utils/nvrtc.py
+    # build_nvrtc_compile_binary_in_bg): under emulation each is another interpreter start
+    # beside the probe, and they judge nothing. Its own switch turns them off.
+    env["HUMMING_DISABLE_PARALLEL_BUILD"] = "1"
     env["PYTHONPYCACHEPREFIX"] = PYCACHE_INSIDE
     env.setdefault("HOME", "/root")
     for name in AT_START:
