@@ -173,6 +173,12 @@ def main(argv: list[str]) -> int:
         warming = None
         if imports.get("vllm", {}).get("ok") and request.get("cases") and hasattr(os, "fork"):
             warming = run_forked(lambda: warm_model_registry(request["cases"][0]), f"{scratch}/warm-registry.json")
+        if imports.get("vllm", {}).get("ok"):
+            # here too: a model the warming child did not inspect (another case's draft) is
+            # inspected in this process, not in a new interpreter (registry.py:1123)
+            from vllm.model_executor.models import registry
+
+            registry._run_in_subprocess = lambda fn: fn()
         result["capabilities"] = capabilities() if imports.get("vllm", {}).get("ok") else {}
         if warming is not None:
             started = time.monotonic()
