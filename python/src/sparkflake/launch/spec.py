@@ -79,7 +79,22 @@ def speculative_config(values: Mapping[str, Any]) -> dict[str, Any] | None:
     if method == "dflash":
         config["model"] = CONTAINER_DRAFT
         config["draft_tensor_parallel_size"] = values["DRAFT_TP"]
+        # The BF16 DFlash draft keeps a BF16 KV cache: without this it inherits the target's
+        # --kv-cache-dtype (vllm/config/speculative.py:448 kv_cache_dtype), and on sm_12x no
+        # non-causal backend vLLM 0.33.0 can load here takes FP8 KV (FlashAttention 2 has no
+        # FP8 KV; FlashInfer and Triton need a compiler the image lacks: runtime check).
+        # vLLM does the same for non-MTP drafts of GLM-5.3 on SM100 (models/config.py:138).
+        config["kv_cache_dtype"] = "auto"
+    elif method == "mtp" and values["MOE_BACKEND"] not in UNQUANTIZED_MOE_BACKENDS:
+        # The MTP head's MoE is unquantized (the checkpoint leaves it in BF16) and inherits
+        # --moe-backend unless the speculative config names its own (speculative.py:439);
+        # vLLM 0.33.0's unquantized MoE refuses b12x (fused_moe/oracle/unquantized.py:180)
+        config["moe_backend"] = "triton"
     return config
+
+
+# vllm/model_executor/layers/fused_moe/oracle/unquantized.py:180 map_unquantized_backend
+UNQUANTIZED_MOE_BACKENDS = ("triton", "batched_triton", "flashinfer_trtllm", "flashinfer_cutlass", "aiter")
 
 
 def kv_transfer_config(
