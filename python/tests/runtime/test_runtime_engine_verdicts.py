@@ -12,9 +12,13 @@ from hypothesis import strategies as st
 
 from sparkflake.core.errors import InputError
 from sparkflake.runtime import capabilities as capability_file
-from sparkflake.runtime.capabilities import Capabilities, KernelSelection, LayerChoice
+from sparkflake.runtime.capabilities import (
+    Capabilities,
+    KernelSelection,
+    LayerChoice,
+    selecting_settings,
+)
 from sparkflake.runtime.check_report import Case, CheckReport
-from sparkflake.runtime.engine_verdicts import selecting_settings
 from sparkflake.runtime.judge import judge_result
 
 GOOD = {"parser": {"ok": True}, "engine_args": {"ok": True}, "configs": {}}
@@ -123,7 +127,7 @@ def test_without_a_device_the_engine_is_not_judged():
 
 
 def test_selecting_settings_ignore_a_malformed_speculative_config():
-    settings_ = selecting_settings(Case("x", ("/m", "--speculative-config", "[1]", "--moe-backend"), {}))
+    settings_ = selecting_settings(("/m", "--speculative-config", "[1]", "--moe-backend"))
     assert settings_["speculative.method"] == "" and settings_["moe-backend"] == ""
 
 

@@ -184,6 +184,14 @@ def _judge_backends(report: CheckReport, case: Case, capabilities: Mapping[str, 
             report.add("runtime.backend-absent", PASS, f"{case.name}: {flag} {value} is a backend of the image")
 
 
+def _toolchain_ok(caps: Mapping[str, Any], family: str) -> bool:
+    toolchains = caps.get("kernel_toolchains")
+    if not isinstance(toolchains, Mapping):
+        return True  # not reported: vLLM's own answer stands
+    entry = toolchains.get(family)
+    return isinstance(entry, Mapping) and entry.get("ok") is True
+
+
 def capabilities_of(result: Mapping[str, Any], reader: ImageReader, config_digest: str, platform: str,
                   env_read: Mapping[str, str], selections: tuple[KernelSelection, ...] = ()) -> Capabilities:
     caps = result.get("capabilities", {})
@@ -229,7 +237,9 @@ def capabilities_of(result: Mapping[str, Any], reader: ImageReader, config_diges
         sparkcache_glm5next_refusal=refusal,
         env_read=dict(env_read),
         full_ckv_gather_switch=switch,
-        flashinfer_kernels=caps.get("flashinfer_kernels") is True,
+        # vLLM's has_flashinfer() (nvcc and ninja found) and, when the probe reported it,
+        # whether FlashInfer's JIT can build at all (a host C++ compiler for nvcc too)
+        flashinfer_kernels=caps.get("flashinfer_kernels") is True and _toolchain_ok(caps, "flashinfer"),
         quantization_methods=strings("quantization_methods"),
         plugin_warnings=tuple(warnings),
         vllm_platform=str(result.get("platform", "")),
