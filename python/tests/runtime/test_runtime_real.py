@@ -81,6 +81,9 @@ def _bad_cases(cases: list[Case], mtp: Case) -> dict[str, tuple[Case, str, str]]
     speculative = json.loads(args[args.index("--speculative-config") + 1])
     kv = json.loads(spark.serve_args[spark.serve_args.index("--kv-transfer-config") + 1])
     kv["kv_connector_extra_config"]["spark_cache_namespace"] = "manager-pages-v2"
+    # the MTP head inheriting the target's --moe-backend, as before the launcher named its own
+    mtp_inheriting = {key: value for key, value in json.loads(
+        mtp.serve_args[mtp.serve_args.index("--speculative-config") + 1]).items() if key != "moe_backend"}
     return {
         "bad-flag": (Case("bad-flag", (*args, "--no-such-flag", "1"), default.env),
                      "runtime.vllm-args", "--no-such-flag"),
@@ -105,8 +108,9 @@ def _bad_cases(cases: list[Case], mtp: Case) -> dict[str, tuple[Case, str, str]]
                             "runtime.layer-kernel", "MLA not supported"),
         # the MTP head's MoE is unquantized: vLLM 0.33.0 has no b12x unquantized MoE
         # (fused_moe/oracle/unquantized.py map_unquantized_backend)
-        "refuse-mtp-b12x-moe": (Case("refuse-mtp-b12x-moe", _with_flag(mtp.serve_args, "--moe-backend", "b12x"),
-                                     mtp.env), "runtime.layer-kernel", "not supported for unquantized MoE"),
+        "refuse-mtp-b12x-moe": (Case("refuse-mtp-b12x-moe", _with_flag(_replace(
+            mtp.serve_args, "--speculative-config", json.dumps(mtp_inheriting)), "--moe-backend", "b12x"), mtp.env),
+            "runtime.layer-kernel", "not supported for unquantized MoE"),
         # a KV budget larger than the whole device (121.69 GiB)
         "refuse-kv-budget": (Case("refuse-kv-budget", _replace(args, "--kv-cache-memory-bytes", str(200 << 30)),
                                   default.env), "runtime.memory", "exceeds"),
