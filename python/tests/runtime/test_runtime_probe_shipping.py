@@ -20,9 +20,8 @@ import pytest
 
 from sparkflake.runtime.probe_runner import PROBE_DIRECTORY, PROBE_MODULES, ship_probe
 
-# The image's packages the probe's code imports (what it judges), by top-level name
-# triton (torch's) and cutlass (nvidia-cutlass-dsl, b12x's) are what the kernel toolchain
-# check asks how kernels are built; a failed import there is a verdict
+# The image's packages the probe's code imports (what it judges), by top-level name: triton
+# (torch's) and cutlass (nvidia-cutlass-dsl, b12x's) for how kernels are built
 IMAGE_PACKAGES = {"torch", "vllm", "sparkcache", "b12x", "flashinfer", "fastsafetensors", "triton", "cutlass"}
 HOST_PYTHON = Path("/usr/bin/python3")
 # the probe wraps os.environ's class to record reads; the tests put it back
