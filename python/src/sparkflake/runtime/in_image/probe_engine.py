@@ -74,6 +74,8 @@ def install_device(device: dict[str, object]) -> str:
     # importing.py: triton's CUDA driver is_active(), torch.cuda.is_available()), False
     # without a device; on the device it is True, and VllmConfig picks the V2 model runner
     # by it (config/vllm.py:731 use_v2_model_runner). Answered as the device would.
+    import vllm.config.vllm  # noqa: F401 - binds HAS_TRITON at import: imported before the answer
+
     for name, module in list(sys.modules.items()):
         if name.startswith("vllm") and getattr(module, "HAS_TRITON", None) is False:
             module.HAS_TRITON = True
