@@ -108,6 +108,20 @@ def test_a_selected_kernel_the_image_cannot_build_fails_naming_what_is_missing()
     assert any("did not report how flashinfer kernels are built" in d for d in _failed(report, "runtime.kernel-loadable"))
 
 
+def test_a_layer_the_judge_could_not_take_to_vllms_verdict_is_unproven_never_accepted():
+    # as the real image gave it: FusedMoEParallelConfig.make asks for the TP process group,
+    # which the judge does not initialize
+    engine = _engine(**{"target.moe": {"ok": False, "error": "AssertionError: tensor model parallel group is "
+                                                             "not initialized"}})
+    report, (selection,) = _judge(Case("moe", ARGS, {}), engine)
+    (unproven,) = _failed(report, "runtime.layer-unproven")
+    assert "target MoE (--moe-backend): unproven: the judge did not reach vLLM's verdict: AssertionError" in unproven
+    assert not _failed(report, "runtime.layer-kernel")
+    assert selection.layers["target.moe"] == LayerChoice(None, None, "AssertionError: tensor model parallel group "
+                                                                     "is not initialized")
+    assert selection.refusals == {}  # launch-rank refuses on vLLM's refusals only
+
+
 def test_a_start_vllm_refuses_outright_and_an_unjudged_case_fail():
     case = Case("bad", ARGS, {})
     report, (selection,) = _judge(case, {"engine_config": {"ok": False, "error": "ValueError: no draft"}})
@@ -132,7 +146,8 @@ def test_selecting_settings_ignore_a_malformed_speculative_config():
 
 
 TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)
-CHOICE = st.one_of(st.builds(LayerChoice, TEXT, st.none()), st.builds(LayerChoice, st.none(), TEXT))
+CHOICE = st.one_of(st.builds(LayerChoice, TEXT, st.none()), st.builds(LayerChoice, st.none(), TEXT),
+                   st.builds(LayerChoice, st.none(), st.none(), TEXT))
 SELECTION = st.builds(KernelSelection, st.dictionaries(TEXT, TEXT, max_size=4),
                       st.dictionaries(TEXT, CHOICE, max_size=4), st.one_of(st.none(), st.integers(0, 1 << 20)))
 

@@ -57,8 +57,12 @@ class LayerChoice:
 
     choice: str | None
     refusal: str | None
+    # the judge could not take the layer to vLLM's verdict (why): neither chosen nor refused
+    unproven: str | None = None
 
     def as_record(self) -> dict[str, Any]:
+        if self.unproven is not None:
+            return {"unproven": self.unproven}
         return {"choice": self.choice} if self.refusal is None else {"refusal": self.refusal}
 
 
@@ -165,10 +169,11 @@ def _selection(document: Any, where: str) -> KernelSelection:
     parsed = {}
     for kind, entry in layers.items():
         shown = f"{where}.layers.{kind}"
-        if not isinstance(entry, Mapping) or set(entry) not in ({"choice"}, {"refusal"}) \
+        if not isinstance(entry, Mapping) or set(entry) not in ({"choice"}, {"refusal"}, {"unproven"}) \
                 or not isinstance(next(iter(entry.values())), str):
-            raise InputError(f"{shown}: expected {{\"choice\": string}} or {{\"refusal\": string}}")
-        parsed[str(kind)] = LayerChoice(entry.get("choice"), entry.get("refusal"))
+            raise InputError(f"{shown}: expected {{\"choice\": string}}, {{\"refusal\": string}} or "
+                             f"{{\"unproven\": string}}")
+        parsed[str(kind)] = LayerChoice(entry.get("choice"), entry.get("refusal"), entry.get("unproven"))
     return KernelSelection(dict(settings), parsed, block)
 
 

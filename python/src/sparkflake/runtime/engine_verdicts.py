@@ -3,7 +3,8 @@ what vLLM chose per layer kind as the capabilities' ``KernelSelection``.
 
 Checks: ``runtime.engine-config`` (vLLM's ``create_engine_config``), ``runtime.layer-kernel``
 (one per layer kind: the backend or kernel vLLM's selector chose, or its refusal with the
-launch setting that caused it), ``runtime.block-size`` (the KV block size vLLM settles on
+launch setting that caused it), ``runtime.layer-unproven`` (the judge did not reach vLLM's
+verdict for the layer: named, never taken as accepted), ``runtime.block-size`` (the KV block size vLLM settles on
 for the chosen backends must be the one the launch records: the runtime identity and the
 launcher's KV capacity check use it), ``runtime.memory`` (vLLM's startup memory check on
 the profile's device, and the KV budget within it).
@@ -28,6 +29,13 @@ LAYER_STEPS: Mapping[str, tuple[str, str]] = {
     "mtp.sparse_mla_attention": ("MTP head attention (sparse MLA)", "--speculative-config attention_backend"),
     "mtp.moe": ("MTP head MoE (unquantized)", "--moe-backend (inherited) / --speculative-config moe_backend"),
 }
+def _is_refusal(error: str) -> bool:
+    """vLLM's selectors and configs refuse with ValueError (pydantic's ValidationError for
+    config fields) or NotImplementedError; any other exception is the judge's own seam
+    giving way before vLLM decided (a missing process group, a stand-in's limit)."""
+    return error.startswith(("ValueError", "ValidationError", "NotImplementedError"))
+
+
 def kernel_family(choice: str) -> str | None:
     """The toolchain a selected backend's or kernel's code comes from, as the probe's
     ``kernel_toolchains`` names them (None: vLLM's own compiled extensions, whose sm_121
@@ -68,9 +76,13 @@ def judge_engine(report: CheckReport, case: Case, engine: Any,
                 layers[step] = LayerChoice(choice, None)
                 report.add("runtime.layer-kernel", PASS, f"{name}: {what}: vLLM selects {choice}")
                 _judge_loadable(report, name, what, choice, toolchains or {})
-        else:
+        elif _is_refusal(str(entry.get("error"))):
             layers[step] = LayerChoice(None, str(entry.get("error")))
             report.add("runtime.layer-kernel", FAIL, f"{name}: {what} ({setting}): vLLM refuses: {entry.get('error')}")
+        else:
+            layers[step] = LayerChoice(None, None, str(entry.get("error")))
+            report.add("runtime.layer-unproven", FAIL, f"{name}: {what} ({setting}): unproven: the judge did not "
+                       f"reach vLLM's verdict: {entry.get('error')}")
     block = engine.get("block_size")
     settled = None
     if isinstance(block, Mapping):

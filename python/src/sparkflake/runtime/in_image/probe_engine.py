@@ -117,9 +117,19 @@ def _moe_config(vllm_config, hf, quantized_backend: str) -> object:
     )
 
     parallel = vllm_config.parallel_config
-    moe_parallel = FusedMoEParallelConfig.make(tp_size_=parallel.tensor_parallel_size, pcp_size_=1,
-                                               dp_size_=parallel.data_parallel_size, sp_size_=1,
-                                               vllm_parallel_config=parallel)
+    if parallel.enable_expert_parallel:
+        moe_parallel = FusedMoEParallelConfig.make(tp_size_=parallel.tensor_parallel_size, pcp_size_=1,
+                                                   dp_size_=parallel.data_parallel_size, sp_size_=1,
+                                                   vllm_parallel_config=parallel)
+    else:
+        # what make() returns without expert parallelism (fused_moe/config.py:1212), for
+        # rank 0: make() reads the rank from the TP process group, which the judge does
+        # not initialize (the launches set no --enable-expert-parallel)
+        size = parallel.tensor_parallel_size * parallel.data_parallel_size
+        moe_parallel = FusedMoEParallelConfig(
+            tp_size=size, tp_rank=0, pcp_size=1, pcp_rank=0, dp_size=parallel.data_parallel_size, dp_rank=0,
+            ep_size=1, ep_rank=0, sp_size=1, use_ep=False, all2all_backend=parallel.all2all_backend,
+            enable_eplb=parallel.enable_eplb)
     experts = int(hf.n_routed_experts)
     return FusedMoEConfig(
         num_experts=experts, experts_per_token=int(hf.num_experts_per_tok), hidden_dim=int(hf.hidden_size),
