@@ -18,7 +18,6 @@ name was read in the image's vLLM 0.33.0 (paths relative to site-packages/vllm).
 
 from __future__ import annotations
 
-import sys
 import time
 
 from probe_support import error_text
@@ -73,12 +72,12 @@ def install_device(device: dict[str, object]) -> str:
     # vLLM decided at import whether Triton has an active driver (vllm/triton_utils/
     # importing.py: triton's CUDA driver is_active(), torch.cuda.is_available()), False
     # without a device; on the device it is True, and VllmConfig picks the V2 model runner
-    # by it (config/vllm.py:731 use_v2_model_runner). Answered as the device would.
-    import vllm.config.vllm  # noqa: F401 - binds HAS_TRITON at import: imported before the answer
+    # by it (config/vllm.py:752 use_v2_model_runner). Answered as the device would there
+    # alone: vllm.triton_utils keeps its placeholders, which the modules imported since
+    # use (answering it everywhere made vllm.v1.spec_decode reach for triton.runtime)
+    import vllm.config.vllm as config_module
 
-    for name, module in list(sys.modules.items()):
-        if name.startswith("vllm") and getattr(module, "HAS_TRITON", None) is False:
-            module.HAS_TRITON = True
+    config_module.HAS_TRITON = True
     return (f"{DeviceStandIn.__module__}.DeviceStandIn(vllm.platforms.cuda.NonNvmlCudaPlatform) as "
             f"{device['name']} {major}.{minor}, {device['total_memory_gib']} GiB")
 
