@@ -61,7 +61,7 @@ def main() -> None:
     registry = RegistryServer.start(work / "registry")
     try:
         reference = f"{registry.host}/bench/fixture:v1"
-        subprocess.run([*SPARKFLAKE, "publish", str(out), reference, "--insecure"], env=env, check=True,
+        subprocess.run([*SPARKFLAKE, "publish", str(out), reference, "--insecure"], env=env, check=True, cwd=work,
                        capture_output=True)
         predicate = work / "predicate.json"
         predicate.write_text(json.dumps(json.loads((out / "receipt.json").read_text())["predicate"]))
