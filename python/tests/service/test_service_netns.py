@@ -118,8 +118,8 @@ def test_a_rank_with_other_settings_or_pins_is_refused_at_admission_with_the_dif
     gang = {c["id"]: c for c in record["admission"]["gang"]}
     assert gang["gang.settings"]["status"] == "fail"
     assert "rank 2 (rank2)" in gang["gang.settings"]["detail"]
-    assert "MAX_NUM_SEQS: '4' -> '8'" in gang["gang.settings"]["detail"], gang["gang.settings"]["detail"]
-    assert "serve_args: without ['--max-num-seqs 4'], with ['--max-num-seqs 8']" in gang["gang.spec"]["detail"]
+    assert "MAX_NUM_SEQS: '16' -> '8'" in gang["gang.settings"]["detail"], gang["gang.settings"]["detail"]
+    assert "serve_args: without ['--max-num-seqs 16'], with ['--max-num-seqs 8']" in gang["gang.spec"]["detail"]
     assert "gang.settings" in refused.stderr and "failed at admission" in refused.stderr
     assert [service.containers(index) for index in range(4)] == [[]] * 4
 
@@ -280,7 +280,8 @@ def test_a_trusted_key_admits_only_an_image_signed_and_attested_in_the_sites_reg
                           env={"COSIGN_PASSWORD": "pw", "PATH": "/usr/bin:/bin"})
     assert keys.returncode == 0, keys.stderr
     published = subprocess.run([sys.executable, "-m", "sparkflake.cli", "publish", str(service.base / "image" / "out"),
-                                reference, "--insecure"], capture_output=True, text=True)
+                                reference, "--insecure", "--record", str(tmp_path / "publish.json")],
+                               capture_output=True, text=True)
     assert published.returncode == 0, published.stderr
     site = service.site_file(tmp_path / "site.toml", trusted_key=str(tmp_path / "cosign.pub"),
                              signatures=f"{registry_server.host}/site/glm53", registry_insecure=True)
