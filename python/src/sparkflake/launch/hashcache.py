@@ -11,12 +11,12 @@ ignores the cache and hashes every file again.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
 from pathlib import Path
 
 from ..core.atomic_write import write_bytes_atomic
+from ..core.canonical_json import canonical_json_bytes
 from ..core.digest import sha256_file
 from ..core.documents import read_json_file
 from ..core.errors import InputError
@@ -63,7 +63,7 @@ class VerifiedHashCache:
             return
         document = {"schema": SCHEMA, "entries": self.entries}
         try:
-            write_bytes_atomic(self.path, json.dumps(document, sort_keys=True).encode() + b"\n")
+            write_bytes_atomic(self.path, canonical_json_bytes(document) + b"\n")
         except OSError:
             # The cache is an optimisation; failing to store it must not fail a launch.
             return

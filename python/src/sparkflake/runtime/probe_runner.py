@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..core.atomic_write import make_run_directory, write_bytes_atomic
+from ..core.canonical_json import canonical_json_bytes
 from ..core.check_result import FAIL, PASS, SKIP
 from . import bytecode, rootfs, sandbox
 from .check_report import Case, CheckReport
@@ -85,7 +86,7 @@ def run_probe(report: CheckReport, root: Path, scratch: Path, python: str, image
     try:
         ship_probe(work)
         request = {"expected_versions": dict(expected_versions), "cases": [case.as_record() for case in cases]}
-        (work / "request.json").write_text(json.dumps(request, sort_keys=True))
+        (work / "request.json").write_bytes(canonical_json_bytes(request))
         command = sandbox.sandbox_argv(
             root,
             [python, f"{INSIDE}/probe.py", f"{INSIDE}/request.json", f"{INSIDE}/result.json"],

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from ..compose.tree_paths import image_path, normalize_member, resolve_parent
 from ..core.atomic_write import write_bytes_atomic
+from ..core.canonical_json import canonical_json_bytes
 from ..core.errors import CheckFailed, InputError
 from ..core.file_hashes import stat_identity
 from ..core.progress import ProgressCallback
@@ -251,7 +252,7 @@ def unpack_image(reader: ImageReader, scratch: Path, *, progress: ProgressCallba
             (root / name).mkdir(mode=0o755)
     record = {"schema": RECORD_SCHEMA, "layers": list(layer_digests), "entries": entries,
               "tree": tree_identity(root)}
-    write_bytes_atomic(record_path, json.dumps(record, sort_keys=True).encode() + b"\n")
+    write_bytes_atomic(record_path, canonical_json_bytes(record) + b"\n")
     return UnpackedRoot(root, _manifest_digest(reader), layer_digests, entries, skipped)
 
 
