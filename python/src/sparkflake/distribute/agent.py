@@ -17,12 +17,8 @@ from typing import Any
 
 from ..core.errors import InputError, SparkflakeError
 from . import engine, files, manifest, receive, relay
+from .agent_protocol import emit as _emit
 from .agent_protocol import run_protocol
-
-
-def _emit(document: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(document, sort_keys=True) + "\n")
-    sys.stdout.flush()
 
 
 def _status(args: argparse.Namespace) -> int:
