@@ -171,7 +171,7 @@ def build_profile(request: BuildRequest, progress: ProgressCallback | None = Non
         # a refused chain removes the staging directory, archive, layout and all.
         with (
             atomic_directory(out_dir, owned_output=True, force=request.force) as staging,
-            OutputWriters(staging, request.formats, request.options) as outputs,
+            OutputWriters(staging, request.formats, request.options, store) as outputs,
         ):
             lower = LowerLayers(request.options, store, layer_cache, outputs.add_layer)
 
@@ -192,6 +192,10 @@ def build_profile(request: BuildRequest, progress: ProgressCallback | None = Non
             result = finish(composition, fetched, assembly, layers, prepared, chain, request.options, store, layer_cache)
             clock.lap("top_layer_and_image")
             outputs.write(result)
+            replaced_links = store.shared_blobs(out_dir / "oci")
+        # the previous layout's hard links to the store are gone now: their removal
+        # changed the blobs' ctime, and nothing else (``BlobStore.confirm_unlinked``)
+        store.confirm_unlinked(replaced_links)
         clock.lap("write_outputs")
         write_build_record(root, used_by_build(root, fetched, assembly, result, store))
         result = dataclasses.replace(
