@@ -12,8 +12,10 @@ last build record of the profile (``build_record``):
   4.2 GB layer store);
 - the output: the new output is staged beside the old one, so the whole image: its layer
   blobs (the last build's sizes in the layer store, else ``IMAGE_FACTOR`` times the inputs:
-  4.38 GB from 4.2 GB) once for ``oci/`` and once for the archives, which share one inode,
-  and the receipt and SBOM beside them.
+  4.38 GB from 4.2 GB) once for the archives, which share one inode, and once for ``oci/``
+  only where the output is on another file system than the layer store (on the same one
+  the layout's blobs are the store's: ``oci.blob_store.share_blob``), and the receipt and
+  SBOM beside them.
 
 Where the cache and the output are on one file system, their needs add up there.
 """
@@ -75,7 +77,8 @@ def estimate_build_space(
     stored = [oci_root / "blobs" / "sha256" / digest.removeprefix("sha256:") for digest in (last_build.blobs if last_build else ())]
     image = sum(path.stat().st_size for path in stored if path.is_file()) if stored else 0
     image = image or int(sum(sized.values()) * IMAGE_FACTOR)
-    copies = int("oci" in formats) + int(any(name != "oci" for name in formats))
+    layout_copied = "oci" in formats and _device(out_dir.parent) != _device(oci_root)
+    copies = int(layout_copied) + int(any(name != "oci" for name in formats))
     cache_parts = (("inputs to download", missing), ("assembled trees", int(new_inputs * TREE_FACTOR) + len(new) * TREE_BLOCKS_PER_INPUT))
     needs = [
         (cache_root, cache_parts),
@@ -84,13 +87,17 @@ def estimate_build_space(
     ]
     by_device: dict[int, SpaceNeed] = {}
     for where, parts in needs:
-        device = os.stat(_existing(where)).st_dev
+        device = _device(where)
         if device in by_device:
             merged = by_device[device]
             by_device[device] = SpaceNeed((*merged.where, where), merged.parts + parts)
         else:
             by_device[device] = SpaceNeed((where,), parts)
     return list(by_device.values())
+
+
+def _device(path: Path) -> int:
+    return os.stat(_existing(path)).st_dev
 
 
 def free_bytes(path: Path) -> int:
