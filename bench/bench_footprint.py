@@ -68,10 +68,11 @@ def last_record(cache: Path, profile: str) -> dict:
     return json.loads(records[-1].read_bytes())
 
 
-def build(profile: str, out: Path, cache: Path, offline: bool) -> dict:
+def build(profile: str, out: Path, cache: Path, offline: bool, formats: str) -> dict:
     started = time.monotonic()
     done = subprocess.run([str(REPO / "bin" / "sparkflake"), "build", profile, "-o", str(out), "--cache", str(cache),
-                           "--json", *(["--offline"] if offline else [])], capture_output=True, text=True, check=False)
+                           "--formats", formats, "--json", *(["--offline"] if offline else [])],
+                          capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"build failed ({done.returncode}): {done.stderr[-2000:]}")
     result = json.loads(done.stdout)
@@ -142,6 +143,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True, help="an output directory that does not exist yet")
     parser.add_argument("--cache", type=Path, default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sparkflake")
     parser.add_argument("--interval", type=float, default=0.2)
+    parser.add_argument("--formats", default="oci,oci-archive,docker-archive", help="`build --formats` (default: build's)")
     parser.add_argument("--offline", action="store_true", help="inputs from the cache and the profile's inputs/ only")
     parser.add_argument("--label", default="after")
     parser.add_argument("--results", type=Path, default=RESULTS)
@@ -149,7 +151,7 @@ def main() -> int:
     profile_name = Path(args.profile).name
     if args.out.exists():
         raise SystemExit(f"{args.out}: exists; the first build goes into an empty output")
-    first = build(args.profile, args.out, args.cache, args.offline)
+    first = build(args.profile, args.out, args.cache, args.offline, args.formats)
     record = last_record(args.cache, profile_name)
     assert record["manifest_digest"] == first["manifest"], "the build record is another build's"
     places, counted = steady_places(args.cache, args.out, record)
@@ -159,7 +161,7 @@ def main() -> int:
 
     sampler = RebuildSampler(args.out, args.cache, counted, args.interval)
     sampler.start()
-    second = build(args.profile, args.out, args.cache, args.offline)
+    second = build(args.profile, args.out, args.cache, args.offline, args.formats)
     sampler.stop()
     if second["manifest"] != first["manifest"]:
         raise SystemExit("the rebuild gave another manifest")
@@ -167,6 +169,7 @@ def main() -> int:
     measured = {
         "sparkflake": subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
                                      text=True, check=False).stdout.strip(),
+        "formats": args.formats,
         "image_bytes": image,
         "manifest": first["manifest"],
         "places": places,

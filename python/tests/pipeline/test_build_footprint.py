@@ -63,3 +63,28 @@ def test_the_layout_shares_the_store_s_bytes_and_the_output_still_audits_and_loa
     assert again["manifest"] == digests["manifest"]
     assert sorted(reads) == (sorted(store.path(layer["digest"]) for layer in digests["layers"]) if linked else [])
     assert not [line for line in capsys.readouterr().err.splitlines() if "evicted" in line]
+
+
+def test_an_output_of_the_layout_alone_holds_no_image_bytes_and_still_loads(tmp_path, capsys):
+    """`build --formats oci`: OUT holds documents only beside the store's bytes; podman
+    loads its layout (image ID = config digest); docker, which loads archives only, is
+    refused naming the formats to build; an archive is there when asked for."""
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    assert main(["build", str(FIXTURE), "--offline", "--cache", str(cache), "-o", str(out), "--formats", "oci"]) == 0
+    digests = json.loads((out / "digests.json").read_text())
+    assert not [path for path in out.iterdir() if path.name.endswith(".tar")]
+    podman = Podman(tmp_path / "podman")
+    try:
+        capsys.readouterr()
+        engine_args = [f"--engine-arg={argument}" for argument in podman.global_args]
+        assert main(["load", str(out), *engine_args, "--json"]) == 0
+        loaded = json.loads(capsys.readouterr().out)
+        assert loaded["archive"] == str(out / "oci") and loaded["image_id"] == digests["config"]
+    finally:
+        podman.cleanup()
+    assert main(["load", str(out), "--engine", "docker"]) == 2
+    assert "docker loads archives only" in capsys.readouterr().err
+    assert main(["build", str(FIXTURE), "--offline", "--cache", str(cache), "-o", str(out),
+                 "--formats", "oci,docker-archive"]) == 0
+    assert json.loads((out / "digests.json").read_text())["manifest"] == digests["manifest"]
+    assert main(["audit", f"docker-archive:{out / 'docker-archive.tar'}", "--expect-file", str(out / "digests.json")]) == 0
