@@ -2,9 +2,8 @@
 
 Blobs are written to a temporary file beside the store and renamed into place once
 their digest is known, so a present blob is always complete. Writers of layouts and
-archives copy from here (``copy_blob``) instead of recompressing; no output shares an
-inode with the store, so editing an output in place cannot change the store or any
-other output.
+archives take their blobs from here instead of recompressing: an archive copies them, a
+layout shares them (``share_blob``, below).
 
 A blob is handed out for reuse (``verified``) only after a check bound to that entry:
 ``verified/<hex>`` records the stat identity (device, inode, size, mtime_ns, ctime_ns) the
