@@ -29,8 +29,9 @@ before its next use and evicts it when its bytes changed; the linked output is t
 the operator made of it (an audit of it fails), as with any edited output. Linking and
 unlinking change the ctime too: ``link_into`` records the identity again right after it
 links a blob that was as recorded, and ``confirm_unlinked`` after an output's links are
-removed, when nothing but the ctime changed -- the same gap of a few milliseconds as the
-commit. Issue 31 measured what this saves: the glm53-dflash7 layout's 4.38 GB, a second
+removed, when nothing but the ctime changed. The gap is the commit's, widened to the time
+between the check and the record (the link; the swap and removal of the previous output,
+under a second), and only a write that also puts the mtime back goes unseen in it. Issue 31 measured what this saves: the glm53-dflash7 layout's 4.38 GB, a second
 full copy of the image in ``out/`` (``bench/results/footprint-issue31.json``).
 """
 
