@@ -45,7 +45,7 @@ from .housekeeping.build_record import BuildRecord, last_build_of, utc_now, writ
 from .housekeeping.free_space import check_free_space, estimate_build_space
 from .oci.blob_store import BlobStore
 from .oci.composed_image import (
-    OUTPUT_FORMATS,
+    DEFAULT_FORMATS,
     BuildResult,
     ImageOptions,
     LowerLayers,
@@ -73,7 +73,7 @@ class BuildRequest:
     profiles_dir: Path | None = None
     source_tree: Path | None = None  # checkout of a git vllm_source
     git_mirrors: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # git input -> URLs tried first
-    formats: tuple[str, ...] = OUTPUT_FORMATS
+    formats: tuple[str, ...] = DEFAULT_FORMATS
 
 
 MEMORY_SCRATCH = Path("/dev/shm")

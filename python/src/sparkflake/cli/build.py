@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..core.atomic_write import OUTPUT_MARKER
 from ..core.errors import InputError
-from ..oci.composed_image import ImageOptions
+from ..oci.composed_image import DEFAULT_FORMATS, ImageOptions
 from ..oci.compression import Compression
 from ..oci.image import default_source_date_epoch
 from ..pipeline import BuildRequest, build_profile, default_output_dir
@@ -26,7 +26,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "Fetch what is missing from the cache, assemble the OS base, the Python environment, "
             "the vLLM source overlay and its anchored patches, run the verification chain, and "
-            "write the OCI layout, oci-archive, docker-archive, receipt.json and digests.json. "
+            "write the OCI layout (an oci-archive and docker-archive only with --formats), receipt.json "
+            "and digests.json. "
             "Nothing is written when a check fails."
         ),
     )
@@ -41,8 +42,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--git-mirror", action="append", default=[], metavar="NAME=URL",
                         help="try URL for the git input NAME before the lock's URLs (repeatable)")
     parser.add_argument("--offline", action="store_true", help="no network: inputs come from the cache, inputs/ and --from")
-    parser.add_argument("--formats", default="oci,oci-archive,docker-archive",
-                        help="comma-separated outputs among oci, oci-archive, docker-archive (default all three)")
+    parser.add_argument("--formats", default=",".join(DEFAULT_FORMATS),
+                        help="comma-separated outputs among oci, oci-archive, docker-archive (default oci: the "
+                             "layout alone; `sparkflake export OUT --format docker-archive` writes an archive later)")
     parser.add_argument("--compression", choices=("gzip", "zstd", "none"), default="gzip")
     parser.add_argument("--level", type=int, default=None, help="compression level (default: the engine's)")
     parser.add_argument(

@@ -5,7 +5,22 @@ from __future__ import annotations
 
 import datetime
 
+from .errors import InputError
+
 
 def rfc3339(epoch: int) -> str:
     moment = datetime.datetime.fromtimestamp(epoch, tz=datetime.UTC)
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_rfc3339(text: object, where: str) -> int:
+    """The epoch of a time ``rfc3339`` wrote (``YYYY-MM-DDTHH:MM:SSZ``); anything else is an
+    ``InputError`` naming ``where``."""
+    if isinstance(text, str) and len(text) == 20:
+        try:
+            moment = datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
+        except ValueError:
+            pass
+        else:
+            return int(moment.timestamp())
+    raise InputError(f"{where}: expected a time as YYYY-MM-DDTHH:MM:SSZ, got {text!r}")

@@ -255,6 +255,9 @@ def finish(
 
 
 OUTPUT_FORMATS = ("oci", "oci-archive", "docker-archive")
+# The layout alone: its blobs are the layer store's (no second copy of the image); an
+# archive is asked for (--formats) or written from the layout later (``sparkflake export``).
+DEFAULT_FORMATS = ("oci",)
 
 
 SBOM_FILE = "sbom.spdx.json"

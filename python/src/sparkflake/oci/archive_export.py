@@ -1,0 +1,172 @@
+"""An archive written on demand from a build's OCI layout (``sparkflake export``).
+
+A build writes the layout alone by default (its blobs are the layer store's bytes, so it
+costs no second copy of the image); an oci-archive or docker-archive is written from it
+only when a consumer needs a file (``docker load``, the fan-out's archive route). The
+image is read back from the layout into the ``BuiltImage`` the build had (documents as
+stored, each layer blob where the layout keeps it, the tar mtime from the manifest's
+created annotation, the reference from the index) and handed to the same writers
+(``oci.archive``), so the archive has the bytes a build with that format writes.
+
+The archive is written into a run directory beside its target, read back and verified
+there (``verify_image``: every blob and diffID re-derived, the docker view checked)
+against the manifest and config digests the output's ``digests.json`` records, and only
+then renamed onto the target: a layout edited since the build, or a blob changed while
+it was copied, leaves the previous target as it was.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..core.atomic_write import (
+    make_run_directory,
+    record_written_entry,
+    regular_output,
+    remove_tree,
+)
+from ..core.digest import chain_id, is_digest
+from ..core.documents import parse_json_object, read_json_file
+from ..core.errors import CheckFailed, InputError
+from ..core.progress import ProgressCallback
+from ..core.timestamps import parse_rfc3339
+from . import media_types
+from .archive import DOCKER_ARCHIVE, OCI_ARCHIVE, write_docker_archive, write_oci_archive
+from .blob_store import BlobStore
+from .image_model import BuiltImage
+from .layer import Layer
+from .reader import ImageReader, open_image
+from .types import Platform, platform_text
+from .verify import config_diff_ids, verify_image
+
+ARCHIVE_KINDS = (OCI_ARCHIVE, DOCKER_ARCHIVE)
+DIGESTS_FILE = "digests.json"
+
+
+@dataclass(frozen=True)
+class ExportedArchive:
+    kind: str
+    path: Path
+    manifest_digest: str
+    config_digest: str
+    size: int
+
+
+def archive_name(kind: str) -> str:
+    """The file name a build gives the archive of ``kind`` in its output directory."""
+    return f"{kind}.tar"
+
+
+def recorded_digests(out_dir: Path) -> tuple[str, str]:
+    """The manifest and config digests of OUT/digests.json (what the build wrote)."""
+    path = out_dir / DIGESTS_FILE
+    record = read_json_file(path, "the digests.json of a build")
+    if not isinstance(record, dict):
+        raise InputError(f"{path}: expected a JSON object (the digests.json of a build)")
+    found = []
+    for key in ("manifest", "config"):
+        value = record.get(key)
+        if not isinstance(value, str) or not is_digest(value):
+            raise InputError(f"{path}: {key}: expected sha256:<64 lowercase hex digits>, got {value!r}")
+        found.append(value)
+    return found[0], found[1]
+
+
+def image_of_layout(reader: ImageReader, layout: Path, store: BlobStore) -> BuiltImage:
+    """The ``BuiltImage`` a layout (``open_image`` of it) holds: the documents as stored,
+    the layer blobs as the layout's files; ``store`` is where a zstd image's docker-archive
+    keeps its decompressed layers."""
+    manifest_where = reader.files.describe(reader.manifest_ref.name if reader.manifest_ref else "index.json")
+    manifest = reader.manifest
+    if manifest is None or reader.index_bytes is None or reader.manifest_bytes is None:
+        raise InputError(f"{layout}: not an OCI layout with an index and an image manifest")
+    annotations = manifest.get("annotations") or {}
+    created = annotations.get(media_types.CREATED_ANNOTATION) if isinstance(annotations, dict) else None
+    source_date_epoch = parse_rfc3339(created, f"{manifest_where}: annotations.{media_types.CREATED_ANNOTATION}")
+    diff_ids = config_diff_ids(reader.config)
+    config_where = reader.files.describe(reader.config_ref.name)
+    if diff_ids is None or len(diff_ids) != len(reader.layer_refs) or not diff_ids:
+        raise InputError(f"{config_where}: rootfs.diff_ids: expected one digest per layer of {manifest_where}")
+    layers = tuple(
+        Layer(
+            digest=ref.digest or "",
+            diff_id=diff_id,
+            size=ref.size or 0,
+            media_type=ref.media_type,
+            uncompressed_size=0,  # unknown until read; only a zstd docker-archive looks it up (then re-derived)
+            blob_path=layout / ref.name,
+            compression=media_types.COMPRESSION_OF_LAYER_TYPE.get(ref.media_type, ""),
+        )
+        for ref, diff_id in zip(reader.layer_refs, diff_ids, strict=True)
+    )
+    repository, tag = _reference(reader, layout)
+    return BuiltImage(
+        platform=Platform.parse(platform_text(reader.config)),
+        repository=repository,
+        tag=tag,
+        source_date_epoch=source_date_epoch,
+        layers=layers,
+        config_bytes=reader.config_bytes,
+        manifest_bytes=reader.manifest_bytes,
+        index_bytes=reader.index_bytes,
+        chain_id=chain_id(diff_ids),
+        store=store,
+    )
+
+
+def _reference(reader: ImageReader, layout: Path) -> tuple[str, str]:
+    """``repository``, ``tag`` of the index entry's image name (what the docker view's
+    ``RepoTags`` holds); its tag must be the entry's ref name."""
+    where = f"{layout / 'index.json'}: manifests[0].annotations"
+    index = parse_json_object(reader.index_bytes or b"{}", str(layout / "index.json"))
+    manifests = index.get("manifests")
+    entry = manifests[0] if isinstance(manifests, list) and manifests else None
+    annotations = entry.get("annotations") if isinstance(entry, dict) else None
+    name = annotations.get(media_types.IMAGE_NAME_ANNOTATION) if isinstance(annotations, dict) else None
+    if not isinstance(name, str) or ":" not in name.rsplit("/", 1)[-1]:
+        raise InputError(f"{where}: {media_types.IMAGE_NAME_ANNOTATION}: expected REPOSITORY:TAG, got {name!r}")
+    repository, tag = name.rsplit(":", 1)
+    if reader.ref_name is not None and reader.ref_name != tag:
+        raise InputError(f"{where}: {media_types.IMAGE_NAME_ANNOTATION} {name!r} and ref name "
+                         f"{reader.ref_name!r} name different tags")
+    return repository, tag
+
+
+def export_archive(out_dir: Path, kind: str, target: Path | None = None,
+                   progress: ProgressCallback | None = None) -> ExportedArchive:
+    """The archive of ``kind`` (oci-archive or docker-archive) of the build output
+    ``out_dir``, written from OUT/oci to ``target`` (default OUT/KIND.tar), verified
+    before it replaces ``target``."""
+    if kind not in ARCHIVE_KINDS:
+        raise InputError(f"--format {kind}: expected one of {', '.join(ARCHIVE_KINDS)}")
+    layout = out_dir / "oci"
+    if not (layout / "index.json").is_file():
+        raise InputError(f"{out_dir}: no OCI layout oci/ (not the output of a sparkflake build?)")
+    manifest_digest, config_digest = recorded_digests(out_dir)
+    reader = open_image(layout)
+    if reader.manifest_ref is None or reader.manifest_ref.digest != manifest_digest:
+        found = reader.manifest_ref.digest if reader.manifest_ref else None
+        raise CheckFailed(f"{layout}: holds manifest {found}, {out_dir / DIGESTS_FILE} records {manifest_digest}",
+                          check_id="export.manifest")
+    final = regular_output(target if target is not None else out_dir / archive_name(kind))
+    work = make_run_directory(final.parent, f".{final.name}.export")
+    try:
+        image = image_of_layout(reader, layout, BlobStore(work / "store"))
+        staged = work / final.name
+        (write_oci_archive if kind == OCI_ARCHIVE else write_docker_archive)(image, staged)
+        report = verify_image(open_image(staged), progress=progress)
+        for what, found, recorded in (("manifest", report.manifest_digest, manifest_digest),
+                                      ("config", report.config_digest, config_digest)):
+            if found is not None and found != recorded:
+                raise CheckFailed(f"{final}: the archive written holds {what} {found}, "
+                                  f"{out_dir / DIGESTS_FILE} records {recorded}; not written",
+                                  check_id=f"export.{what}")
+        size = staged.stat().st_size
+        os.replace(staged, final)
+    finally:
+        remove_tree(work)
+    if final.parent == Path(os.path.realpath(out_dir)):
+        record_written_entry(out_dir, final.name)  # the next build may replace it with OUT
+    return ExportedArchive(kind, final, manifest_digest, config_digest, size)
