@@ -114,6 +114,12 @@ def test_bad_outputs_are_refused_with_the_file_named(outputs, tmp_path, capsys):
     (copy / "digests.json").write_text(json.dumps({**digests, "manifest": "sha256:" + "0" * 64}))
     assert main(["export", str(copy), "--format", "oci-archive"]) == 1
     assert f"{copy / 'digests.json'} records sha256:{'0' * 64}" in capsys.readouterr().err
+    (copy / "digests.json").write_text(json.dumps({**digests, "layers": digests["layers"][1:]}))
+    assert main(["export", str(copy), "--format", "oci-archive"]) == 2
+    assert f"{copy / 'oci'}: holds {len(digests['layers'])} layers, its digests.json records" in capsys.readouterr().err
+    (copy / "digests.json").write_text(json.dumps({**digests, "layers": [{"uncompressed_size": "9"}]}))
+    assert main(["export", str(copy), "--format", "oci-archive"]) == 2
+    assert "layers[0].uncompressed_size: expected a non-negative integer, got '9'" in capsys.readouterr().err
     (copy / "digests.json").write_text("[]")
     assert main(["export", str(copy), "--format", "oci-archive"]) == 2
     assert f"{copy / 'digests.json'}: expected a JSON object" in capsys.readouterr().err

@@ -14,7 +14,7 @@ def rfc3339(epoch: int) -> str:
 
 
 def parse_rfc3339(text: object, where: str) -> int:
-    """The epoch of a time ``rfc3339`` wrote (``YYYY-MM-DDTHH:MM:SSZ``); anything else is an
+    """The epoch of a time ``rfc3339`` wrote (``YYYY-MM-DDTHH:MM:SSZ``, 1970 on); anything else is an
     ``InputError`` naming ``where``."""
     if isinstance(text, str) and len(text) == 20:
         try:
@@ -22,5 +22,6 @@ def parse_rfc3339(text: object, where: str) -> int:
         except ValueError:
             pass
         else:
-            return int(moment.timestamp())
-    raise InputError(f"{where}: expected a time as YYYY-MM-DDTHH:MM:SSZ, got {text!r}")
+            if moment.year >= 1970:  # a tar header's mtime, as SOURCE_DATE_EPOCH, is not negative
+                return int(moment.timestamp())
+    raise InputError(f"{where}: expected a time as YYYY-MM-DDTHH:MM:SSZ from 1970 on, got {text!r}")

@@ -59,8 +59,18 @@ def archive_name(kind: str) -> str:
     return f"{kind}.tar"
 
 
-def recorded_digests(out_dir: Path) -> tuple[str, str]:
-    """The manifest and config digests of OUT/digests.json (what the build wrote)."""
+@dataclass(frozen=True)
+class RecordedDigests:
+    """What OUT/digests.json of a build says the layout holds: the manifest and config
+    digests, and each layer's uncompressed size (a zstd image's docker-archive stores its
+    layers decompressed, kept in a blob store under their diffID and size)."""
+
+    manifest: str
+    config: str
+    uncompressed_sizes: tuple[int, ...]
+
+
+def recorded_digests(out_dir: Path) -> RecordedDigests:
     path = out_dir / DIGESTS_FILE
     record = read_json_file(path, "the digests.json of a build")
     if not isinstance(record, dict):
@@ -71,13 +81,21 @@ def recorded_digests(out_dir: Path) -> tuple[str, str]:
         if not isinstance(value, str) or not is_digest(value):
             raise InputError(f"{path}: {key}: expected sha256:<64 lowercase hex digits>, got {value!r}")
         found.append(value)
-    return found[0], found[1]
+    layers = record.get("layers")
+    sizes = [layer.get("uncompressed_size") if isinstance(layer, dict) else None
+             for layer in (layers if isinstance(layers, list) else [None])]
+    for position, size in enumerate(sizes):
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise InputError(f"{path}: layers[{position}].uncompressed_size: expected a non-negative integer, "
+                             f"got {size!r}")
+    return RecordedDigests(found[0], found[1], tuple(sizes))
 
 
-def image_of_layout(reader: ImageReader, layout: Path, store: BlobStore) -> BuiltImage:
+def image_of_layout(reader: ImageReader, layout: Path, uncompressed_sizes: tuple[int, ...],
+                    store: BlobStore) -> BuiltImage:
     """The ``BuiltImage`` a layout (``open_image`` of it) holds: the documents as stored,
-    the layer blobs as the layout's files; ``store`` is where a zstd image's docker-archive
-    keeps its decompressed layers."""
+    the layer blobs as the layout's files, each layer's uncompressed size as recorded;
+    ``store`` is where a zstd image's docker-archive keeps its decompressed layers."""
     manifest_where = reader.files.describe(reader.manifest_ref.name if reader.manifest_ref else "index.json")
     manifest = reader.manifest
     if manifest is None or reader.index_bytes is None or reader.manifest_bytes is None:
@@ -89,17 +107,19 @@ def image_of_layout(reader: ImageReader, layout: Path, store: BlobStore) -> Buil
     config_where = reader.files.describe(reader.config_ref.name)
     if diff_ids is None or len(diff_ids) != len(reader.layer_refs) or not diff_ids:
         raise InputError(f"{config_where}: rootfs.diff_ids: expected one digest per layer of {manifest_where}")
+    if len(uncompressed_sizes) != len(diff_ids):
+        raise InputError(f"{layout}: holds {len(diff_ids)} layers, its digests.json records {len(uncompressed_sizes)}")
     layers = tuple(
         Layer(
             digest=ref.digest or "",
             diff_id=diff_id,
             size=ref.size or 0,
             media_type=ref.media_type,
-            uncompressed_size=0,  # unknown until read; only a zstd docker-archive looks it up (then re-derived)
+            uncompressed_size=uncompressed_size,
             blob_path=layout / ref.name,
             compression=media_types.COMPRESSION_OF_LAYER_TYPE.get(ref.media_type, ""),
         )
-        for ref, diff_id in zip(reader.layer_refs, diff_ids, strict=True)
+        for ref, diff_id, uncompressed_size in zip(reader.layer_refs, diff_ids, uncompressed_sizes, strict=True)
     )
     repository, tag = _reference(reader, layout)
     return BuiltImage(
@@ -144,7 +164,8 @@ def export_archive(out_dir: Path, kind: str, target: Path | None = None,
     layout = out_dir / "oci"
     if not (layout / "index.json").is_file():
         raise InputError(f"{out_dir}: no OCI layout oci/ (not the output of a sparkflake build?)")
-    manifest_digest, config_digest = recorded_digests(out_dir)
+    recorded = recorded_digests(out_dir)
+    manifest_digest, config_digest = recorded.manifest, recorded.config
     reader = open_image(layout)
     if reader.manifest_ref is None or reader.manifest_ref.digest != manifest_digest:
         found = reader.manifest_ref.digest if reader.manifest_ref else None
@@ -153,7 +174,7 @@ def export_archive(out_dir: Path, kind: str, target: Path | None = None,
     final = regular_output(target if target is not None else out_dir / archive_name(kind))
     work = make_run_directory(final.parent, f".{final.name}.export")
     try:
-        image = image_of_layout(reader, layout, BlobStore(work / "store"))
+        image = image_of_layout(reader, layout, recorded.uncompressed_sizes, BlobStore(work / "store"))
         staged = work / final.name
         (write_oci_archive if kind == OCI_ARCHIVE else write_docker_archive)(image, staged)
         report = verify_image(open_image(staged), progress=progress)
