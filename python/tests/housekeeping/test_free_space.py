@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from sparkflake.cli import main
+from sparkflake.cli import build_parser, main
 from sparkflake.compose.composition import load_composition
 from sparkflake.housekeeping.build_record import last_build_of
 from sparkflake.housekeeping.free_space import OUTPUT_DOCUMENTS, estimate_build_space
+from sparkflake.pipeline import BuildRequest
 
 FIXTURE = Path(__file__).resolve().parents[3] / "profiles" / "fixture"
 
@@ -53,7 +54,8 @@ def test_a_cold_cache_on_a_full_disk_is_refused_naming_the_cache(small_disk, tmp
 
 def test_the_output_needs_the_layout_s_bytes_only_on_another_file_system(small_disk, tmp_path):
     """On the layer store's file system the layout's blobs are the store's (hard links):
-    the output needs the archive's bytes once; elsewhere the layout is a copy, twice."""
+    the output needs the archive's bytes once when one is asked for, none by default;
+    elsewhere the layout is a copy, once more."""
     cache = tmp_path / "cache"
     assert main(["build", str(FIXTURE), "--offline", "-o", str(tmp_path / "first"), "--cache", str(cache)]) == 0
     composition = load_composition(str(FIXTURE))
@@ -70,3 +72,8 @@ def test_the_output_needs_the_layout_s_bytes_only_on_another_file_system(small_d
     assert output_need(tmp_path / "out", ("oci",)) == OUTPUT_DOCUMENTS
     assert output_need(small_disk / "out", ("oci", "oci-archive", "docker-archive")) == 2 * image + OUTPUT_DOCUMENTS
     assert output_need(small_disk / "out", ("oci",)) == image + OUTPUT_DOCUMENTS
+    # what `build` writes unless asked (the CLI's default, the pipeline's): the layout alone,
+    # so beside the layer store the output needs its documents only
+    default = tuple(build_parser("build").parse_args(["build", "p"]).formats.split(","))
+    assert default == BuildRequest("p").formats == ("oci",)
+    assert output_need(tmp_path / "out", default) == OUTPUT_DOCUMENTS

@@ -66,9 +66,9 @@ def test_the_layout_shares_the_store_s_bytes_and_the_output_still_audits_and_loa
 
 
 def test_an_output_of_the_layout_alone_holds_no_image_bytes_and_still_loads(tmp_path, capsys):
-    """`build --formats oci`: OUT holds documents only beside the store's bytes; podman
-    loads its layout (image ID = config digest); docker, which loads archives only, is
-    refused naming the formats to build; an archive is there when asked for."""
+    """`build --formats oci` (the default): OUT holds documents only beside the store's
+    bytes; podman loads its layout (image ID = config digest); docker, which loads archives
+    only, is refused naming the export that writes one; an archive is there when asked for."""
     out, cache = tmp_path / "out", tmp_path / "cache"
     assert main(["build", str(FIXTURE), "--offline", "--cache", str(cache), "-o", str(out), "--formats", "oci"]) == 0
     digests = json.loads((out / "digests.json").read_text())
@@ -83,7 +83,8 @@ def test_an_output_of_the_layout_alone_holds_no_image_bytes_and_still_loads(tmp_
     finally:
         podman.cleanup()
     assert main(["load", str(out), "--engine", "docker"]) == 2
-    assert "docker loads archives only" in capsys.readouterr().err
+    assert f"docker loads archives only, and this output has the OCI layout alone; write its archive first: " \
+           f"sparkflake export {out} --format docker-archive" in capsys.readouterr().err
     assert main(["build", str(FIXTURE), "--offline", "--cache", str(cache), "-o", str(out),
                  "--formats", "oci,docker-archive"]) == 0
     assert json.loads((out / "digests.json").read_text())["manifest"] == digests["manifest"]

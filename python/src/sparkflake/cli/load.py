@@ -21,9 +21,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="load a built image into podman or docker; its image ID must equal our config digest",
         description=(
             "Load OUT/docker-archive.tar (else OUT/oci-archive.tar; else, into podman, the "
-            "layout OUT/oci of a `build --formats oci`) of a `sparkflake build` "
+            "layout OUT/oci, what a build writes by default) of a `sparkflake build` "
             "output into the engine's local store and check that the image ID the engine "
-            "reports equals the config digest of OUT/digests.json; then tag it (--tag)."
+            "reports equals the config digest of OUT/digests.json; then tag it (--tag). "
+            "docker loads archives only: `sparkflake export OUT --format docker-archive` first."
         ),
     )
     parser.add_argument("out", metavar="OUT", type=Path)
@@ -53,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def loadable_layout(out: Path, engine: str) -> Path:
-    """OUT/oci when there is no archive (`build --formats oci`): `podman load -i DIR` loads
+    """OUT/oci when there is no archive (a build's default): `podman load -i DIR` loads
     an OCI layout directory as it loads an archive (Debian 12's podman 4.3.1 does; the image
     ID is still checked against the config digest); docker loads tar archives only."""
     layout = out / "oci"
@@ -61,5 +62,5 @@ def loadable_layout(out: Path, engine: str) -> Path:
         raise InputError(f"{out}: no {' or '.join(ARCHIVES)} and no OCI layout oci/")
     if engine != "podman":
         raise InputError(f"{out}: {engine} loads archives only, and this output has the OCI layout alone; "
-                         "build it with --formats oci,docker-archive")
+                         f"write its archive first: sparkflake export {out} --format docker-archive")
     return layout

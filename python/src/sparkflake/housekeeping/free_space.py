@@ -10,12 +10,14 @@ last build record of the profile (``build_record``):
   one's small files; layer-store blobs for the same, ``LAYER_FACTOR`` times (issue 31
   measured a glm53-dflash7 build: 4.2 GB of inputs gave 8.7 GB of assembled trees and a
   4.2 GB layer store);
-- the output: the new output is staged beside the old one, so the whole image: its layer
-  blobs (the last build's sizes in the layer store, else ``IMAGE_FACTOR`` times the inputs:
-  4.38 GB from 4.2 GB) once for the archives, which share one inode, and once for ``oci/``
-  only where the output is on another file system than the layer store (on the same one
-  the layout's blobs are the store's: ``oci.blob_store.share_blob``), and the receipt and
-  SBOM beside them.
+- the output: the new output is staged beside the old one. By default it is the layout
+  alone (``--formats oci``), which needs the image's bytes only where the output is on
+  another file system than the layer store (on the same one the layout's blobs are the
+  store's: ``oci.blob_store.share_blob``); an archive asked for (``--formats
+  oci,docker-archive``: the two archives share one inode) needs them once more. The image
+  is its layer blobs (the last build's sizes in the layer store, else ``IMAGE_FACTOR`` times
+  the inputs: 4.38 GB from 4.2 GB); the receipt and SBOM are beside them. (``sparkflake
+  export`` writes an archive later, from the layout.)
 
 Where the cache and the output are on one file system, their needs add up there.
 """
