@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.atomic_write import (
+    check_output_parent,
     make_run_directory,
     record_written_entry,
     regular_output,
@@ -172,6 +173,7 @@ def export_archive(out_dir: Path, kind: str, target: Path | None = None,
         raise CheckFailed(f"{layout}: holds manifest {found}, {out_dir / DIGESTS_FILE} records {manifest_digest}",
                           check_id="export.manifest")
     final = regular_output(target if target is not None else out_dir / archive_name(kind))
+    check_output_parent(final)  # a read-only OUT (a Nix store path) is named: choose -o FILE
     work = make_run_directory(final.parent, f".{final.name}.export")
     try:
         image = image_of_layout(reader, layout, recorded.uncompressed_sizes, BlobStore(work / "store"))
