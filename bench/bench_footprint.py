@@ -143,7 +143,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True, help="an output directory that does not exist yet")
     parser.add_argument("--cache", type=Path, default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sparkflake")
     parser.add_argument("--interval", type=float, default=0.2)
-    parser.add_argument("--formats", default="oci,oci-archive,docker-archive", help="`build --formats` (default: build's)")
+    parser.add_argument("--formats", default="oci", help="`build --formats` (default: build's, the layout alone)")
     parser.add_argument("--offline", action="store_true", help="inputs from the cache and the profile's inputs/ only")
     parser.add_argument("--label", default="after")
     parser.add_argument("--results", type=Path, default=RESULTS)
