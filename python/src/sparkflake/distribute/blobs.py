@@ -53,7 +53,8 @@ def validate_layout_request(request: LayoutFanoutRequest) -> None:
             raise InputError(f"--import: expected one of {ENGINES}, got {request.engine!r}")
         if request.engine != "podman":
             raise InputError(f"--import {request.engine}: the blob route imports into podman's "
-                             "containers-storage; use the archive route (ARCHIVE --sha256) for docker")
+                             "containers-storage; use the archive route (ARCHIVE --sha256) for docker, its "
+                             "archive written from the build output by `sparkflake export OUT --format docker-archive`")
         if not request.tag:
             raise InputError("--import with a layout needs --tag: the name the image gets in podman's store")
 
