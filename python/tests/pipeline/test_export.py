@@ -123,6 +123,11 @@ def test_bad_outputs_are_refused_with_the_file_named(outputs, tmp_path, capsys):
     (copy / "digests.json").write_text("[]")
     assert main(["export", str(copy), "--format", "oci-archive"]) == 2
     assert f"{copy / 'digests.json'}: expected a JSON object" in capsys.readouterr().err
+    (copy / "digests.json").write_text(json.dumps(digests))
+    copy.chmod(0o555)  # as a Nix store path is: never written into, even by root
+    assert main(["export", str(copy), "--format", "oci-archive"]) == 2
+    assert f"{copy}: is read-only (a Nix store path?); name where the archive goes: -o FILE" in capsys.readouterr().err
+    copy.chmod(0o755)
     assert main(["export", str(layout_only), "--format", "oci-archive", "-o", "/dev/null"]) == 2
     assert "/dev/null: is a character device" in capsys.readouterr().err
     with pytest.raises(SystemExit) as usage:

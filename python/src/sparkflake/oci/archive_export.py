@@ -18,6 +18,7 @@ it was copied, leaves the previous target as it was.
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -172,8 +173,11 @@ def export_archive(out_dir: Path, kind: str, target: Path | None = None,
         found = reader.manifest_ref.digest if reader.manifest_ref else None
         raise CheckFailed(f"{layout}: holds manifest {found}, {out_dir / DIGESTS_FILE} records {manifest_digest}",
                           check_id="export.manifest")
+    if target is None and not os.stat(out_dir).st_mode & stat.S_IWUSR:
+        # a Nix store path (0555) is never written into, not even by root, who could
+        raise InputError(f"{out_dir}: is read-only (a Nix store path?); name where the archive goes: -o FILE")
     final = regular_output(target if target is not None else out_dir / archive_name(kind))
-    check_output_parent(final)  # a read-only OUT (a Nix store path) is named: choose -o FILE
+    check_output_parent(final)
     work = make_run_directory(final.parent, f".{final.name}.export")
     try:
         image = image_of_layout(reader, layout, recorded.uncompressed_sizes, BlobStore(work / "store"))
