@@ -17,6 +17,8 @@ import pytest
 from fixtures.podman import Podman
 
 from sparkflake.cli import main
+from sparkflake.oci.archive_export import archive_space, recorded_digests
+from sparkflake.oci.reader import open_image
 
 FIXTURE = Path(__file__).resolve().parents[3] / "profiles" / "fixture"
 ARCHIVES = ("oci-archive", "docker-archive")
@@ -103,6 +105,29 @@ def test_an_edited_layout_is_refused_and_the_previous_archive_stays(outputs, tmp
     assert digests["layers"][0]["digest"] in capsys.readouterr().err
     assert previous.read_bytes() == b"the previous archive"
     assert sorted(path.name for path in copy.iterdir() if path.name.startswith(".docker-archive")) == []
+
+
+def test_a_disk_without_room_for_the_archive_is_refused_before_anything_is_written(outputs, tmp_path, capsys):
+    """A real small file system (tmpfs, its own statvfs): the export names the place, what
+    it needs and what is free, exit 2, and writes nothing there."""
+    layout_only, _, digests = outputs
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(small)], check=True)
+    try:
+        assert main(["export", str(layout_only), "--format", "docker-archive", "-o", str(small / "image.tar")]) == 2
+        err = capsys.readouterr().err
+        assert f"{small}: not enough free disk space for the docker-archive (nothing was written): needs about " in err
+        assert "MiB free" in err and list(small.iterdir()) == []
+    finally:
+        subprocess.run(["umount", str(small)], check=True)
+    written = tmp_path / "room" / "image.tar"
+    assert main(["export", str(layout_only), "--format", "docker-archive", "-o", str(written)]) == 0
+    # the estimate bounds what was written, and by little (a zstd image's layers decompressed
+    # twice: in the archive and in the scratch store)
+    need = archive_space(open_image(layout_only / "oci"), "docker-archive", recorded_digests(layout_only).uncompressed_sizes)
+    twice = digests["layers"][0]["media_type"].endswith("+zstd")
+    assert written.stat().st_size <= need <= (2 if twice else 1) * written.stat().st_size + (1 << 18)
 
 
 def test_bad_outputs_are_refused_with_the_file_named(outputs, tmp_path, capsys):

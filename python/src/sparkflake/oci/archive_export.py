@@ -12,12 +12,14 @@ The archive is written into a run directory beside its target, read back and ver
 there (``verify_image``: every blob and diffID re-derived, the docker view checked)
 against the manifest and config digests the output's ``digests.json`` records, and only
 then renamed onto the target: a layout edited since the build, or a blob changed while
-it was copied, leaves the previous target as it was.
+it was copied, leaves the previous target as it was. A file system with less free space
+than the archive needs (``archive_space``) is refused before anything is written.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -156,6 +158,21 @@ def _reference(reader: ImageReader, layout: Path) -> tuple[str, str]:
     return repository, tag
 
 
+TAR_BLOCK = 512
+
+
+def archive_space(reader: ImageReader, kind: str, uncompressed_sizes: tuple[int, ...]) -> int:
+    """Bytes the export writes beside its target, at most: each layer blob, document and
+    tar header rounded up to tar's 512-byte blocks, and the end blocks; a zstd image's
+    docker-archive holds its layers decompressed, once in the archive and once in the
+    scratch blob store they are decompressed into."""
+    zstd_docker = kind == DOCKER_ARCHIVE and any(ref.media_type.endswith("+zstd") for ref in reader.layer_refs)
+    layers = [2 * size for size in uncompressed_sizes] if zstd_docker else [ref.size or 0 for ref in reader.layer_refs]
+    documents = [len(reader.config_bytes), len(reader.manifest_bytes or b""), len(reader.index_bytes or b""), 1 << 16]
+    blocks = sum(-(-size // TAR_BLOCK) + 1 for size in (*layers, *documents)) + 8
+    return blocks * TAR_BLOCK
+
+
 def export_archive(out_dir: Path, kind: str, target: Path | None = None,
                    progress: ProgressCallback | None = None) -> ExportedArchive:
     """The archive of ``kind`` (oci-archive or docker-archive) of the build output
@@ -178,6 +195,11 @@ def export_archive(out_dir: Path, kind: str, target: Path | None = None,
         raise InputError(f"{out_dir}: is read-only (a Nix store path?); name where the archive goes: -o FILE")
     final = regular_output(target if target is not None else out_dir / archive_name(kind))
     check_output_parent(final)
+    need = archive_space(reader, kind, recorded.uncompressed_sizes)
+    free = shutil.disk_usage(final.parent).free
+    if need > free:
+        raise InputError(f"{final.parent}: not enough free disk space for the {kind} (nothing was written): "
+                         f"needs about {need >> 20} MiB, {free >> 20} MiB free")
     work = make_run_directory(final.parent, f".{final.name}.export")
     try:
         image = image_of_layout(reader, layout, recorded.uncompressed_sizes, BlobStore(work / "store"))
