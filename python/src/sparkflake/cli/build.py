@@ -19,7 +19,7 @@ from ._parsers import add_command
 from .fetch import parse_mirrors
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = add_command(
         subparsers, "build", run,
         help="build a profile's image: fetch, assemble, verify, write out/PROFILE/",

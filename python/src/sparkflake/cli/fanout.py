@@ -18,7 +18,7 @@ from ._output import add_progress_flag, print_json, print_line, progress_for, wa
 from ._parsers import add_command
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = add_command(
         subparsers, "fanout", run,
         help="distribute an image to every rank over adjacent links (an archive, or only missing blobs)",

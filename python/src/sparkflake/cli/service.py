@@ -16,7 +16,7 @@ from ._output import print_json, print_line, warn
 from ._parsers import add_command, add_group
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     group = add_group(
         subparsers, "service",
         help="start, check, stop and roll back the whole service across the site's ranks",
