@@ -59,6 +59,23 @@ def test_file_hashes_trust_the_table_only_for_the_same_identity(tmp_path: Path) 
     assert not table.exists()  # nothing new was remembered, nothing written
 
 
+@pytest.mark.parametrize("planted", [12345, None, ["a"], {"sha256": "x"}])
+def test_file_hashes_read_the_file_when_the_remembered_digest_is_no_string(tmp_path: Path, planted: object) -> None:
+    """The table is JSON on disk: a record whose identity matches but whose digest is not
+    a string (a damaged or hand-edited table) is no digest; the file is read, and the
+    sha256 is a string (mypy: the table's values are Any)."""
+    target = tmp_path / "f"
+    target.write_bytes(b"content")
+    table = tmp_path / "table.json"
+    settled = FileHashes(table, racy_window_ns=0)
+    settled.sha256(target)
+    settled.save()
+    document = json.loads(table.read_text())
+    document["files"][str(target)][-1] = planted
+    table.write_text(json.dumps(document))
+    assert FileHashes(table, racy_window_ns=0).sha256(target) == hashlib.sha256(b"content").hexdigest()
+
+
 def test_file_hashes_never_remember_a_build_s_work_tree(tmp_path: Path) -> None:
     """Files under a directory given to never_remember are hashed (right) but leave no
     record, so the table is not rewritten; a file beside that directory is remembered."""

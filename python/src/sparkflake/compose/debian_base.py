@@ -33,9 +33,9 @@ import shutil
 import stat
 import tarfile
 from collections.abc import Iterator, Sequence
-from typing import IO
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from ..core.atomic_write import atomic_directory
 from ..core.elf_machines import EM_AARCH64

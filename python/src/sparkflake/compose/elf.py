@@ -11,8 +11,8 @@ import os
 import stat
 import struct
 from collections.abc import Iterator
-from typing import Any, BinaryIO
 from dataclasses import dataclass
+from typing import Any, BinaryIO
 
 from ..core.elf_machines import EM_AARCH64, EM_X86_64, MACHINE_NAMES
 from ..core.errors import CheckFailed

@@ -35,9 +35,9 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
-from typing import IO
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from ..core.atomic_write import process_alive, write_bytes_atomic
 from ..core.errors import CheckFailed, InputError
