@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from ..core.atomic_write import write_bytes_atomic
 from ..core.canonical_json import readable_json_bytes
@@ -83,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     return _report(args, report)
 
 
-def _report(args: argparse.Namespace, report: dict) -> int:
+def _report(args: argparse.Namespace, report: dict[str, Any]) -> int:
     if args.evidence_dir:
         for record in report["ranks"]:
             write_bytes_atomic(
