@@ -45,7 +45,9 @@ class _State:
     unwinding: int | None = None  # the signal whose exception is on its way out
     swallowed = False  # that exception landed where Python could not raise it
     handled = False  # the command's caller caught it
-    redelivery: object = None  # the timer that delivers a swallowed interrupt again
+    # cancels the timer that delivers a swallowed interrupt again (threading is imported
+    # only when one is made)
+    cancel_redelivery: Callable[[], None] | None = None
 
 
 _STATE = _State()
@@ -91,8 +93,9 @@ def _on_unraisable(unraisable: sys.UnraisableHookArgs, previous: Callable[[sys.U
     import threading
 
     _STATE.swallowed = True
-    _STATE.redelivery = threading.Timer(0.01, _thread.interrupt_main, (_STATE.unwinding,))
-    _STATE.redelivery.start()
+    redelivery = threading.Timer(0.01, _thread.interrupt_main, (_STATE.unwinding,))
+    _STATE.cancel_redelivery = redelivery.cancel
+    redelivery.start()
 
 
 def install() -> None:
@@ -124,8 +127,8 @@ class InterruptsRaised:
         if not self._previous:
             return
         _STATE.running = False
-        if _STATE.redelivery is not None:
-            _STATE.redelivery.cancel()  # type: ignore[attr-defined]
+        if _STATE.cancel_redelivery is not None:
+            _STATE.cancel_redelivery()
         for number, handler in self._previous.items():
             _signal.signal(number, _BEFORE_IMPORT.get(number, handler))
         sys.unraisablehook = self._hook

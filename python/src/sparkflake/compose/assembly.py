@@ -494,9 +494,9 @@ def wheel_interface(
 
 def _nccl_library_sha256(composition: Composition, fetched: FetchedInputs, hashes: FileHashes | None) -> str:
     """sha256 of ``libnccl.so*`` shipped by the input playing the ``nccl`` role."""
-    pin = composition.roles["nccl"]
+    pin = composition.nccl
     if not isinstance(pin, WheelPin):
-        return pin.sha256  # type: ignore[union-attr]  # a file input is the library itself
+        return pin.sha256  # a file input is the library itself
     libraries = {
         path: digest
         for path, (_size, digest) in wheel_native(fetched.paths[pin.name], pin.sha256, "nvidia", hashes).items()

@@ -85,7 +85,7 @@ class _NotStrictJson(ValueError):
     pass
 
 
-class _ObjectWithDuplicate(dict):  # type: ignore[type-arg]
+class _ObjectWithDuplicate(dict[str, Any]):
     """An object that had ``duplicate`` twice; found afterwards to name its JSON path."""
 
     duplicate: str = ""

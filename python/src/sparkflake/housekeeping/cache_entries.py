@@ -304,8 +304,8 @@ def _scan_partial(directory: Path, add: AddCallback, foreign: ForeignCallback, n
         if child.name.endswith(".partial") and _HEX64.fullmatch(stem):
             idle = lock_is_free(locks / stem) and _idle(path, now)
             add(PARTIAL, path, child.name, "a download no fetch resumes, untouched for an hour" if idle else None)
-        elif imported or git:
-            pid = int((imported or git)["pid"])  # type: ignore[index]
+        elif (staging := imported or git) is not None:
+            pid = int(staging["pid"])
             add(PARTIAL, path, child.name, None if process_alive(pid) else "staging of a fetch that is gone")
         else:
             foreign(path)
