@@ -123,7 +123,7 @@ class ReceiptReport:
         }
 
 
-def load_build_receipt(path: str | os.PathLike[str]) -> dict:
+def load_build_receipt(path: str | os.PathLike[str]) -> dict[str, Any]:
     """A full receipt (``receipt.load_receipt``: bounded, a regular file, a JSON object)
     that is a sparkflake build receipt."""
     document = receipt.load_receipt(path)

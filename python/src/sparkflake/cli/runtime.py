@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # imported where they are used, after the command is chosen
     from ..runtime.checkpoint import ContainerMount
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     commands = add_group(
         subparsers, "runtime",
         help="runtime conformance of a built image (its own vLLM, SparkCache, B12X judge)",

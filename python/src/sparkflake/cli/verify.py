@@ -13,7 +13,7 @@ from ._parsers import add_command
 from .sign import add_registry_arguments, registry_client
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = add_command(
         subparsers, "verify", run,
         help="verify an image's cosign signature and SLSA provenance attestation",

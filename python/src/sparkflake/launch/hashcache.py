@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from ..core.atomic_write import write_bytes_atomic
 from ..core.canonical_json import canonical_json_bytes
@@ -30,7 +31,7 @@ class VerifiedHashCache:
     def __init__(self, path: Path | None, *, rehash: bool = False) -> None:
         self.path = path
         self.rehash = rehash
-        self.entries: dict[str, dict] = {}
+        self.entries: dict[str, dict[str, Any]] = {}
         self.dirty = False
         self.hits = 0
         self.misses = 0

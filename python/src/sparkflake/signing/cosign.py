@@ -146,7 +146,7 @@ def sign_image(client: RegistryClient, reference: Reference, key: PrivateKey,
     return SignResult(digest, sig_tag, sig_manifest, att_tag, att_manifest)
 
 
-def _layers_of(client: RegistryClient, reference: Reference, tag: str, media_type: str, check: str) -> list[dict]:
+def _layers_of(client: RegistryClient, reference: Reference, tag: str, media_type: str, check: str) -> list[dict[str, Any]]:
     where = f"{reference.registry}/{reference.repository}:{tag}"
     if client.head_manifest(reference.repository, tag) is None:
         what = "signature" if check == "signature" else "attestation"

@@ -11,6 +11,7 @@ import importlib
 import io
 import os
 import types
+from typing import Any
 
 from probe_support import error_text
 
@@ -47,7 +48,7 @@ def _parse(serve_args: list[str]) -> tuple[object | None, str | None]:
     return args, None
 
 
-class _ReadTracking(dict):
+class _ReadTracking(dict[str, Any]):
     """The extra config as SparkCache sees it, remembering which keys were read."""
 
     def __init__(self, *args, **kwargs) -> None:
