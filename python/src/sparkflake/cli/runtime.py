@@ -16,6 +16,7 @@ from ._parsers import add_command, add_group
 
 if TYPE_CHECKING:  # imported where they are used, after the command is chosen
     from ..launch.contract import LaunchContract
+    from ..profile.model import Profile
     from ..runtime.check_report import Case
     from ..runtime.checkpoint import ContainerMount
 
@@ -66,7 +67,8 @@ def _scratch(args: argparse.Namespace, profile: str) -> Path:
 
 def _profile_name(args: argparse.Namespace, out: Path) -> str:
     if args.profile:
-        return args.profile
+        given: str = args.profile
+        return given
     from ..oci.reader import open_image
     from ..runtime.check import image_location
 
@@ -77,7 +79,7 @@ def _profile_name(args: argparse.Namespace, out: Path) -> str:
     return name
 
 
-def expected_versions(profile) -> dict[str, str]:
+def expected_versions(profile: Profile) -> dict[str, str]:
     """Every wheel of the profile's locks, by distribution name and version."""
     versions: dict[str, str] = {}
     for lock in load_locks(profile):

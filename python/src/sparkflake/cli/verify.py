@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 from ..core.errors import CheckFailed
 from ..oci.remote import parse_reference
@@ -40,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     digest = resolve_digest(client, reference)
     checks: list[dict[str, str]] = []
 
-    def attempt(name: str, check) -> None:  # noqa: ANN001 - a verifier returning what verified
+    def attempt(name: str, check: Callable[[], str]) -> None:  # a verifier returning what verified
         try:
             detail = check()
         except CheckFailed as failure:

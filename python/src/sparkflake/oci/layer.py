@@ -326,17 +326,18 @@ class _BlockSink:
         threads = compression_threads()
         self._window = 2 * threads + 2
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="layer-block")
-        self._pending: collections.deque[Future[bytes]] = collections.deque()
+        self._pending: collections.deque[Future[bytes | bytearray]] = collections.deque()
         if self._gzip:
             self._emit(GZIP_HEADER)
 
-    def _emit(self, compressed: bytes) -> None:
+    def _emit(self, compressed: bytes | bytearray) -> None:
         if compressed:
             self._hasher.update(compressed)
             self._handle.write(compressed)
             self._size += len(compressed)
 
     def _submit(self, block: bytes, final: bool) -> None:
+        future: Future[bytes | bytearray]  # libdeflate's gzip members are bytearrays
         if self._gzip:
             self._crc = zlib.crc32(block, self._crc)
             self._plain_size += len(block)

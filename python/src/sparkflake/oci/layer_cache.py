@@ -135,7 +135,8 @@ class LayerCache:
 
     def lookup(self, key: str) -> dict[str, Any] | None:
         try:
-            return json.loads((self.layer_dir / f"{key}.json").read_bytes())
+            record: dict[str, Any] = json.loads((self.layer_dir / f"{key}.json").read_bytes())
+            return record
         except (FileNotFoundError, ValueError):
             return None
 

@@ -438,7 +438,7 @@ def _select_manifest(
     return ref, name, entry_platform
 
 
-def _docker_manifest_entries(files: TarFiles, expectation: str) -> tuple[list[object], str]:
+def _docker_manifest_entries(files: TarFiles, expectation: str) -> tuple[list[Any], str]:
     where = files.describe("manifest.json")
     try:
         entries = parse_json(_read_document(files, "manifest.json", "manifest.json"), where)
