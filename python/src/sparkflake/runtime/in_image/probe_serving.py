@@ -66,7 +66,8 @@ def _loaded_path(handle: ctypes.CDLL, symbol: str) -> str | None:
     info = DlInfo()
     address = ctypes.cast(getattr(handle, symbol), ctypes.c_void_p)
     if libc.dladdr(address, ctypes.byref(info)) and info.dli_fname:
-        return os.path.realpath(info.dli_fname.decode())
+        library: str = os.path.realpath(info.dli_fname.decode())  # ctypes fields carry no types
+        return library
     return None
 
 
