@@ -49,7 +49,8 @@ class VerifiedHashCache:
         entry = self.entries.get(real)
         if not self.rehash and isinstance(entry, dict) and entry.get("stat") == key and isinstance(entry.get("sha256"), str):
             self.hits += 1
-            return entry["sha256"]
+            remembered: str = entry["sha256"]
+            return remembered
         self.misses += 1
         digest = hasher(file_path)
         # Stat again: a file changed while it was hashed must not be cached under
