@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from ..core.blob_cache import default_cache_root
 from ..core.errors import InputError
+from ..lock.pins import WheelPin
 from ..lock.profile_locks import load_locks
 from . import _arguments as arguments
 from ._output import add_progress_flag, print_json, print_line, progress_for, warn
@@ -84,7 +85,7 @@ def expected_versions(profile: Profile) -> dict[str, str]:
     versions: dict[str, str] = {}
     for lock in load_locks(profile):
         for pin in lock.inputs:
-            if getattr(pin, "kind", None) == "wheel" and getattr(pin, "version", None):
+            if isinstance(pin, WheelPin) and pin.version:
                 versions.setdefault(pin.name, str(pin.version))
     return versions
 
@@ -138,9 +139,9 @@ def run_check_command(args: argparse.Namespace) -> int:
             if (out / "receipt.json").is_file():
                 from ..runtime.receipt_record import record_in_receipt
 
-                failed = sorted({check.id for check in report.failed()})
+                failed_ids = sorted({check.id for check in report.failed()})
                 record_in_receipt(out / "receipt.json", written, report.capabilities,
-                                  {"ok": not failed, "checks": len(report.checks), "failed_checks": failed,
+                                  {"ok": not failed_ids, "checks": len(report.checks), "failed_checks": failed_ids,
                                    "launch_specs": len(cases), "emulation": report.emulation})
         if args.capabilities:
             write_bytes_atomic(Path(args.capabilities), written)

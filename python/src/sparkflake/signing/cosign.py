@@ -198,7 +198,8 @@ def verify_signature(client: RegistryClient, reference: Reference, key: PublicKe
         where = f"{reference.registry}/{reference.repository}:{tag} layer {layer.get('digest')}"
         try:
             payload = _blob(client, reference, layer)
-            annotations = layer.get("annotations") if isinstance(layer.get("annotations"), dict) else {}
+            given = layer.get("annotations")
+            annotations: dict[str, Any] = given if isinstance(given, dict) else {}
             try:
                 signature = base64.b64decode(str(annotations.get(SIGNATURE_ANNOTATION, "")), validate=True)
             except binascii.Error:

@@ -121,8 +121,9 @@ def judge_sparkcache(engine_args: Any, kv_config: Any) -> dict[str, object]:
                                        "profile": getattr(parsed.profile, "name", str(parsed.profile))}
     except BaseException as exc:  # noqa: BLE001
         verdict["connector_config"] = {"ok": False, "error": error_text(exc)}
-    verdict["keys_given"] = sorted(dict.keys(extra))
-    verdict["keys_read"] = sorted(extra.read & set(dict.keys(extra)))
+    given: list[str] = sorted(dict.keys(extra))
+    verdict["keys_given"] = given
+    verdict["keys_read"] = sorted(extra.read & set(given))
     # The GLM-5.3 architecture (vLLM's Glm5Next) also has KDA linear-attention layers,
     # whose KV-cache spec is a MambaSpec; SparkCache classifies every group at start.
     try:
