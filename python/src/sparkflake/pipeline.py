@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -114,8 +114,8 @@ def used_by_build(root: Path, fetched: FetchedInputs, assembly: Assembly, result
     """What this build took from the cache at ``root`` (for ``sparkflake cache gc``): input
     blobs, git checkouts, assembled trees, and the layer-store blobs of its image."""
 
-    def names_under(directory: Path, paths: object) -> tuple[str, ...]:
-        return tuple(sorted({path.name for path in paths if path.parent == directory}))  # type: ignore[attr-defined]
+    def names_under(directory: Path, paths: Iterable[Path]) -> tuple[str, ...]:
+        return tuple(sorted({path.name for path in paths if path.parent == directory}))
 
     tree_dirs = list(assembly.cached_trees)  # every tree the tree cache gave this build
     image = result.image

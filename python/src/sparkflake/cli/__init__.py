@@ -16,6 +16,7 @@ import argparse  # noqa: E402 - after the handlers, on purpose
 import importlib  # noqa: E402
 import pkgutil  # noqa: E402
 import sys  # noqa: E402
+from typing import NoReturn  # noqa: E402
 
 from ._output import run_command  # noqa: E402
 
@@ -23,7 +24,7 @@ EXIT_BAD_INPUT = 2
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # usage errors exit 2 with the usage line
+    def error(self, message: str) -> NoReturn:  # usage errors exit 2 with the usage line
         self.print_usage(sys.stderr)
         print(f"{self.prog}: error: {message}", file=sys.stderr)
         raise SystemExit(EXIT_BAD_INPUT)

@@ -6,6 +6,7 @@ import argparse
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 from ..core.atomic_write import OUTPUT_MARKER
 from ..core.errors import InputError
@@ -19,7 +20,7 @@ from ._parsers import add_command
 from .fetch import parse_mirrors
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = add_command(
         subparsers, "build", run,
         help="build a profile's image: fetch, assemble, verify, write out/PROFILE/",
@@ -105,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     elapsed = time.monotonic() - started
     image = result.image
     out_dir = request.output_dir or default_output_dir(result.profile)
-    record = {
+    record: dict[str, Any] = {
         "profile": result.profile,
         "output": str(out_dir),
         "manifest": image.manifest_digest,

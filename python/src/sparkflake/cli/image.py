@@ -28,7 +28,7 @@ def default_cache_dir() -> Path:
     return Path(base) / "sparkflake" / "oci"
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     commands = add_group(
         subparsers, "image",
         help="build and inspect deterministic OCI images",

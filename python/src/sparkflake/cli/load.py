@@ -15,7 +15,7 @@ from ._parsers import add_command
 ARCHIVES = ("docker-archive.tar", "oci-archive.tar")
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = add_command(
         subparsers, "load", run,
         help="load a built image into podman or docker; its image ID must equal our config digest",

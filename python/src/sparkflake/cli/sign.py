@@ -23,7 +23,7 @@ def registry_client(args: argparse.Namespace, registry: str) -> RegistryClient:
     return RegistryClient(registry, insecure=args.insecure, ca_file=args.ca_file, credentials=credentials)
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = add_command(
         subparsers, "sign", run,
         help="sign an image's manifest digest (cosign's format) and attest its provenance",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 from ..core.errors import CheckFailed
 from ..oci.remote import parse_reference
@@ -13,7 +14,7 @@ from ._parsers import add_command
 from .sign import add_registry_arguments, registry_client
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = add_command(
         subparsers, "verify", run,
         help="verify an image's cosign signature and SLSA provenance attestation",
@@ -40,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     digest = resolve_digest(client, reference)
     checks: list[dict[str, str]] = []
 
-    def attempt(name: str, check) -> None:  # noqa: ANN001 - a verifier returning what verified
+    def attempt(name: str, check: Callable[[], str]) -> None:  # a verifier returning what verified
         try:
             detail = check()
         except CheckFailed as failure:

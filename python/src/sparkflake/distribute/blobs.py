@@ -24,7 +24,8 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from ..core.errors import CheckFailed, InputError
-from .chain import FAILED, ChainTransfer, Progress, SizeGate, Transfer, cancel_relay, start_relays
+from ..core.progress import ProgressCallback as Progress
+from .chain import FAILED, ChainTransfer, SizeGate, Transfer, cancel_relay, start_relays
 from .engine import ENGINES, check_image_id
 from .evidence import EVIDENCE_SCHEMA, REPORT_SCHEMA
 from .fanout import check_images

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from ..compose.composition import Composition
 from ..core.errors import InputError
+from ..lock.pins import GitPin
 from .build_record import BuildRecord
 
 TREE_FACTOR = 2.1
@@ -70,7 +71,7 @@ def estimate_build_space(
     last_build: BuildRecord | None,
 ) -> list[SpaceNeed]:
     pins = [*composition.debs, *composition.wheels, composition.source]
-    sized = {pin.sha256: pin.size for pin in pins if getattr(pin, "size", None) is not None}
+    sized = {pin.sha256: pin.size for pin in pins if not isinstance(pin, GitPin)}  # a git input has no size
     missing = sum(size for sha256, size in sized.items() if not (cache_root / "blobs" / "sha256" / sha256).is_file())
     used_before = set(last_build.inputs) if last_build is not None else set()
     trees_kept = last_build is not None and all((cache_root / "trees" / key).is_dir() for key in last_build.trees)

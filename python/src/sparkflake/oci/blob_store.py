@@ -99,16 +99,19 @@ class BlobStore:
         except FileNotFoundError:
             return None
         if not stat.S_ISREG(status.st_mode):
-            return self._evict(digest, path, "not a regular file")
+            self._evict(digest, path, "not a regular file")
+            return None
         if status.st_size != size:
-            return self._evict(digest, path, f"{status.st_size} bytes, expected {size}")
+            self._evict(digest, path, f"{status.st_size} bytes, expected {size}")
+            return None
         if self._recorded_identity(digest) == stat_identity(status):
             return path
         actual = _sha256_of(path)
         if actual is None:
             return None  # removed meanwhile (a concurrent eviction)
         if actual != digest_hex(digest):
-            return self._evict(digest, path, f"its bytes hash to sha256:{actual}")
+            self._evict(digest, path, f"its bytes hash to sha256:{actual}")
+            return None
         self._record(digest, path)
         return path
 

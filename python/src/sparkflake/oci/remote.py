@@ -534,7 +534,7 @@ def select_platform(index: dict[str, Any], platform: Platform, where: str) -> di
     manifests = index.get("manifests")
     if not isinstance(manifests, list):
         raise CheckFailed(f"{where}: an index without a manifests array")
-    matches = matching_entries(manifests, platform)
+    matches: list[dict[str, Any]] = matching_entries(manifests, platform)
     if not matches:
         available = [
             platform_text(d["platform"]) for d in manifests if isinstance(d, dict) and isinstance(d.get("platform"), dict)

@@ -12,6 +12,7 @@ import shutil
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from ..core.atomic_write import make_run_directory, write_bytes_atomic
 from ..core.canonical_json import canonical_json_bytes
@@ -78,7 +79,7 @@ class HostWork:
 
 def run_probe(report: CheckReport, root: Path, scratch: Path, python: str, image_env: Mapping[str, str],
                cases: Sequence[Case], expected_versions: Mapping[str, str], timeout: float,
-               host_work: HostWork, binds: Sequence[tuple[Path, str, bool]]) -> dict | None:
+               host_work: HostWork, binds: Sequence[tuple[Path, str, bool]]) -> dict[str, Any] | None:
     pycache = _verified_pycache(scratch)
     env = probe_env(image_env, cases)
     host_work.start(pycache, _bytecode_facts(report, root, scratch, python, env))

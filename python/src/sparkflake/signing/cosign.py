@@ -146,7 +146,7 @@ def sign_image(client: RegistryClient, reference: Reference, key: PrivateKey,
     return SignResult(digest, sig_tag, sig_manifest, att_tag, att_manifest)
 
 
-def _layers_of(client: RegistryClient, reference: Reference, tag: str, media_type: str, check: str) -> list[dict]:
+def _layers_of(client: RegistryClient, reference: Reference, tag: str, media_type: str, check: str) -> list[dict[str, Any]]:
     where = f"{reference.registry}/{reference.repository}:{tag}"
     if client.head_manifest(reference.repository, tag) is None:
         what = "signature" if check == "signature" else "attestation"
@@ -198,7 +198,8 @@ def verify_signature(client: RegistryClient, reference: Reference, key: PublicKe
         where = f"{reference.registry}/{reference.repository}:{tag} layer {layer.get('digest')}"
         try:
             payload = _blob(client, reference, layer)
-            annotations = layer.get("annotations") if isinstance(layer.get("annotations"), dict) else {}
+            given = layer.get("annotations")
+            annotations: dict[str, Any] = given if isinstance(given, dict) else {}
             try:
                 signature = base64.b64decode(str(annotations.get(SIGNATURE_ANNOTATION, "")), validate=True)
             except binascii.Error:

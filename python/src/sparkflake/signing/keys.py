@@ -22,6 +22,7 @@ import json
 import os
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import nacl.exceptions
 import nacl.secret
@@ -105,7 +106,7 @@ def _single_block(content: bytes, where: str, accepted: tuple[str, ...]) -> tupl
     return wanted[0]
 
 
-def _b64_field(document: dict, path: tuple[str, ...], where: str) -> bytes:
+def _b64_field(document: dict[str, Any], path: tuple[str, ...], where: str) -> bytes:
     value: object = document
     for key in path:
         value = value.get(key) if isinstance(value, dict) else None
@@ -117,7 +118,7 @@ def _b64_field(document: dict, path: tuple[str, ...], where: str) -> bytes:
         raise InputError(f"{where}: {'.'.join(path)}: not base64") from None
 
 
-def _scrypt_params(document: dict, where: str) -> tuple[int, int, int]:
+def _scrypt_params(document: dict[str, Any], where: str) -> tuple[int, int, int]:
     kdf = document.get("kdf")
     if not isinstance(kdf, dict) or kdf.get("name") != "scrypt":
         raise InputError(f"{where}: kdf.name: expected \"scrypt\"")
