@@ -10,7 +10,7 @@ from ._output import add_progress_flag, human_bytes, print_json, print_line, pro
 from ._parsers import add_command
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = add_command(
         subparsers, "export", run,
         help="write the oci-archive or docker-archive of a build output from its OCI layout",

@@ -86,12 +86,13 @@ def recorded_digests(out_dir: Path) -> RecordedDigests:
             raise InputError(f"{path}: {key}: expected sha256:<64 lowercase hex digits>, got {value!r}")
         found.append(value)
     layers = record.get("layers")
-    sizes = [layer.get("uncompressed_size") if isinstance(layer, dict) else None
-             for layer in (layers if isinstance(layers, list) else [None])]
-    for position, size in enumerate(sizes):
+    sizes: list[int] = []
+    for position, layer in enumerate(layers if isinstance(layers, list) else [None]):
+        size = layer.get("uncompressed_size") if isinstance(layer, dict) else None
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
             raise InputError(f"{path}: layers[{position}].uncompressed_size: expected a non-negative integer, "
                              f"got {size!r}")
+        sizes.append(size)
     return RecordedDigests(found[0], found[1], tuple(sizes))
 
 
