@@ -14,7 +14,7 @@ _signals.install()  # first: an interrupt while the rest is imported ends quietl
 
 import argparse  # noqa: E402 - after the handlers, on purpose
 import importlib  # noqa: E402
-import pkgutil  # noqa: E402
+import os  # noqa: E402
 import sys  # noqa: E402
 
 from ._output import run_command  # noqa: E402
@@ -29,6 +29,21 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_BAD_INPUT)
 
 
+def _group_modules() -> list[str]:
+    import pkgutil  # only when every group is listed: a quick command's parser skips it
+
+    package = importlib.import_module(__name__)
+    return sorted(info.name for info in pkgutil.iter_modules(package.__path__) if not info.name.startswith("_"))
+
+
+def _is_group_module(name: str) -> bool:
+    """Whether ``name`` is a command group's module, found without listing the package."""
+    if not name.isidentifier() or name.startswith("_"):
+        return False
+    package = importlib.import_module(__name__)
+    return any(os.path.isfile(os.path.join(folder, f"{name}.py")) for folder in package.__path__)
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The whole CLI; with ``command`` naming a group module, only that group (importing
     every group pulls in every stage, which costs more than a quick command's work)."""
@@ -41,14 +56,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     subparsers.required = True
-    package = importlib.import_module(__name__)
-    names = sorted(
-        module_info.name
-        for module_info in pkgutil.iter_modules(package.__path__)
-        if not module_info.name.startswith("_")
-    )
-    if command in names:
-        names = [command]
+    names = [command] if command is not None and _is_group_module(command) else _group_modules()
     for name in names:
         module = importlib.import_module(f"{__name__}.{name}")
         register = getattr(module, "register", None)

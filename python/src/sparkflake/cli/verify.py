@@ -10,7 +10,7 @@ from ..signing.cosign import resolve_digest, verify_attestation, verify_signatur
 from ..signing.keys import load_public_key
 from ._output import print_json, print_line
 from ._parsers import add_command
-from .sign import add_registry_arguments, registry_client
+from ._registry import add_registry_arguments, registry_client
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.canonical_json import canonical_json_bytes
-from ..core.digest import digest_hex, sha256_digest
+from ..core.digest import digest_hex
 from ..core.errors import CheckFailed
 from ..oci.remote import OCI_MANIFEST, Reference, RegistryClient
 from . import payloads
@@ -148,10 +148,14 @@ def sign_image(client: RegistryClient, reference: Reference, key: PrivateKey,
 
 def _layers_of(client: RegistryClient, reference: Reference, tag: str, media_type: str, check: str) -> list[dict]:
     where = f"{reference.registry}/{reference.repository}:{tag}"
-    if client.head_manifest(reference.repository, tag) is None:
+    try:  # one GET: its 404 is the absent tag (a HEAD first would ask the registry twice)
+        manifest = client.get_manifest(reference.repository, tag)
+    except CheckFailed as failure:
+        if failure.check_id != "registry.not-found":
+            raise
         what = "signature" if check == "signature" else "attestation"
-        raise CheckFailed(f"{where}: the image has no {what} (no such tag)", check_id=f"{check}.present")
-    layers = client.get_manifest(reference.repository, tag).document().get("layers")
+        raise CheckFailed(f"{where}: the image has no {what} (no such tag)", check_id=f"{check}.present") from None
+    layers = manifest.document().get("layers")
     found = [
         layer for layer in (layers if isinstance(layers, list) else [])
         if isinstance(layer, dict) and layer.get("mediaType") == media_type
@@ -165,11 +169,8 @@ def _layers_of(client: RegistryClient, reference: Reference, tag: str, media_typ
 
 
 def _blob(client: RegistryClient, reference: Reference, layer: Mapping[str, Any]) -> bytes:
-    digest = str(layer.get("digest"))
-    content = client.read_blob(reference.repository, digest, limit=PAYLOAD_LIMIT)
-    if sha256_digest(content) != digest:
-        raise CheckFailed(f"{reference.repository}@{digest}: bytes hash otherwise", check_id="registry.blob-digest")
-    return content
+    # read_blob checks the bytes against the digest (registry.blob-digest) as they arrive
+    return client.read_blob(reference.repository, str(layer.get("digest")), limit=PAYLOAD_LIMIT)
 
 
 def _first_success(attempts: list[CheckFailed | str], what: str) -> str:

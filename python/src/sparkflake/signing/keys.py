@@ -23,13 +23,9 @@ import os
 import re
 from dataclasses import dataclass
 
-import nacl.exceptions
-import nacl.secret
-import nacl.utils
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
 
 from ..core.canonical_json import go_struct_json_bytes
 from ..core.documents import read_regular_file
@@ -138,13 +134,21 @@ def _scrypt_params(document: dict, where: str) -> tuple[int, int, int]:
     return n, r, p
 
 
+# PyNaCl and scrypt are imported where a private key is read or written: `verify` needs
+# neither, and importing them costs it ~6 ms of its ~130 ms (bench/results/sign.json).
 def _secretbox_key(password: bytes, salt: bytes, n: int, r: int, p: int) -> bytes:
+    import nacl.secret
+    from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
+
     return Scrypt(salt=salt, length=nacl.secret.SecretBox.KEY_SIZE, n=n, r=r, p=p).derive(password)
 
 
 def decrypt_private_key(content: bytes, password: bytes, where: str) -> PrivateKey:
     """The key of a cosign private key file's bytes; a wrong password is a CheckFailed
     (the file was read, its authentication tag did not match), anything malformed an InputError."""
+    import nacl.exceptions
+    import nacl.secret
+
     _, der = _single_block(content, where, PRIVATE_PEM_TYPES)
     try:
         document = json.loads(der)
@@ -181,6 +185,9 @@ def decrypt_private_key(content: bytes, password: bytes, where: str) -> PrivateK
 def encrypt_private_key(key: PrivateKey, password: bytes, *, n: int = SCRYPT_N, r: int = SCRYPT_R,
                         p: int = SCRYPT_P, salt: bytes | None = None, nonce: bytes | None = None) -> bytes:
     """The file ``cosign generate-key-pair`` would write for ``key`` (random salt and nonce)."""
+    import nacl.secret
+    import nacl.utils
+
     salt = salt if salt is not None else nacl.utils.random(32)
     nonce = nonce if nonce is not None else nacl.utils.random(nacl.secret.SecretBox.NONCE_SIZE)
     plaintext = key.key.private_bytes(
