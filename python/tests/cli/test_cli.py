@@ -53,7 +53,7 @@ def test_verify_imports_only_what_verifying_needs():
     assert "sparkflake.cli.verify" in loaded and "sparkflake.oci.remote" in loaded
     needless = {"nacl", "nacl.secret", "cryptography.hazmat.primitives.kdf.scrypt", "sparkflake.cli.sign",
                 "sparkflake.compose.receipt", "sparkflake.core.atomic_write", "sparkflake.oci.types",
-                "sparkflake.cli.build", "pkgutil", "tempfile"}
+                "sparkflake.cli.build", "pkgutil", "tempfile", "cryptography.hazmat.primitives.serialization"}
     assert needless & loaded == set()
 
 
