@@ -251,3 +251,40 @@ def verify_attestation(client: RegistryClient, reference: Reference, key: Public
             attempts.append(failure)
     verified = _first_success(attempts, "attestations")
     return verified, statement
+
+
+def verify_image_signing(client: RegistryClient, reference: Reference, key: PublicKey, digest: str, *,
+                         attestation: bool = True) -> list[tuple[str, str | CheckFailed]]:
+    """``("signature", what verified or its CheckFailed)``, then the same for the
+    attestation unless ``attestation`` is False. Each mostly waits on the registry (two
+    requests), so the attestation is checked in a second thread meanwhile; any other error
+    of either is raised here."""
+    import threading
+
+    outcomes: dict[str, str | CheckFailed | BaseException] = {}
+
+    def attempt(name: str, check: Any) -> None:  # noqa: ANN401 - a verifier returning what verified
+        try:
+            outcomes[name] = check()
+        except CheckFailed as failure:
+            outcomes[name] = failure
+        except BaseException as error:  # noqa: BLE001 - raised in the calling thread
+            outcomes[name] = error
+
+    second = None
+    if attestation:
+        second = threading.Thread(
+            target=attempt, args=("attestation", lambda: verify_attestation(client, reference, key, digest)[0]),
+            name="verify-attestation", daemon=True,
+        )
+        second.start()
+    attempt("signature", lambda: verify_signature(client, reference, key, digest))
+    if second is not None:
+        second.join()
+    results: list[tuple[str, str | CheckFailed]] = []
+    for name in ("signature", "attestation") if attestation else ("signature",):
+        outcome = outcomes[name]
+        if isinstance(outcome, BaseException) and not isinstance(outcome, CheckFailed):
+            raise outcome
+        results.append((name, outcome))
+    return results
