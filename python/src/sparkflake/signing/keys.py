@@ -137,7 +137,7 @@ def _scrypt_params(document: dict, where: str) -> tuple[int, int, int]:
 
 
 # PyNaCl and scrypt are imported where a private key is read or written: `verify` needs
-# neither, and importing them costs it ~6 ms of its ~130 ms (bench/results/sign.json).
+# neither, and importing them cost it ~6 ms (-X importtime; bench/results/sign-issue32-h32v.json).
 def _secretbox_key(password: bytes, salt: bytes, n: int, r: int, p: int) -> bytes:
     import nacl.secret
     from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
@@ -221,7 +221,7 @@ def generate_private_key() -> PrivateKey:
 # A SubjectPublicKeyInfo of an uncompressed point on a named curve (RFC 5480 2) is, in DER,
 # a fixed prefix per curve and the point: such a key (cosign's) is read without
 # cryptography's serialization package, whose import (the SSH key formats, their ciphers)
-# cost `verify` ~8 ms of ~130 (bench/results/sign-issue32-h32v.json). Any other DER is
+# cost `verify` ~8 ms (-X importtime; bench/results/sign-issue32-h32v.json). Any other DER is
 # load_der_public_key's, which reads every form and refuses what is not a key.
 _NAMED_CURVE_SPKI = {
     bytes.fromhex("3059301306072a8648ce3d020106082a8648ce3d030107034200"): ec.SECP256R1,
