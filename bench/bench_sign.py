@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -38,11 +39,22 @@ COSIGN_FLAGS = ["--allow-insecure-registry", "--allow-http-registry"]
 sys.path.insert(0, str(REPO / "python" / "tests"))
 from fixtures.oci import RegistryServer
 
+CPU: dict[str, list[float]] = {}  # "name/side": CPU seconds (user + system) of each timed run
 
-def timed(argv: list[str], env: dict[str, str], cwd: Path) -> float:
-    start = time.perf_counter()
+
+def children_cpu() -> float:
+    """CPU seconds of the waited-for children so far: on a shared machine the share of the
+    cores a run gets varies with the load, the CPU it costs much less."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed(argv: list[str], env: dict[str, str], cwd: Path, cpu_key: str | None = None) -> float:
+    start, cpu = time.perf_counter(), children_cpu()
     completed = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, check=False)
     elapsed = time.perf_counter() - start
+    if cpu_key is not None:
+        CPU.setdefault(cpu_key, []).append(children_cpu() - cpu)
     if completed.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} failed: {completed.stderr}")
     return elapsed
@@ -96,10 +108,12 @@ def main() -> None:
         loads = [os.getloadavg()]
         for _ in range(args.runs):
             for name, (ours, theirs) in commands.items():
-                times[name]["sparkflake"].append(timed(ours, env, work))
+                times[name]["sparkflake"].append(timed(ours, env, work, f"{name}/sparkflake"))
+                cpu = children_cpu()
                 times[name]["cosign"].append(sum(timed(argv, env, work) for argv in theirs))
+                CPU.setdefault(f"{name}/cosign", []).append(children_cpu() - cpu)
                 if against_env and name == verify_name:
-                    times[name]["against"].append(timed(ours, against_env, work))
+                    times[name]["against"].append(timed(ours, against_env, work, f"{name}/against"))
             loads.append(os.getloadavg())
     finally:
         registry.stop()
@@ -112,11 +126,18 @@ def main() -> None:
         ours, theirs = statistics.median(sides["sparkflake"]), statistics.median(sides["cosign"])
         report["results"][name] = {"sparkflake_s": round(ours, 3), "cosign_s": round(theirs, 3),
                                    "ratio": round(ours / theirs, 2)}
-        print(f"{name:<34} sparkflake {ours:6.3f} s   cosign {theirs:6.3f} s   ratio {ours / theirs:.2f}")
+        cpu_ours, cpu_theirs = statistics.median(CPU[f"{name}/sparkflake"]), statistics.median(CPU[f"{name}/cosign"])
+        report["results"][name].update(cpu_sparkflake_s=round(cpu_ours, 3), cpu_cosign_s=round(cpu_theirs, 3),
+                                       cpu_ratio=round(cpu_ours / cpu_theirs, 2))
+        print(f"{name:<34} sparkflake {ours:6.3f} s   cosign {theirs:6.3f} s   ratio {ours / theirs:.2f}"
+              f"   CPU ratio {cpu_ours / cpu_theirs:.2f}")
         if "against" in sides:
             before = statistics.median(sides["against"])
+            cpu_before = statistics.median(CPU[f"{name}/against"])
             report["results"][name].update(against=args.against, against_s=round(before, 3),
-                                           against_ratio=round(before / theirs, 2))
+                                           against_ratio=round(before / theirs, 2),
+                                           cpu_against_s=round(cpu_before, 3),
+                                           cpu_against_ratio=round(cpu_before / cpu_theirs, 2))
             print(f"{'  with ' + args.against:<34} {before:6.3f} s   ratio {before / theirs:.2f}")
     args.results.parent.mkdir(parents=True, exist_ok=True)
     args.results.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
