@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -117,6 +118,7 @@ def main() -> None:
             loads.append(os.getloadavg())
     finally:
         registry.stop()
+        shutil.rmtree(work, ignore_errors=True)  # its keys, image and registry: scratch of this run
     report = {"runs": args.runs, "results": {}, "load_average_after": [round(x, 2) for x in os.getloadavg()],
               "load_per_run": [[round(x, 2) for x in load] for load in loads],
               "all": {name: {side: [round(t, 4) for t in values] for side, values in sides.items()}
