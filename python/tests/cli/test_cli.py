@@ -1,6 +1,7 @@
 """The command as an operator meets it: every command group loads and documents itself,
 usage errors exit 2 without a traceback."""
 
+import os
 import subprocess
 import sys
 
@@ -53,7 +54,7 @@ def test_verify_imports_only_what_verifying_needs():
     assert "sparkflake.cli.verify" in loaded and "sparkflake.oci.remote" in loaded
     needless = {"nacl", "nacl.secret", "cryptography.hazmat.primitives.kdf.scrypt", "sparkflake.cli.sign",
                 "sparkflake.compose.receipt", "sparkflake.core.atomic_write", "sparkflake.oci.types",
-                "sparkflake.cli.build", "pkgutil", "tempfile", "cryptography.hazmat.primitives.serialization"}
+                "sparkflake.cli.build", "pkgutil", "tempfile", "cryptography.hazmat.primitives.serialization", "shutil"}
     assert needless & loaded == set()
 
 
@@ -61,3 +62,14 @@ def test_verify_imports_only_what_verifying_needs():
 def test_a_name_that_is_no_command_group_is_a_usage_error(name):
     completed = subprocess.run([sys.executable, "-m", "sparkflake.cli", name], capture_output=True, text=True)
     assert completed.returncode == 2 and "invalid choice" in completed.stderr and "Traceback" not in completed.stderr
+
+
+@pytest.mark.parametrize("columns", ["50", "120", "junk", "0"])
+def test_help_fits_the_width_columns_says(columns):
+    """The help is as wide as $COLUMNS (80 when it is no positive number and stdout is no
+    terminal), as argparse makes it through shutil.get_terminal_size."""
+    completed = subprocess.run([sys.executable, "-m", "sparkflake.cli", "verify", "--help"], capture_output=True,
+                               text=True, check=True, env={**os.environ, "COLUMNS": columns})
+    width = int(columns) if columns.isdigit() and int(columns) > 0 else 80
+    longest = max(len(line) for line in completed.stdout.splitlines())
+    assert width - 12 <= longest <= width - 2
