@@ -184,7 +184,7 @@ def _check_in_scratch(report: CheckReport, reader: Any, platform: str, image_arc
     binds = checkpoint.prepare(scratch, tuple(mounts))
     report_phase(progress, f"bytecode (host), imports and probe of {len(cases)} launch specs (the image's Python)")
     result = run_probe(report, unpacked.path, scratch, inside, env, cases, expected_versions, timeout, host_work,
-                       binds)
+                       binds, progress=progress)
     found = host_work.found()
     if result is None:
         return
