@@ -143,3 +143,49 @@ def test_launch_refuses_an_image_the_manifest_was_not_written_for(tmp_path, prof
     assert check.status == "fail" and not refused.ok
     assert other in check.detail and caps.config_digest in check.detail and caps.source in check.detail
     assert "sparkflake runtime check" in check.detail
+
+
+def _with_selection(profile: str, refusals: dict[str, str], **extra: str):
+    """The profile's contract whose manifest records vLLM's engine start for exactly the
+    launch ``extra`` makes (as the runtime check would), with these refusals."""
+    from sparkflake.runtime.capabilities import KernelSelection, LayerChoice, selecting_settings
+
+    contract = dataclasses.replace(real_contract(profile), capabilities=None)
+    text = site_env(ROOT, 0, draft=profile == "glm53-dflash7", **extra)
+    launch = plan_from_assignments(rank=0, assignments=parse_env_text(text, "r.env"), source="r.env",
+                                   contract=contract, engine=None, run_checks=False)
+    layers = {"target.moe": LayerChoice("B12X", None), **{kind: LayerChoice(None, reason)
+                                                          for kind, reason in refusals.items()}}
+    selection = KernelSelection(selecting_settings(launch.spec.serve_args), layers, 128)
+    caps = dataclasses.replace(real_contract(profile).capabilities, kernel_selections=(selection,),
+                               # the engine start alone decides here
+                               attention_backends=("B12X", "FLASHINFER_MLA_SPARSE_SM120", "TRITON_MLA"))
+    return dataclasses.replace(real_contract(profile), capabilities=caps), text
+
+
+def test_a_launch_vllm_refuses_at_engine_start_is_refused_with_its_reason():
+    reason = ("ValueError: Selected backend AttentionBackendEnum.B12X is not valid for this configuration. "
+              "Reason: ['MLA not supported', 'sparse not supported']")
+    contract, text = _with_selection("glm53-dflash7", {"target.sparse_mla_attention": reason},
+                                     ATTENTION_BACKEND="B12X")
+    with pytest.raises(InputError) as refused:
+        plan_from_assignments(rank=0, assignments=parse_env_text(text, "r.env"), source="r.env", contract=contract,
+                              engine=None, run_checks=False)
+    assert "vLLM 0.33.0 refuses this launch at engine start" in str(refused.value)
+    assert f"target.sparse_mla_attention: {reason}" in str(refused.value)
+    # another launch (here: another attention backend) was not judged: not refused for it
+    other = site_env(ROOT, 0, draft=True, ATTENTION_BACKEND="TRITON_MLA")
+    plan_from_assignments(rank=0, assignments=parse_env_text(other, "r.env"), source="r.env", contract=contract,
+                          engine=None, run_checks=False)
+
+
+def test_explain_gives_what_vllm_selects_per_layer_kind():
+    contract, text = _with_selection("glm53-mtp5", {}, ATTENTION_BACKEND="B12X")
+    launch = plan_from_assignments(rank=0, assignments=parse_env_text(text, "r.env"), source="r.env",
+                                   contract=contract, engine=None, run_checks=False)
+    selection = launch.report(explain=True)["kernel_selection"]
+    assert selection["judged"] and selection["layers"] == {"target.moe": {"choice": "B12X"}}
+    assert selection["block_size"] == 128 and selection["settings"]["speculative.method"] == "mtp"
+    unjudged = launch.report(explain=True)
+    assert "kernel_selection" in unjudged and "kernel_selection" not in launch.report()
+    assert plan("glm53-mtp5").report(explain=True)["kernel_selection"]["judged"] is False

@@ -115,6 +115,8 @@ def test_golden_invariants(profile, dcp, sparkcache, rank):
     assert arg("--kv-cache-memory-bytes") == str((26 if dcp == 1 else 30) << 30)
     assert not any("FULL_CKV_GATHER" in item for item in argv)  # read by nothing in the image
     assert (arg("--attention-backend"), arg("--moe-backend"), arg("--linear-backend")) == ("B12X", "b12x", "b12x")
+    assert arg("--gpu-memory-utilization") == "0.82"  # under GB10's free memory at start
+    assert "CUDA_HOME=/opt/venv/lib/python3.11/site-packages/nvidia/cu13" in argv
     assert arg("--max-model-len") == "1048576" and arg("--max-num-batched-tokens") == "8192"
     assert "--enable-prefix-caching" in serve
     assert ("--kv-transfer-config" in serve) is sparkcache
@@ -124,8 +126,9 @@ def test_golden_invariants(profile, dcp, sparkcache, rank):
     speculative = json.loads(arg("--speculative-config"))
     compilation = json.loads(arg("--compilation-config"))
     if profile == "glm53-dflash7":
+        # the BF16 draft keeps a BF16 KV cache
         assert speculative == {"method": "dflash", "model": "/models/draft", "num_speculative_tokens": 7,
-                               "draft_tensor_parallel_size": 4}
+                               "draft_tensor_parallel_size": 4, "kv_cache_dtype": "auto"}
         assert "--language-model-only" in serve
         assert compilation["pass_config"] == {"fuse_allreduce_rms": False}
         assert "VLLM_ALLREDUCE_USE_SYMM_MEM=0" in argv and "VLLM_ALLREDUCE_USE_FLASHINFER=0" in argv
@@ -135,7 +138,8 @@ def test_golden_invariants(profile, dcp, sparkcache, rank):
             assert "spark_cache_namespace" not in extra and "spark_cache_publication" not in extra
         assert plan.qualification.status == expected
     else:
-        assert speculative == {"method": "mtp", "num_speculative_tokens": 5}
+        # the MTP head's unquantized MoE does not inherit b12x
+        assert speculative == {"method": "mtp", "num_speculative_tokens": 5, "moe_backend": "triton"}
         assert f"{ROOT}/models/draft:/models/draft:ro" not in argv
         assert plan.qualification.status == "research-only"
     labels = plan.spec.labels

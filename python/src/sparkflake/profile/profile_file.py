@@ -30,6 +30,7 @@ from .model import (
     CheckpointFile,
     Claim,
     DebianSpec,
+    Device,
     Profile,
     PythonSpec,
     Qualification,
@@ -62,6 +63,8 @@ def profile_from_dict(document: Mapping[str, Any]) -> Profile:
             value = record_from_table(Absences, value, "absent")
         elif key == "qualified":
             value = record_from_table(Qualification, value, "qualified")
+        elif key == "device":
+            value = record_from_table(Device, value, "device")
         elif key == "checkpoints":
             value = _checkpoints_from_dict(value)
         elif key == "claims":

@@ -45,6 +45,14 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "max_position_embeddings": GLM53_MAX_POSITIONS,
         "num_nextn_predict_layers": 1,
         "torch_dtype": "bfloat16",
+        # The served checkpoint is ModelOpt NVFP4 (the profile's "GLM-5.3 Flash NVFP4"
+        # target): weights and activations FP4 in groups of 16, FP8 KV, the LM head and the
+        # MTP head left in BF16. vLLM reads it as ModelOptNvFp4Config
+        # (model_executor/layers/quantization/modelopt.py:345 from_config: quant_method
+        # "modelopt", quant_algo, group_size, kv_cache_quant_algo, exclude_modules), which
+        # selects the NVFP4 MoE and linear kernels the runtime check judges.
+        "quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16,
+                                "kv_cache_quant_algo": "FP8", "exclude_modules": ["lm_head", "model.mtp*"]},
     },
     DRAFT: {
         "architectures": ["DFlash2DraftModel"],
