@@ -205,7 +205,7 @@ def _check_in_scratch(report: CheckReport, reader: Any, platform: str, image_arc
         env, binds = _with_driver_stand_in(report, unpacked.path, image_arch, scratch, env, binds)
     report_phase(progress, f"bytecode (host), imports and probe of {len(cases)} launch specs (the image's Python)")
     result = run_probe(report, unpacked.path, scratch, inside, env, cases, expected_versions, timeout, host_work,
-                       binds, device)
+                       binds, device, progress)
     found = host_work.found()
     if result is None:
         return

@@ -12,10 +12,12 @@ import shutil
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from ..core.atomic_write import make_run_directory, write_bytes_atomic
 from ..core.canonical_json import canonical_json_bytes
 from ..core.check_result import FAIL, PASS, SKIP
+from ..core.progress import report_phase
 from . import bytecode, rootfs, sandbox
 from .check_report import Case, CheckReport
 from .env_evidence import find_names
@@ -25,6 +27,8 @@ PROBE_DIRECTORY = Path(__file__).with_name("in_image")
 PROBE_MODULES = ("probe.py", "probe_capabilities.py", "probe_cases.py", "probe_engine.py", "probe_serving.py",
                  "probe_support.py")
 MAX_RESULT_BYTES = 32 << 20
+MAX_PROGRESS_BYTES = 1 << 20  # read per poll; a line is a few hundred bytes
+PROGRESS_FILE = "progress.jsonl"  # in_image/probe_support.py PROGRESS_FILE
 INSIDE = "/tmp/sparkflake"
 PYCACHE_INSIDE = "/tmp/sparkflake-pycache"
 # Top-level packages in the order the probe's imports reach them (torch's own dependencies
@@ -79,10 +83,48 @@ class HostWork:
         return self._found
 
 
+class CaseProgress:
+    """Follows the probe's per-case lines (in_image/probe_support.py case_done, one JSON
+    object a line in ``PROGRESS_FILE``) while it runs, and reports each complete line as a
+    phase of ``progress`` (``runtime check --progress``): the case, its place, its time and
+    the steps that did not pass. A line not yet complete waits for the next call."""
+
+    def __init__(self, path: Path, progress: Any) -> None:
+        self.path, self.progress = path, progress
+        self.offset = 0
+        self.lines: list[str] = []
+
+    def __call__(self) -> None:
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self.offset)
+                chunk = handle.read(MAX_PROGRESS_BYTES)
+        except FileNotFoundError:
+            return
+        end = chunk.rfind(b"\n") + 1
+        self.offset += end
+        for raw in chunk[:end].splitlines():
+            text = self.describe(raw)
+            self.lines.append(text)
+            report_phase(self.progress, text)
+
+    @staticmethod
+    def describe(raw: bytes) -> str:
+        try:
+            line = json.loads(raw)
+        except ValueError:
+            return f"the probe wrote a progress line that is not JSON: {raw[:200]!r}"
+        if not isinstance(line, dict):
+            return f"the probe wrote a progress line that is not an object: {raw[:200]!r}"
+        failed = line.get("failed") or []
+        verdict = f"did not pass: {', '.join(map(str, failed))}" if failed else "every step passed"
+        return f"case {line.get('index')}/{line.get('total')} {line.get('case')}: {line.get('seconds')} s, {verdict}"
+
+
 def run_probe(report: CheckReport, root: Path, scratch: Path, python: str, image_env: Mapping[str, str],
                cases: Sequence[Case], expected_versions: Mapping[str, str], timeout: float,
                host_work: HostWork, binds: Sequence[tuple[Path, str, bool]],
-               device: Mapping[str, object] | None = None) -> dict | None:
+               device: Mapping[str, object] | None = None, progress: Any = None) -> dict | None:
     pycache = _verified_pycache(scratch)
     env = probe_env(image_env, cases)
     host_work.start(pycache, _bytecode_facts(report, root, scratch, python, env))
@@ -99,7 +141,8 @@ def run_probe(report: CheckReport, root: Path, scratch: Path, python: str, image
             env,
             [(work, INSIDE, True), (pycache, PYCACHE_INSIDE, True), *binds],
         )
-        run = sandbox.run_sandboxed(command, timeout=timeout, stderr_path=work / "stderr.log")
+        run = sandbox.run_sandboxed(command, timeout=timeout, stderr_path=work / "stderr.log",
+                                    poll=CaseProgress(work / PROGRESS_FILE, progress))
         host_work.found()  # the compiler is done with the cache before it is recorded
         _report_precompiled(report, host_work.precompiled)
         _record_pycache(scratch, pycache)

@@ -18,7 +18,7 @@ import re
 import shutil
 import signal
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -137,8 +137,11 @@ def _root_entries(directory: Path, inside: Path, above: set[str]) -> list[str]:
     return arguments
 
 
-def run_sandboxed(command: Sequence[str], *, timeout: float, stderr_path: Path) -> SandboxRun:
-    """Run ``command`` in its own process group; at the timeout the whole group is killed."""
+def run_sandboxed(command: Sequence[str], *, timeout: float, stderr_path: Path,
+                  poll: Callable[[], None] | None = None, poll_seconds: float = 1.0) -> SandboxRun:
+    """Run ``command`` in its own process group; at the timeout the whole group is killed.
+    ``poll`` is called every ``poll_seconds`` while it runs and once after it ends (to follow
+    what it writes)."""
     import time
 
     started = time.monotonic()
@@ -146,7 +149,17 @@ def run_sandboxed(command: Sequence[str], *, timeout: float, stderr_path: Path) 
         process = subprocess.Popen(list(command), stdin=subprocess.DEVNULL, stdout=stderr, stderr=stderr,
                                    start_new_session=True)
         try:
-            returncode: int | None = process.wait(timeout=timeout)
+            returncode: int | None = None
+            while returncode is None:
+                left = timeout - (time.monotonic() - started)
+                if left <= 0:
+                    raise subprocess.TimeoutExpired(list(command), timeout)
+                try:
+                    returncode = process.wait(timeout=left if poll is None else min(left, poll_seconds))
+                except subprocess.TimeoutExpired:
+                    pass  # the loop's own test ends it at the timeout
+                if poll is not None:
+                    poll()
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()

@@ -38,7 +38,9 @@ from probe_support import (
     CAPTURE,
     ENV_READS,
     PHASE_SECONDS,
+    PROGRESS_FILE,
     LogCapture,
+    case_done,
     error_text,
     forked_result,
     run_forked,
@@ -196,7 +198,7 @@ def main(argv: list[str]) -> int:
         result["phase_seconds"] = PHASE_SECONDS
         cases = []
         if imports.get("vllm", {}).get("ok"):
-            for case in request.get("cases", []):
+            for index, case in enumerate(request.get("cases", []), 1):
                 for key, value in case.get("env", {}).items():
                     os.environ[key] = value
                 case_started = time.monotonic()
@@ -205,6 +207,7 @@ def main(argv: list[str]) -> int:
                 except BaseException as exc:  # noqa: BLE001
                     cases.append({"name": case.get("name"), "error": error_text(exc),
                                   "traceback": traceback.format_exc()[-4000:]})
+                case_done(os.path.join(scratch, PROGRESS_FILE), index, len(request["cases"]), cases[-1])
                 # pop() reads the value through __getitem__: that read is the probe's own
                 seen = set(ENV_READS)
                 for key in case.get("env", {}):

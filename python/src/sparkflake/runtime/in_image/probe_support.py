@@ -13,6 +13,8 @@ import time
 # A forked step's bound: half the host's default bound on the whole probe
 # (check.DEFAULT_TIMEOUT, 3600 s), so that a hung child is a named failure
 CHILD_TIMEOUT = 1800.0
+# Beside the result: one JSON line per judged case (case_done), which the host follows
+PROGRESS_FILE = "progress.jsonl"
 # Keys of a case's env that were read by code running in this interpreter
 ENV_READS: set[str] = set()
 
@@ -106,4 +108,22 @@ def forked_result(what: str, pid: int, result_path: str, timeout: float = CHILD_
         return {"error": f"the child {what} ended with wait status {status} and no result"}
     ENV_READS.update(produced.pop("env_reads", []))
     return produced
+
+
+def failed_steps(verdict: dict[str, object]) -> list[str]:
+    """The steps of a case's verdict (and of its engine start) that did not pass, by name."""
+    steps = {key: value for key, value in verdict.items() if isinstance(value, dict)}
+    engine = verdict.get("engine")
+    if isinstance(engine, dict):
+        steps.update({f"engine.{key}": value for key, value in engine.items() if isinstance(value, dict)})
+    return sorted(name for name, step in steps.items() if "ok" in step and not step["ok"])
+
+
+def case_done(path: str, index: int, total: int, verdict: dict[str, object]) -> None:
+    """One line per judged case appended to ``path`` (the host follows it while the probe
+    runs: ``runtime check --progress``), flushed at once."""
+    line = {"case": verdict.get("name"), "index": index, "total": total, "seconds": verdict.get("seconds"),
+            "failed": failed_steps(verdict) if "error" not in verdict else ["probe"]}
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(line, sort_keys=True) + "\n")
 
