@@ -22,11 +22,14 @@ from .check_report import Case, CheckReport
 # step in the probe's record -> (what it is, the launch setting that decides it)
 LAYER_STEPS: Mapping[str, tuple[str, str]] = {
     "target.sparse_mla_attention": ("target attention (sparse MLA)", "--attention-backend"),
+    "target.sparse_mla_kernel": ("target sparse-MLA decode kernel (FlashInfer SM120)", "--attention-backend"),
     "target.moe": ("target MoE", "--moe-backend"),
     "target.linear": ("target linear (NVFP4 GEMM)", "--linear-backend"),
     "draft.vllm_config": ("draft VllmConfig", "--speculative-config"),
     "draft.attention": ("DFlash draft attention (non-causal)", "--speculative-config attention_backend"),
     "mtp.sparse_mla_attention": ("MTP head attention (sparse MLA)", "--speculative-config attention_backend"),
+    "mtp.sparse_mla_kernel": ("MTP head sparse-MLA decode kernel (FlashInfer SM120)",
+                              "--speculative-config attention_backend"),
     "mtp.moe": ("MTP head MoE (unquantized)", "--moe-backend (inherited) / --speculative-config moe_backend"),
 }
 def _is_refusal(error: str) -> bool:

@@ -26,39 +26,58 @@ GIB = 1 << 30
 DEVICE_STAND_IN: dict[str, object] = {}  # the profile's device, once installed
 
 
+# What stays unproven below the device seam (recorded with the platform in the capabilities)
+BELOW_THE_SEAM = ("the CUDA runtime and driver (torch's cudart 13.0 asks the driver for a private export "
+                  "table at cudaGetDeviceCount, which no stand-in can answer honestly)",
+                  "that a selected kernel compiles for and runs on sm_121")
+
+
+def _install_torch_device(device: dict[str, object], major: int, minor: int) -> None:
+    """torch.cuda's device queries answered from ``device``: the seam below vLLM's own
+    NonNvmlCudaPlatform (vllm/platforms/cuda.py:1008, which asks torch.cuda) and below
+    b12x's gating (b12x/_lib/gating.py get_compute_capability: torch.cuda.is_available(),
+    torch.cuda.get_device_capability()), which vLLM's b12x attention, MoE and linear
+    kernels consult through b12x's is_supported(). Only the queries: anything that needs
+    the CUDA runtime (an allocation, a stream, a kernel) still fails, and a selection that
+    reaches it is unproven, never accepted."""
+    import types
+
+    import torch
+
+    total = int(float(device["total_memory_gib"]) * GIB)
+    free = int(float(device["free_at_start_gib"]) * GIB)
+    properties = types.SimpleNamespace(
+        name=str(device["name"]), major=major, minor=minor, total_memory=total,
+        # cuda.py:700 is_integrated_gpu: the unified memory of a GB10
+        is_integrated=bool(device.get("unified")))
+    cuda = torch.cuda
+    cuda.is_available = lambda: True
+    # one device per host: the launcher runs one rank per host (NODE_COUNT ranks)
+    cuda.device_count = lambda: 1
+    cuda.current_device = lambda: 0
+    cuda.get_device_capability = lambda device=None: (major, minor)
+    cuda.get_device_properties = lambda device=None: properties
+    cuda.get_device_name = lambda device=None: properties.name
+    cuda.mem_get_info = lambda device=None: (free, total)
+
+
 def install_device(device: dict[str, object]) -> str:
-    """vLLM's CUDA platform, answering for ``device`` (the profile's [device] table)."""
+    """vLLM's CUDA platform on ``device`` (the profile's [device] table): torch.cuda's
+    device queries answer from it (_install_torch_device) and vLLM's NonNvmlCudaPlatform,
+    which asks them, is made the current platform."""
     import vllm.platforms as platforms
     from vllm.platforms.cuda import NonNvmlCudaPlatform
-    from vllm.platforms.interface import DeviceCapability
 
     major, minor = (int(part) for part in str(device["capability"]).split("."))
-    total = int(float(device["total_memory_gib"]) * GIB)
+    _install_torch_device(device, major, minor)
 
     class DeviceStandIn(NonNvmlCudaPlatform):
-        """NonNvmlCudaPlatform asks torch.cuda (cuda.py:1010-1021), which needs a device."""
-
-        @classmethod
-        def get_device_capability(cls, device_id: int = 0) -> DeviceCapability:
-            return DeviceCapability(major=major, minor=minor)
-
-        @classmethod
-        def get_device_name(cls, device_id: int = 0) -> str:
-            return str(device["name"])
-
-        @classmethod
-        def get_device_total_memory(cls, device_id: int = 0) -> int:
-            return total
+        """What NonNvmlCudaPlatform does not answer through torch.cuda's queries."""
 
         @classmethod
         def device_count(cls) -> int:
-            # one device per host: the launcher runs one rank per host (NODE_COUNT ranks)
+            # cuda.py:72 counts through torch._C._cuda_getDeviceCount (the CUDA runtime)
             return 1
-
-        @classmethod
-        def is_integrated_gpu(cls, device_id: int = 0) -> bool:
-            # cuda.py:700 reads torch.cuda.get_device_properties(...).is_integrated
-            return bool(device.get("unified"))
 
         @classmethod
         def _find_non_ssm_backends(cls, vllm_config):
@@ -78,8 +97,9 @@ def install_device(device: dict[str, object]) -> str:
     import vllm.config.vllm as config_module
 
     config_module.HAS_TRITON = True
-    return (f"{DeviceStandIn.__module__}.DeviceStandIn(vllm.platforms.cuda.NonNvmlCudaPlatform) as "
-            f"{device['name']} {major}.{minor}, {device['total_memory_gib']} GiB")
+    return (f"vllm.platforms.cuda.NonNvmlCudaPlatform on torch.cuda's device queries answered as "
+            f"{device['name']} {major}.{minor}, {device['total_memory_gib']} GiB (the profile's [device]); "
+            f"unproven below: {'; '.join(BELOW_THE_SEAM)}")
 
 
 def _step(record: dict[str, object], name: str, producer):
@@ -176,6 +196,47 @@ def _nvfp4_linear() -> tuple[object, dict[str, object]]:
     return kernel, {"kernel": type(kernel).__name__, "quantization": "nvfp4"}
 
 
+def _sparse_mla_sm120(hf, tp: int) -> tuple[None, dict[str, object]]:
+    """What FLASHINFER_MLA_SPARSE_SM120 needs past vLLM's selector, for GLM-5.3's shape:
+    its impl refuses to be built without FlashInfer's sparse MLA decode API
+    (v1/attention/backends/mla/flashinfer_mla_sparse_sm120.py:98 has_flashinfer_sparse_mla_sm120,
+    which is has_flashinfer(): flashinfer-cubin or nvcc and ninja), and FlashInfer's SM120
+    kernel takes the 512+64 (v32/GLM NSA) or GLM-5.3's 512+0 NoPE layout only, with the
+    heads per rank and the indexer's top-k inside its family's decode table
+    (flashinfer/mla/_core.py:685 _trtllm_batch_decode_sparse_mla_v32_sm120,
+    flashinfer/mla/_sparse_mla_sm120/_policy.py _DECODE_*_DISPATCH)."""
+    from vllm.utils.flashinfer import (
+        has_flashinfer,
+        has_flashinfer_sparse_mla_sm120,
+        has_flashinfer_sparse_mla_sm120_config,
+    )
+
+    heads, top_k = int(hf.num_attention_heads) // tp, int(hf.index_topk)
+    kv_lora_rank, rope = int(hf.kv_lora_rank), int(hf.qk_rope_head_dim)
+    found: dict[str, object] = {"heads_per_rank": heads, "index_topk": top_k, "kv_lora_rank": kv_lora_rank,
+                                "qk_rope_head_dim": rope, "has_flashinfer": bool(has_flashinfer()),
+                                # vLLM's own table query (DeepSeek-V4's family; GLM's path does
+                                # not call it), recorded beside FlashInfer's GLM table
+                                "vllm_dsv4_table": bool(has_flashinfer_sparse_mla_sm120_config(heads, top_k))}
+    if not has_flashinfer_sparse_mla_sm120():
+        raise ValueError("FLASHINFER_MLA_SPARSE_SM120 requires FlashInfer's sparse MLA decode API "
+                         f"(has_flashinfer_sparse_mla_sm120() is False; has_flashinfer() {found['has_flashinfer']}: "
+                         "flashinfer-cubin, or nvcc at CUDA_HOME and ninja on PATH)")
+    from flashinfer.mla import _sparse_mla_sm120 as sm120
+
+    if kv_lora_rank == 512 and rope == 0:
+        family, table = "GLM-5.3 NoPE 512+0", sm120._DECODE_GLM53_NOPE_DISPATCH
+    elif kv_lora_rank == 512 and rope == 64:
+        family, table = "v32/GLM NSA 512+64", sm120._DECODE_DSV3_2_DISPATCH
+    else:
+        raise ValueError(f"FlashInfer's SM120 sparse MLA takes the 512+64 or GLM-5.3's 512+0 layout, not "
+                         f"kv_lora_rank {kv_lora_rank} + qk_rope_head_dim {rope}")
+    if (heads, top_k) not in table:
+        raise ValueError(f"FlashInfer's SM120 sparse MLA decode ({family}) has no kernel for {heads} heads per "
+                         f"rank and top-k {top_k}: {table!r}")
+    return None, {**found, "kernel": f"FlashInfer SM120 sparse MLA decode ({family})", "table": repr(table)}
+
+
 def _draft_config(vllm_config):
     """The draft's VllmConfig as vLLM's proposer makes it (v1/spec_decode/
     llm_base_proposer.py:1265 _create_draft_vllm_config: the draft's moe_backend,
@@ -215,6 +276,8 @@ def _target_layers(vllm_config, record: dict[str, object]) -> list[object]:
                 num_heads=int(hf.num_attention_heads) // tp))
             if backend is not None:
                 chosen.append(backend)
+                if _backend_name(backend) == "FLASHINFER_MLA_SPARSE_SM120":
+                    _step(record, "target.sparse_mla_kernel", lambda: _sparse_mla_sm120(hf, tp))
         quant = vllm_config.quant_config
         quant_name = quant.get_name() if quant is not None else None
         record["target.quantization"] = {"ok": True, "method": quant_name}
@@ -251,11 +314,13 @@ def _draft_layers(vllm_config, record: dict[str, object]) -> None:
             # the MTP head is a decoder layer of the target's kind (models/glm5next/common/
             # mtp.py): sparse MLA attention and an MoE left unquantized by the checkpoint
             target_hf = vllm_config.model_config.hf_text_config
-            _step(record, "mtp.sparse_mla_attention", lambda: _attention(
+            backend = _step(record, "mtp.sparse_mla_attention", lambda: _attention(
                 int(target_hf.kv_lora_rank) + int(target_hf.qk_rope_head_dim), draft_model.dtype,
                 draft.cache_config.cache_dtype, use_mla=True,
                 use_sparse=getattr(target_hf, "index_topk", None) is not None,
                 num_heads=int(target_hf.num_attention_heads) // tp))
+            if backend is not None and _backend_name(backend) == "FLASHINFER_MLA_SPARSE_SM120":
+                _step(record, "mtp.sparse_mla_kernel", lambda: _sparse_mla_sm120(target_hf, tp))
             _step(record, "mtp.moe", lambda: _unquantized_moe(draft, target_hf))
 
 
