@@ -14,6 +14,8 @@ of the image's interpreter, side by side with a plain ``import vllm`` in the sam
   pay;
 - no model is constructed on the meta device (the judge stops at vLLM's selectors with the
   real VllmConfig), so there is no meta-construction cost to report;
+- where the probe's time went, per run: its phases before the cases and each case's
+  seconds (probe_breakdown_per_run);
 - both under the same cache condition, in two rows: ``cold`` (no bytecode cache: ours has
   the host compile the image's sources beside the probe, the peer's interpreter compiles
   what it imports itself, under emulation) and ``warm`` (the bytecode cache a complete
@@ -98,6 +100,7 @@ def main() -> int:
     seconds: dict[str, dict[str, list[float]]] = {row: {"ours": [], "import_vllm": [], "ours_probe": [],
                                                         "ours_imports": [], "ours_engine": []} for row in rows}
     failed: list[list[str]] = []
+    breakdown: list[dict] = []  # per run of ours, in order
     stand_in = driver_stand_in.build_stand_in(unpacked.path, str(reader.config.get("architecture")), scratch)
     peer_binds = []
     if device is not None and stand_in.directory is not None:
@@ -121,6 +124,11 @@ def main() -> int:
         probe = json.loads((scratch / "probe-result.json").read_bytes())
         seconds[row]["ours_engine"].append(sum(float((case.get("engine") or {}).get("seconds") or 0.0)
                                                for case in probe.get("cases", [])))
+        # where the probe's time went: its phases before the cases (imports, platform,
+        # capabilities, the warming child's wait) and each case, in order
+        breakdown.append({"imports": probe.get("import_seconds"), "phases": probe.get("phase_seconds"),
+                          "cases": {str(case.get("name")): case.get("seconds") for case in probe.get("cases", [])},
+                          "seconds": probe.get("seconds")})
         # timed whatever the verdicts: the failed check ids are recorded beside the times
         failed.append(sorted({check.id for check in report.failed()}))
         if expected is not None:
@@ -150,6 +158,7 @@ def main() -> int:
             "cases": len(cases),
             "device": device,
             "failed_check_ids_per_run": failed,
+            "probe_breakdown_per_run": breakdown,
             # what each of our runs was compared with (--verdicts): the same ids and statuses
             "verdicts_as_report": expected and {"checks": len(expected),
                                                 "statuses": dict(Counter(status for _, status in expected))},

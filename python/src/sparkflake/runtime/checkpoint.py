@@ -71,6 +71,34 @@ CONFIGS: dict[str, dict[str, Any]] = {
 }
 
 
+# The target's tokenizer as vLLM builds it when a reasoning parser is set: VllmConfig's
+# validation derives the reasoning token ids from it (vllm/config/vllm.py:2209
+# ReasoningConfig.initialize_token_ids, config/reasoning.py:79 cached_tokenizer_from_config),
+# and the GLM parsers look their markers up in its vocabulary (vllm/parser/glm47_moe.py:39-52,
+# parser/engine/parser_engine.py:203 get_vocab). No GLM-5.3 tokenizer can be fetched here:
+# a word-level tokenizer in the `tokenizers` library's own serialization holding the GLM
+# chat and tool-call markers stands in; what a real vocabulary would change (token ids) no
+# check judges.
+GLM_MARKERS = ("<|endoftext|>", "[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>",
+               "<think>", "</think>", "<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>",
+               "</arg_value>", "<tool_response>", "</tool_response>")
+
+
+def tokenizer_files() -> dict[str, dict[str, Any]]:
+    """tokenizer.json and tokenizer_config.json of the target's stand-in tokenizer."""
+    vocabulary = {"<unk>": 0, **{marker: index for index, marker in enumerate(GLM_MARKERS, 1)}}
+    tokenizer = {
+        "version": "1.0", "truncation": None, "padding": None,
+        "added_tokens": [{"id": index, "content": marker, "single_word": False, "lstrip": False, "rstrip": False,
+                          "normalized": False, "special": True} for marker, index in vocabulary.items()],
+        "normalizer": None, "pre_tokenizer": {"type": "Whitespace"}, "post_processor": None, "decoder": None,
+        "model": {"type": "WordLevel", "vocab": vocabulary, "unk_token": "<unk>"},
+    }
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|endoftext|>", "unk_token": "<unk>",
+              "model_max_length": GLM53_MAX_POSITIONS}
+    return {"tokenizer.json": tokenizer, "tokenizer_config.json": config}
+
+
 @dataclass(frozen=True)
 class ContainerMount:
     """A directory the container runtime mounts at ``inside``: a checkpoint (``target`` or
@@ -92,6 +120,9 @@ def prepare(scratch: Path, mounts: list[ContainerMount] | tuple[ContainerMount, 
         host.mkdir(parents=True)
         if mount.role in CONFIGS:
             write_bytes_atomic(host / "config.json", json.dumps(CONFIGS[mount.role], indent=2).encode())
+            if mount.role == TARGET:
+                for name, document in tokenizer_files().items():
+                    write_bytes_atomic(host / name, json.dumps(document, indent=2).encode())
         elif mount.role != WRITABLE:
             raise ValueError(f"unknown mount role {mount.role!r}")
         binds.append((host, mount.inside, mount.role == WRITABLE))
