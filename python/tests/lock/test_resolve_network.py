@@ -91,7 +91,6 @@ def test_inputs_that_must_move_together_are_updated_in_one_resolution(tmp_path: 
     # nvcc and its crt headers are coupled (the profiles hold both at the CUDA runtime's 13.0):
     # a profile that asks for both at 13.5 cannot move either alone against the other's pin,
     # and moves both with `--update nvidia-cuda-nvcc --update nvidia-cuda-crt`.
-    import shutil
 
     from sparkflake.core.errors import InputError
     from sparkflake.lock.lock_file import load_lock
