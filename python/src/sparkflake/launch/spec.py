@@ -224,6 +224,7 @@ def serve_args(
 # the CUDA toolkit the image's wheels carry (nvidia-cuda-nvcc, -cccl, -crt, -runtime under
 # site-packages/nvidia/cu13 of the image's environment, compose/python_env.py DEFAULT_PREFIX)
 IMAGE_CUDA_HOME = f"{DEFAULT_PREFIX}/lib/python3.11/site-packages/nvidia/cu13"
+IMAGE_CXX = "g++"  # the image's host C++ compiler (Debian's g++ in the glm53 seed)
 
 
 def container_env(resolution: Resolution, jit_root: str) -> dict[str, str]:
@@ -242,6 +243,12 @@ def container_env(resolution: Resolution, jit_root: str) -> dict[str, str]:
         # toolkit is the nvidia-cuda-nvcc wheel's, off PATH. The runtime check verifies
         # that nvcc is there (runtime-capabilities: kernel_toolchains.flashinfer).
         "CUDA_HOME": IMAGE_CUDA_HOME,
+        # FlashInfer's JIT compiles its host code with $CXX, default "c++" (flashinfer/jit/
+        # cpp_ext.py:288; torch.utils.cpp_extension.get_cxx_compiler likewise, :486), which the
+        # image lacks: Debian's maintainer scripts (the c++ alternative) do not run in the
+        # OS base, so only /usr/bin/g++ exists. CC stays unset: nvcc then finds gcc on PATH
+        # itself and Triton's launcher build too (triton/runtime/build.py:24).
+        "CXX": IMAGE_CXX,
     }
     env.update(fabric_env(v))
     return env

@@ -41,9 +41,9 @@ IMPORT_ORDER = ("typing_extensions", "torch", "numpy", "sympy", "jinja2", "netwo
 # Read by huggingface_hub and transformers when they are imported (huggingface_hub/constants.py
 # HF_HUB_OFFLINE), and CUDA_HOME by functools-cached functions the probe's capabilities call
 # before any case (flashinfer/jit/cpp_ext.py:47 get_cuda_path, vllm/utils/flashinfer.py:87
-# has_flashinfer), so the container's values are in the interpreter's environment from its
+# has_flashinfer), CXX by the kernel toolchains' check among them (cpp_ext.py:288), so the container's values are in the interpreter's environment from its
 # start, not set per case after the imports as the other variables are
-AT_START = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "CUDA_HOME")
+AT_START = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "CUDA_HOME", "CXX")
 
 
 class HostWork:

@@ -420,6 +420,48 @@ def judge_engine(engine_args, headless: bool) -> dict[str, object]:
     return record
 
 
+def python_header() -> str | None:
+    import os
+    import sysconfig
+
+    path = os.path.join(sysconfig.get_path("include"), "Python.h")
+    return path if os.path.isfile(path) else None
+
+
+def cuda_versions(cuda_home: str | None) -> dict[str, object]:
+    """The CUDA compiler wheels against the runtime headers nvcc compiles with: CCCL refuses
+    an nvcc whose major.minor is not CUDART_VERSION's (cuda/std/__cccl/cuda_toolkit.h
+    #error "CUDA compiler and CUDA toolkit headers are incompatible"), and ptxas (nvcc's
+    wheel) refuses the PTX of a newer cicc (nvidia-nvvm)."""
+    import importlib.metadata
+    import os
+    import re
+
+    found: dict[str, object] = {}
+    for distribution in ("nvidia-cuda-nvcc", "nvidia-nvvm", "nvidia-cuda-crt"):
+        try:
+            found[distribution] = importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            found[distribution] = None
+    header = os.path.join(cuda_home or "", "include", "cuda_runtime_api.h")
+    runtime = None
+    if cuda_home and os.path.isfile(header):
+        with open(header, encoding="utf-8", errors="replace") as handle:
+            match = re.search(r"#define\s+CUDART_VERSION\s+(\d+)", handle.read(1 << 20))
+        runtime = (int(match.group(1)) // 1000, int(match.group(1)) % 1000 // 10) if match else None
+    found["cudart_headers"] = None if runtime is None else f"{runtime[0]}.{runtime[1]}"
+
+    def major_minor(version: object) -> tuple[int, ...] | None:
+        return tuple(int(part) for part in str(version).split(".")[:2]) if version else None
+
+    wrong = [f"{name} {found[name]}" for name in ("nvidia-cuda-nvcc", "nvidia-nvvm", "nvidia-cuda-crt")
+             if found[name] and runtime and major_minor(found[name]) != runtime]
+    if wrong:
+        found["error"] = (f"{', '.join(wrong)} against the CUDA runtime headers {found['cudart_headers']} "
+                          "(CCCL refuses another nvcc major.minor; ptxas refuses a newer cicc's PTX)")
+    return found
+
+
 def kernel_toolchains() -> dict[str, dict[str, object]]:
     """What each kernel family of the image compiles or loads its kernels with, checked as
     far as it can be without a GPU (each entry: ``ok`` and what was found or missing).
@@ -457,10 +499,18 @@ def kernel_toolchains() -> dict[str, dict[str, object]]:
         nvcc = shutil.which(os.path.join(cuda_home, "bin", "nvcc")) if cuda_home else None
         cxx = os.environ.get("CXX") or "c++"
         entry = {"has_flashinfer": bool(has_flashinfer()), "precompiled": precompiled, "cuda_home": cuda_home,
-                 "nvcc": nvcc, "ninja": shutil.which("ninja"), "host_cxx": shutil.which(cxx)}
+                 "nvcc": nvcc, "ninja": shutil.which("ninja"), "host_cxx": shutil.which(cxx),
+                 "python_h": python_header(), "cuda_versions": cuda_versions(cuda_home)}
         missing = [what for what, present in (("nvcc (CUDA_HOME)", nvcc), ("ninja", entry["ninja"]),
-                                              (f"a host C++ compiler ({cxx}) for nvcc", entry["host_cxx"]))
+                                              (f"a host C++ compiler ({cxx}) for nvcc", entry["host_cxx"]),
+                                              # ninja runs every build command through /bin/sh -c
+                                              # (ninja's subprocess-posix.cc)
+                                              ("/bin/sh for ninja", os.path.exists("/bin/sh")),
+                                              ("Python.h (FlashInfer's -isystem)", entry["python_h"]))
                    if not present]
+        mismatch = entry["cuda_versions"].get("error")
+        if mismatch:
+            missing.append(str(mismatch))
         entry["ok"] = bool(precompiled) or not missing
         if not entry["ok"]:
             entry["error"] = ("no precompiled FlashInfer kernels (flashinfer-cubin, flashinfer-jit-cache) and its "
@@ -474,7 +524,11 @@ def kernel_toolchains() -> dict[str, dict[str, object]]:
         resolved = shutil.which(compiler)
         if resolved is None:
             return {"ok": False, "error": f"Triton's C compiler {compiler!r} is not in the image"}
-        return {"ok": True, "c_compiler": resolved}
+        if python_header() is None:
+            # its launcher is a Python extension (triton/runtime/build.py: -I the include path)
+            return {"ok": False, "c_compiler": resolved, "error": "Python.h is not in the image (Triton's launcher "
+                    "is compiled against it)"}
+        return {"ok": True, "c_compiler": resolved, "python_h": python_header()}
 
     def b12x() -> dict[str, object]:
         import cutlass.cute  # noqa: F401 - nvidia-cutlass-dsl, what b12x compiles with
