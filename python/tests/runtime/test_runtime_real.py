@@ -201,7 +201,7 @@ def test_mtp5_check_through_the_cli(tmp_path):
     out = _build("glm53-mtp5", tmp_path / "out")
     scratch = _scratch(tmp_path, "glm53-mtp5")
     try:
-        completed = _cli("runtime", "check", str(out), "--json", "--scratch", str(scratch))
+        completed = _cli("runtime", "check", str(out), "--json", "--progress", "--scratch", str(scratch))
     finally:
         _drop(scratch)
     try:
@@ -211,6 +211,13 @@ def test_mtp5_check_through_the_cli(tmp_path):
         assert report["ok"] and report["capabilities"]["image"]["manifest_digest"]
         passed = {check["id"] for check in report["checks"] if check["status"] == "pass"}
         assert "runtime.model-config" in passed
+        # --progress: one line per launch case as the probe finished it, in order
+        judged = sorted({check["detail"].split(":")[0] for check in report["checks"]
+                         if check["id"] == "runtime.vllm-args"})
+        lines = [line for line in completed.stderr.splitlines() if line.startswith("runtime check: case ")]
+        assert [line.split()[4].rstrip(":") for line in lines] and len(lines) == len(judged), lines
+        assert sorted(line.split()[4].rstrip(":") for line in lines) == judged
+        assert all(line.split()[3] == f"{index}/{len(judged)}" for index, line in enumerate(lines, 1)), lines
         # the embedded MTP head is drafted from the target's own (synthetic) config: vLLM
         # rewrites it to its MTP architecture, every case
         speculative = [check for check in report["checks"] if check["id"] == "runtime.speculative-config"]
