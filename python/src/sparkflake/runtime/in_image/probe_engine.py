@@ -4,10 +4,14 @@ then, with that config current, vLLM's own selectors for every layer kind of the
 models on the profile's device, the block size vLLM's platform settles on for the chosen
 backends (hybrid alignment included), and vLLM's startup memory check.
 
-The device is data from the profile (``[device]``), faked at one seam: a subclass of vLLM's
-own ``NonNvmlCudaPlatform`` (vllm/platforms/cuda.py:1008) answering the capability, the
-name, the total memory and the integrated-GPU question from that data, set where
-vllm/platforms/__init__.py keeps the resolved platform. The driver is a stand-in library
+The device is data from the profile (``[device]``), faked at torch.cuda's device queries
+(is_available, device_count, current_device, get_device_capability, get_device_properties,
+get_device_name, mem_get_info), so that vLLM's own ``NonNvmlCudaPlatform``
+(vllm/platforms/cuda.py:1008), made the current platform, and b12x's capability gating
+(b12x/_lib/gating.py) both see the GB10. The seam cannot be lower: torch's cudart 13.0
+asks the driver for a private export table at cudaGetDeviceCount, so a driver stand-in
+answering cuDeviceGetAttribute and the like is not enough (tried: cudaGetDeviceCount fails
+with 500 after cuGetExportTable). The driver is a stand-in library
 (runtime/driver_stand_in.py) that only lets the compiled extensions load.
 
 Where the models are not constructed (no meta-device construction here), the layer
