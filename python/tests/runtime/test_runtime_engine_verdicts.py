@@ -175,3 +175,19 @@ def test_a_malformed_kernel_selection_is_named():
     document["kernel_selections"] = [{"settings": {"a": 1}, "block_size": None, "layers": {}}]
     with pytest.raises(InputError, match=r"kernel_selections\[0\].settings: expected an object of strings"):
         capability_file.parse(document, "caps.json")
+
+
+def test_flashinfer_sparse_mla_without_a_kernel_for_the_shape_is_refused_at_the_attention_setting():
+    """FLASHINFER_MLA_SPARSE_SM120 selected, but FlashInfer's SM120 decode has no kernel for
+    the heads per rank and top-k (probe_engine._sparse_mla_sm120): the launch setting that
+    caused it is named, and the kernel is not recorded as chosen."""
+    why = ("FlashInfer's SM120 sparse MLA decode (GLM-5.3 NoPE 512+0) has no kernel for 200 heads per rank "
+           "and top-k 2048: _DecodeDispatchEnvelope(num_heads<=128, topk>=1)")
+    report, selections = _judge(Case("shape", ARGS, {}), _engine(**{
+        "target.sparse_mla_kernel": {"ok": False, "error": f"ValueError: {why}"}}))
+    failed = [check.detail for check in report.checks if check.id == "runtime.layer-kernel" and check.status == "fail"]
+    assert failed == [f"shape: target sparse-MLA decode kernel (FlashInfer SM120) (--attention-backend): vLLM "
+                      f"refuses: ValueError: {why}"]
+    assert selections[0].refusals == {"target.sparse_mla_kernel": f"ValueError: {why}"}
+    passed = {check.detail for check in report.checks if check.id == "runtime.layer-kernel" and check.status == "pass"}
+    assert "shape: target attention (sparse MLA): vLLM selects FLASHINFER_MLA_SPARSE_SM120" in passed
