@@ -93,7 +93,7 @@ def setup(work: Path, draft_bytes: int) -> dict:
     runroot = Path(tempfile.mkdtemp(prefix="bl-run-", dir="/tmp"))
     podman_args = ["--root", str(work / "podman"), "--runroot", str(runroot), "--storage-driver", "vfs",
                    "--cgroup-manager", "cgroupfs", "--events-backend", "file", "--runtime", "runc"]
-    run(["podman", *podman_args, "load", "-q", "-i", str(work / "out" / "docker-archive.tar")])
+    run(["podman", *podman_args, "load", "-q", "-i", str(work / "out" / "oci")])  # podman loads the layout
     image_id = json.loads((work / "out" / "digests.json").read_text())["config"]
     # a profile whose contract pins these files, written by the profile model's serializer
     import dataclasses

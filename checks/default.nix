@@ -30,7 +30,7 @@ let
   };
 
   # The locked tools (python/uv.lock: the runtime dependencies, sparkflake's wheel, pytest,
-  # hypothesis, ruff), never nixpkgs' python3Packages or ruff (nix/locked-python.nix).
+  # hypothesis, ruff, mypy), never nixpkgs' python3Packages or ruff (nix/locked-python.nix).
   inherit (import ../nix/locked-python.nix { inherit (pkgs) runCommand python3; }) tools;
 
   builtIn = {
@@ -59,6 +59,15 @@ let
     ruff = pkgs.runCommand "sparkflake-ruff" { nativeBuildInputs = [ tools ]; } ''
       cd ${src}
       ruff check --no-cache .
+      touch $out
+    '';
+
+    # The library type-checked, strict, as ./bin/test does: pyproject.toml's [tool.mypy] is the
+    # configuration (found from python/). Its cache goes to the build's own directory, since
+    # the source is read-only in the store.
+    mypy = pkgs.runCommand "sparkflake-mypy" { nativeBuildInputs = [ tools ]; } ''
+      cd ${src}/python
+      mypy --cache-dir "$TMPDIR/mypy-cache"
       touch $out
     '';
 

@@ -3,9 +3,10 @@
 # lock (./fetch-locked.nix: Nix's built-in fetchurl, every file bound by its sha256), with
 # --offline, so both routes give the same digests (docs/compositions.md).
 #
-#   <profile>            result: oci/, oci-archive.tar and docker-archive.tar (one file, two
-#                        names), receipt.json, digests.json, retained-native.json,
-#                        source-overlay.json
+#   <profile>            result: oci/ (the OCI layout), receipt.json, digests.json,
+#                        retained-native.json, source-overlay.json; no archive (the CLI's
+#                        default): `sparkflake export result --format docker-archive -o FILE`
+#                        writes one from the layout, the same bytes a build with it writes
 #   <profile>-env        the assembled linux/aarch64 Python environment tree (python/) and
 #                        its manifest of distributions and hashes (python-manifest.json)
 #   <profile>-os-base    the OS base tree (base/) and its manifest (base-manifest.json)
@@ -70,8 +71,8 @@ let
       from = if fromRepository then "" else "--from ${fetchedInputs name}";
     in
     # The build report (timings, cache use) goes to the build log, not to $out, so a rebuild
-    # gives the same $out (`nix build --rebuild`). mv keeps oci-archive.tar and
-    # docker-archive.tar one inode, as the CLI writes them.
+    # gives the same $out (`nix build --rebuild`). The layout alone, as the CLI writes by
+    # default: the store path holds the image once, not a second time as an archive.
     pkgs.runCommand "sparkflake-image-${name}" { nativeBuildInputs = [ sparkflake ]; } ''
       ${prelude}
       sparkflake build ${profilesDir}/${name} --offline ${from} --cache $TMPDIR/cache -o $TMPDIR/result --json >&2

@@ -8,7 +8,8 @@
 #
 #   sparkflake    the CLI: runtime dependencies + sparkflake, the profiles bundled under
 #                 share/sparkflake/profiles (found by the CLI from any directory)
-#   tools         the same plus the `test` extra (pytest, hypothesis, ruff): checks, devShell
+#   tools         the same plus the `test` extra (pytest, hypothesis, ruff, mypy): checks,
+#                 devShell
 #   wheelOf       name -> the fetched wheel uv.lock pins for this interpreter and platform
 { runCommand, python3 }:
 let
@@ -127,6 +128,7 @@ let
         ".hypothesis"
         ".pytest_cache"
         ".ruff_cache"
+        ".mypy_cache"
         "build"
         ".venv"
       ])

@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,7 +45,7 @@ from .housekeeping.build_record import BuildRecord, last_build_of, utc_now, writ
 from .housekeeping.free_space import check_free_space, estimate_build_space
 from .oci.blob_store import BlobStore
 from .oci.composed_image import (
-    OUTPUT_FORMATS,
+    DEFAULT_FORMATS,
     BuildResult,
     ImageOptions,
     LowerLayers,
@@ -73,7 +73,7 @@ class BuildRequest:
     profiles_dir: Path | None = None
     source_tree: Path | None = None  # checkout of a git vllm_source
     git_mirrors: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # git input -> URLs tried first
-    formats: tuple[str, ...] = OUTPUT_FORMATS
+    formats: tuple[str, ...] = DEFAULT_FORMATS
 
 
 MEMORY_SCRATCH = Path("/dev/shm")
@@ -114,8 +114,8 @@ def used_by_build(root: Path, fetched: FetchedInputs, assembly: Assembly, result
     """What this build took from the cache at ``root`` (for ``sparkflake cache gc``): input
     blobs, git checkouts, assembled trees, and the layer-store blobs of its image."""
 
-    def names_under(directory: Path, paths: object) -> tuple[str, ...]:
-        return tuple(sorted({path.name for path in paths if path.parent == directory}))  # type: ignore[attr-defined]
+    def names_under(directory: Path, paths: Iterable[Path]) -> tuple[str, ...]:
+        return tuple(sorted({path.name for path in paths if path.parent == directory}))
 
     tree_dirs = list(assembly.cached_trees)  # every tree the tree cache gave this build
     image = result.image
@@ -171,7 +171,7 @@ def build_profile(request: BuildRequest, progress: ProgressCallback | None = Non
         # a refused chain removes the staging directory, archive, layout and all.
         with (
             atomic_directory(out_dir, owned_output=True, force=request.force) as staging,
-            OutputWriters(staging, request.formats, request.options) as outputs,
+            OutputWriters(staging, request.formats, request.options, store) as outputs,
         ):
             lower = LowerLayers(request.options, store, layer_cache, outputs.add_layer)
 
@@ -192,6 +192,10 @@ def build_profile(request: BuildRequest, progress: ProgressCallback | None = Non
             result = finish(composition, fetched, assembly, layers, prepared, chain, request.options, store, layer_cache)
             clock.lap("top_layer_and_image")
             outputs.write(result)
+            replaced_links = store.shared_blobs(out_dir / "oci")
+        # the previous layout's hard links to the store are gone now: their removal
+        # changed the blobs' ctime, and nothing else (``BlobStore.confirm_unlinked``)
+        store.confirm_unlinked(replaced_links)
         clock.lap("write_outputs")
         write_build_record(root, used_by_build(root, fetched, assembly, result, store))
         result = dataclasses.replace(

@@ -18,14 +18,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from fixtures.oci import RegistryServer, registry_server  # noqa: F401
+from fixtures.oci import RegistryServer, free_port, registry_server  # noqa: F401
 
 from sparkflake.cli import main as cli_main
+from sparkflake.core.errors import CheckFailed, InputError
 from sparkflake.oci.artifact import fallback_tag
 from sparkflake.oci.referrers import find_referrers
-from sparkflake.oci.remote import OCI_MANIFEST, RegistryClient
+from sparkflake.oci.remote import OCI_MANIFEST, RegistryClient, parse_reference
 from sparkflake.pipeline import BuildRequest, build_profile
-from sparkflake.signing.cosign import attestation_tag, signature_tag
+from sparkflake.signing.cosign import attestation_tag, signature_tag, verify_image_signing
+from sparkflake.signing.keys import load_public_key
 
 REPO = Path(__file__).resolve().parents[3]
 FIXTURE = REPO / "profiles" / "fixture"
@@ -384,3 +386,25 @@ def test_publish_to_a_registry_with_the_referrers_api(built: Path, registry_serv
     finally:
         front.shutdown()
         front.server_close()
+
+
+def test_verify_checks_signature_and_attestation_together(keys: Path, registry_server: RegistryServer,  # noqa: F811
+                                                          capsys: pytest.CaptureFixture[str],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The attestation is checked in a second thread: each outcome keeps its own name and
+    order, a check that fails is an outcome, and an error that is not a check's (the registry
+    gone) reaches the caller instead of passing for a result."""
+    monkeypatch.setenv("COSIGN_PASSWORD", PASSWORD)
+    client = RegistryClient(registry_server.host, insecure=True)
+    reference_text, digest = _signed_image(client, registry_server.host, "together/fixture", keys, capsys)
+    reference = parse_reference(reference_text)
+    public = load_public_key(keys / "first" / "cosign.pub")
+    outcomes = verify_image_signing(client, reference, public, digest)
+    assert [name for name, _ in outcomes] == ["signature", "attestation"]
+    assert isinstance(outcomes[0][1], str) and digest in outcomes[0][1]
+    assert isinstance(outcomes[1][1], CheckFailed) and outcomes[1][1].check_id == "attestation.present"
+    assert [name for name, _ in verify_image_signing(client, reference, public, digest, attestation=False)] == [
+        "signature"]
+    gone = RegistryClient(f"127.0.0.1:{free_port()}", insecure=True)
+    with pytest.raises(InputError, match="cannot reach registry"):
+        verify_image_signing(gone, reference, public, digest)

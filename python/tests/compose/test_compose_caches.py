@@ -35,12 +35,9 @@ def test_file_hashes_rehash_after_rewrite_with_same_mtime(tmp_path: Path) -> Non
     assert again.sha256(target) == hashlib.sha256(b"two").hexdigest()
 
 
-def test_file_hashes_trust_the_table_only_for_the_same_identity(tmp_path: Path) -> None:
-    """A remembered digest is returned without reading the file while the identity is
-    the same (shown by planting another digest in the table); a fresh file (changed
-    within the racy window) is neither looked up nor remembered."""
-    import json
-
+def _table_with_planted_digest(tmp_path: Path, planted: object) -> tuple[Path, Path]:
+    """A file ``f`` (b"content") remembered in ``table.json``, its digest replaced by
+    ``planted``: (the file, the table)."""
     target = tmp_path / "f"
     target.write_bytes(b"content")
     table = tmp_path / "table.json"
@@ -48,8 +45,16 @@ def test_file_hashes_trust_the_table_only_for_the_same_identity(tmp_path: Path) 
     settled.sha256(target)
     settled.save()
     document = json.loads(table.read_text())
-    document["files"][str(target)][-1] = "planted"
+    document["files"][str(target)][-1] = planted
     table.write_text(json.dumps(document))
+    return target, table
+
+
+def test_file_hashes_trust_the_table_only_for_the_same_identity(tmp_path: Path) -> None:
+    """A remembered digest is returned without reading the file while the identity is
+    the same (shown by planting another digest in the table); a fresh file (changed
+    within the racy window) is neither looked up nor remembered."""
+    target, table = _table_with_planted_digest(tmp_path, "planted")
     assert FileHashes(table, racy_window_ns=0).sha256(target) == "planted"
     fresh = FileHashes(table)  # default window: the file was written just now
     assert fresh.sha256(target) == hashlib.sha256(b"content").hexdigest()
@@ -57,6 +62,15 @@ def test_file_hashes_trust_the_table_only_for_the_same_identity(tmp_path: Path) 
     fresh.sha256(target)
     fresh.save()
     assert not table.exists()  # nothing new was remembered, nothing written
+
+
+@pytest.mark.parametrize("planted", [12345, None, ["a"], {"sha256": "x"}])
+def test_file_hashes_read_the_file_when_the_remembered_digest_is_no_string(tmp_path: Path, planted: object) -> None:
+    """The table is JSON on disk: a record whose identity matches but whose digest is not
+    a string (a damaged or hand-edited table) is no digest; the file is read, and the
+    sha256 is a string (mypy: the table's values are Any)."""
+    target, table = _table_with_planted_digest(tmp_path, planted)
+    assert FileHashes(table, racy_window_ns=0).sha256(target) == hashlib.sha256(b"content").hexdigest()
 
 
 def test_file_hashes_never_remember_a_build_s_work_tree(tmp_path: Path) -> None:

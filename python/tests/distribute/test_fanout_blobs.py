@@ -228,6 +228,7 @@ def test_bad_input_moves_nothing(netns_ranks: NetnsRanks, tmp_path: Path) -> Non
     assert no_tag.returncode == 2 and "--tag" in no_tag.stderr
     docker = cli("fanout", image["out"], "--site", str(site), "--import", "docker", "--tag", "x")
     assert docker.returncode == 2 and "archive route" in docker.stderr
+    assert "sparkflake export OUT --format docker-archive" in docker.stderr
     # a source blob that does not match its digest: rank 0 refuses before any byte moves
     layer = Path(image["out"]) / "oci" / "blobs" / "sha256" / image["layers"][0]["digest"].removeprefix("sha256:")
     os.chmod(layer, 0o644)

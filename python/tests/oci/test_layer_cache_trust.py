@@ -1,7 +1,8 @@
 """The layer cache hands out only verified bytes: a cached blob flipped in place (mtime
 put back), truncated or replaced by a symlink is evicted, named and made again, and the
 image audits; an unchanged entry is trusted by its recorded identity without a read;
-outputs are copies, so editing one in place changes neither the store nor another output;
+an output's layout shares the store's bytes (a clone, else a hard link to the read-only
+blob) and an edit through it is seen by the store's record and never handed out;
 a layout started early (``LayoutWriter``, the build's background copies) gives the bytes of
 one written at once, and an aborted or failed one leaves the previous layout alone."""
 
@@ -13,6 +14,7 @@ import os
 from pathlib import Path
 
 import pytest
+from fixtures.file_systems import clones_here
 
 from sparkflake import audit
 from sparkflake.cli import main
@@ -107,7 +109,7 @@ def test_unchanged_entry_is_trusted_without_reading_it(tmp_path, monkeypatch):
     assert reads == [blob]
 
 
-def test_editing_an_output_in_place_changes_neither_the_store_nor_another_output(tmp_path):
+def test_a_layout_holds_no_second_copy_and_an_edit_through_it_never_corrupts_the_cache(tmp_path, capsys):
     spec = spec_dir(tmp_path / "spec")
     cache = tmp_path / "cache"
     assert image_build(spec, tmp_path / "first", cache) == 0
@@ -115,16 +117,44 @@ def test_editing_an_output_in_place_changes_neither_the_store_nor_another_output
     digest = layer_blobs(tmp_path / "first")[0]
     name = digest.split(":")[1]
     store_blob = BlobStore(cache).path(digest)
-    first_blob = tmp_path / "first" / "oci" / "blobs" / "sha256" / name
-    second_blob = tmp_path / "second" / "oci" / "blobs" / "sha256" / name
+    first_blob, second_blob = (tmp_path / out / "oci" / "blobs" / "sha256" / name for out in ("first", "second"))
     inodes = {os.stat(p).st_ino for p in (store_blob, first_blob, second_blob)}
-    assert len(inodes) == 3  # three files, not three names of one
-    assert store_blob.stat().st_mode & 0o222 == 0  # the store's copy is read-only
-    flip_in_place(second_blob, 100)
-    for intact in (store_blob, first_blob):
-        assert hashlib.sha256(intact.read_bytes()).hexdigest() == name
-    assert audits_clean(tmp_path / "first" / "oci")
+    # a clone has its own inode; without clones (ext4) the layout links the store's one
+    assert len(inodes) == (3 if clones_here(tmp_path) else 1)
+    assert store_blob.stat().st_mode & 0o222 == 0  # read-only: a stray write by a non-root user fails
+    flip_in_place(second_blob, 100)  # root writes it regardless, and puts the mtime back
+    capsys.readouterr()
+    assert image_build(spec, tmp_path / "third", cache) == 0
+    captured = capsys.readouterr()
+    if len(inodes) == 1:  # the store saw the edit (its ctime) and made the layer again
+        assert f"evicted {digest} from the blob store ({store_blob}): its bytes hash to" in captured.err
+        assert "(built)" in captured.out.splitlines()[4]
+        assert not audits_clean(tmp_path / "first" / "oci")  # the other name of the edited file
+    else:
+        assert "evicted" not in captured.err and audits_clean(tmp_path / "first" / "oci")
+    assert hashlib.sha256(store_blob.read_bytes()).hexdigest() == name
+    assert layer_blobs(tmp_path / "third") == layer_blobs(tmp_path / "first")
+    assert audits_clean(tmp_path / "third" / "oci")
     assert not audits_clean(tmp_path / "second" / "oci")
+
+
+def test_a_removed_or_replaced_output_costs_one_hash_never_a_wrong_blob(tmp_path, monkeypatch):
+    spec = spec_dir(tmp_path / "spec")
+    cache = tmp_path / "cache"
+    out = tmp_path / "out"
+    assert image_build(spec, out, cache) == 0
+    reads: list[Path] = []
+    original = blob_store._sha256_of
+    monkeypatch.setattr(blob_store, "_sha256_of", lambda path: reads.append(path) or original(path))
+    # the build replacing its own output removes the old layout's links: recorded again, no read
+    assert image_build(spec, out, cache) == 0
+    assert reads == []
+    blob = BlobStore(cache).path(layer_blobs(out)[0])
+    (out / "oci" / "blobs" / "sha256" / blob.name).unlink()  # an operator's rm: the link count changed
+    assert image_build(spec, tmp_path / "other", cache) == 0
+    assert reads == ([] if clones_here(tmp_path) else [blob])  # hashed once, found intact, kept
+    assert hashlib.sha256(blob.read_bytes()).hexdigest() == blob.name
+    assert audits_clean(tmp_path / "other" / "oci")
 
 
 @pytest.mark.slow

@@ -25,7 +25,12 @@ from sparkflake.compose.verification import ChainFailed
 from sparkflake.core.blob_cache import BlobCache
 from sparkflake.core.errors import CheckFailed, InputError
 from sparkflake.oci.blob_store import BlobStore
-from sparkflake.oci.composed_image import ImageOptions, build_lower_layers, prepare_top_over_layers
+from sparkflake.oci.composed_image import (
+    OUTPUT_FORMATS,
+    ImageOptions,
+    build_lower_layers,
+    prepare_top_over_layers,
+)
 from sparkflake.pipeline import BuildRequest, build_profile
 
 REPO = Path(__file__).resolve().parents[3]
@@ -41,8 +46,10 @@ def sha(content: bytes) -> str:
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory):
     base = tmp_path_factory.mktemp("fixture-build")
+    # the archives asked for (a build writes the layout alone unless asked): they are read below
     result = build_profile(
-        BuildRequest(profile=str(FIXTURE), output_dir=base / "out", cache_root=base / "cache", offline=True)
+        BuildRequest(profile=str(FIXTURE), output_dir=base / "out", cache_root=base / "cache", offline=True,
+                     formats=OUTPUT_FORMATS)
     )
     return base, result
 
@@ -81,7 +88,8 @@ def test_second_build_elsewhere_same_digests_and_layer_cache(built, tmp_path: Pa
     assert again.image.manifest_digest == first.image.manifest_digest
     assert again.image.config_digest == first.image.config_digest
     warm = build_profile(
-        BuildRequest(profile=str(FIXTURE), output_dir=tmp_path / "out", cache_root=tmp_path / "cache", offline=True)
+        BuildRequest(profile=str(FIXTURE), output_dir=tmp_path / "out", cache_root=tmp_path / "cache", offline=True,
+                     formats=OUTPUT_FORMATS)
     )
     assert warm.image.manifest_digest == first.image.manifest_digest
     assert all(warm.layers_from_cache)

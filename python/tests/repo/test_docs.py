@@ -84,6 +84,8 @@ def operator_site(tmp_path_factory):
         out = work / "out" / "glm53-dflash7"
         out.parent.mkdir()
         image_id = build_echo_image(base, out, podman, real_contract("glm53-dflash7").image_labels)
+        for archive in ("oci-archive.tar", "docker-archive.tar"):  # what `sparkflake build` writes: the layout alone
+            (out / archive).unlink()
         _bind_capabilities(work, "glm53-dflash7", image_id)
         site = {
             "TARGET_MODEL_PATH": str(work / "models" / "target"),

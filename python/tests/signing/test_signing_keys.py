@@ -11,6 +11,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from cryptography.exceptions import UnsupportedAlgorithm
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -25,6 +28,7 @@ from sparkflake.signing.keys import (
     load_public_key,
     parse_public_key,
     pem_blocks,
+    pem_encode,
 )
 
 COSIGN = "/usr/bin/cosign"
@@ -201,3 +205,69 @@ def test_provenance_statement_refuses_a_receipt_of_another_image() -> None:
     with pytest.raises(CheckFailed) as refused:
         payloads.provenance_statement(receipt, "reg/repo", f"sha256:{'b' * 64}", "r.json")
     assert refused.value.check_id == "attestation.subject"
+
+
+_CURVES = [ec.SECP256R1(), ec.SECP384R1(), ec.SECP521R1()]
+
+
+def _spki(key: ec.EllipticCurvePublicKey) -> bytes:
+    return key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+
+
+def _der(tag: int, body: bytes) -> bytes:
+    length = len(body).to_bytes(2, "big").lstrip(b"\0")
+    return bytes([tag]) + (length if len(body) < 0x80 else bytes([0x80 | len(length)]) + length) + body
+
+
+def _compressed_spki(key: ec.EllipticCurvePublicKey) -> bytes:
+    der = _spki(key)
+    header = 2 if der[1] < 0x80 else 2 + (der[1] & 0x7F)
+    algorithm = der[header: header + 2 + der[header + 1]]
+    point = key.public_bytes(serialization.Encoding.X962, serialization.PublicFormat.CompressedPoint)
+    return _der(0x30, algorithm + _der(0x03, b"\0" + point))
+
+
+def _read_by_cryptography(der: bytes) -> tuple | str:
+    try:
+        key = serialization.load_der_public_key(der)
+    except (ValueError, UnsupportedAlgorithm):
+        return "refused"
+    if not isinstance(key, ec.EllipticCurvePublicKey):
+        return "not ECDSA"
+    return key.curve.name, key.public_numbers().x, key.public_numbers().y
+
+
+def _read_by_us(der: bytes) -> tuple | str:
+    pem = pem_encode("PUBLIC KEY", der)
+    try:
+        key = parse_public_key(pem, "key.pub").key
+    except InputError as error:
+        return "not ECDSA" if "expected an ECDSA public key" in error.message else "refused"
+    return key.curve.name, key.public_numbers().x, key.public_numbers().y
+
+
+@given(curve=st.sampled_from(_CURVES), secret=st.integers(min_value=1, max_value=2**255),
+       damage=st.one_of(st.none(), st.tuples(st.integers(min_value=0), st.integers(1, 255))),
+       cut=st.one_of(st.none(), st.integers(min_value=0)), extra=st.binary(max_size=3),
+       compressed=st.booleans())
+def test_public_keys_read_as_cryptography_reads_them(curve, secret, damage, cut, extra, compressed) -> None:
+    """Our reading of a cosign public key (a named-curve point, without cryptography's
+    serialization package) gives the key cryptography gives, and refuses what it refuses,
+    however the DER is damaged, cut or extended, or its point compressed."""
+    key = ec.derive_private_key(secret, curve).public_key()
+    der = _spki(key) if not compressed else _compressed_spki(key)
+    if damage is not None:
+        at = damage[0] % len(der)
+        der = der[:at] + bytes([der[at] ^ damage[1]]) + der[at + 1:]
+    if cut is not None:
+        der = der[: cut % (len(der) + 1)]
+    der += extra
+    assert _read_by_us(der) == _read_by_cryptography(der)
+
+
+def test_the_named_curve_prefixes_are_what_cryptography_writes() -> None:
+    for curve in _CURVES:
+        key = ec.generate_private_key(curve).public_key()
+        assert _read_by_us(_spki(key)) == (curve.name, key.public_numbers().x, key.public_numbers().y)
+    rsa_der = _spki(rsa.generate_private_key(public_exponent=65537, key_size=1024).public_key())
+    assert _read_by_us(rsa_der) == "not ECDSA"

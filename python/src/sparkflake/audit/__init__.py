@@ -71,6 +71,7 @@ def expectations_from(
     if expect_file is not None:
         file_digests, file_index, expected_layers = _expected_digests_file(expect_file)
         digests += file_digests
+    labels: dict[str, str]
     platform, labels, lock_path = None, {}, lock_file
     if profile_name is not None:
         platform, labels, profile_lock = _profile_expectations(profile_name)

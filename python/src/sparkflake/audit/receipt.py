@@ -15,7 +15,7 @@ import json
 import os
 import posixpath
 import tarfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,7 +54,7 @@ def merged_files(
     state: dict[str, tuple[str, int]] = {}
     contents: dict[str, bytes] = {}
 
-    def remove(prefix_test) -> None:  # noqa: ANN001
+    def remove(prefix_test: Callable[..., bool]) -> None:  # called with a path; the lambdas bind their loop values
         for path in [p for p in state if prefix_test(p)]:
             del state[path]
             contents.pop(path, None)
@@ -63,7 +63,7 @@ def merged_files(
     for position, ref in enumerate(reader.layer_refs):
         with reader.open_blob(ref) as handle, LayerStream(handle) as stream:
             try:
-                with tarfile.open(fileobj=stream, mode="r|") as archive:
+                with tarfile.open(fileobj=stream, mode="r|") as archive:  # type: ignore[call-overload]  # typeshed has no overload for a stream mode over a fileobj
                     for member in archive:
                         name = posixpath.normpath(member.name.lstrip("./") or ".")
                         base = posixpath.basename(name)
@@ -84,7 +84,7 @@ def merged_files(
                         extracted = archive.extractfile(member)
                         assert extracted is not None
                         hasher = hashlib.sha256()
-                        kept = [] if name in content_set else None
+                        kept: list[bytes] | None = [] if name in content_set else None
                         while chunk := extracted.read(READ_CHUNK):
                             hasher.update(chunk)
                             if kept is not None:
@@ -123,7 +123,7 @@ class ReceiptReport:
         }
 
 
-def load_build_receipt(path: str | os.PathLike[str]) -> dict:
+def load_build_receipt(path: str | os.PathLike[str]) -> dict[str, Any]:
     """A full receipt (``receipt.load_receipt``: bounded, a regular file, a JSON object)
     that is a sparkflake build receipt."""
     document = receipt.load_receipt(path)
@@ -147,7 +147,7 @@ def verify_receipt(receipt_path: str | os.PathLike[str], image_path: str | os.Pa
     report = verify_image(reader)  # digests of every blob re-derived from bytes
     links: list[LinkResult] = []
 
-    def link(link_id: str, check) -> None:  # noqa: ANN001
+    def link(link_id: str, check: Callable[[], str]) -> None:
         try:
             detail = check()
         except SparkflakeError as exc:
@@ -214,7 +214,8 @@ def verify_receipt(receipt_path: str | os.PathLike[str], image_path: str | os.Pa
         content = documents[path]
         if content is None:
             raise CheckFailed(f"{path}: absent from the image")
-        return json.loads(content)
+        document: Mapping[str, Any] = json.loads(content)
+        return document
 
     def files() -> tuple[str, str]:
         retained = _manifest(generated.RETAINED_NATIVE_PATH)

@@ -122,7 +122,8 @@ def registry_checks(report: AuditReport, target: str, *, insecure: bool, key_pat
                 layers = []
                 for descriptor in found[:REFERRER_LIMIT]:
                     artifact = client.get_manifest(reference.repository, str(descriptor.get("digest"))).document()
-                    subject = artifact.get("subject") if isinstance(artifact.get("subject"), dict) else {}
+                    given = artifact.get("subject")
+                    subject: dict[str, Any] = given if isinstance(given, dict) else {}
                     if subject.get("digest") == manifest:
                         layers += [str(layer.get("digest")) for layer in artifact.get("layers") or []
                                    if isinstance(layer, dict)]

@@ -9,7 +9,7 @@ from typing import Any
 
 
 def add_command(
-    subparsers: argparse._SubParsersAction,
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
     name: str,
     handler: Callable[[argparse.Namespace], int],
     *,
@@ -25,13 +25,13 @@ def add_command(
 
 
 def add_group(
-    subparsers: argparse._SubParsersAction,
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
     name: str,
     *,
     help: str,  # noqa: A002 - argparse's own keyword
     description: str | None = None,
     metavar: str = "COMMAND",
-) -> argparse._SubParsersAction:
+) -> argparse._SubParsersAction[argparse.ArgumentParser]:
     """``NAME SUBCOMMAND``: the subcommands are added to what this returns, and one of them
     is required (argparse's usage error, exit 2, without it)."""
     parser = subparsers.add_parser(name, help=help, description=description)

@@ -8,7 +8,7 @@ shell reports a process ended by the signal.
 From the import of ``sparkflake.cli`` (the console script's first line) until a command
 runs, an interrupt ends the process at once with that status and one line: nothing has
 been written yet. This module imports only modules the interpreter has loaded before it
-runs any code of ours (``_signal``, ``_thread``, ``os``, ``sys``), so the handlers are in
+runs any code of ours (``_signal``, ``_thread``, ``os``, ``sys``, ``_collections_abc``), so the handlers are in
 place before the rest of the CLI is imported; only what the interpreter does before that
 (under heavy load a few hundred milliseconds) is outside them.
 
@@ -25,6 +25,7 @@ import _signal
 import _thread
 import os
 import sys
+from _collections_abc import Callable  # collections.abc's own module, which os has loaded
 
 EXIT_STATUS = {_signal.SIGINT: 130, _signal.SIGTERM: 143}  # 128 + the signal
 
@@ -44,7 +45,9 @@ class _State:
     unwinding: int | None = None  # the signal whose exception is on its way out
     swallowed = False  # that exception landed where Python could not raise it
     handled = False  # the command's caller caught it
-    redelivery: object = None  # the timer that delivers a swallowed interrupt again
+    # cancels the timer that delivers a swallowed interrupt again (threading is imported
+    # only when one is made)
+    cancel_redelivery: Callable[[], None] | None = None
 
 
 _STATE = _State()
@@ -83,15 +86,16 @@ def _on_signal(signum: int, _frame: object) -> None:
     raise Terminated() if signum == _signal.SIGTERM else Interrupted()
 
 
-def _on_unraisable(unraisable, previous) -> None:  # noqa: ANN001 - sys.unraisablehook's argument
+def _on_unraisable(unraisable: sys.UnraisableHookArgs, previous: Callable[[sys.UnraisableHookArgs], object]) -> None:
     if not (isinstance(unraisable.exc_value, KeyboardInterrupt) and _STATE.unwinding is not None):
         previous(unraisable)
         return
     import threading
 
     _STATE.swallowed = True
-    _STATE.redelivery = threading.Timer(0.01, _thread.interrupt_main, (_STATE.unwinding,))
-    _STATE.redelivery.start()
+    redelivery = threading.Timer(0.01, _thread.interrupt_main, (_STATE.unwinding,))
+    _STATE.cancel_redelivery = redelivery.cancel
+    redelivery.start()
 
 
 def install() -> None:
@@ -123,8 +127,8 @@ class InterruptsRaised:
         if not self._previous:
             return
         _STATE.running = False
-        if _STATE.redelivery is not None:
-            _STATE.redelivery.cancel()  # type: ignore[attr-defined]
+        if _STATE.cancel_redelivery is not None:
+            _STATE.cancel_redelivery()
         for number, handler in self._previous.items():
             _signal.signal(number, _BEFORE_IMPORT.get(number, handler))
         sys.unraisablehook = self._hook

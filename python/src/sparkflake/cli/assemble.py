@@ -19,7 +19,7 @@ from ._output import Progress, print_json, print_line
 from ._parsers import add_command
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = add_command(
         subparsers, "assemble", run,
         help="build the OS base and Python environment trees from fetched inputs",

@@ -15,7 +15,7 @@ from ._parsers import add_command
 _SYMBOL = {"pass": "ok  ", "fail": "FAIL", "error": "ERR ", "skip": "skip"}
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = add_command(
         subparsers, "audit", run,
         help="is this image exactly what the lock, receipt and profile say?",

@@ -6,10 +6,11 @@ import argparse
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 from ..core.atomic_write import OUTPUT_MARKER
 from ..core.errors import InputError
-from ..oci.composed_image import ImageOptions
+from ..oci.composed_image import DEFAULT_FORMATS, ImageOptions
 from ..oci.compression import Compression
 from ..oci.image import default_source_date_epoch
 from ..pipeline import BuildRequest, build_profile, default_output_dir
@@ -19,14 +20,15 @@ from ._parsers import add_command
 from .fetch import parse_mirrors
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = add_command(
         subparsers, "build", run,
         help="build a profile's image: fetch, assemble, verify, write out/PROFILE/",
         description=(
             "Fetch what is missing from the cache, assemble the OS base, the Python environment, "
             "the vLLM source overlay and its anchored patches, run the verification chain, and "
-            "write the OCI layout, oci-archive, docker-archive, receipt.json and digests.json. "
+            "write the OCI layout (an oci-archive and docker-archive only with --formats), receipt.json "
+            "and digests.json. "
             "Nothing is written when a check fails."
         ),
     )
@@ -41,8 +43,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--git-mirror", action="append", default=[], metavar="NAME=URL",
                         help="try URL for the git input NAME before the lock's URLs (repeatable)")
     parser.add_argument("--offline", action="store_true", help="no network: inputs come from the cache, inputs/ and --from")
-    parser.add_argument("--formats", default="oci,oci-archive,docker-archive",
-                        help="comma-separated outputs among oci, oci-archive, docker-archive (default all three)")
+    parser.add_argument("--formats", default=",".join(DEFAULT_FORMATS),
+                        help="comma-separated outputs among oci, oci-archive, docker-archive (default oci: the "
+                             "layout alone; `sparkflake export OUT --format docker-archive` writes an archive later)")
     parser.add_argument("--compression", choices=("gzip", "zstd", "none"), default="gzip")
     parser.add_argument("--level", type=int, default=None, help="compression level (default: the engine's)")
     parser.add_argument(
@@ -103,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     elapsed = time.monotonic() - started
     image = result.image
     out_dir = request.output_dir or default_output_dir(result.profile)
-    record = {
+    record: dict[str, Any] = {
         "profile": result.profile,
         "output": str(out_dir),
         "manifest": image.manifest_digest,

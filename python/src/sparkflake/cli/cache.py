@@ -27,7 +27,7 @@ from ._output import add_progress_flag, human_bytes, print_json, print_line, pro
 from ._parsers import add_command, add_group
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     commands = add_group(
         subparsers, "cache",
         help="the cache's disk use, its integrity, and removing what is no longer used",

@@ -17,7 +17,7 @@ from ._parsers import add_command, add_group
 DEFAULT_PINS = "checkpoint-pins.json"
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     commands = add_group(
         subparsers, "checkpoint", help="pin a model checkpoint's identity-bearing files", metavar="SUBCOMMAND"
     )

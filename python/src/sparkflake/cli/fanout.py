@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from ..core.atomic_write import write_bytes_atomic
 from ..core.canonical_json import readable_json_bytes
@@ -18,7 +19,7 @@ from ._output import add_progress_flag, print_json, print_line, progress_for, wa
 from ._parsers import add_command
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = add_command(
         subparsers, "fanout", run,
         help="distribute an image to every rank over adjacent links (an archive, or only missing blobs)",
@@ -83,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     return _report(args, report)
 
 
-def _report(args: argparse.Namespace, report: dict) -> int:
+def _report(args: argparse.Namespace, report: dict[str, Any]) -> int:
     if args.evidence_dir:
         for record in report["ranks"]:
             write_bytes_atomic(

@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ..core.blob_cache import BlobCache, offline_opener
+from ..core.blob_cache import BlobCache, default_opener, offline_opener
 from ..core.errors import InputError
 from ..core.records import InvalidField, require_git_url
 from ..fetch import FetchReport, fetch_all
@@ -22,7 +23,7 @@ from ._parsers import add_command
 KINDS = ("wheel", "sdist", "deb", "file", "git")
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = add_command(
         subparsers, "fetch", run,
         help="download every locked input into the cache, verified",
@@ -75,7 +76,7 @@ def fetch_lock(
     kinds: tuple[str, ...] = KINDS,
     workers: int = 6,
     from_dirs: list[str] | tuple[str, ...] = (),
-    mirrors: dict[str, tuple[str, ...]] | None = None,
+    mirrors: Mapping[str, Sequence[str]] | None = None,
     progress: Progress | None = None,
     offline: bool = False,
 ) -> tuple[FetchReport, list[GitOutcome]]:
@@ -84,7 +85,7 @@ def fetch_lock(
     report = FetchReport()
     try:
         report = fetch_all(artifacts(lock, kinds=kinds), cache, workers=workers, progress=progress, from_dirs=from_dirs,
-                           **({"opener": offline_opener} if offline else {}))
+                           opener=offline_opener if offline else default_opener)
     except InputError as error:
         missing.append(error.message)
     git_outcomes: list[GitOutcome] = []

@@ -10,7 +10,7 @@ from ._output import print_json, print_line
 from ._parsers import add_command, add_group
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     commands = add_group(
         subparsers, "hash",
         help="hash paths and files; convert hash forms",

@@ -28,7 +28,7 @@ def default_cache_dir() -> Path:
     return Path(base) / "sparkflake" / "oci"
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     commands = add_group(
         subparsers, "image",
         help="build and inspect deterministic OCI images",
@@ -91,7 +91,7 @@ def run_build(args: argparse.Namespace) -> int:
         combined = None
         if spec.compression.algorithm != "zstd":
             combined = CombinedArchiveWriter(staging / "oci-archive.tar", spec.source_date_epoch)
-        layout = LayoutWriter(staging / "oci")
+        layout = LayoutWriter(staging / "oci", store)
 
         def on_layer(layer: Layer) -> None:
             layout.add_layer(layer)
@@ -106,6 +106,8 @@ def run_build(args: argparse.Namespace) -> int:
                 if writer is not None:
                     writer.abort()
             raise
+        replaced_links = store.shared_blobs(out / "oci")
+    store.confirm_unlinked(replaced_links)  # the previous layout's links are gone
     outputs = [out / path.relative_to(staging) for path in
                (staged.layout, staged.oci_archive, staged.docker_archive, staged.digests_file)]
     record = image.digests_record()

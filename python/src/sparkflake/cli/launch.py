@@ -9,6 +9,7 @@ import re
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 from ..core.blob_cache import default_cache_root
 from ..core.check_result import exit_code_of
@@ -22,7 +23,7 @@ from ._output import print_json, print_line, warn
 from ._parsers import add_command
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = add_command(
         subparsers, "launch-rank", run,
         help="verify and start one rank from runtime.env and the profile's contract",
@@ -140,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
     return 0  # pragma: no cover - execv does not return
 
 
-def _print_human(report: dict, *, explain: bool) -> None:
+def _print_human(report: dict[str, Any], *, explain: bool) -> None:
     print_line(f"profile {report['profile']} rank {report['rank']}: {report['qualification']['status']}")
     for difference in report["qualification"]["differences"]:
         print_line(f"  differs from qualified: {difference}")

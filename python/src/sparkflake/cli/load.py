@@ -15,14 +15,16 @@ from ._parsers import add_command
 ARCHIVES = ("docker-archive.tar", "oci-archive.tar")
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = add_command(
         subparsers, "load", run,
         help="load a built image into podman or docker; its image ID must equal our config digest",
         description=(
-            "Load OUT/docker-archive.tar (else OUT/oci-archive.tar) of a `sparkflake build` "
+            "Load OUT/docker-archive.tar (else OUT/oci-archive.tar; else, into podman, the "
+            "layout OUT/oci, what a build writes by default) of a `sparkflake build` "
             "output into the engine's local store and check that the image ID the engine "
-            "reports equals the config digest of OUT/digests.json; then tag it (--tag)."
+            "reports equals the config digest of OUT/digests.json; then tag it (--tag). "
+            "docker loads archives only: `sparkflake export OUT --format docker-archive` first."
         ),
     )
     parser.add_argument("out", metavar="OUT", type=Path)
@@ -41,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"{digests_path}: not the digests.json of a build (a JSON object with \"config\"): {exc}") from exc
     archive = next((args.out / name for name in ARCHIVES if (args.out / name).is_file()), None)
     if archive is None:
-        raise InputError(f"{args.out}: no {' or '.join(ARCHIVES)}")
+        archive = loadable_layout(args.out, args.engine)
     result = import_archive(args.engine, args.engine_args, str(archive), config_digest, args.tag)
     if args.json:
         print_json({"engine": result.engine, "archive": str(archive), "image_id": result.image_id,
@@ -49,3 +51,16 @@ def run(args: argparse.Namespace) -> int:
     else:
         print_line(f"{result.engine}: loaded {archive}, image ID {result.image_id} (equal to the config digest)")
     return 0
+
+
+def loadable_layout(out: Path, engine: str) -> Path:
+    """OUT/oci when there is no archive (a build's default): `podman load -i DIR` loads
+    an OCI layout directory as it loads an archive (Debian 12's podman 4.3.1 does; the image
+    ID is still checked against the config digest); docker loads tar archives only."""
+    layout = out / "oci"
+    if not (layout / "index.json").is_file():
+        raise InputError(f"{out}: no {' or '.join(ARCHIVES)} and no OCI layout oci/")
+    if engine != "podman":
+        raise InputError(f"{out}: {engine} loads archives only, and this output has the OCI layout alone; "
+                         f"write its archive first: sparkflake export {out} --format docker-archive")
+    return layout

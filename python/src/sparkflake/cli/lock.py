@@ -22,7 +22,7 @@ from ._parsers import add_command
 EXIT_OK = 0
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = add_command(
         subparsers, "lock", run,
         help="validate a lock file, or resolve a profile's lock",

@@ -10,6 +10,7 @@ import argparse
 import time
 
 from ..lock.lock_file import dump_lock, load_lock
+from ..lock.pins import Lock
 from ..lock.resolve import (
     check_lock,
     default_cache,
@@ -36,6 +37,7 @@ def run_profile(args: argparse.Namespace) -> int:
             )
         return 0
     started = time.monotonic()
+    before: Lock | None
     if args.update:
         before, lock = update_profile_input(profile, args.update, cache=default_cache())
     else:

@@ -16,7 +16,7 @@ from ._parsers import add_command, add_group
 EXIT_OK = 0
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     actions = add_group(
         subparsers, "profile",
         help="show and validate runtime profiles",

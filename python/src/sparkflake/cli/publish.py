@@ -18,7 +18,7 @@ from ._output import Progress, print_json, print_line
 from ._parsers import add_command
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = add_command(
         subparsers, "publish", run,
         help="push an image (our blobs and manifest bytes) to an OCI registry",

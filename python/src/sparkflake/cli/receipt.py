@@ -9,7 +9,7 @@ from ._output import print_json, print_line, warn
 from ._parsers import add_command, add_group
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     commands = add_group(
         subparsers, "receipt",
         help="verify build receipts (in-toto Statement v1, SLSA provenance v1) against images",

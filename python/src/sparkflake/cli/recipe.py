@@ -18,7 +18,7 @@ from ._output import print_json, print_line
 from ._parsers import add_command, add_group
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     commands = add_group(subparsers, "recipe", help="import or export TOML launch recipes")
     importer = add_command(
         commands, "import", run_import,

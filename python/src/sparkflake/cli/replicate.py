@@ -14,7 +14,7 @@ from ._output import Progress, print_json, print_line, warn
 from ._parsers import add_command
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = add_command(
         subparsers, "replicate", run,
         help="copy a checkpoint directory from rank 0 to every rank, verified per file",

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from ..core.blob_cache import default_cache_root
 from ..core.errors import InputError
+from ..lock.pins import WheelPin
 from ..lock.profile_locks import load_locks
 from . import _arguments as arguments
 from ._output import add_progress_flag, print_json, print_line, progress_for, warn
@@ -16,11 +17,12 @@ from ._parsers import add_command, add_group
 
 if TYPE_CHECKING:  # imported where they are used, after the command is chosen
     from ..launch.contract import LaunchContract
+    from ..profile.model import Profile
     from ..runtime.check_report import Case
     from ..runtime.checkpoint import ContainerMount
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     commands = add_group(
         subparsers, "runtime",
         help="runtime conformance of a built image (its own vLLM, SparkCache, B12X judge)",
@@ -66,7 +68,8 @@ def _scratch(args: argparse.Namespace, profile: str) -> Path:
 
 def _profile_name(args: argparse.Namespace, out: Path) -> str:
     if args.profile:
-        return args.profile
+        given: str = args.profile
+        return given
     from ..oci.reader import open_image
     from ..runtime.check import image_location
 
@@ -77,12 +80,12 @@ def _profile_name(args: argparse.Namespace, out: Path) -> str:
     return name
 
 
-def expected_versions(profile) -> dict[str, str]:
+def expected_versions(profile: Profile) -> dict[str, str]:
     """Every wheel of the profile's locks, by distribution name and version."""
     versions: dict[str, str] = {}
     for lock in load_locks(profile):
         for pin in lock.inputs:
-            if getattr(pin, "kind", None) == "wheel" and getattr(pin, "version", None):
+            if isinstance(pin, WheelPin) and pin.version:
                 versions.setdefault(pin.name, str(pin.version))
     return versions
 
@@ -138,9 +141,9 @@ def run_check_command(args: argparse.Namespace) -> int:
             if (out / "receipt.json").is_file():
                 from ..runtime.receipt_record import record_in_receipt
 
-                failed = sorted({check.id for check in report.failed()})
+                failed_ids = sorted({check.id for check in report.failed()})
                 record_in_receipt(out / "receipt.json", written, report.capabilities,
-                                  {"ok": not failed, "checks": len(report.checks), "failed_checks": failed,
+                                  {"ok": not failed_ids, "checks": len(report.checks), "failed_checks": failed_ids,
                                    "launch_specs": len(cases), "emulation": report.emulation})
         if args.capabilities:
             write_bytes_atomic(Path(args.capabilities), written)

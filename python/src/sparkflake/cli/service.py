@@ -8,6 +8,7 @@ import json
 import signal
 import sys
 import time
+from collections.abc import Callable
 
 from ..core.digest import is_digest
 from ..core.errors import InputError
@@ -16,7 +17,7 @@ from ._output import print_json, print_line, warn
 from ._parsers import add_command, add_group
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     group = add_group(
         subparsers, "service",
         help="start, check, stop and roll back the whole service across the site's ranks",
@@ -80,7 +81,7 @@ def _request(args: argparse.Namespace) -> workflow.ServiceRequest:
                                    replace=getattr(args, "replace", False), sign_key=key)
 
 
-def _progress(mode: str):
+def _progress(mode: str) -> Callable[[workflow.ProgressEvent], None]:
     if mode == "none" or (mode == "auto" and not sys.stderr.isatty()):
         return lambda event: None
 
@@ -119,10 +120,10 @@ def _deploy(args: argparse.Namespace) -> int:
         for check in result.admission.gang:
             print_line(f"  [{check.status}] {check.id}: {check.detail}")
         print_line(f"deployment {record.deployment}: {record.outcome} (record {result.record_path})")
-        for rank in record.ranks:
-            if rank.logs:
-                print_line(f"rank {rank.rank} ({rank.name}) last log lines:")
-                for line in rank.logs:
+        for rank_record in record.ranks:
+            if rank_record.logs:
+                print_line(f"rank {rank_record.rank} ({rank_record.name}) last log lines:")
+                for line in rank_record.logs:
                     print_line(f"  | {line}")
     for warning in record.warnings:
         warn(f"sparkflake: warning: {warning}")

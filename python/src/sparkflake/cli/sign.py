@@ -5,25 +5,15 @@ from __future__ import annotations
 import argparse
 
 from ..compose.receipt import load_receipt
-from ..oci.remote import RegistryClient, load_credentials, parse_reference
+from ..oci.remote import parse_reference
 from ..signing.cosign import sign_image
 from ..signing.keys import PASSWORD_VARIABLE, key_password, load_private_key
 from ._output import print_json, print_line
 from ._parsers import add_command
+from ._registry import add_registry_arguments, registry_client
 
 
-def add_registry_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--insecure", action="store_true", help="plain HTTP (loopback registries only)")
-    parser.add_argument("--ca-file", help="CA certificate for a registry with a private CA")
-    parser.add_argument("--auth-file", help='JSON {"username": ..., "password": ...} for Basic/token auth')
-
-
-def registry_client(args: argparse.Namespace, registry: str) -> RegistryClient:
-    credentials = load_credentials(args.auth_file) if args.auth_file else None
-    return RegistryClient(registry, insecure=args.insecure, ca_file=args.ca_file, credentials=credentials)
-
-
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = add_command(
         subparsers, "sign", run,
         help="sign an image's manifest digest (cosign's format) and attest its provenance",

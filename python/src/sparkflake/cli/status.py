@@ -13,7 +13,7 @@ from ._output import print_json, print_line
 from ._parsers import add_command
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = add_command(
         subparsers, "status", run,
         help="show each profile's built image, its evidence, and whether claims transfer",

@@ -6,14 +6,14 @@ import argparse
 
 from ..core.errors import CheckFailed
 from ..oci.remote import parse_reference
-from ..signing.cosign import resolve_digest, verify_attestation, verify_signature
+from ..signing.cosign import resolve_digest, verify_image_signing
 from ..signing.keys import load_public_key
 from ._output import print_json, print_line
 from ._parsers import add_command
-from .sign import add_registry_arguments, registry_client
+from ._registry import add_registry_arguments, registry_client
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = add_command(
         subparsers, "verify", run,
         help="verify an image's cosign signature and SLSA provenance attestation",
@@ -38,19 +38,11 @@ def run(args: argparse.Namespace) -> int:
     key = load_public_key(args.key)
     client = registry_client(args, reference.registry)
     digest = resolve_digest(client, reference)
-    checks: list[dict[str, str]] = []
-
-    def attempt(name: str, check) -> None:  # noqa: ANN001 - a verifier returning what verified
-        try:
-            detail = check()
-        except CheckFailed as failure:
-            checks.append({"id": failure.check_id or name, "status": "fail", "detail": failure.message})
-        else:
-            checks.append({"id": name, "status": "pass", "detail": detail})
-
-    attempt("signature", lambda: verify_signature(client, reference, key, digest))
-    if not args.no_attestation:
-        attempt("attestation", lambda: verify_attestation(client, reference, key, digest)[0])
+    checks = [
+        {"id": outcome.check_id or name, "status": "fail", "detail": outcome.message}
+        if isinstance(outcome, CheckFailed) else {"id": name, "status": "pass", "detail": outcome}
+        for name, outcome in verify_image_signing(client, reference, key, digest, attestation=not args.no_attestation)
+    ]
     failed = any(check["status"] == "fail" for check in checks)
     if args.json:
         print_json({"reference": str(reference), "manifest_digest": digest, "passed": not failed, "checks": checks})

@@ -9,7 +9,7 @@ from ._output import print_json, print_line
 from ._parsers import add_command
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = add_command(
         subparsers, "version", run,
         help="print sparkflake's version and the versions of what decides image bytes",

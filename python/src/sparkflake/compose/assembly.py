@@ -269,15 +269,17 @@ def assemble(
             "waivers": sorted(dataclasses.astuple(w) for w in composition.waivers),
             "collisions": sorted(json.dumps(dataclasses.asdict(r), sort_keys=True) for r in rules[group]),
         }
-        tree, manifest = cached(
-            group,
-            recipe,
-            lambda tree, wheels=groups[group], group_rules=rules[group]: dataclasses.asdict(
+
+        def build_env(
+            tree: Path, wheels: list[WheelInput] = groups[group], group_rules: tuple[CollisionRule, ...] = rules[group]
+        ) -> dict[str, Any]:
+            return dataclasses.asdict(
                 assemble_python_env(
                     wheels, tree, target=target, progress=progress, waivers=composition.waivers, collisions=group_rules
                 )
-            ),
-        )
+            )
+
+        tree, manifest = cached(group, recipe, build_env)
         distributions.extend(manifest["distributions"])
         for image_path, wheel in manifest["owners"].items():
             previous = owners.get(image_path)
@@ -392,7 +394,7 @@ def elf_magic_lookup(cached: Sequence[CachedTree]) -> Callable[[Path], bool]:
     entry's kept ``elf-magic`` fact (``CachedTree.fact``: the entry was validated path by
     path this build -- every path's inode, size, mtime and ctime -- so the fact, taken
     from its bytes once, is as current as the tree); other files are read."""
-    known = [(os.path.join(entry.tree, ""), frozenset(entry.fact("elf-magic", elf_magic_paths))) for entry in cached]  # type: ignore[arg-type]  # a kept fact is JSON; this one is elf_magic_paths' list
+    known = [(os.path.join(entry.tree, ""), frozenset(entry.fact("elf-magic", elf_magic_paths))) for entry in cached]
 
     def is_elf(path: Path) -> bool:
         text = os.fspath(path)
@@ -417,7 +419,7 @@ def package_elf_files(package_dir: Path, assembly_trees: Mapping[Path, CachedTre
             continue
         inside = text[len(prefix):] + "/"
         found = []
-        for path, machine in entry.fact("elf-machines", elf_machines):  # type: ignore[attr-defined]  # a kept fact is JSON; this one is elf_machines' list
+        for path, machine in entry.fact("elf-machines", elf_machines):
             if path.startswith(inside):
                 status = entry.statuses.get(path)
                 if status is None:  # a fact that does not match the walk: read the package
@@ -492,9 +494,9 @@ def wheel_interface(
 
 def _nccl_library_sha256(composition: Composition, fetched: FetchedInputs, hashes: FileHashes | None) -> str:
     """sha256 of ``libnccl.so*`` shipped by the input playing the ``nccl`` role."""
-    pin = composition.roles["nccl"]
+    pin = composition.nccl
     if not isinstance(pin, WheelPin):
-        return pin.sha256  # type: ignore[union-attr]  # a file input is the library itself
+        return pin.sha256  # a file input is the library itself
     libraries = {
         path: digest
         for path, (_size, digest) in wheel_native(fetched.paths[pin.name], pin.sha256, "nvidia", hashes).items()

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property, partial
 from pathlib import Path
+from typing import Any
 
 from packaging.utils import canonicalize_name
 
@@ -225,9 +226,9 @@ def check_absences(context: ChainContext) -> str:
 def check_elf_machine(context: ChainContext) -> str:
     # A cached tree's ELF machines are read once per cache entry and kept beside it
     # (the entry was validated path by path this build); other trees are read now.
-    def machines(tree: Path) -> list[list] | None:
+    def machines(tree: Path) -> list[list[Any]] | None:
         entry = context.assembly.cached_trees.get(tree)
-        return None if entry is None else entry.fact("elf-machines", elf_machines)  # type: ignore[return-value]  # a kept fact is JSON; this one is elf_machines' list
+        return None if entry is None else entry.fact("elf-machines", elf_machines)
 
     count = check_machine(context.assembly.base_tree, context.profile.platform, machines(context.assembly.base_tree))
     for tree in context.assembly.python_trees.values():

@@ -12,7 +12,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from ..core.errors import CheckFailed, InputError
-from ..lock.pins import DebPin, GitPin, Lock, Pin, SdistPin, WheelPin
+from ..lock.pins import DebPin, FilePin, GitPin, Lock, OciPin, Pin, SdistPin, WheelPin
 from ..lock.profile_locks import check_against_locks, input_for, load_locks
 from ..profile.lookup import profile_path
 from ..profile.model import Profile
@@ -52,6 +52,14 @@ class Composition:
         assert isinstance(wheel, WheelPin)
         return wheel
 
+    @property
+    def nccl(self) -> WheelPin | SdistPin | DebPin | FilePin:
+        """The NCCL input, a file that is or holds the library (``load_composition`` refused
+        a git or OCI input for the role)."""
+        pin = self.roles["nccl"]
+        assert not isinstance(pin, (GitPin, OciPin))
+        return pin
+
     def git_pins(self) -> list[GitPin]:
         pins = [self.source] if isinstance(self.source, GitPin) else []
         return pins + [source for _role, _wheel, source in self.package_sources]
@@ -84,6 +92,9 @@ def load_composition(name_or_path: str | os.PathLike[str], profiles_dir: str | o
         raise InputError(f"{path}: inputs.vllm_wheel: {vllm_wheel.name} is a {vllm_wheel.kind} input, expected a wheel")
     if not isinstance(source, (SdistPin, GitPin)):
         raise InputError(f"{path}: inputs.vllm_source: {source.name} is a {source.kind} input, expected an sdist or git input")
+    nccl = roles["nccl"]
+    if isinstance(nccl, (GitPin, OciPin)):  # its sha256 labels the image: the library's bytes
+        raise InputError(f"{path}: inputs.nccl: {nccl.name} is a {nccl.kind} input, expected a wheel or a file input")
     if isinstance(source, SdistPin) and source.version != vllm_wheel.version:
         raise InputError(
             f"{path}: inputs.vllm_source: sdist version {source.version} differs from the wheel's {vllm_wheel.version}"

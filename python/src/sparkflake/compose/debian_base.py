@@ -35,6 +35,7 @@ import tarfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from ..core.atomic_write import atomic_directory
 from ..core.elf_machines import EM_AARCH64
@@ -102,7 +103,7 @@ def _writing(target: Path, source: str) -> Iterator[None]:
         ) from exc
 
 
-def _copy_hashing(stream, destination: Path, mode: int, source: str) -> tuple[str, str]:  # noqa: ANN001 (tar stream)
+def _copy_hashing(stream: IO[bytes], destination: Path, mode: int, source: str) -> tuple[str, str]:  # a tar member
     """Write the member, returning (sha256, md5) of its bytes from the same pass."""
     hasher = hashlib.sha256()
     md5 = hashlib.md5()  # noqa: S324 (dpkg's md5sums format, an integrity check, not security)

@@ -12,6 +12,7 @@ import stat
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any, BinaryIO
 
 from ..core.elf_machines import EM_AARCH64, EM_X86_64, MACHINE_NAMES
 from ..core.errors import CheckFailed
@@ -78,7 +79,7 @@ class _SectionTable:
     dyn_fmt: str  # struct format of one Elf_Dyn entry
 
 
-def _section_table(handle) -> _SectionTable | None:  # noqa: ANN001 (a binary file at offset 0)
+def _section_table(handle: BinaryIO) -> _SectionTable | None:  # a binary file at offset 0
     """The ELF header and section headers of an open file; None if not ELF or none."""
     ident = handle.read(64)
     header = parse_header(ident)
@@ -167,7 +168,7 @@ def iter_elf_files(root: str | os.PathLike[str], *, with_sha256: bool = False) -
     yield from _walk_elf(os.fspath(root), "", with_sha256)
 
 
-def _is_dir(entry: os.DirEntry) -> bool:
+def _is_dir(entry: os.DirEntry[str]) -> bool:
     try:  # as os.walk: a symlink loop or a dangling link counts as a file
         return entry.is_dir()
     except OSError:
@@ -207,7 +208,7 @@ def _walk_elf(directory: str, prefix: str, with_sha256: bool) -> Iterator[ElfFil
             yield from _walk_elf(entry.path, prefix + entry.name + "/", with_sha256)
 
 
-def elf_machines(root: str | os.PathLike[str]) -> list[list]:
+def elf_machines(root: str | os.PathLike[str]) -> list[list[Any]]:
     """``[path, machine]`` of every regular ELF file under ``root``, sorted by path: what
     the architecture check needs, small enough to keep beside a cached tree."""
     return [[elf.path, elf.machine] for elf in iter_elf_files(root)]
@@ -216,7 +217,7 @@ def elf_machines(root: str | os.PathLike[str]) -> list[list]:
 def check_machine(
     root: str | os.PathLike[str],
     platform: str = "linux/arm64",
-    machines: list[list] | None = None,
+    machines: list[list[Any]] | None = None,
 ) -> int:
     """Refuse any ELF file under ``root`` whose machine is not the platform's.
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.blob_cache import Artifact, BlobCache, offline_opener
+from ..core.blob_cache import Artifact, BlobCache, default_opener, offline_opener
 from ..core.errors import CheckFailed, InputError, SparkflakeError
 from ..core.file_hashes import FileHashes
 from ..core.progress import ProgressCallback
@@ -76,9 +76,9 @@ def fetch_inputs(
     downloaded = imported = 0
     unfetched: list[str] = []
     if missing:
-        kwargs = {"opener": offline_opener} if offline else {}
+        opener = offline_opener if offline else default_opener
         try:
-            report = fetch_all(missing, cache, from_dirs=directories, progress=progress, **kwargs)
+            report = fetch_all(missing, cache, from_dirs=directories, progress=progress, opener=opener)
         except InputError as exc:
             unfetched.append(exc.message)
         except SparkflakeError as exc:

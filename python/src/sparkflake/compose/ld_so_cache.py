@@ -76,12 +76,13 @@ def libcmp(left: str, right: str) -> int:
     return 0 - (b[j] if j < len(b) else 0)
 
 
+def _cache_order(x: CacheEntry, y: CacheEntry) -> int:
+    return libcmp(y.soname, x.soname) or (x.flags - y.flags) or ((x.path > y.path) - (x.path < y.path))
+
+
 def serialize_cache(entries: Sequence[CacheEntry]) -> bytes:
     """The cache file bytes for ``entries`` (sorted here; input order does not matter)."""
-    ordered = sorted(
-        entries,
-        key=functools.cmp_to_key(lambda x, y: libcmp(y.soname, x.soname) or (x.flags - y.flags) or ((x.path > y.path) - (x.path < y.path))),
-    )
+    ordered = sorted(entries, key=functools.cmp_to_key(_cache_order))
     header_size = 48
     entries_size = 24 * len(ordered)
     strings = bytearray()

@@ -10,6 +10,7 @@ import os
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..core.blob_cache import BlobCache
 from ..core.digest import is_sha256_hex
@@ -72,7 +73,7 @@ def load_policy(path: str | os.PathLike[str], lock: Lock) -> AssemblyPolicy:
     return AssemblyPolicy(_record_waivers(document, source, lock), tuple(collisions))
 
 
-def _record_waivers(document: dict, source: Path, lock: Lock) -> tuple[RecordWaiver, ...]:
+def _record_waivers(document: dict[str, Any], source: Path, lock: Lock) -> tuple[RecordWaiver, ...]:
     """Waivers for upstream RECORD defects; each bound to a locked wheel by its sha256."""
     wheels = {pin.filename: pin for pin in lock.pins_of(WheelPin)}
     waivers = []

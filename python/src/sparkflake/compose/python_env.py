@@ -26,17 +26,17 @@ import shutil
 import stat
 import warnings
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 from installer import install
 from installer.destinations import SchemeDictionaryDestination
 from installer.exceptions import InstallerError
 from installer.records import Hash, RecordEntry
-from installer.sources import WheelFile
-from installer.utils import copyfileobj_with_hashing
+from installer.sources import WheelContentElement, WheelFile
+from installer.utils import Scheme, copyfileobj_with_hashing
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from ..core.atomic_write import atomic_directory
@@ -197,7 +197,7 @@ class _RecordCheckedStream(io.RawIOBase):
 class _CheckedWheel(WheelFile):
     waivers: dict[str, RecordWaiver] = {}  # member path -> waiver, for this wheel
 
-    def get_contents(self):  # noqa: ANN201 (installer's iterator type)
+    def get_contents(self) -> Iterator[WheelContentElement]:
         record_path = f"{self.dist_info_dir}/RECORD"
         wheel = Path(self._zipfile.filename or "").name
         for elements, stream, is_executable in super().get_contents():
@@ -205,7 +205,9 @@ class _CheckedWheel(WheelFile):
                 yield elements, stream, is_executable
                 continue
             entry = RecordEntry.from_elements(*elements)
-            yield elements, _RecordCheckedStream(stream, entry, wheel, self.waivers.get(entry.path)), is_executable
+            checked = _RecordCheckedStream(stream, entry, wheel, self.waivers.get(entry.path))
+            # installer only reads it (read(), readinto()), what a RawIOBase offers
+            yield elements, cast(BinaryIO, checked), is_executable
 
 
 class _TreeDestination(SchemeDictionaryDestination):
@@ -232,7 +234,7 @@ class _TreeDestination(SchemeDictionaryDestination):
         os.umask(umask)
         self._umask_keeps_modes = (0o755 & ~umask) == 0o755
 
-    def write_to_fs(self, scheme, path, stream, is_executable):  # noqa: ANN001, ANN201
+    def write_to_fs(self, scheme: Scheme, path: str, stream: BinaryIO, is_executable: bool) -> RecordEntry:
         root = self._roots[scheme]
         target = os.path.normpath(os.path.join(root, path))
         if not target.startswith(root + "/"):
@@ -259,7 +261,9 @@ class _TreeDestination(SchemeDictionaryDestination):
         self.written.append(target[len(self._stage) :])
         return RecordEntry(path, Hash(self.hash_algorithm, digest), size)
 
-    def write_file(self, scheme, path, stream, is_executable):  # noqa: ANN001, ANN201
+    def write_file(
+        self, scheme: Scheme, path: str | os.PathLike[str], stream: BinaryIO, is_executable: bool
+    ) -> RecordEntry:
         if scheme == "scripts":
             # fix_shebang seeks; read (and RECORD-check) the script first.
             stream = io.BytesIO(stream.read())
@@ -341,11 +345,11 @@ def _resolve_shared_paths(
             writers.setdefault(path, []).append(wheel)
             manifest.owners.setdefault(path, wheel)
     by_path = {rule.path: rule for rule in rules}
-    for rule in rules:
-        actual = writers.get(rule.path, [])
-        if set(actual) != set(rule.wheels) or len(actual) < 2:
+    for declared in rules:
+        actual = writers.get(declared.path, [])
+        if set(actual) != set(declared.wheels) or len(actual) < 2:
             raise CheckFailed(
-                f"collision rule for {rule.path} names {', '.join(rule.wheels)}, but "
+                f"collision rule for {declared.path} names {', '.join(declared.wheels)}, but "
                 f"{', '.join(sorted(actual)) or 'none of them'} wrote it; "
                 "a rule must match the locked wheels exactly (remove or update it)",
                 check_id="path-conflict",

@@ -193,7 +193,8 @@ def add_sbom_byproducts(full: Mapping[str, Any], sbom: bytes, artifact_manifest_
 
 
 def byproduct(statement: Mapping[str, Any], name: str) -> Mapping[str, Any] | None:
-    for item in statement["predicate"]["runDetails"]["byproducts"]:
+    byproducts: list[Mapping[str, Any]] = statement["predicate"]["runDetails"]["byproducts"]
+    for item in byproducts:
         if item.get("name") == name:
             return item
     return None

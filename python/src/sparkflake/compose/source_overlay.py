@@ -339,12 +339,12 @@ def write_patched_source(
     root = Path(destination)
     made: set[str] = set()
     for path, source_file in plan.source_files.items():
-        target = os.path.join(root, path)
-        parent = os.path.dirname(target)
+        copied = os.path.join(root, path)
+        parent = os.path.dirname(copied)
         if parent not in made:
             os.makedirs(parent, exist_ok=True)
             made.add(parent)
-        _copy_file(os.fspath(source_file), target)
+        _copy_file(os.fspath(source_file), copied)
     for path, outcome in plan.patched.items():
         target = root / path
         if outcome.content is None:

@@ -95,7 +95,9 @@ def claim_records(profile: Profile, fetched_git: Sequence[GitPin] = ()) -> list[
             value = getattr(claim, key)
             if value is not None:
                 record[key] = value
-        pin = bound.get((claim.rev, claim.tree)) if claim.kind == "git" else None
+        pin = None
+        if claim.kind == "git" and claim.rev is not None and claim.tree is not None:
+            pin = bound.get((claim.rev, claim.tree))
         if pin is not None and claim.source_sha256 in (None, pin.source_sha256):
             record["status"] = "verified"
             record["verifiedBy"] = pin.name

@@ -27,6 +27,7 @@ import stat
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar, cast
 
 from .. import __version__
 from ..core.atomic_write import atomic_directory, write_bytes_atomic
@@ -37,17 +38,19 @@ ENTRY_FORMAT = "sparkflake-tree-cache-v1"
 ENTRY_FILE = "entry.json"
 TREE_DIR = "tree"
 
+FactT = TypeVar("FactT")
+
 
 def recipe_key(recipe: Mapping[str, object]) -> str:
     material = {"format": ENTRY_FORMAT, "sparkflake": __version__, **recipe}
     return hashlib.sha256(canonical_json_bytes(material, ascii_only=True)).hexdigest()
 
 
-def _listed_identity(root: Path) -> dict[str, list]:
+def _listed_identity(root: Path) -> dict[str, list[Any]]:
     """The per-path identity list of entries written by an earlier version."""
-    identity: dict[str, list] = {}
+    identity: dict[str, list[Any]] = {}
     for relative, host_path, status in walk_lstat(root):
-        record: list = [status.st_mode, status.st_size, status.st_mtime_ns, status.st_ctime_ns, status.st_ino]
+        record: list[Any] = [status.st_mode, status.st_size, status.st_mtime_ns, status.st_ctime_ns, status.st_ino]
         if stat.S_ISLNK(status.st_mode):
             record.append(os.readlink(host_path))
         identity[relative] = record
@@ -62,14 +65,15 @@ class CachedTree:
     walk: TreeWalk  # the walk that validated (or recorded) the tree in this build
     statuses: Mapping[str, os.stat_result] = field(default_factory=dict, repr=False)  # that walk's lstat of every path
 
-    def fact(self, name: str, compute: Callable[[Path], object]) -> object:
+    def fact(self, name: str, compute: Callable[[Path], FactT]) -> FactT:
         """A fact derived from the tree's bytes only (for example the ELF machine of every
         file), computed once per entry and kept beside it. The entry was just validated
         path by path (or made), so a kept fact is as current as the tree; an entry that
-        changed is discarded with its facts."""
+        changed is discarded with its facts. ``compute`` returns what JSON gives back as
+        it was (lists, strings, numbers), so a kept fact has the type of a computed one."""
         path = self.tree.parent / f"fact-{name}.json"
         try:
-            return json.loads(path.read_bytes())["value"]
+            return cast(FactT, json.loads(path.read_bytes())["value"])
         except (FileNotFoundError, ValueError, KeyError, TypeError):
             pass
         value = compute(self.tree)

@@ -124,7 +124,7 @@ def remove_tree(path: Path) -> None:
     """``rmtree`` that also empties directories without write permission (a tree holding
     a package's 0555 directory cannot be removed by a non-root user otherwise)."""
 
-    def writable_and_retry(function, failed_path, _exc_info) -> None:  # noqa: ANN001 - rmtree's onerror
+    def writable_and_retry(function: Callable[[str], object], failed_path: str, _exc_info: object) -> None:
         parent = os.path.dirname(failed_path)
         with contextlib.suppress(OSError):
             os.chmod(parent, os.stat(parent).st_mode | 0o700)
@@ -139,7 +139,7 @@ def remove_dead_run_directories(parent: Path, prefix: str = "") -> list[Path]:
     """Remove the run directories in ``parent`` (names starting with ``prefix``) whose
     recorded process is gone on this host: what a killed run left. A live run's, another
     host's (a shared cache) or a name of another shape is never touched."""
-    removed = []
+    removed: list[Path] = []
     host = host_tag()
     try:
         entries = list(os.scandir(parent))

@@ -94,7 +94,7 @@ def _is_table(value: object) -> TypeGuard[Mapping[str, object]]:
     return isinstance(value, Mapping)
 
 
-def _is_table_array(value: object) -> bool:
+def _is_table_array(value: object) -> TypeGuard[Sequence[Mapping[str, object]]]:
     return (
         isinstance(value, Sequence)
         and not isinstance(value, str)

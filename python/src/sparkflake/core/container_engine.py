@@ -70,7 +70,7 @@ class ImageRecord:
 _NO_DAEMON = ("Cannot connect to the Docker daemon", "Is the docker daemon running", "error during connect")
 
 
-def _run(engine: Engine, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+def _run(engine: Engine, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[bytes]:
     try:
         result = subprocess.run(engine.command(*args), capture_output=True, timeout=timeout, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:

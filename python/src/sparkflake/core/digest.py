@@ -23,7 +23,7 @@ import re
 import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeGuard
 
 from .documents import file_kind
 from .errors import InputError
@@ -383,7 +383,7 @@ def digest_hex(digest: str) -> str:
     return digest[len("sha256:") :]
 
 
-def is_digest(text: object) -> bool:
+def is_digest(text: object) -> TypeGuard[str]:
     return isinstance(text, str) and DIGEST_PATTERN.fullmatch(text) is not None
 
 
@@ -391,7 +391,7 @@ def is_digest(text: object) -> bool:
 SHA256_HEX_PATTERN = re.compile(r"[0-9a-f]{64}")
 
 
-def is_sha256_hex(text: object) -> bool:
+def is_sha256_hex(text: object) -> TypeGuard[str]:
     return isinstance(text, str) and SHA256_HEX_PATTERN.fullmatch(text) is not None
 
 

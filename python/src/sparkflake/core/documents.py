@@ -72,10 +72,11 @@ def parse_limit_error(exc: RecursionError | ValueError, text: str | bytes, shown
     if isinstance(exc, RecursionError):
         return InputError(f"{shown}: nested too deeply (more levels of arrays or tables than a parser may follow)")
     digits = sys.get_int_max_str_digits()
-    pattern = rf"[0-9_]{{{digits + 1},}}"
-    found = re.search(pattern.encode() if isinstance(text, bytes) else pattern, text)
+    # as bytes: a line holds the same newlines either way, and the pattern is ASCII
+    data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
+    found = re.search(rb"[0-9_]{%d,}" % (digits + 1), data)
     if found is not None and "digits" in str(exc):
-        line = text[: found.start()].count(b"\n" if isinstance(text, bytes) else "\n") + 1
+        line = data[: found.start()].count(b"\n") + 1
         return InputError(f"{shown}:{line}: an integer of more than {digits} digits (not a value any field takes)")
     return InputError(f"{shown}: not valid: {exc}")
 
@@ -84,7 +85,7 @@ class _NotStrictJson(ValueError):
     pass
 
 
-class _ObjectWithDuplicate(dict):  # type: ignore[type-arg]
+class _ObjectWithDuplicate(dict[str, Any]):
     """An object that had ``duplicate`` twice; found afterwards to name its JSON path."""
 
     duplicate: str = ""

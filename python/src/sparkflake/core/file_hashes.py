@@ -24,6 +24,7 @@ import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from .atomic_write import write_bytes_atomic
 from .canonical_json import canonical_json_bytes
@@ -45,7 +46,7 @@ class FileHashes:
     def __init__(self, table: str | os.PathLike[str] | None, *, racy_window_ns: int = RACY_WINDOW_NS) -> None:
         self.table_path = Path(table) if table is not None else None
         self.racy_window_ns = racy_window_ns
-        self._table: dict[str, list] | None = None
+        self._table: dict[str, list[Any]] | None = None
         self._dirty = False
         self._transient: tuple[str, ...] = ()
 
@@ -54,7 +55,7 @@ class FileHashes:
         docstring)."""
         self._transient += (os.path.join(os.path.abspath(directory), ""),)
 
-    def _files(self) -> dict[str, list]:
+    def _files(self) -> dict[str, list[Any]]:
         if self._table is None:
             self._table = {}
             if self.table_path is not None:
@@ -73,7 +74,8 @@ class FileHashes:
             settled = known[4] <= time.time_ns() - self.racy_window_ns and not key.startswith(self._transient)
             if settled:
                 remembered = self._files().get(key)
-                if remembered is not None and remembered[:-1] == known:
+                # a table is JSON on disk: a record whose digest is no string is not one
+                if remembered is not None and remembered[:-1] == known and isinstance(remembered[-1], str):
                     return remembered[-1]
             digest = sha256_file(key)
             if settled and stat_identity(os.stat(key)) == known:  # unchanged while it was read

@@ -12,7 +12,7 @@ import re
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import MISSING, fields
-from typing import Any, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from .digest import DIGEST_PATTERN, SHA256_HEX_PATTERN
 from .documents import parse_limit_error, read_regular_file
@@ -20,6 +20,17 @@ from .errors import InputError
 from .urls import redacted, url_problem
 
 RecordT = TypeVar("RecordT")
+
+
+class FieldOrderedRecord(Protocol):
+    """A dataclass whose canonical key order is ``FIELD_ORDER`` (``keys_in_field_order``
+    sets it; the class declares it, as a ClassVar, for the type checker)."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+    FIELD_ORDER: ClassVar[tuple[str, ...]]
+
+
+FieldOrderedT = TypeVar("FieldOrderedT", bound=FieldOrderedRecord)
 
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
 _INPUT_NAME = re.compile(r"^[a-z0-9][a-z0-9._+:-]{0,199}$")
@@ -252,12 +263,12 @@ def freeze_field(record: object, name: str, value: object) -> None:
     object.__setattr__(record, name, value)
 
 
-def keys_in_field_order(*leading: str) -> Callable[[type[RecordT]], type[RecordT]]:
+def keys_in_field_order(*leading: str) -> Callable[[type[FieldOrderedT]], type[FieldOrderedT]]:
     """Class decorator for a record whose canonical key order is its declared field order,
     after ``leading`` keys that are no fields (a lock input's ``kind``): the order is then
     written once, by the field declarations, and cannot drift from them."""
 
-    def decorate(record_type: type[RecordT]) -> type[RecordT]:
+    def decorate(record_type: type[FieldOrderedT]) -> type[FieldOrderedT]:
         record_type.FIELD_ORDER = *leading, *(spec.name for spec in fields(record_type))
         return record_type
 

@@ -24,7 +24,8 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from ..core.errors import CheckFailed, InputError
-from .chain import FAILED, ChainTransfer, Progress, SizeGate, Transfer, cancel_relay, start_relays
+from ..core.progress import ProgressCallback as Progress
+from .chain import FAILED, ChainTransfer, SizeGate, Transfer, cancel_relay, start_relays
 from .engine import ENGINES, check_image_id
 from .evidence import EVIDENCE_SCHEMA, REPORT_SCHEMA
 from .fanout import check_images
@@ -53,7 +54,8 @@ def validate_layout_request(request: LayoutFanoutRequest) -> None:
             raise InputError(f"--import: expected one of {ENGINES}, got {request.engine!r}")
         if request.engine != "podman":
             raise InputError(f"--import {request.engine}: the blob route imports into podman's "
-                             "containers-storage; use the archive route (ARCHIVE --sha256) for docker")
+                             "containers-storage; use the archive route (ARCHIVE --sha256) for docker, its "
+                             "archive written from the build output by `sparkflake export OUT --format docker-archive`")
         if not request.tag:
             raise InputError("--import with a layout needs --tag: the name the image gets in podman's store")
 

@@ -21,7 +21,8 @@ from urllib.parse import urlparse
 
 from ..core.digest import is_sha256_hex
 from ..core.errors import CheckFailed, InputError
-from .chain import FAILED, ChainTransfer, Progress, SizeGate, Transfer
+from ..core.progress import ProgressCallback as Progress
+from .chain import FAILED, ChainTransfer, SizeGate, Transfer
 from .engine import check_import_request
 from .evidence import EVIDENCE_SCHEMA, REPORT_SCHEMA
 from .site import Rank, Site

@@ -17,7 +17,7 @@ import io
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -117,7 +117,9 @@ def _copy_hashing(source: BinaryIO, sink: int, limit: int, hasher: Any) -> int:
     copied = 0
     while copied < limit:
         window = view[: min(READ_CHUNK, limit - copied)]
-        count = os.readv(fd, [window]) if fd is not None else source.readinto(window)
+        # typeshed's BinaryIO has no readinto, though every binary stream has (io.RawIOBase,
+        # io.BufferedIOBase; sys.stdin.buffer, typed BinaryIO, is an io.BufferedReader)
+        count = os.readv(fd, [window]) if fd is not None else source.readinto(window)  # type: ignore[attr-defined]
         if count == 0:
             break
         chunk = view[:count]
@@ -153,7 +155,7 @@ def _result(
 
 
 @contextlib.contextmanager
-def _exclusive(path: Path):
+def _exclusive(path: Path) -> Iterator[None]:
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
+import io
 import json
 import os
 import subprocess
@@ -30,7 +32,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from ..core.digest import is_sha256_hex
 from .files import partial_path
@@ -157,7 +159,7 @@ def relay(
         offsets.append(offset)
         try:
             sent += _send(Path(item.source), offset, item.size, process.stdin.fileno(), stall_seconds,
-                          (lambda position, index=index: progress(index, position)) if progress else None)
+                          functools.partial(progress, index) if progress else None)
         except _Withdrawn as exc:
             status, message = SOURCE_WITHDRAWN, str(exc)
             process.kill()
@@ -233,7 +235,7 @@ def _send(
     return sent
 
 
-def _open_growing(source: Path, stall_seconds: float):
+def _open_growing(source: Path, stall_seconds: float) -> io.BufferedReader:
     """The final copy if present, else the partial one that is arriving; the partial is
     renamed to the final name once verified, which keeps the open handle valid."""
     deadline = time.monotonic() + stall_seconds
@@ -247,7 +249,7 @@ def _open_growing(source: Path, stall_seconds: float):
         time.sleep(POLL_SECONDS)
 
 
-def _still_published(source: Path, handle) -> bool:
+def _still_published(source: Path, handle: io.BufferedReader) -> bool:
     mine = os.fstat(handle.fileno())
     if mine.st_nlink == 0:
         return False
@@ -259,12 +261,12 @@ def _still_published(source: Path, handle) -> bool:
     return False
 
 
-def _drain(stream, tail: deque[str]) -> None:
+def _drain(stream: IO[bytes], tail: deque[str]) -> None:
     for raw in stream:
         tail.append(raw.decode("utf-8", "replace").rstrip())
 
 
-def _read_json_line(stream) -> dict[str, Any] | None:
+def _read_json_line(stream: IO[bytes]) -> dict[str, Any] | None:
     line = stream.readline()
     if not line:
         return None

@@ -18,7 +18,8 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from ..core.errors import InputError
-from .chain import FAILED, ChainTransfer, Progress, SizeGate, Transfer
+from ..core.progress import ProgressCallback as Progress
+from .chain import FAILED, ChainTransfer, SizeGate, Transfer
 from .evidence import EVIDENCE_SCHEMA, REPORT_SCHEMA
 from .manifest import FileEntry, manifest_bytes, manifest_from_document
 from .site import Rank, Site

@@ -201,12 +201,12 @@ def validate_site(site: Site, *, origin: str = "<site>") -> None:
         _claim_address(origin, addresses, rank.management, f"ranks[{index}].management")
         for link_name, address in sorted(rank.fabric.items()):
             where = f"ranks[{index}].fabric.{link_name}"
-            link = links_by_name.get(link_name)
-            if link is None:
+            named = links_by_name.get(link_name)
+            if named is None:
                 raise InputError(f"{origin}: {where}: unknown link {link_name!r} (known: {sorted(links_by_name)})")
-            if rank.name not in link.endpoints:
+            if rank.name not in named.endpoints:
                 raise InputError(
-                    f"{origin}: {where}: rank {rank.name!r} is not an endpoint of link {link_name!r} {list(link.endpoints)}"
+                    f"{origin}: {where}: rank {rank.name!r} is not an endpoint of link {link_name!r} {list(named.endpoints)}"
                 )
             _claim_address(origin, addresses, address, where)
 

@@ -88,7 +88,7 @@ def rank_number(reader: Any, raw: Any, where: str) -> int:
 
 
 def rank_env_file(reader: Any, raw: Any, where: str) -> str:
-    path = reader.string(raw, where)
+    path: str = reader.string(raw, where)
     if not path.startswith("/"):
         raise reader.fail(where, "an absolute path on the rank", path)
     return path

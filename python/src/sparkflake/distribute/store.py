@@ -30,10 +30,11 @@ from typing import Any, TypeVar
 from ..core.atomic_write import write_bytes_atomic
 from ..core.canonical_json import canonical_json_bytes
 from ..core.digest import digest_hex, is_digest, sha256_file
+from ..core.documents import MAX_DOCUMENT_BYTES
 from ..core.errors import CheckFailed, InputError
 from ..core.file_hashes import stat_identity
 from ..oci.layout import OCI_LAYOUT_BYTES
-from ..oci.reader import MAX_DOCUMENT_BYTES, open_image
+from ..oci.reader import open_image
 from ..oci.types import Descriptor
 from ..oci.verify import verify_image
 

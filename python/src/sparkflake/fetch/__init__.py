@@ -17,12 +17,12 @@ from ..core.blob_cache import (
     FetchOutcome,
     MissingInput,
     Opener,
-    ProgressCallback,
     default_opener,
     fetch_artifact,
 )
 from ..core.digest import sha256_file
 from ..core.errors import InputError
+from ..core.progress import ProgressCallback
 
 
 @dataclass

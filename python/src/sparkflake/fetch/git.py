@@ -34,9 +34,10 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from ..core.atomic_write import process_alive, write_bytes_atomic
 from ..core.errors import CheckFailed, InputError
@@ -257,7 +258,7 @@ def write_tree(repo: Path, env: dict[str, str], rev: str, destination: Path, tim
     return len(entries)
 
 
-def _read_exactly(stream, size: int) -> bytes:  # noqa: ANN001 (a binary pipe)
+def _read_exactly(stream: IO[bytes], size: int) -> bytes:  # a binary pipe
     chunks: list[bytes] = []
     remaining = size
     while remaining:
@@ -495,7 +496,7 @@ def fetch_git_inputs(
     pins: Iterable[GitPin],
     cache: GitCache,
     *,
-    mirrors: dict[str, Sequence[str]] | None = None,
+    mirrors: Mapping[str, Sequence[str]] | None = None,
     local_repositories: Sequence[str | os.PathLike[str]] = (),
     timeout: float = GIT_TIMEOUT,
     offline: bool = False,

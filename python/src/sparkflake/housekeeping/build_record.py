@@ -16,8 +16,10 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, ClassVar
 
 from ..core.atomic_write import write_bytes_atomic
 from ..core.canonical_json import readable_json_bytes
@@ -60,6 +62,8 @@ class BuildRecord:
     trees: tuple[str, ...] = ()
     blobs: tuple[str, ...] = ()
 
+    FIELD_ORDER: ClassVar[tuple[str, ...]]  # the fields as declared
+
     def __post_init__(self) -> None:
         require_input_name("profile", self.profile)
         require_match("built_at", self.built_at, _UTC, "a UTC time YYYY-MM-DDTHH:MM:SSZ")
@@ -77,7 +81,7 @@ def dump_record(record: BuildRecord) -> bytes:
 def parse_record(raw: bytes, shown: str) -> BuildRecord:
     document = parse_json_object(raw, shown, "a build record (a JSON object)")
 
-    def build(table: dict) -> BuildRecord:
+    def build(table: Mapping[str, Any]) -> BuildRecord:
         check_keys(table, "$", ["schema", *BuildRecord.FIELD_ORDER[:4]], BuildRecord.FIELD_ORDER[4:])
         if table["schema"] != SCHEMA:
             raise InvalidField("$.schema", f"expected {SCHEMA!r}")

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from ..core.atomic_write import host_tag, process_alive
 from ..core.directory_lock import LOCK_NAME
@@ -172,7 +173,16 @@ def scan_cache(root: Path) -> list[CacheEntry]:
     return entries
 
 
-def _sha256_entries(directory: Path, foreign) -> Iterator[os.DirEntry[str]]:  # noqa: ANN001
+class AddCallback(Protocol):
+    """What a scanner calls for each entry it finds (``scan_cache``'s ``add``)."""
+
+    def __call__(self, kind: str, path: str | Path, name: str, leftover: str | None = None) -> None: ...
+
+
+ForeignCallback = Callable[[str | Path], None]  # a path that is not sparkflake's
+
+
+def _sha256_entries(directory: Path, foreign: ForeignCallback) -> Iterator[os.DirEntry[str]]:
     """The entries of ``directory/sha256/``; anything else in ``directory`` is foreign."""
     for child in _children(directory):
         if child.name != "sha256" or not child.is_dir(follow_symlinks=False):
@@ -181,7 +191,7 @@ def _sha256_entries(directory: Path, foreign) -> Iterator[os.DirEntry[str]]:  # 
         yield from _children(Path(child.path))
 
 
-def _scan_input_blobs(directory: Path, add, foreign, now: float) -> None:  # noqa: ANN001 - the scanners' shared callbacks
+def _scan_input_blobs(directory: Path, add: AddCallback, foreign: ForeignCallback, now: float) -> None:
     for blob in _sha256_entries(directory, foreign):
         if _HEX64.fullmatch(blob.name) and blob.is_file(follow_symlinks=False):
             add(INPUT_BLOBS, blob.path, blob.name)
@@ -189,7 +199,7 @@ def _scan_input_blobs(directory: Path, add, foreign, now: float) -> None:  # noq
             foreign(blob.path)
 
 
-def _scan_two_levels(directory: Path, add, foreign, kind: str, parents: Callable[[str], bool],  # noqa: ANN001
+def _scan_two_levels(directory: Path, add: AddCallback, foreign: ForeignCallback, kind: str, parents: Callable[[str], bool],
                      names: Callable[[str], bool]) -> None:
     """``directory/<parent>/<name>`` entries of ``kind``, named ``parent/name``."""
     for parent in _children(directory):
@@ -203,12 +213,12 @@ def _scan_two_levels(directory: Path, add, foreign, kind: str, parents: Callable
                 foreign(item.path)
 
 
-def _scan_git(directory: Path, add, foreign, now: float) -> None:  # noqa: ANN001
+def _scan_git(directory: Path, add: AddCallback, foreign: ForeignCallback, now: float) -> None:
     _scan_two_levels(directory, add, foreign, GIT_SOURCES, lambda name: name in ("trees", "commits"),
                      lambda name: bool(_GIT_ID.fullmatch(name)))
 
 
-def _scan_trees(directory: Path, add, foreign, now: float) -> None:  # noqa: ANN001
+def _scan_trees(directory: Path, add: AddCallback, foreign: ForeignCallback, now: float) -> None:
     for child in _children(directory):
         staged = _STAGED.fullmatch(child.name)
         if _HEX64.fullmatch(child.name) and child.is_dir(follow_symlinks=False):
@@ -223,7 +233,7 @@ def _scan_trees(directory: Path, add, foreign, now: float) -> None:  # noqa: ANN
 _LAYER_STORE_PARTS = {"blobs", "verified", "layers", "fingerprints"}
 
 
-def _scan_layer_store(directory: Path, add, foreign, now: float) -> None:  # noqa: ANN001
+def _scan_layer_store(directory: Path, add: AddCallback, foreign: ForeignCallback, now: float) -> None:
     for child in _children(directory):
         path = Path(child.path)
         if child.name == "file-sha256.json" and child.is_file(follow_symlinks=False):
@@ -244,7 +254,7 @@ def _scan_layer_store(directory: Path, add, foreign, now: float) -> None:  # noq
                     foreign(item.path)
 
 
-def _scan_store_blobs(directory: Path, add, foreign, now: float) -> None:  # noqa: ANN001
+def _scan_store_blobs(directory: Path, add: AddCallback, foreign: ForeignCallback, now: float) -> None:
     for blob in _sha256_entries(directory, foreign):
         if _HEX64.fullmatch(blob.name) and blob.is_file(follow_symlinks=False):
             add(LAYER_STORE, blob.path, f"blobs/{blob.name}")
@@ -255,7 +265,7 @@ def _scan_store_blobs(directory: Path, add, foreign, now: float) -> None:  # noq
             foreign(blob.path)
 
 
-def _scan_work(directory: Path, add, foreign, now: float) -> None:  # noqa: ANN001
+def _scan_work(directory: Path, add: AddCallback, foreign: ForeignCallback, now: float) -> None:
     for child in _children(directory):
         run = _RUN_DIR.fullmatch(child.name)
         if run is None or not child.is_dir(follow_symlinks=False):
@@ -265,7 +275,7 @@ def _scan_work(directory: Path, add, foreign, now: float) -> None:  # noqa: ANN0
         add(WORK, child.path, child.name, "work trees of a build that is gone" if gone else None)
 
 
-def _scan_runtime(directory: Path, add, foreign, now: float) -> None:  # noqa: ANN001
+def _scan_runtime(directory: Path, add: AddCallback, foreign: ForeignCallback, now: float) -> None:
     for child in _children(directory):
         path = Path(child.path)
         # a scratch directory the runtime check made holds its lock file (core.directory_lock)
@@ -276,7 +286,7 @@ def _scan_runtime(directory: Path, add, foreign, now: float) -> None:  # noqa: A
         add(RUNTIME_SCRATCH, path, child.name, "no runtime check uses it" if free else None)
 
 
-def _scan_quarantine(directory: Path, add, foreign, now: float) -> None:  # noqa: ANN001
+def _scan_quarantine(directory: Path, add: AddCallback, foreign: ForeignCallback, now: float) -> None:
     for kind in _children(directory):
         if not kind.is_dir(follow_symlinks=False):
             foreign(kind.path)
@@ -285,7 +295,7 @@ def _scan_quarantine(directory: Path, add, foreign, now: float) -> None:  # noqa
             add(QUARANTINE, item.path, f"{kind.name}/{item.name}", "moved aside when its bytes differed from its name")
 
 
-def _scan_partial(directory: Path, add, foreign, now: float) -> None:  # noqa: ANN001
+def _scan_partial(directory: Path, add: AddCallback, foreign: ForeignCallback, now: float) -> None:
     locks = directory.parent / "locks"
     for child in _children(directory):
         path = Path(child.path)
@@ -294,14 +304,14 @@ def _scan_partial(directory: Path, add, foreign, now: float) -> None:  # noqa: A
         if child.name.endswith(".partial") and _HEX64.fullmatch(stem):
             idle = lock_is_free(locks / stem) and _idle(path, now)
             add(PARTIAL, path, child.name, "a download no fetch resumes, untouched for an hour" if idle else None)
-        elif imported or git:
-            pid = int((imported or git)["pid"])  # type: ignore[index]
+        elif (staging := imported or git) is not None:
+            pid = int(staging["pid"])
             add(PARTIAL, path, child.name, None if process_alive(pid) else "staging of a fetch that is gone")
         else:
             foreign(path)
 
 
-def _scan_locks(directory: Path, add, foreign, now: float) -> None:  # noqa: ANN001
+def _scan_locks(directory: Path, add: AddCallback, foreign: ForeignCallback, now: float) -> None:
     for child in _children(directory):
         path = Path(child.path)
         if not (_HEX64.fullmatch(child.name) or _GIT_ID.fullmatch(child.name)) or not child.is_file(follow_symlinks=False):
@@ -311,11 +321,11 @@ def _scan_locks(directory: Path, add, foreign, now: float) -> None:  # noqa: ANN
         add(LOCKS, path, child.name, "held by no fetch, untouched for an hour" if stale else None)
 
 
-def _scan_records(directory: Path, add, foreign, now: float) -> None:  # noqa: ANN001
+def _scan_records(directory: Path, add: AddCallback, foreign: ForeignCallback, now: float) -> None:
     _scan_two_levels(directory, add, foreign, RECORDS, lambda name: True, lambda name: bool(RECORD_NAME.fullmatch(name)))
 
 
-def _scan_capabilities(directory: Path, add, foreign, now: float) -> None:  # noqa: ANN001
+def _scan_capabilities(directory: Path, add: AddCallback, foreign: ForeignCallback, now: float) -> None:
     for item in _children(directory):
         if _HEX64.fullmatch(item.name.removesuffix(".json")) and item.name.endswith(".json"):
             add(CAPABILITIES, item.path, item.name.removesuffix(".json"))
@@ -326,7 +336,7 @@ def _scan_capabilities(directory: Path, add, foreign, now: float) -> None:  # no
 _COMPOSE_INDEXES = {"file-sha256.json", "native-interface", "wheel-native"}
 
 
-def _scan_compose(directory: Path, add, foreign, now: float) -> None:  # noqa: ANN001
+def _scan_compose(directory: Path, add: AddCallback, foreign: ForeignCallback, now: float) -> None:
     for item in _children(directory):
         if item.name in _COMPOSE_INDEXES:  # file hashes, facts read from wheels (compose/)
             add(INDEXES, item.path, f"compose/{item.name}")

@@ -20,6 +20,7 @@ import contextlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..core.atomic_write import remove_tree
 from ..core.blob_cache import move_to_quarantine
@@ -72,7 +73,8 @@ def _kept_records(records: Sequence[StoredRecord], retention: Retention) -> tupl
     by_profile: dict[str, list[StoredRecord]] = {}
     for stored in records:  # oldest first within a profile (load_build_records)
         by_profile.setdefault(stored.record.profile, []).append(stored)
-    kept, dropped = [], []
+    kept: list[StoredRecord] = []
+    dropped: list[StoredRecord] = []
     for builds in by_profile.values():
         recent = builds[-retention.keep_builds:]
         for stored in builds:
@@ -82,7 +84,7 @@ def _kept_records(records: Sequence[StoredRecord], retention: Retention) -> tupl
     return kept, dropped
 
 
-def _small_json(path: Path) -> dict | None:
+def _small_json(path: Path) -> dict[str, Any] | None:
     """A layer-cache record or fingerprint (sparkflake's own, small); None when unreadable."""
     try:
         return parse_json_object(read_regular_file(path, "a layer-cache record", 1 << 20), str(path))

@@ -10,10 +10,14 @@ last build record of the profile (``build_record``):
   one's small files; layer-store blobs for the same, ``LAYER_FACTOR`` times (issue 31
   measured a glm53-dflash7 build: 4.2 GB of inputs gave 8.7 GB of assembled trees and a
   4.2 GB layer store);
-- the output: the new output is staged beside the old one, so the whole image: its layer
-  blobs (the last build's sizes in the layer store, else ``IMAGE_FACTOR`` times the inputs:
-  4.38 GB from 4.2 GB) once for ``oci/`` and once for the archives, which share one inode,
-  and the receipt and SBOM beside them.
+- the output: the new output is staged beside the old one. By default it is the layout
+  alone (``--formats oci``), which needs the image's bytes only where the output is on
+  another file system than the layer store (on the same one the layout's blobs are the
+  store's: ``oci.blob_store.share_blob``); an archive asked for (``--formats
+  oci,docker-archive``: the two archives share one inode) needs them once more. The image
+  is its layer blobs (the last build's sizes in the layer store, else ``IMAGE_FACTOR`` times
+  the inputs: 4.38 GB from 4.2 GB); the receipt and SBOM are beside them. (``sparkflake
+  export`` writes an archive later, from the layout.)
 
 Where the cache and the output are on one file system, their needs add up there.
 """
@@ -27,6 +31,7 @@ from pathlib import Path
 
 from ..compose.composition import Composition
 from ..core.errors import InputError
+from ..lock.pins import GitPin
 from .build_record import BuildRecord
 
 TREE_FACTOR = 2.1
@@ -66,7 +71,7 @@ def estimate_build_space(
     last_build: BuildRecord | None,
 ) -> list[SpaceNeed]:
     pins = [*composition.debs, *composition.wheels, composition.source]
-    sized = {pin.sha256: pin.size for pin in pins if getattr(pin, "size", None) is not None}
+    sized = {pin.sha256: pin.size for pin in pins if not isinstance(pin, GitPin)}  # a git input has no size
     missing = sum(size for sha256, size in sized.items() if not (cache_root / "blobs" / "sha256" / sha256).is_file())
     used_before = set(last_build.inputs) if last_build is not None else set()
     trees_kept = last_build is not None and all((cache_root / "trees" / key).is_dir() for key in last_build.trees)
@@ -75,7 +80,8 @@ def estimate_build_space(
     stored = [oci_root / "blobs" / "sha256" / digest.removeprefix("sha256:") for digest in (last_build.blobs if last_build else ())]
     image = sum(path.stat().st_size for path in stored if path.is_file()) if stored else 0
     image = image or int(sum(sized.values()) * IMAGE_FACTOR)
-    copies = int("oci" in formats) + int(any(name != "oci" for name in formats))
+    layout_copied = "oci" in formats and _device(out_dir.parent) != _device(oci_root)
+    copies = int(layout_copied) + int(any(name != "oci" for name in formats))
     cache_parts = (("inputs to download", missing), ("assembled trees", int(new_inputs * TREE_FACTOR) + len(new) * TREE_BLOCKS_PER_INPUT))
     needs = [
         (cache_root, cache_parts),
@@ -84,13 +90,17 @@ def estimate_build_space(
     ]
     by_device: dict[int, SpaceNeed] = {}
     for where, parts in needs:
-        device = os.stat(_existing(where)).st_dev
+        device = _device(where)
         if device in by_device:
             merged = by_device[device]
             by_device[device] = SpaceNeed((*merged.where, where), merged.parts + parts)
         else:
             by_device[device] = SpaceNeed((where,), parts)
     return list(by_device.values())
+
+
+def _device(path: Path) -> int:
+    return os.stat(_existing(path)).st_dev
 
 
 def free_bytes(path: Path) -> int:

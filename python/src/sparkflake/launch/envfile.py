@@ -13,6 +13,7 @@ than ``source`` would and silently performing it is what this parser exists to a
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ..core.documents import read_regular_file
@@ -88,7 +89,7 @@ class _Parser:
         while self.peek() and self.peek() != "\n":
             self.advance()
 
-    def assignments(self):
+    def assignments(self) -> Iterator[EnvAssignment]:
         seen: dict[str, int] = {}
         while self.pos < len(self.text):
             self.skip_blanks()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from ..core.atomic_write import write_bytes_atomic
 from ..core.canonical_json import canonical_json_bytes
@@ -30,7 +31,7 @@ class VerifiedHashCache:
     def __init__(self, path: Path | None, *, rehash: bool = False) -> None:
         self.path = path
         self.rehash = rehash
-        self.entries: dict[str, dict] = {}
+        self.entries: dict[str, dict[str, Any]] = {}
         self.dirty = False
         self.hits = 0
         self.misses = 0
@@ -48,7 +49,8 @@ class VerifiedHashCache:
         entry = self.entries.get(real)
         if not self.rehash and isinstance(entry, dict) and entry.get("stat") == key and isinstance(entry.get("sha256"), str):
             self.hits += 1
-            return entry["sha256"]
+            remembered: str = entry["sha256"]
+            return remembered
         self.misses += 1
         digest = hasher(file_path)
         # Stat again: a file changed while it was hashed must not be cached under

@@ -53,7 +53,7 @@ def sparkcache_version() -> str:
     return str(sparkcache.__version__)
 
 
-def sparkcache_profile(name: str):
+def sparkcache_profile(name: str) -> Any:  # SparkCache's profile object (sparkcache has no types)
     from sparkcache.spark_context_cache_profiles import ProfileError, resolve_profile
 
     try:

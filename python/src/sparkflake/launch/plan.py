@@ -304,8 +304,10 @@ def _judge_served_models(checks: list[CheckResult], resolution: Resolution, cont
     return served
 
 
-def _run_checks(checks, served_models, resolution, contract, engine, image, spec, draft_id, identity,
-                cache_root, sparkcache_dir, jit_dir, rehash, check_engine) -> VerifiedHashCache:
+def _run_checks(checks: list[CheckResult], served_models: dict[str, ServedModel], resolution: Resolution,
+                contract: LaunchContract, engine: Engine | None, image: str | None, spec: ContainerSpec,
+                draft_id: str | None, identity: dict[str, Any], cache_root: Path, sparkcache_dir: Path,
+                jit_dir: Path, rehash: bool, check_engine: bool) -> VerifiedHashCache:
     values = resolution.values
     rank = resolution.rank
     # Paths that are not directories are bad input (exit 2), not failed checks.

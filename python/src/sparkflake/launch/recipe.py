@@ -183,10 +183,11 @@ def import_recipe(document: Mapping[str, Any], source: str) -> RecipeImport:
         if field_name not in document:
             continue
         field_value = str(document[field_name])
-        flag = flag_of_key.get(key)
-        if flag in last and last[flag][1] is not None and last[flag][1] != field_value:
-            conflicts.append(f"{source}: {field_name} = {field_value} but args[{last[flag][0]}] {flag} "
-                             f"{last[flag][1]}; {key} takes the flag's value (what vLLM reads)")
+        field_flag = flag_of_key.get(key)
+        if field_flag is not None and field_flag in last and last[field_flag][1] is not None \
+                and last[field_flag][1] != field_value:
+            conflicts.append(f"{source}: {field_name} = {field_value} but args[{last[field_flag][0]}] {field_flag} "
+                             f"{last[field_flag][1]}; {key} takes the flag's value (what vLLM reads)")
             kept[field_name] = document[field_name]
             continue
         problem = _accepts(key, field_value)

@@ -53,7 +53,8 @@ def pin_from_dict(table: Mapping[str, Any], where: str = "") -> Pin:
         raise InvalidField(
             join_path(where, "kind"), f"expected one of {', '.join(KINDS)}, got {describe(kind)}"
         )
-    return record_from_table(PIN_TYPES[kind], table, where)
+    pin: Pin = record_from_table(PIN_TYPES[kind], table, where)
+    return pin
 
 
 def lock_from_dict(document: Mapping[str, Any]) -> Lock:

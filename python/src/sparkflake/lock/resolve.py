@@ -199,7 +199,7 @@ def update_input(profile: Profile, lock: Lock, names: Sequence[str], *, cache: B
         }
         constraints = [
             f"{pin.name}=={pin.version}"
-            for pin in lock.of_kind("wheel")
+            for pin in lock.pins_of(WheelPin)
             if pin.name not in distributions
         ]
         text = _compile(list(request.requirements), target, constraints, None)
@@ -265,7 +265,7 @@ def check_lock(profile: Profile) -> dict[str, Any]:
         except InputError as exc:
             problems.append(str(exc))
     request = request_for(sharing)
-    wheels = {pin.name: pin for pin in lock.of_kind("wheel")}
+    wheels = {pin.name: pin for pin in lock.pins_of(WheelPin)}
     environment = target.marker_environment() | {"extra": ""}
     for text in request.requirements:
         requirement = Requirement(text)
@@ -283,9 +283,9 @@ def check_lock(profile: Profile) -> dict[str, Any]:
     for seed in request.seeds:
         if seed not in debs:
             problems.append(f"debian seed {seed!r}: no deb input")
-    for pin in lock.pins_of(DebPin):
-        if pin.architecture not in (target.debian_architecture, "all"):
-            problems.append(f"{pin.name}: architecture {pin.architecture}, the base is {target.debian_architecture}")
+    for deb in lock.pins_of(DebPin):
+        if deb.architecture not in (target.debian_architecture, "all"):
+            problems.append(f"{deb.name}: architecture {deb.architecture}, the base is {target.debian_architecture}")
     if problems:
         raise CheckFailed(
             f"{paths[0]}: does not match {', '.join(p.name for p in sharing)}:\n  " + "\n  ".join(problems),

@@ -335,6 +335,7 @@ def _docker_layer_source(image: BuiltImage, layer: Layer) -> Path:
         return verified
     with store.new_blob() as (handle, tmp_path):
         with open(layer.blob_path, "rb") as blob, LayerStream(blob) as stream:
+            problem: str | None
             try:
                 for plain in stream.chunks():
                     handle.write(plain)

@@ -14,7 +14,7 @@ Item = TypeVar("Item")
 
 
 class BackgroundQueue(Generic[Item]):
-    def __init__(self, work: Callable[[Item], None], name: str) -> None:
+    def __init__(self, work: Callable[[Item], object], name: str) -> None:
         self._work = work
         self._queue: queue.Queue[tuple[Item] | None] = queue.Queue()
         self.failure: BaseException | None = None

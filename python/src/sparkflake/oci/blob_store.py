@@ -2,9 +2,8 @@
 
 Blobs are written to a temporary file beside the store and renamed into place once
 their digest is known, so a present blob is always complete. Writers of layouts and
-archives copy from here (``copy_blob``) instead of recompressing; no output shares an
-inode with the store, so editing an output in place cannot change the store or any
-other output.
+archives take their blobs from here instead of recompressing: an archive copies them, a
+layout shares them (``share_blob``, below).
 
 A blob is handed out for reuse (``verified``) only after a check bound to that entry:
 ``verified/<hex>`` records the stat identity (device, inode, size, mtime_ns, ctime_ns) the
@@ -20,6 +19,20 @@ otherwise it is evicted (blob and record removed, ``evicted`` names it) and the 
 rebuilds it. Blobs are made read-only (0444) so that a stray write by a non-root user
 fails outright. The one gap: a write by another process within the same file-system
 timestamp tick as the commit (a few milliseconds on ext4) keeps the identity.
+
+An output's copy of a blob (``share_blob``: the OCI layout of a build) is a copy-on-write
+clone where the file system has them (btrfs, xfs: its own inode, no bytes written), else a
+hard link to the store's inode on the same file system, else a copy. A hard link is safe
+for the store by the same record: the blob is read-only, and a write through the output's
+name (root ignores the mode) changes the one inode's ctime, so the store hashes it again
+before its next use and evicts it when its bytes changed; the linked output is then what
+the operator made of it (an audit of it fails), as with any edited output. Linking and
+unlinking change the ctime too: ``link_into`` records the identity again right after it
+links a blob that was as recorded, and ``confirm_unlinked`` after an output's links are
+removed, when nothing but the ctime changed. The gap is the commit's, widened to the time
+between the check and the record (the link; the swap and removal of the previous output,
+under a second), and only a write that also puts the mtime back goes unseen in it. Issue 31 measured what this saves: the glm53-dflash7 layout's 4.38 GB, a second
+full copy of the image in ``out/`` (``bench/results/footprint-issue31.json``).
 """
 
 from __future__ import annotations
@@ -86,18 +99,77 @@ class BlobStore:
         except FileNotFoundError:
             return None
         if not stat.S_ISREG(status.st_mode):
-            return self._evict(digest, path, "not a regular file")
+            self._evict(digest, path, "not a regular file")
+            return None
         if status.st_size != size:
-            return self._evict(digest, path, f"{status.st_size} bytes, expected {size}")
+            self._evict(digest, path, f"{status.st_size} bytes, expected {size}")
+            return None
         if self._recorded_identity(digest) == stat_identity(status):
             return path
         actual = _sha256_of(path)
         if actual is None:
             return None  # removed meanwhile (a concurrent eviction)
         if actual != digest_hex(digest):
-            return self._evict(digest, path, f"its bytes hash to sha256:{actual}")
+            self._evict(digest, path, f"its bytes hash to sha256:{actual}")
+            return None
         self._record(digest, path)
         return path
+
+    def link_into(self, digest: str, target: Path) -> bool:
+        """Hard-link blob ``digest`` at ``target`` (which must not exist) when the blob is
+        as its record says; its identity is then recorded again (the link changed its ctime
+        and nothing else: checked). False, nothing done, when the blob is not as recorded
+        or the file systems differ (the caller copies)."""
+        path = self.path(digest)
+        try:
+            before = stat_identity(os.lstat(path))
+        except FileNotFoundError:
+            return False
+        if self._recorded_identity(digest) != before:
+            return False
+        try:
+            os.link(path, target)
+        except OSError as exc:
+            if exc.errno in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.EOPNOTSUPP, errno.ENOENT):
+                return False
+            raise
+        self.confirm_unlinked({digest: before})
+        return True
+
+    def shared_blobs(self, layout: Path) -> dict[str, list[int]]:
+        """The blobs of the layout at ``layout`` that are hard links to this store's blobs,
+        still as recorded: digest -> identity now (for ``confirm_unlinked`` once the layout
+        is removed)."""
+        shared: dict[str, list[int]] = {}
+        try:
+            names = os.listdir(layout / "blobs" / "sha256")
+        except OSError:
+            return shared
+        for name in names:
+            digest = f"sha256:{name}"
+            try:
+                mine = os.lstat(self.path(digest))
+                theirs = os.lstat(layout / "blobs" / "sha256" / name)
+            except (OSError, ValueError):
+                continue
+            if (mine.st_dev, mine.st_ino) == (theirs.st_dev, theirs.st_ino) \
+                    and self._recorded_identity(digest) == stat_identity(mine):
+                shared[digest] = stat_identity(mine)
+        return shared
+
+    def confirm_unlinked(self, before: dict[str, list[int]]) -> None:
+        """Record again the identity of each blob of ``before`` whose links sparkflake just
+        made or removed: only when device, inode, size and mtime are still those of
+        ``before`` (a write changes the mtime; the ctime, changed by the link count, is
+        the one field taken anew)."""
+        for digest, identity in before.items():
+            path = self.path(digest)
+            try:
+                now = stat_identity(os.lstat(path))
+            except FileNotFoundError:
+                continue
+            if now[:4] == identity[:4]:
+                self._record(digest, path)
 
     def _recorded_identity(self, digest: str) -> list[int] | None:
         try:
@@ -167,6 +239,36 @@ def _sha256_of(path: Path) -> str | None:
 DIRECT_COPY_MIN = 1 << 20
 
 
+def share_blob(store: BlobStore, digest: str, target: Path) -> None:
+    """``target`` holds blob ``digest`` of ``store`` without a second copy of its bytes on
+    disk where it can: a clone (own inode, shared extents), else a hard link (the store's
+    inode, see the module docstring), else a copy (``copy_blob``)."""
+    source = store.path(digest)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        target.unlink()
+    if not (_clone(source, target) or store.link_into(digest, target)):
+        _copy(source, target)
+
+
+def _clone(source: Path, target: Path) -> bool:
+    """A copy-on-write clone of ``source`` at ``target`` (FICLONE: btrfs, xfs), durable;
+    False, and no ``target``, where the file system has none."""
+    with open(source, "rb", buffering=0) as original, open(target, "xb", buffering=0) as copy:
+        try:
+            fcntl.ioctl(copy.fileno(), _FICLONE, original.fileno())
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.ENOTTY, errno.EXDEV, errno.EINVAL, errno.EBADF, errno.ENOSYS):
+                raise
+            cloned = False
+        else:
+            os.fsync(copy.fileno())
+            cloned = True
+    if not cloned:
+        target.unlink()
+    return cloned
+
+
 def copy_blob(source: Path, target: Path) -> None:
     """``target`` becomes a durable (fsynced) copy of ``source`` with its own inode: a
     copy-on-write clone where the file system has them (FICLONE: btrfs, xfs), else a copy
@@ -178,13 +280,13 @@ def copy_blob(source: Path, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(FileNotFoundError):
         target.unlink()
+    if not _clone(source, target):
+        _copy(source, target)
+
+
+def _copy(source: Path, target: Path) -> None:
+    """A durable copy past the page cache (see ``copy_blob``) at ``target`` (absent)."""
     with open(source, "rb", buffering=0) as original, open(target, "xb", buffering=0) as copy:
-        try:
-            fcntl.ioctl(copy.fileno(), _FICLONE, original.fileno())
-            return
-        except OSError as exc:
-            if exc.errno not in (errno.EOPNOTSUPP, errno.ENOTTY, errno.EXDEV, errno.EINVAL, errno.EBADF, errno.ENOSYS):
-                raise
         size = os.fstat(original.fileno()).st_size
         if size < DIRECT_COPY_MIN:
             copied = copy_bytes(original.fileno(), copy.fileno(), size)

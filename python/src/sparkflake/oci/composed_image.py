@@ -255,6 +255,9 @@ def finish(
 
 
 OUTPUT_FORMATS = ("oci", "oci-archive", "docker-archive")
+# The layout alone: its blobs are the layer store's (no second copy of the image); an
+# archive is asked for (--formats) or written from the layout later (``sparkflake export``).
+DEFAULT_FORMATS = ("oci",)
 
 
 SBOM_FILE = "sbom.spdx.json"
@@ -290,10 +293,11 @@ def start_archive(staging: Path, formats: Sequence[str], options: ImageOptions) 
     return CombinedArchiveWriter(staging / names[0], options.source_date_epoch)
 
 
-def start_layout(staging: Path, formats: Sequence[str]) -> LayoutWriter | None:
+def start_layout(staging: Path, formats: Sequence[str], store: BlobStore | None = None) -> LayoutWriter | None:
     """The OCI layout started in the staging directory (each layer handed to it,
-    ``add_layer``, is copied on a background thread), or None when it is not asked for."""
-    return LayoutWriter(staging / "oci") if "oci" in formats else None
+    ``add_layer``, is shared from ``store`` on a background thread), or None when it is not
+    asked for."""
+    return LayoutWriter(staging / "oci", store) if "oci" in formats else None
 
 
 class OutputWriters:
@@ -301,15 +305,16 @@ class OutputWriters:
     layer as soon as it is known (``add_layer``, copied on background threads) and finished
     by ``write``; leaving the ``with`` block by an exception aborts both."""
 
-    def __init__(self, staging: Path, formats: Sequence[str], options: ImageOptions) -> None:
-        self.staging, self.formats, self.options = staging, formats, options
+    def __init__(self, staging: Path, formats: Sequence[str], options: ImageOptions,
+                 store: BlobStore | None = None) -> None:
+        self.staging, self.formats, self.options, self.store = staging, formats, options, store
         self.combined: CombinedArchiveWriter | None = None
         self.layout: LayoutWriter | None = None
 
     def __enter__(self) -> OutputWriters:
         try:
             self.combined = start_archive(self.staging, self.formats, self.options)
-            self.layout = start_layout(self.staging, self.formats)
+            self.layout = start_layout(self.staging, self.formats, self.store)
         except BaseException:
             self._abort()
             raise

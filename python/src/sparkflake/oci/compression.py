@@ -44,6 +44,7 @@ import threading
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import deflate
 import zstandard
@@ -88,7 +89,8 @@ class Compression:
                 )
         elif self.implementation is not None:
             raise InputError(f"{self.algorithm} has one implementation: give none")
-        key = self.implementation if self.algorithm == "gzip" else self.algorithm
+        # gzip's implementation was set above when none was given
+        key = cast(str, self.implementation) if self.algorithm == "gzip" else self.algorithm
         if self.level is None:
             object.__setattr__(self, "level", DEFAULT_LEVELS[key])
         if self.block_size is None:
@@ -152,7 +154,7 @@ def deflate_block(block: bytes, dictionary: bytes, level: int, final: bool) -> b
     )
 
 
-def gzip_member(block: bytes, level: int) -> bytes:
+def gzip_member(block: bytes, level: int) -> bytearray:
     """One block of a libdeflate block-mode blob: a complete gzip member (CRC and size
     included). The wrapper releases the GIL, so members compress on every core."""
     return deflate.gzip_compress(block, level)

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, BinaryIO
 
 from ..compose.layer_input import LayerInput
 from ..core.errors import InputError
@@ -89,7 +90,7 @@ class Layer:
         }
 
 
-def cached_layer(record: dict, store: BlobStore) -> Layer | None:
+def cached_layer(record: dict[str, Any], store: BlobStore) -> Layer | None:
     """The layer a cache record describes, if its blob is in ``store`` and verified
     (``BlobStore.verified``: a bad blob is evicted, and the layer is made again)."""
     blob_path = store.verified(record["digest"], record["size"])
@@ -209,13 +210,13 @@ class _CompressingSink:
 
     _DONE = object()
 
-    def __init__(self, compression: Compression, handle) -> None:
+    def __init__(self, compression: Compression, handle: BinaryIO) -> None:
         self._handle = handle
         self._compressor = Compressor(compression)
         self._hasher = hashlib.sha256()
         self._size = 0
         self._failure: BaseException | None = None
-        self._queue: queue.Queue = queue.Queue(maxsize=QUEUE_CHUNKS)
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=QUEUE_CHUNKS)  # chunks, then _DONE
         self._thread = threading.Thread(target=self._run, name="layer-compressor", daemon=True)
         self._thread.start()
 
@@ -242,7 +243,7 @@ class _CompressingSink:
             except BaseException as exc:
                 self._failure = exc
 
-    def put(self, chunk: bytes) -> None:
+    def put(self, chunk: bytes | bytearray) -> None:
         if self._failure is not None:
             self._raise_failure()
         self._queue.put(chunk)
@@ -303,7 +304,7 @@ def compression_threads() -> int:
 class _BlockSink:
     """Cut the stream into fixed blocks, compress them in parallel, write them in order."""
 
-    def __init__(self, compression: Compression, handle) -> None:
+    def __init__(self, compression: Compression, handle: BinaryIO) -> None:
         assert compression.block_size and compression.level is not None
         self._compression = compression
         self._block_size = compression.block_size
@@ -325,17 +326,18 @@ class _BlockSink:
         threads = compression_threads()
         self._window = 2 * threads + 2
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="layer-block")
-        self._pending: collections.deque[Future[bytes]] = collections.deque()
+        self._pending: collections.deque[Future[bytes | bytearray]] = collections.deque()
         if self._gzip:
             self._emit(GZIP_HEADER)
 
-    def _emit(self, compressed: bytes) -> None:
+    def _emit(self, compressed: bytes | bytearray) -> None:
         if compressed:
             self._hasher.update(compressed)
             self._handle.write(compressed)
             self._size += len(compressed)
 
     def _submit(self, block: bytes, final: bool) -> None:
+        future: Future[bytes | bytearray]  # libdeflate's gzip members are bytearrays
         if self._gzip:
             self._crc = zlib.crc32(block, self._crc)
             self._plain_size += len(block)

@@ -35,7 +35,7 @@ import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ..compose.layer_input import LayerInput, walk_tree
 from ..core.atomic_write import write_bytes_atomic
@@ -133,13 +133,14 @@ class LayerCache:
         with contextlib.suppress(OSError):
             write_bytes_atomic(self.root / "fingerprints" / f"{fingerprint}.json", canonical_json_bytes({"key": key}))
 
-    def lookup(self, key: str) -> dict | None:
+    def lookup(self, key: str) -> dict[str, Any] | None:
         try:
-            return json.loads((self.layer_dir / f"{key}.json").read_bytes())
+            record: dict[str, Any] = json.loads((self.layer_dir / f"{key}.json").read_bytes())
+            return record
         except (FileNotFoundError, ValueError):
             return None
 
-    def record(self, key: str, layer_record: dict) -> None:
+    def record(self, key: str, layer_record: dict[str, Any]) -> None:
         write_bytes_atomic(self.layer_dir / f"{key}.json", canonical_json_bytes(layer_record))
 
     def save(self) -> None:

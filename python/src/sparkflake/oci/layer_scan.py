@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import BinaryIO
+from typing import BinaryIO, Literal
 
 from .entry_safety import EntrySafety, kind_of_typeflag
 from .layer_stream import LayerStream
@@ -173,7 +173,7 @@ class TarElfScanner:
         elif kind in _REGULAR_TYPES and _clean(self._member_name) in self.capture_paths:
             self.captured_files[_clean(self._member_name)] = captured
         if kind in _REGULAR_TYPES and captured[:4] == b"\x7fELF" and len(captured) >= 20:
-            byteorder = "big" if captured[5] == 2 else "little"
+            byteorder: Literal["big", "little"] = "big" if captured[5] == 2 else "little"
             machine = int.from_bytes(captured[18:20], byteorder)
             self.elf_files.append(ElfFile(self._member_name, machine))
 

@@ -1,14 +1,14 @@
 """Writer of an OCI image layout directory (OCI image spec image-layout.md).
 
-The directory is staged beside its final name and renamed into place (atomic); layer
-blobs are copies of the blob store's (``copy_blob``: a copy-on-write clone where the file
-system has them, else a copy past the page cache), never hard links: an output edited in
-place must not change the store.
+The directory is staged beside its final name and renamed into place (atomic). Given the
+blob store the layers are in, a layer blob is the store's bytes without a second copy on
+disk (``share_blob``: a copy-on-write clone, else a hard link to the store's read-only
+inode, whose recorded identity makes an edit through the layout a miss of the store, never
+a wrong hit; see ``oci.blob_store``); without it, a copy (``copy_blob``).
 
 ``LayoutWriter`` starts the layout before the image is finished: each layer handed to it
 (``add_layer``) is copied on a background thread while the build goes on (the overlay,
-the verification chain, the top layer), so a rebuild whose lower layers all come from the
-layer cache pays little more for its copies than for the hard links it used to make.
+the verification chain, the top layer).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from ..core.digest import digest_hex
 from ..core.errors import InputError
 from .artifact import ReferringArtifact
 from .background import BackgroundQueue
-from .blob_store import copy_blob
+from .blob_store import BlobStore, copy_blob, share_blob
 from .image_model import BuiltImage
 from .layer import Layer
 from .media_types import OCI_LAYOUT_VERSION
@@ -37,8 +37,9 @@ class LayoutWriter:
     writes the documents and renames the layout into place. ``abort`` stops the copying
     and leaves no staging directory and the previous layout in place."""
 
-    def __init__(self, out_dir: str | os.PathLike[str]) -> None:
+    def __init__(self, out_dir: str | os.PathLike[str], store: BlobStore | None = None) -> None:
         self._out = Path(out_dir)
+        self._store = store
         self._context = atomic_directory(self._out)
         self._staged = True
         self._staging = self._context.__enter__()
@@ -50,7 +51,11 @@ class LayoutWriter:
 
     def _copy(self, layer: Layer) -> None:
         try:
-            copy_blob(layer.blob_path, self._blob_dir / digest_hex(layer.digest))
+            target = self._blob_dir / digest_hex(layer.digest)
+            if self._store is not None and layer.blob_path == self._store.path(layer.digest):
+                share_blob(self._store, layer.digest, target)
+            else:
+                copy_blob(layer.blob_path, target)
         except OSError as exc:
             raise InputError(
                 f"{layer.blob_path}: cannot copy layer {layer.digest} into {self._out}: {exc.strerror or exc}"
@@ -100,9 +105,9 @@ class LayoutWriter:
         self._end(RuntimeError("layout aborted"))
 
 
-def write_oci_layout(image: BuiltImage, out_dir: str | os.PathLike[str]) -> Path:
+def write_oci_layout(image: BuiltImage, out_dir: str | os.PathLike[str], store: BlobStore | None = None) -> Path:
     """``LayoutWriter`` handed every layer at once."""
-    return LayoutWriter(out_dir).finish(image)
+    return LayoutWriter(out_dir, store).finish(image)
 
 
 def add_artifact_blobs(layout: Path, artifact: ReferringArtifact) -> None:

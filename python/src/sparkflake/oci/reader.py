@@ -65,7 +65,7 @@ class _Slice(io.RawIOBase):
         self._remaining -= len(chunk)
         return chunk
 
-    def readinto(self, buffer) -> int:
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]  # io.BufferedReader hands it only these
         chunk = self.read(len(buffer))
         buffer[: len(chunk)] = chunk
         return len(chunk)
@@ -242,14 +242,14 @@ class ImageReader:
         return self.files.open(ref.name)
 
     @property
-    def config(self) -> dict:
+    def config(self) -> dict[str, Any]:
         where = self.files.describe(self.config_ref.name)
         config = parse_json_object(self.config_bytes, where, check_id="document.parse")
         require_layers_rootfs(config, where)
         return config
 
     @property
-    def manifest(self) -> dict | None:
+    def manifest(self) -> dict[str, Any] | None:
         if self.manifest_bytes is None or self.manifest_ref is None:
             return None
         return parse_json_object(self.manifest_bytes, self.files.describe(self.manifest_ref.name), check_id="document.parse")
@@ -384,7 +384,7 @@ def reader_from_manifest(
 
 
 def select_platform_manifest(
-    index: dict, where: str, platform: str | None, locate: Callable[[object, str], str]
+    index: dict[str, Any], where: str, platform: str | None, locate: Callable[[object, str], str]
 ) -> tuple[BlobRef, dict[str, Any] | None]:
     """The manifest descriptor of an image index chosen by ``oci.types``' one rule, and
     the ``platform`` object of its entry."""
@@ -399,7 +399,7 @@ def select_platform_manifest(
 
 
 def _select_manifest(
-    index: dict,
+    index: dict[str, Any],
     where: str,
     files: DirectoryFiles | TarFiles,
     ref_name: str | None,
@@ -438,7 +438,7 @@ def _select_manifest(
     return ref, name, entry_platform
 
 
-def _docker_manifest_entries(files: TarFiles, expectation: str) -> tuple[list[object], str]:
+def _docker_manifest_entries(files: TarFiles, expectation: str) -> tuple[list[Any], str]:
     where = files.describe("manifest.json")
     try:
         entries = parse_json(_read_document(files, "manifest.json", "manifest.json"), where)
@@ -449,7 +449,7 @@ def _docker_manifest_entries(files: TarFiles, expectation: str) -> tuple[list[ob
     return entries, where
 
 
-def _docker_entry_names(entry: dict, where: str) -> tuple[str, list[str], list[str]]:
+def _docker_entry_names(entry: dict[str, Any], where: str) -> tuple[str, list[str], list[str]]:
     config_name = entry.get("Config")
     layer_names = entry.get("Layers")
     if not isinstance(config_name, str):

@@ -22,19 +22,20 @@ import json
 import os
 import re
 import ssl
-import tempfile
 import urllib.parse
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..core.atomic_write import atomic_file
 from ..core.digest import is_digest
 from ..core.documents import parse_json_object, read_json_file, read_regular_file
 from ..core.errors import CheckFailed, InputError
 from ..core.progress import ProgressCallback
-from .types import Platform, matching_entries, platform_text
+
+if TYPE_CHECKING:  # imported where used: `verify` needs none of them (bench/bench_sign.py)
+    from pathlib import Path
+
+    from .types import Platform
 
 MANIFEST_LIMIT = 4 * 1024 * 1024
 MAX_CREDENTIALS_BYTES = 64 << 10  # {"username", "password"}, a token at most a few KiB
@@ -376,6 +377,9 @@ class RegistryClient:
 
     def push_small_blob(self, repository: str, content: bytes) -> str:
         """Upload a blob made in memory (a signature payload, an SBOM); returns its digest."""
+        import tempfile
+        from pathlib import Path
+
         digest = "sha256:" + hashlib.sha256(content).hexdigest()
         with tempfile.TemporaryDirectory(prefix="sparkflake-blob.") as scratch:
             path = Path(scratch) / "blob"
@@ -486,6 +490,8 @@ class RegistryClient:
     def fetch_blob(self, repository: str, digest: str, destination: Path, *, size: int | None = None,
                    progress: ProgressCallback | None = None) -> int:
         """Stream a blob to ``destination`` (atomic); nothing lands there unless it verified."""
+        from ..core.atomic_write import atomic_file
+
         written = 0
         with atomic_file(destination) as sink:
             for chunk in self._blob_chunks(repository, digest, size=size):
@@ -531,10 +537,12 @@ class RegistryClient:
 def select_platform(index: dict[str, Any], platform: Platform, where: str) -> dict[str, Any]:
     """The one manifest descriptor of an index for ``platform`` (``oci.types``' rule: arm64
     without a variant is v8)."""
+    from .types import matching_entries, platform_text
+
     manifests = index.get("manifests")
     if not isinstance(manifests, list):
         raise CheckFailed(f"{where}: an index without a manifests array")
-    matches = matching_entries(manifests, platform)
+    matches: list[dict[str, Any]] = matching_entries(manifests, platform)
     if not matches:
         available = [
             platform_text(d["platform"]) for d in manifests if isinstance(d, dict) and isinstance(d.get("platform"), dict)

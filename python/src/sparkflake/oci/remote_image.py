@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import http.client
 import io
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from ..core.errors import InputError
 from .reader import ImageReader, checked_digest, reader_from_manifest, select_platform_manifest
 from .remote import INDEX_TYPES, Credentials, RegistryClient, parse_reference
 from .types import BlobRef
+
+if TYPE_CHECKING:  # typeshed's name for what readinto writes into
+    from _typeshed import WriteableBuffer
 
 
 class RegistryFiles:
@@ -51,7 +54,7 @@ class _ResponseBody(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer) -> int:  # noqa: ANN001 - a writable buffer
+    def readinto(self, buffer: WriteableBuffer) -> int:
         return self._response.readinto(buffer)
 
     def close(self) -> None:

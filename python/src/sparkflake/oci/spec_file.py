@@ -75,7 +75,7 @@ class _Context:
     def fail(self, where: str, message: str) -> InputError:
         return InputError(f"{self.spec_path}: {where}: {message}")
 
-    def keys(self, value: Any, allowed: set[str], where: str) -> dict:
+    def keys(self, value: Any, allowed: set[str], where: str) -> dict[str, Any]:
         if not isinstance(value, dict):
             raise self.fail(where, f"expected an object, got {type(value).__name__}")
         unknown = sorted(set(value) - allowed)
@@ -90,7 +90,7 @@ class _Context:
             raise self.fail(where, f"expected a string, got {_shown(value)}")
         return value
 
-    def items(self, value: Any, where: str) -> list:
+    def items(self, value: Any, where: str) -> list[Any]:
         if not isinstance(value, list):
             raise self.fail(where, f"expected a list, got {_shown(value)}")
         return value
@@ -212,7 +212,7 @@ def _parse_layer(ctx: _Context, value: Any, where: str, position: int) -> LayerS
     )
 
 
-def _target(ctx: _Context, record: dict, where: str) -> str:
+def _target(ctx: _Context, record: dict[str, Any], where: str) -> str:
     target = ctx.string(record.get("target", "/"), f"{where}.target")
     try:
         image_path(target, what=f"{where}.target")

@@ -14,6 +14,7 @@ read or decompressed raises ``InputError``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,7 +58,7 @@ class ImageReport:
     docker_manifest_digest: str | None = None
     annotations: dict[str, str] = field(default_factory=dict)
 
-    def as_record(self) -> dict[str, object]:
+    def as_record(self) -> dict[str, Any]:
         record: dict[str, Any] = {
             "format": self.format,
             "path": self.path,
@@ -106,7 +107,7 @@ def read_layer(
     ref: BlobRef,
     *,
     safety: EntrySafety,
-    on_bytes: ProgressCallback | None = None,
+    on_bytes: Callable[[int], None] | None = None,
     max_uncompressed_bytes: int | None = None,
     capture_paths: frozenset[str] = frozenset(),
 ) -> StoredLayer:

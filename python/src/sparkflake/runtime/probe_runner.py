@@ -124,7 +124,7 @@ class CaseProgress:
 def run_probe(report: CheckReport, root: Path, scratch: Path, python: str, image_env: Mapping[str, str],
                cases: Sequence[Case], expected_versions: Mapping[str, str], timeout: float,
                host_work: HostWork, binds: Sequence[tuple[Path, str, bool]],
-               device: Mapping[str, object] | None = None, progress: Any = None) -> dict | None:
+               device: Mapping[str, object] | None = None, progress: Any = None) -> dict[str, Any] | None:
     pycache = _verified_pycache(scratch)
     env = probe_env(image_env, cases)
     host_work.start(pycache, _bytecode_facts(report, root, scratch, python, env))

@@ -10,6 +10,7 @@ import hashlib
 import os
 import socket
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -66,12 +67,13 @@ def admit_rank(request: RankRequest, *, running: dict[str, str] | None = None) -
     ``request.replacing``, the name and ports they hold are not refusals (they are stopped
     before the start, which checks again), else they are the refusal ``service.running``."""
     checks: list[CheckResult] = []
+    engine: Engine | None
     try:
-        engine: Engine | None = rank_engine(request)
+        engine = reachable = rank_engine(request)
         if running is not None:
             checks.append(CheckResult("engine.reachable", PASS, f"{request.engine} listed the service's containers"))
         else:
-            version = subprocess.run(engine.command("version", "--format", "{{.Client.Version}}"),
+            version = subprocess.run(reachable.command("version", "--format", "{{.Client.Version}}"),
                                      capture_output=True, text=True, timeout=60, check=False)
             if version.returncode == 0:
                 checks.append(CheckResult("engine.reachable", PASS, f"{request.engine} {version.stdout.strip()}"))
@@ -175,7 +177,7 @@ def check_manifest_binding(engine: Engine, image: str, manifest: str) -> CheckRe
                        manifest)
 
 
-def check_fabric(values: dict[str, Any]) -> CheckResult:
+def check_fabric(values: Mapping[str, Any]) -> CheckResult:
     """The interface (SOCKET_IFNAME) and RDMA devices (NCCL_IB_HCA) the settings name exist
     on this rank: a wrong HCA name makes NCCL fall back to sockets at a tenth of the speed."""
     present, missing = [], []

@@ -6,6 +6,7 @@ check. The manifest digest verified is the one every rank's engine must be bound
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from ..core.check_result import FAIL, PASS, CheckResult
@@ -27,10 +28,11 @@ def supply_chain_checks(settings: ServiceSettings, site_dir: Path, manifest: str
     reference = parse_reference(f"{settings.signatures}@{manifest}")
     client = RegistryClient(reference.registry, insecure=settings.registry_insecure)
     checks = []
-    for check_id, verify in (
+    verifications: tuple[tuple[str, Callable[[], str]], ...] = (
         ("supply-chain.signature", lambda: verify_signature(client, reference, key, manifest)),
         ("supply-chain.provenance", lambda: verify_attestation(client, reference, key, manifest)[0]),
-    ):
+    )
+    for check_id, verify in verifications:
         try:
             checks.append(CheckResult(check_id, PASS, verify(), manifest))
         except (SparkflakeError, OSError) as exc:

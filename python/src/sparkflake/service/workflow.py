@@ -13,7 +13,7 @@ import hashlib
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -303,7 +303,7 @@ def _record(service_site: ServiceSite, members: list[ServiceRank], request: Serv
 
 
 def _start_and_wait(starting: _Start, service_site: ServiceSite, members: list[ServiceRank],
-                    request: ServiceRequest, first: dict[str, Any], rank0: ServiceRank) -> str:
+                    request: ServiceRequest, first: Mapping[str, Any], rank0: ServiceRank) -> str:
     settings = service_site.site.service
     assert settings is not None
     starting.start(rank0)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.canonical_json import canonical_json_bytes
-from ..core.digest import digest_hex, sha256_digest
+from ..core.digest import digest_hex
 from ..core.errors import CheckFailed
 from ..oci.remote import OCI_MANIFEST, Reference, RegistryClient
 from . import payloads
@@ -146,12 +146,16 @@ def sign_image(client: RegistryClient, reference: Reference, key: PrivateKey,
     return SignResult(digest, sig_tag, sig_manifest, att_tag, att_manifest)
 
 
-def _layers_of(client: RegistryClient, reference: Reference, tag: str, media_type: str, check: str) -> list[dict]:
+def _layers_of(client: RegistryClient, reference: Reference, tag: str, media_type: str, check: str) -> list[dict[str, Any]]:
     where = f"{reference.registry}/{reference.repository}:{tag}"
-    if client.head_manifest(reference.repository, tag) is None:
+    try:  # one GET: its 404 is the absent tag (a HEAD first would ask the registry twice)
+        manifest = client.get_manifest(reference.repository, tag)
+    except CheckFailed as failure:
+        if failure.check_id != "registry.not-found":
+            raise
         what = "signature" if check == "signature" else "attestation"
-        raise CheckFailed(f"{where}: the image has no {what} (no such tag)", check_id=f"{check}.present")
-    layers = client.get_manifest(reference.repository, tag).document().get("layers")
+        raise CheckFailed(f"{where}: the image has no {what} (no such tag)", check_id=f"{check}.present") from None
+    layers = manifest.document().get("layers")
     found = [
         layer for layer in (layers if isinstance(layers, list) else [])
         if isinstance(layer, dict) and layer.get("mediaType") == media_type
@@ -165,11 +169,8 @@ def _layers_of(client: RegistryClient, reference: Reference, tag: str, media_typ
 
 
 def _blob(client: RegistryClient, reference: Reference, layer: Mapping[str, Any]) -> bytes:
-    digest = str(layer.get("digest"))
-    content = client.read_blob(reference.repository, digest, limit=PAYLOAD_LIMIT)
-    if sha256_digest(content) != digest:
-        raise CheckFailed(f"{reference.repository}@{digest}: bytes hash otherwise", check_id="registry.blob-digest")
-    return content
+    # read_blob checks the bytes against the digest (registry.blob-digest) as they arrive
+    return client.read_blob(reference.repository, str(layer.get("digest")), limit=PAYLOAD_LIMIT)
 
 
 def _first_success(attempts: list[CheckFailed | str], what: str) -> str:
@@ -198,7 +199,8 @@ def verify_signature(client: RegistryClient, reference: Reference, key: PublicKe
         where = f"{reference.registry}/{reference.repository}:{tag} layer {layer.get('digest')}"
         try:
             payload = _blob(client, reference, layer)
-            annotations = layer.get("annotations") if isinstance(layer.get("annotations"), dict) else {}
+            given = layer.get("annotations")
+            annotations: dict[str, Any] = given if isinstance(given, dict) else {}
             try:
                 signature = base64.b64decode(str(annotations.get(SIGNATURE_ANNOTATION, "")), validate=True)
             except binascii.Error:
@@ -250,3 +252,40 @@ def verify_attestation(client: RegistryClient, reference: Reference, key: Public
             attempts.append(failure)
     verified = _first_success(attempts, "attestations")
     return verified, statement
+
+
+def verify_image_signing(client: RegistryClient, reference: Reference, key: PublicKey, digest: str, *,
+                         attestation: bool = True) -> list[tuple[str, str | CheckFailed]]:
+    """``("signature", what verified or its CheckFailed)``, then the same for the
+    attestation unless ``attestation`` is False. Each mostly waits on the registry (two
+    requests), so the attestation is checked in a second thread meanwhile; any other error
+    of either is raised here."""
+    import threading
+
+    outcomes: dict[str, str | CheckFailed | BaseException] = {}
+
+    def attempt(name: str, check: Any) -> None:  # noqa: ANN401 - a verifier returning what verified
+        try:
+            outcomes[name] = check()
+        except CheckFailed as failure:
+            outcomes[name] = failure
+        except BaseException as error:  # noqa: BLE001 - raised in the calling thread
+            outcomes[name] = error
+
+    second = None
+    if attestation:
+        second = threading.Thread(
+            target=attempt, args=("attestation", lambda: verify_attestation(client, reference, key, digest)[0]),
+            name="verify-attestation", daemon=True,
+        )
+        second.start()
+    attempt("signature", lambda: verify_signature(client, reference, key, digest))
+    if second is not None:
+        second.join()
+    results: list[tuple[str, str | CheckFailed]] = []
+    for name in ("signature", "attestation") if attestation else ("signature",):
+        outcome = outcomes[name]
+        if isinstance(outcome, BaseException) and not isinstance(outcome, CheckFailed):
+            raise outcome
+        results.append((name, outcome))
+    return results

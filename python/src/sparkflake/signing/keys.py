@@ -22,14 +22,11 @@ import json
 import os
 import re
 from dataclasses import dataclass
+from typing import Any
 
-import nacl.exceptions
-import nacl.secret
-import nacl.utils
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
 
 from ..core.canonical_json import go_struct_json_bytes
 from ..core.documents import read_regular_file
@@ -65,6 +62,8 @@ class PublicKey:
         return True
 
     def pem(self) -> bytes:
+        from cryptography.hazmat.primitives import serialization
+
         return self.key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
 
 
@@ -105,7 +104,7 @@ def _single_block(content: bytes, where: str, accepted: tuple[str, ...]) -> tupl
     return wanted[0]
 
 
-def _b64_field(document: dict, path: tuple[str, ...], where: str) -> bytes:
+def _b64_field(document: dict[str, Any], path: tuple[str, ...], where: str) -> bytes:
     value: object = document
     for key in path:
         value = value.get(key) if isinstance(value, dict) else None
@@ -117,7 +116,7 @@ def _b64_field(document: dict, path: tuple[str, ...], where: str) -> bytes:
         raise InputError(f"{where}: {'.'.join(path)}: not base64") from None
 
 
-def _scrypt_params(document: dict, where: str) -> tuple[int, int, int]:
+def _scrypt_params(document: dict[str, Any], where: str) -> tuple[int, int, int]:
     kdf = document.get("kdf")
     if not isinstance(kdf, dict) or kdf.get("name") != "scrypt":
         raise InputError(f"{where}: kdf.name: expected \"scrypt\"")
@@ -138,13 +137,21 @@ def _scrypt_params(document: dict, where: str) -> tuple[int, int, int]:
     return n, r, p
 
 
+# PyNaCl and scrypt are imported where a private key is read or written: `verify` needs
+# neither, and importing them cost it ~6 ms (-X importtime; bench/results/sign-issue32-h32v.json).
 def _secretbox_key(password: bytes, salt: bytes, n: int, r: int, p: int) -> bytes:
+    import nacl.secret
+    from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
+
     return Scrypt(salt=salt, length=nacl.secret.SecretBox.KEY_SIZE, n=n, r=r, p=p).derive(password)
 
 
 def decrypt_private_key(content: bytes, password: bytes, where: str) -> PrivateKey:
     """The key of a cosign private key file's bytes; a wrong password is a CheckFailed
     (the file was read, its authentication tag did not match), anything malformed an InputError."""
+    import nacl.exceptions
+    import nacl.secret
+
     _, der = _single_block(content, where, PRIVATE_PEM_TYPES)
     try:
         document = json.loads(der)
@@ -169,6 +176,8 @@ def decrypt_private_key(content: bytes, password: bytes, where: str) -> PrivateK
             f"{where}: the password does not decrypt this key (wrong {PASSWORD_VARIABLE}?)",
             check_id="key.password",
         ) from None
+    from cryptography.hazmat.primitives import serialization
+
     try:
         key = serialization.load_der_private_key(plaintext, password=None)
     except (ValueError, UnsupportedAlgorithm) as exc:
@@ -181,8 +190,13 @@ def decrypt_private_key(content: bytes, password: bytes, where: str) -> PrivateK
 def encrypt_private_key(key: PrivateKey, password: bytes, *, n: int = SCRYPT_N, r: int = SCRYPT_R,
                         p: int = SCRYPT_P, salt: bytes | None = None, nonce: bytes | None = None) -> bytes:
     """The file ``cosign generate-key-pair`` would write for ``key`` (random salt and nonce)."""
+    import nacl.secret
+    import nacl.utils
+
     salt = salt if salt is not None else nacl.utils.random(32)
     nonce = nonce if nonce is not None else nacl.utils.random(nacl.secret.SecretBox.NONCE_SIZE)
+    from cryptography.hazmat.primitives import serialization
+
     plaintext = key.key.private_bytes(
         serialization.Encoding.DER, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
@@ -205,10 +219,33 @@ def generate_private_key() -> PrivateKey:
     return PrivateKey(ec.generate_private_key(ec.SECP256R1()), "generated key")
 
 
+# A SubjectPublicKeyInfo of an uncompressed point on a named curve (RFC 5480 2) is, in DER,
+# a fixed prefix per curve and the point: such a key (cosign's) is read without
+# cryptography's serialization package, whose import (the SSH key formats, their ciphers)
+# cost `verify` ~8 ms (-X importtime; bench/results/sign-issue32-h32v.json). Any other DER is
+# load_der_public_key's, which reads every form and refuses what is not a key.
+_NAMED_CURVE_SPKI: dict[bytes, type[ec.SECP256R1 | ec.SECP384R1 | ec.SECP521R1]] = {
+    bytes.fromhex("3059301306072a8648ce3d020106082a8648ce3d030107034200"): ec.SECP256R1,
+    bytes.fromhex("3076301006072a8648ce3d020106052b81040022036200"): ec.SECP384R1,
+    bytes.fromhex("30819b301006072a8648ce3d020106052b8104002303818600"): ec.SECP521R1,
+}
+_UNCOMPRESSED_POINT_BYTES: dict[type[ec.EllipticCurve], int] = {ec.SECP256R1: 65, ec.SECP384R1: 97, ec.SECP521R1: 133}
+
+
+def _der_public_key(der: bytes) -> object:
+    for prefix, curve in _NAMED_CURVE_SPKI.items():
+        point = der[len(prefix):]
+        if der.startswith(prefix) and len(point) == _UNCOMPRESSED_POINT_BYTES[curve] and point[0] == 4:
+            return ec.EllipticCurvePublicKey.from_encoded_point(curve(), point)  # checks the point is on the curve
+    from cryptography.hazmat.primitives import serialization
+
+    return serialization.load_der_public_key(der)
+
+
 def parse_public_key(content: bytes, where: str) -> PublicKey:
     _, der = _single_block(content, where, (PUBLIC_PEM_TYPE,))
     try:
-        key = serialization.load_der_public_key(der)
+        key = _der_public_key(der)
     except (ValueError, UnsupportedAlgorithm) as exc:
         raise InputError(f"{where}: not a PKIX public key: {exc}") from None
     if not isinstance(key, ec.EllipticCurvePublicKey):

@@ -29,6 +29,7 @@ import sys
 import time
 import traceback
 import warnings
+from typing import Any
 
 from probe_capabilities import capabilities
 from probe_cases import judge_case, warm_model_registry
@@ -81,12 +82,12 @@ def _child_verdict(name: str, pid: int, result_path: str) -> dict[str, object]:
     return verdict
 
 
-def import_runtime(capture: LogCapture, scratch: str) -> dict[str, object]:
+def import_runtime(capture: LogCapture, scratch: str) -> dict[str, Any]:
     """Every runtime module imported. FlashInfer's import alone took 46 s under qemu after
     torch's and vLLM's: it is imported in a child forked once torch (which it needs) is in,
     on the other core, beside vLLM's import here (``parent_imported`` in the result says
     whether the rest of the probe imported it in this process all the same)."""
-    imports: dict[str, object] = {}
+    imports: dict[str, Any] = {}  # module -> its verdict (an object)
     children = []
     for name in RUNTIME_MODULES:
         if name in FORKED_IMPORTS and hasattr(os, "fork"):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 import typing
+from collections.abc import Callable
 
 from probe_engine import kernel_toolchains
 from probe_support import CAPTURE, PHASE_SECONDS, error_text
@@ -29,7 +30,7 @@ def capabilities() -> dict[str, object]:
     next step in this process, linear_backends, so they run here.)"""
     caps: dict[str, object] = {}
 
-    def record(key: str, producer) -> None:
+    def record(key: str, producer: Callable[[], object]) -> None:
         started = time.monotonic()
         try:
             caps[key] = producer()

@@ -12,12 +12,14 @@ import io
 import json
 import os
 import types
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from probe_engine import judge_engine
 from probe_support import error_text
 
 
-def _serve_parser():
+def _serve_parser() -> tuple[Any, Any]:
     # The parser `vllm serve` uses: vllm/entrypoints/cli/main.py:88-108 builds a
     # FlexibleArgumentParser with subparsers and calls each subcommand's subparser_init;
     # vllm/entrypoints/cli/serve.py:161 ServeSubcommand.subparser_init, :158 validate.
@@ -31,7 +33,7 @@ def _serve_parser():
     return parser, command
 
 
-def _parse(serve_args: list[str]) -> tuple[object | None, str | None]:
+def _parse(serve_args: list[str]) -> tuple[Any, str | None]:
     parser, command = _serve_parser()
     stderr = io.StringIO()
     try:
@@ -49,27 +51,27 @@ def _parse(serve_args: list[str]) -> tuple[object | None, str | None]:
     return args, None
 
 
-class _ReadTracking(dict):
+class _ReadTracking(dict[str, Any]):
     """The extra config as SparkCache sees it, remembering which keys were read."""
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.read: set[str] = set()
+        self.read: set[Any] = set()  # the keys SparkCache asked for (strings)
 
-    def get(self, key, default=None):
+    def get(self, key: str, default: Any = None) -> Any:
         self.read.add(key)
         return super().get(key, default)
 
-    def __getitem__(self, key):
+    def __getitem__(self, key: str) -> Any:
         self.read.add(key)
         return super().__getitem__(key)
 
-    def __contains__(self, key) -> bool:
+    def __contains__(self, key: object) -> bool:
         self.read.add(key)
         return super().__contains__(key)
 
 
-def _kv_cache_config(spec) -> object:
+def _kv_cache_config(spec: Any) -> types.SimpleNamespace:
     """A KV-cache configuration with one group of ``spec``, as
     sparkcache.spark_context_cache_config.kv_group_topology reads it (:112: the
     ``kv_cache_groups`` attribute, each group's ``kv_cache_spec`` and ``layer_names``)."""
@@ -77,7 +79,7 @@ def _kv_cache_config(spec) -> object:
     return types.SimpleNamespace(kv_cache_groups=[group])
 
 
-def _mla_spec(block_size: int, dtype: str):
+def _mla_spec(block_size: int, dtype: str) -> Any:
     import torch
     from vllm.v1.kv_cache_interface import MLAAttentionSpec
 
@@ -89,14 +91,14 @@ def _mla_spec(block_size: int, dtype: str):
     )
 
 
-def _mamba_spec(block_size: int):
+def _mamba_spec(block_size: int) -> Any:
     import torch
     from vllm.v1.kv_cache_interface import MambaSpec
 
     return MambaSpec(block_size=block_size, shapes=((1, 128),), dtypes=(torch.bfloat16,))
 
 
-def judge_sparkcache(engine_args, kv_config) -> dict[str, object]:
+def judge_sparkcache(engine_args: Any, kv_config: Any) -> dict[str, object]:
     """SparkCache's own parse_connector_config on the case's configuration
     (sparkcache/spark_context_cache_config.py:194; keys read via
     ``kv_transfer_config.get_from_extra_config`` at :225)."""
@@ -121,8 +123,9 @@ def judge_sparkcache(engine_args, kv_config) -> dict[str, object]:
                                        "profile": getattr(parsed.profile, "name", str(parsed.profile))}
     except BaseException as exc:  # noqa: BLE001
         verdict["connector_config"] = {"ok": False, "error": error_text(exc)}
-    verdict["keys_given"] = sorted(dict.keys(extra))
-    verdict["keys_read"] = sorted(extra.read & set(dict.keys(extra)))
+    given: list[str] = sorted(dict.keys(extra))
+    verdict["keys_given"] = given
+    verdict["keys_read"] = sorted(extra.read & set(given))
     # The GLM-5.3 architecture (vLLM's Glm5Next) also has KDA linear-attention layers,
     # whose KV-cache spec is a MambaSpec; SparkCache classifies every group at start.
     try:
@@ -139,7 +142,7 @@ def judge_sparkcache(engine_args, kv_config) -> dict[str, object]:
     return verdict
 
 
-def judge_case(case: dict[str, object]) -> dict[str, object]:
+def judge_case(case: dict[str, Any]) -> dict[str, object]:
     verdict: dict[str, object] = {"name": case["name"]}
     args, error = _parse(list(case["serve_args"]))
     verdict["parser"] = {"ok": error is None, "error": error}
@@ -162,7 +165,7 @@ def judge_case(case: dict[str, object]) -> dict[str, object]:
     configs: dict[str, object] = {}
     verdict["model_config"], verdict["speculative_with_target"] = _model_configs(engine_args)
 
-    def build(name: str, producer) -> object:
+    def build(name: str, producer: Callable[[], Any]) -> Any:
         try:
             built = producer()
             configs[name] = {"ok": True}
@@ -200,7 +203,7 @@ def judge_case(case: dict[str, object]) -> dict[str, object]:
     return verdict
 
 
-def _model_configs(engine_args) -> tuple[dict[str, object], dict[str, object] | None]:
+def _model_configs(engine_args: Any) -> tuple[dict[str, object], dict[str, object] | None]:
     """vLLM's own ModelConfig for the case (AsyncEngineArgs.create_model_config,
     vllm/engine/arg_utils.py:1982) from the checkpoint's config.json bound at ``--model``,
     then the speculative config with it as the target (create_speculative_config, :2100),
@@ -226,7 +229,7 @@ def _model_configs(engine_args) -> tuple[dict[str, object], dict[str, object] | 
         return built, {"ok": False, "error": error_text(exc)}
 
 
-def warm_model_registry(cases: list[dict[str, object]], platform) -> dict[str, object]:
+def warm_model_registry(cases: list[dict[str, Any]], platform: Callable[[], object]) -> dict[str, object]:
     """In a forked child, on the platform ``platform()`` sets: build the model configs of
     every distinct target and draft of ``cases`` with the registry's model inspection done
     in this (already forked) process instead of a new interpreter (vllm/model_executor/
@@ -269,13 +272,13 @@ LAUNCHED_PARALLEL_ARGS = (
 )
 
 
-def _parallel_config(engine_args, names):
+def _parallel_config(engine_args: Any, names: Sequence[str]) -> Any:
     from vllm.config import ParallelConfig
 
     return ParallelConfig(**{name: getattr(engine_args, name) for name in names})
 
 
-def _cache_config(engine_args):
+def _cache_config(engine_args: Any) -> Any:
     from vllm.config import CacheConfig
 
     return CacheConfig(
@@ -287,7 +290,7 @@ def _cache_config(engine_args):
     )
 
 
-def _build_speculative(cls, values: dict[str, object]) -> dict[str, object]:
+def _build_speculative(cls: Any, values: dict[str, object]) -> dict[str, object]:
     try:
         cls(**values)
         return {"ok": True}
@@ -303,7 +306,7 @@ def _build_speculative(cls, values: dict[str, object]) -> dict[str, object]:
                 "unexpected_keys": sorted(set(unexpected))}
 
 
-def _judge_connector(kv_config) -> dict[str, object]:
+def _judge_connector(kv_config: Any) -> dict[str, object]:
     """The connector class exists where the config says (module path + class name), as
     KVConnectorFactory loads it (vllm/distributed/kv_transfer/kv_connector/factory.py)."""
     name = kv_config.kv_connector

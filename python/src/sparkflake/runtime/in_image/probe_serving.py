@@ -27,6 +27,7 @@ import importlib
 import importlib.util
 import os
 import re
+from typing import Any
 
 from probe_support import error_text
 
@@ -65,7 +66,8 @@ def _loaded_path(handle: ctypes.CDLL, symbol: str) -> str | None:
     info = DlInfo()
     address = ctypes.cast(getattr(handle, symbol), ctypes.c_void_p)
     if libc.dladdr(address, ctypes.byref(info)) and info.dli_fname:
-        return os.path.realpath(info.dli_fname.decode())
+        library: str = os.path.realpath(info.dli_fname.decode())  # ctypes fields carry no types
+        return library
     return None
 
 
@@ -123,7 +125,7 @@ def nccl_ib() -> dict[str, object]:
             "verbs_devices": verbs_device_count()}
 
 
-def parsers(cases: list[dict]) -> dict[str, dict[str, object]]:
+def parsers(cases: list[dict[str, Any]]) -> dict[str, dict[str, object]]:
     """Every parser a case names, asked of the image's registries."""
     wanted: dict[str, set[str]] = {"tool_call": set(), "reasoning": set()}
     for case in cases:
@@ -220,7 +222,7 @@ def caches(env: dict[str, str]) -> dict[str, dict[str, object]]:
                 os.environ[key] = value
 
 
-def serving_probe(cases: list[dict]) -> dict[str, object]:
+def serving_probe(cases: list[dict[str, Any]]) -> dict[str, object]:
     document: dict[str, object] = {}
     for part, run in (("parsers", lambda: parsers(cases)), ("nccl_ib", nccl_ib),
                       ("caches", lambda: caches(cases[0].get("env", {}) if cases else {}))):

@@ -9,6 +9,8 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Callable
+from typing import Any
 
 # A forked step's bound: half the host's default bound on the whole probe
 # (check.DEFAULT_TIMEOUT, 3600 s), so that a hung child is a named failure
@@ -25,15 +27,15 @@ def track_environ_reads() -> None:
     original_getitem = cls.__getitem__
     original_contains = cls.__contains__
 
-    def note(key) -> None:
+    def note(key: object) -> None:
         # os.environb is an _Environ too: its keys are bytes
         ENV_READS.add(key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key))
 
-    def getitem(self, key):
+    def getitem(self: Any, key: Any) -> Any:
         note(key)
         return original_getitem(self, key)
 
-    def contains(self, key):
+    def contains(self: Any, key: object) -> bool:
         note(key)
         return original_contains(self, key)
 
@@ -67,7 +69,7 @@ def error_text(exc: BaseException) -> str:
     return text[:4000]
 
 
-def run_forked(producer, result_path: str) -> int:
+def run_forked(producer: Callable[[], object], result_path: str) -> int:
     """Run ``producer`` (returning JSON data) in a forked child, which inherits everything
     imported so far (under qemu its translated code too), on the other core; the parent
     reads what it returned with ``forked_result``."""
@@ -103,7 +105,7 @@ def forked_result(what: str, pid: int, result_path: str, timeout: float = CHILD_
         time.sleep(0.2)
     try:
         with open(result_path, encoding="utf-8") as handle:
-            produced = json.load(handle)
+            produced: dict[str, Any] = json.load(handle)
     except (OSError, ValueError):
         return {"error": f"the child {what} ended with wait status {status} and no result"}
     ENV_READS.update(produced.pop("env_reads", []))
