@@ -186,12 +186,13 @@ def test_export_of_an_imported_env_keeps_env_mounts_mods_and_unmapped_args(tmp_p
     exported_path = tmp_path / "back.recipe.toml"
     export = ["recipe", "export", "0", str(env_file), "--profile", str(PROFILES / "glm53-dflash7"),
               "-o", str(exported_path)]
-    # The seed's MoE backend is one this image cannot run (its runtime-capabilities.json):
-    # the export, a launch resolution, refuses it by name before anything is written
+    # A MoE backend the image does not have (its runtime-capabilities.json): the export, a
+    # launch resolution, refuses it by name before anything is written
+    env_file.write_text(env_file.read_text().replace("MOE_BACKEND=flashinfer_cutlass", "MOE_BACKEND=nope_moe"))
     refused = cli(*export)
-    assert refused.returncode == 2 and "MOE_BACKEND=flashinfer_cutlass" in refused.stderr, refused.stderr
+    assert refused.returncode == 2 and "MOE_BACKEND=nope_moe" in refused.stderr, refused.stderr
     assert not exported_path.exists()
-    env_file.write_text(env_file.read_text().replace("MOE_BACKEND=flashinfer_cutlass", "MOE_BACKEND=b12x"))
+    env_file.write_text(env_file.read_text().replace("MOE_BACKEND=nope_moe", "MOE_BACKEND=b12x"))
     completed = cli(*export)
     assert completed.returncode == 0, completed.stderr
     assert f"carried [recipe] of {out / 'profile.toml'}" in completed.stdout
