@@ -120,7 +120,7 @@ class Capabilities:
         return next((selection for selection in self.kernel_selections if dict(selection.settings) == wanted), None)
 
     def as_record(self) -> dict[str, Any]:
-        record = {
+        record: dict[str, Any] = {
             "schema": SCHEMA,
             "image": {"manifest_digest": self.manifest_digest, "config_digest": self.config_digest,
                       "platform": self.platform},

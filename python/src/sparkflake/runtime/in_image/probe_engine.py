@@ -23,11 +23,13 @@ name was read in the image's vLLM 0.33.0 (paths relative to site-packages/vllm).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import Any, cast
 
 from probe_support import error_text
 
 GIB = 1 << 30
-DEVICE_STAND_IN: dict[str, object] = {}  # the profile's device, once installed
+DEVICE_STAND_IN: dict[str, Any] = {}  # the profile's device, once installed
 
 
 # What stays unproven below the device seam (recorded with the platform in the capabilities)
@@ -36,7 +38,7 @@ BELOW_THE_SEAM = ("the CUDA runtime and driver (torch's cudart 13.0 asks the dri
                   "that a selected kernel compiles for and runs on sm_121")
 
 
-def _install_torch_device(device: dict[str, object], major: int, minor: int) -> None:
+def _install_torch_device(device: dict[str, Any], major: int, minor: int) -> None:
     """torch.cuda's device queries answered from ``device``: the seam below vLLM's own
     NonNvmlCudaPlatform (vllm/platforms/cuda.py:1008, which asks torch.cuda) and below
     b12x's gating (b12x/_lib/gating.py get_compute_capability: torch.cuda.is_available(),
@@ -75,7 +77,8 @@ def install_device(device: dict[str, object]) -> str:
     major, minor = (int(part) for part in str(device["capability"]).split("."))
     _install_torch_device(device, major, minor)
 
-    class DeviceStandIn(NonNvmlCudaPlatform):
+    # vLLM is not installed on the host, so its class is Any to mypy (disallow_subclassing_any)
+    class DeviceStandIn(NonNvmlCudaPlatform):  # type: ignore[misc]
         """What NonNvmlCudaPlatform does not answer through torch.cuda's queries."""
 
         @classmethod
@@ -84,7 +87,7 @@ def install_device(device: dict[str, object]) -> str:
             return 1
 
         @classmethod
-        def _find_non_ssm_backends(cls, vllm_config):
+        def _find_non_ssm_backends(cls, vllm_config: Any) -> list[Any]:
             # interface.py:679 collects the constructed attention layers' backends; no
             # model is constructed here, so the backends vLLM's selectors chose for the
             # case stand in for them (set by judge_engine before the block-size step)
@@ -106,7 +109,7 @@ def install_device(device: dict[str, object]) -> str:
             f"unproven below: {'; '.join(BELOW_THE_SEAM)}")
 
 
-def _step(record: dict[str, object], name: str, producer):
+def _step(record: dict[str, object], name: str, producer: Callable[[], Any]) -> Any:
     try:
         value = producer()
     except BaseException as exc:  # noqa: BLE001 - vLLM's refusal is the verdict
@@ -116,11 +119,11 @@ def _step(record: dict[str, object], name: str, producer):
     return value[0] if isinstance(value, tuple) else value
 
 
-def _backend_name(backend_cls) -> str:
+def _backend_name(backend_cls: Any) -> str:
     return backend_cls.get_name() if hasattr(backend_cls, "get_name") else str(backend_cls)
 
 
-def _attention(head_size: int, dtype, kv_cache_dtype: str, **flags) -> tuple[object, dict[str, object]]:
+def _attention(head_size: int, dtype: Any, kv_cache_dtype: str, **flags: Any) -> tuple[object, dict[str, object]]:
     # vllm/v1/attention/selector.py:109 get_attn_backend, with the current VllmConfig
     from vllm.v1.attention.selector import get_attn_backend
 
@@ -129,7 +132,7 @@ def _attention(head_size: int, dtype, kv_cache_dtype: str, **flags) -> tuple[obj
                     **{key: value for key, value in flags.items() if value}}
 
 
-def _moe_config(vllm_config, hf, quantized_backend: str) -> object:
+def _moe_config(vllm_config: Any, hf: Any, quantized_backend: str) -> Any:
     """The FusedMoEConfig the model's FusedMoE layers build (model_executor/layers/fused_moe/
     layer.py:361), from the checkpoint's expert dimensions."""
     from vllm.model_executor.layers.fused_moe.activation import MoEActivation
@@ -166,7 +169,7 @@ def _moe_config(vllm_config, hf, quantized_backend: str) -> object:
     )
 
 
-def _nvfp4_moe(vllm_config, hf) -> tuple[object, dict[str, object]]:
+def _nvfp4_moe(vllm_config: Any, hf: Any) -> tuple[object, dict[str, object]]:
     # modelopt.py:874: ModelOptNvFp4FusedMoE selects with these keys for a W4A4 checkpoint
     from vllm.model_executor.layers.fused_moe.oracle.nvfp4 import select_nvfp4_moe_backend
     from vllm.model_executor.layers.quantization.utils.quant_utils import (
@@ -180,7 +183,7 @@ def _nvfp4_moe(vllm_config, hf) -> tuple[object, dict[str, object]]:
                      "moe_backend_setting": str(config.moe_backend)}
 
 
-def _unquantized_moe(vllm_config, hf) -> tuple[object, dict[str, object]]:
+def _unquantized_moe(vllm_config: Any, hf: Any) -> tuple[object, dict[str, object]]:
     # fused_moe/unquantized_fused_moe_method.py:54
     from vllm.model_executor.layers.fused_moe.oracle.unquantized import (
         select_unquantized_moe_backend,
@@ -200,7 +203,7 @@ def _nvfp4_linear() -> tuple[object, dict[str, object]]:
     return kernel, {"kernel": type(kernel).__name__, "quantization": "nvfp4"}
 
 
-def _sparse_mla_sm120(hf, tp: int) -> tuple[None, dict[str, object]]:
+def _sparse_mla_sm120(hf: Any, tp: int) -> tuple[None, dict[str, object]]:
     """What FLASHINFER_MLA_SPARSE_SM120 needs past vLLM's selector, for GLM-5.3's shape:
     its impl refuses to be built without FlashInfer's sparse MLA decode API
     (v1/attention/backends/mla/flashinfer_mla_sparse_sm120.py:98 has_flashinfer_sparse_mla_sm120,
@@ -241,7 +244,7 @@ def _sparse_mla_sm120(hf, tp: int) -> tuple[None, dict[str, object]]:
     return None, {**found, "kernel": f"FlashInfer SM120 sparse MLA decode ({family})", "table": repr(table)}
 
 
-def _draft_config(vllm_config):
+def _draft_config(vllm_config: Any) -> Any:
     """The draft's VllmConfig as vLLM's proposer makes it (v1/spec_decode/
     llm_base_proposer.py:1265 _create_draft_vllm_config: the draft's moe_backend,
     attention_backend and kv_cache_dtype from the speculative config; dflash.py:91 adds
@@ -262,7 +265,7 @@ def _draft_config(vllm_config):
     return proposer._create_draft_vllm_config()
 
 
-def _target_layers(vllm_config, record: dict[str, object]) -> list[object]:
+def _target_layers(vllm_config: Any, record: dict[str, object]) -> list[object]:
     from vllm.config import set_current_vllm_config
 
     model = vllm_config.model_config
@@ -294,7 +297,7 @@ def _target_layers(vllm_config, record: dict[str, object]) -> list[object]:
     return chosen
 
 
-def _draft_layers(vllm_config, record: dict[str, object]) -> None:
+def _draft_layers(vllm_config: Any, record: dict[str, object]) -> None:
     from vllm.config import set_current_vllm_config
 
     speculative = vllm_config.speculative_config
@@ -304,7 +307,7 @@ def _draft_layers(vllm_config, record: dict[str, object]) -> None:
     if draft is None:
         return
     draft_model = speculative.draft_model_config
-    hf = draft_model.hf_text_config if draft_model is not None else None
+    hf: Any = draft_model.hf_text_config if draft_model is not None else None
     tp = speculative.draft_tensor_parallel_size or vllm_config.parallel_config.tensor_parallel_size
     with set_current_vllm_config(draft):
         if speculative.method == "dflash":
@@ -328,7 +331,7 @@ def _draft_layers(vllm_config, record: dict[str, object]) -> None:
             _step(record, "mtp.moe", lambda: _unquantized_moe(draft, target_hf))
 
 
-def _block_size(vllm_config, chosen: list[object]) -> tuple[None, dict[str, object]]:
+def _block_size(vllm_config: Any, chosen: list[object]) -> tuple[None, dict[str, object]]:
     """vLLM's own block-size settlement for the chosen backends (platforms/interface.py:750
     update_block_size_for_backend: the backends' common size unless --block-size was given,
     hybrid attention/Mamba alignment, the aligned size checked against every backend)."""
@@ -353,7 +356,7 @@ def _block_size(vllm_config, chosen: list[object]) -> tuple[None, dict[str, obje
                   "backends": [_backend_name(backend) for backend in chosen]}
 
 
-def _model_import_error(vllm_config) -> str:
+def _model_import_error(vllm_config: Any) -> str:
     import importlib
     import traceback
 
@@ -371,7 +374,7 @@ def _model_import_error(vllm_config) -> str:
     return "the module imports here (the registry failed on something else)"
 
 
-def _memory(vllm_config) -> tuple[None, dict[str, object]]:
+def _memory(vllm_config: Any) -> tuple[None, dict[str, object]]:
     """vLLM's startup check (v1/worker/utils.py:716 request_memory) on the device's free
     memory at start, then the KV budget against what that check grants."""
     from vllm.utils.mem_utils import MemorySnapshot
@@ -393,7 +396,7 @@ def _memory(vllm_config) -> tuple[None, dict[str, object]]:
                   "kv_cache_gib": None if kv_bytes is None else round(kv_bytes / GIB, 3)}
 
 
-def _summary(vllm_config) -> dict[str, object]:
+def _summary(vllm_config: Any) -> dict[str, object]:
     cache = vllm_config.cache_config
     speculative = vllm_config.speculative_config
     summary: dict[str, object] = {
@@ -420,14 +423,14 @@ def _summary(vllm_config) -> dict[str, object]:
     return summary
 
 
-def _enum_name(value) -> str | None:
+def _enum_name(value: Any) -> str | None:
     return None if value is None else getattr(value, "name", str(value))
 
 
-def judge_engine(engine_args, headless: bool) -> dict[str, object]:
+def judge_engine(engine_args: Any, headless: bool) -> dict[str, object]:
     """One case through vLLM's engine start: each step's verdict, vLLM's reason on refusal."""
     started = time.monotonic()
-    record: dict[str, object] = {}
+    record: dict[str, Any] = {}
     if "total_memory_gib" not in DEVICE_STAND_IN:
         record["engine_config"] = {"ok": False, "error": "the profile states no [device]: vLLM's start is not "
                                    "judged"}
@@ -511,7 +514,7 @@ def kernel_toolchains() -> dict[str, dict[str, object]]:
 
     found: dict[str, dict[str, object]] = {}
 
-    def record(name: str, producer) -> None:
+    def record(name: str, producer: Callable[[], dict[str, object]]) -> None:
         try:
             found[name] = producer()
         except BaseException as exc:  # noqa: BLE001
@@ -524,12 +527,14 @@ def kernel_toolchains() -> dict[str, dict[str, object]]:
                        if importlib.util.find_spec(name) is not None]
         cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
         if not cuda_home and shutil.which("nvcc"):
-            cuda_home = os.path.dirname(os.path.dirname(shutil.which("nvcc")))
+            # shutil.which("nvcc") just found it (a str)
+            cuda_home = os.path.dirname(os.path.dirname(cast(str, shutil.which("nvcc"))))
         nvcc = shutil.which(os.path.join(cuda_home, "bin", "nvcc")) if cuda_home else None
         cxx = os.environ.get("CXX") or "c++"
-        entry = {"has_flashinfer": bool(has_flashinfer()), "precompiled": precompiled, "cuda_home": cuda_home,
-                 "nvcc": nvcc, "ninja": shutil.which("ninja"), "host_cxx": shutil.which(cxx),
-                 "python_h": python_header(), "cuda_versions": cuda_versions(cuda_home)}
+        entry: dict[str, Any] = {
+            "has_flashinfer": bool(has_flashinfer()), "precompiled": precompiled, "cuda_home": cuda_home,
+            "nvcc": nvcc, "ninja": shutil.which("ninja"), "host_cxx": shutil.which(cxx),
+            "python_h": python_header(), "cuda_versions": cuda_versions(cuda_home)}
         missing = [what for what, present in (("nvcc (CUDA_HOME)", nvcc), ("ninja", entry["ninja"]),
                                               (f"a host C++ compiler ({cxx}) for nvcc", entry["host_cxx"]),
                                               # ninja runs every build command through /bin/sh -c
