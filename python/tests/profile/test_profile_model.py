@@ -63,9 +63,13 @@ def small_lock(*, without: tuple[str, ...] = (), platform: str = "linux/arm64") 
         wheel("b12x", "1.0"), wheel("sparkcache", "1.0"), wheel("fastsafetensors", "0.1"),
         wheel("nvidia-nccl-cu13", "2.30.7", "py3-none-manylinux_2_18_aarch64"),
         wheel("torch", "2.14.0", "cp311-cp311-manylinux_2_28_aarch64"),
+        wheel("nvidia-cuda-nvcc", "13.0.88", "py3-none-manylinux2014_aarch64"),
+        wheel("nvidia-cuda-crt", "13.0.88", "py3-none-manylinux2014_aarch64"),
+        wheel("nvidia-nvvm", "13.0.88", "py3-none-manylinux2014_aarch64"),
     ]
     for package in ("python3", "libc6", "libstdc++6", "libgcc-s1", "ca-certificates", "tzdata",
-                    "libssl3", "libsqlite3-0", "zlib1g", "libibverbs1", "ibverbs-providers"):
+                    "libssl3", "libsqlite3-0", "zlib1g", "libibverbs1", "ibverbs-providers",
+                    "g++", "python3.11-dev", "dash", "libc-bin"):
         pins.append(DebPin(name=f"{package}:arm64", package=package, version="1.0-1", architecture="arm64",
                            sha256=SHA, size=1, urls=(f"https://deb.example/{package}.deb",)))
     kept = [pin for pin in pins if pin.name not in without]
