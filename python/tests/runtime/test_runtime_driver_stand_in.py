@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from sparkflake.runtime.driver_stand_in import (
     SONAME,
     build_stand_in,
+    declared_functions,
     driver_imports,
     stand_in_source,
 )
@@ -100,3 +101,21 @@ def test_stand_in_source_defines_each_symbol_once_returning_no_device(names):
     for name in set(names):
         assert source.count(f" {name}(") == 1
     assert source.count("return 100;") == len(set(names) - {"cuGetErrorString", "cuGetErrorName"})
+
+
+_DRIVER_NAME = st.from_regex(r"cu[A-Z][A-Za-z0-9_]{0,20}", fullmatch=True)
+
+
+@given(declared=st.sets(_DRIVER_NAME, max_size=8), renamed=st.dictionaries(_DRIVER_NAME, _DRIVER_NAME, max_size=4),
+       noise=st.sets(st.from_regex(r"cuda[A-Z][a-z]{0,8}|cublas[A-Z][a-z]{0,8}", fullmatch=True), max_size=4))
+@settings(max_examples=60)
+def test_every_function_the_driver_header_declares_is_exported(declared, renamed, noise):
+    # the real libcuda.so.1 exports the whole API: Triton's launcher, compiled on the rank,
+    # binds cuCtxSetLimit, which no prebuilt extension of the image binds
+    header = "\n".join(
+        [f"#define {alias} {target}" for alias, target in renamed.items()]
+        + [f"CUresult CUDAAPI {name}(CUcontext ctx, size_t value);" for name in sorted(declared)]
+        + [f"cudaError_t CUDARTAPI {name}(int device);" for name in sorted(noise)]
+        + ["#define CUDA_VERSION 13000", "typedef struct CUctx_st *CUcontext;"]
+    )
+    assert declared_functions(header) == declared | set(renamed) | set(renamed.values())

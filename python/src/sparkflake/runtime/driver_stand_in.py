@@ -1,5 +1,6 @@
 """A driver stand-in for the runtime check: a ``libcuda.so.1`` for the image's architecture
-that exports every CUDA driver symbol the image's compiled extensions bind, each returning
+that exports every CUDA driver symbol the image's compiled extensions bind and its cuda.h
+declares (what code compiled on the rank binds: Triton's launcher), each returning
 CUDA_ERROR_NO_DEVICE, so that vLLM's CUDA platform module and the attention backends'
 extensions load without a GPU and the judge reaches vLLM's own selectors.
 
@@ -36,6 +37,11 @@ _SYMBOL = re.compile(r"^cu[A-Z][A-Za-z0-9_]*$")
 _DYNSYM_LINE = re.compile(r"^\s*\d+:\s+[0-9a-fA-F]+\s+\d+\s+(\w+)\s+(\w+)\s+\w+\s+UND\s+(\S+)\s*$")
 _NEEDED_LINE = re.compile(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]")
 MAX_READELF_BYTES = 64 << 20
+MAX_HEADER_BYTES = 16 << 20  # cuda.h of CUDA 13 is ~1 MB
+# cuda.h: a declaration ``CUresult CUDAAPI cuCtxSetLimit(CUlimit limit, size_t value);`` and
+# the versioned names its macros map to (``#define cuCtxCreate cuCtxCreate_v4``)
+_DECLARED = re.compile(r"\bCUresult\s+CUDAAPI\s+(cu[A-Z][A-Za-z0-9_]*)\s*\(")
+_RENAMED = re.compile(r"^\s*#\s*define\s+(cu[A-Z][A-Za-z0-9_]*)\s+(cu[A-Z][A-Za-z0-9_]*)\s*$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -74,6 +80,26 @@ def stand_in_source(symbols: Iterable[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def declared_functions(header: str) -> set[str]:
+    """Every driver function ``cuda.h`` declares, under both names of each versioning macro:
+    the real libcuda.so.1 exports the whole API, and code compiled on the rank (Triton's
+    CUDA launcher, FlashInfer's JIT modules) binds functions no prebuilt extension of the
+    image binds (Triton's launcher: cuCtxSetLimit, cuOccupancyMaxActiveClusters, ...)."""
+    names = set(_DECLARED.findall(header))
+    for alias, target in _RENAMED.findall(header):
+        names.update((alias, target))
+    return names
+
+
+def _driver_headers(root: Path) -> list[Path]:
+    """The CUDA driver API headers of the image's CUDA wheels (nvidia/cu*/include/cuda.h)."""
+    found = []
+    for site in sorted(root.glob("opt/*/lib/python3*/site-packages")):
+        found += [path for path in sorted(site.glob("nvidia/cu*/include/cuda.h"))
+                  if path.is_file() and not path.is_symlink()]
+    return found
+
+
 def _extension_files(root: Path) -> list[Path]:
     """Shared objects under the image's Python site-packages directories."""
     found = []
@@ -107,6 +133,9 @@ def build_stand_in(root: Path, architecture: str, scratch: Path) -> DriverStandI
         if needs:
             symbols |= imported
             binders.append(str(path.relative_to(root)))
+    for header in _driver_headers(root):
+        with open(header, "rb") as handle:
+            symbols |= declared_functions(handle.read(MAX_HEADER_BYTES).decode(errors="replace"))
     source = stand_in_source(symbols)
     version = subprocess.run([gcc, "-dumpfullversion"], capture_output=True, timeout=60, check=False).stdout
     key = hashlib.sha256(source.encode() + b"\0" + version).hexdigest()[:16]
