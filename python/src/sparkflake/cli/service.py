@@ -4,12 +4,12 @@ machine with SSH to the ranks. Parses and prints; the work is in service/workflo
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 import sys
 import time
 from collections.abc import Callable
 
+from ..core.canonical_json import canonical_json_bytes
 from ..core.digest import is_digest
 from ..core.errors import InputError
 from ..service import workflow
@@ -87,7 +87,7 @@ def _progress(mode: str) -> Callable[[workflow.ProgressEvent], None]:
 
     def show(event: workflow.ProgressEvent) -> None:
         if mode == "json":
-            sys.stderr.write(json.dumps(event.as_record(), sort_keys=True) + "\n")
+            sys.stderr.write(canonical_json_bytes(event.as_record()).decode() + "\n")
         else:
             who = f"rank {event.rank} ({event.name})" if event.rank is not None else "service"
             sys.stderr.write(f"{time.strftime('%H:%M:%S', time.localtime(event.at))} {who}: {event.phase}"

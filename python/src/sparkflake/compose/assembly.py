@@ -19,7 +19,7 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from ..core.atomic_write import write_bytes_atomic
-from ..core.canonical_json import readable_json_bytes
+from ..core.canonical_json import canonical_json_bytes, readable_json_bytes
 from ..core.digest import sha256_file
 from ..core.errors import CheckFailed, InputError
 from ..core.file_hashes import FileHashes, stat_identity
@@ -451,7 +451,7 @@ def wheel_native(
             pass
     shipped = wheel_native_files(wheel, package)
     if memo is not None:
-        write_bytes_atomic(memo, json.dumps(shipped, sort_keys=True).encode())
+        write_bytes_atomic(memo, canonical_json_bytes(shipped))
     return shipped
 
 
@@ -488,7 +488,7 @@ def wheel_interface(
     if memo is not None:
         record = {"op_uses": sorted([*key, path] for key, path in found.op_uses.items()), "imports": found.imports,
                   "registered": sorted(found.registered), "files": list(found.files), "libraries": found.libraries}
-        write_bytes_atomic(memo, json.dumps(record, sort_keys=True).encode())
+        write_bytes_atomic(memo, canonical_json_bytes(record))
     return found
 
 

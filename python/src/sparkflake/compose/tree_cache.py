@@ -77,7 +77,7 @@ class CachedTree:
         except (FileNotFoundError, ValueError, KeyError, TypeError):
             pass
         value = compute(self.tree)
-        write_bytes_atomic(path, json.dumps({"value": value}, sort_keys=True).encode())
+        write_bytes_atomic(path, canonical_json_bytes({"value": value}))
         return value
 
 
@@ -102,7 +102,7 @@ class TreeCache:
             # Identities are taken after the staging directory has its final name: renaming
             # the parent does not change any identity below it.
             document = {"format": ENTRY_FORMAT, "recipe": dict(recipe), "manifest": dict(manifest)}
-            write_bytes_atomic(staging / "recipe.json", json.dumps(document, sort_keys=True).encode())
+            write_bytes_atomic(staging / "recipe.json", canonical_json_bytes(document))
         statuses: dict[str, os.stat_result] = {}
         walk = walk_tree(entry_dir / TREE_DIR, statuses)
         write_bytes_atomic(entry_dir / ENTRY_FILE, json.dumps({"walk": walk.digest}).encode())

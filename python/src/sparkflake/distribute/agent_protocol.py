@@ -7,15 +7,15 @@ fraction of fan-out's import time)."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
+from ..core.canonical_json import canonical_json_bytes
 from ..core.errors import SparkflakeError
 
 
 def emit(document: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(document, sort_keys=True) + "\n")
+    sys.stdout.write(canonical_json_bytes(document).decode() + "\n")
     sys.stdout.flush()
 
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from ..core.canonical_json import canonical_json_bytes
 from ..core.digest import is_sha256_hex
 from .files import partial_path
 
@@ -65,7 +66,7 @@ class PlannedFile:
 
 
 def plan_line(files: Sequence[PlannedFile]) -> bytes:
-    return (json.dumps({"files": [item.as_record() for item in files]}, sort_keys=True) + "\n").encode()
+    return canonical_json_bytes({"files": [item.as_record() for item in files]}) + b"\n"
 
 
 def read_plan_line(fd: int) -> list[PlannedFile] | None:

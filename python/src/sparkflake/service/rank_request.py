@@ -7,6 +7,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ..core.canonical_json import canonical_json_bytes
 from ..core.digest import is_digest
 from ..core.errors import InputError
 
@@ -30,7 +31,7 @@ class RankRequest:
     replacing: bool = False  # the service's running containers will be stopped before start
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
+        return canonical_json_bytes(asdict(self)).decode()
 
     @staticmethod
     def from_document(document: Any, where: str) -> RankRequest:
