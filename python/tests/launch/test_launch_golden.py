@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 import pytest
-from fixtures.launch import DRAFT_FILES, TARGET_FILES, real_contract
+from fixtures.launch import DRAFT_FILES, TARGET_FILES, launcher_rules_contract, real_contract
 
 from sparkflake.core.container_engine import Engine
 from sparkflake.launch.envfile import parse_env_text
@@ -35,11 +35,13 @@ def _files(files):
 def golden_plan(profile: str, dcp: int, sparkcache: bool, rank: int, engine: str = "podman"):
     # Components come from the shared lock, which other stages regenerate; the goldens pin
     # them so that they change only when the launcher or the profile's contract does.
-    # The spec builder alone: the image's capabilities would refuse DCP2/DCP4 and SparkCache
-    # on (test_launch_capabilities.py), and the goldens show what each would emit.
+    # The spec builder alone: the profile and its image's capabilities refuse DCP2/DCP4 and
+    # SparkCache on (test_launch_resolve.py, test_launch_capabilities.py), and the goldens
+    # show what each would emit under the launcher's own rules; the default launch (DCP1,
+    # SparkCache off) is the profile's own.
+    default = dcp == 1 and not sparkcache
     contract = dataclasses.replace(
-        real_contract(profile),
-        capabilities=None,
+        dataclasses.replace(real_contract(profile), capabilities=None) if default else launcher_rules_contract(profile),
         target_files=_files(TARGET_FILES),
         draft_files=_files(DRAFT_FILES),
         components={"vllm_wheel": "wheel vllm 0.33.0 sha256 " + "6" * 64,

@@ -194,6 +194,9 @@ _env_value = st.one_of(
     st.floats(allow_nan=False, allow_infinity=False),
 )
 _env_table = st.dictionaries(_env_key, _env_value, max_size=6)
+_refused_table = st.dictionaries(
+    _env_key, st.dictionaries(st.text(st.characters(blacklist_categories=("Cs", "Cc")), min_size=1, max_size=8),
+                              free_text, min_size=1, max_size=3), max_size=3)
 _abs_path = st.from_regex(r"(/[a-z0-9_.-]{1,8}){1,4}", fullmatch=True).filter(
     lambda path: all(part not in (".", "..") for part in path.split("/"))
 )
@@ -254,6 +257,7 @@ def profiles(draw: st.DrawFn) -> Profile:
             ["python3", "libc6", "libstdc++6", "tzdata"]), min_size=1, max_size=4, unique=True)))),
         absent=Absences(distributions=tuple(draw(st.lists(st.sampled_from(["deep_ep", "DeepEP", "x.y"]), max_size=2, unique=True)))),
         runtime=draw(_env_table),
+        refused=draw(_refused_table),
         qualified=qualified,
         checkpoints=checkpoints,
         labels=draw(st.dictionaries(_label_key, free_text, max_size=3)),
@@ -358,6 +362,12 @@ def test_truncated_profile_names_line_and_column() -> None:
         ('"org.opencontainers.image.title" = "glm53-dflash7"', '"Title" = "glm53-dflash7"',
          'profile.toml: labels.Title: expected a reverse-DNS label key like org.opencontainers.image.title, got "Title"'),
         ('platform = "linux/arm64"', 'platform = "arm64"', 'profile.toml: platform: expected an OCI platform like "linux/arm64", got "arm64"'),
+        ("[refused.DCP]\n", "[refused.dcp]\n",
+         'profile.toml: refused.dcp: expected an UPPER_SNAKE_CASE key, got "dcp"'),
+        ('[refused.MOE_BACKEND]\ntriton = "', '[refused.MOE_BACKEND]\ntriton = 1\nx = "',
+         "profile.toml: refused.MOE_BACKEND.triton: expected a string"),
+        ("[refused.MOE_BACKEND]\ntriton = ", "[refused.MOE_BACKEND]\n[refused.X]\ntriton = ",
+         "profile.toml: refused.MOE_BACKEND: expected at least one refused value"),
     ],
 )
 def test_invalid_profiles_name_the_place(old: str, new: str, expected: str) -> None:

@@ -23,7 +23,7 @@ import pytest
 from sparkflake.cli.runtime import container_mounts, expected_versions
 from sparkflake.compose.receipt import byproduct
 from sparkflake.core.records import record_to_dict
-from sparkflake.launch.conformance import conformance_cases
+from sparkflake.launch.conformance import conformance_case, conformance_cases
 from sparkflake.launch.contract import contract_from_profile
 from sparkflake.lock.profile_locks import load_profile
 from sparkflake.runtime import capabilities as capability_file
@@ -72,11 +72,22 @@ def _with_flag(args: tuple[str, ...], flag: str, value: str) -> tuple[str, ...]:
     return _replace(args, flag, value) if flag in args else (*args, flag, value)
 
 
+def _sparkcache_case() -> Case:
+    """A SparkCache launch, which the profile's launcher refuses (SparkCache's own deployment
+    check refuses the block size vLLM settles, 2304, against its 256-token chunks), spelled at
+    the block size SparkCache takes, so the check still reads its connector keys."""
+    contract = dataclasses.replace(contract_from_profile(load_profile("glm53-dflash7", check_locks=False)),
+                                   capabilities=None)
+    launch = conformance_case("sparkcache-at-256", contract, 0, {"SPARKCACHE_ENABLED": "1", "KV_BLOCK_SIZE": "256"})
+    assert launch.serve_args is not None, launch.refusal
+    return Case(launch.name, launch.serve_args, launch.env)
+
+
 def _bad_cases(cases: list[Case], mtp: Case) -> dict[str, tuple[Case, str, str]]:
     """name -> (case, the check id that must fail, the name its detail must give); ``mtp``:
     glm53-mtp5's default launch, judged by the same image (the same vLLM)."""
     default = next(c for c in cases if c.name == "glm53-dflash7-dcp1-sparkcache-off")
-    spark = next(c for c in cases if c.name == "glm53-dflash7-dcp1-sparkcache-on")
+    spark = _sparkcache_case()
     args = default.serve_args
     speculative = json.loads(args[args.index("--speculative-config") + 1])
     kv = json.loads(spark.serve_args[spark.serve_args.index("--kv-transfer-config") + 1])
@@ -85,6 +96,9 @@ def _bad_cases(cases: list[Case], mtp: Case) -> dict[str, tuple[Case, str, str]]
     mtp_inheriting = {key: value for key, value in json.loads(
         mtp.serve_args[mtp.serve_args.index("--speculative-config") + 1]).items() if key != "moe_backend"}
     return {
+        # SparkCache's connector keys are read (kv-connector, sparkcache-config and
+        # sparkcache-key-unread pass), but vLLM settles the block size at 2304
+        "sparkcache-at-256": (spark, "runtime.block-size", "2304"),
         "bad-flag": (Case("bad-flag", (*args, "--no-such-flag", "1"), default.env),
                      "runtime.vllm-args", "--no-such-flag"),
         "bad-speculative-key": (
@@ -179,10 +193,13 @@ def test_each_bad_spec_fails_with_its_check_id_and_name(dflash7):
 def test_the_committed_manifest_is_what_the_image_says(dflash7):
     report, cases, _ = dflash7
     committed = REPO / "profiles" / "glm53-dflash7" / capability_file.FILE_NAME
-    # the deliberately bad launches' engine starts are this test's, not the profile's
+    # the deliberately bad launches' engine starts are this test's, not the profile's; so is
+    # the one SparkCache launch (the profile refuses SparkCache: no launch case enables it)
     launched = [selecting_settings(case) for case in cases]
-    caps = dataclasses.replace(report.capabilities, kernel_selections=tuple(
-        s for s in report.capabilities.kernel_selections if dict(s.settings) in launched))
+    found = report.capabilities
+    caps = dataclasses.replace(found, kernel_selections=tuple(
+        s for s in found.kernel_selections if dict(s.settings) in launched),
+        sparkcache_extra_keys_read=(), sparkcache_glm5next_refusal=None)
     written = capability_file.dumps(caps)
     assert committed.read_bytes() == written, (
         f"{committed} differs from the image's; re-record with: sparkflake runtime check OUT --profile "
@@ -191,7 +208,13 @@ def test_the_committed_manifest_is_what_the_image_says(dflash7):
     assert "B12X" in caps.attention_backends and "b12x" in caps.moe_backends and "b12x" in caps.linear_backends
     assert "adaptive_num_speculative_tokens" not in caps.speculative_config_fields
     assert caps.full_ckv_gather_switch is None
-    assert caps.sparkcache_glm5next_refusal and "Mamba" in caps.sparkcache_glm5next_refusal
+    # SparkCache's connector, on the test's SparkCache launch: it reads our keys and refuses
+    # GLM-5.3's KV-cache groups, as the profile's [refused.SPARKCACHE_ENABLED] quotes
+    assert found.sparkcache_glm5next_refusal and "Mamba" in found.sparkcache_glm5next_refusal
+    assert "spark_cache_model_profile" in found.sparkcache_extra_keys_read
+    profile = load_profile("glm53-dflash7", check_locks=False)
+    assert "Mamba cache mode 'none'" in profile.refused["SPARKCACHE_ENABLED"]["1"]
+    assert "Mamba cache mode 'none'" in found.sparkcache_glm5next_refusal
     assert "glm52-nvfp4" in caps.sparkcache_profiles
     # what vLLM chose per layer kind for the default launch is in the committed capabilities
     assert caps.kernel_selections and not any(s.refusals for s in caps.kernel_selections)

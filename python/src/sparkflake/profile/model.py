@@ -140,6 +140,23 @@ def _require_env_table(path: str, value: object) -> Mapping[str, RuntimeValue]:
     return _frozen_mapping(table)
 
 
+def _require_refused_table(path: str, value: object) -> Mapping[str, Mapping[str, str]]:
+    """``[refused.KEY]``: value -> the reason this profile's image cannot run it."""
+    table = require_table(path, value)
+    refused: dict[str, Mapping[str, str]] = {}
+    for key, values in table.items():
+        key_path = join_path(path, key)
+        if not _ENV_KEY.fullmatch(key):
+            raise InvalidField(key_path, f"expected an UPPER_SNAKE_CASE key, got {describe(key)}")
+        entries = require_table(key_path, values)
+        if not entries:
+            raise InvalidField(key_path, "expected at least one refused value")
+        for refused_value, reason in entries.items():
+            require_str(join_path(key_path, refused_value), reason, free_text=True)
+        refused[key] = _frozen_mapping(entries)
+    return _frozen_mapping(refused)
+
+
 def _require_choice(path: str, value: object, choices: Sequence[str]) -> str:
     text = require_str(path, value, allow_empty=True)
     if text not in choices:
@@ -429,6 +446,9 @@ class Profile:
     debian: DebianSpec
     runtime: Mapping[str, RuntimeValue]
     checkpoints: Mapping[str, Checkpoint]
+    # runtime.env values the launcher refuses for this profile, each with the reason (what
+    # the image's own code refuses: the runtime check's verdict, quoted)
+    refused: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     absent: Absences = field(default_factory=Absences)
     qualified: Qualification = field(default_factory=Qualification)
     labels: Mapping[str, str] = field(default_factory=dict)
@@ -453,12 +473,14 @@ class Profile:
         "absent",
         "device",
         "runtime",
+        "refused",
         "qualified",
         "checkpoints",
         "labels",
         "claims",
     )
-    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"absent", "device", "qualified", "labels", "claims"})
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"absent", "device", "refused", "qualified", "labels", "claims"})
+    OMIT_EMPTY: ClassVar[tuple[str, ...]] = ("refused",)  # written only when there are some
 
     def __post_init__(self) -> None:
         if isinstance(self.schema, bool) or self.schema != SCHEMA_VERSION:
@@ -501,6 +523,7 @@ class Profile:
         if self.device is not None and not isinstance(self.device, Device):
             raise InvalidField("device", f"expected a Device, got {describe(self.device)}")
         freeze_field(self, "runtime", _require_env_table("runtime", self.runtime))
+        freeze_field(self, "refused", _require_refused_table("refused", self.refused))
 
         checkpoints = require_table("checkpoints", self.checkpoints)
         if "target" not in checkpoints:

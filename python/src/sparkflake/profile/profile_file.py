@@ -75,7 +75,7 @@ def profile_from_dict(document: Mapping[str, Any]) -> Profile:
             value = tuple(
                 record_from_table(Claim, entry, f"claims[{index}]") for index, entry in enumerate(value)
             )
-        elif key in ("inputs", "runtime", "labels"):
+        elif key in ("inputs", "runtime", "refused", "labels"):
             value = require_table(key, value)
         elif isinstance(value, list):
             value = tuple(value)
