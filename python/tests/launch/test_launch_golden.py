@@ -129,9 +129,11 @@ def test_golden_invariants(profile, dcp, sparkcache, rank):
     speculative = json.loads(arg("--speculative-config"))
     compilation = json.loads(arg("--compilation-config"))
     if profile == "glm53-dflash7":
-        # the BF16 draft keeps a BF16 KV cache
+        # the BF16 draft keeps a BF16 KV cache; the seeds' draft sampling and draft loader
         assert speculative == {"method": "dflash", "model": "/models/draft", "num_speculative_tokens": 7,
-                               "draft_tensor_parallel_size": 4, "kv_cache_dtype": "auto"}
+                               "draft_tensor_parallel_size": 4, "kv_cache_dtype": "auto",
+                               "draft_sample_method": "probabilistic",
+                               "draft_load_config": {"load_format": "safetensors"}}
         assert "--language-model-only" in serve
         assert compilation["pass_config"] == {"fuse_allreduce_rms": False}
         assert "VLLM_ALLREDUCE_USE_SYMM_MEM=0" in argv and "VLLM_ALLREDUCE_USE_FLASHINFER=0" in argv
@@ -142,7 +144,8 @@ def test_golden_invariants(profile, dcp, sparkcache, rank):
         assert plan.qualification.status == expected
     else:
         # the MTP head's unquantized MoE does not inherit b12x
-        assert speculative == {"method": "mtp", "num_speculative_tokens": 5, "moe_backend": "triton"}
+        assert speculative == {"method": "mtp", "num_speculative_tokens": 5, "moe_backend": "triton",
+                               "draft_sample_method": "probabilistic"}
         assert f"{ROOT}/models/draft:/models/draft:ro" not in argv
         assert plan.qualification.status == "research-only"
     labels = plan.spec.labels

@@ -154,6 +154,14 @@ CATALOG_LIST: tuple[Setting, ...] = (
     _s("DRAFT_TP", "int", "speculation",
        "draft model tensor-parallel size; auto: TP", default=AUTO, auto=True,
        minimum=1, maximum=64),
+    # The seeds' R8 launcher sets draft_sample_method "probabilistic" (vLLM 0.33.0's default is
+    # "greedy": vllm/config/speculative.py:84 DraftSampleMethod, :634) and loads the DFlash
+    # draft with safetensors while the target uses fastsafetensors (draft_load_config, :558)
+    _s("DRAFT_SAMPLE_METHOD", "enum", "speculation",
+       "how the draft samples: probabilistic (the draft's logits in the rejection test) or greedy",
+       default="probabilistic", choices=("probabilistic", "greedy")),
+    _s("DRAFT_LOAD_FORMAT", "enum", "speculation", "the external draft's checkpoint loader",
+       default="safetensors", choices=("safetensors", "fastsafetensors", "auto")),
     # --- backends ---------------------------------------------------------------------
     # B12X by default, as the seeds' serving selects it: vLLM 0.33.0's NVFP4 MoE
     # auto-selection tries FlashInfer first and never picks b12x, and FlashInfer's

@@ -102,10 +102,14 @@ def speculative_config(values: Mapping[str, Any]) -> dict[str, Any] | None:
         return None
     # SPECULATIVE_ADAPTIVE has no SpeculativeConfig field in vLLM 0.33.0 (its fields:
     # runtime-capabilities); resolve refuses it, so nothing is emitted for it.
-    config: dict[str, Any] = {"method": method, "num_speculative_tokens": values["SPECULATIVE_TOKENS"]}
+    config: dict[str, Any] = {"method": method, "num_speculative_tokens": values["SPECULATIVE_TOKENS"],
+                              "draft_sample_method": values["DRAFT_SAMPLE_METHOD"]}
     if method == "dflash":
         config["model"] = CONTAINER_DRAFT
         config["draft_tensor_parallel_size"] = values["DRAFT_TP"]
+        # a LoadConfig (vllm/config/speculative.py:558 draft_load_config; vllm/config/load.py
+        # load_format), else the draft inherits the target's --load-format
+        config["draft_load_config"] = {"load_format": values["DRAFT_LOAD_FORMAT"]}
         # The BF16 DFlash draft keeps a BF16 KV cache: without this it inherits the target's
         # --kv-cache-dtype (vllm/config/speculative.py:448 kv_cache_dtype), and on sm_12x no
         # non-causal backend vLLM 0.33.0 can load here takes FP8 KV (FlashAttention 2 has no
