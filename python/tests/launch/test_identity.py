@@ -4,7 +4,6 @@ every byte."""
 from __future__ import annotations
 
 import copy
-import dataclasses
 import hashlib
 import json
 import os

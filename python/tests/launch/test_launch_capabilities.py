@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from fixtures.launch import PROFILES, launcher_rules, real_contract, site_env
+from fixtures.launch import PROFILES, real_contract, site_env
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -5,7 +5,13 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from fixtures.launch import bound_contract, launcher_rules, launcher_rules_contract, real_contract, site_env
+from fixtures.launch import (
+    bound_contract,
+    launcher_rules,
+    launcher_rules_contract,
+    real_contract,
+    site_env,
+)
 from hypothesis import given
 from hypothesis import strategies as st
 

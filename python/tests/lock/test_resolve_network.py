@@ -7,6 +7,7 @@ CUDA libraries it pulls (tens of MB instead of GB), and python3-minimal's Debian
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -57,22 +58,29 @@ def test_real_subset_locks_fetches_and_assembles_identically(tmp_path: Path) -> 
     assert (tmp_path / "first/python/opt/venv/lib/python3.11/site-packages/sparkcache").is_dir()
 
 
+REPO_PROFILES = Path(__file__).resolve().parents[3] / "profiles"
+
+
+def _glm53_profiles(tmp_path: Path, edit: Callable[[str], str] = lambda text: text) -> Path:
+    """Copies of the two glm53 profiles beside no lock (``edit`` applied to each text)."""
+    profiles = tmp_path / "profiles"
+    for name in ("glm53-dflash7", "glm53-mtp5"):
+        (profiles / name).mkdir(parents=True)
+        text = (REPO_PROFILES / name / "profile.toml").read_text(encoding="utf-8")
+        (profiles / name / "profile.toml").write_text(edit(text), encoding="utf-8")
+    return profiles
+
+
 @pytest.mark.network
 @pytest.mark.slow
 def test_update_refreshes_one_input_and_keeps_the_rest(tmp_path: Path) -> None:
-    import shutil
-
     from sparkflake.lock.lock_file import load_lock
     from sparkflake.lock.pins import Lock
     from sparkflake.lock.profile_locks import load_profile
     from sparkflake.lock.resolve import update_input
 
-    repo_profiles = Path(__file__).resolve().parents[3] / "profiles"
-    profiles = tmp_path / "profiles"
-    for name in ("glm53-dflash7", "glm53-mtp5"):
-        (profiles / name).mkdir(parents=True)
-        shutil.copy(repo_profiles / name / "profile.toml", profiles / name / "profile.toml")
-    lock = load_lock(repo_profiles / "glm53.lock")
+    profiles = _glm53_profiles(tmp_path)
+    lock = load_lock(REPO_PROFILES / "glm53.lock")
     # pretend sparkcache and tzdata were locked long ago: drop them, then update each
     aged = Lock(target=lock.target, inputs=tuple(p for p in lock.inputs if p.name not in ("idna",)))
     aged = aged.replace_input(lock.by_name("sparkcache"))
@@ -97,16 +105,13 @@ def test_inputs_that_must_move_together_are_updated_in_one_resolution(tmp_path: 
     from sparkflake.lock.profile_locks import load_profile
     from sparkflake.lock.resolve import update_input
 
-    repo_profiles = Path(__file__).resolve().parents[3] / "profiles"
-    profiles = tmp_path / "profiles"
-    for name in ("glm53-dflash7", "glm53-mtp5"):
-        (profiles / name).mkdir(parents=True)
-        text = (repo_profiles / name / "profile.toml").read_text(encoding="utf-8")
+    def to_13_5(text: str) -> str:
         assert '"nvidia-cuda-nvcc==13.0.*"' in text and '"nvidia-cuda-crt==13.0.*"' in text
         text = text.replace('"nvidia-cuda-nvcc==13.0.*"', '"nvidia-cuda-nvcc==13.5.*"')
-        text = text.replace('"nvidia-cuda-crt==13.0.*"', '"nvidia-cuda-crt==13.5.*"')
-        (profiles / name / "profile.toml").write_text(text, encoding="utf-8")
-    lock = load_lock(repo_profiles / "glm53.lock")
+        return text.replace('"nvidia-cuda-crt==13.0.*"', '"nvidia-cuda-crt==13.5.*"')
+
+    profiles = _glm53_profiles(tmp_path, to_13_5)
+    lock = load_lock(REPO_PROFILES / "glm53.lock")
     assert lock.by_name("nvidia-cuda-nvcc").version.startswith("13.0.")
     profile = load_profile(profiles / "glm53-dflash7" / "profile.toml", check_locks=False)
     with pytest.raises(InputError, match="nvidia-cuda-crt"):
