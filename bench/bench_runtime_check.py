@@ -2,12 +2,20 @@
 of the image's interpreter, side by side with a plain ``import vllm`` in the same emulation.
 
 - ours: ``runtime.check.run_check`` on a build output with all of the profile's
-  conformance cases and the CLI's container mounts: the verified root reused (its stat
-  identity re-walked), one sandboxed interpreter start that imports torch, vllm, b12x,
-  sparkcache, fastsafetensors and flashinfer and judges every case (vLLM's ModelConfig
-  from the synthetic checkpoint included), the grep for env-variable evidence;
-- peer: the same sandbox, the same interpreter and bytecode cache, running
-  ``python -c "import vllm"`` — the least any check that runs vLLM's own code must pay;
+  conformance cases, the CLI's container mounts and the profile's [device]: the verified
+  root reused (its stat identity re-walked), one sandboxed interpreter start that imports
+  torch, vllm, b12x, sparkcache, fastsafetensors and flashinfer and judges every case
+  (vLLM's ModelConfig from the synthetic checkpoint included, then each case through
+  vLLM's create_engine_config and its per-layer selectors on the faked device: the
+  ``engine`` share of the probe is reported as ``ours_engine``), the grep for
+  env-variable evidence;
+- peer: the same sandbox, the same interpreter, bytecode cache and driver stand-in,
+  running ``python -c "import vllm"`` — the least any check that runs vLLM's own code must
+  pay;
+- no model is constructed on the meta device (the judge stops at vLLM's selectors with the
+  real VllmConfig), so there is no meta-construction cost to report;
+- where the probe's time went, per run: its phases before the cases and each case's
+  seconds (probe_breakdown_per_run);
 - both under the same cache condition, in two rows: ``cold`` (no bytecode cache: ours has
   the host compile the image's sources beside the probe, the peer's interpreter compiles
   what it imports itself, under emulation) and ``warm`` (the bytecode cache a complete
@@ -41,11 +49,12 @@ sys.path.insert(0, str(REPO / "python" / "src"))
 
 from sparkflake.cli.runtime import container_mounts, expected_versions
 from sparkflake.core.atomic_write import write_bytes_atomic
+from sparkflake.core.records import record_to_dict
 from sparkflake.launch.conformance import conformance_cases
 from sparkflake.launch.contract import contract_from_profile
 from sparkflake.lock.profile_locks import load_profile
 from sparkflake.oci.reader import open_image
-from sparkflake.runtime import rootfs, sandbox
+from sparkflake.runtime import driver_stand_in, rootfs, sandbox
 from sparkflake.runtime.check import (
     config_env,
     image_interpreter,
@@ -73,6 +82,7 @@ def main() -> int:
     contract = contract_from_profile(profile)
     cases = [Case(c.name, c.serve_args, c.env) for c in conformance_cases(contract) if c.serve_args is not None]
     mounts = container_mounts(contract, cases)
+    device = None if profile.device is None else record_to_dict(profile.device)
     versions = expected_versions(profile)
     reader = open_image(image_location(out))
     started = time.monotonic()
@@ -88,7 +98,15 @@ def main() -> int:
         expected = [(check["id"], check["status"]) for check in json.loads(Path(args.verdicts).read_text())["checks"]
                     if check["id"] != "runtime.launch-refused"]
     seconds: dict[str, dict[str, list[float]]] = {row: {"ours": [], "import_vllm": [], "ours_probe": [],
-                                                        "ours_imports": []} for row in rows}
+                                                        "ours_imports": [], "ours_engine": []} for row in rows}
+    failed: list[list[str]] = []
+    breakdown: list[dict] = []  # per run of ours, in order
+    stand_in = driver_stand_in.build_stand_in(unpacked.path, str(reader.config.get("architecture")), scratch)
+    peer_binds = []
+    if device is not None and stand_in.directory is not None:
+        # the peer loads the same driver stand-in, so both pay for the same emulation
+        env["LD_LIBRARY_PATH"] = ":".join(filter(None, (driver_stand_in.INSIDE, env.get("LD_LIBRARY_PATH"))))
+        peer_binds.append((stand_in.directory, driver_stand_in.INSIDE, False))
     loads: list[list[float]] = []
 
     def forget_bytecode() -> None:
@@ -99,11 +117,20 @@ def main() -> int:
     def ours(row: str) -> None:
         started = time.monotonic()
         report = run_check(out, cases=cases, expected_versions=versions, platform=profile.platform, scratch=scratch,
-                           mounts=mounts)
+                           mounts=mounts, device=device)
         seconds[row]["ours"].append(time.monotonic() - started)
         seconds[row]["ours_probe"].append(report.probe_seconds or 0.0)
         seconds[row]["ours_imports"].append(report.import_seconds or 0.0)
-        assert report.exit_code == 0, [check.as_record() for check in report.failed()]
+        probe = json.loads((scratch / "probe-result.json").read_bytes())
+        seconds[row]["ours_engine"].append(sum(float((case.get("engine") or {}).get("seconds") or 0.0)
+                                               for case in probe.get("cases", [])))
+        # where the probe's time went: its phases before the cases (imports, platform,
+        # capabilities, the warming child's wait) and each case, in order
+        breakdown.append({"imports": probe.get("import_seconds"), "phases": probe.get("phase_seconds"),
+                          "cases": {str(case.get("name")): case.get("seconds") for case in probe.get("cases", [])},
+                          "seconds": probe.get("seconds")})
+        # timed whatever the verdicts: the failed check ids are recorded beside the times
+        failed.append(sorted({check.id for check in report.failed()}))
         if expected is not None:
             given = [(check.id, check.status) for check in report.checks]
             assert given == expected, f"the verdicts differ from {args.verdicts}"
@@ -111,7 +138,7 @@ def main() -> int:
     def peer(row: str) -> None:
         (scratch / "pycache").mkdir(exist_ok=True)
         argv = sandbox.sandbox_argv(unpacked.path, [python, "-c", "import vllm"], env,
-                                    [(scratch / "pycache", PYCACHE_INSIDE, True)])
+                                    [(scratch / "pycache", PYCACHE_INSIDE, True), *peer_binds])
         started = time.monotonic()
         result = sandbox.run_sandboxed(argv, timeout=3600, stderr_path=scratch / "peer-stderr.log")
         seconds[row]["import_vllm"].append(time.monotonic() - started)
@@ -129,6 +156,9 @@ def main() -> int:
             "host": {"machine": platform.machine(), "cpus": os.cpu_count(),
                      "load_average_1m_before_after_each_row": loads},
             "cases": len(cases),
+            "device": device,
+            "failed_check_ids_per_run": failed,
+            "probe_breakdown_per_run": breakdown,
             # what each of our runs was compared with (--verdicts): the same ids and statuses
             "verdicts_as_report": expected and {"checks": len(expected),
                                                 "statuses": dict(Counter(status for _, status in expected))},

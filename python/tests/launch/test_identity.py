@@ -4,7 +4,6 @@ every byte."""
 from __future__ import annotations
 
 import copy
-import dataclasses
 import hashlib
 import json
 import os
@@ -12,7 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from fixtures.launch import bound_contract, site_env
+from fixtures.launch import bound_contract, launcher_rules, site_env
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -179,8 +178,9 @@ def test_sparkcache_agrees_with_our_identity(tmp_path, monkeypatch, profile, dcp
         if name.startswith("SPARK_CONTEXT_CACHE_"):
             monkeypatch.delenv(name)
     dflash = profile == "glm53-dflash7"
-    # the launcher's own rules: the image's capabilities refuse DCP2/DCP4 and SparkCache on
-    contract = dataclasses.replace(bound_contract(profile, tmp_path), capabilities=None)
+    # the launcher's own rules: the profile and its image's capabilities refuse DCP2/DCP4 and
+    # SparkCache on
+    contract = launcher_rules(bound_contract(profile, tmp_path))
     text = site_env(tmp_path, rank, draft=dflash, DCP=str(dcp))
     resolution = resolve(parse_env_text(text, "r.env"), contract, rank, "r.env")
     values = resolution.values

@@ -22,10 +22,16 @@ from sparkflake.runtime import capabilities as capability_file
 ROOT = Path("/srv/test")
 
 
-def plan(profile: str, **extra: str):
+def plan(profile: str, contract=None, **extra: str):
     text = site_env(ROOT, 0, draft=profile == "glm53-dflash7", **extra)
     return plan_from_assignments(rank=0, assignments=parse_env_text(text, "r.env"), source="r.env",
-                                 contract=real_contract(profile), engine=None, run_checks=False)
+                                 contract=contract or real_contract(profile), engine=None, run_checks=False)
+
+
+def image_rules(profile: str):
+    """The profile's contract with its image's capabilities but without its ``[refused]``
+    values, which would refuse DCP2/DCP4 and B12X attention before the capabilities do."""
+    return dataclasses.replace(real_contract(profile), refused={})
 
 
 @pytest.mark.parametrize("profile", ["glm53-dflash7", "glm53-mtp5"])
@@ -48,15 +54,10 @@ def test_default_launch_emits_only_what_the_image_reads(profile):
     assert set(launch.spec.env) <= set(caps.env_read), set(launch.spec.env) - set(caps.env_read)
     speculative = json.loads(serve[serve.index("--speculative-config") + 1])
     assert set(speculative) <= set(caps.speculative_config_fields)
-    # SparkCache on, as the launcher's own rules would emit it: every key is one SparkCache reads
-    spark = plan_from_assignments(
-        rank=0, assignments=parse_env_text(site_env(ROOT, 0, draft=profile == "glm53-dflash7",
-                                                    SPARKCACHE_ENABLED="1"), "r.env"),
-        source="r.env", contract=dataclasses.replace(real_contract(profile), capabilities=None),
-        engine=None, run_checks=False)
-    args = list(spark.spec.serve_args)
-    extra = json.loads(args[args.index("--kv-transfer-config") + 1])["kv_connector_extra_config"]
-    assert set(extra) <= set(caps.sparkcache_extra_keys_read), set(extra) - set(caps.sparkcache_extra_keys_read)
+    # SparkCache on: the profile refuses it (SparkCache's own refusals, judged in the image by
+    # tests/runtime/test_runtime_real.py), so no launch carries a kv-transfer-config
+    with pytest.raises(InputError, match=r"SPARKCACHE_ENABLED=1 is refused by profile .*SparkCache 0\.1\.0a2"):
+        plan(profile, SPARKCACHE_ENABLED="1")
 
 
 @pytest.mark.parametrize(
@@ -64,17 +65,13 @@ def test_default_launch_emits_only_what_the_image_reads(profile):
     [
         ("glm53-dflash7", {"DCP": "2"}, ["full-CKV gather", "VLLM_B12X_MLA_CKV_GATHER", "use DCP=1"]),
         ("glm53-dflash7", {"DCP": "4"}, ["full-CKV gather"]),
-        ("glm53-dflash7", {"SPARKCACHE_ENABLED": "1"}, ["SparkCache 0.1.0a2 refuses", "Mamba",
-                                                         "set SPARKCACHE_ENABLED=0"]),
         ("glm53-mtp5", {"SPECULATIVE_ADAPTIVE": "1"}, ["adaptive_num_speculative_tokens", "SPECULATIVE_ADAPTIVE=0"]),
         ("glm53-dflash7", {"ATTENTION_BACKEND": "NOPE_ATTN"}, ["no such backend", "B12X"]),
-        ("glm53-dflash7", {"MOE_BACKEND": "flashinfer_cutlass"}, ["FlashInfer's kernels cannot run"]),
-        ("glm53-dflash7", {"FLASHINFER_ALLREDUCE": "1"}, ["FLASHINFER_ALLREDUCE=1", "flashinfer-cubin"]),
     ],
 )
 def test_what_the_image_cannot_honour_is_refused(profile, extra, fragments):
     with pytest.raises(InputError) as caught:
-        plan(profile, **extra)
+        plan(profile, image_rules(profile), **extra)
     message = str(caught.value)
     assert message.startswith("r.env:"), message
     assert str(PROFILES / profile / capability_file.FILE_NAME) in message
@@ -143,3 +140,52 @@ def test_launch_refuses_an_image_the_manifest_was_not_written_for(tmp_path, prof
     assert check.status == "fail" and not refused.ok
     assert other in check.detail and caps.config_digest in check.detail and caps.source in check.detail
     assert "sparkflake runtime check" in check.detail
+
+
+def _with_selection(profile: str, refusals: dict[str, str], **extra: str):
+    """The profile's contract whose manifest records vLLM's engine start for exactly the
+    launch ``extra`` makes (as the runtime check would), with these refusals."""
+    from sparkflake.runtime.capabilities import KernelSelection, LayerChoice, selecting_settings
+
+    contract = dataclasses.replace(image_rules(profile), capabilities=None)
+    text = site_env(ROOT, 0, draft=profile == "glm53-dflash7", **extra)
+    launch = plan_from_assignments(rank=0, assignments=parse_env_text(text, "r.env"), source="r.env",
+                                   contract=contract, engine=None, run_checks=False)
+    layers = {"target.moe": LayerChoice("B12X", None), **{kind: LayerChoice(None, reason)
+                                                          for kind, reason in refusals.items()}}
+    selection = KernelSelection(selecting_settings(launch.spec.serve_args), layers, 128)
+    caps = dataclasses.replace(real_contract(profile).capabilities, kernel_selections=(selection,),
+                               # the engine start alone decides here
+                               attention_backends=("B12X", "FLASHINFER_MLA_SPARSE_SM120", "TRITON_MLA"))
+    return dataclasses.replace(image_rules(profile), capabilities=caps), text
+
+
+def test_a_launch_vllm_refuses_at_engine_start_is_refused_with_its_reason():
+    reason = ("ValueError: Selected backend AttentionBackendEnum.B12X is not valid for this configuration. "
+              "Reason: ['MLA not supported', 'sparse not supported']")
+    contract, text = _with_selection("glm53-dflash7", {"target.sparse_mla_attention": reason},
+                                     ATTENTION_BACKEND="B12X")
+    with pytest.raises(InputError) as refused:
+        plan_from_assignments(rank=0, assignments=parse_env_text(text, "r.env"), source="r.env", contract=contract,
+                              engine=None, run_checks=False)
+    assert "vLLM 0.33.0 refuses this launch at engine start" in str(refused.value)
+    assert f"target.sparse_mla_attention: {reason}" in str(refused.value)
+    # another launch (here: another attention backend) was not judged: not refused for it
+    other = site_env(ROOT, 0, draft=True, ATTENTION_BACKEND="TRITON_MLA")
+    plan_from_assignments(rank=0, assignments=parse_env_text(other, "r.env"), source="r.env", contract=contract,
+                          engine=None, run_checks=False)
+
+
+def test_explain_gives_what_vllm_selects_per_layer_kind():
+    contract, text = _with_selection("glm53-mtp5", {}, ATTENTION_BACKEND="B12X")
+    launch = plan_from_assignments(rank=0, assignments=parse_env_text(text, "r.env"), source="r.env",
+                                   contract=contract, engine=None, run_checks=False)
+    selection = launch.report(explain=True)["kernel_selection"]
+    assert selection["judged"] and selection["layers"] == {"target.moe": {"choice": "B12X"}}
+    assert selection["block_size"] == 128 and selection["settings"]["speculative.method"] == "mtp"
+    unjudged = launch.report(explain=True)
+    assert "kernel_selection" in unjudged and "kernel_selection" not in launch.report()
+    # the default launch: what the committed capabilities recorded for it
+    default = plan("glm53-mtp5").report(explain=True)["kernel_selection"]
+    assert default["judged"] and default["layers"]["target.sparse_mla_attention"] == {
+        "choice": "FLASHINFER_MLA_SPARSE_SM120"}

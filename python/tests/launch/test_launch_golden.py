@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 import pytest
-from fixtures.launch import DRAFT_FILES, TARGET_FILES, real_contract
+from fixtures.launch import DRAFT_FILES, TARGET_FILES, launcher_rules_contract, real_contract
 
 from sparkflake.core.container_engine import Engine
 from sparkflake.launch.envfile import parse_env_text
@@ -35,11 +35,13 @@ def _files(files):
 def golden_plan(profile: str, dcp: int, sparkcache: bool, rank: int, engine: str = "podman"):
     # Components come from the shared lock, which other stages regenerate; the goldens pin
     # them so that they change only when the launcher or the profile's contract does.
-    # The spec builder alone: the image's capabilities would refuse DCP2/DCP4 and SparkCache
-    # on (test_launch_capabilities.py), and the goldens show what each would emit.
+    # The spec builder alone: the profile and its image's capabilities refuse DCP2/DCP4 and
+    # SparkCache on (test_launch_resolve.py, test_launch_capabilities.py), and the goldens
+    # show what each would emit under the launcher's own rules; the default launch (DCP1,
+    # SparkCache off) is the profile's own.
+    default = dcp == 1 and not sparkcache
     contract = dataclasses.replace(
-        real_contract(profile),
-        capabilities=None,
+        dataclasses.replace(real_contract(profile), capabilities=None) if default else launcher_rules_contract(profile),
         target_files=_files(TARGET_FILES),
         draft_files=_files(DRAFT_FILES),
         components={"vllm_wheel": "wheel vllm 0.33.0 sha256 " + "6" * 64,
@@ -114,7 +116,10 @@ def test_golden_invariants(profile, dcp, sparkcache, rank):
     assert arg("--cp-kv-cache-interleave-size") == ("1" if dcp == 1 else "4")
     assert arg("--kv-cache-memory-bytes") == str((26 if dcp == 1 else 30) << 30)
     assert not any("FULL_CKV_GATHER" in item for item in argv)  # read by nothing in the image
-    assert (arg("--attention-backend"), arg("--moe-backend"), arg("--linear-backend")) == ("B12X", "b12x", "b12x")
+    assert (arg("--attention-backend"), arg("--moe-backend"), arg("--linear-backend")) == (
+        "FLASHINFER_MLA_SPARSE_SM120", "b12x", "b12x")  # the profiles choose what vLLM 0.33.0 selects on sm_121
+    assert arg("--gpu-memory-utilization") == "0.82"  # under GB10's free memory at start
+    assert "CUDA_HOME=/opt/venv/lib/python3.11/site-packages/nvidia/cu13" in argv
     assert arg("--max-model-len") == "1048576" and arg("--max-num-batched-tokens") == "8192"
     assert "--enable-prefix-caching" in serve
     assert ("--kv-transfer-config" in serve) is sparkcache
@@ -124,8 +129,11 @@ def test_golden_invariants(profile, dcp, sparkcache, rank):
     speculative = json.loads(arg("--speculative-config"))
     compilation = json.loads(arg("--compilation-config"))
     if profile == "glm53-dflash7":
+        # the BF16 draft keeps a BF16 KV cache; the seeds' draft sampling and draft loader
         assert speculative == {"method": "dflash", "model": "/models/draft", "num_speculative_tokens": 7,
-                               "draft_tensor_parallel_size": 4}
+                               "draft_tensor_parallel_size": 4, "kv_cache_dtype": "auto",
+                               "draft_sample_method": "probabilistic",
+                               "draft_load_config": {"load_format": "safetensors"}}
         assert "--language-model-only" in serve
         assert compilation["pass_config"] == {"fuse_allreduce_rms": False}
         assert "VLLM_ALLREDUCE_USE_SYMM_MEM=0" in argv and "VLLM_ALLREDUCE_USE_FLASHINFER=0" in argv
@@ -135,7 +143,9 @@ def test_golden_invariants(profile, dcp, sparkcache, rank):
             assert "spark_cache_namespace" not in extra and "spark_cache_publication" not in extra
         assert plan.qualification.status == expected
     else:
-        assert speculative == {"method": "mtp", "num_speculative_tokens": 5}
+        # the MTP head's unquantized MoE does not inherit b12x
+        assert speculative == {"method": "mtp", "num_speculative_tokens": 5, "moe_backend": "triton",
+                               "draft_sample_method": "probabilistic"}
         assert f"{ROOT}/models/draft:/models/draft:ro" not in argv
         assert plan.qualification.status == "research-only"
     labels = plan.spec.labels

@@ -5,7 +5,13 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from fixtures.launch import bound_contract, real_contract, site_env
+from fixtures.launch import (
+    bound_contract,
+    launcher_rules,
+    launcher_rules_contract,
+    real_contract,
+    site_env,
+)
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -20,10 +26,10 @@ ROOT = "/srv/test"
 
 
 def run(text: str, profile: str = "glm53-dflash7", rank: int = 0):
-    # The launcher's own rules, with no image's capabilities (test_launch_capabilities.py
-    # has those)
-    contract = dataclasses.replace(real_contract(profile), capabilities=None)
-    return resolve(parse_env_text(text, "r.env"), contract, rank, "r.env")
+    # The launcher's own rules, without the profile's refusals and with no image's
+    # capabilities (test_launch_capabilities.py has those; test_a_value_the_profile_refuses_*
+    # the profile's)
+    return resolve(parse_env_text(text, "r.env"), launcher_rules_contract(profile), rank, "r.env")
 
 
 def env(rank: int = 0, draft: bool = True, **extra: str) -> str:
@@ -185,12 +191,14 @@ def test_unknown_key_suggests_nearest():
 def test_qualification(tmp_path):
     # With the image's capabilities, the seeds' qualified configuration (SparkCache on)
     # cannot run at all: this image's SparkCache refuses GLM-5.3
+    # (the profile refuses SPARKCACHE_ENABLED=1 with SparkCache's own reasons)
     refused = qualify(run(env()), bound_contract("glm53-dflash7", tmp_path), None)
     assert refused.status == UNQUALIFIED_CONFIGURATION
     assert "qualified configuration not applicable" in refused.differences[0]
-    assert "SparkCache 0.1.0a2 refuses" in refused.differences[0]
+    assert "SPARKCACHE_ENABLED=1 is refused by profile glm53-dflash7: SparkCache 0.1.0a2 refuses" in refused.differences[0]
+    assert "Mamba" in refused.differences[0] and "2304" in refused.differences[0]
     # the launcher's own rules: the profile's default (off) is not the qualified configuration
-    contract = dataclasses.replace(bound_contract("glm53-dflash7", tmp_path), capabilities=None)
+    contract = launcher_rules(bound_contract("glm53-dflash7", tmp_path))
     default = qualify(run(env()), contract, None)
     assert default.status == UNQUALIFIED_CONFIGURATION
     assert default.differences == ("SPARKCACHE_ENABLED: qualified 1, resolved 0",)
@@ -212,8 +220,8 @@ def test_qualification(tmp_path):
 
 def test_qualified_image_binding(tmp_path):
     image = "sha256:" + "a" * 64
-    contract = dataclasses.replace(bound_contract("glm53-dflash7", tmp_path), status="qualified", image_id=image,
-                                   capabilities=None)
+    contract = dataclasses.replace(launcher_rules(bound_contract("glm53-dflash7", tmp_path)), status="qualified",
+                                   image_id=image)
     resolution = run(env(SPARKCACHE_ENABLED="1"))
     assert qualify(resolution, contract, image).status == "qualified"
     other = qualify(resolution, contract, "sha256:" + "b" * 64)
@@ -373,3 +381,39 @@ def test_an_accepted_ulimit_has_soft_at_most_hard(name, soft, hard):
 
     assert limit(soft) <= limit(hard)
     assert not (name == "nofile" and limit(hard) == infinite)
+
+
+@pytest.mark.parametrize("profile", ["glm53-dflash7", "glm53-mtp5"])
+@pytest.mark.parametrize(("extra", "setting"), [
+    ({"DCP": "2"}, "DCP=2"), ({"DCP": "4"}, "DCP=4"), ({"KV_CACHE_DTYPE": "bfloat16", "SPARKCACHE_ENABLED": "0"},
+                                                      "KV_CACHE_DTYPE=bfloat16"),
+    ({"ATTENTION_BACKEND": "B12X"}, "ATTENTION_BACKEND=B12X"), ({"ATTENTION_BACKEND": "TRITON_MLA"},
+                                                                "ATTENTION_BACKEND=TRITON_MLA"),
+    ({"MOE_BACKEND": "triton"}, "MOE_BACKEND=triton"),
+    ({"SPARKCACHE_ENABLED": "1"}, "SPARKCACHE_ENABLED=1"),
+])
+def test_a_value_the_profile_refuses_is_refused_with_vllms_reason_and_the_line(profile, extra, setting):
+    """The profile's [refused]: what vLLM 0.33.0 in its image refuses at engine start on GB10
+    (the runtime check's verdicts, quoted), refused before anything starts."""
+    contract = dataclasses.replace(real_contract(profile), capabilities=None)
+    text = env(draft=profile == "glm53-dflash7", **extra)
+    with pytest.raises(InputError) as caught:
+        resolve(parse_env_text(text, "r.env"), contract, 0, "r.env")
+    message = str(caught.value)
+    line = 6 if profile == "glm53-dflash7" else 5  # the env file's first line after the site's
+    assert message.startswith(f"r.env:{line}: ") and f"{setting} is refused by profile {profile}: " in message and ("vLLM 0.33.0" in message or "SparkCache 0.1.0a2" in message)
+    # the default launch is not refused, and vLLM's block size is its own
+    values = resolve(parse_env_text(env(draft=profile == "glm53-dflash7"), "r.env"), contract, 0, "r.env").values
+    assert values["KV_BLOCK_SIZE"] == 2304 and values["DCP"] == 1
+
+
+def test_a_refused_table_is_checked_against_the_catalog():
+    from sparkflake.launch.settings import refused_values
+
+    assert refused_values({"DCP": {"2": "r"}, "SPARKCACHE_ENABLED": {"1": "s"}}, "p: refused") == {
+        "DCP": {2: "r"}, "SPARKCACHE_ENABLED": {True: "s"}}
+    with pytest.raises(InputError, match=r"^p: refused.DCP_SIZE: unknown setting DCP_SIZE"):
+        refused_values({"DCP_SIZE": {"2": "r"}}, "p: refused")
+    # a value the setting cannot take would refuse nothing: named
+    with pytest.raises(InputError, match=r"^p: refused.DCP.two: "):
+        refused_values({"DCP": {"two": "r"}}, "p: refused")

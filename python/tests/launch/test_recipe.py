@@ -37,7 +37,9 @@ def test_seed_recipe_import(tmp_path):
     assert report["served_model_name"] == "glm53"
     assert report["runtime"]["SERVED_MODEL_NAME"] == "glm53"  # the launch serves the recipe's name
     assert report["unknown_fields"] == ["docker_image_dir"]
-    assert "--chat-template" in report["unmapped_args"] and "--block-size" in report["unmapped_args"]
+    assert "--chat-template" in report["unmapped_args"] and "--block-size" not in report["unmapped_args"]
+    # the seed recipe's block size is the one vLLM settles for GLM-5.3's sparse MLA (2304)
+    assert report["runtime"]["KV_BLOCK_SIZE"] == "2304"
     profile = tomllib.loads((tmp_path / "out" / "profile.toml").read_text())
     source = tomllib.loads(SEED_RECIPE.read_text())
     recipe = profile["recipe"]
@@ -111,7 +113,7 @@ def test_export_import_round_trip_property(dcp, sparkcache, seqs, depth, load_fo
     import dataclasses
     import hashlib
 
-    from fixtures.launch import DRAFT_FILES, TARGET_FILES, real_contract
+    from fixtures.launch import DRAFT_FILES, TARGET_FILES, launcher_rules_contract
 
     from sparkflake.core.container_engine import Engine
     from sparkflake.launch.plan import plan_from_assignments
@@ -121,9 +123,9 @@ def test_export_import_round_trip_property(dcp, sparkcache, seqs, depth, load_fo
     def rows(files):
         return tuple(CheckpointFile(n, hashlib.sha256(c).hexdigest(), len(c)) for n, c in sorted(files.items()))
 
-    # the launcher's own rules (the image's capabilities would refuse DCP2/DCP4, SparkCache on)
-    contract = dataclasses.replace(real_contract("glm53-dflash7"), target_files=rows(TARGET_FILES),
-                                   draft_files=rows(DRAFT_FILES), capabilities=None)
+    # the launcher's own rules (the profile and its image refuse DCP2/DCP4, SparkCache on)
+    contract = dataclasses.replace(launcher_rules_contract("glm53-dflash7"), target_files=rows(TARGET_FILES),
+                                   draft_files=rows(DRAFT_FILES))
     text = site_env(Path("/srv/p"), 0, DCP=str(dcp), SPARKCACHE_ENABLED=str(int(sparkcache)), MAX_NUM_SEQS=str(seqs),
                     SPECULATIVE_TOKENS=str(depth), MAX_NUM_BATCHED_TOKENS="8192", LOAD_FORMAT=load_format)
     plan = plan_from_assignments(rank=0, assignments=parse_env_text(text, "r.env"), source="r.env", contract=contract,
@@ -186,12 +188,13 @@ def test_export_of_an_imported_env_keeps_env_mounts_mods_and_unmapped_args(tmp_p
     exported_path = tmp_path / "back.recipe.toml"
     export = ["recipe", "export", "0", str(env_file), "--profile", str(PROFILES / "glm53-dflash7"),
               "-o", str(exported_path)]
-    # The seed's MoE backend is one this image cannot run (its runtime-capabilities.json):
-    # the export, a launch resolution, refuses it by name before anything is written
+    # A MoE backend the image does not have (its runtime-capabilities.json): the export, a
+    # launch resolution, refuses it by name before anything is written
+    env_file.write_text(env_file.read_text().replace("MOE_BACKEND=flashinfer_cutlass", "MOE_BACKEND=nope_moe"))
     refused = cli(*export)
-    assert refused.returncode == 2 and "MOE_BACKEND=flashinfer_cutlass" in refused.stderr, refused.stderr
+    assert refused.returncode == 2 and "MOE_BACKEND=nope_moe" in refused.stderr, refused.stderr
     assert not exported_path.exists()
-    env_file.write_text(env_file.read_text().replace("MOE_BACKEND=flashinfer_cutlass", "MOE_BACKEND=b12x"))
+    env_file.write_text(env_file.read_text().replace("MOE_BACKEND=nope_moe", "MOE_BACKEND=b12x"))
     completed = cli(*export)
     assert completed.returncode == 0, completed.stderr
     assert f"carried [recipe] of {out / 'profile.toml'}" in completed.stdout

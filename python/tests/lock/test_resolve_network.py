@@ -7,6 +7,7 @@ CUDA libraries it pulls (tens of MB instead of GB), and python3-minimal's Debian
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -57,29 +58,66 @@ def test_real_subset_locks_fetches_and_assembles_identically(tmp_path: Path) -> 
     assert (tmp_path / "first/python/opt/venv/lib/python3.11/site-packages/sparkcache").is_dir()
 
 
+REPO_PROFILES = Path(__file__).resolve().parents[3] / "profiles"
+
+
+def _glm53_profiles(tmp_path: Path, edit: Callable[[str], str] = lambda text: text) -> Path:
+    """Copies of the two glm53 profiles beside no lock (``edit`` applied to each text)."""
+    profiles = tmp_path / "profiles"
+    for name in ("glm53-dflash7", "glm53-mtp5"):
+        (profiles / name).mkdir(parents=True)
+        text = (REPO_PROFILES / name / "profile.toml").read_text(encoding="utf-8")
+        (profiles / name / "profile.toml").write_text(edit(text), encoding="utf-8")
+    return profiles
+
+
 @pytest.mark.network
 @pytest.mark.slow
 def test_update_refreshes_one_input_and_keeps_the_rest(tmp_path: Path) -> None:
-    import shutil
-
     from sparkflake.lock.lock_file import load_lock
     from sparkflake.lock.pins import Lock
     from sparkflake.lock.profile_locks import load_profile
     from sparkflake.lock.resolve import update_input
 
-    repo_profiles = Path(__file__).resolve().parents[3] / "profiles"
-    profiles = tmp_path / "profiles"
-    for name in ("glm53-dflash7", "glm53-mtp5"):
-        (profiles / name).mkdir(parents=True)
-        shutil.copy(repo_profiles / name / "profile.toml", profiles / name / "profile.toml")
-    lock = load_lock(repo_profiles / "glm53.lock")
+    profiles = _glm53_profiles(tmp_path)
+    lock = load_lock(REPO_PROFILES / "glm53.lock")
     # pretend sparkcache and tzdata were locked long ago: drop them, then update each
     aged = Lock(target=lock.target, inputs=tuple(p for p in lock.inputs if p.name not in ("idna",)))
     aged = aged.replace_input(lock.by_name("sparkcache"))
     profile = load_profile(profiles / "glm53-dflash7" / "profile.toml", check_locks=False)
-    updated = update_input(profile, aged, "sparkcache", cache=BlobCache(tmp_path / "cache"))
+    updated = update_input(profile, aged, ["sparkcache"], cache=BlobCache(tmp_path / "cache"))
     kept = {p.name for p in aged.inputs} - {"sparkcache"}
     assert all(updated.get(name) == aged.get(name) for name in kept)
     assert updated.get("idna") is not None  # a missing dependency comes back
-    updated_deb = update_input(profile, aged, "tzdata:all", cache=BlobCache(tmp_path / "cache"))
+    updated_deb = update_input(profile, aged, ["tzdata:all"], cache=BlobCache(tmp_path / "cache"))
     assert all(updated_deb.get(p.name) == p for p in aged.inputs if p.name != "tzdata:all")
+
+
+@pytest.mark.network
+@pytest.mark.slow
+def test_inputs_that_must_move_together_are_updated_in_one_resolution(tmp_path: Path) -> None:
+    # nvcc and its crt headers are coupled (the profiles hold both at the CUDA runtime's 13.0):
+    # a profile that asks for both at 13.5 cannot move either alone against the other's pin,
+    # and moves both with `--update nvidia-cuda-nvcc --update nvidia-cuda-crt`.
+
+    from sparkflake.core.errors import InputError
+    from sparkflake.lock.lock_file import load_lock
+    from sparkflake.lock.profile_locks import load_profile
+    from sparkflake.lock.resolve import update_input
+
+    def to_13_5(text: str) -> str:
+        assert '"nvidia-cuda-nvcc==13.0.*"' in text and '"nvidia-cuda-crt==13.0.*"' in text
+        text = text.replace('"nvidia-cuda-nvcc==13.0.*"', '"nvidia-cuda-nvcc==13.5.*"')
+        return text.replace('"nvidia-cuda-crt==13.0.*"', '"nvidia-cuda-crt==13.5.*"')
+
+    profiles = _glm53_profiles(tmp_path, to_13_5)
+    lock = load_lock(REPO_PROFILES / "glm53.lock")
+    assert lock.by_name("nvidia-cuda-nvcc").version.startswith("13.0.")
+    profile = load_profile(profiles / "glm53-dflash7" / "profile.toml", check_locks=False)
+    with pytest.raises(InputError, match="nvidia-cuda-crt"):
+        update_input(profile, lock, ["nvidia-cuda-nvcc"], cache=BlobCache(tmp_path / "cache"))
+    updated = update_input(profile, lock, ["nvidia-cuda-nvcc", "nvidia-cuda-crt"], cache=BlobCache(tmp_path / "cache"))
+    assert updated.by_name("nvidia-cuda-nvcc").version.startswith("13.5.")
+    assert updated.by_name("nvidia-cuda-crt").version.startswith("13.5.")
+    moved = {"nvidia-cuda-nvcc", "nvidia-cuda-crt"}
+    assert all(updated.get(pin.name) == pin for pin in lock.inputs if pin.name not in moved)

@@ -63,9 +63,13 @@ def small_lock(*, without: tuple[str, ...] = (), platform: str = "linux/arm64") 
         wheel("b12x", "1.0"), wheel("sparkcache", "1.0"), wheel("fastsafetensors", "0.1"),
         wheel("nvidia-nccl-cu13", "2.30.7", "py3-none-manylinux_2_18_aarch64"),
         wheel("torch", "2.14.0", "cp311-cp311-manylinux_2_28_aarch64"),
+        wheel("nvidia-cuda-nvcc", "13.0.88", "py3-none-manylinux2014_aarch64"),
+        wheel("nvidia-cuda-crt", "13.0.88", "py3-none-manylinux2014_aarch64"),
+        wheel("nvidia-nvvm", "13.0.88", "py3-none-manylinux2014_aarch64"),
     ]
     for package in ("python3", "libc6", "libstdc++6", "libgcc-s1", "ca-certificates", "tzdata",
-                    "libssl3", "libsqlite3-0", "zlib1g", "libibverbs1", "ibverbs-providers"):
+                    "libssl3", "libsqlite3-0", "zlib1g", "libibverbs1", "ibverbs-providers",
+                    "g++", "python3.11-dev", "dash", "libc-bin"):
         pins.append(DebPin(name=f"{package}:arm64", package=package, version="1.0-1", architecture="arm64",
                            sha256=SHA, size=1, urls=(f"https://deb.example/{package}.deb",)))
     kept = [pin for pin in pins if pin.name not in without]
@@ -190,6 +194,9 @@ _env_value = st.one_of(
     st.floats(allow_nan=False, allow_infinity=False),
 )
 _env_table = st.dictionaries(_env_key, _env_value, max_size=6)
+_refused_table = st.dictionaries(
+    _env_key, st.dictionaries(st.text(st.characters(blacklist_categories=("Cs", "Cc")), min_size=1, max_size=8),
+                              free_text, min_size=1, max_size=3), max_size=3)
 _abs_path = st.from_regex(r"(/[a-z0-9_.-]{1,8}){1,4}", fullmatch=True).filter(
     lambda path: all(part not in (".", "..") for part in path.split("/"))
 )
@@ -250,6 +257,7 @@ def profiles(draw: st.DrawFn) -> Profile:
             ["python3", "libc6", "libstdc++6", "tzdata"]), min_size=1, max_size=4, unique=True)))),
         absent=Absences(distributions=tuple(draw(st.lists(st.sampled_from(["deep_ep", "DeepEP", "x.y"]), max_size=2, unique=True)))),
         runtime=draw(_env_table),
+        refused=draw(_refused_table),
         qualified=qualified,
         checkpoints=checkpoints,
         labels=draw(st.dictionaries(_label_key, free_text, max_size=3)),
@@ -354,6 +362,12 @@ def test_truncated_profile_names_line_and_column() -> None:
         ('"org.opencontainers.image.title" = "glm53-dflash7"', '"Title" = "glm53-dflash7"',
          'profile.toml: labels.Title: expected a reverse-DNS label key like org.opencontainers.image.title, got "Title"'),
         ('platform = "linux/arm64"', 'platform = "arm64"', 'profile.toml: platform: expected an OCI platform like "linux/arm64", got "arm64"'),
+        ("[refused.DCP]\n", "[refused.dcp]\n",
+         'profile.toml: refused.dcp: expected an UPPER_SNAKE_CASE key, got "dcp"'),
+        ('[refused.MOE_BACKEND]\ntriton = "', '[refused.MOE_BACKEND]\ntriton = 1\nx = "',
+         "profile.toml: refused.MOE_BACKEND.triton: expected a string"),
+        ("[refused.MOE_BACKEND]\ntriton = ", "[refused.MOE_BACKEND]\n[refused.X]\ntriton = ",
+         "profile.toml: refused.MOE_BACKEND: expected at least one refused value"),
     ],
 )
 def test_invalid_profiles_name_the_place(old: str, new: str, expected: str) -> None:

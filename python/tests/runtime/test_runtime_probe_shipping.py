@@ -20,8 +20,9 @@ import pytest
 
 from sparkflake.runtime.probe_runner import PROBE_DIRECTORY, PROBE_MODULES, ship_probe
 
-# The image's packages the probe's code imports (what it judges), by top-level name
-IMAGE_PACKAGES = {"torch", "vllm", "sparkcache", "b12x", "flashinfer", "fastsafetensors", "triton"}
+# The image's packages the probe's code imports (what it judges), by top-level name: triton
+# (torch's) and cutlass (nvidia-cutlass-dsl, b12x's) for how kernels are built
+IMAGE_PACKAGES = {"torch", "vllm", "sparkcache", "b12x", "flashinfer", "fastsafetensors", "triton", "cutlass"}
 HOST_PYTHON = Path("/usr/bin/python3")
 # the probe wraps os.environ's class to record reads; the tests put it back
 _ENVIRON_GETITEM = type(os.environ).__getitem__

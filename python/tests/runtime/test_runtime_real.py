@@ -9,6 +9,7 @@ capability manifests committed under profiles/ must be what the check writes.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -21,12 +22,14 @@ import pytest
 
 from sparkflake.cli.runtime import container_mounts, expected_versions
 from sparkflake.compose.receipt import byproduct
-from sparkflake.launch.conformance import conformance_cases
+from sparkflake.core.records import record_to_dict
+from sparkflake.launch.conformance import conformance_case, conformance_cases
 from sparkflake.launch.contract import contract_from_profile
 from sparkflake.lock.profile_locks import load_profile
 from sparkflake.runtime import capabilities as capability_file
 from sparkflake.runtime import sandbox
 from sparkflake.runtime.check import Case, run_check
+from sparkflake.runtime.engine_verdicts import selecting_settings
 from sparkflake.runtime.receipt_record import BYPRODUCT
 
 # real_image: builds both glm53 images, unpacks 2 x 9 GB and imports vLLM under qemu-user
@@ -65,15 +68,37 @@ def _replace(args: tuple[str, ...], flag: str, value: str) -> tuple[str, ...]:
     return tuple(items)
 
 
-def _bad_cases(cases: list[Case]) -> dict[str, tuple[Case, str, str]]:
-    """name -> (case, the check id that must fail, the name its detail must give)."""
+def _with_flag(args: tuple[str, ...], flag: str, value: str) -> tuple[str, ...]:
+    return _replace(args, flag, value) if flag in args else (*args, flag, value)
+
+
+def _sparkcache_case() -> Case:
+    """A SparkCache launch, which the profile's launcher refuses (SparkCache's own deployment
+    check refuses the block size vLLM settles, 2304, against its 256-token chunks), spelled at
+    the block size SparkCache takes, so the check still reads its connector keys."""
+    contract = dataclasses.replace(contract_from_profile(load_profile("glm53-dflash7", check_locks=False)),
+                                   capabilities=None)
+    launch = conformance_case("sparkcache-at-256", contract, 0, {"SPARKCACHE_ENABLED": "1", "KV_BLOCK_SIZE": "256"})
+    assert launch.serve_args is not None, launch.refusal
+    return Case(launch.name, launch.serve_args, launch.env)
+
+
+def _bad_cases(cases: list[Case], mtp: Case) -> dict[str, tuple[Case, str, str]]:
+    """name -> (case, the check id that must fail, the name its detail must give); ``mtp``:
+    glm53-mtp5's default launch, judged by the same image (the same vLLM)."""
     default = next(c for c in cases if c.name == "glm53-dflash7-dcp1-sparkcache-off")
-    spark = next(c for c in cases if c.name == "glm53-dflash7-dcp1-sparkcache-on")
+    spark = _sparkcache_case()
     args = default.serve_args
     speculative = json.loads(args[args.index("--speculative-config") + 1])
     kv = json.loads(spark.serve_args[spark.serve_args.index("--kv-transfer-config") + 1])
     kv["kv_connector_extra_config"]["spark_cache_namespace"] = "manager-pages-v2"
+    # the MTP head inheriting the target's --moe-backend, as before the launcher named its own
+    mtp_inheriting = {key: value for key, value in json.loads(
+        mtp.serve_args[mtp.serve_args.index("--speculative-config") + 1]).items() if key != "moe_backend"}
     return {
+        # SparkCache's connector keys are read (kv-connector, sparkcache-config and
+        # sparkcache-key-unread pass), but vLLM settles the block size at 2304
+        "sparkcache-at-256": (spark, "runtime.block-size", "2304"),
         "bad-flag": (Case("bad-flag", (*args, "--no-such-flag", "1"), default.env),
                      "runtime.vllm-args", "--no-such-flag"),
         "bad-speculative-key": (
@@ -91,6 +116,18 @@ def _bad_cases(cases: list[Case]) -> dict[str, tuple[Case, str, str]]:
         # twice what GLM-5.3's config.json allows (max_position_embeddings 1048576)
         "bad-max-model-len": (Case("bad-max-model-len", _replace(args, "--max-model-len", "2097152"), default.env),
                               "runtime.model-config", "2097152"),
+        # the launches vLLM's engine start refuses on GB10, with vLLM's own reason: B12X
+        # attention is a GQA decoder backend in stock vLLM 0.33.0 (no MLA, no sparse)
+        "refuse-b12x-mla": (Case("refuse-b12x-mla", _with_flag(args, "--attention-backend", "B12X"), default.env),
+                            "runtime.layer-kernel", "MLA not supported"),
+        # the MTP head's MoE is unquantized: vLLM 0.33.0 has no b12x unquantized MoE
+        # (fused_moe/oracle/unquantized.py map_unquantized_backend)
+        "refuse-mtp-b12x-moe": (Case("refuse-mtp-b12x-moe", _with_flag(_replace(
+            mtp.serve_args, "--speculative-config", json.dumps(mtp_inheriting)), "--moe-backend", "b12x"), mtp.env),
+            "runtime.layer-kernel", "not supported for unquantized MoE"),
+        # a KV budget larger than the whole device (121.69 GiB)
+        "refuse-kv-budget": (Case("refuse-kv-budget", _replace(args, "--kv-cache-memory-bytes", str(200 << 30)),
+                                  default.env), "runtime.memory", "exceeds"),
     }
 
 
@@ -101,13 +138,17 @@ def dflash7(tmp_path_factory):
     profile = load_profile("glm53-dflash7", check_locks=False)
     cases = [Case(c.name, c.serve_args, c.env) for c in conformance_cases(contract_from_profile(profile))
              if c.serve_args is not None]
-    bad = _bad_cases(cases)
+    mtp_contract = contract_from_profile(load_profile("glm53-mtp5", check_locks=False))
+    mtp = next(Case(c.name, c.serve_args, c.env) for c in conformance_cases(mtp_contract)
+               if c.name == "glm53-mtp5-dcp1-sparkcache-off")
+    bad = _bad_cases(cases, mtp)
     scratch = _scratch(tmp, "glm53-dflash7")
     try:
         all_cases = [*cases, *(case for case, _, _ in bad.values())]
         report = run_check(out, cases=all_cases, expected_versions=expected_versions(profile),
                            platform=profile.platform, scratch=scratch,
-                           mounts=container_mounts(contract_from_profile(profile), all_cases))
+                           mounts=container_mounts(contract_from_profile(profile), all_cases),
+                           device=record_to_dict(profile.device))
     finally:
         _drop(scratch)
         shutil.rmtree(out / "oci", ignore_errors=True)
@@ -128,8 +169,13 @@ def test_real_specs_pass_in_the_image(dflash7):
                      "runtime.backend-absent",
                      # issue 27: the image's own parser registries, NCCL's IB userspace loaded in
                      # the image's root, every JIT cache placed under the rank's JIT root
-                     "runtime.parsers", "runtime.nccl-ib-userspace", "runtime.cache-placement"):
+                     "runtime.parsers", "runtime.nccl-ib-userspace", "runtime.cache-placement",
+                     "runtime.driver-stand-in", "runtime.device", "runtime.engine-config", "runtime.layer-kernel",
+                     "runtime.kernel-loadable", "runtime.block-size", "runtime.memory"):
         assert check_id in ids, check_id
+    # every case went through vLLM's create_engine_config on the faked GB10
+    engines = {c.detail.split(":")[0] for c in report.checks if c.id == "runtime.engine-config" and c.status == "pass"}
+    assert {case.name for case in cases} <= engines
     judged = {c.detail.split(":")[0] for c in report.checks if c.id == "runtime.vllm-args"}
     assert {case.name for case in cases} <= judged
     # vLLM's ModelConfig was built for every case, from the checkpoint config bound at --model
@@ -145,27 +191,40 @@ def test_each_bad_spec_fails_with_its_check_id_and_name(dflash7):
 
 
 def test_the_committed_manifest_is_what_the_image_says(dflash7):
-    report, _, _ = dflash7
+    report, cases, _ = dflash7
     committed = REPO / "profiles" / "glm53-dflash7" / capability_file.FILE_NAME
-    written = capability_file.dumps(report.capabilities)
+    # the deliberately bad launches' engine starts are this test's, not the profile's; so is
+    # the one SparkCache launch (the profile refuses SparkCache: no launch case enables it)
+    launched = [selecting_settings(case) for case in cases]
+    found = report.capabilities
+    caps = dataclasses.replace(found, kernel_selections=tuple(
+        s for s in found.kernel_selections if dict(s.settings) in launched),
+        sparkcache_extra_keys_read=(), sparkcache_glm5next_refusal=None)
+    written = capability_file.dumps(caps)
     assert committed.read_bytes() == written, (
         f"{committed} differs from the image's; re-record with: sparkflake runtime check OUT --profile "
         f"glm53-dflash7 --capabilities {committed}")
-    caps = report.capabilities
     # what the fixes rest on, as the image's own code reported it
     assert "B12X" in caps.attention_backends and "b12x" in caps.moe_backends and "b12x" in caps.linear_backends
     assert "adaptive_num_speculative_tokens" not in caps.speculative_config_fields
     assert caps.full_ckv_gather_switch is None
-    assert caps.sparkcache_glm5next_refusal and "Mamba" in caps.sparkcache_glm5next_refusal
+    # SparkCache's connector, on the test's SparkCache launch: it reads our keys and refuses
+    # GLM-5.3's KV-cache groups, as the profile's [refused.SPARKCACHE_ENABLED] quotes
+    assert found.sparkcache_glm5next_refusal and "Mamba" in found.sparkcache_glm5next_refusal
+    assert "spark_cache_model_profile" in found.sparkcache_extra_keys_read
+    profile = load_profile("glm53-dflash7", check_locks=False)
+    assert "Mamba cache mode 'none'" in profile.refused["SPARKCACHE_ENABLED"]["1"]
+    assert "Mamba cache mode 'none'" in found.sparkcache_glm5next_refusal
     assert "glm52-nvfp4" in caps.sparkcache_profiles
-    assert caps.flashinfer_kernels is False
+    # what vLLM chose per layer kind for the default launch is in the committed capabilities
+    assert caps.kernel_selections and not any(s.refusals for s in caps.kernel_selections)
 
 
 def test_mtp5_check_through_the_cli(tmp_path):
     out = _build("glm53-mtp5", tmp_path / "out")
     scratch = _scratch(tmp_path, "glm53-mtp5")
     try:
-        completed = _cli("runtime", "check", str(out), "--json", "--scratch", str(scratch))
+        completed = _cli("runtime", "check", str(out), "--json", "--progress", "--scratch", str(scratch))
     finally:
         _drop(scratch)
     try:
@@ -175,6 +234,13 @@ def test_mtp5_check_through_the_cli(tmp_path):
         assert report["ok"] and report["capabilities"]["image"]["manifest_digest"]
         passed = {check["id"] for check in report["checks"] if check["status"] == "pass"}
         assert "runtime.model-config" in passed
+        # --progress: one line per launch case as the probe finished it, in order
+        judged = sorted({check["detail"].split(":")[0] for check in report["checks"]
+                         if check["id"] == "runtime.vllm-args"})
+        lines = [line for line in completed.stderr.splitlines() if line.startswith("runtime check: case ")]
+        assert [line.split()[4].rstrip(":") for line in lines] and len(lines) == len(judged), lines
+        assert sorted(line.split()[4].rstrip(":") for line in lines) == judged
+        assert all(line.split()[3] == f"{index}/{len(judged)}" for index, line in enumerate(lines, 1)), lines
         # the embedded MTP head is drafted from the target's own (synthetic) config: vLLM
         # rewrites it to its MTP architecture, every case
         speculative = [check for check in report["checks"] if check["id"] == "runtime.speculative-config"]

@@ -52,7 +52,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         "(default $XDG_CACHE_HOME/sparkflake; CACHE/capabilities/<image ID hex>.json)")
     parser.add_argument("--dry-run", action="store_true", help="check and print, start nothing")
     parser.add_argument("--json", action="store_true", help="print the launch report as JSON")
-    parser.add_argument("--explain", action="store_true", help="say where each value came from")
+    parser.add_argument("--explain", action="store_true", help="say where each value came from and what vLLM selects per layer kind (runtime-capabilities)")
     parser.add_argument("--rehash", action="store_true", help="ignore the verified-hash cache")
     parser.add_argument("--detach", action="store_true", help="start the container detached")
 
@@ -151,6 +151,14 @@ def _print_human(report: dict[str, Any], *, explain: bool) -> None:
     if explain:
         for key, origin in report["explain"].items():
             print_line(f"  {key}={report['resolved'][key]!r}  <- {origin}")
+        selection = report["kernel_selection"]
+        if not selection["judged"]:
+            print_line(f"  kernel selection: not judged: {selection['why']}")
+        else:
+            print_line(f"  kernel selection by vLLM on the profile's device ({selection['source']}), "
+                       f"KV block size {selection['block_size']}:")
+            for kind, choice in selection["layers"].items():
+                print_line(f"    {kind}: {choice.get('choice') or 'refused: ' + str(choice.get('refusal'))}")
     print_line(shlex.join(report["argv"]))
 
 

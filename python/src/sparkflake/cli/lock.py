@@ -47,7 +47,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="PROFILE mode: verify offline that the lock is complete and matches the profile",
     )
     mode.add_argument(
-        "--update", metavar="NAME", help="PROFILE mode: refresh one input, keep every other pin"
+        "--update",
+        metavar="NAME",
+        action="append",
+        help="PROFILE mode: refresh this input, keep every other pin; repeat it to refresh "
+        "inputs that must move together (a compiler and its headers) in one resolution",
     )
 
 

@@ -1,4 +1,4 @@
-"""`sparkflake lock PROFILE [--check | --update NAME]` (the profile mode of `lock`).
+"""`sparkflake lock PROFILE [--check | --update NAME ...]` (the profile mode of `lock`).
 
 Resolves the Python closure with uv and the Debian base closure from the signed indices,
 and writes the lock the profile lists (shared by every profile listing the same file).

@@ -107,6 +107,7 @@ def container_mounts(contract: LaunchContract, cases: Sequence[Case]) -> tuple[C
 def run_check_command(args: argparse.Namespace) -> int:
     from ..core.atomic_write import write_bytes_atomic
     from ..core.check_result import SKIP
+    from ..core.records import record_to_dict
     from ..launch.conformance import conformance_cases
     from ..launch.contract import contract_from_profile
     from ..launch.image_capabilities import record_capabilities
@@ -128,7 +129,8 @@ def run_check_command(args: argparse.Namespace) -> int:
             cases.append(Case(case.name, case.serve_args, case.env))
     report = run_check(out, cases=cases, expected_versions=expected_versions(profile),
                        platform=profile.platform, scratch=_scratch(args, profile.name), timeout=args.timeout,
-                       mounts=container_mounts(contract, cases), progress=progress_for("runtime check", args))
+                       mounts=container_mounts(contract, cases), progress=progress_for("runtime check", args),
+                       device=None if profile.device is None else record_to_dict(profile.device))
     for case in refused:
         report.add("runtime.launch-refused", SKIP, f"{case.name}: the launcher refuses it: {case.refusal}")
     if report.capabilities is not None:

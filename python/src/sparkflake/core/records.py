@@ -305,7 +305,7 @@ def record_to_dict(record: Any) -> dict[str, Any]:
     document: dict[str, Any] = {}
     for key in record.FIELD_ORDER:
         value = getattr(record, key)
-        if value is None or (value == () and key in omit_empty):
+        if value is None or (key in omit_empty and not value):
             continue
         if isinstance(value, tuple):
             value = [_plain(item) for item in value]
@@ -316,7 +316,11 @@ def record_to_dict(record: Any) -> dict[str, Any]:
 
 
 def _plain(value: Any) -> Any:
-    return record_to_dict(value) if hasattr(value, "FIELD_ORDER") else value
+    if hasattr(value, "FIELD_ORDER"):
+        return record_to_dict(value)
+    if isinstance(value, Mapping):  # a table of tables (read-only mappings within)
+        return {name: _plain(item) for name, item in value.items()}
+    return value
 
 
 def freeze_str_tuple(

@@ -38,8 +38,10 @@ def refusals(values: Mapping[str, Any], caps: Capabilities) -> Iterator[Refusal]
             yield (key,), (f"{key}={value}: vLLM {vllm} in this image has no such backend "
                            f"(it offers {_shown(offered)}); an image with that backend would provide it")
         elif "flashinfer" in value.lower() and not caps.flashinfer_kernels:
-            yield (key,), (f"{key}={value}: FlashInfer's kernels cannot run in this image (no flashinfer-cubin, "
-                           "no nvcc): vLLM disables them; choose B12X or add flashinfer-cubin to the image")
+            yield (key,), (f"{key}={value}: FlashInfer's kernels cannot run in this image (no precompiled "
+                           "kernels, and its JIT cannot build them here: runtime-capabilities kernel_toolchains); "
+                           "choose another backend, or give the image flashinfer-cubin/-jit-cache or a host "
+                           "C++ compiler for nvcc")
     if values.get("FLASHINFER_ALLREDUCE") and not caps.flashinfer_kernels:
         yield ("FLASHINFER_ALLREDUCE",), ("FLASHINFER_ALLREDUCE=1: FlashInfer's kernels cannot run in this image "
                                           "(no flashinfer-cubin, no nvcc); add flashinfer-cubin to the image")

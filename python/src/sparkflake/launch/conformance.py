@@ -59,7 +59,7 @@ def _assignments(values: Mapping[str, str]) -> list[EnvAssignment]:
     return [EnvAssignment(key, value, line) for line, (key, value) in enumerate(values.items(), start=1)]
 
 
-def _case(name: str, contract: LaunchContract, rank: int, values: Mapping[str, str]) -> LaunchCase:
+def conformance_case(name: str, contract: LaunchContract, rank: int, values: Mapping[str, str]) -> LaunchCase:
     settings = {"NODE_ADDRESS": f"192.0.2.{rank + 1}", **SITE, **values}
     if contract.runtime_defaults.get("SPECULATIVE_METHOD", "dflash") == "dflash":
         settings["DRAFT_MODEL_PATH"] = DRAFT_PATH
@@ -79,8 +79,8 @@ def conformance_cases(contract: LaunchContract) -> Iterator[LaunchCase]:
     for dcp in (1, 2, 4):
         for sparkcache in (1, 0):
             name = f"{profile}-dcp{dcp}-sparkcache-{'on' if sparkcache else 'off'}"
-            yield _case(name, contract, 0, {"DCP": str(dcp), "SPARKCACHE_ENABLED": str(sparkcache)})
-    yield _case(f"{profile}-dcp1-rank1", contract, 1, {})
+            yield conformance_case(name, contract, 0, {"DCP": str(dcp), "SPARKCACHE_ENABLED": str(sparkcache)})
+    yield conformance_case(f"{profile}-dcp1-rank1", contract, 1, {})
     for variant in VARIANTS:
         suffix = "-".join(f"{key.lower()}={value}" for key, value in variant.items())
-        yield _case(f"{profile}-{suffix}", contract, 0, variant)
+        yield conformance_case(f"{profile}-{suffix}", contract, 0, variant)

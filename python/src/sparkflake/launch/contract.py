@@ -23,6 +23,7 @@ from .settings import (
     DCP_FULL_CKV_GATHER,
     DCP_INTERLEAVE,
     DCP_KV_GIB,
+    refused_values,
     table_value_text,
     validate_runtime_table,
 )
@@ -58,13 +59,15 @@ class LaunchContract:
     # what the profile's image can honour (profiles/<name>/runtime-capabilities.json, written
     # by `sparkflake runtime check`); None: no manifest, no capability rules apply
     capabilities: Capabilities | None = None
+    # [refused]: catalog key -> {typed value -> reason}: values the profile's image cannot run
+    refused: Mapping[str, Mapping[Any, str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.image_id is not None and not is_digest(self.image_id):
             raise InputError(
                 f"profile {self.profile}: image ID {self.image_id!r} is not sha256:<64 hex>"
             )
-        for name in ("image_labels", "runtime_defaults", "qualified", "components", "claims"):
+        for name in ("image_labels", "runtime_defaults", "qualified", "components", "claims", "refused"):
             object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
 
     def with_image(self, image_id: str, labels: Mapping[str, str] | None = None) -> LaunchContract:
@@ -121,6 +124,7 @@ def contract_from_profile(profile: Any) -> LaunchContract:
     shown = profile.shown() if hasattr(profile, "_shown") else f"profile {profile.name}"
     validate_runtime_table(profile.runtime, f"{shown}: runtime")
     validate_runtime_table(profile.qualified.settings, f"{shown}: qualified.settings")
+    refused = refused_values(profile.refused, f"{shown}: refused")
     runtime = {key: table_value_text(value) or "" for key, value in profile.runtime.items()}
     qualified = {key: table_value_text(value) or "" for key, value in profile.qualified.settings.items()}
     checkpoints = profile.checkpoints
@@ -160,6 +164,7 @@ def contract_from_profile(profile: Any) -> LaunchContract:
         target_architecture=target.architecture if target else None,
         draft_architecture=draft.architecture if draft else None,
         capabilities=capabilities,
+        refused=refused,
     )
 
 

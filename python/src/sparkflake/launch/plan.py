@@ -18,6 +18,7 @@ from ..core.canonical_json import readable_json_bytes
 from ..core.check_result import PASS, CheckResult
 from ..core.container_engine import Engine
 from ..core.errors import InputError
+from ..runtime.capabilities import selecting_settings
 from .checkpoint_pins import pinned_files, read_pins
 from .checks import (
     CACHE_ROOT_MARKER,
@@ -101,7 +102,34 @@ class LaunchPlan:
             document["served_models"] = {role: model.as_record() for role, model in self.served_models.items()}
         if explain:
             document["explain"] = dict(sorted(self.resolution.origins.items()))
+            document["kernel_selection"] = kernel_selection(self.contract, self.spec.serve_args)
         return document
+
+
+def kernel_selection(contract: LaunchContract, serve_args: Sequence[str]) -> dict[str, Any]:
+    """What vLLM's engine start chose per layer kind for these serve arguments on the
+    profile's device, as the runtime check recorded it in the image's capabilities."""
+    capabilities = contract.capabilities
+    if capabilities is None:
+        return {"judged": False, "why": "no runtime-capabilities.json for this image"}
+    selection = capabilities.selection_for(selecting_settings(serve_args))
+    if selection is None:
+        return {"judged": False, "why": f"the runtime check judged no launch with these settings ({capabilities.source})"}
+    return {"judged": True, "source": capabilities.source, **selection.as_record()}
+
+
+def _refuse_what_vllm_refuses(resolution: Resolution, contract: LaunchContract, serve_args: Sequence[str]) -> None:
+    """A launch whose engine start the runtime check saw vLLM refuse is refused here, with the
+    layer, the setting and vLLM's own reason (exit 2: nothing is started)."""
+    capabilities = contract.capabilities
+    if capabilities is None:
+        return
+    selection = capabilities.selection_for(selecting_settings(serve_args))
+    if selection is None or not selection.refusals:
+        return
+    reasons = "; ".join(f"{kind}: {reason}" for kind, reason in selection.refusals.items())
+    raise InputError(f"{resolution.source}: vLLM {capabilities.versions.get('vllm') or '?'} refuses this launch at "
+                     f"engine start on the profile's device: {reasons} ({capabilities.source})")
 
 
 def with_pinned_checkpoints(contract: LaunchContract, pins_path: str) -> LaunchContract:
@@ -218,6 +246,7 @@ def plan_from_assignments(
     argv = engine_argv(
         spec, engine.name if engine else "podman", engine.command() if engine else ["podman"], detach=detach
     )
+    _refuse_what_vllm_refuses(resolution, contract, spec.serve_args)
 
     checks: list[CheckResult] = []
     served_models: dict[str, ServedModel] = {}

@@ -27,6 +27,7 @@ from .settings import (
     DCP_KV_GIB,
     GiB,
     parse_value,
+    render_value,
     unknown_key_message,
 )
 
@@ -96,6 +97,11 @@ class _Resolver:
                 self.origins[key] = "default"
             else:
                 missing.append(key)
+        for key, refused in self.contract.refused.items():
+            value = self.values.get(key)
+            if value in refused:
+                raise self.refuse(f"{key}={render_value(value)} is refused by profile {self.contract.profile}: "
+                                  f"{refused[value]}", key)
         if missing:
             raise InputError(
                 f"{self.source}: missing required site value(s): {', '.join(missing)} "

@@ -134,8 +134,11 @@ CATALOG_LIST: tuple[Setting, ...] = (
        default="0.86", minimum=0.05, maximum=0.99),
     _s("KV_CACHE_DTYPE", "enum", "kv", "KV cache element type", default="fp8",
        choices=("fp8", "fp8_e4m3", "bfloat16"), identity=True),
+    # Any positive size: vLLM 0.33.0's CacheConfig takes `block_size: int = Field(gt=0)`
+    # (vllm/config/cache.py:187); which sizes a backend runs is the runtime check's
+    # runtime.block-size (vLLM's own hybrid alignment settles GLM-5.3's at 2304)
     _s("KV_BLOCK_SIZE", "int", "kv", "KV block size in tokens", default="64",
-       choices=("16", "32", "64", "128", "256"), identity=True),
+       minimum=1, maximum=1 << 20, identity=True),
     _s("KV_RECORD_BYTES_PER_TOKEN", "int", "kv",
        "bytes of one token's KV record over all attention layers at KV_CACHE_DTYPE",
        default="24576", minimum=1, maximum=1 << 24, identity=True),
@@ -151,6 +154,14 @@ CATALOG_LIST: tuple[Setting, ...] = (
     _s("DRAFT_TP", "int", "speculation",
        "draft model tensor-parallel size; auto: TP", default=AUTO, auto=True,
        minimum=1, maximum=64),
+    # The seeds' R8 launcher sets draft_sample_method "probabilistic" (vLLM 0.33.0's default is
+    # "greedy": vllm/config/speculative.py:84 DraftSampleMethod, :634) and loads the DFlash
+    # draft with safetensors while the target uses fastsafetensors (draft_load_config, :558)
+    _s("DRAFT_SAMPLE_METHOD", "enum", "speculation",
+       "how the draft samples: probabilistic (the draft's logits in the rejection test) or greedy",
+       default="probabilistic", choices=("probabilistic", "greedy")),
+    _s("DRAFT_LOAD_FORMAT", "enum", "speculation", "the external draft's checkpoint loader",
+       default="safetensors", choices=("safetensors", "fastsafetensors", "auto")),
     # --- backends ---------------------------------------------------------------------
     # B12X by default, as the seeds' serving selects it: vLLM 0.33.0's NVFP4 MoE
     # auto-selection tries FlashInfer first and never picks b12x, and FlashInfer's
@@ -497,6 +508,24 @@ def validate_runtime_table(table: Mapping[str, Any], where: str) -> dict[str, An
             typed[key] = parse_value(setting, text)
         except ValueError as exc:
             raise InputError(f"{where}.{key}: {exc}") from None
+    return typed
+
+
+def refused_values(table: Mapping[str, Mapping[str, str]], where: str) -> dict[str, dict[Any, str]]:
+    """A profile's ``[refused]`` table typed: catalog key -> {parsed value -> reason}. Every
+    key must be in the catalog and every refused value must parse as that setting's value
+    (a misspelt value would refuse nothing)."""
+    typed: dict[str, dict[Any, str]] = {}
+    for key, values in table.items():
+        setting = CATALOG.get(key)
+        if setting is None:
+            raise InputError(f"{where}.{key}: {unknown_key_message(key)}")
+        typed[key] = {}
+        for raw, reason in values.items():
+            try:
+                typed[key][parse_value(setting, raw)] = reason
+            except ValueError as exc:
+                raise InputError(f"{where}.{key}.{raw}: {exc}") from None
     return typed
 
 

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..compose.python_env import DEFAULT_PREFIX
 from ..core.canonical_json import canonical_json_bytes
 from .contract import LaunchContract
 from .resolution import Resolution
@@ -101,11 +102,30 @@ def speculative_config(values: Mapping[str, Any]) -> dict[str, Any] | None:
         return None
     # SPECULATIVE_ADAPTIVE has no SpeculativeConfig field in vLLM 0.33.0 (its fields:
     # runtime-capabilities); resolve refuses it, so nothing is emitted for it.
-    config: dict[str, Any] = {"method": method, "num_speculative_tokens": values["SPECULATIVE_TOKENS"]}
+    config: dict[str, Any] = {"method": method, "num_speculative_tokens": values["SPECULATIVE_TOKENS"],
+                              "draft_sample_method": values["DRAFT_SAMPLE_METHOD"]}
     if method == "dflash":
         config["model"] = CONTAINER_DRAFT
         config["draft_tensor_parallel_size"] = values["DRAFT_TP"]
+        # a LoadConfig (vllm/config/speculative.py:558 draft_load_config; vllm/config/load.py
+        # load_format), else the draft inherits the target's --load-format
+        config["draft_load_config"] = {"load_format": values["DRAFT_LOAD_FORMAT"]}
+        # The BF16 DFlash draft keeps a BF16 KV cache: without this it inherits the target's
+        # --kv-cache-dtype (vllm/config/speculative.py:448 kv_cache_dtype), and on sm_12x no
+        # non-causal backend vLLM 0.33.0 can load here takes FP8 KV (FlashAttention 2 has no
+        # FP8 KV; FlashInfer and Triton need a compiler the image lacks: runtime check).
+        # vLLM does the same for non-MTP drafts of GLM-5.3 on SM100 (models/config.py:138).
+        config["kv_cache_dtype"] = "auto"
+    elif method == "mtp" and values["MOE_BACKEND"] not in UNQUANTIZED_MOE_BACKENDS:
+        # The MTP head's MoE is unquantized (the checkpoint leaves it in BF16) and inherits
+        # --moe-backend unless the speculative config names its own (speculative.py:439);
+        # vLLM 0.33.0's unquantized MoE refuses b12x (fused_moe/oracle/unquantized.py:180)
+        config["moe_backend"] = "triton"
     return config
+
+
+# vllm/model_executor/layers/fused_moe/oracle/unquantized.py:180 map_unquantized_backend
+UNQUANTIZED_MOE_BACKENDS = ("triton", "batched_triton", "flashinfer_trtllm", "flashinfer_cutlass", "aiter")
 
 
 def kv_transfer_config(
@@ -205,6 +225,12 @@ def serve_args(
     return tuple(args)
 
 
+# the CUDA toolkit the image's wheels carry (nvidia-cuda-nvcc, -cccl, -crt, -runtime under
+# site-packages/nvidia/cu13 of the image's environment, compose/python_env.py DEFAULT_PREFIX)
+IMAGE_CUDA_HOME = f"{DEFAULT_PREFIX}/lib/python3.11/site-packages/nvidia/cu13"
+IMAGE_CXX = "g++"  # the image's host C++ compiler (Debian's g++ in the glm53 seed)
+
+
 def container_env(resolution: Resolution, jit_root: str) -> dict[str, str]:
     v = resolution.values
     env = {
@@ -215,6 +241,18 @@ def container_env(resolution: Resolution, jit_root: str) -> dict[str, str]:
         "VLLM_ALLREDUCE_USE_FLASHINFER": "1" if v["FLASHINFER_ALLREDUCE"] else "0",
         "VLLM_HOST_IP": v["NODE_ADDRESS"],
         **{variable: f"{jit_root}/{directory}" for variable, directory, _ in JIT_CACHE_VARIABLES},
+        # FlashInfer's JIT finds nvcc at $CUDA_HOME/bin/nvcc (flashinfer/jit/cpp_ext.py:48
+        # get_cuda_path: CUDA_HOME, then CUDA_PATH, then `which nvcc`) and vLLM's
+        # has_flashinfer() looks there too (vllm/utils/flashinfer.py:61); the image's
+        # toolkit is the nvidia-cuda-nvcc wheel's, off PATH. The runtime check verifies
+        # that nvcc is there (runtime-capabilities: kernel_toolchains.flashinfer).
+        "CUDA_HOME": IMAGE_CUDA_HOME,
+        # FlashInfer's JIT compiles its host code with $CXX, default "c++" (flashinfer/jit/
+        # cpp_ext.py:288; torch.utils.cpp_extension.get_cxx_compiler likewise, :486), which the
+        # image lacks: Debian's maintainer scripts (the c++ alternative) do not run in the
+        # OS base, so only /usr/bin/g++ exists. CC stays unset: nvcc then finds gcc on PATH
+        # itself and Triton's launcher build too (triton/runtime/build.py:24).
+        "CXX": IMAGE_CXX,
     }
     env.update(fabric_env(v))
     return env

@@ -173,57 +173,68 @@ def _compile(requirements: list[str], target: Target, constraints: Sequence[str]
         )
 
 
-def update_input(profile: Profile, lock: Lock, name: str, *, cache: BlobCache | None = None) -> Lock:
-    """Refresh one input; every other pin stays as locked (uv constraints for wheels).
+def update_input(profile: Profile, lock: Lock, names: Sequence[str], *, cache: BlobCache | None = None) -> Lock:
+    """Refresh the named inputs together; every other pin stays as locked (uv constraints
+    for wheels). Coupled wheels (a compiler and its headers) are refreshed in one
+    resolution, since a constraint on either alone would make the other unsatisfiable.
 
-    A wheel/sdist update may add inputs the new version needs; a deb update replaces the
+    A wheel/sdist update may add inputs the new versions need; a deb update replaces the
     package with the index's newest and adds what its new dependencies need.
     """
-    existing = lock.get(name)
-    if existing is None:
-        raise InputError(f"lock --update: no input named {name!r} in the lock")
+    existing = {}
+    for name in names:
+        pin = lock.get(name)
+        if pin is None:
+            raise InputError(f"lock --update: no input named {name!r} in the lock")
+        if not isinstance(pin, (WheelPin, SdistPin, DebPin)):
+            raise InputError(f"lock --update {name}: {profile.lock_paths()[0]} holds it, {_pinned_by_hand(pin)}")
+        existing[name] = pin
     target = target_for(profile)
     request = request_for(sharing_profiles(profile))
-    if isinstance(existing, (WheelPin, SdistPin)):
-        distribution = existing.name.removesuffix("-sdist") if isinstance(existing, SdistPin) else existing.name
+    updated = lock
+    python = [pin for pin in existing.values() if isinstance(pin, (WheelPin, SdistPin))]
+    if python:
+        distributions = {
+            pin.name.removesuffix("-sdist") if isinstance(pin, SdistPin) else pin.name for pin in python
+        }
         constraints = [
             f"{pin.name}=={pin.version}"
             for pin in lock.pins_of(WheelPin)
-            if pin.name != distribution
+            if pin.name not in distributions
         ]
         text = _compile(list(request.requirements), target, constraints, None)
-        fresh = {pin.name: pin for pin in python_pins(text, target, request.sdist_names)}
-        updated = lock
-        for pin in fresh.values():
-            if pin.name in (distribution, sdist_input_name(distribution)) or pin.name not in lock:
+        refreshed = distributions | {sdist_input_name(name) for name in distributions}
+        for pin in python_pins(text, target, request.sdist_names):
+            if pin.name in refreshed or pin.name not in lock:
                 updated = updated.replace_input(pin)
-        return updated
-    if isinstance(existing, DebPin):
+    debs = [name for name, pin in existing.items() if isinstance(pin, DebPin)]
+    if debs:
         resolution = debian_resolver.resolve_debian(request.seeds, cache=cache or BlobCache())
         fresh_debs = {pin.name: pin for pin in deb_pins(resolution)}
-        if name not in fresh_debs:
-            raise InputError(f"lock --update: {name} is no longer in the seeds' closure")
-        updated = lock
+        for name in debs:
+            if name not in fresh_debs:
+                raise InputError(f"lock --update: {name} is no longer in the seeds' closure")
         for pin in fresh_debs.values():
-            if pin.name == name or pin.name not in lock:
+            if pin.name in debs or pin.name not in lock:
                 updated = updated.replace_input(pin)
-        return updated
-    raise InputError(f"lock --update {name}: {profile.lock_paths()[0]} holds it, {_pinned_by_hand(existing)}")
+    return updated
 
 
-def update_profile_input(profile: Profile, name: str, *, cache: BlobCache | None = None) -> tuple[Lock, Lock]:
-    """``update_input`` on the lock that holds ``name`` among every lock the profile lists;
-    (before, after). Only the first (resolved) lock is refreshed by resolution: an input of a
-    later lock (git sources, operator files) is pinned by hand, and the refusal says where."""
+def update_profile_input(profile: Profile, names: Sequence[str], *, cache: BlobCache | None = None) -> tuple[Lock, Lock]:
+    """``update_input`` on the profile's resolved lock; (before, after). Only the first
+    (resolved) lock is refreshed by resolution: an input of a later lock (git sources,
+    operator files) is pinned by hand, and the refusal says where."""
     before = load_profile_lock(profile)
-    if before.get(name) is not None:
-        return before, update_input(profile, before, name, cache=cache)
     paths = profile.lock_paths()
-    for path in paths[1:]:
-        pin = load_lock(path).get(name) if path.is_file() else None
-        if pin is not None:
-            raise InputError(f"lock --update {name}: {path} holds it, {_pinned_by_hand(pin)}")
-    raise InputError(f"lock --update: no input named {name!r} in {', '.join(str(path) for path in paths)}")
+    for name in names:
+        if before.get(name) is not None:
+            continue
+        for path in paths[1:]:
+            pin = load_lock(path).get(name) if path.is_file() else None
+            if pin is not None:
+                raise InputError(f"lock --update {name}: {path} holds it, {_pinned_by_hand(pin)}")
+        raise InputError(f"lock --update: no input named {name!r} in {', '.join(str(path) for path in paths)}")
+    return before, update_input(profile, before, names, cache=cache)
 
 
 def _pinned_by_hand(pin: Any) -> str:

@@ -76,6 +76,7 @@ _DISTRIBUTION = re.compile(r"^([A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9]
 _SUITE = re.compile(r"^[a-z][a-z0-9-]*$")
 _CLAIM_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,99}$")
 _ARCHITECTURE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")  # a Python class name
+_CAPABILITY = re.compile(r"^[1-9][0-9]?\.[0-9]$")
 
 RuntimeValue = str | int | float | bool
 
@@ -137,6 +138,23 @@ def _require_env_table(path: str, value: object) -> Mapping[str, RuntimeValue]:
             raise InvalidField(key_path, f"expected an UPPER_SNAKE_CASE key, got {describe(key)}")
         _require_runtime_value(key_path, item)
     return _frozen_mapping(table)
+
+
+def _require_refused_table(path: str, value: object) -> Mapping[str, Mapping[str, str]]:
+    """``[refused.KEY]``: value -> the reason this profile's image cannot run it."""
+    table = require_table(path, value)
+    refused: dict[str, Mapping[str, str]] = {}
+    for key, values in table.items():
+        key_path = join_path(path, key)
+        if not _ENV_KEY.fullmatch(key):
+            raise InvalidField(key_path, f"expected an UPPER_SNAKE_CASE key, got {describe(key)}")
+        entries = require_table(key_path, values)
+        if not entries:
+            raise InvalidField(key_path, "expected at least one refused value")
+        for refused_value, reason in entries.items():
+            require_str(join_path(key_path, refused_value), reason, free_text=True)
+        refused[key] = _frozen_mapping(entries)
+    return _frozen_mapping(refused)
 
 
 def _require_choice(path: str, value: object, choices: Sequence[str]) -> str:
@@ -369,6 +387,47 @@ class Claim:
             )
 
 
+@keys_in_field_order()
+@dataclass(frozen=True)
+class Device:
+    """The accelerator every rank has, as data: what the runtime check fakes vLLM's CUDA
+    platform as (``runtime/in_image/probe_engine.py``). ``capability``: the CUDA compute
+    capability ("12.1": GB10, sm_121); ``total_memory_gib``: the device memory the CUDA
+    runtime reports (vLLM's ``get_device_total_memory``); ``unified``: the GPU shares the
+    host's memory, so vLLM takes free memory at start to be the host's available memory
+    (vllm/utils/mem_utils.py MemorySnapshot.measure); ``free_at_start_gib``: the free
+    memory a rank has when vLLM starts, which its startup check compares with
+    GPU_MEMORY_UTILIZATION x total (vllm/v1/worker/utils.py request_memory)."""
+
+    name: str
+    capability: str
+    total_memory_gib: int | float
+    free_at_start_gib: int | float
+    unified: bool = False
+
+    FIELD_ORDER: ClassVar[tuple[str, ...]]  # the fields as declared
+
+    def __post_init__(self) -> None:
+        require_str("name", self.name, free_text=True)
+        require_match("capability", self.capability, _CAPABILITY, 'a CUDA compute capability like "12.1"')
+        for key in ("total_memory_gib", "free_at_start_gib"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                    or not 0 < value <= 1 << 20:
+                raise InvalidField(key, f"expected a number of GiB above 0 and at most {1 << 20}, got "
+                                   f"{describe(value)}")
+        if self.free_at_start_gib > self.total_memory_gib:
+            raise InvalidField("free_at_start_gib", f"expected at most total_memory_gib ({self.total_memory_gib}), "
+                               f"got {describe(self.free_at_start_gib)}")
+        if not isinstance(self.unified, bool):
+            raise InvalidField("unified", f"expected true or false, got {describe(self.unified)}")
+
+    @property
+    def capability_pair(self) -> tuple[int, int]:
+        major, minor = self.capability.split(".")
+        return int(major), int(minor)
+
+
 @dataclass(frozen=True)
 class Profile:
     """One runtime composition (see the module docstring). ``path`` is where it was read
@@ -387,10 +446,14 @@ class Profile:
     debian: DebianSpec
     runtime: Mapping[str, RuntimeValue]
     checkpoints: Mapping[str, Checkpoint]
+    # runtime.env values the launcher refuses for this profile, each with the reason (what
+    # the image's own code refuses: the runtime check's verdict, quoted)
+    refused: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     absent: Absences = field(default_factory=Absences)
     qualified: Qualification = field(default_factory=Qualification)
     labels: Mapping[str, str] = field(default_factory=dict)
     claims: tuple[Claim, ...] = ()
+    device: Device | None = None  # None: the runtime check cannot judge kernel selection
     schema: int = SCHEMA_VERSION
     path: Path | None = field(default=None, compare=False, repr=False)
 
@@ -408,13 +471,16 @@ class Profile:
         "python",
         "debian",
         "absent",
+        "device",
         "runtime",
+        "refused",
         "qualified",
         "checkpoints",
         "labels",
         "claims",
     )
-    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"absent", "qualified", "labels", "claims"})
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"absent", "device", "refused", "qualified", "labels", "claims"})
+    OMIT_EMPTY: ClassVar[tuple[str, ...]] = ("refused",)  # written only when there are some
 
     def __post_init__(self) -> None:
         if isinstance(self.schema, bool) or self.schema != SCHEMA_VERSION:
@@ -454,7 +520,10 @@ class Profile:
                 raise InvalidField(
                     key, f"expected a {cls.__name__}, got {describe(getattr(self, key))}"
                 )
+        if self.device is not None and not isinstance(self.device, Device):
+            raise InvalidField("device", f"expected a Device, got {describe(self.device)}")
         freeze_field(self, "runtime", _require_env_table("runtime", self.runtime))
+        freeze_field(self, "refused", _require_refused_table("refused", self.refused))
 
         checkpoints = require_table("checkpoints", self.checkpoints)
         if "target" not in checkpoints:

@@ -30,6 +30,7 @@ from .model import (
     CheckpointFile,
     Claim,
     DebianSpec,
+    Device,
     Profile,
     PythonSpec,
     Qualification,
@@ -62,6 +63,8 @@ def profile_from_dict(document: Mapping[str, Any]) -> Profile:
             value = record_from_table(Absences, value, "absent")
         elif key == "qualified":
             value = record_from_table(Qualification, value, "qualified")
+        elif key == "device":
+            value = record_from_table(Device, value, "device")
         elif key == "checkpoints":
             value = _checkpoints_from_dict(value)
         elif key == "claims":
@@ -72,7 +75,7 @@ def profile_from_dict(document: Mapping[str, Any]) -> Profile:
             value = tuple(
                 record_from_table(Claim, entry, f"claims[{index}]") for index, entry in enumerate(value)
             )
-        elif key in ("inputs", "runtime", "labels"):
+        elif key in ("inputs", "runtime", "refused", "labels"):
             value = require_table(key, value)
         elif isinstance(value, list):
             value = tuple(value)

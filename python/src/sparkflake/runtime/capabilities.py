@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,68 @@ from ..core.errors import InputError
 SCHEMA = "sparkflake.runtime-capabilities/v1"
 FILE_NAME = "runtime-capabilities.json"
 MAX_BYTES = 4 << 20
+
+
+# the serve arguments that decide vLLM's kernel selection, as KernelSelection.settings keys
+SELECTING_FLAGS = ("--attention-backend", "--moe-backend", "--linear-backend", "--kv-cache-dtype", "--block-size",
+                   "--decode-context-parallel-size", "--gpu-memory-utilization", "--kv-cache-memory-bytes")
+
+
+def _flag(args: Sequence[str], flag: str) -> str:
+    return args[args.index(flag) + 1] if flag in args and args.index(flag) + 1 < len(args) else ""
+
+
+def selecting_settings(serve_args: Sequence[str]) -> dict[str, str]:
+    """The serve arguments of a launch that decide what vLLM selects (empty: not given),
+    with the speculative method and the draft's own backend fields: the key under which
+    the runtime check records a judged launch and the launcher finds it again."""
+    args = list(serve_args)
+    settings = {flag.lstrip("-"): _flag(args, flag) for flag in SELECTING_FLAGS}
+    try:
+        speculative = json.loads(_flag(args, "--speculative-config") or "{}")
+    except ValueError:
+        speculative = {}
+    if not isinstance(speculative, dict):
+        speculative = {}
+    for key in ("method", "attention_backend", "moe_backend", "kv_cache_dtype"):
+        settings[f"speculative.{key}"] = str(speculative.get(key) or "")
+    return settings
+
+
+@dataclass(frozen=True)
+class LayerChoice:
+    """What vLLM's selector did for one layer kind of one launch: the backend or kernel it
+    chose, or its refusal (its own message)."""
+
+    choice: str | None
+    refusal: str | None
+    # the judge could not take the layer to vLLM's verdict (why): neither chosen nor refused
+    unproven: str | None = None
+
+    def as_record(self) -> dict[str, Any]:
+        if self.unproven is not None:
+            return {"unproven": self.unproven}
+        return {"choice": self.choice} if self.refusal is None else {"refusal": self.refusal}
+
+
+@dataclass(frozen=True)
+class KernelSelection:
+    """vLLM's engine start for one judged launch on the profile's device: the serve settings
+    that decide the selection, what was chosen per layer kind (``engine_verdicts.LAYER_STEPS``
+    names them; ``engine_config`` and ``memory`` hold a refusal of the whole start), and the
+    KV block size vLLM settled on."""
+
+    settings: Mapping[str, str]
+    layers: Mapping[str, LayerChoice]
+    block_size: int | None
+
+    def as_record(self) -> dict[str, Any]:
+        return {"settings": dict(sorted(self.settings.items())), "block_size": self.block_size,
+                "layers": {kind: choice.as_record() for kind, choice in sorted(self.layers.items())}}
+
+    @property
+    def refusals(self) -> dict[str, str]:
+        return {kind: choice.refusal for kind, choice in sorted(self.layers.items()) if choice.refusal is not None}
 
 
 @dataclass(frozen=True)
@@ -48,10 +110,17 @@ class Capabilities:
     quantization_methods: tuple[str, ...]
     plugin_warnings: tuple[str, ...]
     vllm_platform: str  # the vLLM platform the check's parser and configs were built on
+    # vLLM's engine start per judged launch, on the profile's device (empty: not judged)
+    kernel_selections: tuple[KernelSelection, ...] = ()
     source: str = field(default="", compare=False)  # the file it was read from
 
+    def selection_for(self, settings: Mapping[str, str]) -> KernelSelection | None:
+        """The judged launch with exactly these selecting settings, if one was judged."""
+        wanted = dict(settings)
+        return next((selection for selection in self.kernel_selections if dict(selection.settings) == wanted), None)
+
     def as_record(self) -> dict[str, Any]:
-        return {
+        record: dict[str, Any] = {
             "schema": SCHEMA,
             "image": {"manifest_digest": self.manifest_digest, "config_digest": self.config_digest,
                       "platform": self.platform},
@@ -72,6 +141,40 @@ class Capabilities:
             "plugin_warnings": list(self.plugin_warnings),
             "vllm_platform": self.vllm_platform,
         }
+        if self.kernel_selections:  # left out when the check judged no engine start
+            record["kernel_selections"] = _unique_records(self.kernel_selections)
+        return record
+
+
+def _unique_records(selections: tuple[KernelSelection, ...]) -> list[dict[str, Any]]:
+    """One record per distinct selection, in a stable order (many launches differ only in
+    settings that select nothing)."""
+    records = {json.dumps(selection.as_record(), sort_keys=True): selection.as_record() for selection in selections}
+    return [records[key] for key in sorted(records)]
+
+
+def _selection(document: Any, where: str) -> KernelSelection:
+    if not isinstance(document, Mapping):
+        raise InputError(f"{where}: expected an object")
+    settings = document.get("settings")
+    if not isinstance(settings, Mapping) or not all(isinstance(k, str) and isinstance(v, str)
+                                                    for k, v in settings.items()):
+        raise InputError(f"{where}.settings: expected an object of strings")
+    block = document.get("block_size")
+    if block is not None and (isinstance(block, bool) or not isinstance(block, int)):
+        raise InputError(f"{where}.block_size: expected an integer or null")
+    layers = document.get("layers")
+    if not isinstance(layers, Mapping):
+        raise InputError(f"{where}.layers: expected an object")
+    parsed = {}
+    for kind, entry in layers.items():
+        shown = f"{where}.layers.{kind}"
+        if not isinstance(entry, Mapping) or set(entry) not in ({"choice"}, {"refusal"}, {"unproven"}) \
+                or not isinstance(next(iter(entry.values())), str):
+            raise InputError(f"{shown}: expected {{\"choice\": string}}, {{\"refusal\": string}} or "
+                             f"{{\"unproven\": string}}")
+        parsed[str(kind)] = LayerChoice(entry.get("choice"), entry.get("refusal"), entry.get("unproven"))
+    return KernelSelection(dict(settings), parsed, block)
 
 
 def dumps(capabilities: Capabilities) -> bytes:
@@ -142,8 +245,15 @@ def parse(document: Any, where: str) -> Capabilities:
         quantization_methods=_strings(document, ("quantization_methods",), where),
         plugin_warnings=_strings(document, ("plugin_warnings",), where),
         vllm_platform=str(document.get("vllm_platform", "")),
+        kernel_selections=_selections(document.get("kernel_selections", []), where),
         source=where,
     )
+
+
+def _selections(value: Any, where: str) -> tuple[KernelSelection, ...]:
+    if not isinstance(value, list):
+        raise InputError(f"{where}: kernel_selections: expected a list")
+    return tuple(_selection(item, f"{where}: kernel_selections[{index}]") for index, item in enumerate(value))
 
 
 def load(path: str | os.PathLike[str]) -> Capabilities:

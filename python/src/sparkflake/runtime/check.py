@@ -33,12 +33,28 @@ from ..core.elf_machines import MACHINE_BY_ARCHITECTURE
 from ..core.errors import CheckFailed, InputError
 from ..core.progress import report_phase
 from ..oci.reader import ImageReader, open_image
-from . import checkpoint, rootfs, sandbox
+from . import checkpoint, driver_stand_in, rootfs, sandbox
 from .check_report import Case, CheckReport
 from .judge import FULL_CKV_GATHER_SWITCHES, capabilities_of, env_evidence, judge_result
 from .probe_runner import HostWork, run_probe
 
 DEFAULT_TIMEOUT = 3600.0
+
+
+def _with_driver_stand_in(report: CheckReport, root: Path, architecture: str, scratch: Path, env: dict[str, str],
+                          binds: list[tuple[Path, str, bool]]) -> tuple[dict[str, str], list[tuple[Path, str, bool]]]:
+    """The probe's env and binds with the driver stand-in (driver_stand_in.py) found first
+    by the dynamic loader; without one, vLLM's CUDA platform cannot load and the engine
+    steps of every case fail naming it."""
+    stand_in = driver_stand_in.build_stand_in(root, architecture, scratch)
+    if stand_in.directory is None:
+        report.add("runtime.driver-stand-in", FAIL, str(stand_in.problem))
+        return env, binds
+    report.add("runtime.driver-stand-in", PASS, f"{driver_stand_in.SONAME} exporting the {len(stand_in.symbols)} "
+               f"driver functions {len(stand_in.binders)} extensions of the image bind, each returning "
+               f"CUDA_ERROR_NO_DEVICE (the check's only; never in the image)")
+    library_path = ":".join(filter(None, (driver_stand_in.INSIDE, env.get("LD_LIBRARY_PATH"))))
+    return {**env, "LD_LIBRARY_PATH": library_path}, [*binds, (stand_in.directory, driver_stand_in.INSIDE, False)]
 
 
 def image_location(out: Path) -> Path:
@@ -114,11 +130,14 @@ def run_check(
     timeout: float = DEFAULT_TIMEOUT,
     progress: Any = None,
     mounts: Sequence[checkpoint.ContainerMount] = (),
+    device: Mapping[str, Any] | None = None,
 ) -> CheckReport:
     """Check ``image`` (a build output, OCI layout or archive). Never raises for bad input:
     every problem becomes a check; the caller turns ``exit_code`` into the exit status.
     ``mounts``: where the container runtime mounts the checkpoints (synthetic ones are
-    bound there: checkpoint.py) and the directories the container writes."""
+    bound there: checkpoint.py) and the directories the container writes. ``device``: the
+    profile's [device] as data, which vLLM's CUDA platform is faked as (None: vLLM's start
+    is not judged past its configs)."""
     report = CheckReport()
     try:
         reader = open_image(image_location(image))
@@ -144,7 +163,7 @@ def run_check(
     try:
         with held_alone(scratch, "another runtime check", "give this one another --scratch"):
             _check_in_scratch(report, reader, platform, image_arch, scratch,
-                              cases, expected_versions, timeout, progress, mounts)
+                              cases, expected_versions, timeout, progress, mounts, device)
     except DirectoryInUse as exc:
         report.add("runtime.scratch", ERROR, str(exc))
     return report
@@ -152,7 +171,7 @@ def run_check(
 
 def _check_in_scratch(report: CheckReport, reader: Any, platform: str, image_arch: str, scratch: Path,
                       cases: Sequence[Case], expected_versions: Mapping[str, str], timeout: float, progress: Any,
-                      mounts: Sequence[checkpoint.ContainerMount]) -> None:
+                      mounts: Sequence[checkpoint.ContainerMount], device: Mapping[str, Any] | None) -> None:
     """The checks that use ``scratch``: unpack, interpreter, probe and judgement."""
     import time
 
@@ -182,17 +201,25 @@ def _check_in_scratch(report: CheckReport, reader: Any, platform: str, image_arc
     # file search for env-variable names.
     host_work = HostWork(unpacked.path, env_names)
     binds = checkpoint.prepare(scratch, tuple(mounts))
+    if device is not None:
+        env, binds = _with_driver_stand_in(report, unpacked.path, image_arch, scratch, env, binds)
     report_phase(progress, f"bytecode (host), imports and probe of {len(cases)} launch specs (the image's Python)")
     result = run_probe(report, unpacked.path, scratch, inside, env, cases, expected_versions, timeout, host_work,
-                       binds, progress=progress)
+                       binds, device, progress)
     found = host_work.found()
     if result is None:
         return
     report_phase(progress, "judge: the probe's answers against the launch specs")
     evidence = {name: env_evidence(name, result, found) for name in sorted(env_names)}
-    judge_result(report, result, cases, expected_versions, evidence)
+    if device is not None and "device_error" in result:
+        report.add("runtime.device", FAIL, f"vLLM's CUDA platform could not be made the profile's "
+                   f"{device.get('name')}: {result['device_error']}")
+    elif device is not None:
+        report.add("runtime.device", PASS, str(result.get("platform")))
+    selections = judge_result(report, result, cases, expected_versions, evidence,
+                              engine_judged=device is not None and "device_error" not in result)
     read = {name: text for name, text in evidence.items() if text is not None}
-    report.capabilities = capabilities_of(result, reader, reader.config_ref.digest or "", platform, read)
+    report.capabilities = capabilities_of(result, reader, reader.config_ref.digest or "", platform, read, selections)
     return
 
 

@@ -45,6 +45,14 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "max_position_embeddings": GLM53_MAX_POSITIONS,
         "num_nextn_predict_layers": 1,
         "torch_dtype": "bfloat16",
+        # The served checkpoint is ModelOpt NVFP4 (the profile's "GLM-5.3 Flash NVFP4"
+        # target): weights and activations FP4 in groups of 16, FP8 KV, the LM head and the
+        # MTP head left in BF16. vLLM reads it as ModelOptNvFp4Config
+        # (model_executor/layers/quantization/modelopt.py:345 from_config: quant_method
+        # "modelopt", quant_algo, group_size, kv_cache_quant_algo, exclude_modules), which
+        # selects the NVFP4 MoE and linear kernels the runtime check judges.
+        "quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16,
+                                "kv_cache_quant_algo": "FP8", "exclude_modules": ["lm_head", "model.mtp*"]},
     },
     DRAFT: {
         "architectures": ["DFlash2DraftModel"],
@@ -61,6 +69,34 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "dflash_config": {"target_layer_ids": [1, 22, 43], "mask_token_id": 154820},
     },
 }
+
+
+# The target's tokenizer as vLLM builds it when a reasoning parser is set: VllmConfig's
+# validation derives the reasoning token ids from it (vllm/config/vllm.py:2209
+# ReasoningConfig.initialize_token_ids, config/reasoning.py:79 cached_tokenizer_from_config),
+# and the GLM parsers look their markers up in its vocabulary (vllm/parser/glm47_moe.py:39-52,
+# parser/engine/parser_engine.py:203 get_vocab). No GLM-5.3 tokenizer can be fetched here:
+# a word-level tokenizer in the `tokenizers` library's own serialization holding the GLM
+# chat and tool-call markers stands in; what a real vocabulary would change (token ids) no
+# check judges.
+GLM_MARKERS = ("<|endoftext|>", "[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>",
+               "<think>", "</think>", "<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>",
+               "</arg_value>", "<tool_response>", "</tool_response>")
+
+
+def tokenizer_files() -> dict[str, dict[str, Any]]:
+    """tokenizer.json and tokenizer_config.json of the target's stand-in tokenizer."""
+    vocabulary = {"<unk>": 0, **{marker: index for index, marker in enumerate(GLM_MARKERS, 1)}}
+    tokenizer = {
+        "version": "1.0", "truncation": None, "padding": None,
+        "added_tokens": [{"id": index, "content": marker, "single_word": False, "lstrip": False, "rstrip": False,
+                          "normalized": False, "special": True} for marker, index in vocabulary.items()],
+        "normalizer": None, "pre_tokenizer": {"type": "Whitespace"}, "post_processor": None, "decoder": None,
+        "model": {"type": "WordLevel", "vocab": vocabulary, "unk_token": "<unk>"},
+    }
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|endoftext|>", "unk_token": "<unk>",
+              "model_max_length": GLM53_MAX_POSITIONS}
+    return {"tokenizer.json": tokenizer, "tokenizer_config.json": config}
 
 
 @dataclass(frozen=True)
@@ -84,6 +120,9 @@ def prepare(scratch: Path, mounts: list[ContainerMount] | tuple[ContainerMount, 
         host.mkdir(parents=True)
         if mount.role in CONFIGS:
             write_bytes_atomic(host / "config.json", json.dumps(CONFIGS[mount.role], indent=2).encode())
+            if mount.role == TARGET:
+                for name, document in tokenizer_files().items():
+                    write_bytes_atomic(host / name, json.dumps(document, indent=2).encode())
         elif mount.role != WRITABLE:
             raise ValueError(f"unknown mount role {mount.role!r}")
         binds.append((host, mount.inside, mount.role == WRITABLE))

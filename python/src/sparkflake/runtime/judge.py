@@ -10,8 +10,9 @@ from typing import Any
 
 from ..core.check_result import FAIL, PASS
 from ..oci.reader import ImageReader
-from .capabilities import Capabilities
+from .capabilities import Capabilities, KernelSelection
 from .check_report import Case, CheckReport
+from .engine_verdicts import judge_engine
 from .env_evidence import EXTERNAL_READERS
 from .serving_judge import judge_serving
 
@@ -40,7 +41,10 @@ def env_evidence(name: str, result: Mapping[str, Any], found: Mapping[str, str])
 
 
 def judge_result(report: CheckReport, result: Mapping[str, Any], cases: Sequence[Case],
-           expected_versions: Mapping[str, str], evidence: Mapping[str, str | None]) -> None:
+           expected_versions: Mapping[str, str], evidence: Mapping[str, str | None],
+           engine_judged: bool = False) -> tuple[KernelSelection, ...]:
+    """The checks of the probe's result; what vLLM's engine start chose per case
+    (``engine_judged``: the probe took every case through it, on the profile's device)."""
     imports = result.get("imports", {})
     broken = [f"{name}: {entry.get('error')}" for name, entry in sorted(imports.items()) if not entry.get("ok")]
     report.add("runtime.imports", FAIL if broken else PASS,
@@ -52,12 +56,17 @@ def judge_result(report: CheckReport, result: Mapping[str, Any], cases: Sequence
                "; ".join(wrong) if wrong else f"{len(expected_versions)} distributions as locked")
     capabilities = result.get("capabilities", {})
     verdicts = {verdict.get("name"): verdict for verdict in result.get("cases", [])}
+    selections = []
     for case in cases:
         verdict = verdicts.get(case.name)
         if verdict is None:
             report.add("runtime.probe", FAIL, f"{case.name}: the probe returned no verdict")
             continue
         _judge_case(report, case, verdict, capabilities)
+        if engine_judged and "engine_args" in verdict and _verdict_status(verdict["engine_args"])[0]:
+            selection = judge_engine(report, case, verdict.get("engine"), capabilities.get("kernel_toolchains"))
+            if selection is not None:
+                selections.append(selection)
         unread = [name for name in sorted(case.env) if evidence.get(name) is None]
         report.add("runtime.env-unread", FAIL if unread else PASS,
                    f"{case.name}: read by nothing in the image: {', '.join(unread)}" if unread
@@ -65,6 +74,7 @@ def judge_result(report: CheckReport, result: Mapping[str, Any], cases: Sequence
     # written whenever vLLM imported (in_image/probe.py); without it runtime.imports has failed
     if "serving" in result:
         judge_serving(report, result)
+    return tuple(selections)
 
 
 def _verdict_status(entry: Any) -> tuple[bool, str]:
@@ -178,8 +188,16 @@ def _judge_backends(report: CheckReport, case: Case, capabilities: Mapping[str, 
             report.add("runtime.backend-absent", PASS, f"{case.name}: {flag} {value} is a backend of the image")
 
 
+def _toolchain_ok(caps: Mapping[str, Any], family: str) -> bool:
+    toolchains = caps.get("kernel_toolchains")
+    if not isinstance(toolchains, Mapping):
+        return True  # not reported: vLLM's own answer stands
+    entry = toolchains.get(family)
+    return isinstance(entry, Mapping) and entry.get("ok") is True
+
+
 def capabilities_of(result: Mapping[str, Any], reader: ImageReader, config_digest: str, platform: str,
-                  env_read: Mapping[str, str]) -> Capabilities:
+                  env_read: Mapping[str, str], selections: tuple[KernelSelection, ...] = ()) -> Capabilities:
     caps = result.get("capabilities", {})
 
     def strings(key: str) -> tuple[str, ...]:
@@ -223,8 +241,11 @@ def capabilities_of(result: Mapping[str, Any], reader: ImageReader, config_diges
         sparkcache_glm5next_refusal=refusal,
         env_read=dict(env_read),
         full_ckv_gather_switch=switch,
-        flashinfer_kernels=caps.get("flashinfer_kernels") is True,
+        # vLLM's has_flashinfer() (nvcc and ninja found) and, when the probe reported it,
+        # whether FlashInfer's JIT can build at all (a host C++ compiler for nvcc too)
+        flashinfer_kernels=caps.get("flashinfer_kernels") is True and _toolchain_ok(caps, "flashinfer"),
         quantization_methods=strings("quantization_methods"),
         plugin_warnings=tuple(warnings),
         vllm_platform=str(result.get("platform", "")),
+        kernel_selections=selections,
     )

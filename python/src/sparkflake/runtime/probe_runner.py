@@ -24,7 +24,8 @@ from .env_evidence import find_names
 
 PROBE_DIRECTORY = Path(__file__).with_name("in_image")
 # The probe's modules, shipped side by side: probe.py imports the others by these names
-PROBE_MODULES = ("probe.py", "probe_capabilities.py", "probe_cases.py", "probe_serving.py", "probe_support.py")
+PROBE_MODULES = ("probe.py", "probe_capabilities.py", "probe_cases.py", "probe_engine.py", "probe_serving.py",
+                 "probe_support.py")
 MAX_RESULT_BYTES = 32 << 20
 MAX_PROGRESS_BYTES = 1 << 20  # read per poll; a line is a few hundred bytes
 PROGRESS_FILE = "progress.jsonl"  # in_image/probe_support.py PROGRESS_FILE
@@ -38,9 +39,11 @@ IMPORT_ORDER = ("typing_extensions", "torch", "numpy", "sympy", "jinja2", "netwo
                 "cloudpickle", "tqdm", "packaging", "b12x", "cutlass", "sparkcache", "fastsafetensors",
                 "flashinfer")
 # Read by huggingface_hub and transformers when they are imported (huggingface_hub/constants.py
-# HF_HUB_OFFLINE), so the container's values are in the interpreter's environment from its
+# HF_HUB_OFFLINE), and CUDA_HOME by functools-cached functions the probe's capabilities call
+# before any case (flashinfer/jit/cpp_ext.py:47 get_cuda_path, vllm/utils/flashinfer.py:87
+# has_flashinfer), CXX by the kernel toolchains' check among them (cpp_ext.py:288), so the container's values are in the interpreter's environment from its
 # start, not set per case after the imports as the other variables are
-AT_START = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+AT_START = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "CUDA_HOME", "CXX")
 
 
 class HostWork:
@@ -121,7 +124,7 @@ class CaseProgress:
 def run_probe(report: CheckReport, root: Path, scratch: Path, python: str, image_env: Mapping[str, str],
                cases: Sequence[Case], expected_versions: Mapping[str, str], timeout: float,
                host_work: HostWork, binds: Sequence[tuple[Path, str, bool]],
-               progress: Any = None) -> dict[str, Any] | None:
+               device: Mapping[str, object] | None = None, progress: Any = None) -> dict[str, Any] | None:
     pycache = _verified_pycache(scratch)
     env = probe_env(image_env, cases)
     host_work.start(pycache, _bytecode_facts(report, root, scratch, python, env))
@@ -129,6 +132,8 @@ def run_probe(report: CheckReport, root: Path, scratch: Path, python: str, image
     try:
         ship_probe(work)
         request = {"expected_versions": dict(expected_versions), "cases": [case.as_record() for case in cases]}
+        if device is not None:
+            request["device"] = dict(device)
         (work / "request.json").write_bytes(canonical_json_bytes(request))
         command = sandbox.sandbox_argv(
             root,
@@ -191,6 +196,12 @@ def probe_env(image_env: Mapping[str, str], cases: Sequence[Case] = ()) -> dict[
     same layers does not compile every module again under emulation."""
     env = dict(image_env)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
+    # humming (a kernel library vLLM's NVFP4 selectors import) starts two background
+    # Python processes at import to prebuild its launcher and NVRTC helper
+    # (humming/ops/utils.py build_humming_launcher_in_bg, humming/utils/nvrtc.py
+    # build_nvrtc_compile_binary_in_bg): under emulation each is another interpreter start
+    # beside the probe, and they judge nothing. Its own switch turns them off.
+    env["HUMMING_DISABLE_PARALLEL_BUILD"] = "1"
     env["PYTHONPYCACHEPREFIX"] = PYCACHE_INSIDE
     env.setdefault("HOME", "/root")
     for name in AT_START:

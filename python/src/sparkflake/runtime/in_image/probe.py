@@ -6,8 +6,8 @@ then has vLLM's, SparkCache's and the other components' own code say what the im
 (``probe_capabilities``) and accept (or refuse) each launch spec it is given
 (``probe_cases``).
 
-Input (argv[1], JSON): ``{"expected_versions": {dist: version}, "cases": [{"name",
-"serve_args": [...], "env": {...}}]}``. Output (argv[2]): one JSON document with the
+Input (argv[1], JSON): ``{"expected_versions": {dist: version}, "device": {...} (the
+profile's [device], or absent), "cases": [{"name", "serve_args": [...], "env": {...}}]}``. Output (argv[2]): one JSON document with the
 versions, the capabilities (what this image's code offers) and, per case, one verdict
 per judgement. The probe never raises: every failure becomes data with its message.
 
@@ -33,6 +33,7 @@ from typing import Any
 
 from probe_capabilities import capabilities
 from probe_cases import judge_case, warm_model_registry
+from probe_engine import install_device
 from probe_serving import serving_probe
 from probe_support import (
     CAPTURE,
@@ -126,6 +127,15 @@ def select_platform() -> str:
         return f"vllm.platforms.cpu.CpuPlatform (CUDA platform not importable: {error_text(exc)})"
 
 
+def cpu_platform() -> None:
+    """vLLM's CPU platform, where the parser, configs and model inspection need no device
+    (vllm/entrypoints/cli/main.py:72-86 does the same for `vllm bench`)."""
+    import vllm.platforms as platforms
+    from vllm.platforms.cpu import CpuPlatform
+
+    platforms._current_platform = CpuPlatform()
+
+
 def versions(expected: dict[str, str]) -> dict[str, object]:
     found: dict[str, object] = {}
     for dist in sorted(expected):
@@ -158,26 +168,32 @@ def main(argv: list[str]) -> int:
         result["imports"] = imports
         result["import_seconds"] = round(time.monotonic() - STARTED, 3)
         started = time.monotonic()
+        warming = None
+        if imports.get("vllm", {}).get("ok") and request.get("cases") and hasattr(os, "fork"):
+            # Forked before the device is installed: vLLM inspects models where CUDA is not
+            # initialized (registry.py:1122 "Performed in another process to avoid
+            # initializing CUDA"), so the child does it on vLLM's CPU platform
+            warming = run_forked(lambda: warm_model_registry(request["cases"], cpu_platform),
+                                 f"{scratch}/warm-registry.json")
         if imports.get("vllm", {}).get("ok"):
             try:
-                result["platform"] = select_platform()
+                result["platform"] = (install_device(request["device"]) if request.get("device")
+                                      else select_platform())
             except BaseException as exc:  # noqa: BLE001
-                result["platform"] = {"error": error_text(exc)}
+                result["device_error"] = error_text(exc)
+                result["platform"] = select_platform()
         PHASE_SECONDS["platform"] = round(time.monotonic() - started, 3)
         started = time.monotonic()
         result["versions"] = versions(request.get("expected_versions", {}))
         PHASE_SECONDS["versions"] = round(time.monotonic() - started, 3)
-        # Forked before the capabilities, it imports vLLM's config, loaders and plugins beside
-        # them, which the capabilities import here too; forked after them (measured on the
-        # dflash7 image at load 8-10) its own work alone kept this process waiting 58.6 s,
-        # against 48.2 s at load 6-8 when forked before
-        warming = None
-        if imports.get("vllm", {}).get("ok") and request.get("cases") and hasattr(os, "fork"):
-            warming = run_forked(lambda: warm_model_registry(request["cases"][0]), f"{scratch}/warm-registry.json")
+        # The warming child was forked before the capabilities: it imports vLLM's config,
+        # loaders and plugins beside them, which the capabilities import here too; forked
+        # after them (measured on the dflash7 image at load 8-10) its own work alone kept this
+        # process waiting 58.6 s, against 48.2 s at load 6-8 when forked before
         result["capabilities"] = capabilities() if imports.get("vllm", {}).get("ok") else {}
         if warming is not None:
             started = time.monotonic()
-            result["model_registry_warm"] = forked_result("building the first case's model configs", warming,
+            result["model_registry_warm"] = forked_result("building every distinct target and draft model config", warming,
                                                            f"{scratch}/warm-registry.json")
             PHASE_SECONDS["model_registry_warm_wait"] = round(time.monotonic() - started, 3)
         result["phase_seconds"] = PHASE_SECONDS

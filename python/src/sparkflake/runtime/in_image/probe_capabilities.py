@@ -9,6 +9,7 @@ import time
 import typing
 from collections.abc import Callable
 
+from probe_engine import kernel_toolchains
 from probe_support import CAPTURE, PHASE_SECONDS, error_text
 
 
@@ -130,6 +131,7 @@ def capabilities() -> dict[str, object]:
     record("b12x_attention_class", b12x_backend_importable)
     record("flashinfer_kernels", flashinfer_kernels)
     record("general_plugins", general_plugins)
+    record("kernel_toolchains", kernel_toolchains)
     record("quantization_methods", quantization_methods)
     return caps
 

@@ -9,11 +9,13 @@ from __future__ import annotations
 import contextlib
 import importlib
 import io
+import json
 import os
 import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from probe_engine import judge_engine
 from probe_support import error_text
 
 
@@ -196,6 +198,8 @@ def judge_case(case: dict[str, Any]) -> dict[str, object]:
             if kv_config.kv_connector == "SparkContextCacheConnector":
                 verdict["sparkcache"] = judge_sparkcache(engine_args, kv_config)
     verdict["configs"] = configs
+    # last: create_engine_config resolves the engine arguments in place
+    verdict["engine"] = judge_engine(engine_args, headless=bool(getattr(args, "headless", False)))
     return verdict
 
 
@@ -213,7 +217,10 @@ def _model_configs(engine_args: Any) -> tuple[dict[str, object], dict[str, objec
     if not getattr(engine_args, "speculative_config", None):
         return built, None
     try:
-        parallel = _parallel_config(engine_args, LAUNCHED_PARALLEL_ARGS[:3])
+        # all the launch's parallel arguments: on vLLM's CUDA platform ParallelConfig compares
+        # the world size with the node's devices unless --nnodes and the mp backend say
+        # the ranks are on other nodes (vllm/config/parallel.py:1064)
+        parallel = _parallel_config(engine_args, LAUNCHED_PARALLEL_ARGS)
         speculative = engine_args.create_speculative_config(model, parallel)
         draft = getattr(speculative, "draft_model_config", None)
         return built, {"ok": True, "method": speculative.method,
@@ -222,30 +229,42 @@ def _model_configs(engine_args: Any) -> tuple[dict[str, object], dict[str, objec
         return built, {"ok": False, "error": error_text(exc)}
 
 
-def warm_model_registry(case: dict[str, Any]) -> dict[str, object]:
-    """In a forked child: build the first case's model configs with the registry's model
-    inspection done in this (already forked) process instead of a new interpreter
-    (vllm/model_executor/models/registry.py:1123 ``_run_in_subprocess``: one more start of
-    vLLM, ~150 s under qemu). The registry's own code then caches what it found under
-    VLLM_CACHE_ROOT (registry.py:1013, keyed by the model module's hash), where the
-    parent's ModelConfig finds it."""
+def warm_model_registry(cases: list[dict[str, Any]], platform: Callable[[], object]) -> dict[str, object]:
+    """In a forked child, on the platform ``platform()`` sets: build the model configs of
+    every distinct target and draft of ``cases`` with the registry's model inspection done
+    in this (already forked) process instead of a new interpreter (vllm/model_executor/
+    models/registry.py:1123 ``_run_in_subprocess``: one more start of vLLM, ~150 s under
+    qemu). The registry's own code then caches what it found under VLLM_CACHE_ROOT
+    (registry.py:1013, keyed by the model module's hash), where the parent's ModelConfig
+    finds it."""
+    from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.model_executor.models import registry
 
+    platform()
     registry._run_in_subprocess = lambda fn: fn()
-    for key, value in case.get("env", {}).items():
-        os.environ[key] = value
-    args, error = _parse(list(case["serve_args"]))
-    if args is None:
-        return {"parser": error}
-    from vllm.engine.arg_utils import AsyncEngineArgs
+    warmed: dict[str, object] = {}
+    for case in cases:
+        args = list(case["serve_args"])
+        key = json.dumps([args[0] if args else None, _after(args, "--speculative-config")])
+        if key in warmed:
+            continue
+        for name, value in case.get("env", {}).items():
+            os.environ[name] = value
+        parsed, error = _parse(args)
+        if parsed is None:
+            warmed[key] = {"parser": error}
+            continue
+        model, speculative = _model_configs(AsyncEngineArgs.from_cli_args(parsed))
+        warmed[key] = {"model_config": model, "speculative_with_target": speculative}
+    return warmed
 
-    model, speculative = _model_configs(AsyncEngineArgs.from_cli_args(args))
-    return {"model_config": model, "speculative_with_target": speculative}
+
+def _after(args: list[str], flag: str) -> str | None:
+    return args[args.index(flag) + 1] if flag in args and args.index(flag) + 1 < len(args) else None
 
 
 # The engine arguments a launch sets that vLLM's create_engine_config hands to ParallelConfig
-# under the same names (vllm/engine/arg_utils.py:2569 in the image). The first three are the
-# model's shape, all the draft's model config depends on.
+# under the same names (vllm/engine/arg_utils.py:2569 in the image).
 LAUNCHED_PARALLEL_ARGS = (
     "tensor_parallel_size", "pipeline_parallel_size", "decode_context_parallel_size",
     "cp_kv_cache_interleave_size", "all2all_backend", "distributed_executor_backend",
