@@ -73,11 +73,12 @@ def _with_flag(args: tuple[str, ...], flag: str, value: str) -> tuple[str, ...]:
 
 
 def _sparkcache_case() -> Case:
-    """A SparkCache launch, which the profile's launcher refuses (SparkCache's own deployment
-    check refuses the block size vLLM settles, 2304, against its 256-token chunks), spelled at
-    the block size SparkCache takes, so the check still reads its connector keys."""
+    """A SparkCache launch, which the profile refuses ([refused.SPARKCACHE_ENABLED]; and
+    SparkCache's own deployment check refuses the block size vLLM settles, 2304, against its
+    256-token chunks), spelled without the profile's refusals at the block size SparkCache
+    takes, so the check still reads its connector keys and meets its refusal of GLM-5.3."""
     contract = dataclasses.replace(contract_from_profile(load_profile("glm53-dflash7", check_locks=False)),
-                                   capabilities=None)
+                                   capabilities=None, refused={})
     launch = conformance_case("sparkcache-at-256", contract, 0, {"SPARKCACHE_ENABLED": "1", "KV_BLOCK_SIZE": "256"})
     assert launch.serve_args is not None, launch.refusal
     return Case(launch.name, launch.serve_args, launch.env)
