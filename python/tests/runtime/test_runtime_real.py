@@ -196,7 +196,7 @@ def test_the_committed_manifest_is_what_the_image_says(dflash7):
     committed = REPO / "profiles" / "glm53-dflash7" / capability_file.FILE_NAME
     # the deliberately bad launches' engine starts are this test's, not the profile's; so is
     # the one SparkCache launch (the profile refuses SparkCache: no launch case enables it)
-    launched = [selecting_settings(case) for case in cases]
+    launched = [selecting_settings(case.serve_args) for case in cases]
     found = report.capabilities
     caps = dataclasses.replace(found, kernel_selections=tuple(
         s for s in found.kernel_selections if dict(s.settings) in launched),
