@@ -123,8 +123,10 @@ def _bad_cases(cases: list[Case], mtp: Case) -> dict[str, tuple[Case, str, str]]
                             "runtime.layer-kernel", "MLA not supported"),
         # the MTP head's MoE is unquantized: vLLM 0.33.0 has no b12x unquantized MoE
         # (fused_moe/oracle/unquantized.py map_unquantized_backend)
+        # (with this image's container env: its JIT root is the one mounted writable)
         "refuse-mtp-b12x-moe": (Case("refuse-mtp-b12x-moe", _with_flag(_replace(
-            mtp.serve_args, "--speculative-config", json.dumps(mtp_inheriting)), "--moe-backend", "b12x"), mtp.env),
+            mtp.serve_args, "--speculative-config", json.dumps(mtp_inheriting)), "--moe-backend", "b12x"),
+            default.env),
             "runtime.layer-kernel", "not supported for unquantized MoE"),
         # a KV budget larger than the whole device (121.69 GiB)
         "refuse-kv-budget": (Case("refuse-kv-budget", _replace(args, "--kv-cache-memory-bytes", str(200 << 30)),
