@@ -46,9 +46,12 @@ def test_exact_profiles_compose_the_git_sources_over_the_shared_lock(name: str) 
     base = load_profile(name.removesuffix("-exact"), profiles_dir=REPO / "profiles")
     exact = composition.profile
     # The base profiles turn off what their stock image refuses (runtime-capabilities.json:
-    # SparkCache 0.1.0a2 raises on GLM-5.3, vLLM 0.33.0 has no adaptive depth); the exact
-    # sources are the seeds' own, stated to provide both, so only those two may differ.
-    provided_by_the_seed_sources = {"SPARKCACHE_ENABLED", "SPECULATIVE_ADAPTIVE"}
+    # SparkCache 0.1.0a2 raises on GLM-5.3, vLLM 0.33.0 has no adaptive depth) and choose
+    # what stock vLLM 0.33.0's engine start takes for GLM-5.3's sparse MLA on sm_121
+    # (FLASHINFER_MLA_SPARSE_SM120 and the 2304-token block it settles); the exact sources
+    # are the seeds' own, stated to provide SparkCache and adaptive depth, and their vLLM
+    # fork serves with its B12X MLA path, so only those may differ.
+    provided_by_the_seed_sources = {"SPARKCACHE_ENABLED", "SPECULATIVE_ADAPTIVE", "ATTENTION_BACKEND", "KV_BLOCK_SIZE"}
     assert {key: value for key, value in exact.runtime.items() if key not in provided_by_the_seed_sources} == {
         key: value for key, value in base.runtime.items() if key not in provided_by_the_seed_sources}
     assert exact.python == base.python and exact.status == base.status

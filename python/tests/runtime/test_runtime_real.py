@@ -73,11 +73,12 @@ def _with_flag(args: tuple[str, ...], flag: str, value: str) -> tuple[str, ...]:
 
 
 def _sparkcache_case() -> Case:
-    """A SparkCache launch, which the profile's launcher refuses (SparkCache's own deployment
-    check refuses the block size vLLM settles, 2304, against its 256-token chunks), spelled at
-    the block size SparkCache takes, so the check still reads its connector keys."""
+    """A SparkCache launch, which the profile refuses ([refused.SPARKCACHE_ENABLED]; and
+    SparkCache's own deployment check refuses the block size vLLM settles, 2304, against its
+    256-token chunks), spelled without the profile's refusals at the block size SparkCache
+    takes, so the check still reads its connector keys and meets its refusal of GLM-5.3."""
     contract = dataclasses.replace(contract_from_profile(load_profile("glm53-dflash7", check_locks=False)),
-                                   capabilities=None)
+                                   capabilities=None, refused={})
     launch = conformance_case("sparkcache-at-256", contract, 0, {"SPARKCACHE_ENABLED": "1", "KV_BLOCK_SIZE": "256"})
     assert launch.serve_args is not None, launch.refusal
     return Case(launch.name, launch.serve_args, launch.env)
@@ -122,8 +123,10 @@ def _bad_cases(cases: list[Case], mtp: Case) -> dict[str, tuple[Case, str, str]]
                             "runtime.layer-kernel", "MLA not supported"),
         # the MTP head's MoE is unquantized: vLLM 0.33.0 has no b12x unquantized MoE
         # (fused_moe/oracle/unquantized.py map_unquantized_backend)
+        # (with this image's container env: its JIT root is the one mounted writable)
         "refuse-mtp-b12x-moe": (Case("refuse-mtp-b12x-moe", _with_flag(_replace(
-            mtp.serve_args, "--speculative-config", json.dumps(mtp_inheriting)), "--moe-backend", "b12x"), mtp.env),
+            mtp.serve_args, "--speculative-config", json.dumps(mtp_inheriting)), "--moe-backend", "b12x"),
+            default.env),
             "runtime.layer-kernel", "not supported for unquantized MoE"),
         # a KV budget larger than the whole device (121.69 GiB)
         "refuse-kv-budget": (Case("refuse-kv-budget", _replace(args, "--kv-cache-memory-bytes", str(200 << 30)),
@@ -195,7 +198,7 @@ def test_the_committed_manifest_is_what_the_image_says(dflash7):
     committed = REPO / "profiles" / "glm53-dflash7" / capability_file.FILE_NAME
     # the deliberately bad launches' engine starts are this test's, not the profile's; so is
     # the one SparkCache launch (the profile refuses SparkCache: no launch case enables it)
-    launched = [selecting_settings(case) for case in cases]
+    launched = [selecting_settings(case.serve_args) for case in cases]
     found = report.capabilities
     caps = dataclasses.replace(found, kernel_selections=tuple(
         s for s in found.kernel_selections if dict(s.settings) in launched),

@@ -98,6 +98,12 @@ def layout_fanout(site: Site, request: LayoutFanoutRequest, *, progress: Progres
                       for rank in ranks[1:]}
         replies = {name: future.result() for name, future in listed.items()}
     except BaseException:
+        # The pool's threads may be reading a committer's first reply (or finishing it):
+        # killing ends those reads, and each committer is reaped only once its thread is done
+        # (two threads in one Popen.communicate break it).
+        for committer in committers.values():
+            committer.kill()
+        pool.shutdown(wait=True)
         for committer in committers.values():
             committer.cancel()
         for relay_process in relays.values():

@@ -123,6 +123,12 @@ class StartedAgent:
             stdout, stderr = self.process.communicate()
         return AgentReply(self.process.returncode, last_json(stdout), stderr)
 
+    def kill(self) -> None:
+        """End the agent (its SSH session) without reaping it: safe while another thread
+        reads its output, which then ends."""
+        if self.process.poll() is None:
+            self.process.kill()
+
     def cancel(self) -> None:
         if self.process.returncode is not None:
             return  # finished already

@@ -142,14 +142,12 @@ def _require_env_table(path: str, value: object) -> Mapping[str, RuntimeValue]:
 
 def _require_refused_table(path: str, value: object) -> Mapping[str, Mapping[str, str]]:
     """``[refused.KEY]``: value -> the reason this profile's image cannot run it."""
-    table = require_table(path, value)
     refused: dict[str, Mapping[str, str]] = {}
-    for key, values in table.items():
+    for key, values in require_table(path, value).items():
         key_path = join_path(path, key)
         if not _ENV_KEY.fullmatch(key):
             raise InvalidField(key_path, f"expected an UPPER_SNAKE_CASE key, got {describe(key)}")
-        entries = require_table(key_path, values)
-        if not entries:
+        if not (entries := require_table(key_path, values)):
             raise InvalidField(key_path, "expected at least one refused value")
         for refused_value, reason in entries.items():
             require_str(join_path(key_path, refused_value), reason, free_text=True)
@@ -446,8 +444,7 @@ class Profile:
     debian: DebianSpec
     runtime: Mapping[str, RuntimeValue]
     checkpoints: Mapping[str, Checkpoint]
-    # runtime.env values the launcher refuses for this profile, each with the reason (what
-    # the image's own code refuses: the runtime check's verdict, quoted)
+    # runtime.env values launch-rank refuses, each with the image's own reason (quoted)
     refused: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     absent: Absences = field(default_factory=Absences)
     qualified: Qualification = field(default_factory=Qualification)
@@ -591,14 +588,3 @@ class Profile:
 
     def shown(self) -> str:
         return os.fspath(self.path) if self.path is not None else f"profile {self.name}"
-
-
-# --------------------------------------------------------------------------- serialization
-
-
-# --------------------------------------------------------------------------- parsing
-
-
-# --------------------------------------------------------------------------- lookup
-
-
