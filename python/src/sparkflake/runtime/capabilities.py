@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..core.canonical_json import readable_json_bytes
+from ..core.canonical_json import canonical_json_bytes, readable_json_bytes
 from ..core.errors import InputError
 
 SCHEMA = "sparkflake.runtime-capabilities/v1"
@@ -149,7 +149,7 @@ class Capabilities:
 def _unique_records(selections: tuple[KernelSelection, ...]) -> list[dict[str, Any]]:
     """One record per distinct selection, in a stable order (many launches differ only in
     settings that select nothing)."""
-    records = {json.dumps(selection.as_record(), sort_keys=True): selection.as_record() for selection in selections}
+    records = {canonical_json_bytes(selection.as_record()): selection.as_record() for selection in selections}
     return [records[key] for key in sorted(records)]
 
 
