@@ -3,12 +3,12 @@
 1. ``compose.composition.load_composition`` — the profile, its locks, the role inputs.
 2. ``compose.inputs.fetch_inputs`` — every input in the cache and re-hashed (link ``inputs``).
 3. ``compose.assembly.assemble`` — the layer trees and both manifests.
-4. ``oci.composed_image.build_lower_layers`` — the layers below the top one; those the layer
+4. ``compose.composed_image.build_lower_layers`` — the layers below the top one; those the layer
    cache holds are taken as soon as stage 3 has their trees, before it plans the overlay.
 5. ``compose.top_layer.prepare_top`` — labels, the in-image receipt, ``/etc/sparkflake/*``.
 6. ``compose.chain_links.verify_composition`` — the verification chain; refuses before
    anything is written to the output.
-7. ``oci.composed_image.finish`` — top layer, config, manifest, full receipt;
+7. ``compose.composed_image.finish`` — top layer, config, manifest, full receipt;
    ``write_outputs_into`` fills the staged output directory.
 
 The output is staged beside ``out/PROFILE`` and swapped in only when every stage passed; in
@@ -28,6 +28,16 @@ from pathlib import Path
 
 from .compose.assembly import Assembly, LayerTree, assemble
 from .compose.chain_links import verify_composition
+from .compose.composed_image import (
+    DEFAULT_FORMATS,
+    BuildResult,
+    ImageOptions,
+    LowerLayers,
+    OutputWriters,
+    check_formats,
+    finish,
+    prepare_top_over_layers,
+)
 from .compose.composition import load_composition
 from .compose.inputs import FetchedInputs, fetch_inputs
 from .compose.tree_cache import TreeCache
@@ -44,16 +54,6 @@ from .core.progress import ProgressCallback
 from .housekeeping.build_record import BuildRecord, last_build_of, utc_now, write_build_record
 from .housekeeping.free_space import check_free_space, estimate_build_space
 from .oci.blob_store import BlobStore
-from .oci.composed_image import (
-    DEFAULT_FORMATS,
-    BuildResult,
-    ImageOptions,
-    LowerLayers,
-    OutputWriters,
-    check_formats,
-    finish,
-    prepare_top_over_layers,
-)
 from .oci.layer_cache import LayerCache
 
 

@@ -30,10 +30,10 @@ from sparkflake.compose.python_env import (
     WheelInput,
     assemble_python_env,
 )
-from sparkflake.compose.tree_paths import image_path
 from sparkflake.core.errors import CheckFailed
 from sparkflake.core.tree_digest import nar_hash
 from sparkflake.lock.lock_file import load_lock
+from sparkflake.oci.tree_paths import image_path
 
 MULTIARCH = "usr/lib/aarch64-linux-gnu"
 REPO = Path(__file__).resolve().parents[3]

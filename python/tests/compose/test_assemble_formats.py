@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 
 from sparkflake.compose.elf import parse_header, read_soname
 from sparkflake.compose.ld_so_cache import CacheEntry, libcmp, parse_cache, serialize_cache
-from sparkflake.compose.tree_paths import normalize_member
 from sparkflake.core.errors import CheckFailed
 from sparkflake.lock.debian_packages import Relation, parse_relations
+from sparkflake.oci.tree_paths import normalize_member
 
 _soname = st.from_regex(r"lib[a-z_+]{1,8}(-[0-9]\.[0-9])?\.so(\.[0-9]{1,3}){0,3}", fullmatch=True)
 _entry = st.builds(

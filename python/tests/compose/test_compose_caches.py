@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparkflake.compose.layer_input import walk_tree
 from sparkflake.compose.tree_cache import TreeCache
 from sparkflake.core.errors import CheckFailed, InputError
 from sparkflake.core.file_hashes import FileHashes, stat_identity
+from sparkflake.oci.layer_input import walk_tree
 from sparkflake.pipeline import BuildRequest, build_profile
 
 REPO = Path(__file__).resolve().parents[3]

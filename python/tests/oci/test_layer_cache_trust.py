@@ -18,10 +18,10 @@ from fixtures.file_systems import clones_here
 
 from sparkflake import audit
 from sparkflake.cli import main
-from sparkflake.compose.layer_input import GeneratedFile, LayerInput, TreeSource
 from sparkflake.core.errors import InputError
 from sparkflake.oci import ImageSpec, LayerSpec, blob_store, build_image
 from sparkflake.oci.blob_store import DIRECT_COPY_MIN, BlobStore, copy_blob
+from sparkflake.oci.layer_input import GeneratedFile, LayerInput, TreeSource
 from sparkflake.oci.layout import LayoutWriter, write_oci_layout
 from sparkflake.pipeline import BuildRequest, build_profile
 

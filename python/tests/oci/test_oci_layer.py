@@ -387,8 +387,8 @@ def test_a_walk_handed_on_stands_for_the_first_walk_only(tmp_path):
     """A tree source may carry the walk its validator just took: the fingerprint uses it
     instead of walking; the check after the key is computed walks afresh, so a walk that
     does not match the tree is never recorded as the tree's fingerprint."""
-    from sparkflake.compose.layer_input import TreeWalk, walk_tree
     from sparkflake.oci import layer_cache
+    from sparkflake.oci.layer_input import TreeWalk, walk_tree
 
     tree = tmp_path / "tree"
     tree.mkdir()

@@ -18,6 +18,12 @@ from sparkflake.audit.receipt import verify_receipt
 from sparkflake.cli import main as cli_main
 from sparkflake.compose.assembly import assemble
 from sparkflake.compose.chain_links import ChainContext, verify_composition
+from sparkflake.compose.composed_image import (
+    OUTPUT_FORMATS,
+    ImageOptions,
+    build_lower_layers,
+    prepare_top_over_layers,
+)
 from sparkflake.compose.composition import load_composition
 from sparkflake.compose.inputs import fetch_inputs
 from sparkflake.compose.source_overlay import package_files
@@ -25,12 +31,6 @@ from sparkflake.compose.verification import ChainFailed
 from sparkflake.core.blob_cache import BlobCache
 from sparkflake.core.errors import CheckFailed, InputError
 from sparkflake.oci.blob_store import BlobStore
-from sparkflake.oci.composed_image import (
-    OUTPUT_FORMATS,
-    ImageOptions,
-    build_lower_layers,
-    prepare_top_over_layers,
-)
 from sparkflake.pipeline import BuildRequest, build_profile
 
 REPO = Path(__file__).resolve().parents[3]

@@ -1,8 +1,9 @@
-"""The package's stage order (docs/architecture.md, DESIGN.md): one package per stage in flow
-order, the shared vocabulary (core) at the bottom, nothing importing a later stage, and no
-import cycle between modules. The imports are read from the source (every ``import`` and
-``from … import``, at module level or inside a function), so a local import is no way
-around the order."""
+"""The package's two tiers (docs/architecture.md, DESIGN.md): domain-free libraries at the
+bottom (core, then oci), each importing only the libraries below it and never a stage;
+above them one package per stage in flow order, importing the libraries and the stages
+before it; and no import cycle between modules. The imports are read from the source
+(every ``import`` and ``from … import``, at module level or inside a function), so a local
+import is no way around the order."""
 
 from __future__ import annotations
 
@@ -14,11 +15,15 @@ import pytest
 pytestmark = pytest.mark.nix_sandbox  # needs nothing but Python: also run by the flake check
 
 SOURCE = Path(__file__).resolve().parents[2] / "src" / "sparkflake"
-# Flow order, bottom first. A stage may import itself and every stage before it.
-STAGE_ORDER = (
-    "core", "profile", "lock", "fetch", "compose", "oci", "signing", "audit", "runtime",
+# The libraries, bottom first: domain-free, each may import itself and the libraries before it.
+LIBRARIES = ("core", "oci")
+# The stages in flow order, bottom first: each may import every library, itself and every
+# stage before it.
+STAGES = (
+    "profile", "lock", "fetch", "compose", "signing", "audit", "runtime",
     "distribute", "launch", "service", "housekeeping", "pipeline", "cli",
 )
+STAGE_ORDER = LIBRARIES + STAGES
 
 
 def module_files(root: Path) -> dict[str, Path]:
@@ -62,7 +67,9 @@ def stage_of(module: str) -> str | None:
     return parts[1] if len(parts) > 1 else None
 
 
-def order_violations(root: Path, order: tuple[str, ...]) -> list[str]:
+def order_violations(root: Path, order: tuple[str, ...], libraries: tuple[str, ...] = ()) -> list[str]:
+    """Every import that goes up ``order`` (libraries first, then stages), each named with
+    its file and line; an import from one of ``libraries`` into a stage is named as such."""
     modules = module_files(root)
     known = set(modules)
     problems = []
@@ -75,8 +82,13 @@ def order_violations(root: Path, order: tuple[str, ...]) -> list[str]:
             continue
         for target, line in imported_modules(module, path, known):
             target_stage = stage_of(target)
-            if target_stage is not None and target_stage in order and order.index(target_stage) > order.index(stage):
-                problems.append(f"{path.relative_to(root.parent)}:{line}: {stage} imports {target} ({target_stage} is a later stage)")
+            if target_stage is None or target_stage not in order or order.index(target_stage) <= order.index(stage):
+                continue
+            if stage in libraries and target_stage not in libraries:
+                why = f"{target_stage} is a stage; the library {stage} imports only libraries"
+            else:
+                why = f"{target_stage} is a later {'library' if target_stage in libraries else 'stage'}"
+            problems.append(f"{path.relative_to(root.parent)}:{line}: {stage} imports {target} ({why})")
     return problems
 
 
@@ -119,7 +131,22 @@ def import_cycles(root: Path) -> list[list[str]]:
 
 
 def test_no_module_imports_a_later_stage() -> None:
-    assert order_violations(SOURCE, STAGE_ORDER) == []
+    assert order_violations(SOURCE, STAGE_ORDER, LIBRARIES) == []
+
+
+def test_the_libraries_import_no_stage() -> None:
+    """Stated on its own, the rule the first tier stands for: not one import from a library
+    (core, oci) names a module of a stage."""
+    modules = module_files(SOURCE)
+    known = set(modules)
+    into_stages = [
+        f"{path.relative_to(SOURCE.parent)}:{line}: {target}"
+        for module, path in modules.items()
+        if stage_of(module) in LIBRARIES
+        for target, line in imported_modules(module, path, known)
+        if stage_of(target) not in (None, *LIBRARIES)
+    ]
+    assert into_stages == []
 
 
 def test_no_import_cycle_between_modules() -> None:
@@ -160,6 +187,21 @@ def test_an_upward_import_is_found_however_it_is_spelled(tmp_path: Path, importe
     [problem] = order_violations(root, ("core", "oci"))
     assert problem.startswith("sparkflake/core/digest.py:") and "core imports sparkflake.oci" in problem
     assert import_cycles(root) == [["sparkflake.core.digest", "sparkflake.oci.layer"]]
+
+
+def test_a_library_importing_any_stage_is_named(tmp_path: Path) -> None:
+    """oci below every stage: its import of compose, the first stage that could feed it, is
+    refused, though compose stands before most stages."""
+    root = write_package(tmp_path, {
+        "__init__.py": "", "core/__init__.py": "", "oci/__init__.py": "", "compose/__init__.py": "",
+        "oci/layer.py": "from ..core import errors\nfrom ..compose import layer_input\n",
+        "core/errors.py": "", "compose/layer_input.py": "from ..oci import layer\n",
+    })
+    [problem] = order_violations(root, ("core", "oci", "compose"), ("core", "oci"))
+    assert problem == (
+        "sparkflake/oci/layer.py:2: oci imports sparkflake.compose.layer_input "
+        "(compose is a stage; the library oci imports only libraries)"
+    )
 
 
 def test_a_module_outside_every_stage_is_named(tmp_path: Path) -> None:

@@ -8,9 +8,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..compose.composed_image import DEFAULT_FORMATS, ImageOptions
 from ..core.atomic_write import OUTPUT_MARKER
 from ..core.errors import InputError
-from ..oci.composed_image import DEFAULT_FORMATS, ImageOptions
 from ..oci.compression import Compression
 from ..oci.image import default_source_date_epoch
 from ..pipeline import BuildRequest, build_profile, default_output_dir

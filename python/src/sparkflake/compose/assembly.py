@@ -27,11 +27,11 @@ from ..core.progress import ProgressCallback
 from ..core.tree_digest import git_tree_id, nar_digest_and_git_tree, nar_hash
 from ..lock.pins import GitPin, Lock, SdistPin, WheelPin
 from ..lock.target import Target
+from ..oci.layer_input import LayerInput, TreeSource
 from .composition import OVERLAY_PACKAGE, Composition
 from .debian_base import DebInput, assemble_base
 from .elf import ElfFile, elf_machines, iter_elf_files
 from .inputs import FetchedInputs
-from .layer_input import LayerInput, TreeSource
 from .native_interface import PythonScan, native_names, python_interface
 from .python_env import DEFAULT_PREFIX, CollisionRule, WheelInput, assemble_python_env
 from .source_overlay import (

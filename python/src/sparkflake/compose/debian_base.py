@@ -41,10 +41,10 @@ from ..core.atomic_write import atomic_directory
 from ..core.elf_machines import EM_AARCH64
 from ..core.errors import CheckFailed
 from ..core.progress import ProgressCallback
+from ..oci.tree_paths import check_link_target, image_path, normalize_member, resolve_parent
 from .deb_archive import ARCHIVE_ERRORS, ar_members, find_member, open_tar_member, read_control
 from .elf import PLATFORM_MACHINE, check_machine
 from .ld_so_cache import write_ld_so_cache
-from .tree_paths import check_link_target, image_path, normalize_member, resolve_parent
 
 MERGED_USR = (("bin", "usr/bin"), ("sbin", "usr/sbin"), ("lib", "usr/lib"))
 DEFAULT_TIMEZONE = "Etc/UTC"

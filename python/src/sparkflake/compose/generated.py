@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .layer_input import GeneratedFile
+from ..oci.layer_input import GeneratedFile
 
 # The launcher supplies only `vllm serve` arguments (seeds: "Entrypoint: vllm serve").
 ENTRYPOINT = ("vllm", "serve")

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.elf_machines import EM_AARCH64, EM_X86_64
+from ..oci.tree_paths import resolve_parent
 from .elf import read_header, read_soname
-from .tree_paths import resolve_parent
 
 CACHE_MAGIC = b"glibc-ld.so.cache" + b"1.1"
 FLAG_ELF_LIBC6 = 0x0003

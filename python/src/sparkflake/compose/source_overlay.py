@@ -31,8 +31,8 @@ from typing import Any
 from ..core.atomic_write import copy_bytes
 from ..core.digest import sha256_file
 from ..core.errors import CheckFailed, InputError
+from ..oci.layer_input import walk_lstat
 from .elf import ELF_MAGIC, ElfFile, iter_elf_files, parse_header
-from .layer_input import walk_lstat
 from .patches import ABSENT, FileReader, PatchedFile, PatchSet, apply_patch_set
 
 RETAINED_NATIVE_SCHEMA = "https://sparkflake.dev/retained-native/v1"

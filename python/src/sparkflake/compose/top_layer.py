@@ -13,11 +13,11 @@ from ..core.digest import sha256_file
 from ..core.records import record_to_dict
 from ..core.timestamps import rfc3339
 from ..lock.pins import DebPin, GitPin, SdistPin, WheelPin
+from ..oci.layer_input import LayerInput, TreeSource
 from ..profile.model import Profile
 from . import generated, receipt
 from .assembly import Assembly, source_packages_document_of
 from .composition import Composition
-from .layer_input import LayerInput, TreeSource
 from .python_env import DEFAULT_PREFIX
 
 LICENSES = "Apache-2.0"

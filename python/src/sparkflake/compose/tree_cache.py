@@ -32,7 +32,7 @@ from typing import Any, TypeVar, cast
 from .. import __version__
 from ..core.atomic_write import atomic_directory, write_bytes_atomic
 from ..core.canonical_json import canonical_json_bytes
-from .layer_input import TreeWalk, walk_lstat, walk_tree
+from ..oci.layer_input import TreeWalk, walk_lstat, walk_tree
 
 ENTRY_FORMAT = "sparkflake-tree-cache-v1"
 ENTRY_FILE = "entry.json"

@@ -20,7 +20,6 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # what a type checker and a reader see; at run time, _SOURCE_MODULE
-    from ..compose.layer_input import GeneratedFile, LayerInput, TreeSource
     from ..core.digest import chain_id
     from .archive import write_archives, write_docker_archive, write_oci_archive
     from .blob_store import BlobStore
@@ -38,6 +37,7 @@ if TYPE_CHECKING:  # what a type checker and a reader see; at run time, _SOURCE_
     from .image_model import BuiltImage
     from .layer import Layer, LayerOptions, build_layer
     from .layer_cache import LayerCache
+    from .layer_input import GeneratedFile, LayerInput, TreeSource
     from .layout import write_oci_layout
     from .reader import ImageReader, open_image
     from .spec_file import load_spec_file, parse_spec
@@ -51,20 +51,20 @@ _SOURCE_MODULE = {
     "BlobStore": ".blob_store",
     "BuiltImage": ".image_model",
     "Compression": ".compression",
-    "GeneratedFile": "..compose.layer_input",
+    "GeneratedFile": ".layer_input",
     "ImageOutputs": ".image",
     "ImageReader": ".reader",
     "ImageReport": ".verify",
     "ImageSpec": ".image",
     "Layer": ".layer",
     "LayerCache": ".layer_cache",
-    "LayerInput": "..compose.layer_input",
+    "LayerInput": ".layer_input",
     "LayerOptions": ".layer",
     "LayerReport": ".verify",
     "LayerSpec": ".image",
     "Platform": ".types",
     "RuntimeConfig": ".config",
-    "TreeSource": "..compose.layer_input",
+    "TreeSource": ".layer_input",
     "assemble_image": ".image",
     "build_image": ".image",
     "build_layer": ".layer",

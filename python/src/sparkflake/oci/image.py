@@ -14,7 +14,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..compose.layer_input import LayerInput
 from ..core.atomic_write import write_bytes_atomic
 from ..core.canonical_json import canonical_json_bytes
 from ..core.digest import chain_id, sha256_digest
@@ -29,6 +28,7 @@ from .config import ImageConfig, RuntimeConfig
 from .image_model import BuiltImage
 from .layer import DEFAULT_SOURCE_DATE_EPOCH, Layer, LayerOptions, build_layer
 from .layer_cache import LayerCache
+from .layer_input import LayerInput
 from .layout import LayoutWriter, write_oci_layout
 from .manifest import ImageIndex, ImageManifest, layer_descriptor
 from .types import Descriptor, Platform

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from ..compose.layer_input import LayerInput
 from ..core.errors import InputError
 from ..core.progress import ProgressCallback
 from .blob_store import BlobStore
@@ -40,6 +39,7 @@ from .compression import (
     zstd_block,
 )
 from .layer_cache import InputFingerprint, LayerCache
+from .layer_input import LayerInput
 from .layer_tree import ScannedEntry, scan_layer
 from .tar_stream import EntryKind, iter_tar_chunks
 

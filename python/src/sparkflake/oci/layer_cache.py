@@ -13,10 +13,10 @@ files whose identity changed are read again. ctime cannot be set by ordinary pro
 a file rewritten in place with its mtime restored is still noticed.
 
 A second, faster route maps the layer's *input fingerprint* to its key: one sorted walk
-of the input trees taking every path's stat identity (``compose.layer_input.walk_tree``: type,
+of the input trees taking every path's stat identity (``layer_input.walk_tree``: type,
 mode, size, mtime_ns, ctime_ns, inode, link count; a symlink's target) plus the generated
 files, deletions and options. A tree source that carries the walk its validator just
-took (the compose stage's tree cache) is not walked again. An unchanged input gives the
+took (a caller's tree cache) is not walked again. An unchanged input gives the
 same fingerprint and its recorded key without building the entry list or looking up a
 content hash per file; any change (a write, chmod, rename, link, add or remove changes
 ctime or the listing) gives another fingerprint and the full route. A fingerprint is recorded only when the input had it
@@ -37,11 +37,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..compose.layer_input import LayerInput, walk_tree
 from ..core.atomic_write import write_bytes_atomic
 from ..core.canonical_json import canonical_json_bytes
 from ..core.file_hashes import RACY_WINDOW_NS, FileHashes
 from ..core.progress import ProgressCallback
+from .layer_input import LayerInput, walk_tree
 from .layer_tree import ScannedEntry
 from .tar_stream import EntryKind
 

@@ -23,8 +23,8 @@ import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ..compose.layer_input import LayerInput, TreeSource
 from ..core.errors import InputError
+from .layer_input import LayerInput, TreeSource
 from .tar_stream import EntryKind, TarEntry, encode_name
 
 WHITEOUT_PREFIX = ".wh."

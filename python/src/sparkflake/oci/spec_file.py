@@ -32,12 +32,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..compose.layer_input import GeneratedFile, LayerInput, TreeSource
 from ..core.documents import read_json_file
 from ..core.errors import InputError
 from .compression import Compression
 from .config import RuntimeConfig
 from .image import ImageSpec, LayerSpec, default_source_date_epoch
+from .layer_input import GeneratedFile, LayerInput, TreeSource
 from .layer_tree import image_path
 from .types import Platform
 

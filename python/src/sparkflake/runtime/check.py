@@ -26,13 +26,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..compose.tree_paths import image_path
 from ..core.check_result import ERROR, FAIL, PASS
 from ..core.directory_lock import DirectoryInUse, held_alone
 from ..core.elf_machines import MACHINE_BY_ARCHITECTURE
 from ..core.errors import CheckFailed, InputError
 from ..core.progress import report_phase
 from ..oci.reader import ImageReader, open_image
+from ..oci.tree_paths import image_path
 from . import checkpoint, driver_stand_in, rootfs, sandbox
 from .check_report import Case, CheckReport
 from .judge import FULL_CKV_GATHER_SWITCHES, capabilities_of, env_evidence, judge_result

@@ -31,7 +31,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..compose.tree_paths import image_path, normalize_member, resolve_parent
 from ..core.atomic_write import write_bytes_atomic
 from ..core.canonical_json import canonical_json_bytes
 from ..core.errors import CheckFailed, InputError
@@ -40,6 +39,7 @@ from ..core.progress import ProgressCallback
 from ..oci.layer_scan import TarElfScanner
 from ..oci.layer_stream import LayerStream
 from ..oci.reader import ImageReader
+from ..oci.tree_paths import image_path, normalize_member, resolve_parent
 from ..oci.types import BlobRef
 
 READ_CHUNK = 1 << 20

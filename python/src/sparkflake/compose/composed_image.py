@@ -1,6 +1,7 @@
-"""The oci stage applied to a composition: the lower layers from compose's trees (layer cache:
-an unchanged tree is never re-tarred or re-compressed), the top layer, config, manifest,
-full receipt and SBOM, and the output directory (layout, archives, digests, receipt)."""
+"""The image of a composition, built with the oci library: the lower layers from compose's
+trees (layer cache: an unchanged tree is never re-tarred or re-compressed), the top layer,
+config, manifest, full receipt and SBOM, and the output directory (layout, archives,
+digests, receipt)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..compose import generated, receipt, sbom
-from ..compose.assembly import Assembly, LayerTree, python_group, source_packages_document_of
-from ..compose.composition import Composition
-from ..compose.inputs import FetchedInputs
-from ..compose.top_layer import DEFAULT_ENV, PreparedTop, prepare_top
-from ..compose.verification import LinkResult
 from ..core.atomic_write import atomic_directory, write_bytes_atomic
 from ..core.builder_identity import builder_identity
 from ..core.canonical_json import readable_json_bytes
@@ -23,19 +18,25 @@ from ..core.errors import InputError
 from ..core.progress import ProgressCallback
 from ..core.timestamps import rfc3339
 from ..lock.pins import Pin
+from ..oci.archive import CombinedArchiveWriter, write_archives
+from ..oci.artifact import ReferringArtifact, referring_artifact
+from ..oci.blob_store import BlobStore
+from ..oci.compression import Compression
+from ..oci.config import RuntimeConfig
+from ..oci.image import ImageSpec, LayerSpec, assemble_image
+from ..oci.image_model import BuiltImage
+from ..oci.layer import Layer, LayerOptions, build_layer, layer_by_fingerprint
+from ..oci.layer_cache import LayerCache
+from ..oci.layout import LayoutWriter, add_artifact_blobs, write_oci_layout
+from ..oci.media_types import CREATED_ANNOTATION
+from ..oci.types import Platform
 from ..profile.model import Profile
-from .archive import CombinedArchiveWriter, write_archives
-from .artifact import ReferringArtifact, referring_artifact
-from .blob_store import BlobStore
-from .compression import Compression
-from .config import RuntimeConfig
-from .image import ImageSpec, LayerSpec, assemble_image
-from .image_model import BuiltImage
-from .layer import Layer, LayerOptions, build_layer, layer_by_fingerprint
-from .layer_cache import LayerCache
-from .layout import LayoutWriter, add_artifact_blobs, write_oci_layout
-from .media_types import CREATED_ANNOTATION
-from .types import Platform
+from . import generated, receipt, sbom
+from .assembly import Assembly, LayerTree, python_group, source_packages_document_of
+from .composition import Composition
+from .inputs import FetchedInputs
+from .top_layer import DEFAULT_ENV, PreparedTop, prepare_top
+from .verification import LinkResult
 
 DEFAULT_REPOSITORY = "localhost/sparkflake"
 

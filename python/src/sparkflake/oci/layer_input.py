@@ -1,6 +1,6 @@
-"""What the compose stage hands to the oci stage: a layer's input (host trees placed at a
-target, generated files, deletions, opaque directories), and the one stat walk of a tree
-that the caches use as its identity (contents are not read)."""
+"""What a layer is built from: host trees placed at a target, generated files, deletions and
+opaque directories; and the one stat walk of a tree that the caches use as its identity
+(contents are not read)."""
 
 from __future__ import annotations
 
@@ -23,8 +23,9 @@ class TreeWalk(NamedTuple):
 @dataclass(frozen=True)
 class TreeSource:
     """A host directory whose contents appear under ``target`` in the image. ``walk``:
-    the tree's ``walk_tree`` taken by whoever just validated it (the compose stage's tree
-    cache), used by the layer cache's input fingerprint instead of walking again."""
+    the tree's ``walk_tree`` taken by whoever just validated it (a caller's tree cache,
+    such as the compose stage's), used by the layer cache's input fingerprint instead of
+    walking again."""
 
     host_dir: str
     target: str = "/"
