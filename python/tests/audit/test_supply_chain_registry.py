@@ -23,8 +23,9 @@ from fixtures.oci import RegistryServer, free_port, registry_server  # noqa: F40
 from sparkflake.cli import main as cli_main
 from sparkflake.core.errors import CheckFailed, InputError
 from sparkflake.oci.artifact import fallback_tag
+from sparkflake.oci.media_types import OCI_MANIFEST
 from sparkflake.oci.referrers import find_referrers
-from sparkflake.oci.remote import OCI_MANIFEST, RegistryClient, parse_reference
+from sparkflake.oci.remote import RegistryClient, parse_reference
 from sparkflake.pipeline import BuildRequest, build_profile
 from sparkflake.signing.cosign import attestation_tag, signature_tag, verify_image_signing
 from sparkflake.signing.keys import load_public_key

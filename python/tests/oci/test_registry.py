@@ -26,14 +26,9 @@ from hypothesis import strategies as st
 
 from sparkflake.core.errors import CheckFailed, InputError
 from sparkflake.distribute.registry import pull_to_layout, push_layout
-from sparkflake.oci.remote import (
-    OCI_INDEX,
-    OCI_MANIFEST,
-    Credentials,
-    RegistryClient,
-    parse_reference,
-    select_platform,
-)
+from sparkflake.oci.media_types import OCI_INDEX, OCI_MANIFEST
+from sparkflake.oci.registry_auth import Credentials
+from sparkflake.oci.remote import RegistryClient, parse_reference, select_platform
 from sparkflake.oci.types import Platform
 
 
@@ -282,7 +277,7 @@ def test_limits_and_tampering_are_refused(emulator: Emulator, tmp_path: Path) ->
 def test_a_token_realm_over_plain_http_off_loopback_is_refused() -> None:
     client = RegistryClient("127.0.0.1:1", insecure=True)
     with pytest.raises(InputError, match="plain HTTP token realm"):
-        client._answer_challenge('Bearer realm="http://203.0.113.5/token",service="s"', "repository:x:pull", "t")
+        client.auth.answer_challenge('Bearer realm="http://203.0.113.5/token",service="s"', "repository:x:pull", "t")
 
 
 # ---- references and platforms: parsers under property tests ---------------------------------
@@ -342,6 +337,6 @@ def test_any_auth_challenge_is_answered_or_refused_cleanly(challenge: str) -> No
     assume("realm" not in challenge.lower())
     client = RegistryClient("127.0.0.1:1", insecure=True)
     try:
-        client._answer_challenge(challenge, "repository:x:pull", "fuzz")
+        client.auth.answer_challenge(challenge, "repository:x:pull", "fuzz")
     except InputError:
         pass

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..oci.remote import RegistryClient, load_credentials
+from ..oci.registry_auth import load_credentials
+from ..oci.remote import RegistryClient
 
 
 def add_registry_arguments(parser: argparse.ArgumentParser) -> None:

@@ -12,7 +12,8 @@ from ..core.errors import InputError
 from ..distribute.registry import push_layout
 from ..oci.artifact import ReferringArtifact, read_referring_artifact
 from ..oci.referrers import push_referrer
-from ..oci.remote import RegistryClient, load_credentials, parse_reference
+from ..oci.registry_auth import load_credentials
+from ..oci.remote import RegistryClient, parse_reference
 from . import _arguments as arguments
 from ._output import Progress, print_json, print_line
 from ._parsers import add_command

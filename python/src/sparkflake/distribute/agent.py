@@ -124,11 +124,12 @@ def _manifest(args: argparse.Namespace) -> int:
 
 def _pull(args: argparse.Namespace) -> int:
     from ..oci import remote
+    from ..oci.registry_auth import load_credentials
     from ..oci.types import Platform
     from .registry import pull_to_layout
 
     source = remote.parse_reference(args.reference)
-    credentials = remote.load_credentials(args.auth_file) if args.auth_file else None
+    credentials = load_credentials(args.auth_file) if args.auth_file else None
     client = remote.RegistryClient(source.registry, insecure=args.insecure, ca_file=args.ca_file,
                                    credentials=credentials)
     result = pull_to_layout(client, source, Path(args.layout), Platform.parse_any(args.platform))

@@ -14,11 +14,9 @@ from ..core.canonical_json import canonical_json_bytes
 from ..core.documents import read_regular_file
 from ..core.errors import CheckFailed, InputError
 from ..core.progress import ProgressCallback
+from ..oci.media_types import INDEX_MEDIA_TYPES, OCI_INDEX, OCI_MANIFEST
 from ..oci.remote import (
-    INDEX_TYPES,
     MANIFEST_LIMIT,
-    OCI_INDEX,
-    OCI_MANIFEST,
     Manifest,
     Reference,
     RegistryClient,
@@ -87,7 +85,7 @@ def push_layout(client: RegistryClient, layout: Path, target: Reference,
                 progress(done, total, f"push {blob_digest[:19]}")
         client.push_manifest(target.repository, tag, content, media_type or OCI_MANIFEST)
 
-    if top_type in INDEX_TYPES:
+    if top_type in INDEX_MEDIA_TYPES:
         content = _read_blob_file(layout, top_digest)
         child_index = json_object(content, f"{layout} {top_digest}")
         for position, child in enumerate(child_index.get("manifests") or []):
@@ -123,12 +121,12 @@ def resolve_manifest(client: RegistryClient, source: Reference, platform: Platfo
     """(what the reference names, the image manifest for ``platform``): the same object
     twice when the reference names an image manifest, else the index and its entry."""
     top = client.get_manifest(source.repository, source.reference)
-    if top.media_type not in INDEX_TYPES:
+    if top.media_type not in INDEX_MEDIA_TYPES:
         return top, top
     descriptor = select_platform(top.document(), platform, f"{source}")
     digest, _, _ = _descriptor(descriptor, f"{source} platform manifest")
     manifest = client.get_manifest(source.repository, digest)
-    if manifest.media_type in INDEX_TYPES:
+    if manifest.media_type in INDEX_MEDIA_TYPES:
         raise CheckFailed(f"{source}: platform entry {digest} is itself an index", check_id="registry.media-type")
     return top, manifest
 

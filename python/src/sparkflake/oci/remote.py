@@ -14,12 +14,9 @@ bearer token from the realm (with Basic credentials if given) or with Basic cred
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import http.client
-import ipaddress
 import json
-import os
 import re
 import ssl
 import urllib.parse
@@ -28,9 +25,18 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..core.digest import is_digest
-from ..core.documents import parse_json_object, read_json_file, read_regular_file
+from ..core.documents import parse_json_object
 from ..core.errors import CheckFailed, InputError
 from ..core.progress import ProgressCallback
+from .media_types import (
+    DOCKER_MANIFEST,
+    DOCKER_MANIFEST_LIST,
+    INDEX_MEDIA_TYPES,
+    MANIFEST_MEDIA_TYPES,
+    OCI_INDEX,
+    OCI_MANIFEST,
+)
+from .registry_auth import Credentials, RegistryAuth, is_loopback, tls_context
 
 if TYPE_CHECKING:  # imported where used: `verify` needs none of them (bench/bench_sign.py)
     from pathlib import Path
@@ -38,21 +44,13 @@ if TYPE_CHECKING:  # imported where used: `verify` needs none of them (bench/ben
     from .types import Platform
 
 MANIFEST_LIMIT = 4 * 1024 * 1024
-MAX_CREDENTIALS_BYTES = 64 << 10  # {"username", "password"}, a token at most a few KiB
-MAX_CA_BYTES = 1 << 20  # a CA bundle (the system one is ~200 KiB)
 CHUNK = 1 << 20
 
-OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
-OCI_INDEX = "application/vnd.oci.image.index.v1+json"
-DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
-DOCKER_MANIFEST_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
-MANIFEST_TYPES = (OCI_MANIFEST, DOCKER_MANIFEST)
-INDEX_TYPES = (OCI_INDEX, DOCKER_MANIFEST_LIST)
-ACCEPT = ", ".join((*MANIFEST_TYPES, *INDEX_TYPES))
+# Image manifests first, then indexes.
+ACCEPT = ", ".join((OCI_MANIFEST, DOCKER_MANIFEST, OCI_INDEX, DOCKER_MANIFEST_LIST))
 
 _REPOSITORY = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$")
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
-_CHALLENGE_PARAM = re.compile(r'(\w+)\s*=\s*"([^"]*)"')
 
 
 # ---- references -------------------------------------------------------------------------
@@ -105,16 +103,6 @@ def parse_reference(text: str) -> Reference:
     return Reference(registry=registry, repository=path, tag=tag, digest=digest)
 
 
-def is_loopback(host: str) -> bool:
-    bare = host.strip("[]")
-    if bare == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(bare).is_loopback
-    except ValueError:
-        return False
-
-
 def _split_host(registry: str) -> tuple[str, int | None]:
     if registry.startswith("["):
         host, _, rest = registry[1:].partition("]")
@@ -132,34 +120,6 @@ class Manifest:
 
     def document(self) -> dict[str, Any]:
         return json_object(self.content, self.digest)
-
-
-@dataclass(frozen=True)
-class Credentials:
-    username: str
-    password: str
-
-
-def load_credentials(path: str | os.PathLike[str]) -> Credentials:
-    """The --auth-file: a bounded read of a regular file (a FIFO or /dev/zero is refused)."""
-    document = read_json_file(path, "registry credentials", MAX_CREDENTIALS_BYTES)
-    if not isinstance(document, dict) or set(document) != {"username", "password"} or not all(
-        isinstance(value, str) for value in document.values()
-    ):
-        raise InputError(f"{path}: expected {{\"username\": \"...\", \"password\": \"...\"}}")
-    return Credentials(document["username"], document["password"])
-
-
-def _tls_context(ca_file: str | None) -> ssl.SSLContext:
-    """The system's trust, or the PEM certificates of ``ca_file`` read with a bound from a
-    regular file (given as ``cafile``, ssl would open a FIFO and wait without end)."""
-    if ca_file is None:
-        return ssl.create_default_context()
-    pem = read_regular_file(ca_file, "CA certificates (PEM)", MAX_CA_BYTES)
-    try:
-        return ssl.create_default_context(cadata=pem.decode("ascii"))
-    except (UnicodeDecodeError, ssl.SSLError) as exc:
-        raise InputError(f"{ca_file}: not PEM certificates: {exc}") from None
 
 
 # ---- the client -------------------------------------------------------------------------
@@ -181,24 +141,15 @@ class RegistryClient:
                 "(--ca-file for a private CA)"
             )
         self.insecure = insecure
-        self.credentials = credentials
         self.timeout = timeout
-        self._tls = None if insecure else _tls_context(ca_file)
-        self._tokens: dict[str, str] = {}
-        self._basic = False
+        self._tls = None if insecure else tls_context(ca_file)
+        self.auth = RegistryAuth(registry, credentials, self._connection)
 
     # -- transport
     def _connection(self, host: str, port: int | None, secure: bool) -> http.client.HTTPConnection:
         if secure:
             return http.client.HTTPSConnection(host, port, timeout=self.timeout, context=self._tls, blocksize=CHUNK)
         return http.client.HTTPConnection(host, port, timeout=self.timeout, blocksize=CHUNK)
-
-    def _authorization(self, scope: str) -> dict[str, str]:
-        if scope in self._tokens:
-            return {"Authorization": f"Bearer {self._tokens[scope]}"}
-        if self._basic and self.credentials:
-            return {"Authorization": _basic_header(self.credentials)}
-        return {}
 
     def _request(
         self,
@@ -228,7 +179,7 @@ class RegistryClient:
                 host, port, secure, target, own = self.host, self.port, not self.insecure, url, True
             request_headers = dict(headers or {})
             if own:
-                request_headers.update(self._authorization(scope))
+                request_headers.update(self.auth.headers(scope))
             connection = self._connection(host, port, secure)
             try:
                 connection.request(method, target, body=body() if body else None, headers=request_headers)
@@ -249,7 +200,7 @@ class RegistryClient:
             detail = _error_detail(response)
             connection.close()
             if response.status == 401 and own and not authorized:
-                self._answer_challenge(response.headers.get("WWW-Authenticate", ""), scope, what)
+                self.auth.answer_challenge(response.headers.get("WWW-Authenticate", ""), scope, what)
                 authorized = True
                 continue
             if response.status in (301, 302, 303, 307, 308) and response.headers.get("Location"):
@@ -269,49 +220,6 @@ class RegistryClient:
             raise CheckFailed(f"{what}: {self.registry} answered HTTP {response.status}: {detail}",
                               check_id="registry.http")
         raise InputError(f"{what}: too many redirects from {self.registry}")
-
-    def _answer_challenge(self, challenge: str, scope: str, what: str) -> None:
-        scheme, _, params_text = challenge.strip().partition(" ")
-        params = dict(_CHALLENGE_PARAM.findall(params_text))
-        if scheme.lower() == "basic":
-            if not self.credentials:
-                raise InputError(f"{what}: {self.registry} requires credentials (401 Basic) and none were given")
-            self._basic = True
-            return
-        if scheme.lower() != "bearer" or "realm" not in params:
-            raise InputError(f"{what}: {self.registry} answered 401 with an unusable challenge {challenge!r}")
-        realm = urllib.parse.urlsplit(params["realm"])
-        if realm.scheme == "http" and not is_loopback(realm.hostname or ""):
-            raise InputError(f"{what}: refusing a plain HTTP token realm {params['realm']}")
-        if realm.scheme not in ("http", "https"):
-            raise InputError(f"{what}: token realm {params['realm']!r} is not an http(s) URL")
-        query = {"service": params["service"]} if "service" in params else {}
-        query["scope"] = params.get("scope", scope)
-        target = realm.path or "/"
-        joined = "&".join(filter(None, [realm.query, urllib.parse.urlencode(query)]))
-        headers = {"Accept": "application/json"}
-        if self.credentials:
-            headers["Authorization"] = _basic_header(self.credentials)
-        connection = self._connection(realm.hostname or "", realm.port, realm.scheme == "https")
-        try:
-            connection.request("GET", f"{target}?{joined}", headers=headers)
-            response = connection.getresponse()
-            payload = response.read(MANIFEST_LIMIT + 1)
-        except (OSError, http.client.HTTPException) as exc:
-            raise InputError(f"{what}: cannot reach token service {params['realm']}: {exc}") from exc
-        finally:
-            connection.close()
-        if response.status != 200:
-            raise InputError(f"{what}: token service {params['realm']} answered HTTP {response.status} "
-                             f"(credentials {'given' if self.credentials else 'not given'})")
-        try:
-            document = json.loads(payload)
-            token = document.get("token") or document.get("access_token")
-        except (ValueError, AttributeError):
-            token = None
-        if not isinstance(token, str) or not token:
-            raise InputError(f"{what}: token service {params['realm']} returned no token")
-        self._tokens[scope] = token
 
     # -- API
     def ping(self) -> None:
@@ -471,7 +379,7 @@ class RegistryClient:
         media_type = response.headers.get("Content-Type", "").split(";")[0].strip()
         document = json_object(content, what)
         media_type = document.get("mediaType") or media_type
-        if media_type not in (*MANIFEST_TYPES, *INDEX_TYPES):
+        if media_type not in MANIFEST_MEDIA_TYPES | INDEX_MEDIA_TYPES:
             raise CheckFailed(f"{what}: unsupported media type {media_type!r}", check_id="registry.media-type")
         return Manifest(media_type=media_type, digest=digest, content=content)
 
@@ -575,11 +483,6 @@ def image_blobs(manifest: dict[str, Any], where: str) -> list[tuple[str, str, in
 # ---- small pieces -----------------------------------------------------------------------
 def _scope(repository: str, actions: str) -> str:
     return f"repository:{repository}:{actions}"
-
-
-def _basic_header(credentials: Credentials) -> str:
-    raw = f"{credentials.username}:{credentials.password}".encode()
-    return "Basic " + base64.b64encode(raw).decode()
 
 
 def _netloc(host: str, port: int | None) -> str:

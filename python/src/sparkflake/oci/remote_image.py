@@ -15,8 +15,10 @@ import io
 from typing import TYPE_CHECKING, BinaryIO
 
 from ..core.errors import InputError
+from .media_types import INDEX_MEDIA_TYPES
 from .reader import ImageReader, checked_digest, reader_from_manifest, select_platform_manifest
-from .remote import INDEX_TYPES, Credentials, RegistryClient, parse_reference
+from .registry_auth import Credentials
+from .remote import RegistryClient, parse_reference
 from .types import BlobRef
 
 if TYPE_CHECKING:  # typeshed's name for what readinto writes into
@@ -91,7 +93,7 @@ def open_remote_image(
     index_bytes = None
     index_platform = None
     manifest_ref = BlobRef("manifest", fetched.digest, reference.digest, len(fetched.content), fetched.media_type)
-    if fetched.media_type in INDEX_TYPES:
+    if fetched.media_type in INDEX_MEDIA_TYPES:
         index_bytes = fetched.content
         manifest_ref, index_platform = select_platform_manifest(
             fetched.document(), f"{target} (index {fetched.digest})", platform, _registry_blob_name

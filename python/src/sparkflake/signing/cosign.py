@@ -29,7 +29,8 @@ from typing import Any
 from ..core.canonical_json import canonical_json_bytes
 from ..core.digest import digest_hex
 from ..core.errors import CheckFailed
-from ..oci.remote import OCI_MANIFEST, Reference, RegistryClient
+from ..oci.media_types import OCI_MANIFEST
+from ..oci.remote import Reference, RegistryClient
 from . import payloads
 from .keys import PrivateKey, PublicKey
 
