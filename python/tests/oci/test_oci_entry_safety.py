@@ -18,10 +18,12 @@ from hypothesis import strategies as st
 
 from sparkflake import audit
 from sparkflake.cli import main
-from sparkflake.core.errors import CheckFailed
+from sparkflake.core.errors import CheckFailed, InputError
 from sparkflake.distribute.engine import import_archive
-from sparkflake.oci.entry_safety import EntrySafety
+from sparkflake.oci.entry_safety import OTHER, EntrySafety, path_escape
 from sparkflake.oci.layer_scan import scan_layer
+from sparkflake.oci.layer_tree import image_path
+from sparkflake.oci.tree_paths import normalize_member
 
 
 def scan_reasons(layers: list[list[Entry]]) -> list[str | None]:
@@ -175,6 +177,36 @@ def test_whatever_the_check_accepts_a_naive_unpacker_keeps_inside_the_root(tmp_p
 
 
 # ----------------------------------------------------------------- the image readers
+
+
+_SEGMENTS = st.lists(st.sampled_from(["", ".", "..", "a", "b.c", "..a", "a.."]), min_size=1, max_size=5)
+
+
+@given(_SEGMENTS)
+def test_one_decider_says_which_paths_escape_for_every_reader_and_writer(segments):
+    """The layer scan, the tree writer (``normalize_member``: the OS base, the runtime
+    check's unpack) and the image paths of a layer spec refuse exactly what ``path_escape``
+    names: a leading ``/`` (the spec's paths are absolute by design) or a ``..`` part."""
+    name = "/".join(segments)
+    escape = path_escape(name)
+    assert (escape is None) == (not name.startswith("/") and ".." not in segments)
+    assert (EntrySafety().check(name, OTHER) is None) == (escape is None)
+    member = name
+    while member.startswith("./"):  # what normalize_member strips before it decides
+        member = member[2:]
+    try:
+        normalize_member(name, source="t")
+        refused = False
+    except CheckFailed as refusal:
+        assert refusal.check_id == "path-escape"
+        refused = True
+    assert refused == (path_escape(member) is not None)
+    try:
+        image_path(name, what="t")
+        refused = False
+    except InputError:
+        refused = True
+    assert refused == (name == "" or path_escape(name.lstrip("/")) is not None)
 
 
 def test_audit_names_the_layer_and_first_entry(tmp_path):

@@ -27,6 +27,7 @@ from typing import Any
 
 from ..core.canonical_json import readable_json_bytes
 from ..core.documents import parse_json_object, read_regular_file
+from ..oci.media_types import OCI_CONFIG, OCI_MANIFEST
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
@@ -158,14 +159,14 @@ def full_statement(
         {
             "name": CONFIG,
             "digest": {"sha256": config_digest.removeprefix("sha256:")},
-            "mediaType": "application/vnd.oci.image.config.v1+json",
+            "mediaType": OCI_CONFIG,
         }
     )
     byproducts.append(
         {
             "name": MANIFEST,
             "digest": {"sha256": manifest_digest.removeprefix("sha256:")},
-            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "mediaType": OCI_MANIFEST,
         }
     )
     return {
@@ -187,7 +188,7 @@ def add_sbom_byproducts(full: Mapping[str, Any], sbom: bytes, artifact_manifest_
         {
             "name": SBOM_ARTIFACT,
             "digest": {"sha256": artifact_manifest_digest.removeprefix("sha256:")},
-            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "mediaType": OCI_MANIFEST,
         }
     )
 

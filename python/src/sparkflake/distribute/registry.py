@@ -9,24 +9,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..core.atomic_write import atomic_directory
-from ..core.canonical_json import canonical_json_bytes
 from ..core.documents import read_regular_file
 from ..core.errors import CheckFailed, InputError
 from ..core.progress import ProgressCallback
-from ..oci.media_types import INDEX_MEDIA_TYPES, OCI_INDEX, OCI_MANIFEST
+from ..oci.layout import StagedLayout
+from ..oci.manifest import ImageIndex
+from ..oci.media_types import INDEX_MEDIA_TYPES, OCI_MANIFEST, REF_NAME_ANNOTATION
 from ..oci.remote import (
     MANIFEST_LIMIT,
     Manifest,
     Reference,
     RegistryClient,
-    _check_digest,
-    _descriptor,
+    check_digest,
+    descriptor_fields,
     image_blobs,
     json_object,
     select_platform,
 )
-from ..oci.types import Platform
+from ..oci.types import Descriptor, Platform
 
 
 # ---- push a layout, pull into a layout ---------------------------------------------------
@@ -61,11 +61,11 @@ def push_layout(client: RegistryClient, layout: Path, target: Reference,
         raise InputError(f"{layout}/index.json: no manifests")
     if len(entries) > 1:
         named = [e for e in entries if isinstance(e, dict)
-                 and e.get("annotations", {}).get("org.opencontainers.image.ref.name") == target.tag]
+                 and e.get("annotations", {}).get(REF_NAME_ANNOTATION) == target.tag]
         if len(named) != 1:
             raise InputError(f"{layout}/index.json: {len(entries)} manifests and none named {target.tag!r}")
         entries = named
-    top_digest, top_type, _ = _descriptor(entries[0], f"{layout}/index.json manifests[0]")
+    top_digest, top_type, _ = descriptor_fields(entries[0], f"{layout}/index.json manifests[0]")
     pushed: list[str] = []
     present: list[str] = []
 
@@ -89,7 +89,7 @@ def push_layout(client: RegistryClient, layout: Path, target: Reference,
         content = _read_blob_file(layout, top_digest)
         child_index = json_object(content, f"{layout} {top_digest}")
         for position, child in enumerate(child_index.get("manifests") or []):
-            child_digest, child_type, _ = _descriptor(child, f"{layout} {top_digest} manifests[{position}]")
+            child_digest, child_type, _ = descriptor_fields(child, f"{layout} {top_digest} manifests[{position}]")
             push_image_manifest(child_digest, child_type, child_digest)
         digest = client.push_manifest(target.repository, target.tag or top_digest, content, top_type)
     else:
@@ -124,7 +124,7 @@ def resolve_manifest(client: RegistryClient, source: Reference, platform: Platfo
     if top.media_type not in INDEX_MEDIA_TYPES:
         return top, top
     descriptor = select_platform(top.document(), platform, f"{source}")
-    digest, _, _ = _descriptor(descriptor, f"{source} platform manifest")
+    digest, _, _ = descriptor_fields(descriptor, f"{source} platform manifest")
     manifest = client.get_manifest(source.repository, digest)
     if manifest.media_type in INDEX_MEDIA_TYPES:
         raise CheckFailed(f"{source}: platform entry {digest} is itself an index", check_id="registry.media-type")
@@ -139,26 +139,20 @@ def pull_to_layout(client: RegistryClient, source: Reference, layout: Path, plat
     blobs = image_blobs(manifest.document(), f"{source} manifest {manifest.digest}")
     total = sum(size for _, _, size in blobs)
     fetched = 0
-    with atomic_directory(layout) as staging:
-        staging.chmod(0o755)
-        blob_dir = staging / "blobs" / "sha256"
-        blob_dir.mkdir(parents=True)
+    with StagedLayout(layout) as staged:
         for digest, _, size in blobs:
-            fetched += client.fetch_blob(source.repository, digest, blob_dir / digest.split(":", 1)[1], size=size)
+            fetched += client.fetch_blob(source.repository, digest, staged.blob_path(digest), size=size)
             if progress:
                 progress(fetched, total, source.repository)
-        (blob_dir / manifest.digest.split(":", 1)[1]).write_bytes(manifest.content)
-        entry = {"mediaType": manifest.media_type, "digest": manifest.digest, "size": len(manifest.content)}
-        if source.tag:
-            entry["annotations"] = {"org.opencontainers.image.ref.name": source.tag}
-        (staging / "index.json").write_bytes(
-            canonical_json_bytes({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [entry]}))
-        (staging / "oci-layout").write_bytes(b'{"imageLayoutVersion":"1.0.0"}')
+        staged.write_blob(manifest.digest, manifest.content)
+        annotations = {REF_NAME_ANNOTATION: source.tag} if source.tag else None
+        staged.commit(ImageIndex([Descriptor(manifest.media_type, manifest.digest, len(manifest.content),
+                                             annotations=annotations)]).to_bytes())
     return PullResult(str(source), manifest.digest, blobs[0][0], fetched, str(layout))
 
 
 def _blob_path(layout: Path, digest: str) -> Path:
-    _check_digest(digest)
+    check_digest(digest)
     return layout / "blobs" / "sha256" / digest.split(":", 1)[1]
 
 

@@ -47,10 +47,27 @@ def _components(name: str) -> list[str]:
     return [part for part in name.split("/") if part not in ("", ".")]
 
 
-def _path_problem(name: str, what: str) -> str | None:
+ABSOLUTE = "absolute"
+DOT_DOT = "dot-dot"
+
+
+def path_escape(name: str) -> str | None:
+    """How an image path named relative to the root could leave it: ``ABSOLUTE`` (a leading
+    ``/``), ``DOT_DOT`` (a ``..`` component), or None. The one decision of every reader and
+    writer of layer entries and image trees (this module, ``tree_paths``, ``layer_tree``);
+    each words its refusal in its own terms."""
     if name.startswith("/"):
-        return f"{what} {name!r} is absolute"
+        return ABSOLUTE
     if ".." in name.split("/"):
+        return DOT_DOT
+    return None
+
+
+def _path_problem(name: str, what: str) -> str | None:
+    escape = path_escape(name)
+    if escape == ABSOLUTE:
+        return f"{what} {name!r} is absolute"
+    if escape == DOT_DOT:
         return f"{what} {name!r} has a '..' component"
     return None
 

@@ -24,11 +24,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..core.errors import InputError
+from .entry_safety import DOT_DOT, OPAQUE_WHITEOUT, WHITEOUT_PREFIX, path_escape
 from .layer_input import LayerInput, TreeSource
 from .tar_stream import EntryKind, TarEntry, encode_name
-
-WHITEOUT_PREFIX = ".wh."
-OPAQUE_WHITEOUT = ".wh..wh..opq"
 
 
 @dataclass
@@ -46,7 +44,7 @@ def image_path(path: str, *, what: str) -> str:
     normalized = posixpath.normpath("/" + path).lstrip("/")
     if normalized == ".":
         normalized = ""
-    if any(part == ".." for part in path.split("/")):
+    if path_escape(path.lstrip("/")) == DOT_DOT:  # an absolute image path is this spec's usual form
         raise InputError(f"{what}: image path {path!r} must not contain '..'")
     encode_name(normalized, what=what)
     return normalized

@@ -6,9 +6,11 @@ disk (``share_blob``: a copy-on-write clone, else a hard link to the store's rea
 inode, whose recorded identity makes an edit through the layout a miss of the store, never
 a wrong hit; see ``oci.blob_store``); without it, a copy (``copy_blob``).
 
-``LayoutWriter`` starts the layout before the image is finished: each layer handed to it
-(``add_layer``) is copied on a background thread while the build goes on (the overlay,
-the verification chain, the top layer).
+``StagedLayout`` is the one writer of a layout's files (blobs by digest, then index.json
+and oci-layout, renamed into place); ``LayoutWriter`` uses it to start the layout before the
+image is finished: each layer handed to it (``add_layer``) is copied on a background thread
+while the build goes on (the overlay, the verification chain, the top layer). A registry
+pull (``distribute.registry``) fills one with the blobs it verified.
 """
 
 from __future__ import annotations
@@ -30,6 +32,62 @@ from .media_types import OCI_LAYOUT_VERSION
 OCI_LAYOUT_BYTES = canonical_json_bytes({"imageLayoutVersion": OCI_LAYOUT_VERSION})
 
 
+class StagedLayout:
+    """An OCI layout written beside ``out_dir`` (``atomic_directory``): ``blobs/sha256/``
+    first, each blob under its digest, then ``commit`` writes index.json and oci-layout and
+    renames the layout into place; ``discard`` removes it and the previous layout stays.
+    As a context manager, leaving the block by an exception (or without ``commit``)
+    discards."""
+
+    def __init__(self, out_dir: str | os.PathLike[str]) -> None:
+        self.out = Path(out_dir)
+        self._context = atomic_directory(self.out)
+        self._open = True
+        self.staging = self._context.__enter__()
+        self.blob_dir = self.staging / "blobs" / "sha256"
+        try:
+            self.staging.chmod(0o755)  # mkdtemp makes it 0700; a layout is meant to be shared
+            self.blob_dir.mkdir(parents=True)
+        except BaseException as exc:
+            self.discard(exc)
+            raise
+
+    def blob_path(self, digest: str) -> Path:
+        return self.blob_dir / digest_hex(digest)
+
+    def write_blob(self, digest: str, content: bytes) -> None:
+        self.blob_path(digest).write_bytes(content)
+
+    def commit(self, index_bytes: bytes) -> Path:
+        try:
+            (self.staging / "index.json").write_bytes(index_bytes)
+            (self.staging / "oci-layout").write_bytes(OCI_LAYOUT_BYTES)
+        except BaseException as exc:
+            self.discard(exc)
+            raise
+        self._end(None)
+        return self.out
+
+    def discard(self, failure: BaseException) -> None:
+        self._end(failure)
+
+    def _end(self, failure: BaseException | None) -> None:
+        """Leave the staging context once: renamed into place, or removed on ``failure``."""
+        if self._open:
+            self._open = False
+            if failure is None:
+                self._context.__exit__(None, None, None)
+            else:
+                self._context.__exit__(type(failure), failure, failure.__traceback__)
+
+    def __enter__(self) -> StagedLayout:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: object) -> None:
+        if self._open:
+            self.discard(error if error is not None else RuntimeError("layout left without commit"))
+
+
 class LayoutWriter:
     """The OCI layout at ``out_dir``, written while the image is made. ``add_layer`` hands
     over a finished layer (its blob is copied on a background thread); ``finish`` copies
@@ -40,18 +98,13 @@ class LayoutWriter:
     def __init__(self, out_dir: str | os.PathLike[str], store: BlobStore | None = None) -> None:
         self._out = Path(out_dir)
         self._store = store
-        self._context = atomic_directory(self._out)
-        self._staged = True
-        self._staging = self._context.__enter__()
-        self._staging.chmod(0o755)  # mkdtemp makes it 0700; a layout is meant to be shared
-        self._blob_dir = self._staging / "blobs" / "sha256"
-        self._blob_dir.mkdir(parents=True)
+        self._layout = StagedLayout(self._out)
         self._copied: set[str] = set()
         self._copier: BackgroundQueue[Layer] = BackgroundQueue(self._copy, "layout-writer")
 
     def _copy(self, layer: Layer) -> None:
         try:
-            target = self._blob_dir / digest_hex(layer.digest)
+            target = self._layout.blob_path(layer.digest)
             if self._store is not None and layer.blob_path == self._store.path(layer.digest):
                 share_blob(self._store, layer.digest, target)
             else:
@@ -76,33 +129,20 @@ class LayoutWriter:
             self._stop()
             if self._copier.failure is not None:
                 raise self._copier.failure
-            wanted = {digest_hex(layer.digest) for layer in image.layers}
-            for name in {digest_hex(digest) for digest in self._copied} - wanted:
-                (self._blob_dir / name).unlink()
-            (self._blob_dir / digest_hex(image.config_digest)).write_bytes(image.config_bytes)
-            (self._blob_dir / digest_hex(image.manifest_digest)).write_bytes(image.manifest_bytes)
-            (self._staging / "index.json").write_bytes(image.index_bytes)
-            (self._staging / "oci-layout").write_bytes(OCI_LAYOUT_BYTES)
+            for digest in self._copied - {layer.digest for layer in image.layers}:
+                self._layout.blob_path(digest).unlink()
+            self._layout.write_blob(image.config_digest, image.config_bytes)
+            self._layout.write_blob(image.manifest_digest, image.manifest_bytes)
         except BaseException as exc:
             self._stop()
-            self._end(exc)
+            self._layout.discard(exc)
             raise
-        self._end(None)
-        return self._out
-
-    def _end(self, failure: BaseException | None) -> None:
-        """Leave the staging context once: renamed into place, or removed on ``failure``."""
-        if self._staged:
-            self._staged = False
-            if failure is None:
-                self._context.__exit__(None, None, None)
-            else:
-                self._context.__exit__(type(failure), failure, failure.__traceback__)
+        return self._layout.commit(image.index_bytes)
 
     def abort(self) -> None:
         """Stop and remove the staged layout (the previous one, if any, stays)."""
         self._stop()
-        self._end(RuntimeError("layout aborted"))
+        self._layout.discard(RuntimeError("layout aborted"))
 
 
 def write_oci_layout(image: BuiltImage, out_dir: str | os.PathLike[str], store: BlobStore | None = None) -> Path:

@@ -242,7 +242,7 @@ class RegistryClient:
 
     def push_blob(self, repository: str, digest: str, size: int, path: Path) -> bool:
         """Upload one blob monolithically unless the registry already has it; True if sent."""
-        _check_digest(digest)
+        check_digest(digest)
         if self.blob_size(repository, digest) == size:
             return False
         scope = _scope(repository, "pull,push")
@@ -299,7 +299,7 @@ class RegistryClient:
         """The index the OCI 1.1 referrers API answers for ``digest``, or None when the
         registry has no referrers API (404; distribution 2.x), so the caller falls back to
         the ``sha256-<hex>`` tag (distribution-spec, "Referrers Tag Schema")."""
-        _check_digest(digest)
+        check_digest(digest)
         what = f"referrers {self.registry}/{repository}@{digest}"
         connection, response = self._request(
             "GET", f"/v2/{repository}/referrers/{digest}", scope=_scope(repository, "pull"),
@@ -417,7 +417,7 @@ class RegistryClient:
 
     def _blob_chunks(self, repository: str, digest: str, *, size: int | None = None,
                      limit: int | None = None) -> Iterator[bytes]:
-        _check_digest(digest)
+        check_digest(digest)
         what = f"blob {self.registry}/{repository}@{digest}"
         connection, response = self.blob_response(repository, digest)
         hasher = hashlib.sha256()
@@ -459,7 +459,7 @@ def select_platform(index: dict[str, Any], platform: Platform, where: str) -> di
     return matches[0]
 
 
-def _descriptor(raw: Any, where: str) -> tuple[str, str, int]:
+def descriptor_fields(raw: Any, where: str) -> tuple[str, str, int]:
     if not isinstance(raw, dict):
         raise CheckFailed(f"{where}: expected a descriptor object")
     digest, media_type, size = raw.get("digest"), raw.get("mediaType"), raw.get("size")
@@ -472,11 +472,11 @@ def _descriptor(raw: Any, where: str) -> tuple[str, str, int]:
 
 def image_blobs(manifest: dict[str, Any], where: str) -> list[tuple[str, str, int]]:
     """(digest, media type, size) of the config and every layer of an image manifest."""
-    blobs = [_descriptor(manifest.get("config"), f"{where}.config")]
+    blobs = [descriptor_fields(manifest.get("config"), f"{where}.config")]
     layers = manifest.get("layers")
     if not isinstance(layers, list):
         raise CheckFailed(f"{where}.layers: expected an array")
-    blobs += [_descriptor(layer, f"{where}.layers[{i}]") for i, layer in enumerate(layers)]
+    blobs += [descriptor_fields(layer, f"{where}.layers[{i}]") for i, layer in enumerate(layers)]
     return blobs
 
 
@@ -490,7 +490,7 @@ def _netloc(host: str, port: int | None) -> str:
     return f"{bracketed}:{port}" if port else bracketed
 
 
-def _check_digest(digest: str) -> None:
+def check_digest(digest: str) -> None:
     if not is_digest(digest):
         raise InputError(f"digest: expected sha256: and 64 lowercase hex digits, got {digest!r}",
                          check_id="registry.digest")

@@ -15,6 +15,7 @@ import stat
 from pathlib import Path
 
 from ..core.errors import CheckFailed
+from .entry_safety import ABSOLUTE, DOT_DOT, path_escape
 
 _MAX_SYMLINK_HOPS = 40
 
@@ -28,12 +29,12 @@ def normalize_member(name: str, *, source: str) -> str:
         stripped = stripped[2:]
     if stripped in (".", ""):
         return ""
-    if stripped.startswith("/"):
+    escape = path_escape(stripped)
+    if escape == ABSOLUTE:
         raise CheckFailed(f"{source}: member {name!r} is an absolute path", check_id="path-escape")
-    parts = [p for p in stripped.split("/") if p not in ("", ".")]
-    if ".." in parts:
+    if escape == DOT_DOT:
         raise CheckFailed(f"{source}: member {name!r} contains '..'", check_id="path-escape")
-    return "/".join(parts)
+    return "/".join(p for p in stripped.split("/") if p not in ("", "."))
 
 
 def resolve_parent(root: Path, relative: str, *, source: str, create: bool = True) -> Path:

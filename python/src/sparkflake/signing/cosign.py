@@ -29,7 +29,7 @@ from typing import Any
 from ..core.canonical_json import canonical_json_bytes
 from ..core.digest import digest_hex
 from ..core.errors import CheckFailed
-from ..oci.media_types import OCI_MANIFEST
+from ..oci.media_types import OCI_CONFIG, OCI_MANIFEST
 from ..oci.remote import Reference, RegistryClient
 from . import payloads
 from .keys import PrivateKey, PublicKey
@@ -38,7 +38,6 @@ SIMPLE_SIGNING_MEDIA_TYPE = "application/vnd.dev.cosign.simplesigning.v1+json"
 DSSE_MEDIA_TYPE = "application/vnd.dsse.envelope.v1+json"
 SIGNATURE_ANNOTATION = "dev.cosignproject.cosign/signature"
 PREDICATE_TYPE_ANNOTATION = "predicateType"
-OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
 PAYLOAD_LIMIT = 16 * 1024 * 1024  # an attestation carries the whole receipt
 LAYER_LIMIT = 256  # signatures (or attestations) of one image read at most: each is a request
 
