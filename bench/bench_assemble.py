@@ -35,7 +35,7 @@ from sparkflake.compose.locked_inputs import (
 from sparkflake.compose.python_env import WheelInput, assemble_python_env
 from sparkflake.core.blob_cache import BlobCache
 from sparkflake.lock.lock_file import load_lock
-from sparkflake.lock.target import Target
+from sparkflake.lock.target import InstallTarget
 
 
 def count_files(root: Path) -> tuple[int, int]:
@@ -65,7 +65,7 @@ def run_pip(wheels: list[WheelInput], scratch: Path) -> tuple[float, int, int]:
         if not link.exists():
             os.symlink(wheel.path, link)
     output = scratch / "pip"
-    platforms = [arg for tag in Target().platform_tags() for arg in ("--platform", tag)]
+    platforms = [arg for tag in InstallTarget().platform_tags() for arg in ("--platform", tag)]
     environment = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
     environment["PIP_CONFIG_FILE"] = os.devnull
     argv = [

@@ -122,11 +122,11 @@ def warm_file_table(assembly, layer_cache: Path) -> None:
     not a first reading of the trees."""
     from sparkflake.oci.layer import LayerOptions
     from sparkflake.oci.layer_cache import LayerCache
-    from sparkflake.oci.layer_tree import scan_layer
+    from sparkflake.oci.layer_tree import scan_layer_input
 
     table = LayerCache(layer_cache)
     for tree in assembly.lower_layers():
-        table.key(scan_layer(tree.layer_input), LayerOptions().as_record())
+        table.key(scan_layer_input(tree.layer_input), LayerOptions().as_record())
     table.save()
 
 

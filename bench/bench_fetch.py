@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO / "python" / "src"))
 from sparkflake.core.blob_cache import Artifact, BlobCache
 from sparkflake.fetch import fetch_all
 from sparkflake.lock.lock_file import load_lock
-from sparkflake.lock.target import Target
+from sparkflake.lock.target import InstallTarget
 
 
 def choose(target_bytes: int) -> list[Artifact]:
@@ -62,7 +62,7 @@ def run_ours(artifacts: list[Artifact], workers: int) -> float:
 
 
 def run_pip(artifacts: list[Artifact]) -> float:
-    platforms = [arg for tag in Target().platform_tags() for arg in ("--platform", tag)]
+    platforms = [arg for tag in InstallTarget().platform_tags() for arg in ("--platform", tag)]
     environment = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
     environment["PIP_CONFIG_FILE"] = os.devnull
     with tempfile.TemporaryDirectory(prefix="bench-fetch-pip-") as scratch:

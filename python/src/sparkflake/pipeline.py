@@ -189,7 +189,8 @@ def build_profile(request: BuildRequest, progress: ProgressCallback | None = Non
             prepared = prepare_top_over_layers(composition, assembly, layers, request.options, store)
             chain = verify_composition(composition, fetched, assembly, prepared)
             clock.lap("verify")
-            result = finish(composition, fetched, assembly, layers, prepared, chain, request.options, store, layer_cache)
+            result = finish(composition, fetched, assembly, layers, prepared, chain,
+                            options=request.options, store=store, layer_cache=layer_cache)
             clock.lap("top_layer_and_image")
             outputs.write(result)
             replaced_links = store.shared_blobs(out_dir / "oci")

@@ -19,10 +19,10 @@ from fixtures.inputs import (
     make_wheel,
     tree_snapshot,
 )
+from fixtures.ld_so_cache import parse_cache
 
 from sparkflake.compose.debian_base import DebInput, assemble_base
 from sparkflake.compose.elf import check_machine, iter_elf_files
-from sparkflake.compose.ld_so_cache import parse_cache
 from sparkflake.compose.locked_inputs import load_policy, policy_path_for
 from sparkflake.compose.python_env import (
     CollisionRule,
@@ -33,7 +33,7 @@ from sparkflake.compose.python_env import (
 from sparkflake.core.errors import CheckFailed
 from sparkflake.core.tree_digest import nar_hash
 from sparkflake.lock.lock_file import load_lock
-from sparkflake.oci.tree_paths import image_path
+from sparkflake.oci.tree_paths import host_path_of
 
 MULTIARCH = "usr/lib/aarch64-linux-gnu"
 REPO = Path(__file__).resolve().parents[3]
@@ -263,9 +263,9 @@ def test_resolver_never_follows_a_link_out_of_the_root(tmp_path: Path) -> None:
     os.symlink("../../..", root / "usr/up")
     os.symlink("/usr", root / "abs")
     with pytest.raises(CheckFailed, match="above the image root"):
-        image_path(root, "usr/up/etc/passwd", source="test")
+        host_path_of(root, "usr/up/etc/passwd", source="test")
     # absolute targets are the image's own root, never the build machine's
-    assert image_path(root, "abs/lib/x", source="test") == root / "usr/lib/x"
+    assert host_path_of(root, "abs/lib/x", source="test") == root / "usr/lib/x"
 
 
 def test_conflicting_files_between_packages(tmp_path: Path) -> None:

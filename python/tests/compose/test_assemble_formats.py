@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 from fixtures.inputs import EM_X86_64, elf_stub
+from fixtures.ld_so_cache import parse_cache
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sparkflake.compose.elf import parse_header, read_soname
-from sparkflake.compose.ld_so_cache import CacheEntry, libcmp, parse_cache, serialize_cache
+from sparkflake.compose.ld_so_cache import CacheEntry, libcmp, serialize_cache
 from sparkflake.core.errors import CheckFailed
 from sparkflake.lock.debian_packages import Relation, parse_relations
 from sparkflake.oci.tree_paths import normalize_member

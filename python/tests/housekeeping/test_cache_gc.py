@@ -20,7 +20,7 @@ from sparkflake.cli import main
 from sparkflake.core.atomic_write import host_tag, remove_tree
 from sparkflake.core.directory_lock import LOCK_NAME
 from sparkflake.housekeeping.build_record import load_build_records
-from sparkflake.launch.evidence import EvidenceRecord, write_record
+from sparkflake.launch.evidence import EvidenceRecord, dump_record
 
 FIXTURE = Path(__file__).resolve().parents[3] / "profiles" / "fixture"
 PROFILES = FIXTURE.parent
@@ -123,10 +123,10 @@ def test_gc_keeps_the_builds_of_an_image_an_evidence_record_names(cache, built, 
     profiles = tmp_path / "profiles"
     shutil.copytree(FIXTURE, profiles / "fixture")
     (profiles / "fixture" / "evidence").mkdir()
-    write_record(profiles / "fixture" / "evidence" / "deployed.json", EvidenceRecord(
+    (profiles / "fixture" / "evidence" / "deployed.json").write_bytes(dump_record(EvidenceRecord(
         profile="fixture", status="implemented", origin="local", manifest_digest=gzip_build["manifest"],
         config_digest=gzip_build["config"], settings_hash=None, measured=(), recorded="2026-12-02",
-        source="the ranks run it"))
+        source="the ranks run it")))
     assert main(["cache", "gc", "--cache", str(cache), "--keep", "1", "--json", "--profiles-dir", str(profiles)]) == 0
     assert json.loads(capsys.readouterr().out)["removals"] == []
     assert main(["cache", "gc", "--cache", str(cache), "--keep", "1", "--json", "--profiles-dir", str(PROFILES)]) == 0

@@ -28,7 +28,7 @@ from sparkflake.lock.resolve_debian import (
     verify_inrelease,
 )
 from sparkflake.lock.resolve_python import select_wheels
-from sparkflake.lock.target import Target, wheel_tags
+from sparkflake.lock.target import InstallTarget, wheel_tags
 
 _fragment = st.text(alphabet="0123456789abcz.+~", min_size=1, max_size=6)
 _upstream = st.builds(lambda d, rest: d + rest, st.sampled_from("0123456789"), st.text(alphabet="0123456789az.+~", max_size=6))
@@ -211,8 +211,8 @@ def test_select_wheels_refuses_sdist_only_and_foreign() -> None:
         )
 
 
-@given(st.sampled_from(Target().platform_tags()), st.sampled_from(["cp311-cp311", "cp38-abi3", "py3-none"]))
+@given(st.sampled_from(InstallTarget().platform_tags()), st.sampled_from(["cp311-cp311", "cp38-abi3", "py3-none"]))
 def test_every_target_platform_tag_is_accepted(platform: str, interpreter: str) -> None:
-    assert Target().wheel_rank(wheel_tags(f"x-1-{interpreter}-{platform}.whl")) is not None
+    assert InstallTarget().wheel_rank(wheel_tags(f"x-1-{interpreter}-{platform}.whl")) is not None
     foreign = platform.replace("aarch64", "x86_64")
-    assert Target().wheel_rank(wheel_tags(f"x-1-{interpreter}-{foreign}.whl")) is None
+    assert InstallTarget().wheel_rank(wheel_tags(f"x-1-{interpreter}-{foreign}.whl")) is None

@@ -22,7 +22,7 @@ from sparkflake.core.errors import CheckFailed, InputError
 from sparkflake.distribute.engine import import_archive
 from sparkflake.oci.entry_safety import OTHER, EntrySafety, path_escape
 from sparkflake.oci.layer_scan import scan_layer
-from sparkflake.oci.layer_tree import image_path
+from sparkflake.oci.layer_tree import normalize_image_path
 from sparkflake.oci.tree_paths import normalize_member
 
 
@@ -202,7 +202,7 @@ def test_one_decider_says_which_paths_escape_for_every_reader_and_writer(segment
         refused = True
     assert refused == (path_escape(member) is not None)
     try:
-        image_path(name, what="t")
+        normalize_image_path(name, what="t")
         refused = False
     except InputError:
         refused = True

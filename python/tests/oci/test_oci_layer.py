@@ -28,7 +28,7 @@ from sparkflake.oci import (
     TreeSource,
     build_layer,
 )
-from sparkflake.oci.layer_tree import scan_layer
+from sparkflake.oci.layer_tree import scan_layer_input
 
 
 def _tree(root: Path) -> Path:
@@ -111,11 +111,11 @@ def test_generated_files_and_duplicates(tmp_path):
     members = {m.name: m for m in _members(layer.blob_path)}
     assert members["etc/generated"].mode == 0o600
     with pytest.raises(InputError, match="duplicate target path /etc/conf"):
-        scan_layer(
+        scan_layer_input(
             LayerInput(sources=(TreeSource(str(tree)),), files=(GeneratedFile("/etc/conf", b"x"),))
         )
     with pytest.raises(InputError, match="both deleted and added"):
-        scan_layer(LayerInput(sources=(TreeSource(str(tree)),), deletions=("/etc/conf",)))
+        scan_layer_input(LayerInput(sources=(TreeSource(str(tree)),), deletions=("/etc/conf",)))
 
 
 def test_special_files_refused_with_their_path(tmp_path):
@@ -123,21 +123,21 @@ def test_special_files_refused_with_their_path(tmp_path):
     fifo_tree.mkdir()
     os.mkfifo(fifo_tree / "pipe")
     with pytest.raises(InputError, match=r"fifo/pipe: FIFO cannot be stored"):
-        scan_layer(LayerInput(sources=(TreeSource(str(fifo_tree)),)))
+        scan_layer_input(LayerInput(sources=(TreeSource(str(fifo_tree)),)))
     sock_tree = tmp_path / "sock"
     sock_tree.mkdir()
     server = socket.socket(socket.AF_UNIX)
     server.bind(str(sock_tree / "s"))
     try:
         with pytest.raises(InputError, match=r"sock/s: socket cannot be stored"):
-            scan_layer(LayerInput(sources=(TreeSource(str(sock_tree)),)))
+            scan_layer_input(LayerInput(sources=(TreeSource(str(sock_tree)),)))
     finally:
         server.close()
     dev_tree = tmp_path / "dev"
     dev_tree.mkdir()
     os.mknod(dev_tree / "null", 0o600 | stat.S_IFCHR, os.makedev(1, 3))
     with pytest.raises(InputError, match=r"dev/null: character device cannot be stored"):
-        scan_layer(LayerInput(sources=(TreeSource(str(dev_tree)),)))
+        scan_layer_input(LayerInput(sources=(TreeSource(str(dev_tree)),)))
 
 
 def test_names_that_cannot_be_stored_are_refused(tmp_path):
@@ -146,12 +146,12 @@ def test_names_that_cannot_be_stored_are_refused(tmp_path):
     fd = os.open(os.fsencode(tree) + b"/bad\xff", os.O_CREAT | os.O_WRONLY)
     os.close(fd)
     with pytest.raises(InputError, match=r"not valid UTF-8"):
-        scan_layer(LayerInput(sources=(TreeSource(str(tree)),)))
+        scan_layer_input(LayerInput(sources=(TreeSource(str(tree)),)))
 
 
 def test_missing_tree_refused(tmp_path):
     with pytest.raises(InputError, match="does not exist"):
-        scan_layer(LayerInput(sources=(TreeSource(str(tmp_path / "nope")),)))
+        scan_layer_input(LayerInput(sources=(TreeSource(str(tmp_path / "nope")),)))
 
 
 @pytest.fixture
@@ -276,7 +276,7 @@ def test_cache_key_is_the_content_not_the_copy(tmp_path_factory, spec, seeds):
         trees.append((tree, files))
         cache = LayerCache(work / f"cache{n}")
         options = LayerOptions(Compression("gzip")).as_record()
-        keys.append(cache.key(scan_layer(LayerInput(sources=(TreeSource(str(tree)),))), options))
+        keys.append(cache.key(scan_layer_input(LayerInput(sources=(TreeSource(str(tree)),))), options))
     assert keys[0] == keys[1]
     tree, files = trees[0]
     if files:
@@ -284,10 +284,10 @@ def test_cache_key_is_the_content_not_the_copy(tmp_path_factory, spec, seeds):
         victim.write_bytes(victim.read_bytes() + b"!")
         cache = LayerCache(work / "cache0")
         options = LayerOptions(Compression("gzip")).as_record()
-        changed = cache.key(scan_layer(LayerInput(sources=(TreeSource(str(tree)),))), options)
+        changed = cache.key(scan_layer_input(LayerInput(sources=(TreeSource(str(tree)),))), options)
         assert changed != keys[0]
     other = LayerCache(work / "cache1").key(
-        scan_layer(LayerInput(sources=(TreeSource(str(trees[1][0])),))),
+        scan_layer_input(LayerInput(sources=(TreeSource(str(trees[1][0])),))),
         LayerOptions(Compression("zstd")).as_record(),
     )
     assert other != keys[1]
@@ -375,7 +375,7 @@ def test_unchanged_input_is_served_without_a_scan(tmp_path, monkeypatch):
     def no_scan(_layer_input):
         raise AssertionError("scanned although the input fingerprint is recorded")
 
-    monkeypatch.setattr(layer_module, "scan_layer", no_scan)
+    monkeypatch.setattr(layer_module, "scan_layer_input", no_scan)
     second = _build(layer_input, tmp_path / "s")
     assert second.from_cache and second.digest == first.digest
     (tree / "etc" / "conf").write_bytes(b"changed\n")

@@ -313,21 +313,22 @@ def test_select_platform_treats_arm64_without_variant_as_v8() -> None:
 
 
 def test_registry_answers_on_v2(registry: str) -> None:
-    RegistryClient(registry, insecure=True).ping()
     with urllib.request.urlopen(f"http://{registry}/v2/") as response:
         assert response.status == 200
 
 
-def test_iter_blob_streams_and_checks_at_the_end(emulator: Emulator) -> None:
+def test_fetch_blob_streams_and_checks_at_the_end(emulator: Emulator, tmp_path: Path) -> None:
     client = RegistryClient(emulator.address, insecure=True, credentials=Credentials(*emulator.credentials))
     descriptor = emulator.add_blob(b"layer bytes " * 50000)
-    streamed = b"".join(client.iter_blob("x", descriptor["digest"], size=descriptor["size"]))
-    assert streamed == emulator.blobs[descriptor["digest"]]
+    written = client.fetch_blob("x", descriptor["digest"], tmp_path / "blob", size=descriptor["size"])
+    streamed = (tmp_path / "blob").read_bytes()
+    assert streamed == emulator.blobs[descriptor["digest"]] and written == len(streamed)
     emulator.blobs[descriptor["digest"]] = b"L" + streamed[1:]
     with pytest.raises(CheckFailed, match="registry.blob-digest"):
-        b"".join(client.iter_blob("x", descriptor["digest"]))
+        client.fetch_blob("x", descriptor["digest"], tmp_path / "tampered")
+    assert not (tmp_path / "tampered").exists()
     with pytest.raises(InputError, match="registry.digest"):
-        client.iter_blob("x", "sha256:" + "A" * 64).__next__()
+        client.fetch_blob("x", "sha256:" + "A" * 64, tmp_path / "bad-digest")
     assert parse_reference("docker://127.0.0.1:5000/a/b:c").repository == "a/b"
 
 

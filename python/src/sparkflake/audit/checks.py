@@ -19,7 +19,7 @@ from ..core.errors import InputError
 from ..core.progress import BytesProgress, ProgressCallback
 from ..oci import media_types
 from ..oci.entry_safety import EntrySafety
-from ..oci.layer_scan import ElfFile
+from ..oci.layer_scan import ElfMember
 from ..oci.stored_blob import StoredBlob, stored_document
 from ..oci.types import Platform, platform_text
 from ..oci.verify import config_diff_ids, docker_view_difference, read_layer
@@ -47,7 +47,7 @@ def audit_image(
     total = sum(d.size or 0 for d in reader.layer_refs)
     done = 0
     captured: dict[str, bytes] = {}
-    elf_files: list[ElfFile] = []
+    elf_files: list[ElfMember] = []
     computed_diff_ids: list[str | None] = []
     safety = EntrySafety()  # one per image: a symlink of layer 0 makes a write in layer 3 unsafe
     for position, descriptor in enumerate(reader.layer_refs):
@@ -296,7 +296,7 @@ def _check_diff_ids(
 def _check_platform(
     source: ImageSource,
     config: Mapping[str, Any],
-    elf_files: Sequence[ElfFile],
+    elf_files: Sequence[ElfMember],
     expectations: Expectations,
     report: AuditReport,
 ) -> None:

@@ -26,7 +26,7 @@ from ..core.file_hashes import FileHashes, stat_identity
 from ..core.progress import ProgressCallback
 from ..core.tree_digest import git_tree_id, nar_digest_and_git_tree, nar_hash
 from ..lock.pins import GitPin, Lock, SdistPin, WheelPin
-from ..lock.target import Target
+from ..lock.target import InstallTarget
 from ..oci.layer_input import LayerInput, TreeSource
 from .composition import OVERLAY_PACKAGE, Composition
 from .debian_base import DebInput, assemble_base
@@ -127,14 +127,14 @@ def lower_layer_trees(
     return layers
 
 
-def _target_for(lock: Lock) -> Target:
+def _target_for(lock: Lock) -> InstallTarget:
     machine = {"arm64": "aarch64", "amd64": "x86_64"}.get(lock.target.architecture, lock.target.architecture)
     major, minor = (int(part) for part in lock.target.python.split(".")[:2])
     glibc = tuple(int(part) for part in lock.target.glibc.split("."))
-    full = lock.target.python if lock.target.python.count(".") == 2 else Target().python_full_version
-    if (major, minor) != Target().python_version:
+    full = lock.target.python if lock.target.python.count(".") == 2 else InstallTarget().python_full_version
+    if (major, minor) != InstallTarget().python_version:
         full = f"{major}.{minor}"
-    return Target(
+    return InstallTarget(
         platform=lock.target.platform,
         machine=machine,
         debian_architecture=lock.target.architecture,
@@ -360,7 +360,8 @@ def assemble(
         install_prefix=site_packages,
     )
     package_overlays = [
-        overlay_package(role, wheel, pin, fetched.git_trees[pin.name], python_trees, site_packages, overlay_tree, hash_file)
+        overlay_package(role, wheel, pin, fetched.git_trees[pin.name], python_trees=python_trees,
+                        site_packages=site_packages, overlay_tree=overlay_tree, hash_file=hash_file)
         for role, wheel, pin in composition.package_sources
     ]
     nccl_library = _nccl_library_sha256(composition, fetched, hashes)

@@ -212,6 +212,7 @@ def finish(
     lower: Sequence[Layer],
     prepared: PreparedTop,
     chain: Sequence[LinkResult],
+    *,
     options: ImageOptions,
     store: BlobStore,
     layer_cache: LayerCache | None,

@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import shutil
 import stat
 import tarfile
 from collections.abc import Iterator, Sequence
@@ -41,7 +40,7 @@ from ..core.atomic_write import atomic_directory
 from ..core.elf_machines import EM_AARCH64
 from ..core.errors import CheckFailed
 from ..core.progress import ProgressCallback
-from ..oci.tree_paths import check_link_target, image_path, normalize_member, resolve_parent
+from ..oci.tree_paths import check_link_target, host_path_of, normalize_member, resolve_parent
 from .deb_archive import ARCHIVE_ERRORS, ar_members, find_member, open_tar_member, read_control
 from .elf import PLATFORM_MACHINE, check_machine
 from .ld_so_cache import write_ld_so_cache
@@ -169,7 +168,8 @@ def unpack_deb(
         try:
             with open_tar_member(handle, member, source=source) as archive:
                 for entry in archive:
-                    _unpack_entry(archive, entry, root, owners, manifest, deb, file_list, source, md5sums)
+                    _unpack_entry(archive, entry, root, owners=owners, manifest=manifest, deb=deb,
+                                  file_list=file_list, source=source, md5sums=md5sums)
         except ARCHIVE_ERRORS as exc:
             raise CheckFailed(f"{source}: {member.name} is damaged: {exc}", check_id="deb-archive") from exc
     return file_list
@@ -179,6 +179,7 @@ def _unpack_entry(
     archive: tarfile.TarFile,
     entry: tarfile.TarInfo,
     root: Path,
+    *,
     owners: dict[str, _Owner],
     manifest: BaseManifest,
     deb: DebInput,
@@ -196,7 +197,7 @@ def _unpack_entry(
             {"path": "/" + relative, "mode": f"{entry.mode & 0o7777:04o}", "uid": entry.uid, "gid": entry.gid,
              "user": entry.uname, "group": entry.gname, "package": deb.package}
         )
-    target = image_path(root, relative, source=source)
+    target = host_path_of(root, relative, source=source)
     # Permission bits only: the Nix sandbox refuses setuid/setgid modes (base-files'
     # /var/local is 2775), and an unprivileged builder cannot give files away. The layer
     # writer normalizes modes anyway, so the image bytes do not depend on these bits.
@@ -235,7 +236,7 @@ def _unpack_entry(
         return
     if entry.islnk():
         linked = normalize_member(entry.linkname, source=source)
-        linked_path = image_path(root, linked, source=source)
+        linked_path = host_path_of(root, linked, source=source)
         if not linked_path.is_file() or linked_path.is_symlink():
             raise CheckFailed(f"{source}: hardlink {relative!r} -> {linked!r}: no such regular file in the tree", check_id="path-escape")
         if existing is not None:
@@ -272,7 +273,7 @@ def _unpack_entry(
 
 
 def _write_text(root: Path, relative: str, text: str, mode: int = 0o644) -> None:
-    target = image_path(root, relative, source="declarative step")
+    target = host_path_of(root, relative, source="declarative step")
     if os.path.lexists(target):
         os.unlink(target)
     target.write_text(text, encoding="utf-8")
@@ -280,7 +281,7 @@ def _write_text(root: Path, relative: str, text: str, mode: int = 0o644) -> None
 
 
 def _symlink(root: Path, relative: str, link: str) -> None:
-    target = image_path(root, relative, source="declarative step")
+    target = host_path_of(root, relative, source="declarative step")
     if os.path.lexists(target):
         os.unlink(target)
     os.symlink(link, target)
@@ -321,7 +322,7 @@ def _ca_certificates(root: Path) -> int:
         bundle += content if content.endswith(b"\n") else content + b"\n"
         pem = os.path.basename(name)[: -len(".crt")].replace(" ", "_").replace("(", "=").replace(")", "=").replace(",", "_")
         _symlink(root, f"etc/ssl/certs/{pem}.pem", f"/usr/share/ca-certificates/{name}")
-    target = image_path(root, "etc/ssl/certs/ca-certificates.crt", source="ca-certificates")
+    target = host_path_of(root, "etc/ssl/certs/ca-certificates.crt", source="ca-certificates")
     target.write_bytes(bytes(bundle))
     os.chmod(target, 0o644)
     return len(names)
@@ -395,6 +396,3 @@ def assemble_base(
         manifest.ownership.sort(key=lambda o: str(o["path"]))
     return manifest
 
-
-def remove_tree(path: str | os.PathLike[str]) -> None:
-    shutil.rmtree(path, ignore_errors=True)

@@ -104,20 +104,6 @@ def serialize_cache(entries: Sequence[CacheEntry]) -> bytes:
     return bytes(header + records + strings)
 
 
-def parse_cache(blob: bytes) -> list[CacheEntry]:
-    """Read back a cache written by ``serialize_cache`` (or ldconfig's new format part)."""
-    if not blob.startswith(CACHE_MAGIC) or len(blob) < 48:
-        raise ValueError("not a glibc-ld.so.cache1.1 file")
-    nlibs, _len_strings = struct.unpack_from("<II", blob, 20)
-    entries = []
-    for index in range(nlibs):
-        flags, key, value, _os, _hwcap = struct.unpack_from("<iIIIQ", blob, 48 + 24 * index)
-        soname = blob[key : blob.index(b"\0", key)].decode()
-        path = blob[value : blob.index(b"\0", value)].decode()
-        entries.append(CacheEntry(soname, path, flags))
-    return entries
-
-
 def configured_dirs(root: Path) -> list[str]:
     """Directories from /etc/ld.so.conf (with ``include`` globs), in file order."""
     found: list[str] = []

@@ -17,7 +17,7 @@ from ..core.digest import is_sha256_hex
 from ..core.errors import CheckFailed, InputError
 from ..core.progress import ProgressCallback
 from ..lock.pins import DebPin, Lock, WheelPin, pin_artifact
-from ..lock.target import DEBIAN_BOOKWORM_ARM64, Target
+from ..lock.target import DEBIAN_BOOKWORM_ARM64, InstallTarget
 from .debian_base import BaseManifest, DebInput, assemble_base
 from .python_env import (
     DEFAULT_PREFIX,
@@ -132,7 +132,7 @@ def assemble_env_from_lock(
     cache: BlobCache,
     output: str | os.PathLike[str],
     *,
-    target: Target = DEBIAN_BOOKWORM_ARM64,
+    target: InstallTarget = DEBIAN_BOOKWORM_ARM64,
     prefix: str = DEFAULT_PREFIX,
     workers: int | None = None,
     progress: ProgressCallback | None = None,

@@ -43,7 +43,7 @@ from ..core.atomic_write import atomic_directory
 from ..core.errors import CheckFailed
 from ..core.progress import ProgressCallback
 from ..core.worker_processes import worker_pool
-from ..lock.target import DEBIAN_BOOKWORM_ARM64, Target, wheel_tags
+from ..lock.target import DEBIAN_BOOKWORM_ARM64, InstallTarget, wheel_tags
 from .elf import check_machine
 
 DEFAULT_PREFIX = "/opt/venv"
@@ -99,7 +99,7 @@ class EnvManifest:
     elf_files: int = 0
 
 
-def scheme_for(prefix: str, target: Target, distribution: str) -> dict[str, str]:
+def scheme_for(prefix: str, target: InstallTarget, distribution: str) -> dict[str, str]:
     site = f"{prefix}/lib/python{target.python_minor}/site-packages"
     return {
         "purelib": site,
@@ -110,7 +110,7 @@ def scheme_for(prefix: str, target: Target, distribution: str) -> dict[str, str]
     }
 
 
-def check_wheel_fits(wheel: WheelInput, target: Target) -> None:
+def check_wheel_fits(wheel: WheelInput, target: InstallTarget) -> None:
     try:
         tags = wheel_tags(wheel.filename)
         name, version, _build, _tags = parse_wheel_filename(wheel.filename)
@@ -278,7 +278,7 @@ def install_wheel(
     filename: str,
     stage: str,
     prefix: str,
-    target: Target,
+    target: InstallTarget,
     waivers: tuple[RecordWaiver, ...] = (),
 ) -> tuple[str, list[str]]:
     """Install one wheel into ``stage`` (an empty directory standing for the image root);
@@ -404,7 +404,7 @@ def _merge_tree(source: str, destination: str, wheel: str, stage_root: str) -> N
             )
 
 
-def _venv_skeleton(root: Path, prefix: str, target: Target, python_home: str) -> None:
+def _venv_skeleton(root: Path, prefix: str, target: InstallTarget, python_home: str) -> None:
     base = root / prefix.strip("/")
     (base / "bin").mkdir(parents=True, exist_ok=True)
     (base / f"lib/python{target.python_minor}/site-packages").mkdir(parents=True, exist_ok=True)
@@ -430,7 +430,7 @@ def assemble_python_env(
     wheels: Sequence[WheelInput],
     output: str | os.PathLike[str],
     *,
-    target: Target = DEBIAN_BOOKWORM_ARM64,
+    target: InstallTarget = DEBIAN_BOOKWORM_ARM64,
     prefix: str = DEFAULT_PREFIX,
     python_home: str = "/usr/bin",
     workers: int | None = None,

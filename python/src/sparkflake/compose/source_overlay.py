@@ -255,6 +255,7 @@ def plan_overlay(
     patch_set: PatchSet | None = None,
     hash_file: Callable[[Path], str] = sha256_file,
     is_elf: Callable[[Path], bool] = is_elf_file,
+    *,
     source_listing: Mapping[str, os.stat_result] | None = None,
     lstat: Callable[[Path], os.stat_result] = os.lstat,
 ) -> OverlayPlan:

@@ -134,6 +134,7 @@ def overlay_package(
     wheel: WheelPin,
     pin: GitPin,
     checkout: Path,
+    *,
     python_trees: Mapping[str, Path],
     site_packages: str,
     overlay_tree: Path,

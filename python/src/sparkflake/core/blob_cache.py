@@ -130,10 +130,6 @@ class BlobCache:
             return None
         return Altered(path, actual_size, actual, move_to_quarantine(self.root, path, "blobs"))
 
-    def verify_entry(self, sha256: str, size: int | None) -> bool:
-        """True when the entry exists and its bytes hash to its name; a bad one is quarantined."""
-        return self.check_entry(sha256, size) is None and self.contains(sha256)
-
     def verified_path(self, artifact: Artifact) -> Path:
         """The blob for ``artifact`` after re-hashing it; refuses (and evicts) a tampered entry."""
         path = self.blob_path(artifact.sha256)

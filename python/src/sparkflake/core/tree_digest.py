@@ -232,14 +232,6 @@ _GIT_MODE_SYMLINK = b"120000 "
 _GIT_MODE_TREE = b"40000 "
 
 
-def git_blob_id_of_bytes(content: bytes, object_format: str = "sha1") -> str:
-    """Hex object id git gives a blob with these bytes (``git hash-object --stdin``)."""
-    hasher = _git_hasher(object_format)()
-    hasher.update(b"blob %d\0" % len(content))
-    hasher.update(content)
-    return hasher.hexdigest()
-
-
 def git_blob_id(path: str | os.PathLike[str] | bytes, object_format: str = "sha1") -> str:
     """Hex blob id git stores for ``path``: a file's bytes, or a symlink's target."""
     new_hasher = _git_hasher(object_format)

@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..core.atomic_write import write_bytes_atomic
 from ..core.canonical_json import readable_json_bytes
 from ..core.digest import is_digest
 from ..core.documents import objects_of_array, parse_json_object, read_regular_file
@@ -107,10 +106,6 @@ class EvidenceRecord:
 
 def dump_record(record: EvidenceRecord) -> bytes:
     return readable_json_bytes(record.as_record())
-
-
-def write_record(path: str | Path, record: EvidenceRecord) -> None:
-    write_bytes_atomic(path, dump_record(record))
 
 
 def parse_record(text: str | bytes, where: str) -> EvidenceRecord:
@@ -195,7 +190,7 @@ def load_evidence_dir(directory: str | Path) -> list[EvidenceRecord]:
 
 
 @dataclass(frozen=True)
-class BuiltImage:
+class BuiltImageDigests:
     """Digests of an image we built (from ``digests.json``)."""
 
     manifest_digest: str
@@ -215,7 +210,7 @@ class ProfileStatus:
     profile: str
     declared_status: str
     effective_status: str
-    built: BuiltImage | None
+    built: BuiltImageDigests | None
     assessments: tuple[ClaimAssessment, ...]
 
     def as_record(self) -> dict[str, Any]:
@@ -250,7 +245,7 @@ _STATUS_RANK = {"unsupported": 0, "research-only": 1, "implemented": 2, "qualifi
 
 
 def assess_claim(
-    record: EvidenceRecord, built: BuiltImage | None, settings_hash: str | None = None
+    record: EvidenceRecord, built: BuiltImageDigests | None, settings_hash: str | None = None
 ) -> ClaimAssessment:
     """Does ``record``'s claim transfer to ``built`` (and to a launch with ``settings_hash``)?"""
     if built is None:
@@ -283,7 +278,7 @@ def assess_claim(
 def profile_status(
     profile: str,
     declared_status: str,
-    built: BuiltImage | None,
+    built: BuiltImageDigests | None,
     records: Iterable[EvidenceRecord],
     settings_hash: str | None = None,
 ) -> ProfileStatus:
@@ -310,7 +305,7 @@ def profile_status(
     return ProfileStatus(profile, declared_status, effective, built, tuple(assessments))
 
 
-def load_built_image(digests_json: str | Path) -> BuiltImage | None:
+def load_built_image(digests_json: str | Path) -> BuiltImageDigests | None:
     """The digests of a build output (``digests.json``), or None when there is no build."""
     path = Path(digests_json)
     if not path.is_file():
@@ -318,7 +313,7 @@ def load_built_image(digests_json: str | Path) -> BuiltImage | None:
     document = parse_json_object(read_regular_file(path, "a build's digests.json"), str(path))
     manifest_digest = _digest(document, "manifest", str(path), "$")
     config_digest = _digest(document, "config", str(path), "$")
-    return BuiltImage(manifest_digest, config_digest, str(path))
+    return BuiltImageDigests(manifest_digest, config_digest, str(path))
 
 
 def _refuse_unknown(mapping: Mapping[str, Any], known: set[str], where: str, place: str) -> None:

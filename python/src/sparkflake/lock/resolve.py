@@ -36,27 +36,27 @@ from .pins import (
     OciPin,
     Pin,
     SdistPin,
+    Target,
     WheelPin,
     pin_artifact,
     sdist_input_name,
 )
-from .pins import Target as LockTarget
 from .profile_locks import check_against_locks, load_locks, load_profile
-from .target import Target
+from .target import InstallTarget
 
 CONTAINER_SEEDS: tuple[str, ...] = ("base-files", "base-passwd")
 
 
-def target_for(profile: Profile) -> Target:
+def target_for(profile: Profile) -> InstallTarget:
     if profile.platform != "linux/arm64":
         raise InputError(f"{profile.name}: platform {profile.platform!r}: only linux/arm64 bases are resolved")
     if profile.debian.suite != "bookworm":
         raise InputError(f"{profile.name}: debian.suite {profile.debian.suite!r}: only bookworm is known")
-    return Target()
+    return InstallTarget()
 
 
-def lock_target(target: Target) -> LockTarget:
-    return LockTarget(platform=target.platform, python=target.python_minor, glibc=f"{target.glibc[0]}.{target.glibc[1]}")
+def lock_target(target: InstallTarget) -> Target:
+    return Target(platform=target.platform, python=target.python_minor, glibc=f"{target.glibc[0]}.{target.glibc[1]}")
 
 
 def sharing_profiles(profile: Profile) -> list[Profile]:
@@ -90,7 +90,7 @@ def request_for(profiles: Sequence[Profile]) -> ResolutionRequest:
     return ResolutionRequest(tuple(requirements), tuple(seeds), tuple(sdists))
 
 
-def python_pins(pylock_text: str, target: Target, sdist_names: Sequence[str]) -> list[Pin]:
+def python_pins(pylock_text: str, target: InstallTarget, sdist_names: Sequence[str]) -> list[Pin]:
     document = tomllib.loads(pylock_text)
     pins: list[Pin] = []
     for wheel in python_resolver.select_wheels(document, target=target):
@@ -161,7 +161,7 @@ def resolve_lock(
     return Lock(target=lock_target(target), inputs=tuple(pins))
 
 
-def _compile(requirements: list[str], target: Target, constraints: Sequence[str], exclude_newer: str | None) -> str:
+def _compile(requirements: list[str], target: InstallTarget, constraints: Sequence[str], exclude_newer: str | None) -> str:
     if not constraints:
         return python_resolver.compile_pylock(requirements, target=target, exclude_newer=exclude_newer)
     # uv takes constraints from a file; pass them as requirements' companions.

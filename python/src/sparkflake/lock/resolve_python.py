@@ -22,7 +22,7 @@ from pathlib import Path
 from packaging.markers import InvalidMarker, Marker
 
 from ..core.errors import CheckFailed, InputError
-from .target import DEBIAN_BOOKWORM_ARM64, Target, wheel_tags
+from .target import DEBIAN_BOOKWORM_ARM64, InstallTarget, wheel_tags
 
 PYPI_INDEX = "https://pypi.org/simple"
 
@@ -37,7 +37,7 @@ GLM53_REQUIREMENTS: tuple[str, ...] = (
 
 
 @dataclass(frozen=True)
-class WheelPin:
+class ResolvedWheel:
     name: str
     version: str
     filename: str
@@ -61,7 +61,7 @@ def find_uv() -> str:
 def compile_pylock(
     requirements: Sequence[str],
     *,
-    target: Target = DEBIAN_BOOKWORM_ARM64,
+    target: InstallTarget = DEBIAN_BOOKWORM_ARM64,
     index_url: str = PYPI_INDEX,
     exclude_newer: str | None = None,
     uv: str | None = None,
@@ -108,15 +108,15 @@ def compile_pylock(
 def select_wheels(
     pylock: Mapping[str, object],
     *,
-    target: Target = DEBIAN_BOOKWORM_ARM64,
+    target: InstallTarget = DEBIAN_BOOKWORM_ARM64,
     source: str = "pylock.toml",
-) -> list[WheelPin]:
+) -> list[ResolvedWheel]:
     """One wheel per package that applies to the target, the best tag match."""
     packages = pylock.get("packages")
     if not isinstance(packages, list):
         raise InputError(f"{source}: no [[packages]] array")
     environment = target.marker_environment()
-    pins: list[WheelPin] = []
+    pins: list[ResolvedWheel] = []
     refused: list[str] = []
     for position, package in enumerate(packages):
         where = f"{source}: packages[{position}]"
@@ -130,7 +130,7 @@ def select_wheels(
                 raise InputError(f"{where}.marker: {exc}") from exc
             if not applies:
                 continue
-        best: tuple[int, WheelPin] | None = None
+        best: tuple[int, ResolvedWheel] | None = None
         for wheel_position, wheel in enumerate(package.get("wheels", ())):
             url = str(wheel.get("url", ""))
             filename = str(wheel.get("name") or url.rsplit("/", 1)[-1])
@@ -144,7 +144,7 @@ def select_wheels(
             hashes = wheel.get("hashes", {})
             if "sha256" not in hashes or "size" not in wheel or not url:
                 raise InputError(f"{where}.wheels[{wheel_position}]: url, size and sha256 are required")
-            pin = WheelPin(
+            pin = ResolvedWheel(
                 name=str(package["name"]),
                 version=str(package["version"]),
                 filename=filename,
@@ -173,10 +173,10 @@ def select_wheels(
 def resolve_python(
     requirements: Sequence[str] = GLM53_REQUIREMENTS,
     *,
-    target: Target = DEBIAN_BOOKWORM_ARM64,
+    target: InstallTarget = DEBIAN_BOOKWORM_ARM64,
     index_url: str = PYPI_INDEX,
     exclude_newer: str | None = None,
-) -> tuple[str, list[WheelPin]]:
+) -> tuple[str, list[ResolvedWheel]]:
     """(pylock.toml text as uv wrote it, the selected wheel pins)."""
     text = compile_pylock(requirements, target=target, index_url=index_url, exclude_newer=exclude_newer)
     pins = select_wheels(tomllib.loads(text), target=target)

@@ -14,7 +14,7 @@ from packaging.tags import Tag, compatible_tags, cpython_tags, parse_tag
 
 
 @dataclass(frozen=True)
-class Target:
+class InstallTarget:
     platform: str = "linux/arm64"
     machine: str = "aarch64"
     debian_architecture: str = "arm64"
@@ -75,7 +75,7 @@ class Target:
         }
 
 
-DEBIAN_BOOKWORM_ARM64 = Target()
+DEBIAN_BOOKWORM_ARM64 = InstallTarget()
 
 
 def wheel_tags(filename: str) -> frozenset[Tag]:

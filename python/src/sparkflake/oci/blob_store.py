@@ -215,14 +215,6 @@ class BlobStore:
         self._record(digest, target)
         return target
 
-    def put_bytes(self, content: bytes) -> str:
-        digest = "sha256:" + hashlib.sha256(content).hexdigest()
-        if self.verified(digest, len(content)) is None:
-            with self.new_blob() as (handle, tmp_path):
-                handle.write(content)
-            self.commit(tmp_path, digest)
-        return digest
-
 
 def _sha256_of(path: Path) -> str | None:
     hasher = hashlib.sha256()

@@ -40,7 +40,7 @@ from .compression import (
 )
 from .layer_cache import InputFingerprint, LayerCache
 from .layer_input import LayerInput
-from .layer_tree import ScannedEntry, scan_layer
+from .layer_tree import ScannedEntry, scan_layer_input
 from .tar_stream import EntryKind, iter_tar_chunks
 
 QUEUE_CHUNKS = 8
@@ -138,7 +138,7 @@ def build_layer(
         layer = _layer_for_fingerprint(fingerprint, store, cache)
         if layer is not None:
             return layer
-    entries = scan_layer(layer_input)
+    entries = scan_layer_input(layer_input)
     key = None
     layer = None
     if cache is not None:

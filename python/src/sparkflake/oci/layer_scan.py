@@ -23,14 +23,14 @@ _META_TYPES = (b"x", b"L", b"K", b"g")  # PAX and GNU headers: they describe the
 
 
 @dataclass(frozen=True)
-class ElfFile:
+class ElfMember:
     path: str
     machine: int
 
 
 @dataclass
 class TarElfScanner:
-    """Incremental tar reader that records ``ElfFile`` for every ELF regular file and,
+    """Incremental tar reader that records ``ElfMember`` for every ELF regular file and,
     given an ``EntrySafety``, the first entry it refuses (``unsafe``; also, with or without
     one, data after the end-of-archive blocks). ``error``: what Go's archive/tar refuses
     (a bad size or checksum field, a header after a single zero block)."""
@@ -39,7 +39,7 @@ class TarElfScanner:
     safety: EntrySafety | None = None
     unsafe: str | None = None
     capture_limit: int = 4 << 20
-    elf_files: list[ElfFile] = field(default_factory=list)
+    elf_files: list[ElfMember] = field(default_factory=list)
     captured_files: dict[str, bytes] = field(default_factory=dict)
     members: int = 0
     error: str | None = None
@@ -175,7 +175,7 @@ class TarElfScanner:
         if kind in _REGULAR_TYPES and captured[:4] == b"\x7fELF" and len(captured) >= 20:
             byteorder: Literal["big", "little"] = "big" if captured[5] == 2 else "little"
             machine = int.from_bytes(captured[18:20], byteorder)
-            self.elf_files.append(ElfFile(self._member_name, machine))
+            self.elf_files.append(ElfMember(self._member_name, machine))
 
 
 def _clean(name: str) -> str:
@@ -256,7 +256,7 @@ class LayerScan:
     diff_id: str | None
     uncompressed_size: int
     compression: str
-    elf_files: tuple[ElfFile, ...]
+    elf_files: tuple[ElfMember, ...]
     captured_files: dict[str, bytes]
     error: str | None
     unsafe_entry: str | None = None  # the first entry ``EntrySafety`` refused

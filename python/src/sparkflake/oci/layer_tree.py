@@ -37,7 +37,7 @@ class ScannedEntry:
     stat_key: tuple[int, ...] | None = field(default=None)
 
 
-def image_path(path: str, *, what: str) -> str:
+def normalize_image_path(path: str, *, what: str) -> str:
     """Normalize an image path to relative form without a trailing slash ("" is root)."""
     if not isinstance(path, str) or not path:
         raise InputError(f"{what}: empty image path")
@@ -94,13 +94,13 @@ class _EntrySet:
             parent = posixpath.dirname(parent)
 
 
-def scan_layer(layer_input: LayerInput) -> list[ScannedEntry]:
+def scan_layer_input(layer_input: LayerInput) -> list[ScannedEntry]:
     """All entries of one layer in archive order (see the module docstring)."""
     entries = _EntrySet()
     for source in layer_input.sources:
         _scan_tree(source, entries)
     for generated in layer_input.files:
-        path = image_path(generated.target, what="generated file")
+        path = normalize_image_path(generated.target, what="generated file")
         if not path:
             raise InputError("generated file: target must not be the image root")
         origin = f"generated file /{path}"
@@ -121,7 +121,7 @@ def scan_layer(layer_input: LayerInput) -> list[ScannedEntry]:
         (p, True) for p in layer_input.opaque_dirs
     ]
     for raw_path, opaque in whiteouts:
-        path = image_path(raw_path, what="deletion" if not opaque else "opaque directory")
+        path = normalize_image_path(raw_path, what="deletion" if not opaque else "opaque directory")
         if not path and not opaque:
             raise InputError("deletion: cannot delete the image root")
         if opaque:
@@ -148,7 +148,7 @@ def _sort_key(path: str) -> bytes:
 
 def _scan_tree(source: TreeSource, entries: _EntrySet) -> None:
     host_dir = os.fspath(source.host_dir)
-    target = image_path(source.target, what=f"target of tree {host_dir}")
+    target = normalize_image_path(source.target, what=f"target of tree {host_dir}")
     try:
         root_stat = os.stat(host_dir)
     except FileNotFoundError as exc:

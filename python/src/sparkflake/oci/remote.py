@@ -222,11 +222,6 @@ class RegistryClient:
         raise InputError(f"{what}: too many redirects from {self.registry}")
 
     # -- API
-    def ping(self) -> None:
-        connection, response = self._request("GET", "/v2/", scope="registry:catalog:*", what=f"{self.registry}/v2/")
-        response.read()
-        connection.close()
-
     def blob_size(self, repository: str, digest: str) -> int | None:
         """HEAD a blob: its size if the registry has it, else None."""
         what = f"HEAD {self.registry}/{repository}@{digest}"
@@ -387,13 +382,6 @@ class RegistryClient:
         """A small blob (a config) in memory, verified."""
         chunks = list(self._blob_chunks(repository, digest, limit=limit))
         return b"".join(chunks)
-
-    def iter_blob(self, repository: str, digest: str, *, size: int | None = None) -> Iterator[bytes]:
-        """Stream a blob's bytes for a consumer that works in the same pass (decompress,
-        hash); the digest (and ``size``, if given) are checked when the stream ends, and a
-        mismatch raises from the final ``next()``, so a consumer that reads to the end never
-        accepts bad bytes."""
-        return self._blob_chunks(repository, digest, size=size)
 
     def fetch_blob(self, repository: str, digest: str, destination: Path, *, size: int | None = None,
                    progress: ProgressCallback | None = None) -> int:

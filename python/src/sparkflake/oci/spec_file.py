@@ -38,7 +38,7 @@ from .compression import Compression
 from .config import RuntimeConfig
 from .image import ImageSpec, LayerSpec, default_source_date_epoch
 from .layer_input import GeneratedFile, LayerInput, TreeSource
-from .layer_tree import image_path
+from .layer_tree import normalize_image_path
 from .types import Platform
 
 _TOP_KEYS = {
@@ -215,7 +215,7 @@ def _parse_layer(ctx: _Context, value: Any, where: str, position: int) -> LayerS
 def _target(ctx: _Context, record: dict[str, Any], where: str) -> str:
     target = ctx.string(record.get("target", "/"), f"{where}.target")
     try:
-        image_path(target, what=f"{where}.target")
+        normalize_image_path(target, what=f"{where}.target")
     except InputError as exc:
         raise ctx.fail(f"{where}.target", exc.message) from exc
     return target
@@ -252,12 +252,12 @@ def _refuse_duplicate_targets(
 ) -> None:
     seen: dict[str, str] = {}
     for source in sources:
-        target = image_path(source.target, what=where)
+        target = normalize_image_path(source.target, what=where)
         if target in seen:
             raise ctx.fail(where, f"duplicate target path /{target} (also {seen[target]})")
         seen[target] = f"tree {source.host_dir}"
     for i, generated in enumerate(files):
-        target = image_path(generated.target, what=f"{where}.files[{i}].path")
+        target = normalize_image_path(generated.target, what=f"{where}.files[{i}].path")
         if target in seen:
             raise ctx.fail(
                 f"{where}.files[{i}].path", f"duplicate target path /{target} (also {seen[target]})"

@@ -97,8 +97,10 @@ def _split_ustar_name(name: bytes) -> tuple[bytes, bytes] | None:
 
 
 def _ustar_block(
-    name: bytes, prefix: bytes, typeflag: bytes, mode: int, size: int, mtime: int, linkname: bytes
+    split_name: tuple[bytes, bytes], typeflag: bytes, mode: int, size: int, mtime: int, linkname: bytes
 ) -> bytes:
+    """One ustar header block; ``split_name``: (prefix, name), the two fields a path fills."""
+    prefix, name = split_name
     header = bytearray(BLOCK)
     header[0:100] = name.ljust(100, b"\0")
     header[100:108] = _octal(mode, 8)
@@ -140,16 +142,13 @@ def header_bytes(entry: TarEntry, mtime: int) -> bytes:
         linkname = linkname[:100]
     if size > _USTAR_MAX_SIZE:
         pax += _pax_record(b"size", str(size).encode())
-    prefix, short_name = split
     blocks = b""
     if pax:
         pax_name = (b"PaxHeaders/" + os.path.basename(name.rstrip(b"/")))[:100]
-        blocks += _ustar_block(pax_name, b"", b"x", 0o644, len(pax), mtime, b"")
+        blocks += _ustar_block((b"", pax_name), b"x", 0o644, len(pax), mtime, b"")
         blocks += pax + b"\0" * (-len(pax) % BLOCK)
     ustar_size = 0 if size > _USTAR_MAX_SIZE else size
-    blocks += _ustar_block(
-        short_name, prefix, _TYPEFLAGS[entry.kind], entry.mode, ustar_size, mtime, linkname
-    )
+    blocks += _ustar_block(split, _TYPEFLAGS[entry.kind], entry.mode, ustar_size, mtime, linkname)
     return blocks
 
 

@@ -88,7 +88,7 @@ def resolve_parent(root: Path, relative: str, *, source: str, create: bool = Tru
     return root.joinpath(*current)
 
 
-def image_path(root: Path, relative: str, *, source: str) -> Path:
+def host_path_of(root: Path, relative: str, *, source: str) -> Path:
     """The build-machine path for image path ``relative`` (parent resolved, last not followed)."""
     parent = resolve_parent(root, relative, source=source)
     return parent / relative.split("/")[-1]

@@ -420,11 +420,6 @@ class Device:
         if not isinstance(self.unified, bool):
             raise InvalidField("unified", f"expected true or false, got {describe(self.unified)}")
 
-    @property
-    def capability_pair(self) -> tuple[int, int]:
-        major, minor = self.capability.split(".")
-        return int(major), int(minor)
-
 
 @dataclass(frozen=True)
 class Profile:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import canonical_toml
+from ..core.documents import read_regular_file
 from ..core.errors import InputError
 from ..core.records import (
     InvalidField,
@@ -17,7 +18,6 @@ from ..core.records import (
     describe,
     parse_toml_text,
     prefixed,
-    read_toml,
     record_from,
     record_from_table,
     record_to_dict,
@@ -121,7 +121,7 @@ def parse_profile(text: str | bytes, shown: str = "<profile>") -> Profile:
 def read_profile(path: str | os.PathLike[str]) -> Profile:
     """Read and validate one profile.toml (structure, and name = its directory's name)."""
     shown = os.fspath(path)
-    profile = record_from(profile_from_dict, read_toml(path), shown)
+    profile = parse_profile(read_regular_file(path, "a TOML file"), shown)
     folder = Path(path).resolve().parent.name
     if profile.name != folder:
         raise InputError(

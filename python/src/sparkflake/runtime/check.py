@@ -32,7 +32,7 @@ from ..core.elf_machines import MACHINE_BY_ARCHITECTURE
 from ..core.errors import CheckFailed, InputError
 from ..core.progress import report_phase
 from ..oci.reader import ImageReader, open_image
-from ..oci.tree_paths import image_path
+from ..oci.tree_paths import host_path_of
 from . import checkpoint, driver_stand_in, rootfs, sandbox
 from .check_report import Case, CheckReport
 from .judge import FULL_CKV_GATHER_SWITCHES, capabilities_of, env_evidence, judge_result
@@ -88,7 +88,7 @@ def _resolve_in_root(root: Path, path: str, hops: int = 40) -> Path | None:
     relative = path.strip("/")
     for _ in range(hops):
         try:
-            candidate = image_path(root, relative, source=path) if relative else root
+            candidate = host_path_of(root, relative, source=path) if relative else root
             parent = candidate.parent
         except (CheckFailed, OSError):
             return None

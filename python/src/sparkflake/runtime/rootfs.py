@@ -39,7 +39,7 @@ from ..core.progress import ProgressCallback
 from ..oci.layer_scan import TarElfScanner
 from ..oci.layer_stream import LayerStream
 from ..oci.reader import ImageReader
-from ..oci.tree_paths import image_path, normalize_member, resolve_parent
+from ..oci.tree_paths import host_path_of, normalize_member, resolve_parent
 from ..oci.types import BlobRef
 
 READ_CHUNK = 1 << 20
@@ -110,7 +110,7 @@ def _extract(tar: tarfile.TarFile, member: tarfile.TarInfo, root: Path, where: s
         os.symlink(member.linkname, path)
         return True
     if member.islnk():
-        source = image_path(root, normalize_member(member.linkname, source=where), source=where)
+        source = host_path_of(root, normalize_member(member.linkname, source=where), source=where)
         if not os.path.isfile(source) or os.path.islink(source):
             raise CheckFailed(f"{where}: hard link {member.name!r} -> {member.linkname!r}: no such regular file "
                               "earlier in the image", check_id="runtime.layer-entry")
