@@ -10,7 +10,7 @@ from fixtures.launch import PROFILES, real_contract
 from sparkflake.launch.envfile import parse_env_text
 from sparkflake.launch.example import render_example
 from sparkflake.launch.resolution import resolve
-from sparkflake.launch.settings import CATALOG, REQUIRED_SITE_KEYS
+from sparkflake.profile.settings_catalog import CATALOG, REQUIRED_SITE_KEYS
 
 
 @pytest.mark.parametrize("profile", ["glm53-dflash7", "glm53-mtp5"])

@@ -18,8 +18,13 @@ from sparkflake.core.errors import InputError
 from sparkflake.launch.envfile import parse_env_text
 from sparkflake.launch.host_fabric import parse_name_list
 from sparkflake.launch.plan import plan_from_assignments, plan_launch
-from sparkflake.launch.settings import CATALOG, REASONING_PARSERS, TOOL_CALL_PARSERS, parse_value
 from sparkflake.launch.spec import CONTAINER_NCCL_LIBRARY, JIT_CACHE_VARIABLES
+from sparkflake.profile.settings_catalog import (
+    CATALOG,
+    REASONING_PARSERS,
+    TOOL_CALL_PARSERS,
+    parse_value,
+)
 
 ROOT = Path("/srv/fabric")
 SEED_NCCL_SHA256 = "5f1c3f10d5ace66d4ba584415bbfe42b6ac1a0a9116a3b81dcbe50516ad924b3"

@@ -20,7 +20,7 @@ from sparkflake.core.status import UNQUALIFIED_CONFIGURATION
 from sparkflake.launch.envfile import parse_env_text
 from sparkflake.launch.qualification import qualify
 from sparkflake.launch.resolution import resolve
-from sparkflake.launch.settings import CATALOG, GiB, parse_value, validate_runtime_table
+from sparkflake.profile.settings_catalog import CATALOG, GiB, parse_value, validate_runtime_table
 
 ROOT = "/srv/test"
 
@@ -286,7 +286,7 @@ def test_render_parse_round_trip(key, data):
     if raw in ("", "auto") or setting.required:
         return
     value = parse_value(setting, raw)
-    from sparkflake.launch.settings import render_value
+    from sparkflake.profile.settings_catalog import render_value
 
     assert parse_value(setting, render_value(value)) == value
 
@@ -408,7 +408,7 @@ def test_a_value_the_profile_refuses_is_refused_with_vllms_reason_and_the_line(p
 
 
 def test_a_refused_table_is_checked_against_the_catalog():
-    from sparkflake.launch.settings import refused_values
+    from sparkflake.profile.settings_catalog import refused_values
 
     assert refused_values({"DCP": {"2": "r"}, "SPARKCACHE_ENABLED": {"1": "s"}}, "p: refused") == {
         "DCP": {2: "r"}, "SPARKCACHE_ENABLED": {True: "s"}}

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from sparkflake.launch.envfile import parse_env_text
 from sparkflake.launch.recipe import dump_recipe, import_recipe
-from sparkflake.launch.settings import render_value
+from sparkflake.profile.settings_catalog import render_value
 
 SEED_RECIPE = Path(__file__).parents[1] / "golden" / "launch" / "recipes" / "kindling-2x.recipe.toml"
 

@@ -9,7 +9,7 @@ import re
 from fixtures.doc_blocks import REPO
 from fixtures.launch import real_contract
 
-from sparkflake.launch.settings import CATALOG
+from sparkflake.profile.settings_catalog import CATALOG
 
 GUIDE = REPO / "docs" / "operator-guide.md"
 SECTION = "## The seeds' R8 launcher and ours"

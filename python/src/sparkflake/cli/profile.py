@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 
 from ..core.records import record_to_dict
-from ..launch.settings import validate_runtime_table
 from ..lock.profile_locks import load_all_profiles, load_profile
 from ..profile.lookup import check_profiles_distinct, find_profiles_dir, list_profiles
 from ..profile.profile_file import dump_profile
+from ..profile.settings_catalog import validate_runtime_table
 from . import _arguments as arguments
 from ._output import print_json, print_line
 from ._parsers import add_command, add_group

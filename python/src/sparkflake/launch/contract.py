@@ -16,10 +16,7 @@ from ..core.digest import is_digest
 from ..core.errors import InputError
 from ..lock.profile_locks import input_for, load_locks, load_profile
 from ..profile.model import CheckpointFile
-from ..runtime.capabilities import FILE_NAME as CAPABILITIES_FILE
-from ..runtime.capabilities import Capabilities
-from ..runtime.capabilities import load as load_capabilities
-from .settings import (
+from ..profile.settings_catalog import (
     DCP_FULL_CKV_GATHER,
     DCP_INTERLEAVE,
     DCP_KV_GIB,
@@ -27,6 +24,9 @@ from .settings import (
     table_value_text,
     validate_runtime_table,
 )
+from ..runtime.capabilities import FILE_NAME as CAPABILITIES_FILE
+from ..runtime.capabilities import Capabilities
+from ..runtime.capabilities import load as load_capabilities
 
 
 @dataclass(frozen=True)

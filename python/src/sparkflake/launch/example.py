@@ -7,9 +7,9 @@ the ``#`` of a line changes nothing until its value is edited.
 
 from __future__ import annotations
 
+from ..profile.settings_catalog import CATALOG_LIST, parse_value, render_value
 from .contract import LaunchContract
 from .envfile import render_env_value
-from .settings import CATALOG_LIST, parse_value, render_value
 
 SITE_EXAMPLES = {
     "NODE_ADDRESS": "192.0.2.11",

@@ -15,10 +15,10 @@ from typing import Any
 from ..core.canonical_json import canonical_json_bytes
 from ..core.errors import InputError
 from ..core.status import UNQUALIFIED_CONFIGURATION
+from ..profile.settings_catalog import CATALOG, render_value
 from .contract import LaunchContract
 from .envfile import EnvAssignment
 from .resolution import Resolution, resolve
-from .settings import CATALOG, render_value
 
 RESEARCH_ONLY = "research-only"
 

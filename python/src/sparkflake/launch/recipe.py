@@ -19,8 +19,8 @@ from ..core import canonical_toml
 from ..core.documents import parse_json, read_regular_file
 from ..core.errors import InputError
 from ..core.records import parse_toml_text
+from ..profile.settings_catalog import CATALOG, parse_value
 from .envfile import render_env_value
-from .settings import CATALOG, parse_value
 
 KNOWN_FIELDS = (
     "engine", "name", "docker_image", "entrypoint", "model", "parent_model", "port",

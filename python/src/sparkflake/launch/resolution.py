@@ -16,9 +16,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ..core.errors import InputError
-from .contract import LaunchContract
-from .envfile import EnvAssignment
-from .settings import (
+from ..profile.settings_catalog import (
     AUTO,
     CATALOG,
     CATALOG_LIST,
@@ -30,6 +28,8 @@ from .settings import (
     render_value,
     unknown_key_message,
 )
+from .contract import LaunchContract
+from .envfile import EnvAssignment
 
 PRIVATE_IPC_SHM_BYTES = 32 * GiB
 

@@ -23,8 +23,8 @@ from ..launch.envfile import EnvAssignment, read_env_file
 from ..launch.identity import checkpoint_identity
 from ..launch.plan import LaunchPlan, plan_from_assignments
 from ..launch.qualification import qualification_values
-from ..launch.settings import render_value
 from ..launch.spec import LABEL_PREFIX, engine_argv
+from ..profile.settings_catalog import render_value
 from .rank_request import DEPLOYMENT_LABEL, SERVICE_LABEL, RankRequest
 
 # labels, serve arguments and environment that differ by rank by design: everything else of

@@ -1,8 +1,10 @@
 """The settings catalog: every key a runtime.env may set, its type, range and default.
 
-This module owns the vocabulary. The profile's ``[runtime]`` table (defaults) and
-``[qualified]`` table (the qualified configuration) may only use keys of this catalog;
-``validate_runtime_table`` is the hook the profile model calls to enforce that.
+This module owns the vocabulary, beside the profile model that names its keys: the
+profile's ``[runtime]`` table (defaults) and ``[qualified]`` table (the qualified
+configuration) may only use keys of this catalog (``validate_runtime_table``, which
+``sparkflake profile check`` applies), and the launch stage resolves a ``runtime.env``
+against it.
 
 Values are parsed from strings with one strict grammar per kind: integers are plain
 decimal digits (``26GiB``, ``-1``, ``0x10``, ``1e3`` are refused), sizes are plain byte
@@ -487,7 +489,7 @@ def _num(number: float) -> str:
 
 
 def validate_runtime_table(table: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """The hook for the profile model: check a ``[runtime]`` or ``[qualified]`` table.
+    """Check a profile's ``[runtime]`` or ``[qualified]`` table against the catalog.
 
     Every key must be in the catalog and every value must parse (TOML integers, floats
     and booleans are accepted in their natural form). Returns the typed values. Errors
