@@ -22,7 +22,7 @@ from sparkflake.core.errors import InputError
 from sparkflake.oci import ImageSpec, LayerSpec, blob_store, build_image
 from sparkflake.oci.blob_store import DIRECT_COPY_MIN, BlobStore, copy_blob
 from sparkflake.oci.layer_input import GeneratedFile, LayerInput, TreeSource
-from sparkflake.oci.layout import LayoutWriter, write_oci_layout
+from sparkflake.oci.layout import LayoutWriter, StagedLayout, output_layout, write_oci_layout
 from sparkflake.pipeline import BuildRequest, build_profile
 
 FIXTURE = Path(__file__).resolve().parents[3] / "profiles" / "fixture"
@@ -226,6 +226,37 @@ def test_a_layout_that_does_not_finish_leaves_the_previous_one(tmp_path, ending)
         writer.abort()
     assert layout_files(tmp_path / "out") == before
     assert sorted(os.listdir(tmp_path)) == ["big", "out", "store"]
+
+
+def test_a_staged_layout_not_committed_leaves_the_previous_one(tmp_path):
+    """The writer a registry pull fills: an error inside the block, or leaving it without
+    ``commit``, removes the staging directory and keeps the previous layout."""
+    image, other = two_images(tmp_path)
+    write_oci_layout(other, tmp_path / "out")
+    before = layout_files(tmp_path / "out")
+    with pytest.raises(RuntimeError, match="a blob did not verify"), StagedLayout(tmp_path / "out") as staged:
+        staged.write_blob(image.manifest_digest, image.manifest_bytes)
+        raise RuntimeError("a blob did not verify")
+    with StagedLayout(tmp_path / "out") as staged:
+        staged.write_blob(image.config_digest, image.config_bytes)
+    assert layout_files(tmp_path / "out") == before
+    assert sorted(os.listdir(tmp_path)) == ["big", "out", "store"]
+    with StagedLayout(tmp_path / "out") as staged:
+        staged.write_blob(image.config_digest, image.config_bytes)
+        staged.write_blob(image.manifest_digest, image.manifest_bytes)
+        for layer in image.layers:
+            copy_blob(layer.blob_path, staged.blob_path(layer.digest))
+        staged.commit(image.index_bytes)
+    write_oci_layout(image, tmp_path / "at-once")
+    assert layout_files(tmp_path / "out") == layout_files(tmp_path / "at-once")
+
+
+def test_output_layout_is_a_build_outputs_oci_or_the_path_itself(tmp_path):
+    image, _ = two_images(tmp_path)
+    write_oci_layout(image, tmp_path / "build" / "oci")
+    assert output_layout(tmp_path / "build") == tmp_path / "build" / "oci"
+    assert output_layout(tmp_path / "build" / "oci") == tmp_path / "build" / "oci"
+    assert output_layout(tmp_path / "image.tar") == tmp_path / "image.tar"
 
 
 @pytest.mark.parametrize("size", [0, 1, DIRECT_COPY_MIN - 1, DIRECT_COPY_MIN, 2 * DIRECT_COPY_MIN + 4097])

@@ -33,7 +33,7 @@ from ..core.digest import digest_hex, is_digest, sha256_file
 from ..core.documents import MAX_DOCUMENT_BYTES
 from ..core.errors import CheckFailed, InputError
 from ..core.file_hashes import stat_identity
-from ..oci.layout import OCI_LAYOUT_BYTES
+from ..oci.layout import OCI_LAYOUT_BYTES, output_layout
 from ..oci.reader import open_image
 from ..oci.types import Descriptor
 from ..oci.verify import verify_image
@@ -97,10 +97,9 @@ class LayoutPlan:
 
 def find_layout(path: Path) -> Path:
     """``path`` itself when it is an OCI layout, or the ``oci/`` layout of a build output."""
-    if (path / "oci-layout").is_file():
-        return path
-    if (path / "oci" / "oci-layout").is_file():
-        return path / "oci"
+    layout = output_layout(path)
+    if (layout / "oci-layout").is_file():
+        return layout
     raise InputError(f"{path}: neither an OCI layout (no oci-layout file) nor a build output with oci/")
 
 

@@ -145,6 +145,15 @@ class LayoutWriter:
         self._layout.discard(RuntimeError("layout aborted"))
 
 
+def output_layout(out: Path) -> Path:
+    """Where the OCI layout of ``out`` is: ``out`` itself when it is a layout (its
+    oci-layout file), ``out/oci`` when it is a build output holding one there, else ``out``
+    (an archive, or a directory a reader then refuses)."""
+    if not (out / "oci-layout").is_file() and (out / "oci" / "oci-layout").is_file():
+        return out / "oci"
+    return out
+
+
 def write_oci_layout(image: BuiltImage, out_dir: str | os.PathLike[str], store: BlobStore | None = None) -> Path:
     """``LayoutWriter`` handed every layer at once."""
     return LayoutWriter(out_dir, store).finish(image)
