@@ -25,9 +25,9 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from sparkflake.core.errors import CheckFailed, InputError
-from sparkflake.distribute.registry import pull_to_layout, push_layout
 from sparkflake.oci.media_types import OCI_INDEX, OCI_MANIFEST
 from sparkflake.oci.registry_auth import Credentials
+from sparkflake.oci.registry_transfer import pull_to_layout, push_layout
 from sparkflake.oci.remote import RegistryClient, parse_reference, select_platform
 from sparkflake.oci.types import Platform
 

@@ -9,10 +9,10 @@ from ..compose import receipt
 from ..core.atomic_write import record_written_entry, write_bytes_atomic
 from ..core.canonical_json import readable_json_bytes
 from ..core.errors import InputError
-from ..distribute.registry import push_layout
 from ..oci.artifact import ReferringArtifact, read_referring_artifact
 from ..oci.referrers import push_referrer
 from ..oci.registry_auth import load_credentials
+from ..oci.registry_transfer import push_layout
 from ..oci.remote import RegistryClient, parse_reference
 from . import _arguments as arguments
 from ._output import Progress, print_json, print_line

@@ -125,8 +125,8 @@ def _manifest(args: argparse.Namespace) -> int:
 def _pull(args: argparse.Namespace) -> int:
     from ..oci import remote
     from ..oci.registry_auth import load_credentials
+    from ..oci.registry_transfer import pull_to_layout
     from ..oci.types import Platform
-    from .registry import pull_to_layout
 
     source = remote.parse_reference(args.reference)
     credentials = load_credentials(args.auth_file) if args.auth_file else None

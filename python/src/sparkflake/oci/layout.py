@@ -10,7 +10,7 @@ a wrong hit; see ``oci.blob_store``); without it, a copy (``copy_blob``).
 and oci-layout, renamed into place); ``LayoutWriter`` uses it to start the layout before the
 image is finished: each layer handed to it (``add_layer``) is copied on a background thread
 while the build goes on (the overlay, the verification chain, the top layer). A registry
-pull (``distribute.registry``) fills one with the blobs it verified.
+pull (``registry_transfer``) fills one with the blobs it verified.
 """
 
 from __future__ import annotations

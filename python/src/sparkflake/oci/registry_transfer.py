@@ -1,6 +1,6 @@
-"""Distribution through a registry: push an OCI layout digest-preserving (every blob and
-manifest keeps its digest), pull an image into a layout with every byte verified. The
-client itself is ``oci.remote``, the registry medium."""
+"""An OCI layout to and from a registry: push a layout digest-preserving (every blob and
+manifest keeps its digest), pull an image into a layout with every byte verified
+(``layout.StagedLayout``). The client itself is ``remote``, the registry medium."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from typing import Any
 from ..core.documents import read_regular_file
 from ..core.errors import CheckFailed, InputError
 from ..core.progress import ProgressCallback
-from ..oci.layout import StagedLayout
-from ..oci.manifest import ImageIndex
-from ..oci.media_types import INDEX_MEDIA_TYPES, OCI_MANIFEST, REF_NAME_ANNOTATION
-from ..oci.remote import (
+from .layout import StagedLayout
+from .manifest import ImageIndex
+from .media_types import INDEX_MEDIA_TYPES, OCI_MANIFEST, REF_NAME_ANNOTATION
+from .remote import (
     MANIFEST_LIMIT,
     Manifest,
     Reference,
@@ -26,7 +26,7 @@ from ..oci.remote import (
     json_object,
     select_platform,
 )
-from ..oci.types import Descriptor, Platform
+from .types import Descriptor, Platform
 
 
 # ---- push a layout, pull into a layout ---------------------------------------------------
