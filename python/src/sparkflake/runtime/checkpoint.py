@@ -14,7 +14,8 @@ config's default (:122), written out because ModelConfig derives the longest
 ``--max-model-len`` it allows from it. The draft is the DFlash2 head as the registry names
 it (registry.py:666 ``DFlash2DraftModel``, qwen3_dflash2): no config of the real draft is
 available here, so its fields are the ones vLLM's code reads (dflash_config's
-target_layer_ids and mask_token_id: vllm/config/speculative.py:262,357; hidden and vocab
+target_layer_ids and mask_token_id: vllm/config/speculative.py:262,357; the DFlash2 keys
+its constructors read, for the default launch's meta-device construction; hidden and vocab
 sizes equal to the target's). What the draft part yields is recorded, and judged only
 where vLLM's validation names a launch value.
 
@@ -66,7 +67,14 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "vocab_size": 154880,
         "max_position_embeddings": GLM53_MAX_POSITIONS,
         "torch_dtype": "bfloat16",
-        "dflash_config": {"target_layer_ids": [1, 22, 43], "mask_token_id": 154820},
+        # DFlash2's grouped convolutions and candidate selector, read with no default when the
+        # draft is constructed (vllm/model_executor/models/qwen3_dflash2.py:253-254
+        # conv_kernel_size, conv_group_size; :385-386 selector_rank, selector_top_k; the
+        # speculator's top-k, v1/worker/gpu/spec_decode/dflash2/speculator.py:195): the
+        # values of a public DFlash-to-DFlash2 converter (Slyne/NeMo scripts/speechlm2/
+        # convert_dflash_to_dflash2.py, as its tests state them), the real draft's being unknown
+        "dflash_config": {"target_layer_ids": [1, 22, 43], "mask_token_id": 154820, "conv_kernel_size": 2,
+                          "conv_group_size": 16, "selector_rank": 256, "selector_top_k": 16},
     },
 }
 

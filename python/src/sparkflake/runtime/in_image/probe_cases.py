@@ -199,7 +199,8 @@ def judge_case(case: dict[str, Any]) -> dict[str, object]:
                 verdict["sparkcache"] = judge_sparkcache(engine_args, kv_config)
     verdict["configs"] = configs
     # last: create_engine_config resolves the engine arguments in place
-    verdict["engine"] = judge_engine(engine_args, headless=bool(getattr(args, "headless", False)))
+    verdict["engine"] = judge_engine(engine_args, headless=bool(getattr(args, "headless", False)),
+                                     construct_models=bool(case.get("construct_models")))
     return verdict
 
 

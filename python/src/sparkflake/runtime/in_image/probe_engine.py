@@ -14,19 +14,23 @@ answering cuDeviceGetAttribute and the like is not enough (tried: cudaGetDeviceC
 with 500 after cuGetExportTable). The driver is a stand-in library
 (runtime/driver_stand_in.py) that only lets the compiled extensions load.
 
-Where the models are not constructed (no meta-device construction here), the layer
-parameters passed to the selectors are the ones each model's layers pass, read from the
-checkpoint's config as vLLM parsed it; the places are quoted where they are used. Every
+The models are not constructed here: the layer parameters passed to the selectors are the
+ones each model's layers pass, read from the checkpoint's config as vLLM parsed it; the
+places are quoted where they are used. For the profile's default launch the served models
+are also constructed on the meta device (probe_meta_model.py, in a forked child), and the
+host compares what each constructed layer chose with these selectors' choices. Every
 name was read in the image's vLLM 0.33.0 (paths relative to site-packages/vllm).
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import Any, cast
 
-from probe_support import error_text
+from probe_meta_model import construct_served_models
+from probe_support import error_text, forked_result, run_forked
 
 GIB = 1 << 30
 DEVICE_STAND_IN: dict[str, Any] = {}  # the profile's device, once installed
@@ -427,8 +431,17 @@ def _enum_name(value: Any) -> str | None:
     return None if value is None else getattr(value, "name", str(value))
 
 
-def judge_engine(engine_args: Any, headless: bool) -> dict[str, object]:
-    """One case through vLLM's engine start: each step's verdict, vLLM's reason on refusal."""
+def _meta_model(pid: int, result_path: str) -> dict[str, object]:
+    produced = forked_result("constructing the served models on the meta device", pid, result_path)
+    value = produced.get("value")
+    return dict(value) if isinstance(value, dict) else {"ok": False, "error": produced.get("error")}
+
+
+def judge_engine(engine_args: Any, headless: bool, construct_models: bool = False) -> dict[str, object]:
+    """One case through vLLM's engine start: each step's verdict, vLLM's reason on refusal.
+    ``construct_models``: the served models are also constructed on the meta device
+    (probe_meta_model), in a child forked with the case's VllmConfig, on the other core
+    while this process runs the selectors."""
     started = time.monotonic()
     record: dict[str, Any] = {}
     if "total_memory_gib" not in DEVICE_STAND_IN:
@@ -443,11 +456,15 @@ def judge_engine(engine_args: Any, headless: bool) -> dict[str, object]:
     if vllm_config is None:
         return record
     record["engine_config"].update(_summary(vllm_config))
+    result_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "meta-model.json")
+    child = run_forked(lambda: construct_served_models(vllm_config), result_path) if construct_models else None
     chosen = _target_layers(vllm_config, record)
     _draft_layers(vllm_config, record)
     if chosen:
         _step(record, "block_size", lambda: _block_size(vllm_config, chosen))
     _step(record, "memory", lambda: _memory(vllm_config))
+    if child is not None:
+        record["meta_model"] = _meta_model(child, result_path)
     record["seconds"] = round(time.monotonic() - started, 3)
     return record
 
