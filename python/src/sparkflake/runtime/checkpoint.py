@@ -54,6 +54,19 @@ CONFIGS: dict[str, dict[str, Any]] = {
         # selects the NVFP4 MoE and linear kernels the runtime check judges.
         "quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16,
                                 "kv_cache_quant_algo": "FP8", "exclude_modules": ["lm_head", "model.mtp*"]},
+        # Read with no default when the model is constructed (the default launch's meta-device
+        # construction, in_image/probe_meta_model.py) and absent from the transformers config,
+        # so the real checkpoint's config.json carries them: the manifold hyper-connections
+        # (vllm/models/glm5next/common/model.py:380 mhc; their width and iterations are the
+        # transformers defaults, configuration_glm5_next.py:147-149), NoPE MLA (:411
+        # mla_use_nope; the config's qk_rope_head_dim is 0), GLM's router (:256 topk_method,
+        # :312 scoring_func: sigmoid, bias-corrected grouped top-k as DeepSeek-V3's) and the
+        # indexer's rotary layout (common/attention.py:514 indexer_rope_interleave).
+        "mhc": True,
+        "mla_use_nope": True,
+        "topk_method": "noaux_tc",
+        "scoring_func": "sigmoid",
+        "indexer_rope_interleave": True,
     },
     DRAFT: {
         "architectures": ["DFlash2DraftModel"],
