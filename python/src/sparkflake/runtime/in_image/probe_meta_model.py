@@ -21,9 +21,11 @@ The seams (everything else is vLLM 0.33.0's own code; paths relative to site-pac
   constructs only: ``create_model`` (initialize_model, model_loader/utils.py:74) under the
   model's dtype and ``torch.device("meta")``; no weights are read and no
   ``process_weights_after_loading`` runs (it prepares real weights for the kernels).
-- Tensors the constructors ask for on cuda, or pinned, are made on meta (``_CudaToMeta``;
+- Tensors the constructors ask for on cuda, or pinned, are made on meta (``_cuda_to_meta_mode``;
   counted in the record): a buffer's shape and dtype are the constructor's, its memory is
-  never allocated.
+  never allocated. The CUDA streams and events constructors make for later are stand-ins
+  holding nothing, and the current device index is the one device's
+  (``_device_runtime_stand_ins``).
 
 What stays unproven: collectives and the inter-rank message queue, the weights and their
 processing for the kernels, the other ranks (rank 0 only: each TP rank has the same shapes),
@@ -114,6 +116,32 @@ def _cuda_to_meta_mode() -> Any:
 
 
 @contextmanager
+def _device_runtime_stand_ins() -> Iterator[None]:
+    """The CUDA runtime objects constructors make for later (the MoE shared experts' side
+    stream and its events: fused_moe/runner/shared_experts.py:78-83, utils/torch_utils.py:853
+    aux_stream) are stand-ins that hold nothing, and the current device index is the one
+    device's (as probe_engine's device queries answer), so construction takes the device's
+    path without a CUDA context."""
+    import torch
+
+    class Unallocated:
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            REDIRECTED[f"torch.cuda.{type(self).__name__}()"] += 1
+
+    made = {"Stream": torch.cuda.Stream, "Event": torch.cuda.Event}
+    for kind in made:
+        setattr(torch.cuda, kind, type(kind, (Unallocated,), {}))
+    current_device_index = torch.accelerator.current_device_index
+    torch.accelerator.current_device_index = lambda: 0
+    try:
+        yield
+    finally:
+        for kind, original in made.items():
+            setattr(torch.cuda, kind, original)
+        torch.accelerator.current_device_index = current_device_index
+
+
+@contextmanager
 def _loaders_construct_only() -> Iterator[None]:
     """Every model loader's ``load_model`` constructs on meta and loads nothing."""
     import torch
@@ -143,7 +171,7 @@ def _served_models(vllm_config: Any) -> tuple[Any, Any, str | None]:
     from vllm.config import set_current_vllm_config
     from vllm.model_executor.model_loader import get_model_loader
 
-    with _loaders_construct_only(), set_current_vllm_config(vllm_config):
+    with _loaders_construct_only(), _device_runtime_stand_ins(), set_current_vllm_config(vllm_config):
         target = get_model_loader(vllm_config.load_config).load_model(
             vllm_config=vllm_config, model_config=vllm_config.model_config)
         if vllm_config.speculative_config is None:
@@ -232,10 +260,17 @@ def _kv_cache(vllm_config: Any) -> dict[str, object]:
     """The V2 runner's KV cache spec from the constructed attention layers
     (v1/worker/gpu/attn_utils.py:138 get_kv_cache_spec, as model_runner.py:611 calls it), then
     the engine core's configuration from it on the launch's KV budget (v1/engine/core.py:
-    251-330 _initialize_kv_caches: register_all_kvcache_specs, get_global_kv_cache_groups,
-    get_kv_cache_configs; with --kv-cache-memory-bytes the budget is that value,
-    v1/worker/gpu_worker.py:656)."""
+    251-330 _initialize_kv_caches: register_all_kvcache_specs, the KV layout from the layouts
+    the constructed backends support (resolve_kv_cache_layout with the worker's
+    get_supported_kv_cache_layouts, v1/worker/worker_base.py:107-110),
+    get_global_kv_cache_groups, get_kv_cache_configs; with --kv-cache-memory-bytes the budget
+    is that value, v1/worker/gpu_worker.py:656)."""
     from vllm.config import set_current_vllm_config
+    from vllm.distributed.kv_transfer.kv_connector.utils import get_current_attn_backends
+    from vllm.v1.attention.backends.utils import (
+        get_supported_kv_cache_layouts,
+        resolve_kv_cache_layout,
+    )
     from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups, get_kv_cache_configs
     from vllm.v1.core.single_type_kv_cache_manager import register_all_kvcache_specs
     from vllm.v1.worker.gpu.attn_utils import get_kv_cache_spec
@@ -243,12 +278,14 @@ def _kv_cache(vllm_config: Any) -> dict[str, object]:
     with set_current_vllm_config(vllm_config):
         specs = get_kv_cache_spec(vllm_config)
         register_all_kvcache_specs(vllm_config)
+        supported = [layout.name for layout in get_supported_kv_cache_layouts(get_current_attn_backends(vllm_config))]
+        layout = resolve_kv_cache_layout(vllm_config, [supported], list(specs.values()))
         groups = get_global_kv_cache_groups(vllm_config, [specs])
         vllm_config.adjust_dcp_kv_cache_interleave_size(groups)
         budget = vllm_config.cache_config.kv_cache_memory_bytes
         config = get_kv_cache_configs(vllm_config, [specs], [budget], groups)[0] if budget else None
     found: dict[str, object] = {
-        "layers": len(specs),
+        "layers": len(specs), "layout": str(getattr(layout, "name", layout)),
         "groups": [{"layers": len(group.layer_names), "first": group.layer_names[0] if group.layer_names else None,
                     **_spec(group.kv_cache_spec)} for group in groups]}
     if config is not None:
