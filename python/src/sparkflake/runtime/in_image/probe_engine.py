@@ -24,13 +24,12 @@ name was read in the image's vLLM 0.33.0 (paths relative to site-packages/vllm).
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from typing import Any, cast
 
-from probe_meta_model import construct_served_models
-from probe_support import error_text, forked_result, run_forked
+from probe_meta_model import construction_result, start_construction
+from probe_support import error_text
 
 GIB = 1 << 30
 DEVICE_STAND_IN: dict[str, Any] = {}  # the profile's device, once installed
@@ -431,12 +430,6 @@ def _enum_name(value: Any) -> str | None:
     return None if value is None else getattr(value, "name", str(value))
 
 
-def _meta_model(pid: int, result_path: str) -> dict[str, object]:
-    produced = forked_result("constructing the served models on the meta device", pid, result_path)
-    value = produced.get("value")
-    return dict(value) if isinstance(value, dict) else {"ok": False, "error": produced.get("error")}
-
-
 def judge_engine(engine_args: Any, headless: bool, construct_models: bool = False) -> dict[str, object]:
     """One case through vLLM's engine start: each step's verdict, vLLM's reason on refusal.
     ``construct_models``: the served models are also constructed on the meta device
@@ -456,15 +449,14 @@ def judge_engine(engine_args: Any, headless: bool, construct_models: bool = Fals
     if vllm_config is None:
         return record
     record["engine_config"].update(_summary(vllm_config))
-    result_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "meta-model.json")
-    child = run_forked(lambda: construct_served_models(vllm_config), result_path) if construct_models else None
+    child = start_construction(vllm_config) if construct_models else None
     chosen = _target_layers(vllm_config, record)
     _draft_layers(vllm_config, record)
     if chosen:
         _step(record, "block_size", lambda: _block_size(vllm_config, chosen))
     _step(record, "memory", lambda: _memory(vllm_config))
     if child is not None:
-        record["meta_model"] = _meta_model(child, result_path)
+        record["meta_model"] = construction_result(child)
     record["seconds"] = round(time.monotonic() - started, 3)
     return record
 

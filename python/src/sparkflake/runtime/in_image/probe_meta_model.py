@@ -35,15 +35,20 @@ and what the selected kernels do on the device.
 from __future__ import annotations
 
 import collections
+import os
 import time
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from probe_support import error_text
+from probe_support import error_text, forked_result, run_forked
 
 REDIRECTED: collections.Counter[str] = collections.Counter()
+# The construction took 115 s under qemu at a load of 7 (glm53-dflash7, TP4): a child that
+# hangs (a lock held at fork) is named after this bound rather than CHILD_TIMEOUT's
+TIMEOUT = 600.0
+RESULT_FILE = "meta-model.json"  # beside the probe's modules, in its writable directory
 # vllm/distributed/device_communicators/base_device_communicator.py:197
 BASE_COMMUNICATOR = "vllm.distributed.device_communicators.base_device_communicator.DeviceCommunicatorBase"
 
@@ -320,3 +325,19 @@ def construct_served_models(vllm_config: Any) -> dict[str, object]:
     record["redirected_to_meta"] = dict(sorted(REDIRECTED.items()))
     record["seconds"] = round(time.monotonic() - started, 3)
     return record
+
+
+def start_construction(vllm_config: Any) -> int:
+    """``construct_served_models`` in a child forked now, on the other core while the caller
+    goes on; its record comes from ``construction_result``."""
+    return int(run_forked(lambda: construct_served_models(vllm_config), _result_path()))
+
+
+def construction_result(pid: int) -> dict[str, object]:
+    produced = forked_result("constructing the served models on the meta device", pid, _result_path(), TIMEOUT)
+    value = produced.get("value")
+    return dict(value) if isinstance(value, dict) else {"ok": False, "error": produced.get("error")}
+
+
+def _result_path() -> str:
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), RESULT_FILE)
