@@ -45,7 +45,7 @@ from typing import Any
 from probe_support import error_text, forked_result, run_forked
 
 REDIRECTED: collections.Counter[str] = collections.Counter()
-# The construction took 115 s under qemu at a load of 7 (glm53-dflash7, TP4): a child that
+# The construction took 115 s and 154 s under qemu at a load of 7 (glm53-dflash7, TP4): a child that
 # hangs (a lock held at fork) is named after this bound rather than CHILD_TIMEOUT's
 TIMEOUT = 600.0
 RESULT_FILE = "meta-model.json"  # beside the probe's modules, in its writable directory
