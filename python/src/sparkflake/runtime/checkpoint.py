@@ -39,6 +39,9 @@ from ..core.atomic_write import write_bytes_atomic
 
 TARGET, DRAFT, WRITABLE = "target", "draft", "writable"
 GLM53_MAX_POSITIONS = 1048576
+# The GLM-5.3 Flash depth: the transformers config's default (configuration_glm5_next.py:105),
+# which the synthetic config.json leaves to it; the MTP head's layer index follows it
+GLM53_HIDDEN_LAYERS = 45
 CONFIGS: dict[str, dict[str, Any]] = {
     TARGET: {
         "architectures": ["Glm5NextForCausalLM"],
@@ -51,9 +54,15 @@ CONFIGS: dict[str, dict[str, Any]] = {
         # MTP head left in BF16. vLLM reads it as ModelOptNvFp4Config
         # (model_executor/layers/quantization/modelopt.py:345 from_config: quant_method
         # "modelopt", quant_algo, group_size, kv_cache_quant_algo, exclude_modules), which
-        # selects the NVFP4 MoE and linear kernels the runtime check judges.
+        # selects the NVFP4 MoE and linear kernels the runtime check judges. The MTP head is
+        # named as vLLM names it: its layers follow the target's hidden layers
+        # (models/glm5next/common/mtp.py:111-118, "model.layers.<num_hidden_layers + i>", the
+        # decoder layer under that same prefix, :70-75), matched as a ModelOpt wildcard
+        # (modelopt.py:222 fnmatch); a pattern vLLM's prefixes do not match would quantize the
+        # head and hand its MoE to the NVFP4 oracle.
         "quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16,
-                                "kv_cache_quant_algo": "FP8", "exclude_modules": ["lm_head", "model.mtp*"]},
+                                "kv_cache_quant_algo": "FP8",
+                                "exclude_modules": ["lm_head", f"model.layers.{GLM53_HIDDEN_LAYERS}*"]},
         # Read with no default when the model is constructed (the default launch's meta-device
         # construction, in_image/probe_meta_model.py) and absent from the transformers config,
         # so the real checkpoint's config.json carries them: the manifold hyper-connections

@@ -331,7 +331,16 @@ def _draft_layers(vllm_config: Any, record: dict[str, object]) -> None:
                 num_heads=int(target_hf.num_attention_heads) // tp))
             if backend is not None and _backend_name(backend) == "FLASHINFER_MLA_SPARSE_SM120":
                 _step(record, "mtp.sparse_mla_kernel", lambda: _sparse_mla_sm120(target_hf, tp))
-            _step(record, "mtp.moe", lambda: _unquantized_moe(draft, target_hf))
+            # its MoE is quantized as the checkpoint says for that prefix: the ModelOpt
+            # config's own exclusion rule (quantization/modelopt.py:191 is_layer_excluded) on
+            # the name vLLM gives the head's experts (mtp.py:118 and :70-75, the decoder layer
+            # under the head's prefix; common/model.py:424-428 "<prefix>.mlp", :311 ".experts")
+            quant = draft.quant_config
+            experts = f"model.layers.{int(target_hf.num_hidden_layers)}.mlp.experts"
+            if quant is not None and quant.get_name() == "modelopt_fp4" and not quant.is_layer_excluded(experts):
+                _step(record, "mtp.moe", lambda: _nvfp4_moe(draft, target_hf))
+            else:
+                _step(record, "mtp.moe", lambda: _unquantized_moe(draft, target_hf))
 
 
 def _block_size(vllm_config: Any, chosen: list[object]) -> tuple[None, dict[str, object]]:
