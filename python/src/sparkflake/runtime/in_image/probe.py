@@ -34,6 +34,7 @@ from typing import Any
 from probe_capabilities import capabilities
 from probe_cases import judge_case, warm_model_registry
 from probe_engine import install_device
+from probe_meta_model import collect_constructions
 from probe_serving import serving_probe
 from probe_support import (
     CAPTURE,
@@ -217,6 +218,9 @@ def main(argv: list[str]) -> int:
         result["cases"] = cases
         if imports.get("vllm", {}).get("ok"):
             result["serving"] = serving_probe(request.get("cases", []))
+        started = time.monotonic()
+        collect_constructions()
+        PHASE_SECONDS["meta_model_wait"] = round(time.monotonic() - started, 3)
         for name in FORKED_IMPORTS:
             if isinstance(imports.get(name), dict):
                 imports[name]["parent_imported"] = name in sys.modules

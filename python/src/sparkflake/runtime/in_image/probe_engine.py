@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from typing import Any, cast
 
-from probe_meta_model import construction_result, start_construction
+from probe_meta_model import start_construction
 from probe_support import error_text
 
 GIB = 1 << 30
@@ -443,7 +443,8 @@ def judge_engine(engine_args: Any, headless: bool, construct_models: bool = Fals
     """One case through vLLM's engine start: each step's verdict, vLLM's reason on refusal.
     ``construct_models``: the served models are also constructed on the meta device
     (probe_meta_model), in a child forked with the case's VllmConfig, on the other core
-    while this process runs the selectors."""
+    while this process runs the selectors and the other cases; its record is put in
+    ``meta_model`` after the last case (probe_meta_model.collect_constructions)."""
     started = time.monotonic()
     record: dict[str, Any] = {}
     if "total_memory_gib" not in DEVICE_STAND_IN:
@@ -458,14 +459,13 @@ def judge_engine(engine_args: Any, headless: bool, construct_models: bool = Fals
     if vllm_config is None:
         return record
     record["engine_config"].update(_summary(vllm_config))
-    child = start_construction(vllm_config) if construct_models else None
+    if construct_models:
+        start_construction(vllm_config, record)
     chosen = _target_layers(vllm_config, record)
     _draft_layers(vllm_config, record)
     if chosen:
         _step(record, "block_size", lambda: _block_size(vllm_config, chosen))
     _step(record, "memory", lambda: _memory(vllm_config))
-    if child is not None:
-        record["meta_model"] = construction_result(child)
     record["seconds"] = round(time.monotonic() - started, 3)
     return record
 

@@ -48,7 +48,6 @@ REDIRECTED: collections.Counter[str] = collections.Counter()
 # The construction took 115 s and 154 s under qemu at a load of 7 (glm53-dflash7, TP4): a child that
 # hangs (a lock held at fork) is named after this bound rather than CHILD_TIMEOUT's
 TIMEOUT = 600.0
-RESULT_FILE = "meta-model.json"  # beside the probe's modules, in its writable directory
 # vllm/distributed/device_communicators/base_device_communicator.py:197
 BASE_COMMUNICATOR = "vllm.distributed.device_communicators.base_device_communicator.DeviceCommunicatorBase"
 
@@ -327,17 +326,23 @@ def construct_served_models(vllm_config: Any) -> dict[str, object]:
     return record
 
 
-def start_construction(vllm_config: Any) -> int:
+# The constructions started and not yet collected: (the case's engine record, the child, its
+# result file). The parent judges the other cases while a child constructs (46 s of the default
+# launch's 73 s were spent waiting for the child when it was collected within its own case)
+PENDING: list[tuple[dict[str, object], int, str]] = []
+
+
+def start_construction(vllm_config: Any, record: dict[str, object]) -> None:
     """``construct_served_models`` in a child forked now, on the other core while the caller
-    goes on; its record comes from ``construction_result``."""
-    return int(run_forked(lambda: construct_served_models(vllm_config), _result_path()))
+    goes on; ``collect_constructions`` puts its record in ``record["meta_model"]``."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"meta-model-{len(PENDING)}.json")
+    PENDING.append((record, run_forked(lambda: construct_served_models(vllm_config), path), path))
 
 
-def construction_result(pid: int) -> dict[str, object]:
-    produced = forked_result("constructing the served models on the meta device", pid, _result_path(), TIMEOUT)
-    value = produced.get("value")
-    return dict(value) if isinstance(value, dict) else {"ok": False, "error": produced.get("error")}
-
-
-def _result_path() -> str:
-    return os.path.join(os.path.dirname(os.path.abspath(__file__)), RESULT_FILE)
+def collect_constructions() -> None:
+    """Every started construction's record, in its case's engine record."""
+    while PENDING:
+        record, pid, path = PENDING.pop(0)
+        produced = forked_result("constructing the served models on the meta device", pid, path, TIMEOUT)
+        value = produced.get("value")
+        record["meta_model"] = dict(value) if isinstance(value, dict) else {"ok": False, "error": produced.get("error")}
