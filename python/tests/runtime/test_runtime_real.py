@@ -244,6 +244,12 @@ def test_mtp5_check_through_the_cli(tmp_path):
         assert report["ok"] and report["capabilities"]["image"]["manifest_digest"]
         passed = {check["id"] for check in report["checks"] if check["status"] == "pass"}
         assert "runtime.model-config" in passed
+        # the default launch's target and MTP head constructed on the meta device: the head is
+        # excluded from NVFP4 under the name vLLM gives it, so its MoE is the Triton one the
+        # profile sets (issue 26; 'model.mtp*' matched nothing and the NVFP4 oracle refused triton)
+        (constructed,) = [check for check in report["checks"] if check["id"] == "runtime.meta-model"]
+        assert constructed["status"] == "pass", constructed
+        assert "draft Glm5NextMTP: " in constructed["detail"] and "1 moe TRITON" in constructed["detail"], constructed
         # --progress: one line per launch case as the probe finished it, in order
         judged = sorted({check["detail"].split(":")[0] for check in report["checks"]
                          if check["id"] == "runtime.vllm-args"})
