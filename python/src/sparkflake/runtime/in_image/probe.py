@@ -32,7 +32,7 @@ import warnings
 from typing import Any
 
 from probe_capabilities import capabilities
-from probe_cases import judge_case, warm_model_registry
+from probe_cases import judge_case, preload_model_classes, warm_model_registry
 from probe_engine import install_device
 from probe_meta_model import collect_constructions
 from probe_serving import serving_probe
@@ -193,6 +193,9 @@ def main(argv: list[str]) -> int:
         # process waiting 58.6 s, against 48.2 s at load 6-8 when forked before
         result["capabilities"] = capabilities() if imports.get("vllm", {}).get("ok") else {}
         if warming is not None:
+            started = time.monotonic()
+            result["preloaded_model_classes"] = preload_model_classes(request["cases"])
+            PHASE_SECONDS["preload_model_classes"] = round(time.monotonic() - started, 3)
             started = time.monotonic()
             result["model_registry_warm"] = forked_result("building every distinct target and draft model config", warming,
                                                            f"{scratch}/warm-registry.json")
