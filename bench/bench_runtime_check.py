@@ -12,8 +12,10 @@ of the image's interpreter, side by side with a plain ``import vllm`` in the sam
 - peer: the same sandbox, the same interpreter, bytecode cache and driver stand-in,
   running ``python -c "import vllm"`` — the least any check that runs vLLM's own code must
   pay;
-- no model is constructed on the meta device (the judge stops at vLLM's selectors with the
-  real VllmConfig), so there is no meta-construction cost to report;
+- the default launch's served models constructed on the meta device, in a child forked
+  beside the other cases (as the CLI does): its own seconds are reported per run
+  (``meta_model_seconds`` in probe_breakdown_per_run) beside what the probe waited for it
+  at the end (``phases.meta_model_wait``);
 - where the probe's time went, per run: its phases before the cases and each case's
   seconds (probe_breakdown_per_run);
 - both under the same cache condition, in two rows: ``cold`` (no bytecode cache: ours has
@@ -80,7 +82,8 @@ def main() -> int:
     out, scratch = Path(args.out), Path(args.scratch)
     profile = load_profile(args.profile, check_locks=False)
     contract = contract_from_profile(profile)
-    cases = [Case(c.name, c.serve_args, c.env) for c in conformance_cases(contract) if c.serve_args is not None]
+    cases = [Case(c.name, c.serve_args, c.env, construct_models=c.default_launch)
+             for c in conformance_cases(contract) if c.serve_args is not None]
     mounts = container_mounts(contract, cases)
     device = None if profile.device is None else record_to_dict(profile.device)
     versions = expected_versions(profile)
@@ -128,6 +131,9 @@ def main() -> int:
         # capabilities, the warming child's wait) and each case, in order
         breakdown.append({"imports": probe.get("import_seconds"), "phases": probe.get("phase_seconds"),
                           "cases": {str(case.get("name")): case.get("seconds") for case in probe.get("cases", [])},
+                          "meta_model_seconds": [((case.get("engine") or {}).get("meta_model") or {}).get("seconds")
+                                                 for case in probe.get("cases", [])
+                                                 if "meta_model" in (case.get("engine") or {})],
                           "seconds": probe.get("seconds")})
         # timed whatever the verdicts: the failed check ids are recorded beside the times
         failed.append(sorted({check.id for check in report.failed()}))

@@ -191,3 +191,111 @@ def test_flashinfer_sparse_mla_without_a_kernel_for_the_shape_is_refused_at_the_
     assert selections[0].refusals == {"target.sparse_mla_kernel": f"ValueError: {why}"}
     passed = {check.detail for check in report.checks if check.id == "runtime.layer-kernel" and check.status == "pass"}
     assert "shape: target attention (sparse MLA): vLLM selects FLASHINFER_MLA_SPARSE_SM120" in passed
+
+
+# What in_image/probe_meta_model.py records for the default launch (the real glm53-dflash7
+# image's record, shortened): the constructed layers by kind, the KV cache, the weights
+def _meta(**changes):
+    meta = {"ok": True, "seconds": 61.2, "parallel": {"world": 4, "tp": 4, "tp_rank": 0, "pp": 1, "dcp": 1},
+            "target": {"class": "Glm5NextForCausalLM", "layers": [
+                {"kind": "mla_attention", "class": "MLAAttention", "backend": "FLASHINFER_MLA_SPARSE_SM120",
+                 "use_sparse": True, "count": 16, "first": "model.layers.3.self_attn.mla_attn"},
+                {"kind": "moe", "class": "RoutedExperts", "method": "ModelOptNvFp4FusedMoE", "backend": "B12X",
+                 "experts": "B12xExperts", "count": 46, "first": "model.layers.1.mlp.experts"},
+                {"kind": "linear", "class": "RowParallelLinear", "method": "ModelOptNvFp4LinearMethod",
+                 "kernel": "B12xNvFp4LinearKernel", "count": 92, "first": "model.layers.0.mlp.down_proj"},
+                {"kind": "linear", "class": "ParallelLMHead", "method": "UnquantizedLinearMethod", "count": 1,
+                 "first": "lm_head"}]},
+            "draft": {"class": "DFlash2Qwen3ForCausalLM", "layers": [
+                {"kind": "attention", "class": "Attention", "backend": "TRITON_ATTN", "count": 1,
+                 "first": "model.layers.0.self_attn.attn"}]},
+            "weights_bytes": 20 << 30,
+            "kv_cache": {"layers": 17, "budget_bytes": 26 << 30, "num_blocks": 1234, "groups": [
+                {"layers": 16, "type": "MLAAttentionSpec", "block_size": 128, "page_size_bytes": 73728}]}}
+    meta.update(changes)
+    return meta
+
+
+def _meta_checks(meta, **steps):
+    report, _ = _judge(Case("default", ARGS, {}), _engine(meta_model=meta, **steps))
+    return [check for check in report.checks if check.id == "runtime.meta-model"]
+
+
+def test_the_constructed_models_pass_when_every_layer_chose_what_the_selectors_chose():
+    (check,) = _meta_checks(_meta())
+    assert check.status == "pass", check.detail
+    assert check.detail.startswith("default: constructed on the meta device, rank 0 of TP 4, in 61.2 s")
+    assert "16 mla_attention FLASHINFER_MLA_SPARSE_SM120" in check.detail
+    assert "1 linear UnquantizedLinearMethod" in check.detail  # the BF16 LM head has no NVFP4 kernel to compare
+    assert "weights 20.00 GiB" in check.detail and "16 x MLAAttentionSpec (block 128, page 73728 B)" in check.detail
+    assert "1234 blocks" in check.detail
+    # a case without the construction (every case but the default launch) has no such check
+    report, _ = _judge(Case("other", ARGS, {}), _engine())
+    assert "runtime.meta-model" not in {c.id for c in report.checks}
+
+
+def test_vllms_error_in_construction_fails_naming_where():
+    error = "KeyError: 'selector_top_k'"
+    (check,) = _meta_checks({"ok": False, "phase": "construction", "error": error,
+                             "where": "vllm/model_executor/models/qwen3_dflash2.py:386"})
+    assert check.status == "fail"
+    assert check.detail == ("default: vLLM could not construct the served models on the meta device (construction "
+                            "at vllm/model_executor/models/qwen3_dflash2.py:386): KeyError: 'selector_top_k'")
+    (check,) = _meta_checks({"ok": False, "error": "the child constructing ... did not finish within 1800 s"})
+    assert check.status == "fail" and "(construction)" in check.detail
+
+
+@pytest.mark.parametrize(("model", "index", "field", "step"), [
+    ("target", 0, "backend", "target.sparse_mla_attention"), ("target", 1, "backend", "target.moe"),
+    ("target", 1, "experts", "target.moe"), ("target", 2, "kernel", "target.linear"),
+    ("draft", 0, "backend", "draft.attention")])
+def test_a_constructed_layer_that_chose_otherwise_than_its_selector_fails(model, index, field, step):
+    meta = _meta()
+    meta[model]["layers"][index][field] = "SOMETHING_ELSE"
+    (check,) = _meta_checks(meta)
+    assert check.status == "fail"
+    layer = meta[model]["layers"][index]
+    assert f"{layer['first']} ({layer['class']}, {layer['count']} layers) constructs with {field} SOMETHING_ELSE, " \
+           f"vLLM's selector chose " in check.detail and f"({step})" in check.detail
+
+
+def test_the_mtp_heads_layers_are_compared_with_the_mtp_selectors():
+    meta = _meta(draft={"class": "Glm5NextMTP", "layers": [
+        {"kind": "mla_attention", "class": "MLAAttention", "backend": "TRITON_MLA", "count": 1, "first": "mtp.attn"},
+        {"kind": "moe", "class": "RoutedExperts", "backend": "TRITON", "experts": "TritonExperts", "count": 1,
+         "first": "mtp.experts"}]})
+    steps = {"mtp.sparse_mla_attention": {"ok": True, "backend": "FLASHINFER_MLA_SPARSE_SM120"},
+             "mtp.moe": {"ok": True, "backend": "TRITON", "experts": "TritonExperts"}}
+    (check,) = _meta_checks(meta, **steps)
+    assert check.status == "fail" and "mtp.attn (MLAAttention, 1 layers) constructs with backend TRITON_MLA, " \
+                                      "vLLM's selector chose FLASHINFER_MLA_SPARSE_SM120 (mtp.sparse_mla_attention)" \
+                                      in check.detail
+    assert "mtp.experts" not in check.detail
+    # the selector refused what construction accepted
+    steps["mtp.sparse_mla_attention"] = {"ok": False, "error": "ValueError: sparse not supported"}
+    meta["draft"]["layers"][0]["backend"] = "FLASHINFER_MLA_SPARSE_SM120"
+    (check,) = _meta_checks(meta, **steps)
+    assert check.status == "fail" and "which vLLM's selector refuses (mtp.sparse_mla_attention: ValueError: " \
+                                      "sparse not supported)" in check.detail
+
+
+def test_weights_and_kv_budget_beyond_what_vllm_grants_fail():
+    (check,) = _meta_checks(_meta(weights_bytes=80 << 30))  # 80 + 26 GiB > the 99.8 GiB granted
+    assert check.status == "fail"
+    assert "the constructed weights (80.00 GiB on this rank) and the KV budget (26.00 GiB) exceed the 99.8 GiB" \
+           in check.detail
+    (check,) = _meta_checks(_meta(weights_bytes=73 << 30))  # 99 GiB: within
+    assert check.status == "pass"
+
+
+@settings(derandomize=True, max_examples=60, deadline=None)
+@given(st.sampled_from(["FLASHINFER_MLA_SPARSE_SM120", "TRITON_MLA", "FLASHMLA_SPARSE", "B12X"]),
+       st.sampled_from(["B12xExperts", "TritonExperts", "CutlassExperts"]), TEXT)
+def test_the_verdict_fails_exactly_when_a_constructed_choice_differs(backend, experts, kernel):
+    meta = _meta()
+    meta["target"]["layers"][0]["backend"] = backend
+    meta["target"]["layers"][1]["experts"] = experts
+    meta["target"]["layers"][2]["kernel"] = kernel
+    (check,) = _meta_checks(meta)
+    same = (backend, experts, kernel) == ("FLASHINFER_MLA_SPARSE_SM120", "B12xExperts", "B12xNvFp4LinearKernel")
+    assert (check.status == "pass") == same, check.detail

@@ -126,7 +126,7 @@ def run_check_command(args: argparse.Namespace) -> int:
         if case.serve_args is None:
             refused.append(case)
         else:
-            cases.append(Case(case.name, case.serve_args, case.env))
+            cases.append(Case(case.name, case.serve_args, case.env, construct_models=case.default_launch))
     report = run_check(out, cases=cases, expected_versions=expected_versions(profile),
                        platform=profile.platform, scratch=_scratch(args, profile.name), timeout=args.timeout,
                        mounts=container_mounts(contract, cases), progress=progress_for("runtime check", args),

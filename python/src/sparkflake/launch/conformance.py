@@ -53,6 +53,7 @@ class LaunchCase:
     serve_args: tuple[str, ...] | None  # None: the launcher refuses this combination
     env: Mapping[str, str]
     refusal: str | None = None
+    default_launch: bool = False  # the profile's own DCP and SparkCache settings, rank 0
 
 
 def _assignments(values: Mapping[str, str]) -> list[EnvAssignment]:
@@ -76,10 +77,14 @@ def conformance_cases(contract: LaunchContract) -> Iterator[LaunchCase]:
     check finds out, so they are not applied here (the launcher applies them afterwards)."""
     contract = dataclasses.replace(contract, capabilities=None)
     profile = contract.profile
+    defaults = contract.runtime_defaults
     for dcp in (1, 2, 4):
         for sparkcache in (1, 0):
             name = f"{profile}-dcp{dcp}-sparkcache-{'on' if sparkcache else 'off'}"
-            yield conformance_case(name, contract, 0, {"DCP": str(dcp), "SPARKCACHE_ENABLED": str(sparkcache)})
+            values = {"DCP": str(dcp), "SPARKCACHE_ENABLED": str(sparkcache)}
+            case = conformance_case(name, contract, 0, values)
+            yield dataclasses.replace(case, default_launch=all(str(defaults.get(key)) == value
+                                                               for key, value in values.items()))
     yield conformance_case(f"{profile}-dcp1-rank1", contract, 1, {})
     for variant in VARIANTS:
         suffix = "-".join(f"{key.lower()}={value}" for key, value in variant.items())

@@ -13,7 +13,8 @@ and per launch case ``runtime.vllm-args`` (vLLM's own serve parser), ``runtime.e
 ``runtime.speculative-config`` (unknown keys are named), ``runtime.vllm-config``
 (compilation, parallel, cache, KV-transfer config objects), ``runtime.kv-connector``,
 ``runtime.backend-absent``, ``runtime.sparkcache-config``, ``runtime.sparkcache-key-unread``,
-``runtime.env-unread``.
+``runtime.env-unread``, and the engine start's checks (``engine_verdicts``; for the profile's
+default launch ``runtime.meta-model``: its served models constructed on the meta device).
 
 A case is plain data (name, serve args, env) made by the launcher; this stage does not
 know how. What the image can honour is recorded as ``Capabilities``.

@@ -16,9 +16,13 @@ class Case:
     name: str
     serve_args: tuple[str, ...]
     env: Mapping[str, str]
+    # the profile's default launch: its served models are also constructed on the meta
+    # device (in_image/probe_meta_model.py), which one case per profile pays for
+    construct_models: bool = False
 
     def as_record(self) -> dict[str, Any]:
-        return {"name": self.name, "serve_args": list(self.serve_args), "env": dict(sorted(self.env.items()))}
+        record = {"name": self.name, "serve_args": list(self.serve_args), "env": dict(sorted(self.env.items()))}
+        return {**record, "construct_models": True} if self.construct_models else record
 
 
 @dataclass

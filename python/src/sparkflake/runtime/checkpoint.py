@@ -14,7 +14,8 @@ config's default (:122), written out because ModelConfig derives the longest
 ``--max-model-len`` it allows from it. The draft is the DFlash2 head as the registry names
 it (registry.py:666 ``DFlash2DraftModel``, qwen3_dflash2): no config of the real draft is
 available here, so its fields are the ones vLLM's code reads (dflash_config's
-target_layer_ids and mask_token_id: vllm/config/speculative.py:262,357; hidden and vocab
+target_layer_ids and mask_token_id: vllm/config/speculative.py:262,357; the DFlash2 keys
+its constructors read, for the default launch's meta-device construction; hidden and vocab
 sizes equal to the target's). What the draft part yields is recorded, and judged only
 where vLLM's validation names a launch value.
 
@@ -38,6 +39,9 @@ from ..core.atomic_write import write_bytes_atomic
 
 TARGET, DRAFT, WRITABLE = "target", "draft", "writable"
 GLM53_MAX_POSITIONS = 1048576
+# The GLM-5.3 Flash depth: the transformers config's default (configuration_glm5_next.py:105),
+# which the synthetic config.json leaves to it; the MTP head's layer index follows it
+GLM53_HIDDEN_LAYERS = 45
 CONFIGS: dict[str, dict[str, Any]] = {
     TARGET: {
         "architectures": ["Glm5NextForCausalLM"],
@@ -50,9 +54,28 @@ CONFIGS: dict[str, dict[str, Any]] = {
         # MTP head left in BF16. vLLM reads it as ModelOptNvFp4Config
         # (model_executor/layers/quantization/modelopt.py:345 from_config: quant_method
         # "modelopt", quant_algo, group_size, kv_cache_quant_algo, exclude_modules), which
-        # selects the NVFP4 MoE and linear kernels the runtime check judges.
+        # selects the NVFP4 MoE and linear kernels the runtime check judges. The MTP head is
+        # named as vLLM names it: its layers follow the target's hidden layers
+        # (models/glm5next/common/mtp.py:111-118, "model.layers.<num_hidden_layers + i>", the
+        # decoder layer under that same prefix, :70-75), matched as a ModelOpt wildcard
+        # (modelopt.py:222 fnmatch); a pattern vLLM's prefixes do not match would quantize the
+        # head and hand its MoE to the NVFP4 oracle.
         "quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16,
-                                "kv_cache_quant_algo": "FP8", "exclude_modules": ["lm_head", "model.mtp*"]},
+                                "kv_cache_quant_algo": "FP8",
+                                "exclude_modules": ["lm_head", f"model.layers.{GLM53_HIDDEN_LAYERS}*"]},
+        # Read with no default when the model is constructed (the default launch's meta-device
+        # construction, in_image/probe_meta_model.py) and absent from the transformers config,
+        # so the real checkpoint's config.json carries them: the manifold hyper-connections
+        # (vllm/models/glm5next/common/model.py:380 mhc; their width and iterations are the
+        # transformers defaults, configuration_glm5_next.py:147-149), NoPE MLA (:411
+        # mla_use_nope; the config's qk_rope_head_dim is 0), GLM's router (:256 topk_method,
+        # :312 scoring_func: sigmoid, bias-corrected grouped top-k as DeepSeek-V3's) and the
+        # indexer's rotary layout (common/attention.py:514 indexer_rope_interleave).
+        "mhc": True,
+        "mla_use_nope": True,
+        "topk_method": "noaux_tc",
+        "scoring_func": "sigmoid",
+        "indexer_rope_interleave": True,
     },
     DRAFT: {
         "architectures": ["DFlash2DraftModel"],
@@ -66,7 +89,14 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "vocab_size": 154880,
         "max_position_embeddings": GLM53_MAX_POSITIONS,
         "torch_dtype": "bfloat16",
-        "dflash_config": {"target_layer_ids": [1, 22, 43], "mask_token_id": 154820},
+        # DFlash2's grouped convolutions and candidate selector, read with no default when the
+        # draft is constructed (vllm/model_executor/models/qwen3_dflash2.py:253-254
+        # conv_kernel_size, conv_group_size; :385-386 selector_rank, selector_top_k; the
+        # speculator's top-k, v1/worker/gpu/spec_decode/dflash2/speculator.py:195): the
+        # values of a public DFlash-to-DFlash2 converter (Slyne/NeMo scripts/speechlm2/
+        # convert_dflash_to_dflash2.py, as its tests state them), the real draft's being unknown
+        "dflash_config": {"target_layer_ids": [1, 22, 43], "mask_token_id": 154820, "conv_kernel_size": 2,
+                          "conv_group_size": 16, "selector_rank": 256, "selector_top_k": 16},
     },
 }
 

@@ -7,7 +7,11 @@ launch setting that caused it), ``runtime.layer-unproven`` (the judge did not re
 verdict for the layer: named, never taken as accepted), ``runtime.block-size`` (the KV block size vLLM settles on
 for the chosen backends must be the one the launch records: the runtime identity and the
 launcher's KV capacity check use it), ``runtime.memory`` (vLLM's startup memory check on
-the profile's device, and the KV budget within it).
+the profile's device, and the KV budget within it), ``runtime.meta-model`` (the default
+launch only: its served models constructed on the meta device, in_image/probe_meta_model.py;
+fails with vLLM's error if construction raises, when a constructed layer chose another
+backend or kernel than vLLM's selector for the same layer kind, and when the constructed
+weights and the KV budget exceed what vLLM's startup check grants).
 """
 
 from __future__ import annotations
@@ -32,6 +36,19 @@ LAYER_STEPS: Mapping[str, tuple[str, str]] = {
                               "--speculative-config attention_backend"),
     "mtp.moe": ("MTP head MoE (unquantized)", "--moe-backend (inherited) / --speculative-config moe_backend"),
 }
+# (constructed model, layer kind) -> the selector step (LAYER_STEPS) whose choice the
+# constructed layers of that kind must have made, and the fields compared
+CONSTRUCTED_STEPS: Mapping[tuple[str, str], tuple[str, tuple[str, ...]]] = {
+    ("target", "mla_attention"): ("target.sparse_mla_attention", ("backend",)),
+    ("target", "moe"): ("target.moe", ("backend", "experts")),
+    ("target", "linear"): ("target.linear", ("kernel",)),
+    ("draft", "attention"): ("draft.attention", ("backend",)),
+    ("draft", "mla_attention"): ("mtp.sparse_mla_attention", ("backend",)),
+    ("draft", "moe"): ("mtp.moe", ("backend", "experts")),
+}
+GIB = 1 << 30
+
+
 def _is_refusal(error: str) -> bool:
     """vLLM's selectors and configs refuse with ValueError (pydantic's ValidationError for
     config fields) or NotImplementedError; any other exception is the judge's own seam
@@ -99,7 +116,68 @@ def judge_engine(report: CheckReport, case: Case, engine: Any,
             layers["memory"] = LayerChoice(None, str(memory.get("error")))
             report.add("runtime.memory", FAIL, f"{name}: --gpu-memory-utilization/--kv-cache-memory-bytes: "
                        f"{memory.get('error')}")
+    meta = engine.get("meta_model")
+    if isinstance(meta, Mapping):
+        _judge_meta_model(report, name, engine, meta)
     return KernelSelection(selecting_settings(case.serve_args), layers, settled)
+
+
+def _differences(engine: Mapping[str, Any], meta: Mapping[str, Any]) -> list[str]:
+    """Each constructed layer kind whose choice is not the one vLLM's selector made for it."""
+    found = []
+    for model in ("target", "draft"):
+        layers = (meta.get(model) or {}).get("layers") or []
+        for layer in layers:
+            step_fields = CONSTRUCTED_STEPS.get((model, str(layer.get("kind"))))
+            selected = engine.get(step_fields[0]) if step_fields else None
+            if step_fields is None or not isinstance(selected, Mapping):
+                continue
+            step, fields = step_fields
+            for field in fields:
+                if field not in layer:
+                    continue  # e.g. a BF16 linear layer the checkpoint leaves unquantized: no kernel
+                if not _ok(selected):
+                    found.append(f"{layer.get('first')} ({layer.get('class')}) constructs with {field} "
+                                 f"{layer[field]}, which vLLM's selector refuses ({step}: {selected.get('error')})")
+                elif str(layer[field]) != str(selected.get(field)):
+                    found.append(f"{layer.get('first')} ({layer.get('class')}, {layer.get('count')} layers) "
+                                 f"constructs with {field} {layer[field]}, vLLM's selector chose "
+                                 f"{selected.get(field)} ({step})")
+    return found
+
+
+def _judge_meta_model(report: CheckReport, name: str, engine: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
+    if not _ok(meta):
+        where = f" at {meta.get('where')}" if meta.get("where") else ""
+        report.add("runtime.meta-model", FAIL, f"{name}: vLLM could not construct the served models on the meta "
+                   f"device ({meta.get('phase', 'construction')}{where}): {meta.get('error')}")
+        return
+    differences = _differences(engine, meta)
+    if differences:
+        report.add("runtime.meta-model", FAIL, f"{name}: a constructed layer chose another kernel than vLLM's "
+                   f"selector for its kind: {'; '.join(differences)}")
+        return
+    kv = meta.get("kv_cache") or {}
+    weights = meta.get("weights_bytes")
+    budget = kv.get("budget_bytes")
+    memory = engine.get("memory")
+    granted = memory.get("requested_gib") if isinstance(memory, Mapping) and _ok(memory) else None
+    if isinstance(weights, int) and isinstance(budget, int) and isinstance(granted, (int, float)) \
+            and (weights + budget) / GIB > granted:
+        report.add("runtime.meta-model", FAIL, f"{name}: the constructed weights ({weights / GIB:.2f} GiB on this "
+                   f"rank) and the KV budget ({budget / GIB:.2f} GiB) exceed the {granted} GiB vLLM's startup "
+                   f"check grants: lower --kv-cache-memory-bytes")
+        return
+    groups = ", ".join(f"{group.get('layers')} x {group.get('type')} (block {group.get('block_size')}, page "
+                       f"{group.get('page_size_bytes')} B)" for group in kv.get("groups") or [])
+    kinds = "; ".join(f"{model} {(meta.get(model) or {}).get('class')}: " + ", ".join(
+        f"{layer.get('count')} {layer.get('kind')} {layer.get('backend') or layer.get('kernel') or layer.get('method')}"
+        for layer in (meta.get(model) or {}).get("layers") or []) for model in ("target", "draft") if meta.get(model))
+    weights_text = f"{weights / GIB:.2f} GiB" if isinstance(weights, int) else "unknown"
+    report.add("runtime.meta-model", PASS, f"{name}: constructed on the meta device, rank 0 of TP "
+               f"{(meta.get('parallel') or {}).get('tp')}, in {meta.get('seconds')} s, every layer choosing what "
+               f"vLLM's selector chose: {kinds}; weights {weights_text} on this rank; KV cache groups: {groups}; "
+               f"{kv.get('num_blocks')} blocks in the KV budget")
 
 
 def _judge_loadable(report: CheckReport, name: str, what: str, choice: str, toolchains: Mapping[str, Any]) -> None:

@@ -24,8 +24,8 @@ from .env_evidence import find_names
 
 PROBE_DIRECTORY = Path(__file__).with_name("in_image")
 # The probe's modules, shipped side by side: probe.py imports the others by these names
-PROBE_MODULES = ("probe.py", "probe_capabilities.py", "probe_cases.py", "probe_engine.py", "probe_serving.py",
-                 "probe_support.py")
+PROBE_MODULES = ("probe.py", "probe_capabilities.py", "probe_cases.py", "probe_engine.py", "probe_meta_model.py",
+                 "probe_serving.py", "probe_support.py")
 MAX_RESULT_BYTES = 32 << 20
 MAX_PROGRESS_BYTES = 1 << 20  # read per poll; a line is a few hundred bytes
 PROGRESS_FILE = "progress.jsonl"  # in_image/probe_support.py PROGRESS_FILE

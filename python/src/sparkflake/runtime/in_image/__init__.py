@@ -9,6 +9,7 @@ standard library and the packages of the image.
 - ``probe.py``: the one start — runtime imports, platform, versions, then the two parts;
 - ``probe_capabilities.py``: what the image's code offers (backends, methods, formats, ...);
 - ``probe_cases.py``: each launch case judged by vLLM's and SparkCache's own code;
+- ``probe_meta_model.py``: the default launch's served models constructed on the meta device;
 - ``probe_serving.py``: the parsers the cases name, NCCL's IB userspace, where each cache lands;
 - ``probe_support.py``: error text, log capture, env-read tracking, forked children.
 """

@@ -32,8 +32,9 @@ import warnings
 from typing import Any
 
 from probe_capabilities import capabilities
-from probe_cases import judge_case, warm_model_registry
+from probe_cases import judge_case, preload_model_classes, warm_model_registry
 from probe_engine import install_device
+from probe_meta_model import collect_constructions
 from probe_serving import serving_probe
 from probe_support import (
     CAPTURE,
@@ -193,6 +194,9 @@ def main(argv: list[str]) -> int:
         result["capabilities"] = capabilities() if imports.get("vllm", {}).get("ok") else {}
         if warming is not None:
             started = time.monotonic()
+            result["preloaded_model_classes"] = preload_model_classes(request["cases"])
+            PHASE_SECONDS["preload_model_classes"] = round(time.monotonic() - started, 3)
+            started = time.monotonic()
             result["model_registry_warm"] = forked_result("building every distinct target and draft model config", warming,
                                                            f"{scratch}/warm-registry.json")
             PHASE_SECONDS["model_registry_warm_wait"] = round(time.monotonic() - started, 3)
@@ -217,6 +221,9 @@ def main(argv: list[str]) -> int:
         result["cases"] = cases
         if imports.get("vllm", {}).get("ok"):
             result["serving"] = serving_probe(request.get("cases", []))
+        started = time.monotonic()
+        collect_constructions()
+        PHASE_SECONDS["meta_model_wait"] = round(time.monotonic() - started, 3)
         for name in FORKED_IMPORTS:
             if isinstance(imports.get(name), dict):
                 imports[name]["parent_imported"] = name in sys.modules

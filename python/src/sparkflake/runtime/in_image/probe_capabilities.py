@@ -92,12 +92,6 @@ def capabilities() -> dict[str, object]:
 
         return sorted(vllm.envs.environment_variables)
 
-    def b12x_backend_importable() -> dict[str, object]:
-        from vllm.v1.attention.backends.registry import AttentionBackendEnum
-
-        cls = AttentionBackendEnum.B12X.get_class()
-        return {"attention": f"{cls.__module__}.{cls.__qualname__}"}
-
     record("attention_backends", attention)
     record("moe_backends", moe)
     record("linear_backends", linear)
@@ -128,7 +122,6 @@ def capabilities() -> dict[str, object]:
         return sorted(QUANTIZATION_METHODS)
 
     record("vllm_env_registry", vllm_env)
-    record("b12x_attention_class", b12x_backend_importable)
     record("flashinfer_kernels", flashinfer_kernels)
     record("general_plugins", general_plugins)
     record("kernel_toolchains", kernel_toolchains)

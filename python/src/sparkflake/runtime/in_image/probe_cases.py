@@ -199,7 +199,8 @@ def judge_case(case: dict[str, Any]) -> dict[str, object]:
                 verdict["sparkcache"] = judge_sparkcache(engine_args, kv_config)
     verdict["configs"] = configs
     # last: create_engine_config resolves the engine arguments in place
-    verdict["engine"] = judge_engine(engine_args, headless=bool(getattr(args, "headless", False)))
+    verdict["engine"] = judge_engine(engine_args, headless=bool(getattr(args, "headless", False)),
+                                     construct_models=bool(case.get("construct_models")))
     return verdict
 
 
@@ -257,6 +258,41 @@ def warm_model_registry(cases: list[dict[str, Any]], platform: Callable[[], obje
         model, speculative = _model_configs(AsyncEngineArgs.from_cli_args(parsed))
         warmed[key] = {"model_config": model, "speculative_with_target": speculative}
     return warmed
+
+
+def preload_model_classes(cases: list[dict[str, Any]]) -> dict[str, object]:
+    """The model classes of the cases whose served models are constructed on the meta device,
+    imported in this process while the registry-warming child works (this process would
+    otherwise wait for it idle): the construction's child, forked from this process later,
+    inherits them. Loading a registered class is importing its module
+    (vllm/model_executor/models/registry.py:1136 load_model_cls); the MTP head's class is in
+    the target's module (registry.py:732)."""
+    from vllm.model_executor.models import ModelRegistry
+
+    loaded: dict[str, object] = {}
+    for case in cases:
+        if not case.get("construct_models"):
+            continue
+        args = list(case["serve_args"])
+        speculative = _after(args, "--speculative-config")
+        directories = [args[0]] if args else []
+        with contextlib.suppress(ValueError, AttributeError):
+            directories.append(str(json.loads(speculative or "{}").get("model") or ""))
+        for directory in filter(None, directories):
+            try:
+                with open(os.path.join(directory, "config.json"), encoding="utf-8") as handle:
+                    architectures = json.load(handle).get("architectures") or []
+            except (OSError, ValueError, AttributeError):
+                continue  # the case's own judgement names an unreadable checkpoint
+            for architecture in architectures:
+                if architecture in loaded or architecture not in ModelRegistry.models:
+                    continue
+                try:
+                    ModelRegistry.models[architecture].load_model_cls()
+                    loaded[architecture] = {"ok": True}
+                except BaseException as exc:  # noqa: BLE001 - the construction reports it as vLLM's
+                    loaded[architecture] = {"ok": False, "error": error_text(exc)}
+    return loaded
 
 
 def _after(args: list[str], flag: str) -> str | None:

@@ -14,9 +14,11 @@ answering cuDeviceGetAttribute and the like is not enough (tried: cudaGetDeviceC
 with 500 after cuGetExportTable). The driver is a stand-in library
 (runtime/driver_stand_in.py) that only lets the compiled extensions load.
 
-Where the models are not constructed (no meta-device construction here), the layer
-parameters passed to the selectors are the ones each model's layers pass, read from the
-checkpoint's config as vLLM parsed it; the places are quoted where they are used. Every
+The models are not constructed here: the layer parameters passed to the selectors are the
+ones each model's layers pass, read from the checkpoint's config as vLLM parsed it; the
+places are quoted where they are used. For the profile's default launch the served models
+are also constructed on the meta device (probe_meta_model.py, in a forked child), and the
+host compares what each constructed layer chose with these selectors' choices. Every
 name was read in the image's vLLM 0.33.0 (paths relative to site-packages/vllm).
 """
 
@@ -26,6 +28,7 @@ import time
 from collections.abc import Callable
 from typing import Any, cast
 
+from probe_meta_model import start_construction
 from probe_support import error_text
 
 GIB = 1 << 30
@@ -328,7 +331,16 @@ def _draft_layers(vllm_config: Any, record: dict[str, object]) -> None:
                 num_heads=int(target_hf.num_attention_heads) // tp))
             if backend is not None and _backend_name(backend) == "FLASHINFER_MLA_SPARSE_SM120":
                 _step(record, "mtp.sparse_mla_kernel", lambda: _sparse_mla_sm120(target_hf, tp))
-            _step(record, "mtp.moe", lambda: _unquantized_moe(draft, target_hf))
+            # its MoE is quantized as the checkpoint says for that prefix: the ModelOpt
+            # config's own exclusion rule (quantization/modelopt.py:191 is_layer_excluded) on
+            # the name vLLM gives the head's experts (mtp.py:118 and :70-75, the decoder layer
+            # under the head's prefix; common/model.py:424-428 "<prefix>.mlp", :311 ".experts")
+            quant = draft.quant_config
+            experts = f"model.layers.{int(target_hf.num_hidden_layers)}.mlp.experts"
+            if quant is not None and quant.get_name() == "modelopt_fp4" and not quant.is_layer_excluded(experts):
+                _step(record, "mtp.moe", lambda: _nvfp4_moe(draft, target_hf))
+            else:
+                _step(record, "mtp.moe", lambda: _unquantized_moe(draft, target_hf))
 
 
 def _block_size(vllm_config: Any, chosen: list[object]) -> tuple[None, dict[str, object]]:
@@ -427,8 +439,12 @@ def _enum_name(value: Any) -> str | None:
     return None if value is None else getattr(value, "name", str(value))
 
 
-def judge_engine(engine_args: Any, headless: bool) -> dict[str, object]:
-    """One case through vLLM's engine start: each step's verdict, vLLM's reason on refusal."""
+def judge_engine(engine_args: Any, headless: bool, construct_models: bool = False) -> dict[str, object]:
+    """One case through vLLM's engine start: each step's verdict, vLLM's reason on refusal.
+    ``construct_models``: the served models are also constructed on the meta device
+    (probe_meta_model), in a child forked with the case's VllmConfig, on the other core
+    while this process runs the selectors and the other cases; its record is put in
+    ``meta_model`` after the last case (probe_meta_model.collect_constructions)."""
     started = time.monotonic()
     record: dict[str, Any] = {}
     if "total_memory_gib" not in DEVICE_STAND_IN:
@@ -443,6 +459,8 @@ def judge_engine(engine_args: Any, headless: bool) -> dict[str, object]:
     if vllm_config is None:
         return record
     record["engine_config"].update(_summary(vllm_config))
+    if construct_models:
+        start_construction(vllm_config, record)
     chosen = _target_layers(vllm_config, record)
     _draft_layers(vllm_config, record)
     if chosen:
