@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -26,7 +27,7 @@ from hypothesis import strategies as st
 
 from sparkflake.core.errors import CheckFailed, InputError
 from sparkflake.oci.media_types import OCI_INDEX, OCI_MANIFEST
-from sparkflake.oci.registry_auth import Credentials
+from sparkflake.oci.registry_auth import Credentials, load_credentials, tls_context
 from sparkflake.oci.registry_transfer import pull_to_layout, push_layout
 from sparkflake.oci.remote import RegistryClient, parse_reference, select_platform
 from sparkflake.oci.types import Platform
@@ -330,6 +331,41 @@ def test_fetch_blob_streams_and_checks_at_the_end(emulator: Emulator, tmp_path: 
     with pytest.raises(InputError, match="registry.digest"):
         client.fetch_blob("x", "sha256:" + "A" * 64, tmp_path / "bad-digest")
     assert parse_reference("docker://127.0.0.1:5000/a/b:c").repository == "a/b"
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=6,
+)
+
+
+@given(st.one_of(
+    _JSON,
+    st.fixed_dictionaries({"username": st.text(max_size=8), "password": st.text(max_size=8)}),
+    st.fixed_dictionaries({"username": _JSON, "password": _JSON}),
+))
+def test_the_auth_file_is_read_or_refused_naming_it(document: object) -> None:
+    with tempfile.TemporaryDirectory() as scratch:
+        path = Path(scratch) / "auth.json"
+        path.write_text(json.dumps(document))
+        usable = (isinstance(document, dict) and set(document) == {"username", "password"}
+                  and all(isinstance(value, str) for value in document.values()))
+        try:
+            credentials = load_credentials(path)
+        except InputError as refusal:
+            assert not usable and str(path) in str(refusal)
+        else:
+            assert usable and credentials == Credentials(document["username"], document["password"])
+
+
+def test_a_ca_file_that_is_not_pem_is_refused_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "ca.pem").write_bytes(b"-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n")
+    with pytest.raises(InputError, match=f"{tmp_path / 'ca.pem'}: not PEM certificates"):
+        tls_context(str(tmp_path / "ca.pem"))
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(InputError, match="fifo"):
+        tls_context(str(tmp_path / "fifo"))
 
 
 @given(st.text(max_size=120))
