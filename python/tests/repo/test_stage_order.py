@@ -17,7 +17,7 @@ SOURCE = Path(__file__).resolve().parents[2] / "src" / "sparkflake"
 # Flow order, bottom first. A stage may import itself and every stage before it.
 STAGE_ORDER = (
     "core", "profile", "lock", "fetch", "compose", "oci", "signing", "audit", "runtime",
-    "distribute", "launch", "service", "housekeeping", "pipeline", "cli",
+    "distribute", "launch", "service", "housekeeping", "workflows", "cli",
 )
 
 
@@ -126,11 +126,9 @@ def test_no_import_cycle_between_modules() -> None:
     assert import_cycles(SOURCE) == []
 
 
-def test_every_stage_is_a_package_and_the_pipeline_a_module() -> None:
+def test_every_stage_is_a_package() -> None:
     for stage in STAGE_ORDER:
-        assert (SOURCE / stage / "__init__.py").is_file() or (
-            stage == "pipeline" and (SOURCE / "pipeline.py").is_file()
-        ), stage
+        assert (SOURCE / stage / "__init__.py").is_file(), stage
     top_level = {path.stem for path in SOURCE.glob("*.py")} | {path.name for path in SOURCE.iterdir() if path.is_dir() and (path / "__init__.py").is_file()}
     assert top_level - {"__init__"} == set(STAGE_ORDER)
 

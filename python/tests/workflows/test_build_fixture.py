@@ -31,7 +31,7 @@ from sparkflake.oci.composed_image import (
     build_lower_layers,
     prepare_top_over_layers,
 )
-from sparkflake.pipeline import BuildRequest, build_profile
+from sparkflake.workflows.build import BuildRequest, build_profile
 
 REPO = Path(__file__).resolve().parents[3]
 FIXTURE = REPO / "profiles" / "fixture"
