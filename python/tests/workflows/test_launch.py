@@ -73,9 +73,9 @@ def test_the_cli_says_the_missing_engine_before_the_plans_report(tmp_path: Path)
          "--engine", "docker", "--dry-run", "--json"],
         capture_output=True, text=True, timeout=120, env={**os.environ, "PATH": str(empty)}, check=False,
     )
-    assert completed.returncode == 1, completed.stderr  # the image cannot be checked without an engine
+    assert completed.returncode == 2, completed.stderr  # checks that cannot judge without an engine
     lines = completed.stderr.splitlines()
-    assert lines[0] == "sparkflake: no container engine found on PATH (docker)"
+    assert lines[0] == "sparkflake: [engine.detected] no container engine found on PATH (docker)"
     assert lines[-1].startswith("sparkflake: refusing to start rank 1: failed check(s): ")
     report = json.loads(completed.stdout)
     assert report["engine"] is None and report["rank"] == 1 and not report["ok"]
