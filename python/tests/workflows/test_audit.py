@@ -10,30 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from fixtures.one_layer_image import write_one_layer_image
 
 from sparkflake.core.errors import InputError
-from sparkflake.oci import (
-    BlobStore,
-    ImageSpec,
-    LayerInput,
-    LayerSpec,
-    TreeSource,
-    build_image,
-    write_image_outputs,
-)
-from sparkflake.oci.types import Platform
 from sparkflake.workflows.audit import AuditRequest, UnreadableTarget, audit_target
-
-
-def _image(tmp: Path) -> tuple[Path, str]:
-    tree = tmp / "tree"
-    tree.mkdir(parents=True)
-    (tree / "file").write_bytes(b"content\n")
-    spec = ImageSpec(layers=(LayerSpec(LayerInput(sources=(TreeSource(str(tree)),)), "layer 0"),),
-                     platform=Platform.parse("linux/arm64"))
-    image = build_image(spec, BlobStore(tmp / "store"))
-    write_image_outputs(image, tmp / "out")
-    return tmp / "out" / "oci", image.manifest_digest
 
 
 def test_an_unreadable_target_is_its_own_refusal(tmp_path: Path) -> None:
@@ -62,7 +42,8 @@ def test_the_cli_reports_an_unreadable_target_as_json_and_exits_2(tmp_path: Path
 
 
 def test_a_passing_audit_writes_its_record_when_asked(tmp_path: Path) -> None:
-    layout, manifest = _image(tmp_path)
+    out, manifest = write_one_layer_image(tmp_path, {"file": b"content\n"})
+    layout = out / "oci"
     record = tmp_path / "record.json"
     report = audit_target(AuditRequest(target=f"oci:{layout}", expect=(f"{manifest}@manifest",), record_file=record,
                                        key_file=str(tmp_path / "cosign.pub")))

@@ -8,30 +8,10 @@ from pathlib import Path
 
 import pytest
 from fixtures.oci import RegistryServer, registry_server  # noqa: F401
+from fixtures.one_layer_image import write_one_layer_image
 
 from sparkflake.core.errors import InputError
-from sparkflake.oci import (
-    BlobStore,
-    ImageSpec,
-    LayerInput,
-    LayerSpec,
-    TreeSource,
-    build_image,
-    write_image_outputs,
-)
-from sparkflake.oci.types import Platform
 from sparkflake.workflows.publish import PublishRequest, publish
-
-
-def _layout(tmp: Path) -> tuple[Path, str]:
-    tree = tmp / "tree"
-    tree.mkdir(parents=True)
-    (tree / "file").write_bytes(b"published\n")
-    spec = ImageSpec(layers=(LayerSpec(LayerInput(sources=(TreeSource(str(tree)),)), "layer 0"),),
-                     platform=Platform.parse("linux/arm64"))
-    image = build_image(spec, BlobStore(tmp / "store"))
-    write_image_outputs(image, tmp / "out")
-    return tmp / "out" / "oci", image.manifest_digest
 
 
 @pytest.mark.parametrize(("target", "out", "message"), [
@@ -50,7 +30,8 @@ def test_refused_before_any_connection(tmp_path: Path, target: str, out: str, me
 def test_a_bare_layout_is_pushed_and_recorded_without_an_sbom(
     tmp_path: Path, registry_server: RegistryServer,  # noqa: F811
 ) -> None:
-    layout, manifest = _layout(tmp_path)
+    out, manifest = write_one_layer_image(tmp_path, {"file": b"published\n"})
+    layout = out / "oci"
     record = tmp_path / "records" / "publish.json"
     record.parent.mkdir()
     reference = f"{registry_server.host}/sparkflake/bare:one"

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+from fixtures.one_layer_image import write_one_layer_image
 
 from sparkflake.core.check_result import SKIP
 from sparkflake.core.errors import InputError
@@ -15,17 +16,6 @@ from sparkflake.launch.conformance import conformance_cases
 from sparkflake.launch.contract import contract_from_profile
 from sparkflake.launch.spec import CONTAINER_DRAFT, CONTAINER_TARGET
 from sparkflake.lock.profile_locks import load_profile
-from sparkflake.oci import (
-    BlobStore,
-    ImageSpec,
-    LayerInput,
-    LayerSpec,
-    RuntimeConfig,
-    TreeSource,
-    build_image,
-    write_image_outputs,
-)
-from sparkflake.oci.types import Platform
 from sparkflake.runtime.check_report import Case
 from sparkflake.runtime.checkpoint import DRAFT, TARGET, WRITABLE
 from sparkflake.workflows.runtime_check import (
@@ -36,14 +26,9 @@ from sparkflake.workflows.runtime_check import (
 )
 
 
-def _image_without_python(tmp: Path, labels: dict[str, str]) -> Path:
-    tree = tmp / "tree" / "etc"
-    tree.mkdir(parents=True)
-    (tree / "os-release").write_bytes(b"ID=none\n")
-    spec = ImageSpec(layers=(LayerSpec(LayerInput(sources=(TreeSource(str(tmp / "tree")),)), "layer 0"),),
-                     platform=Platform.parse("linux/arm64"), runtime=RuntimeConfig(labels=labels))
-    write_image_outputs(build_image(spec, BlobStore(tmp / "store")), tmp / "out")
-    return tmp / "out"
+def _image_without_python(root: Path, labels: dict[str, str]) -> Path:
+    out, _ = write_one_layer_image(root, {"etc/os-release": b"ID=none\n"}, labels)
+    return out
 
 
 def test_a_missing_output_is_refused_naming_it(tmp_path: Path) -> None:
