@@ -80,7 +80,13 @@ def distribute(request: DistributionRequest, progress: Progress | None = None) -
             archive=request.source, sha256=request.sha256, image_id=request.image_id, engine=request.engine,
             tag=request.tag, verify_only=request.verify_only, retry_seconds=request.retry_seconds,
         ), progress=progress)
-    if request.evidence_dir:
+    return with_evidence(report, request.evidence_dir)
+
+
+def with_evidence(report: dict[str, Any], evidence_dir: Path | None) -> DistributionResult:
+    """The result of a distribution to every rank, each rank's record written to
+    ``evidence_dir/RANK.json`` when one is given."""
+    if evidence_dir:
         for record in report["ranks"]:
-            write_bytes_atomic(request.evidence_dir / f"{record['rank']}.json", readable_json_bytes(record))
+            write_bytes_atomic(evidence_dir / f"{record['rank']}.json", readable_json_bytes(record))
     return DistributionResult(report=report)
