@@ -152,8 +152,8 @@ class _BuildCaches:
             root=root,
             store=BlobStore(oci_root),
             layer_cache=LayerCache(oci_root) if request.use_layer_cache else None,
-            tree_cache=TreeCache(root / "trees") if request.use_tree_cache else None,
             hashes=FileHashes(root / "compose" / "file-sha256.json"),
+            tree_cache=TreeCache(root / "trees") if request.use_tree_cache else None,
         )
 
 
