@@ -186,13 +186,14 @@ def build_profile(request: BuildRequest, progress: Progress | None = None) -> Bu
     # work/PROFILE.<host>.pid<N>.<random>: a killed build's directory is removed by the next
     # build (its pid is gone); a concurrent build's, or another host's, is left alone
     work_dir = make_run_directory(caches.root / "work", composition.profile.name)
-    scratch_dir = None if request.keep_work else memory_scratch_dir(composition.profile.name)
-    for transient in (work_dir, scratch_dir):
-        if transient is not None:
-            caches.hashes.never_remember(transient)
-            if caches.layer_cache is not None:
-                caches.layer_cache.never_remember(transient)
-    try:
+    scratch_dir = None
+    try:  # from here on an interrupt (SIGINT, SIGTERM) removes the run's directories
+        scratch_dir = None if request.keep_work else memory_scratch_dir(composition.profile.name)
+        for transient in (work_dir, scratch_dir):
+            if transient is not None:
+                caches.hashes.never_remember(transient)
+                if caches.layer_cache is not None:
+                    caches.layer_cache.never_remember(transient)
         staged = _write_staged_output(request, composition=composition, fetched=fetched, caches=caches,
                                       out_dir=out_dir, work_dir=work_dir, scratch_dir=scratch_dir, clock=clock,
                                       progress=progress)
