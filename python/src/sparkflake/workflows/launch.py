@@ -23,13 +23,13 @@ from typing import NoReturn
 
 from ..core.blob_cache import default_cache_root
 from ..core.container_engine import Engine, detect_engine
-from ..core.digest import is_digest
 from ..core.errors import InputError
 from ..launch.contract import LaunchContract, load_contract
 from ..launch.evidence import load_built_image
 from ..launch.identity import StateDecision
 from ..launch.image_capabilities import capabilities_of_image
 from ..launch.plan import LaunchPlan, plan_launch, prepare_state
+from .named_digests import check_named_digest
 
 
 @dataclass(frozen=True)
@@ -60,8 +60,7 @@ def _image_to_launch(request: LaunchRequest) -> tuple[str | None, str | None]:
     if request.image and request.digests_file:
         raise InputError("--image and --digests are exclusive")
     if request.image:
-        if not is_digest(request.image):
-            raise InputError(f"--image {request.image!r}: expected sha256:<64 lowercase hex>")
+        check_named_digest("--image", request.image)
         return request.image, None
     if request.digests_file:
         built = load_built_image(request.digests_file)

@@ -18,7 +18,6 @@ from typing import Any
 from ..core import canonical_toml
 from ..core.atomic_write import write_bytes_atomic
 from ..core.container_engine import Engine
-from ..core.digest import is_digest
 from ..core.errors import InputError
 from ..core.generated_files import check_replaceable_file, marked_text
 from ..core.records import read_toml
@@ -32,6 +31,7 @@ from ..launch.recipe import (
     import_recipe,
     read_recipe,
 )
+from .named_digests import check_named_digest
 
 
 @dataclass(frozen=True)
@@ -85,8 +85,8 @@ def _kept_recipe_table(request: RecipeExportRequest) -> tuple[dict[str, Any] | N
 
 def export_recipe_file(request: RecipeExportRequest) -> ExportedRecipe:
     """The rank's launch as a recipe, written to ``output``."""
-    if request.image and not is_digest(request.image):
-        raise InputError(f"--image {request.image!r}: expected sha256:<64 lowercase hex>")
+    if request.image:
+        check_named_digest("--image", request.image)
     plan = plan_launch(
         rank=request.rank,
         env_file=request.env_file,

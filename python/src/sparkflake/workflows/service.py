@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from ..core.digest import is_digest
 from ..core.errors import InputError
 from ..launch.evidence import load_built_image
 from ..service import workflow
 from ..signing.keys import key_password, load_private_key
+from .named_digests import check_named_digest
 
 Deployment = Literal["up", "rollback", "restart"]
 _DEPLOYMENTS = {"up": workflow.up, "rollback": workflow.rollback, "restart": workflow.restart}
@@ -42,9 +42,8 @@ def service_request(request: ServiceCommandRequest) -> workflow.ServiceRequest:
         if built is None:
             raise InputError(f"--digests {request.digests_file}: no such file")
         image, manifest = built.config_digest, built.manifest_digest
-    for flag, value in (("--image", image), ("--manifest", manifest)):
-        if value is not None and not is_digest(value):
-            raise InputError(f"{flag} {value!r}: expected sha256:<64 lowercase hex>")
+    for option, value in (("--image", image), ("--manifest", manifest)):
+        check_named_digest(option, value)
     timeout = request.ready_timeout
     if timeout is not None and timeout <= 0:
         raise InputError(f"--ready-timeout {timeout}: expected a positive number of seconds")
