@@ -100,7 +100,7 @@ def reference_pipeline(tree: Path) -> tuple[float, str, str]:
 
 def layer_trees(profile: str, cache: Path, scratch: Path) -> list[Path]:
     """The trees the build layers (from the tree cache), plus the overlay tree."""
-    from sparkflake.pipeline import BuildRequest, build_profile
+    from sparkflake.workflows.build import BuildRequest, build_profile
 
     result = build_profile(
         BuildRequest(profile=profile, output_dir=scratch / "prepare-out", cache_root=cache, offline=True, keep_work=True)

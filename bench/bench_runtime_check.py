@@ -49,7 +49,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "python" / "src"))
 
-from sparkflake.cli.runtime import container_mounts, expected_versions
 from sparkflake.core.atomic_write import write_bytes_atomic
 from sparkflake.core.records import record_to_dict
 from sparkflake.launch.conformance import conformance_cases
@@ -65,6 +64,7 @@ from sparkflake.runtime.check import (
 )
 from sparkflake.runtime.check_report import Case
 from sparkflake.runtime.probe_runner import PYCACHE_INSIDE, probe_env
+from sparkflake.workflows.runtime_check import container_mounts, expected_versions
 
 RESULTS = REPO / "bench" / "results" / "runtime-check.json"
 

@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, is_hypothesis_test, settings
 
 TESTS = Path(__file__).resolve().parent
 STAGES = ("core", "profile", "lock", "fetch", "compose", "oci", "signing", "audit", "runtime",
-          "distribute", "launch", "service", "housekeeping", "pipeline", "cli", "nix", "repo")
+          "distribute", "launch", "service", "housekeeping", "workflows", "cli", "nix", "repo")
 PROFILE_ENV = "SPARKFLAKE_HYPOTHESIS_PROFILE"
 _COMMON = {
     "deadline": None,

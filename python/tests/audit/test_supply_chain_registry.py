@@ -26,9 +26,9 @@ from sparkflake.oci.artifact import fallback_tag
 from sparkflake.oci.media_types import OCI_MANIFEST
 from sparkflake.oci.referrers import find_referrers
 from sparkflake.oci.remote import RegistryClient, parse_reference
-from sparkflake.pipeline import BuildRequest, build_profile
 from sparkflake.signing.cosign import attestation_tag, signature_tag, verify_image_signing
 from sparkflake.signing.keys import load_public_key
+from sparkflake.workflows.build import BuildRequest, build_profile
 
 REPO = Path(__file__).resolve().parents[3]
 FIXTURE = REPO / "profiles" / "fixture"

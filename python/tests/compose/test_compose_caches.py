@@ -15,7 +15,7 @@ from sparkflake.compose.tree_cache import TreeCache
 from sparkflake.core.errors import CheckFailed, InputError
 from sparkflake.core.file_hashes import FileHashes, stat_identity
 from sparkflake.oci.layer_input import walk_tree
-from sparkflake.pipeline import BuildRequest, build_profile
+from sparkflake.workflows.build import BuildRequest, build_profile
 
 REPO = Path(__file__).resolve().parents[3]
 FIXTURE = REPO / "profiles" / "fixture"
@@ -407,8 +407,8 @@ def test_the_validating_walk_lists_and_hashes_as_the_file_system_would(tmp_path_
 def test_scratch_on_the_memory_file_system_is_private_and_cleaned(tmp_path: Path, monkeypatch) -> None:
     """The patched-source scratch goes to /dev/shm (a copy across file systems works),
     is gone after the build, and a killed build's leftover is removed by the next one."""
-    from sparkflake import pipeline as build_module
     from sparkflake.compose.source_overlay import _copy_file
+    from sparkflake.workflows import build as build_module
 
     shm = tmp_path / "shm"
     shm.mkdir()

@@ -27,7 +27,7 @@ from sparkflake.core.blob_cache import BlobCache
 from sparkflake.core.canonical_json import readable_json_bytes
 from sparkflake.lock.lock_file import load_lock
 from sparkflake.lock.pins import DebPin, FilePin, GitPin, SdistPin, WheelPin
-from sparkflake.pipeline import BuildRequest, build_profile
+from sparkflake.workflows.build import BuildRequest, build_profile
 
 REPO = Path(__file__).resolve().parents[3]
 FIXTURE = REPO / "profiles" / "fixture"

@@ -16,7 +16,7 @@ import zlib
 from pathlib import Path
 
 from sparkflake import __version__
-from sparkflake.pipeline import BuildRequest, build_profile
+from sparkflake.workflows.build import BuildRequest, build_profile
 
 REPO = Path(__file__).resolve().parents[3]
 

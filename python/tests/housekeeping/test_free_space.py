@@ -13,7 +13,7 @@ from sparkflake.cli import build_parser, main
 from sparkflake.compose.composition import load_composition
 from sparkflake.housekeeping.build_record import last_build_of
 from sparkflake.housekeeping.free_space import OUTPUT_DOCUMENTS, estimate_build_space
-from sparkflake.pipeline import BuildRequest
+from sparkflake.workflows.build import BuildRequest
 
 FIXTURE = Path(__file__).resolve().parents[3] / "profiles" / "fixture"
 

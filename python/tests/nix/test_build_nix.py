@@ -19,7 +19,7 @@ import pytest
 from fixtures.oci import PodmanStore, RegistryServer, podman_store, registry_server  # noqa: F401 - pytest fixtures
 
 from sparkflake.cli import main as cli_main
-from sparkflake.pipeline import BuildRequest, build_profile
+from sparkflake.workflows.build import BuildRequest, build_profile
 
 REPO = Path(__file__).resolve().parents[3]
 EXPECTED = json.loads((REPO / "profiles" / "fixture" / "expected-digests.json").read_text())

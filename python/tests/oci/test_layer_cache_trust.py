@@ -23,7 +23,7 @@ from sparkflake.oci import ImageSpec, LayerSpec, blob_store, build_image
 from sparkflake.oci.blob_store import DIRECT_COPY_MIN, BlobStore, copy_blob
 from sparkflake.oci.layer_input import GeneratedFile, LayerInput, TreeSource
 from sparkflake.oci.layout import LayoutWriter, StagedLayout, output_layout, write_oci_layout
-from sparkflake.pipeline import BuildRequest, build_profile
+from sparkflake.workflows.build import BuildRequest, build_profile
 
 FIXTURE = Path(__file__).resolve().parents[3] / "profiles" / "fixture"
 

@@ -176,7 +176,7 @@ def test_bootstrap_is_idempotent() -> None:
 def test_runtime_stage_imports_nothing_later_and_launch_reads_only_its_manifest() -> None:
     """Flow order: runtime comes after audit and before distribution and launch."""
     source = REPO / "python" / "src" / "sparkflake"
-    later = re.compile(r"^\s*(from|import)\s+(\.\.|sparkflake\.)(launch|distribute|cli|pipeline)\b", re.M)
+    later = re.compile(r"^\s*(from|import)\s+(\.\.|sparkflake\.)(launch|distribute|cli|workflows)\b", re.M)
     for path in (source / "runtime").glob("*.py"):
         assert not later.search(path.read_text()), path
     runtime_import = re.compile(r"^\s*from\s+\.\.runtime(\.[a-z_]+)?\s+import\s+([^\n]+)", re.M)

@@ -20,7 +20,6 @@ from pathlib import Path
 
 import pytest
 
-from sparkflake.cli.runtime import container_mounts, expected_versions
 from sparkflake.compose.receipt import byproduct
 from sparkflake.core.records import record_to_dict
 from sparkflake.launch.conformance import conformance_case, conformance_cases
@@ -31,6 +30,7 @@ from sparkflake.runtime import sandbox
 from sparkflake.runtime.check import Case, run_check
 from sparkflake.runtime.engine_verdicts import selecting_settings
 from sparkflake.runtime.receipt_record import BYPRODUCT
+from sparkflake.workflows.runtime_check import container_mounts, expected_versions
 
 # real_image: builds both glm53 images, unpacks 2 x 9 GB and imports vLLM under qemu-user
 # (see the README for the time it takes); run by ./bin/test-real-images (left out of ./bin/test while its mtp5 half fails)

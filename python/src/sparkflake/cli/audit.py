@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .. import audit
-from ..audit import supply_chain
 from ..audit.report import REPORT_SCHEMA
-from ..core.errors import InputError
 from . import _arguments as arguments
 from ._output import add_progress_flag, print_json, print_line, progress_for
 from ._parsers import add_command
@@ -51,44 +48,32 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    expectations = audit.expectations_from(
-        expect=args.expect,
-        expect_file=args.expect_file,
-        profile_name=args.profile,
+    from ..workflows.audit import AuditRequest, UnreadableTarget, audit_target
+
+    request = AuditRequest(
+        target=args.target,
+        profile=args.profile,
         lock_file=args.lock,
         receipt_file=args.receipt,
-        max_uncompressed_bytes=args.max_layer_bytes,
+        expect=tuple(args.expect),
+        expect_file=args.expect_file,
+        platform=args.platform,
+        insecure=args.insecure,
+        engine_args=tuple(args.engine_arg),
+        max_layer_bytes=args.max_layer_bytes,
+        sbom_file=args.sbom,
+        key_file=args.key,
+        record_file=args.record,
     )
     try:
-        source = audit.open_target(
-            args.target,
-            platform=args.platform or expectations.platform,
-            insecure=args.insecure,
-            engine_args=args.engine_arg,
-        )
-    except InputError as exc:
+        report = audit_target(request, progress_for("audit", args))
+    except UnreadableTarget as exc:
         if args.json:
             print_json({
                 "schema": REPORT_SCHEMA, "kind": "sparkflake.audit", "target": args.target,
                 "passed": False, "checks": [{"id": exc.check_id or "image.readable", "status": "error", "detail": exc.message, "digest": None}],
             })
         raise
-    try:
-        report = audit.audit_image(source, expectations, progress=progress_for("audit", args))
-    finally:
-        if source.cleanup is not None:
-            source.cleanup()
-    sbom_content = None
-    if args.sbom:
-        sbom_content = supply_chain.sbom_checks(report, args.sbom, receipt=expectations.receipt,
-                                                lock_digests=expectations.lock_digests)
-    if args.target.startswith("docker://") and (args.sbom or args.key):
-        supply_chain.registry_checks(report, args.target, insecure=args.insecure, key_path=args.key,
-                                     sbom_content=sbom_content)
-    elif args.key:
-        report.add("signature", "skip", "signatures are kept in a registry: audit a docker:// target with --key")
-    if args.record:
-        audit.write_record(args.record, report, args.profile)
     if args.json:
         print_json(report.as_record())
         return report.exit_code

@@ -13,7 +13,7 @@ from ..core.atomic_write import OUTPUT_MARKER
 from ..core.errors import InputError
 from ..oci.compression import Compression
 from ..oci.image import default_source_date_epoch
-from ..pipeline import BuildRequest, build_profile, default_output_dir
+from ..workflows.build import BuildRequest, build_profile, default_output_dir
 from . import _arguments as arguments
 from ._output import add_progress_flag, print_json, print_line, progress_for, warn
 from ._parsers import add_command

@@ -5,15 +5,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
 
-from ..core.atomic_write import write_bytes_atomic
-from ..core.canonical_json import readable_json_bytes
-from ..core.errors import InputError
-from ..distribute.blobs import LayoutFanoutRequest, layout_fanout
-from ..distribute.fanout import FanoutRequest, fanout
-from ..distribute.registry_mode import RegistryFanoutRequest, registry_fanout
-from ..distribute.site import load_site
 from . import _arguments as arguments
 from ._output import add_progress_flag, print_json, print_line, progress_for, warn
 from ._parsers import add_command
@@ -58,43 +50,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.from_registry:
-        if args.archive or args.sha256 or args.verify:
-            raise InputError("--from-registry replaces ARCHIVE and --sha256 (and has no --verify)")
-        site = load_site(args.site)
-        report = registry_fanout(site, RegistryFanoutRequest(
-            reference=args.from_registry, platform=args.platform, image_id=args.image_id,
-            engine=args.engine, tag=args.tag, insecure=args.insecure_registry,
-            ca_file=args.ca_file, auth_file=args.auth_file,
-        ))
-        return _report(args, report)
-    if not args.archive:
-        raise InputError("fanout needs ARCHIVE and --sha256, a layout OUT, or --from-registry")
-    site = load_site(args.site)
-    if not args.sha256:
-        report = layout_fanout(site, LayoutFanoutRequest(
-            layout=args.archive, image_id=args.image_id, engine=args.engine, tag=args.tag,
-            verify_only=args.verify, retry_seconds=args.retry_seconds,
-        ), progress=progress_for("fanout", args))
-        return _report(args, report)
-    report = fanout(site, FanoutRequest(
-        archive=args.archive, sha256=args.sha256, image_id=args.image_id, engine=args.engine, tag=args.tag,
-        verify_only=args.verify, retry_seconds=args.retry_seconds,
-    ), progress=progress_for("fanout", args))
-    return _report(args, report)
+    from ..workflows.fanout import DistributionRequest, distribute
 
-
-def _report(args: argparse.Namespace, report: dict[str, Any]) -> int:
-    if args.evidence_dir:
-        for record in report["ranks"]:
-            write_bytes_atomic(
-                args.evidence_dir / f"{record['rank']}.json",
-                readable_json_bytes(record),
-            )
+    result = distribute(DistributionRequest(
+        site=args.site, source=args.archive, sha256=args.sha256, from_registry=args.from_registry,
+        platform=args.platform, insecure_registry=args.insecure_registry, ca_file=args.ca_file,
+        auth_file=args.auth_file, image_id=args.image_id, engine=args.engine, tag=args.tag,
+        verify_only=args.verify, retry_seconds=args.retry_seconds, evidence_dir=args.evidence_dir,
+    ), progress_for("fanout", args))
     if args.json:
-        print_json(report)
+        print_json(result.report)
     else:
-        for record in report["ranks"]:
+        for record in result.ranks:
             line = f"{record['rank']}: {record['status']}"
             if record.get("reused"):
                 line += " (reused)"
@@ -106,7 +73,7 @@ def _report(args: argparse.Namespace, report: dict[str, Any]) -> int:
             if record.get("imported"):
                 line += f", image {record['image_id']}"
             print_line(line)
-    for record in report["ranks"]:
+    for record in result.ranks:
         if record.get("error"):
             warn(f"sparkflake: error: {record['error']}")
-    return 0 if report["complete"] else 1
+    return 0 if result.complete else 1

@@ -3,22 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import os
 import re
 import shlex
 import sys
 from pathlib import Path
 from typing import Any
 
-from ..core.blob_cache import default_cache_root
 from ..core.check_result import exit_code_of
-from ..core.container_engine import detect_engine
-from ..core.digest import is_digest
 from ..core.errors import InputError
-from ..launch.contract import LaunchContract, load_contract
-from ..launch.image_capabilities import capabilities_of_image
-from ..launch.plan import plan_launch, prepare_state
 from ._output import print_json, print_line, warn
 from ._parsers import add_command
 
@@ -57,38 +49,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--detach", action="store_true", help="start the container detached")
 
 
-def _image_from_args(args: argparse.Namespace) -> tuple[str | None, str | None]:
-    """The image ID to launch, and its manifest digest when a digests.json names it."""
-    if args.image and args.digests:
-        raise InputError("--image and --digests are exclusive")
-    if args.image:
-        if not is_digest(args.image):
-            raise InputError(f"--image {args.image!r}: expected sha256:<64 lowercase hex>")
-        return args.image, None
-    if args.digests:
-        from ..launch.evidence import load_built_image
-
-        built = load_built_image(args.digests)
-        if built is None:
-            raise InputError(f"--digests {args.digests}: no such file")
-        return built.config_digest, built.manifest_digest
-    return None, None
-
-
-def _with_image_capabilities(contract: LaunchContract, args: argparse.Namespace, image: str | None,
-                             manifest: str | None) -> LaunchContract:
-    """The contract with the capabilities written for ``image`` (an earlier image's own, on
-    a roll back), found beside --digests or in the cache's store."""
-    if image is None:
-        return contract
-    found = capabilities_of_image(
-        image, manifest_digest=manifest, digests_file=Path(args.digests) if args.digests else None,
-        cache_root=Path(args.cache) if args.cache else default_cache_root(),
-        profile_capabilities=contract.capabilities,
-    )
-    return dataclasses.replace(contract, capabilities=found)
-
-
 def parse_rank(text: str) -> int:
     """RANK as ASCII decimal digits only: ``str.isdigit`` (and ``int``) also take ``²``
     or other scripts' digits."""
@@ -98,25 +58,25 @@ def parse_rank(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    rank = parse_rank(args.rank)
-    image, manifest = _image_from_args(args)
-    contract = _with_image_capabilities(load_contract(args.profile), args, image, manifest)
-    try:
-        engine = detect_engine(args.engine, args.engine_arg)
-    except InputError as exc:
-        if not args.dry_run:
-            raise
-        warn(f"sparkflake: {exc}")
-        engine = None
-    plan = plan_launch(
-        rank=rank,
+    from ..workflows.launch import LaunchRequest, exec_rank, launch_inputs, plan_rank, start_rank
+
+    request = LaunchRequest(
+        rank=parse_rank(args.rank),
         env_file=args.env_file,
-        contract=contract,
-        engine=engine,
-        image_id=image,
+        profile=args.profile,
+        engine=args.engine,
+        engine_args=tuple(args.engine_arg),
+        image=args.image,
+        digests_file=args.digests,
+        cache_root=Path(args.cache) if args.cache else None,
+        dry_run=args.dry_run,
         rehash=args.rehash,
         detach=args.detach,
     )
+    inputs = launch_inputs(request)
+    if inputs.engine_problem is not None:
+        warn(f"sparkflake: {inputs.engine_problem}")
+    plan = plan_rank(request, inputs)
     report = plan.report(explain=args.explain)
     if args.json:
         print_json(report)
@@ -124,21 +84,16 @@ def run(args: argparse.Namespace) -> int:
         _print_human(report, explain=args.explain)
     if not plan.ok:
         failed = ", ".join(c.id for c in plan.checks if c.status != "pass")
-        warn(f"sparkflake: refusing to start rank {rank}: failed check(s): {failed}")
+        warn(f"sparkflake: refusing to start rank {request.rank}: failed check(s): {failed}")
         return exit_code_of(plan.checks)  # 2 where a check could not judge its input
     if args.dry_run:
         return 0
-    decisions = prepare_state(plan)
-    for decision in decisions:
+    for decision in start_rank(plan):
         if decision.action == "quarantined":
             warn(f"sparkflake: {decision.path}: moved to {decision.quarantine} ({decision.reason}); cold start")
     sys.stdout.flush()
     sys.stderr.flush()
-    try:
-        os.execv(plan.argv[0], plan.argv)
-    except OSError as exc:
-        raise InputError(f"cannot exec {plan.argv[0]}: {exc.strerror}") from None
-    return 0  # pragma: no cover - execv does not return
+    exec_rank(plan)
 
 
 def _print_human(report: dict[str, Any], *, explain: bool) -> None:

@@ -5,14 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..core import canonical_toml
-from ..core.atomic_write import write_bytes_atomic
-from ..core.container_engine import Engine
-from ..core.generated_files import check_replaceable_file, marked_text
-from ..core.records import read_toml
-from ..launch.contract import load_contract
-from ..launch.plan import plan_launch
-from ..launch.recipe import dump_recipe, export_recipe, import_recipe, read_recipe, summarize
+from ..launch.recipe import summarize
 from . import _arguments as arguments
 from ._output import print_json, print_line
 from ._parsers import add_command, add_group
@@ -51,14 +44,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run_import(args: argparse.Namespace) -> int:
-    imported = import_recipe(read_recipe(args.recipe), args.recipe)
+    from ..workflows.recipe import RecipeImportRequest, import_recipe_files
+
+    imported = import_recipe_files(RecipeImportRequest(recipe=args.recipe, output_dir=Path(args.output),
+                                                       force=args.force))
     out = Path(args.output)
-    written = {out / "profile.toml": canonical_toml.dumps(imported.profile_document()),
-               out / "runtime.env": imported.env_text(args.recipe)}
-    for path in written:  # both checked before either is written
-        check_replaceable_file(path, force=args.force)
-    for path, text in written.items():
-        write_bytes_atomic(path, marked_text(text).encode())
     if args.json:
         print_json(imported.report())
         return 0
@@ -74,34 +64,16 @@ def run_import(args: argparse.Namespace) -> int:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from ..core.digest import is_digest
-    from ..core.errors import InputError
+    from ..workflows.recipe import RecipeExportRequest, export_recipe_file
     from .launch import parse_rank
 
-    rank = parse_rank(args.rank)
-    if args.image and not is_digest(args.image):
-        raise InputError(f"--image {args.image!r}: expected sha256:<64 lowercase hex>")
-    plan = plan_launch(
-        rank=rank,
-        env_file=args.env_file,
-        contract=load_contract(args.profile),
-        engine=Engine("podman", "podman"),
-        image_id=args.image,
-        run_checks=False,
-    )
-    fragment = Path(args.imported) if args.imported else Path(args.env_file).parent / "profile.toml"
-    recipe_table = None
-    if args.imported or fragment.is_file():
-        recipe_table = read_toml(fragment).get("recipe")
-        if recipe_table is None and args.imported:
-            raise InputError(f"--imported {fragment}: has no [recipe] table (not written by `recipe import`)")
-        if recipe_table is not None and not isinstance(recipe_table, dict):
-            raise InputError(f"{fragment}: recipe: expected a table")
-    exported = export_recipe(plan, recipe_table)
-    write_bytes_atomic(args.output, dump_recipe(exported.document).encode())
-    if recipe_table is not None:
-        print_line(f"carried [recipe] of {fragment}")
-    for note in exported.notes:
+    exported = export_recipe_file(RecipeExportRequest(
+        rank=parse_rank(args.rank), env_file=args.env_file, output=args.output, profile=args.profile,
+        image=args.image, imported=Path(args.imported) if args.imported else None,
+    ))
+    if exported.carried_from is not None:
+        print_line(f"carried [recipe] of {exported.carried_from}")
+    for note in exported.export.notes:
         print_line(f"note: {note}")
     print_line(f"wrote {args.output}")
     return 0

@@ -5,10 +5,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..core.atomic_write import write_bytes_atomic
-from ..core.canonical_json import readable_json_bytes
-from ..distribute.replicate import ReplicateRequest, replicate
-from ..distribute.site import load_site
 from . import _arguments as arguments
 from ._output import Progress, print_json, print_line, warn
 from ._parsers import add_command
@@ -34,23 +30,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    site = load_site(args.site)
-    report = replicate(
-        site,
-        ReplicateRequest(model_dir=args.model_dir, dest=args.dest, retry_seconds=args.retry_seconds),
-        progress=Progress("replicate"),
-    )
-    if args.evidence_dir:
-        for record in report["ranks"]:
-            write_bytes_atomic(args.evidence_dir / f"{record['rank']}.json",
-                               readable_json_bytes(record))
+    from ..workflows.replicate import ReplicationRequest, replicate_checkpoint
+
+    result = replicate_checkpoint(ReplicationRequest(
+        site=args.site, model_dir=args.model_dir, dest=args.dest, retry_seconds=args.retry_seconds,
+        evidence_dir=args.evidence_dir,
+    ), Progress("replicate"))
     if args.json:
-        print_json(report)
+        print_json(result.report)
     else:
-        for record in report["ranks"]:
+        for record in result.ranks:
             print_line(f"{record['rank']}: {record['status']}, {record['files_reused']} reused, "
                        f"{record['files_copied']} copied ({record['bytes_copied']} bytes)")
-    for record in report["ranks"]:
+    for record in result.ranks:
         if record.get("error"):
             warn(f"sparkflake: error: {record['error']}")
-    return 0 if report["complete"] else 1
+    return 0 if result.complete else 1

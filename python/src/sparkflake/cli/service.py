@@ -1,5 +1,5 @@
 """`sparkflake service up|status|down|rollback|restart SITE`: the whole service, from one
-machine with SSH to the ranks. Parses and prints; the work is in service/workflow.py."""
+machine with SSH to the ranks. Parses and prints; the work is in workflows/service.py."""
 
 from __future__ import annotations
 
@@ -8,13 +8,15 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ..core.canonical_json import canonical_json_bytes
-from ..core.digest import is_digest
-from ..core.errors import InputError
-from ..service import workflow
+from ..service.workflow import ProgressEvent
 from ._output import print_json, print_line, warn
 from ._parsers import add_command, add_group
+
+if TYPE_CHECKING:  # imported where it is used, after the command is chosen
+    from ..workflows.service import ServiceCommandRequest
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -54,38 +56,25 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                                 help="an upgrade: stop the running deployment after admission, then start")
 
 
-def _request(args: argparse.Namespace) -> workflow.ServiceRequest:
-    image = getattr(args, "image", None)
-    manifest = getattr(args, "manifest", None)
-    if getattr(args, "digests", None):
-        if image or manifest:
-            raise InputError("--digests replaces --image and --manifest")
-        from ..launch.evidence import load_built_image
+def _request(args: argparse.Namespace) -> ServiceCommandRequest:
+    from ..workflows.service import ServiceCommandRequest
 
-        built = load_built_image(args.digests)
-        if built is None:
-            raise InputError(f"--digests {args.digests}: no such file")
-        image, manifest = built.config_digest, built.manifest_digest
-    for flag, value in (("--image", image), ("--manifest", manifest)):
-        if value is not None and not is_digest(value):
-            raise InputError(f"{flag} {value!r}: expected sha256:<64 lowercase hex>")
-    timeout = getattr(args, "ready_timeout", None)
-    if timeout is not None and timeout <= 0:
-        raise InputError(f"--ready-timeout {timeout}: expected a positive number of seconds")
-    key = None
-    if getattr(args, "sign_key", None):
-        from ..signing.keys import key_password, load_private_key
-
-        key = load_private_key(args.sign_key, key_password())
-    return workflow.ServiceRequest(site_path=args.site, image=image, manifest=manifest, ready_timeout=timeout,
-                                   replace=getattr(args, "replace", False), sign_key=key)
+    return ServiceCommandRequest(
+        site=args.site,
+        image=getattr(args, "image", None),
+        manifest=getattr(args, "manifest", None),
+        digests_file=getattr(args, "digests", None),
+        ready_timeout=getattr(args, "ready_timeout", None),
+        replace=getattr(args, "replace", False),
+        sign_key_file=getattr(args, "sign_key", None),
+    )
 
 
-def _progress(mode: str) -> Callable[[workflow.ProgressEvent], None]:
+def _progress(mode: str) -> Callable[[ProgressEvent], None]:
     if mode == "none" or (mode == "auto" and not sys.stderr.isatty()):
         return lambda event: None
 
-    def show(event: workflow.ProgressEvent) -> None:
+    def show(event: ProgressEvent) -> None:
         if mode == "json":
             sys.stderr.write(canonical_json_bytes(event.as_record()).decode() + "\n")
         else:
@@ -102,11 +91,12 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def _deploy(args: argparse.Namespace) -> int:
+    from ..workflows.service import deploy_service
+
     request = _request(args)
-    run = {"up": workflow.up, "rollback": workflow.rollback, "restart": workflow.restart}[args.action]
-    # SIGTERM as SIGINT: the start stops what it started (workflow.deploy) before exiting
+    # SIGTERM as SIGINT: the start stops what it started (service.workflow.deploy) before exiting
     signal.signal(signal.SIGTERM, _interrupt)
-    result = run(request, _progress(args.progress))
+    result = deploy_service(args.action, request, _progress(args.progress))
     record = result.record
     if args.json:
         print_json({**record.to_document(), "record_path": str(result.record_path)})
@@ -135,7 +125,9 @@ def _deploy(args: argparse.Namespace) -> int:
 
 
 def _down(args: argparse.Namespace) -> int:
-    result = workflow.down(_request(args), lambda event: None)
+    from ..workflows.service import stop_service
+
+    result = stop_service(_request(args))
     if args.json:
         print_json({"ranks": result.ranks})
     else:
@@ -145,7 +137,9 @@ def _down(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    result = workflow.status(_request(args))
+    from ..workflows.service import service_status
+
+    result = service_status(_request(args))
     if args.json:
         print_json(result.as_record())
         return result.exit_code

@@ -253,8 +253,10 @@ def plan_from_assignments(
     hash_cache = VerifiedHashCache(None)
     if run_checks:
         checks += fabric_checks(resolution, host_root)
-        hash_cache = _run_checks(checks, served_models, resolution, contract, engine, image, spec, draft_id, identity,
-                                 cache_root, sparkcache_dir, jit_dir, rehash, check_engine)
+        hash_cache = _run_checks(checks, served_models=served_models, resolution=resolution, contract=contract,
+                                 engine=engine, image=image, spec=spec, draft_id=draft_id, identity=identity,
+                                 cache_root=cache_root, sparkcache_dir=sparkcache_dir, jit_dir=jit_dir,
+                                 rehash=rehash, check_engine=check_engine)
     return LaunchPlan(
         contract=contract,
         resolution=resolution,
@@ -304,10 +306,12 @@ def _judge_served_models(checks: list[CheckResult], resolution: Resolution, cont
     return served
 
 
-def _run_checks(checks: list[CheckResult], served_models: dict[str, ServedModel], resolution: Resolution,
+def _run_checks(checks: list[CheckResult], *, served_models: dict[str, ServedModel], resolution: Resolution,
                 contract: LaunchContract, engine: Engine | None, image: str | None, spec: ContainerSpec,
                 draft_id: str | None, identity: dict[str, Any], cache_root: Path, sparkcache_dir: Path,
                 jit_dir: Path, rehash: bool, check_engine: bool) -> VerifiedHashCache:
+    """Every check before start, appended to ``checks`` (what the checkpoints serve into
+    ``served_models``); the verified-hash cache the checkpoint checks used."""
     values = resolution.values
     rank = resolution.rank
     # Paths that are not directories are bad input (exit 2), not failed checks.

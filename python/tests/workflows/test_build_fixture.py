@@ -31,7 +31,7 @@ from sparkflake.compose.verification import ChainFailed
 from sparkflake.core.blob_cache import BlobCache
 from sparkflake.core.errors import CheckFailed, InputError
 from sparkflake.oci.blob_store import BlobStore
-from sparkflake.pipeline import BuildRequest, build_profile
+from sparkflake.workflows.build import BuildRequest, build_profile
 
 REPO = Path(__file__).resolve().parents[3]
 FIXTURE = REPO / "profiles" / "fixture"

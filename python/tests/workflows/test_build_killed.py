@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 
 from sparkflake.core.atomic_write import generated_name, host_tag, remove_dead_run_directories
-from sparkflake.pipeline import BuildRequest, build_profile
+from sparkflake.workflows.build import BuildRequest, build_profile
 
 FIXTURE = Path(__file__).resolve().parents[3] / "profiles" / "fixture"
 CHILD = """
 import sys
 from pathlib import Path
-from sparkflake.pipeline import BuildRequest, build_profile
+from sparkflake.workflows.build import BuildRequest, build_profile
 build_profile(BuildRequest(profile=sys.argv[1], output_dir=Path(sys.argv[2]), cache_root=Path(sys.argv[3]),
                            offline=True, use_tree_cache=False))
 """

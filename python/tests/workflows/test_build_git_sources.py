@@ -18,7 +18,7 @@ from sparkflake.core.errors import CheckFailed, InputError
 from sparkflake.fetch.git import GitCache
 from sparkflake.lock.lock_file import load_lock, write_lock
 from sparkflake.lock.pins import GitPin, Lock
-from sparkflake.pipeline import BuildRequest, build_profile
+from sparkflake.workflows.build import BuildRequest, build_profile
 
 FIXTURE = Path(__file__).resolve().parents[3] / "profiles" / "fixture"
 UNREACHABLE = "https://git.sparkflake.invalid"

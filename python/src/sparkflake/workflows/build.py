@@ -26,9 +26,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .compose.assembly import Assembly, LayerTree, assemble
-from .compose.chain_links import verify_composition
-from .compose.composed_image import (
+from ..compose.assembly import Assembly, LayerTree, assemble
+from ..compose.chain_links import verify_composition
+from ..compose.composed_image import (
     DEFAULT_FORMATS,
     BuildResult,
     ImageOptions,
@@ -38,23 +38,23 @@ from .compose.composed_image import (
     finish,
     prepare_top_over_layers,
 )
-from .compose.composition import load_composition
-from .compose.inputs import FetchedInputs, fetch_inputs
-from .compose.tree_cache import TreeCache
-from .core.atomic_write import (
+from ..compose.composition import Composition, load_composition
+from ..compose.inputs import FetchedInputs, fetch_inputs
+from ..compose.tree_cache import TreeCache
+from ..core.atomic_write import (
     atomic_directory,
     check_output_parent,
     check_replaceable_output,
     make_run_directory,
     remove_tree,
 )
-from .core.blob_cache import BlobCache, default_cache_root
-from .core.file_hashes import FileHashes
-from .core.progress import ProgressCallback
-from .housekeeping.build_record import BuildRecord, last_build_of, utc_now, write_build_record
-from .housekeeping.free_space import check_free_space, estimate_build_space
-from .oci.blob_store import BlobStore
-from .oci.layer_cache import LayerCache
+from ..core.blob_cache import BlobCache, default_cache_root
+from ..core.file_hashes import FileHashes
+from ..housekeeping.build_record import BuildRecord, last_build_of, utc_now, write_build_record
+from ..housekeeping.free_space import check_free_space, estimate_build_space
+from ..oci.blob_store import BlobStore
+from ..oci.layer_cache import LayerCache
+from .progress import Progress
 
 
 @dataclass(frozen=True)
@@ -134,80 +134,122 @@ def used_by_build(root: Path, fetched: FetchedInputs, assembly: Assembly, result
     )
 
 
-def build_profile(request: BuildRequest, progress: ProgressCallback | None = None) -> BuildResult:
+@dataclass(frozen=True)
+class _BuildCaches:
+    """Where one build keeps what it fetched, assembled and compressed."""
+
+    root: Path  # inputs, git checkouts, work and scratch trees, file hashes
+    store: BlobStore  # layer-store blobs (default CACHE/oci)
+    layer_cache: LayerCache | None
+    tree_cache: TreeCache | None
+    hashes: FileHashes
+
+    @classmethod
+    def of(cls, request: BuildRequest) -> _BuildCaches:
+        root = request.cache_root or default_cache_root()
+        oci_root = request.layer_cache_root or root / "oci"
+        return cls(
+            root=root,
+            store=BlobStore(oci_root),
+            layer_cache=LayerCache(oci_root) if request.use_layer_cache else None,
+            hashes=FileHashes(root / "compose" / "file-sha256.json"),
+            tree_cache=TreeCache(root / "trees") if request.use_tree_cache else None,
+        )
+
+
+@dataclass(frozen=True)
+class _Staged:
+    """The image written into the staged output, and the trees it was made of."""
+
+    result: BuildResult
+    assembly: Assembly
+
+
+def build_profile(request: BuildRequest, progress: Progress | None = None) -> BuildResult:
     """All stages; nothing is written to the output unless the chain passed."""
     check_formats(request.formats)
     composition = load_composition(request.profile, request.profiles_dir)
     out_dir = request.output_dir or default_output_dir(composition.profile.name)
     check_output_parent(out_dir)  # refused now, not after the fetch and the layers
     check_replaceable_output(out_dir, force=request.force)
-    root = request.cache_root or default_cache_root()
-    oci_root = request.layer_cache_root or root / "oci"
-    store = BlobStore(oci_root)
-    layer_cache = LayerCache(oci_root) if request.use_layer_cache else None
-    hashes = FileHashes(root / "compose" / "file-sha256.json")
-    tree_cache = TreeCache(root / "trees") if request.use_tree_cache else None
+    caches = _BuildCaches.of(request)
     clock = StageClock()
-    check_free_space(estimate_build_space(composition, root, oci_root, out_dir, request.formats,
-                                          last_build_of(root, composition.profile.name)))
+    check_free_space(estimate_build_space(composition, caches.root, caches.store.root, out_dir, request.formats,
+                                          last_build_of(caches.root, composition.profile.name)))
 
     fetched = fetch_inputs(
-        composition, BlobCache(root), from_dirs=request.from_dirs, offline=request.offline, progress=progress,
-        hashes=hashes, git_mirrors=request.git_mirrors,
+        composition, BlobCache(caches.root), from_dirs=request.from_dirs, offline=request.offline,
+        progress=progress, hashes=caches.hashes, git_mirrors=request.git_mirrors,
         skip_git=[composition.source.name] if request.source_tree is not None else [],
     )
     clock.lap("fetch_and_verify_inputs")
     # work/PROFILE.<host>.pid<N>.<random>: a killed build's directory is removed by the next
     # build (its pid is gone); a concurrent build's, or another host's, is left alone
-    work_dir = make_run_directory(root / "work", composition.profile.name)
-    scratch_dir = None if request.keep_work else memory_scratch_dir(composition.profile.name)
-    for transient in (work_dir, scratch_dir):
-        if transient is not None:
-            hashes.never_remember(transient)
-            if layer_cache is not None:
-                layer_cache.never_remember(transient)
-    try:
-        # The output is staged beside out_dir and swapped in only when every stage passed;
-        # a refused chain removes the staging directory, archive, layout and all.
-        with (
-            atomic_directory(out_dir, owned_output=True, force=request.force) as staging,
-            OutputWriters(staging, request.formats, request.options, store) as outputs,
-        ):
-            lower = LowerLayers(request.options, store, layer_cache, outputs.add_layer)
-
-            def on_lower_trees(trees: list[LayerTree]) -> None:
-                clock.lap("assemble_lower_trees")
-                lower.take_cached(trees)
-
-            assembly = assemble(
-                composition, fetched, work_dir / "trees", progress=progress, tree_cache=tree_cache, hashes=hashes,
-                source_tree=request.source_tree, scratch_dir=scratch_dir, on_lower_trees=on_lower_trees,
-            )
-            clock.lap("assemble_overlay")
-            layers = lower.make_the_rest(progress)
-            clock.lap("lower_layers")
-            prepared = prepare_top_over_layers(composition, assembly, layers, request.options, store)
-            chain = verify_composition(composition, fetched, assembly, prepared)
-            clock.lap("verify")
-            result = finish(composition, fetched, assembly, layers, prepared, chain,
-                            options=request.options, store=store, layer_cache=layer_cache)
-            clock.lap("top_layer_and_image")
-            outputs.write(result)
-            replaced_links = store.shared_blobs(out_dir / "oci")
-        # the previous layout's hard links to the store are gone now: their removal
-        # changed the blobs' ctime, and nothing else (``BlobStore.confirm_unlinked``)
-        store.confirm_unlinked(replaced_links)
-        clock.lap("write_outputs")
-        write_build_record(root, used_by_build(root, fetched, assembly, result, store))
+    work_dir = make_run_directory(caches.root / "work", composition.profile.name)
+    scratch_dir = None
+    try:  # from here on an interrupt (SIGINT, SIGTERM) removes the run's directories
+        scratch_dir = None if request.keep_work else memory_scratch_dir(composition.profile.name)
+        for transient in (work_dir, scratch_dir):
+            if transient is not None:
+                caches.hashes.never_remember(transient)
+                if caches.layer_cache is not None:
+                    caches.layer_cache.never_remember(transient)
+        staged = _write_staged_output(request, composition=composition, fetched=fetched, caches=caches,
+                                      out_dir=out_dir, work_dir=work_dir, scratch_dir=scratch_dir, clock=clock,
+                                      progress=progress)
+        write_build_record(caches.root, used_by_build(caches.root, fetched, staged.assembly, staged.result,
+                                                      caches.store))
         result = dataclasses.replace(
-            result, extra={"timings": clock.timings, "evicted": [str(eviction) for eviction in store.evicted]}
+            staged.result,
+            extra={"timings": clock.timings, "evicted": [str(eviction) for eviction in caches.store.evicted]},
         )
         if not request.keep_work:
             result = dataclasses.replace(result, assembly=None)
         return result
     finally:
-        hashes.save()
+        caches.hashes.save()
         if not request.keep_work:
             remove_tree(work_dir)
         if scratch_dir is not None:
             remove_tree(scratch_dir)
+
+
+def _write_staged_output(
+    request: BuildRequest, *, composition: Composition, fetched: FetchedInputs, caches: _BuildCaches,
+    out_dir: Path, work_dir: Path, scratch_dir: Path | None, clock: StageClock, progress: Progress | None,
+) -> _Staged:
+    """Assembly, layers, chain and image, written into the output staged beside
+    ``out_dir`` and swapped in only when every stage passed; a refused chain removes the
+    staging directory, archive, layout and all."""
+    store, layer_cache = caches.store, caches.layer_cache
+    with (
+        atomic_directory(out_dir, owned_output=True, force=request.force) as staging,
+        OutputWriters(staging, request.formats, request.options, store) as outputs,
+    ):
+        lower = LowerLayers(request.options, store, layer_cache, outputs.add_layer)
+
+        def on_lower_trees(trees: list[LayerTree]) -> None:
+            clock.lap("assemble_lower_trees")
+            lower.take_cached(trees)
+
+        assembly = assemble(
+            composition, fetched, work_dir / "trees", progress=progress, tree_cache=caches.tree_cache,
+            hashes=caches.hashes, source_tree=request.source_tree, scratch_dir=scratch_dir,
+            on_lower_trees=on_lower_trees,
+        )
+        clock.lap("assemble_overlay")
+        layers = lower.make_the_rest(progress)
+        clock.lap("lower_layers")
+        prepared = prepare_top_over_layers(composition, assembly, layers, request.options, store)
+        chain = verify_composition(composition, fetched, assembly, prepared)
+        clock.lap("verify")
+        result = finish(composition, fetched, assembly, layers, prepared, chain,
+                            options=request.options, store=store, layer_cache=layer_cache)
+        clock.lap("top_layer_and_image")
+        outputs.write(result)
+        replaced_links = store.shared_blobs(out_dir / "oci")
+    # the previous layout's hard links to the store are gone now: their removal
+    # changed the blobs' ctime, and nothing else (``BlobStore.confirm_unlinked``)
+    store.confirm_unlinked(replaced_links)
+    clock.lap("write_outputs")
+    return _Staged(result=result, assembly=assembly)

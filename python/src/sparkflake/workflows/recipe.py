@@ -1,0 +1,101 @@
+"""`sparkflake recipe import|export`: a TOML launch recipe to a profile fragment and an env
+file, and one rank's launch back to a recipe.
+
+- import: ``launch.recipe.import_recipe`` maps the recipe onto the settings catalog;
+  ``OUT/profile.toml`` and ``OUT/runtime.env`` are both checked replaceable (what an import
+  wrote, unedited, unless ``force``) before either is written;
+- export: ``launch.plan.plan_launch`` computes the rank's spec alone (no check, no file of a
+  checkpoint read); ``launch.recipe.export_recipe`` writes it as a recipe, carrying the
+  ``[recipe]`` table an import kept.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..core import canonical_toml
+from ..core.atomic_write import write_bytes_atomic
+from ..core.container_engine import Engine
+from ..core.errors import InputError
+from ..core.generated_files import check_replaceable_file, marked_text
+from ..core.records import read_toml
+from ..launch.contract import load_contract
+from ..launch.plan import plan_launch
+from ..launch.recipe import (
+    RecipeExport,
+    RecipeImport,
+    dump_recipe,
+    export_recipe,
+    import_recipe,
+    read_recipe,
+)
+from .named_digests import check_named_digest
+
+
+@dataclass(frozen=True)
+class RecipeImportRequest:
+    recipe: str  # the recipe file (TOML)
+    output_dir: Path  # where profile.toml and runtime.env are written
+    force: bool = False  # replace them even when sparkflake did not write them, or they were edited
+
+
+@dataclass(frozen=True)
+class RecipeExportRequest:
+    rank: int
+    env_file: str  # the rank's runtime.env
+    output: Path  # the recipe file written
+    profile: str = "glm53-dflash7"  # name or path
+    image: str | None = None  # sha256:ID
+    imported: Path | None = None  # the profile.toml an import wrote (default: profile.toml beside env_file)
+
+
+@dataclass(frozen=True)
+class ExportedRecipe:
+    export: RecipeExport
+    carried_from: Path | None  # the profile.toml whose [recipe] table was carried into the export
+
+
+def import_recipe_files(request: RecipeImportRequest) -> RecipeImport:
+    """The recipe mapped, OUT/profile.toml and OUT/runtime.env written."""
+    imported = import_recipe(read_recipe(request.recipe), request.recipe)
+    out = request.output_dir
+    written = {out / "profile.toml": canonical_toml.dumps(imported.profile_document()),
+               out / "runtime.env": imported.env_text(request.recipe)}
+    for path in written:  # both checked before either is written
+        check_replaceable_file(path, force=request.force)
+    for path, text in written.items():
+        write_bytes_atomic(path, marked_text(text).encode())
+    return imported
+
+
+def _kept_recipe_table(request: RecipeExportRequest) -> tuple[dict[str, Any] | None, Path]:
+    """The ``[recipe]`` table an import kept (``--imported``, else beside the env file)."""
+    fragment = request.imported if request.imported else Path(request.env_file).parent / "profile.toml"
+    recipe_table = None
+    if request.imported or fragment.is_file():
+        recipe_table = read_toml(fragment).get("recipe")
+        if recipe_table is None and request.imported:
+            raise InputError(f"--imported {fragment}: has no [recipe] table (not written by `recipe import`)")
+        if recipe_table is not None and not isinstance(recipe_table, dict):
+            raise InputError(f"{fragment}: recipe: expected a table")
+    return recipe_table, fragment
+
+
+def export_recipe_file(request: RecipeExportRequest) -> ExportedRecipe:
+    """The rank's launch as a recipe, written to ``output``."""
+    if request.image:
+        check_named_digest("--image", request.image)
+    plan = plan_launch(
+        rank=request.rank,
+        env_file=request.env_file,
+        contract=load_contract(request.profile),
+        engine=Engine("podman", "podman"),
+        image_id=request.image,
+        run_checks=False,
+    )
+    recipe_table, fragment = _kept_recipe_table(request)
+    exported = export_recipe(plan, recipe_table)
+    write_bytes_atomic(request.output, dump_recipe(exported.document).encode())
+    return ExportedRecipe(export=exported, carried_from=fragment if recipe_table is not None else None)

@@ -1,0 +1,79 @@
+"""The recipe workflows (workflows/recipe.py): an import writes both files or neither, an
+export carries the [recipe] table an import kept. The mapping itself: tests/launch/test_recipe.py."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+from fixtures.launch import PROFILES, site_env
+
+from sparkflake.core.errors import InputError
+from sparkflake.launch.recipe import dump_recipe
+from sparkflake.workflows.recipe import (
+    RecipeExportRequest,
+    RecipeImportRequest,
+    export_recipe_file,
+    import_recipe_files,
+)
+
+SEED_RECIPE = Path(__file__).parents[1] / "golden" / "launch" / "recipes" / "kindling-2x.recipe.toml"
+PROFILE = str(PROFILES / "glm53-dflash7")
+
+
+def _imported_env(tmp_path: Path) -> Path:
+    """The seed recipe imported into tmp_path/out, its env file completed with the site's
+    values and a MoE backend the profile's image has."""
+    out = tmp_path / "out"
+    import_recipe_files(RecipeImportRequest(recipe=str(SEED_RECIPE), output_dir=out))
+    env_file = out / "runtime.env"
+    text = env_file.read_text() + site_env(tmp_path, 0)
+    env_file.write_text(text.replace("MOE_BACKEND=flashinfer_cutlass", "MOE_BACKEND=b12x"))
+    return env_file
+
+
+def test_an_import_writes_both_files_or_neither(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    imported = import_recipe_files(RecipeImportRequest(recipe=str(SEED_RECIPE), output_dir=out))
+    assert sorted(path.name for path in out.iterdir()) == ["profile.toml", "runtime.env"]
+    assert imported.runtime and "[recipe]" in (out / "profile.toml").read_text()
+    edited = (out / "runtime.env").read_text() + "# the operator's line\n"
+    (out / "runtime.env").write_text(edited)
+    profile_before = (out / "profile.toml").read_bytes()
+    with pytest.raises(InputError, match="runtime.env"):
+        import_recipe_files(RecipeImportRequest(recipe=str(SEED_RECIPE), output_dir=out))
+    assert (out / "runtime.env").read_text() == edited and (out / "profile.toml").read_bytes() == profile_before
+    import_recipe_files(RecipeImportRequest(recipe=str(SEED_RECIPE), output_dir=out, force=True))
+    assert "# the operator's line" not in (out / "runtime.env").read_text()
+
+
+def test_an_export_carries_the_recipe_table_an_import_kept(tmp_path: Path) -> None:
+    env_file = _imported_env(tmp_path)
+    recipe = tmp_path / "exported.recipe.toml"
+    exported = export_recipe_file(RecipeExportRequest(rank=0, env_file=str(env_file), output=recipe, profile=PROFILE))
+    assert exported.carried_from == env_file.parent / "profile.toml"
+    assert recipe.read_text() == dump_recipe(exported.export.document)
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "runtime.env").write_bytes(env_file.read_bytes())
+    alone = export_recipe_file(RecipeExportRequest(rank=0, env_file=str(bare / "runtime.env"),
+                                                   output=tmp_path / "alone.recipe.toml", profile=PROFILE))
+    assert alone.carried_from is None
+    # what the import kept under [recipe] is what the carried export has beyond the bare one
+    carried, bare_export = tomllib.loads(recipe.read_text()), tomllib.loads((tmp_path / "alone.recipe.toml").read_text())
+    assert carried != bare_export
+
+
+def test_an_export_refuses_a_bad_image_or_a_fragment_without_a_recipe_before_writing(tmp_path: Path) -> None:
+    env_file = _imported_env(tmp_path)
+    recipe = tmp_path / "exported.recipe.toml"
+    with pytest.raises(InputError, match=r"--image 'sha256:x': expected sha256:<64 lowercase hex>"):
+        export_recipe_file(RecipeExportRequest(rank=0, env_file=str(env_file), output=recipe, profile=PROFILE,
+                                               image="sha256:x"))
+    fragment = tmp_path / "fragment.toml"
+    fragment.write_text("[runtime]\n")
+    with pytest.raises(InputError, match=r"has no \[recipe\] table"):
+        export_recipe_file(RecipeExportRequest(rank=0, env_file=str(env_file), output=recipe, profile=PROFILE,
+                                               imported=fragment))
+    assert not recipe.exists()
