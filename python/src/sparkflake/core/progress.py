@@ -1,19 +1,28 @@
-"""The progress callback every long stage takes: ``(done, total, what)``, in the stage's own
-unit (bytes, files, layers). Only the CLI turns it into output."""
+"""Progress as one object. A long stage takes a ``ProgressCallback``: ``(done, total, what)``,
+in the stage's own unit (bytes, files, layers). Every workflow takes a ``Progress``, which is
+such a callback and also shows steps without a count (``phase``), and hands it to the stages
+it calls. Only the CLI turns either into output (``cli._output.Progress``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol
 
 ProgressCallback = Callable[[int, int, str], None]
 
 
-def report_phase(progress: ProgressCallback | None, name: str) -> None:
-    """A step without a count (the runtime check's ``probe``), for a callback that shows
-    steps (the CLI's ``Progress.phase``); other callbacks ignore it."""
-    show = getattr(progress, "phase", None)
-    if show is not None:
-        show(name)
+class Progress(Protocol):
+    def __call__(self, done: int, total: int, what: str, /) -> None:
+        """``done`` of ``total`` in the stage's own unit (bytes, files, layers)."""
+
+    def phase(self, name: str, /) -> None:
+        """A step without a count (the runtime check's ``probe``)."""
+
+
+def report_phase(progress: Progress | None, name: str) -> None:
+    """A step without a count, when there is a progress object to show it."""
+    if progress is not None:
+        progress.phase(name)
 
 
 class BytesProgress:

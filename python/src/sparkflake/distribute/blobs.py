@@ -148,8 +148,9 @@ def layout_fanout(site: Site, request: LayoutFanoutRequest, *, progress: Progres
     chain: ChainTransfer | None = None
 
     def complete(name: str) -> None:
-        worker = threading.Thread(target=_settle, args=(site, site.rank(name), stores[name], plan, request,
-                                                        chain, evidence[name], committers.pop(name, None)))
+        worker = threading.Thread(target=_settle, args=(site, site.rank(name), stores[name], plan),
+                                  kwargs={"request": request, "chain": chain, "record": evidence[name],
+                                          "committer": committers.pop(name, None)})
         workers.append(worker)
         worker.start()
 
@@ -232,7 +233,7 @@ def _import_args(rank: Rank, request: LayoutFanoutRequest) -> list[str]:
     return ["--engine", request.engine, "--tag", request.tag, "--engine-args-json", json.dumps(list(rank.engine_args))]
 
 
-def _settle(site: Site, rank: Rank, store: str, plan: LayoutPlan, request: LayoutFanoutRequest,
+def _settle(site: Site, rank: Rank, store: str, plan: LayoutPlan, *, request: LayoutFanoutRequest,
             chain: ChainTransfer | None, record: dict[str, Any], committer: StartedAgent | None) -> None:
     """Once a rank holds every blob: manifest and index (not on rank 0, whose layout is the
     source), then the import and the image ID check, in one agent call."""

@@ -50,7 +50,7 @@ def receive(
         if final.is_file():
             if final.stat().st_size == size and hash_prefix(final, size).hexdigest() == sha256:
                 reply({"offset": size})
-                result = _result(OK, final, size, 0, 0, started, sha256, reused=True)
+                result = _result(OK, final, size, offset=0, received=0, started=started, digest=sha256, reused=True)
                 result["identity"] = stat_identity(os.stat(final))
                 return result
             moved_aside = str(move_aside(final, "mismatch"))
@@ -84,17 +84,17 @@ def receive(
                 return {"status": NO_SPACE, "message": message, "path": str(final)}
             return {"status": FAILED, "message": f"cannot write {partial}: {exc.strerror}", "path": str(final)}
         if offset + received < size:
-            return _result(INCOMPLETE, final, offset + received, offset, received, started, None)
+            return _result(INCOMPLETE, final, offset + received, offset=offset, received=received, started=started, digest=None)
         digest = hasher.hexdigest()
         if digest != sha256:
             aside = move_aside(partial, "mismatch")
-            result = _result(MISMATCH, final, size, offset, received, started, digest)
+            result = _result(MISMATCH, final, size, offset=offset, received=received, started=started, digest=digest)
             result["moved_aside"] = str(aside)
             result["message"] = f"{final}: sha256 {digest} does not match the expected {sha256}"
             return result
         os.replace(partial, final)
         fsync_directory(final.parent)
-        result = _result(OK, final, size, offset, received, started, digest)
+        result = _result(OK, final, size, offset=offset, received=received, started=started, digest=digest)
         # what the copy looked like once verified: a store trusts it later while it is unchanged
         result["identity"] = stat_identity(os.stat(final))
         if moved_aside:
@@ -135,11 +135,11 @@ def _result(
     status: str,
     final: Path,
     size: int,
+    *,
     offset: int,
     received: int,
     started: float,
     digest: str | None,
-    *,
     reused: bool = False,
 ) -> dict[str, Any]:
     return {

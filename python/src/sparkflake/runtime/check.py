@@ -31,7 +31,7 @@ from ..core.check_result import ERROR, FAIL, PASS
 from ..core.directory_lock import DirectoryInUse, held_alone
 from ..core.elf_machines import MACHINE_BY_ARCHITECTURE
 from ..core.errors import CheckFailed, InputError
-from ..core.progress import report_phase
+from ..core.progress import Progress, report_phase
 from ..oci.reader import ImageReader, open_image
 from ..oci.tree_paths import host_path_of
 from . import checkpoint, driver_stand_in, rootfs, sandbox
@@ -129,7 +129,7 @@ def run_check(
     platform: str,
     scratch: Path,
     timeout: float = DEFAULT_TIMEOUT,
-    progress: Any = None,
+    progress: Progress | None = None,
     mounts: Sequence[checkpoint.ContainerMount] = (),
     device: Mapping[str, Any] | None = None,
 ) -> CheckReport:
@@ -163,15 +163,16 @@ def run_check(
         return report
     try:
         with held_alone(scratch, "another runtime check", "give this one another --scratch"):
-            _check_in_scratch(report, reader, platform, image_arch, scratch,
-                              cases, expected_versions, timeout, progress, mounts, device)
+            _check_in_scratch(report, reader, platform=platform, image_arch=image_arch, scratch=scratch,
+                              cases=cases, expected_versions=expected_versions, timeout=timeout,
+                              progress=progress, mounts=mounts, device=device)
     except DirectoryInUse as exc:
         report.add("runtime.scratch", ERROR, str(exc))
     return report
 
 
-def _check_in_scratch(report: CheckReport, reader: Any, platform: str, image_arch: str, scratch: Path,
-                      cases: Sequence[Case], expected_versions: Mapping[str, str], timeout: float, progress: Any,
+def _check_in_scratch(report: CheckReport, reader: Any, *, platform: str, image_arch: str, scratch: Path,
+                      cases: Sequence[Case], expected_versions: Mapping[str, str], timeout: float, progress: Progress | None,
                       mounts: Sequence[checkpoint.ContainerMount], device: Mapping[str, Any] | None) -> None:
     """The checks that use ``scratch``: unpack, interpreter, probe and judgement."""
     import time
@@ -205,8 +206,9 @@ def _check_in_scratch(report: CheckReport, reader: Any, platform: str, image_arc
     if device is not None:
         env, binds = _with_driver_stand_in(report, unpacked.path, image_arch, scratch, env, binds)
     report_phase(progress, f"bytecode (host), imports and probe of {len(cases)} launch specs (the image's Python)")
-    result = run_probe(report, unpacked.path, scratch, inside, env, cases, expected_versions, timeout, host_work,
-                       binds, device, progress)
+    result = run_probe(report, unpacked.path, scratch, inside, image_env=env, cases=cases,
+                       expected_versions=expected_versions, timeout=timeout, host_work=host_work, binds=binds,
+                       device=device, progress=progress)
     found = host_work.found()
     if result is None:
         return

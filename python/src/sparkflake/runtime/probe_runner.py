@@ -17,7 +17,7 @@ from typing import Any
 from ..core.atomic_write import make_run_directory, write_bytes_atomic
 from ..core.canonical_json import canonical_json_bytes
 from ..core.check_result import FAIL, PASS, SKIP
-from ..core.progress import report_phase
+from ..core.progress import Progress, report_phase
 from . import bytecode, rootfs, sandbox
 from .check_report import Case, CheckReport
 from .env_evidence import find_names
@@ -89,7 +89,7 @@ class CaseProgress:
     phase of ``progress`` (``runtime check --progress``): the case, its place, its time and
     the steps that did not pass. A line not yet complete waits for the next call."""
 
-    def __init__(self, path: Path, progress: Any) -> None:
+    def __init__(self, path: Path, progress: Progress | None) -> None:
         self.path, self.progress = path, progress
         self.offset = 0
         self.lines: list[str] = []
@@ -121,10 +121,10 @@ class CaseProgress:
         return f"case {line.get('index')}/{line.get('total')} {line.get('case')}: {line.get('seconds')} s, {verdict}"
 
 
-def run_probe(report: CheckReport, root: Path, scratch: Path, python: str, image_env: Mapping[str, str],
+def run_probe(report: CheckReport, root: Path, scratch: Path, python: str, *, image_env: Mapping[str, str],
                cases: Sequence[Case], expected_versions: Mapping[str, str], timeout: float,
                host_work: HostWork, binds: Sequence[tuple[Path, str, bool]],
-               device: Mapping[str, object] | None = None, progress: Any = None) -> dict[str, Any] | None:
+               device: Mapping[str, object] | None = None, progress: Progress | None = None) -> dict[str, Any] | None:
     pycache = _verified_pycache(scratch)
     env = probe_env(image_env, cases)
     host_work.start(pycache, _bytecode_facts(report, root, scratch, python, env))

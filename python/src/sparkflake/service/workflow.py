@@ -266,7 +266,8 @@ def deploy(service_site: ServiceSite, members: list[ServiceRank], request: Servi
         except KeyboardInterrupt:  # SIGINT, or SIGTERM as the CLI delivers it: leave nothing half up
             starting.fail(None, "interrupted")
             starting.roll_back(members, settings.stop_timeout)
-            _record(service_site, members, request, kind, began, "failed", admission, starting, replaced)
+            _record(service_site, members, request, kind=kind, began=began, outcome="failed", admission=admission,
+                    starting=starting, replaced=replaced)
             raise
         if outcome != "ready":
             starting.roll_back(members, settings.stop_timeout)
@@ -279,12 +280,12 @@ def deploy(service_site: ServiceSite, members: list[ServiceRank], request: Servi
                 warnings.append(f"rank {member.number} ({member.rank.name}) could not keep deployment "
                                 f"{member.request.deployment} as current: {reply.describe_failure()}")
                 progress(ProgressEvent("failed", member.number, member.rank.name, warnings[-1]))
-    record, path = _record(service_site, members, request, kind, began, outcome, admission, starting, replaced,
-                           tuple(warnings))
+    record, path = _record(service_site, members, request, kind=kind, began=began, outcome=outcome,
+                           admission=admission, starting=starting, replaced=replaced, warnings=tuple(warnings))
     return DeployResult(record, path, admission)
 
 
-def _record(service_site: ServiceSite, members: list[ServiceRank], request: ServiceRequest, kind: str,
+def _record(service_site: ServiceSite, members: list[ServiceRank], request: ServiceRequest, *, kind: str,
             began: float, outcome: str, admission: AdmissionReport, starting: _Start,
             replaced: str | None, warnings: tuple[str, ...] = ()) -> tuple[DeploymentRecord, Path]:
     settings = service_site.site.service

@@ -19,7 +19,7 @@ from .. import audit
 from ..audit import supply_chain
 from ..audit.report import AuditReport
 from ..core.errors import InputError
-from .progress import Progress
+from ..core.progress import Progress
 
 
 @dataclass(frozen=True)

@@ -50,11 +50,11 @@ from ..core.atomic_write import (
 )
 from ..core.blob_cache import BlobCache, default_cache_root
 from ..core.file_hashes import FileHashes
+from ..core.progress import Progress
 from ..housekeeping.build_record import BuildRecord, last_build_of, utc_now, write_build_record
 from ..housekeeping.free_space import check_free_space, estimate_build_space
 from ..oci.blob_store import BlobStore
 from ..oci.layer_cache import LayerCache
-from .progress import Progress
 
 
 @dataclass(frozen=True)

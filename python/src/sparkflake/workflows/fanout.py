@@ -19,11 +19,11 @@ from typing import Any
 from ..core.atomic_write import write_bytes_atomic
 from ..core.canonical_json import readable_json_bytes
 from ..core.errors import InputError
+from ..core.progress import Progress
 from ..distribute.blobs import LayoutFanoutRequest, layout_fanout
 from ..distribute.fanout import FanoutRequest, fanout
 from ..distribute.registry_mode import RegistryFanoutRequest, registry_fanout
 from ..distribute.site import load_site
-from .progress import Progress
 
 
 @dataclass(frozen=True)

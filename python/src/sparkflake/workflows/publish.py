@@ -19,12 +19,12 @@ from ..compose import receipt
 from ..core.atomic_write import record_written_entry, write_bytes_atomic
 from ..core.canonical_json import readable_json_bytes
 from ..core.errors import InputError
+from ..core.progress import Progress
 from ..oci.artifact import ReferringArtifact, read_referring_artifact
 from ..oci.referrers import PushedReferrer, push_referrer
 from ..oci.registry_auth import load_credentials
 from ..oci.registry_transfer import PushResult, push_layout
 from ..oci.remote import RegistryClient, parse_reference
-from .progress import Progress
 
 
 @dataclass(frozen=True)

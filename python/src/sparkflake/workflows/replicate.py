@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.progress import Progress
 from ..distribute.replicate import ReplicateRequest, replicate
 from ..distribute.site import load_site
 from .fanout import DistributionResult, with_evidence
-from .progress import Progress
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from ..core.atomic_write import write_bytes_atomic
 from ..core.blob_cache import default_cache_root
 from ..core.check_result import SKIP
 from ..core.errors import InputError
+from ..core.progress import Progress
 from ..core.records import record_to_dict
 from ..launch.conformance import conformance_cases
 from ..launch.contract import LaunchContract, contract_from_profile
@@ -35,7 +36,6 @@ from ..runtime.check import DEFAULT_TIMEOUT, image_location, run_check
 from ..runtime.check_report import Case, CheckReport
 from ..runtime.checkpoint import DRAFT, TARGET, WRITABLE, ContainerMount
 from ..runtime.receipt_record import record_in_receipt
-from .progress import Progress
 
 
 @dataclass(frozen=True)
