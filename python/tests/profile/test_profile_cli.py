@@ -155,3 +155,32 @@ def test_validate_refuses_a_runtime_key_the_launcher_does_not_know(tmp_path, cap
     err = capsys.readouterr().err
     assert code == 2
     assert "runtime.MAX_MODEL_LENGTH" in err and "MAX_MODEL_LEN" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(("table", "entry", "named"), [
+    ("[runtime]\n", "MAX_MODEL_LENGTH = 5\n", "runtime.MAX_MODEL_LENGTH"),
+    ("[runtime]\n", "DCP = \"three\"\n", "runtime.DCP"),
+])
+def test_build_refuses_a_profile_whose_launch_table_the_catalog_refuses(tmp_path, capsys, table, entry, named):
+    """`sparkflake build` reads the profile through read_profile, which validates every table:
+    the launch settings too, before anything is fetched (issue 30)."""
+    import shutil
+
+    from sparkflake.cli import main as cli_main
+    from sparkflake.profile.lookup import find_profiles_dir
+
+    source = find_profiles_dir()
+    profiles = tmp_path / "profiles"
+    shutil.copytree(source / "glm53-mtp5", profiles / "glm53-mtp5")
+    shutil.copy(source / "glm53.lock", profiles / "glm53.lock")
+    path = profiles / "glm53-mtp5" / "profile.toml"
+    text = path.read_text()
+    if entry.split(" =")[0] + " =" in text:  # a key the profile sets: replace its line
+        text = "\n".join(line for line in text.splitlines() if not line.startswith(entry.split(" =")[0] + " =")) + "\n"
+    path.write_text(text.replace(table, table + entry, 1))
+    code = cli_main(["build", "glm53-mtp5", "--profiles-dir", str(profiles), "-o", str(tmp_path / "out"),
+                     "--cache", str(tmp_path / "cache")])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert f"{path}: {named}" in err and "Traceback" not in err
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").rglob("*.whl"))

@@ -35,6 +35,7 @@ from .model import (
     PythonSpec,
     Qualification,
 )
+from .settings_catalog import refused_values, validate_runtime_table
 
 
 def dump_profile(profile: Profile) -> str:
@@ -127,4 +128,9 @@ def read_profile(path: str | os.PathLike[str]) -> Profile:
         raise InputError(
             f"{shown}: name: expected the directory's name {describe(folder)}, got {describe(profile.name)}"
         )
+    # The launch tables too, whatever command reads the profile (a build bakes them into the
+    # image's labels): catalog keys whose values parse, refusals of values that parse
+    validate_runtime_table(profile.runtime, f"{shown}: runtime")
+    validate_runtime_table(profile.qualified.settings, f"{shown}: qualified.settings")
+    refused_values(profile.refused, f"{shown}: refused")
     return replace(profile, path=Path(path))
