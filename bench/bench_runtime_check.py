@@ -26,7 +26,7 @@ of the image's interpreter, side by side with a plain ``import vllm`` in the sam
   reported once, separately (unpack_seconds).
 
 Runs are interleaved; medians and the ratios ours/peer per row are printed and written to
-bench/results/runtime-check.json, with the load average before and after each run (the
+bench/results/runtime-check-<profile>.json, with the load average before and after each run (the
 machine is shared).
 
     .venv/bin/python bench/bench_runtime_check.py --out result/glm53-dflash7 --profile glm53-dflash7 \
@@ -66,7 +66,7 @@ from sparkflake.runtime.check_report import Case
 from sparkflake.runtime.probe_runner import PYCACHE_INSIDE, probe_env
 from sparkflake.workflows.runtime_check import container_mounts, expected_versions
 
-RESULTS = REPO / "bench" / "results" / "runtime-check.json"
+RESULTS = REPO / "bench" / "results"  # runtime-check-<profile>.json
 
 
 def main() -> int:
@@ -177,7 +177,7 @@ def main() -> int:
                      for row, data in seconds.items() if data["ours"] and data["import_vllm"]},
         }
         # after every row: an interrupted bench keeps the rows it finished
-        write_bytes_atomic(RESULTS, (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
+        write_bytes_atomic(RESULTS / f"runtime-check-{args.profile}.json", (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
         return record
 
     for run in range(args.runs):
