@@ -134,7 +134,8 @@ def main() -> int:
                           "meta_model_seconds": [((case.get("engine") or {}).get("meta_model") or {}).get("seconds")
                                                  for case in probe.get("cases", [])
                                                  if "meta_model" in (case.get("engine") or {})],
-                          "seconds": probe.get("seconds")})
+                          "cpu_seconds": probe.get("cpu_seconds"),
+                          "child_spans": probe.get("child_spans"), "seconds": probe.get("seconds")})
         # timed whatever the verdicts: the failed check ids are recorded beside the times
         failed.append(sorted({check.id for check in report.failed()}))
         if expected is not None:

@@ -38,9 +38,11 @@ from probe_meta_model import collect_constructions
 from probe_serving import serving_probe
 from probe_support import (
     CAPTURE,
+    CHILD_SPANS,
     ENV_READS,
     PHASE_SECONDS,
     PROGRESS_FILE,
+    STARTED,
     LogCapture,
     case_done,
     error_text,
@@ -49,7 +51,6 @@ from probe_support import (
     track_environ_reads,
 )
 
-STARTED = time.monotonic()
 RUNTIME_MODULES = ("torch", "vllm", "b12x", "sparkcache", "fastsafetensors", "flashinfer")
 FORKED_IMPORTS = ("flashinfer",)
 
@@ -228,11 +229,17 @@ def main(argv: list[str]) -> int:
             if isinstance(imports.get(name), dict):
                 imports[name]["parent_imported"] = name in sys.modules
         result["env_reads"] = sorted(ENV_READS)
+        result["child_spans"] = CHILD_SPANS
         result["log"] = capture.records[-200:]
     except BaseException as exc:  # noqa: BLE001
         result["fatal"] = error_text(exc)
         result["traceback"] = traceback.format_exc()[-8000:]
     result["seconds"] = round(time.monotonic() - STARTED, 3)
+    # CPU against the wall clock: with two cores, probe + children near 2x seconds means the
+    # work itself, not waiting, sets the time (the forked children are reaped by now)
+    spent = os.times()
+    result["cpu_seconds"] = {"probe": round(spent.user + spent.system, 1),
+                             "children": round(spent.children_user + spent.children_system, 1)}
     with open(argv[2], "w", encoding="utf-8") as handle:
         json.dump(result, handle, sort_keys=True)
     return 0

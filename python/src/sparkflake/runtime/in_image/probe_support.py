@@ -12,6 +12,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+STARTED = time.monotonic()  # the probe's start: its modules are imported first
+# Each forked child's [start, end] in seconds after STARTED, by what it did: where the two
+# cores' time went (read by bench/bench_runtime_check.py)
+CHILD_SPANS: dict[str, list[float]] = {}
+
 # A forked step's bound: half the host's default bound on the whole probe
 # (check.DEFAULT_TIMEOUT, 3600 s), so that a hung child is a named failure
 CHILD_TIMEOUT = 1800.0
@@ -73,6 +78,7 @@ def run_forked(producer: Callable[[], object], result_path: str) -> int:
     """Run ``producer`` (returning JSON data) in a forked child, which inherits everything
     imported so far (under qemu its translated code too), on the other core; the parent
     reads what it returned with ``forked_result``."""
+    forked_at = time.monotonic()
     pid = os.fork()
     if pid == 0:
         status = 1
@@ -82,6 +88,7 @@ def run_forked(producer: Callable[[], object], result_path: str) -> int:
             except BaseException as exc:  # noqa: BLE001 - a failure is data
                 produced = {"error": error_text(exc)}
             produced["env_reads"] = sorted(ENV_READS)
+            produced["child_seconds"] = [round(forked_at - STARTED, 1), round(time.monotonic() - STARTED, 1)]
             with open(result_path, "w", encoding="utf-8") as handle:
                 json.dump(produced, handle)
             status = 0
@@ -109,6 +116,7 @@ def forked_result(what: str, pid: int, result_path: str, timeout: float = CHILD_
     except (OSError, ValueError):
         return {"error": f"the child {what} ended with wait status {status} and no result"}
     ENV_READS.update(produced.pop("env_reads", []))
+    CHILD_SPANS[what] = produced.pop("child_seconds", [])
     return produced
 
 
