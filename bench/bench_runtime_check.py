@@ -54,12 +54,12 @@ from sparkflake.core.records import record_to_dict
 from sparkflake.launch.conformance import conformance_cases
 from sparkflake.launch.contract import contract_from_profile
 from sparkflake.lock.profile_locks import load_profile
+from sparkflake.oci.layout import output_layout
 from sparkflake.oci.reader import open_image
 from sparkflake.runtime import driver_stand_in, rootfs, sandbox
 from sparkflake.runtime.check import (
     config_env,
     image_interpreter,
-    image_location,
     run_check,
 )
 from sparkflake.runtime.check_report import Case
@@ -87,7 +87,7 @@ def main() -> int:
     mounts = container_mounts(contract, cases)
     device = None if profile.device is None else record_to_dict(profile.device)
     versions = expected_versions(profile)
-    reader = open_image(image_location(out))
+    reader = open_image(output_layout(out))
     started = time.monotonic()
     unpacked = rootfs.unpack_image(reader, scratch)
     first_unpack = time.monotonic() - started

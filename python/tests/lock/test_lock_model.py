@@ -121,7 +121,7 @@ def test_valid_example_is_canonical_and_fields_read_back() -> None:
     assert isinstance(lock.by_name("vllm-sdist"), SdistPin)
     assert lock.by_name("vllm-sdist").distribution == "vllm"
     file_pin = lock.by_name("nccl-switchless")
-    assert isinstance(file_pin, FilePin) and file_pin.operator_supplied
+    assert isinstance(file_pin, FilePin) and not file_pin.urls  # operator supplied
     oci = lock.by_name("r8-image")
     assert isinstance(oci, OciPin) and oci.index_digest is None
     assert oci.repository == "ghcr.io/fujitsupolycom/sparkring-glm53-sparkcache"

@@ -3,6 +3,8 @@ that ties the README's test command to .ci/run, and the bootstrap scripts."""
 
 from __future__ import annotations
 
+import ast
+import importlib
 import os
 import re
 import subprocess
@@ -115,6 +117,80 @@ def test_architecture_reading_table_names_every_stage_package() -> None:
     packages = {path.name for path in source.iterdir() if (path / "__init__.py").is_file()}
     modules = {path.stem for path in source.glob("*.py")} - {"__init__"}
     assert listed == packages | modules
+
+
+PACKAGE = REPO / "python" / "src" / "sparkflake"
+ARCHITECTURE = REPO / "docs" / "architecture.md"
+# What architecture.md names by path: a file or directory of the checkout (its own top-level
+# directories; python/-relative for the tests), or code of the package (`core/documents.
+# read_regular_file`, `oci.layer_input.LayerInput`, `launch/conformance.py`). A name with a
+# placeholder (`<stage>`, `*`) stands for no one path.
+CHECKOUT_DIRECTORIES = ("python/", "tests/", "nix/", "checks/", "bin/", "docs/", "profiles/", "overlays/", "bench/")
+CODE_NAME = re.compile(r"[a-z_][a-z0-9_]*(?:[./][A-Za-z_][A-Za-z0-9_]*)*(?:\.py)?/?")
+FILE_SUFFIXES = (".env", ".toml", ".json", ".md", ".lock", ".nix")
+
+
+def code_name_exists(name: str) -> bool:
+    """Whether ``name`` (slashes or dots, relative to the package) is a module of the
+    package, or a name its module defines (and an attribute of that, for a method)."""
+    parts = name.removesuffix("/").removesuffix(".py").replace("/", ".").split(".")
+    for cut in range(len(parts), 0, -1):
+        path = PACKAGE.joinpath(*parts[:cut])
+        if (path / "__init__.py").is_file() or path.with_suffix(".py").is_file():
+            value: object = importlib.import_module(".".join(["sparkflake", *parts[:cut]]))
+            for attribute in parts[cut:]:
+                if not hasattr(value, attribute):
+                    return False
+                value = getattr(value, attribute)
+            return True
+    return False
+
+
+def named_in_architecture() -> list[str]:
+    return re.findall(r"`([^`\n]+)`", ARCHITECTURE.read_text())
+
+
+def test_every_path_architecture_names_exists() -> None:
+    packages = {path.name for path in PACKAGE.iterdir() if (path / "__init__.py").is_file()}
+    missing = []
+    for name in named_in_architecture():
+        if any(mark in name for mark in "<>*…{}"):
+            continue
+        if name.startswith(CHECKOUT_DIRECTORIES):
+            if not ((REPO / name).exists() or (REPO / "python" / name).exists()):
+                missing.append(name)
+        elif (CODE_NAME.fullmatch(name) and re.split(r"[./]", name)[0] in packages
+              and not name.endswith(FILE_SUFFIXES) and not code_name_exists(name)):
+            missing.append(name)
+    assert missing == []
+
+
+def test_every_entry_function_and_workflow_architecture_names_exists() -> None:
+    text = ARCHITECTURE.read_text()
+    missing = []
+    reading = text.split("## Reading the code", 1)[1].split("\n## ", 1)[0]
+    for package, entries in re.findall(r"^\| `([a-z_]+)/` \| [^|]+ \| ([^|]*) \|", reading, re.M):
+        missing += [f"{package}.{entry}" for entry in re.findall(r"`([^`]+)`", entries)
+                    if not code_name_exists(f"{package}.{entry}")]
+    workflows = text.split("## Workflows", 1)[1].split("\n## ", 1)[0]
+    classes = {node.name for path in PACKAGE.rglob("*.py") for node in ast.walk(ast.parse(path.read_text()))
+               if isinstance(node, ast.ClassDef)}
+    cell = r"((?:\\\||[^|])+)"  # a table cell: anything but an unescaped |
+    rows = re.findall(rf"^\| `sparkflake {cell} \| {cell} \| {cell} \|$", workflows, re.M)
+    assert len(rows) == workflows.count("\n| `sparkflake ")
+    for _command, types, where in rows:
+        missing += [name for name in re.findall(r"`([A-Z][A-Za-z]+)`", types) if name not in classes]
+        module, *functions = re.findall(r"`([^`]+)`", where)
+        missing += [f"{module}:{function}" for function in functions
+                    if not code_name_exists(f"{module.removesuffix('.py')}.{function}")]
+    assert missing == []
+
+
+def test_a_name_the_package_lacks_is_found_missing() -> None:
+    assert code_name_exists("oci/layout.StagedLayout") and code_name_exists("workflows/build.py")
+    assert not code_name_exists("oci/layout.no_such_writer")
+    assert not code_name_exists("oci/no_such_module")
+    assert not code_name_exists("no_such_package")
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,7 @@
-"""Cosign key files and the signed payloads: read and written as cosign 2.x (Debian 13's
-package) reads and writes them, cross-checked by running cosign; malformed input refused
-with a named error, never a traceback."""
+"""Cosign key files and the signed payloads: key files read and payloads written as cosign
+2.x (Debian 13's package) writes them, cross-checked by running cosign (the key files these
+tests write are ones cosign reads); malformed input refused with a named error, never a
+traceback."""
 
 from __future__ import annotations
 
@@ -10,29 +11,63 @@ import os
 import subprocess
 from pathlib import Path
 
+import nacl.secret
+import nacl.utils
 import pytest
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
 from hypothesis import given
 from hypothesis import strategies as st
 
 from sparkflake.cli import main as cli_main
+from sparkflake.core.canonical_json import go_struct_json_bytes
 from sparkflake.core.errors import CheckFailed, InputError
 from sparkflake.signing import payloads
 from sparkflake.signing.keys import (
+    PrivateKey,
+    PublicKey,
     decrypt_private_key,
-    encrypt_private_key,
-    generate_private_key,
     load_private_key,
     load_public_key,
     parse_public_key,
     pem_blocks,
-    pem_encode,
 )
 
 COSIGN = "/usr/bin/cosign"
 SMALL_N = 16  # scrypt cost for property tests (the reader takes what the file says)
+
+
+def generate_private_key() -> PrivateKey:
+    return PrivateKey(ec.generate_private_key(ec.SECP256R1()), "generated key")
+
+
+def pem_encode(kind: str, der: bytes) -> bytes:
+    body = base64.b64encode(der).decode()
+    lines = [body[i : i + 64] for i in range(0, len(body), 64)]
+    return ("\n".join([f"-----BEGIN {kind}-----", *lines, f"-----END {kind}-----"]) + "\n").encode()
+
+
+def public_pem(key: PublicKey) -> bytes:
+    return key.key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+
+
+def encrypt_private_key(key: PrivateKey, password: bytes, *, n: int = 65536, r: int = 8, p: int = 1) -> bytes:
+    """The file ``cosign generate-key-pair`` would write for ``key`` (its scrypt parameters
+    by default; random salt and nonce), written here independently of the reader."""
+    salt = nacl.utils.random(32)
+    nonce = nacl.utils.random(nacl.secret.SecretBox.NONCE_SIZE)
+    secretbox_key = Scrypt(salt=salt, length=nacl.secret.SecretBox.KEY_SIZE, n=n, r=r, p=p).derive(password)
+    plaintext = key.key.private_bytes(
+        serialization.Encoding.DER, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    document = {
+        "kdf": {"name": "scrypt", "params": {"N": n, "r": r, "p": p}, "salt": base64.b64encode(salt).decode()},
+        "cipher": {"name": "nacl/secretbox", "nonce": base64.b64encode(nonce).decode()},
+        "ciphertext": base64.b64encode(nacl.secret.SecretBox(secretbox_key).encrypt(plaintext, nonce).ciphertext).decode(),
+    }
+    return pem_encode("ENCRYPTED SIGSTORE PRIVATE KEY", go_struct_json_bytes(document))
 
 
 def cosign(*args: str, cwd: Path, password: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -54,18 +89,18 @@ def cosign_pair(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_reads_the_key_pair_cosign_generates(cosign_pair: Path) -> None:
     key = load_private_key(cosign_pair / "cosign.key", b"correct horse")
     public = load_public_key(cosign_pair / "cosign.pub")
-    assert key.public_key().pem() == public.pem()
+    assert public_pem(key.public_key()) == public_pem(public)
     assert b"ENCRYPTED SIGSTORE PRIVATE KEY" in (cosign_pair / "cosign.key").read_bytes()
     message = b"payload"
     assert public.verify(key.sign(message), message)
     assert not public.verify(key.sign(message), b"other payload")
 
 
-def test_cosign_reads_the_key_file_we_write(tmp_path: Path) -> None:
+def test_cosign_reads_the_key_files_these_tests_write(tmp_path: Path) -> None:
     key = generate_private_key()
     (tmp_path / "ours.key").write_bytes(encrypt_private_key(key, b"s3cret"))
     shown = cosign("public-key", "--key", "ours.key", cwd=tmp_path, password="s3cret").stdout
-    assert parse_public_key(shown.encode(), "cosign public-key").pem() == key.public_key().pem()
+    assert public_pem(parse_public_key(shown.encode(), "cosign public-key")) == public_pem(key.public_key())
     refused = cosign("public-key", "--key", "ours.key", cwd=tmp_path, password="wrong", check=False)
     assert refused.returncode != 0
 
@@ -75,7 +110,7 @@ def test_key_file_round_trip(password: bytes, n_log: int) -> None:
     key = generate_private_key()
     content = encrypt_private_key(key, password, n=2**n_log)
     again = decrypt_private_key(content, password, "key")
-    assert again.public_key().pem() == key.public_key().pem()
+    assert public_pem(again.public_key()) == public_pem(key.public_key())
     with pytest.raises(CheckFailed) as refused:
         decrypt_private_key(content, password + b"x", "key")
     assert refused.value.check_id == "key.password"
@@ -123,7 +158,7 @@ def test_malformed_key_documents_name_the_field(mutate, named: str) -> None:  # 
 
 
 def test_not_a_key_file(tmp_path: Path) -> None:
-    (tmp_path / "public.pem").write_bytes(generate_private_key().public_key().pem())
+    (tmp_path / "public.pem").write_bytes(public_pem(generate_private_key().public_key()))
     with pytest.raises(InputError, match="expected one PEM block -----BEGIN ENCRYPTED SIGSTORE PRIVATE KEY"):
         load_private_key(tmp_path / "public.pem", b"pw")
     with pytest.raises(InputError, match="is a directory"):

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..core.atomic_write import atomic_directory, write_bytes_atomic
+from ..core.atomic_write import write_bytes_atomic
 from ..core.builder_identity import builder_identity
 from ..core.canonical_json import readable_json_bytes
 from ..core.errors import InputError
@@ -271,18 +271,6 @@ def check_formats(formats: Sequence[str]) -> None:
         raise InputError(f"--formats {','.join(formats)}: expected some of {', '.join(OUTPUT_FORMATS)}")
 
 
-def write_outputs(
-    result: BuildResult, out_dir: Path, formats: Sequence[str] = OUTPUT_FORMATS, *, force: bool = False
-) -> Path:
-    """``out_dir``: oci/ (layout, blobs copied from the store), oci-archive.tar,
-    docker-archive.tar (each only if in ``formats``), digests.json, receipt.json,
-    retained-native.json, source-overlay.json; written beside and swapped in at once."""
-    check_formats(formats)
-    with atomic_directory(out_dir, owned_output=True, force=force) as staging:
-        write_outputs_into(staging, result, formats)
-    return out_dir
-
-
 def start_archive(staging: Path, formats: Sequence[str], options: ImageOptions) -> CombinedArchiveWriter | None:
     """The combined archive (oci-archive and docker-archive in one file) started in the
     staging directory: each layer handed to it (``add_layer``) is copied on a background
@@ -347,9 +335,11 @@ def write_outputs_into(
     combined: CombinedArchiveWriter | None = None,
     layout: LayoutWriter | None = None,
 ) -> None:
-    """The files of ``write_outputs`` into a staging directory; ``combined`` and
-    ``layout`` are the archive and the layout ``start_archive`` and ``start_layout``
-    began there (finished here)."""
+    """A build's output files into a staging directory: oci/ (the layout), oci-archive.tar,
+    docker-archive.tar (each only if in ``formats``), receipt.json, the SBOM,
+    retained-native.json, source-overlay.json (source-packages.json when packages were
+    overlaid), digests.json; ``combined`` and ``layout`` are the archive and the layout
+    ``start_archive`` and ``start_layout`` began there (finished here)."""
     if "oci" in formats:
         if layout is not None:
             layout.finish(result.image)

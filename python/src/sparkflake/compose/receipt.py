@@ -28,6 +28,7 @@ from typing import Any
 from ..core.canonical_json import readable_json_bytes
 from ..core.documents import parse_json_object, read_regular_file
 from ..oci.media_types import OCI_CONFIG, OCI_MANIFEST
+from .sbom import SPDX_MEDIA_TYPE
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
@@ -182,7 +183,7 @@ def add_sbom_byproducts(full: Mapping[str, Any], sbom: bytes, artifact_manifest_
     there: the SBOM names the manifest digest, which the in-image receipt cannot know)."""
     byproducts = full["predicate"]["runDetails"]["byproducts"]
     byproducts.append(
-        {"name": SBOM, "uri": file_name, "digest": {"sha256": sha256_hex(sbom)}, "mediaType": "application/spdx+json"}
+        {"name": SBOM, "uri": file_name, "digest": {"sha256": sha256_hex(sbom)}, "mediaType": SPDX_MEDIA_TYPE}
     )
     byproducts.append(
         {

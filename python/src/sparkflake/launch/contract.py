@@ -70,14 +70,6 @@ class LaunchContract:
         for name in ("image_labels", "runtime_defaults", "qualified", "components", "claims", "refused"):
             object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
 
-    def with_image(self, image_id: str, labels: Mapping[str, str] | None = None) -> LaunchContract:
-        """The same contract bound to another image (a locally built or test image)."""
-        from dataclasses import replace
-
-        return replace(
-            self, image_id=image_id, image_labels=dict(labels if labels is not None else self.image_labels)
-        )
-
 
 def _auto_equivalents(runtime: Mapping[str, str]) -> dict[str, str]:
     """Profile defaults that restate an auto rule's result for the profile's own DCP.

@@ -49,16 +49,6 @@ def parse_paragraphs(text: str, *, source: str = "<packages>") -> Iterator[dict[
         yield current
 
 
-def format_paragraph(fields: Mapping[str, str]) -> str:
-    """The inverse of ``parse_paragraphs`` for values without empty continuation lines."""
-    lines = []
-    for key, value in fields.items():
-        first, *rest = value.split("\n")
-        lines.append(f"{key}: {first}".rstrip())
-        lines.extend(" " + part for part in rest)
-    return "\n".join(lines) + "\n"
-
-
 # ---------------------------------------------------------------------------------------
 # Versions (dpkg's algorithm, deb-version(7))
 

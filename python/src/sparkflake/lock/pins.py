@@ -350,10 +350,6 @@ class FilePin:
                 "how_to_supply", "a file without urls is operator supplied and needs how_to_supply"
             )
 
-    @property
-    def operator_supplied(self) -> bool:
-        return not self.urls
-
 
 Pin = WheelPin | SdistPin | DebPin | GitPin | OciPin | FilePin
 PinT = TypeVar("PinT", WheelPin, SdistPin, DebPin, GitPin, OciPin, FilePin)

@@ -14,7 +14,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,15 +24,6 @@ from ..core.errors import CheckFailed, InputError
 from .target import DEBIAN_BOOKWORM_ARM64, InstallTarget, wheel_tags
 
 PYPI_INDEX = "https://pypi.org/simple"
-
-# The glm53 requirement set (issue 4); profiles may override it.
-GLM53_REQUIREMENTS: tuple[str, ...] = (
-    "vllm==0.33.0",
-    "b12x",
-    "sparkcache",
-    "fastsafetensors",
-    "nvidia-nccl-cu13==2.30.7",
-)
 
 
 @dataclass(frozen=True)
@@ -168,16 +158,3 @@ def select_wheels(
         )
     pins.sort(key=lambda p: p.name)
     return pins
-
-
-def resolve_python(
-    requirements: Sequence[str] = GLM53_REQUIREMENTS,
-    *,
-    target: InstallTarget = DEBIAN_BOOKWORM_ARM64,
-    index_url: str = PYPI_INDEX,
-    exclude_newer: str | None = None,
-) -> tuple[str, list[ResolvedWheel]]:
-    """(pylock.toml text as uv wrote it, the selected wheel pins)."""
-    text = compile_pylock(requirements, target=target, index_url=index_url, exclude_newer=exclude_newer)
-    pins = select_wheels(tomllib.loads(text), target=target)
-    return text, pins

@@ -20,7 +20,6 @@ from ..core.documents import parse_json, read_regular_file
 from ..core.errors import CheckFailed, InputError
 from . import media_types
 
-EMPTY_CONFIG_MEDIA_TYPE = "application/vnd.oci.empty.v1+json"
 EMPTY_CONFIG = b"{}"
 TITLE_ANNOTATION = "org.opencontainers.image.title"
 
@@ -60,7 +59,7 @@ def referring_artifact(*, artifact_type: str, blob: bytes, title: str, subject_d
         "schemaVersion": 2,
         "mediaType": media_types.OCI_MANIFEST,
         "artifactType": artifact_type,
-        "config": {"mediaType": EMPTY_CONFIG_MEDIA_TYPE, "digest": sha256_digest(EMPTY_CONFIG), "size": len(EMPTY_CONFIG)},
+        "config": {"mediaType": media_types.OCI_EMPTY, "digest": sha256_digest(EMPTY_CONFIG), "size": len(EMPTY_CONFIG)},
         "layers": [
             {"mediaType": artifact_type, "digest": blob_digest, "size": len(blob),
              "annotations": {TITLE_ANNOTATION: title}},
@@ -115,7 +114,7 @@ def read_referring_artifact(layout: Path, manifest_digest: str, subject_digest: 
     config = document.get("config")
     artifact_type = document.get("artifactType")
     if (not isinstance(layers, list) or len(layers) != 1 or not isinstance(layers[0], dict)
-            or not isinstance(config, dict) or config.get("mediaType") != EMPTY_CONFIG_MEDIA_TYPE
+            or not isinstance(config, dict) or config.get("mediaType") != media_types.OCI_EMPTY
             or not isinstance(artifact_type, str)):
         raise InputError(f"{where}: expected an artifactType, the empty config and one layer")
     blob_digest = str(layers[0].get("digest"))

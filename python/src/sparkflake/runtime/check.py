@@ -32,6 +32,7 @@ from ..core.directory_lock import DirectoryInUse, held_alone
 from ..core.elf_machines import MACHINE_BY_ARCHITECTURE
 from ..core.errors import CheckFailed, InputError
 from ..core.progress import Progress, report_phase
+from ..oci.layout import output_layout
 from ..oci.reader import ImageReader, open_image
 from ..oci.tree_paths import host_path_of
 from . import checkpoint, driver_stand_in, rootfs, sandbox
@@ -56,11 +57,6 @@ def _with_driver_stand_in(report: CheckReport, root: Path, architecture: str, sc
                f"CUDA_ERROR_NO_DEVICE (the check's only; never in the image)")
     library_path = ":".join(filter(None, (driver_stand_in.INSIDE, env.get("LD_LIBRARY_PATH"))))
     return {**env, "LD_LIBRARY_PATH": library_path}, [*binds, (stand_in.directory, driver_stand_in.INSIDE, False)]
-
-
-def image_location(out: Path) -> Path:
-    """A build output directory holds the OCI layout in ``oci/``; anything else is the image."""
-    return out / "oci" if (out / "oci" / "oci-layout").is_file() else out
 
 
 def _platform_of(reader: ImageReader) -> tuple[str, str]:
@@ -141,7 +137,7 @@ def run_check(
     is not judged past its configs)."""
     report = CheckReport()
     try:
-        reader = open_image(image_location(image))
+        reader = open_image(output_layout(image))
     except InputError as exc:
         report.add("runtime.unpack", ERROR, str(exc))
         return report

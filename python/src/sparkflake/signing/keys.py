@@ -28,7 +28,6 @@ from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from ..core.canonical_json import go_struct_json_bytes
 from ..core.documents import read_regular_file
 from ..core.errors import CheckFailed, InputError
 
@@ -37,11 +36,8 @@ PUBLIC_PEM_TYPE = "PUBLIC KEY"
 PASSWORD_VARIABLE = "COSIGN_PASSWORD"  # the variable cosign reads the key password from
 KEY_FILE_LIMIT = 64 * 1024
 
-# What cosign 2.5.0's generate-key-pair writes (its key file, decoded); a file may say other
-# scrypt parameters, within bounds that keep one derivation under a few hundred MiB and seconds.
-SCRYPT_N = 65536
-SCRYPT_R = 8
-SCRYPT_P = 1
+# A key file says its scrypt parameters (cosign 2.5.0's generate-key-pair writes N=65536, r=8,
+# p=1); they are taken within bounds that keep one derivation under a few hundred MiB and seconds.
 _MAX_SCRYPT_MEMORY = 512 * 1024 * 1024  # 128 * N * r bytes
 
 _PEM = re.compile(
@@ -60,11 +56,6 @@ class PublicKey:
         except InvalidSignature:
             return False
         return True
-
-    def pem(self) -> bytes:
-        from cryptography.hazmat.primitives import serialization
-
-        return self.key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
 
 
 @dataclass(frozen=True)
@@ -137,7 +128,7 @@ def _scrypt_params(document: dict[str, Any], where: str) -> tuple[int, int, int]
     return n, r, p
 
 
-# PyNaCl and scrypt are imported where a private key is read or written: `verify` needs
+# PyNaCl and scrypt are imported where a private key is read: `verify` needs
 # neither, and importing them cost it ~6 ms (-X importtime; bench/results/sign-issue32-h32v.json).
 def _secretbox_key(password: bytes, salt: bytes, n: int, r: int, p: int) -> bytes:
     import nacl.secret
@@ -185,38 +176,6 @@ def decrypt_private_key(content: bytes, password: bytes, where: str) -> PrivateK
     if not isinstance(key, ec.EllipticCurvePrivateKey):
         raise InputError(f"{where}: a {type(key).__name__} key; expected an ECDSA key (cosign generate-key-pair)")
     return PrivateKey(key, where)
-
-
-def encrypt_private_key(key: PrivateKey, password: bytes, *, n: int = SCRYPT_N, r: int = SCRYPT_R,
-                        p: int = SCRYPT_P, salt: bytes | None = None, nonce: bytes | None = None) -> bytes:
-    """The file ``cosign generate-key-pair`` would write for ``key`` (random salt and nonce)."""
-    import nacl.secret
-    import nacl.utils
-
-    salt = salt if salt is not None else nacl.utils.random(32)
-    nonce = nonce if nonce is not None else nacl.utils.random(nacl.secret.SecretBox.NONCE_SIZE)
-    from cryptography.hazmat.primitives import serialization
-
-    plaintext = key.key.private_bytes(
-        serialization.Encoding.DER, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-    ciphertext = nacl.secret.SecretBox(_secretbox_key(password, salt, n, r, p)).encrypt(plaintext, nonce).ciphertext
-    document = {
-        "kdf": {"name": "scrypt", "params": {"N": n, "r": r, "p": p}, "salt": base64.b64encode(salt).decode()},
-        "cipher": {"name": "nacl/secretbox", "nonce": base64.b64encode(nonce).decode()},
-        "ciphertext": base64.b64encode(ciphertext).decode(),
-    }
-    return pem_encode(PRIVATE_PEM_TYPES[0], go_struct_json_bytes(document))
-
-
-def pem_encode(kind: str, der: bytes) -> bytes:
-    body = base64.b64encode(der).decode()
-    lines = [body[i : i + 64] for i in range(0, len(body), 64)]
-    return ("\n".join([f"-----BEGIN {kind}-----", *lines, f"-----END {kind}-----"]) + "\n").encode()
-
-
-def generate_private_key() -> PrivateKey:
-    return PrivateKey(ec.generate_private_key(ec.SECP256R1()), "generated key")
 
 
 # A SubjectPublicKeyInfo of an uncompressed point on a named curve (RFC 5480 2) is, in DER,

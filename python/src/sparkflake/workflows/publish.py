@@ -21,6 +21,7 @@ from ..core.canonical_json import readable_json_bytes
 from ..core.errors import InputError
 from ..core.progress import Progress
 from ..oci.artifact import ReferringArtifact, read_referring_artifact
+from ..oci.layout import output_layout
 from ..oci.referrers import PushedReferrer, push_referrer
 from ..oci.registry_auth import load_credentials
 from ..oci.registry_transfer import PushResult, push_layout
@@ -70,7 +71,7 @@ def publish(request: PublishRequest, progress: Progress | None = None) -> Publis
     if target.digest:
         raise InputError(f"{request.target}: publish to a tag, not a digest (the digest is the result)")
     out = request.out
-    layout = out / "oci" if (out / "oci" / "index.json").is_file() else out
+    layout = output_layout(out)
     if not (layout / "index.json").is_file():
         raise InputError(f"{out}: neither OUT/oci/index.json nor OUT/index.json exists")
     credentials = load_credentials(request.auth_file) if request.auth_file else None

@@ -29,10 +29,11 @@ from ..launch.image_capabilities import record_capabilities
 from ..launch.spec import CONTAINER_DRAFT, CONTAINER_TARGET
 from ..lock.pins import WheelPin
 from ..lock.profile_locks import load_locks, load_profile
+from ..oci.layout import output_layout
 from ..oci.reader import open_image
 from ..profile.model import Profile
 from ..runtime.capabilities import Capabilities, dumps
-from ..runtime.check import DEFAULT_TIMEOUT, image_location, run_check
+from ..runtime.check import DEFAULT_TIMEOUT, run_check
 from ..runtime.check_report import Case, CheckReport
 from ..runtime.checkpoint import DRAFT, TARGET, WRITABLE, ContainerMount
 from ..runtime.receipt_record import record_in_receipt
@@ -58,7 +59,7 @@ def profile_name_of(out: Path, given: str | None) -> str:
     """The profile to judge against: ``given``, else the image's own label."""
     if given:
         return given
-    labels = (open_image(image_location(out)).config.get("config") or {}).get("Labels") or {}
+    labels = (open_image(output_layout(out)).config.get("config") or {}).get("Labels") or {}
     name = labels.get("org.sparkflake.profile")
     if not isinstance(name, str):
         raise InputError(f"{out}: the image has no org.sparkflake.profile label; pass --profile")
