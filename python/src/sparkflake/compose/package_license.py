@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import tarfile
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from email.parser import BytesHeaderParser
 from pathlib import Path
@@ -100,40 +101,40 @@ def license_from_metadata(content: bytes) -> StatedLicense:
     return StatedLicense(None, _short("; ".join(stated)))
 
 
-def unreadable(exc: Exception) -> StatedLicense:
-    # the build's other stages refuse an unreadable artifact by name; the SBOM says so
-    return StatedLicense(None, _short(f"metadata unreadable: {exc}"))
-
-
 def wheel_license(path: Path) -> StatedLicense:
     """From the wheel's ``<name>-<version>.dist-info/METADATA`` (the only top-level dist-info)."""
+    return _stated_license(_wheel_metadata, path)
+
+
+def sdist_license(path: Path) -> StatedLicense:
+    """From the sdist's ``<name>-<version>/PKG-INFO``, reading the stream only as far as it."""
+    return _stated_license(_sdist_metadata, path)
+
+
+def _stated_license(read_metadata: Callable[[Path], bytes | None], path: Path) -> StatedLicense:
+    """The license of the metadata ``read_metadata`` finds in the artifact at ``path`` (None:
+    it holds no such document)."""
     try:
-        return _wheel_license(path)
-    except (OSError, EOFError, zipfile.BadZipFile) as exc:
-        return unreadable(exc)
+        metadata = read_metadata(path)
+    except (OSError, EOFError, zipfile.BadZipFile, tarfile.TarError) as exc:
+        # the build's other stages refuse an unreadable artifact by name; the SBOM says so
+        return StatedLicense(None, _short(f"metadata unreadable: {exc}"))
+    return StatedLicense.none() if metadata is None else license_from_metadata(metadata)
 
 
-def _wheel_license(path: Path) -> StatedLicense:
+def _wheel_metadata(path: Path) -> bytes | None:
     with zipfile.ZipFile(path) as archive:
         candidates = [
             info for info in archive.infolist()
             if info.filename.count("/") == 1 and info.filename.endswith(".dist-info/METADATA")
         ]
         if len(candidates) != 1 or candidates[0].file_size > METADATA_LIMIT:
-            return StatedLicense.none()
+            return None
         with archive.open(candidates[0]) as handle:
-            return license_from_metadata(handle.read(METADATA_LIMIT))
+            return handle.read(METADATA_LIMIT)
 
 
-def sdist_license(path: Path) -> StatedLicense:
-    """From the sdist's ``<name>-<version>/PKG-INFO``, reading the stream only as far as it."""
-    try:
-        return _sdist_license(path)
-    except (OSError, EOFError, tarfile.TarError) as exc:
-        return unreadable(exc)
-
-
-def _sdist_license(path: Path) -> StatedLicense:
+def _sdist_metadata(path: Path) -> bytes | None:
     with tarfile.open(path, "r:*") as archive:
         for _ in range(_SDIST_SCAN_MEMBERS):
             member = archive.next()
@@ -143,5 +144,5 @@ def _sdist_license(path: Path) -> StatedLicense:
             if len(parts) == 2 and parts[1] == "PKG-INFO" and member.isfile() and member.size <= METADATA_LIMIT:
                 handle = archive.extractfile(member)
                 if handle is not None:
-                    return license_from_metadata(handle.read(METADATA_LIMIT))
-    return StatedLicense.none()
+                    return handle.read(METADATA_LIMIT)
+    return None

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..core.errors import CheckFailed, SparkflakeError
+from ..core.records import field_record
 
 PASSED = "passed"
 FAILED = "failed"
@@ -28,7 +29,7 @@ class LinkResult:
     detail: str
 
     def as_record(self) -> dict[str, str]:
-        return {"link": self.link, "status": self.status, "detail": self.detail}
+        return field_record(self)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from .records import field_record
+
 PASS, FAIL, ERROR, SKIP = "pass", "fail", "error", "skip"
 
 
@@ -18,7 +20,7 @@ class CheckResult:
     digest: str | None = None
 
     def as_record(self) -> dict[str, Any]:
-        return {"id": self.id, "status": self.status, "detail": self.detail, "digest": self.digest}
+        return field_record(self)
 
 
 def failed_checks(checks: Iterable[CheckResult]) -> list[CheckResult]:

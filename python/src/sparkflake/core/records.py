@@ -10,7 +10,7 @@ import json
 import os
 import re
 import tomllib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import MISSING, fields
 from typing import Any, ClassVar, Protocol, TypeVar
 
@@ -313,6 +313,19 @@ def record_to_dict(record: Any) -> dict[str, Any]:
             value = {name: _plain(item) for name, item in value.items()}
         document[key] = _plain(value)
     return document
+
+
+def field_record(record: Any, names: Sequence[str] | None = None) -> dict[str, Any]:
+    """A dataclass's fields as the JSON record its ``as_record`` gives: ``names`` (default:
+    every field, as declared) keyed by their own names in that order, tuples as lists. Unlike
+    ``record_to_dict`` (the validated TOML records) no key is left out, so each name is written
+    once, by the field declaration, and the record cannot drift from it."""
+    chosen = names if names is not None else [spec.name for spec in fields(record)]
+    return {name: _listed(getattr(record, name)) for name in chosen}
+
+
+def _listed(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
 
 
 def _plain(value: Any) -> Any:

@@ -60,16 +60,12 @@ def validate_layout_request(request: LayoutFanoutRequest) -> None:
             raise InputError("--import with a layout needs --tag: the name the image gets in podman's store")
 
 
-def store_path(rank: Rank) -> str:
-    return str(PurePosixPath(rank.data_dir) / STORE_NAME)
-
-
 def layout_fanout(site: Site, request: LayoutFanoutRequest, *, progress: Progress | None = None) -> dict[str, Any]:
     validate_layout_request(request)
     started = time.monotonic()
     ranks = site.ordered_ranks()
     first = ranks[0]
-    stores = {rank.name: store_path(rank) for rank in ranks}
+    stores = {rank.name: rank.data_path(STORE_NAME) for rank in ranks}
     # A run that sends starts each rank's settling agent first: it lists what the rank's
     # record holds (stat only) while rank 0 reads the layout, then waits, its SSH session
     # and interpreter ready, until the rank holds every blob and it commits (and imports).

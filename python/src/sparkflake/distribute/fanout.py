@@ -60,10 +60,6 @@ def validate_request(request: FanoutRequest) -> None:
         raise InputError(f"{request.archive}: expected an absolute path on rank 0 or an http(s) URL")
 
 
-def archive_path(rank: Rank, name: str) -> str:
-    return str(PurePosixPath(rank.data_dir) / name)
-
-
 def fanout(site: Site, request: FanoutRequest, *, progress: Progress | None = None) -> dict[str, Any]:
     validate_request(request)
     started = time.monotonic()
@@ -77,7 +73,7 @@ def fanout(site: Site, request: FanoutRequest, *, progress: Progress | None = No
         for rank in ranks
     }
 
-    paths = {rank.name: archive_path(rank, request.name) for rank in ranks}
+    paths = {rank.name: rank.data_path(request.name) for rank in ranks}
     if not request.is_url:
         paths[first.name] = request.archive
     # Rank 0's check and the others' (read-only) status run together, and the hops are set
@@ -179,7 +175,7 @@ def fanout(site: Site, request: FanoutRequest, *, progress: Progress | None = No
 def _prepare_source(site: Site, first: Rank, request: FanoutRequest, record: dict[str, Any]) -> str:
     began = time.monotonic()
     if request.is_url and not request.verify_only:  # --verify reads what rank 0 already holds
-        path = archive_path(first, request.name)
+        path = first.data_path(request.name)
         deadline = time.monotonic() + request.retry_seconds
         received = 0
         attempts = 0
@@ -194,7 +190,7 @@ def _prepare_source(site: Site, first: Rank, request: FanoutRequest, record: dic
         _require_source(first, reply, request)
         record.update(bytes_received=received, attempts=attempts)
     else:
-        path = archive_path(first, request.name) if request.is_url else request.archive
+        path = first.data_path(request.name) if request.is_url else request.archive
         reply = run_agent(site, first, ["status", "--path", path, "--sha256", request.sha256])
         _require_source(first, reply, request)
         state = reply.result

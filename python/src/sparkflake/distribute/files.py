@@ -11,10 +11,11 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.digest import READ_CHUNK
+from ..core.records import field_record
 
 
 def partial_path(final: Path) -> Path:
@@ -76,7 +77,7 @@ class CopyState:
     partial_size: int
 
     def as_record(self) -> dict[str, object]:
-        return asdict(self)
+        return field_record(self)
 
 
 def inspect_copy(final: Path, expected_sha256: str, expected_size: int | None) -> CopyState:

@@ -16,6 +16,7 @@ from ..core.atomic_write import write_bytes_atomic
 from ..core.canonical_json import readable_json_bytes
 from ..core.digest import is_sha256_hex, sha256_file
 from ..core.errors import InputError
+from ..core.records import field_record
 
 RECORD_NAME = ".sparkflake-manifest.json"
 
@@ -27,7 +28,7 @@ class FileEntry:
     sha256: str
 
     def as_record(self) -> dict[str, Any]:
-        return {"path": self.path, "size": self.size, "sha256": self.sha256}
+        return field_record(self)
 
 
 def build_manifest(root: Path) -> list[FileEntry]:

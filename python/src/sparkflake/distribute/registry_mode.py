@@ -9,7 +9,6 @@ import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import PurePosixPath
 from typing import Any
 
 from ..core.errors import InputError
@@ -60,7 +59,7 @@ def registry_fanout(site: Site, request: RegistryFanoutRequest) -> dict[str, Any
 def _one_rank(site: Site, rank: Rank, request: RegistryFanoutRequest) -> dict[str, Any]:
     source = parse_reference(request.reference)
     assert source.digest is not None
-    layout = str(PurePosixPath(rank.data_dir) / "images" / source.digest.replace(":", "-"))
+    layout = rank.data_path("images", source.digest.replace(":", "-"))
     record: dict[str, Any] = {"schema": EVIDENCE_SCHEMA, "kind": "registry-fanout", "rank": rank.name,
                               "ssh": rank.ssh, "reference": request.reference,
                               "layout": layout, "status": "pending", "error": None, "imported": False,

@@ -36,6 +36,7 @@ from typing import IO, Any
 
 from ..core.canonical_json import canonical_json_bytes
 from ..core.digest import is_sha256_hex
+from ..core.records import field_record
 from .files import partial_path
 
 # Statuses besides the receiver's own (see receive.py).
@@ -62,7 +63,7 @@ class PlannedFile:
     source: str = ""
 
     def as_record(self) -> dict[str, Any]:
-        return {"path": self.path, "sha256": self.sha256, "size": self.size, "source": self.source}
+        return field_record(self)
 
 
 def plan_line(files: Sequence[PlannedFile]) -> bytes:

@@ -36,7 +36,7 @@ class ReplicateRequest:
 def destination(rank: Rank, request: ReplicateRequest) -> str:
     if request.dest:
         return request.dest
-    return str(PurePosixPath(rank.data_dir) / "models" / PurePosixPath(request.model_dir).name)
+    return rank.data_path("models", PurePosixPath(request.model_dir).name)
 
 
 def failed_files_message(entries: list[FileEntry], state: list[str], error: str | None) -> str:

@@ -14,6 +14,7 @@ import ipaddress
 import os
 import re
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 from typing import Any
 
 from ..core.documents import read_regular_file
@@ -62,6 +63,10 @@ class Rank:
     agent: tuple[str, ...] | None = None
     number: int | None = None  # the serving rank (site_service): 0 is the master
     env_file: str | None = None  # this rank's runtime.env, for `sparkflake service`
+
+    def data_path(self, *parts: str) -> str:
+        """Where ``parts`` (relative) lie in the rank's data directory, on the rank."""
+        return str(PurePosixPath(self.data_dir, *parts))
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import datetime
 import os
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion
@@ -160,8 +160,19 @@ def _best_wheels(wheels: list[WheelPin], preference: Mapping[str, int]) -> list[
     return [min(ranked, key=lambda entry: (entry[0], entry[1]))[2]]
 
 
-def _pylock_file(table: object, where: str) -> tuple[str, str, int, str]:
-    """(filename, url, size, sha256) of a pylock wheel/sdist table."""
+class _DistributionFile(TypedDict):
+    """The fields a wheel pin and an sdist pin share: the package's version, and what its
+    pylock wheel or sdist table gives."""
+
+    version: str
+    filename: str
+    sha256: str
+    size: int
+    urls: tuple[str, ...]
+
+
+def _pylock_file(table: object, where: str, version: str) -> _DistributionFile:
+    """The pin fields of a pylock wheel/sdist table, of a package at ``version``."""
     table = require_table(where, table)
     check_keys(table, where, ("hashes",), _PYLOCK_FILE_KEYS)
     if "url" not in table:
@@ -184,41 +195,26 @@ def _pylock_file(table: object, where: str) -> tuple[str, str, int, str]:
         filename = url.rsplit("/", 1)[-1].split("#", 1)[0].split("?", 1)[0]
     if "upload-time" in table and not isinstance(table["upload-time"], datetime.datetime):
         raise InvalidField(join_path(where, "upload-time"), "expected a TOML datetime")
-    return filename, url, size, sha256
+    return {"version": version, "filename": filename, "sha256": sha256, "size": size, "urls": (url,)}
 
 
 def _pylock_wheel(table: object, where: str, name: str, version: str) -> WheelPin:
-    filename, url, size, sha256 = _pylock_file(table, where)
+    file = _pylock_file(table, where, version)
     try:
-        _dist, _version, _build, tags = parse_wheel_filename(filename)
+        _dist, _version, _build, tags = parse_wheel_filename(file["filename"])
     except (InvalidWheelFilename, InvalidVersion) as exc:
         raise InvalidField(
             join_path(where, "name"), f"not a valid wheel file name: {exc}"
         ) from None
     try:
-        return WheelPin(
-            name=name,
-            version=version,
-            filename=filename,
-            sha256=sha256,
-            size=size,
-            tags=tuple(sorted(str(tag) for tag in tags)),
-            urls=(url,),
-        )
+        return WheelPin(name=name, tags=tuple(sorted(str(tag) for tag in tags)), **file)
     except InvalidField as error:
         raise prefixed(where, error) from None
 
 
 def _pylock_sdist(table: object, where: str, name: str, version: str) -> SdistPin:
-    filename, url, size, sha256 = _pylock_file(table, where)
+    file = _pylock_file(table, where, version)
     try:
-        return SdistPin(
-            name=sdist_input_name(name),
-            version=version,
-            filename=filename,
-            sha256=sha256,
-            size=size,
-            urls=(url,),
-        )
+        return SdistPin(name=sdist_input_name(name), **file)
     except InvalidField as error:
         raise prefixed(where, error) from None

@@ -31,7 +31,7 @@ from ..core.atomic_write import (
     regular_output,
     remove_tree,
 )
-from ..core.digest import chain_id, is_digest
+from ..core.digest import is_digest
 from ..core.documents import parse_json_object, read_json_file
 from ..core.errors import CheckFailed, InputError
 from ..core.progress import ProgressCallback
@@ -136,7 +136,6 @@ def image_of_layout(reader: ImageReader, layout: Path, uncompressed_sizes: tuple
         config_bytes=reader.config_bytes,
         manifest_bytes=reader.manifest_bytes,
         index_bytes=reader.index_bytes,
-        chain_id=chain_id(diff_ids),
         store=store,
     )
 

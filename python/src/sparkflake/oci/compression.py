@@ -50,6 +50,7 @@ import deflate
 import zstandard
 
 from ..core.errors import InputError
+from ..core.records import field_record
 from .media_types import LAYER_MEDIA_TYPES
 
 COMPRESSIONS = ("gzip", "zstd", "none")
@@ -129,11 +130,7 @@ class Compression:
         return "none"
 
     def as_record(self) -> dict[str, object]:
-        record: dict[str, object] = {
-            "algorithm": self.algorithm,
-            "level": self.level,
-            "block_size": self.block_size,
-        }
+        record = field_record(self, ("algorithm", "level", "block_size"))
         if self.implementation is not None:
             record["implementation"] = self.implementation
             if self.implementation == "libdeflate":

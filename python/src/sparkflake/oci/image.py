@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..core.atomic_write import write_bytes_atomic
 from ..core.canonical_json import canonical_json_bytes
-from ..core.digest import chain_id, sha256_digest
+from ..core.digest import sha256_digest
 from ..core.errors import InputError
 from ..core.progress import ProgressCallback
 from ..core.timestamps import rfc3339
@@ -146,7 +146,6 @@ def assemble_image(spec: ImageSpec, layers: list[Layer], store: BlobStore) -> Bu
         config_bytes=config_bytes,
         manifest_bytes=manifest_bytes,
         index_bytes=index_bytes,
-        chain_id=chain_id(diff_ids),
         store=store,
     )
 

@@ -1,14 +1,17 @@
 """A built image: its layers and its canonical config/manifest/index bytes; each digest is
-the hash of those bytes, so no digest can disagree with the document it names."""
+the hash of those bytes (the chain ID that of its layers' diffIDs), so no digest can disagree
+with the document it names."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
 
+from ..core.digest import chain_id as layer_chain_id
 from ..core.digest import sha256_digest
+from ..core.records import field_record
 from .blob_store import BlobStore
-from .layer import Layer
+from .layer import LAYER_DIGEST_FIELDS, Layer
 from .types import Platform
 
 
@@ -22,7 +25,6 @@ class BuiltImage:
     config_bytes: bytes
     manifest_bytes: bytes
     index_bytes: bytes
-    chain_id: str
     store: BlobStore
 
     @cached_property
@@ -37,6 +39,10 @@ class BuiltImage:
     def index_digest(self) -> str:
         return sha256_digest(self.index_bytes)
 
+    @cached_property
+    def chain_id(self) -> str:
+        return layer_chain_id([layer.diff_id for layer in self.layers])
+
     @property
     def reference(self) -> str:
         return f"{self.repository}:{self.tag}"
@@ -44,24 +50,22 @@ class BuiltImage:
     def digests_record(self) -> dict[str, object]:
         """``digests.json``: every digest with its kind as the key that names it."""
         return {
-            "manifest": self.manifest_digest,
-            "index": self.index_digest,
-            "config": self.config_digest,
-            "image_id": self.config_digest,
-            "chain_id": self.chain_id,
+            **digests_by_kind(
+                manifest=self.manifest_digest, index=self.index_digest, config=self.config_digest,
+                chain_id=self.chain_id,
+            ),
             "platform": str(self.platform),
             "tag": self.tag,
             "reference": self.reference,
             "manifest_size": len(self.manifest_bytes),
             "config_size": len(self.config_bytes),
-            "layers": [
-                {
-                    "digest": layer.digest,
-                    "diff_id": layer.diff_id,
-                    "size": layer.size,
-                    "media_type": layer.media_type,
-                    "uncompressed_size": layer.uncompressed_size,
-                }
-                for layer in self.layers
-            ],
+            "layers": [field_record(layer, LAYER_DIGEST_FIELDS) for layer in self.layers],
         }
+
+
+def digests_by_kind(
+    *, manifest: str | None, index: str | None, config: str, chain_id: str | None
+) -> dict[str, str | None]:
+    """An image's digests keyed by their kinds, as ``digests.json`` and the verify report name
+    them; the config digest is the image ID too (the name podman and docker give it)."""
+    return {"manifest": manifest, "index": index, "config": config, "image_id": config, "chain_id": chain_id}

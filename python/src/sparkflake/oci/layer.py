@@ -27,6 +27,7 @@ from typing import Any, BinaryIO
 
 from ..core.errors import InputError
 from ..core.progress import ProgressCallback
+from ..core.records import field_record
 from .blob_store import BlobStore
 from .compression import (
     DEFLATE_WINDOW,
@@ -45,6 +46,9 @@ from .tar_stream import EntryKind, iter_tar_chunks
 
 QUEUE_CHUNKS = 8
 DEFAULT_SOURCE_DATE_EPOCH = 1
+# A layer's digests and sizes, as ``digests.json`` lists each layer; a layer's own record
+# (the layer cache's, the receipt's) adds how its blob was compressed.
+LAYER_DIGEST_FIELDS = ("digest", "diff_id", "size", "media_type", "uncompressed_size")
 
 
 @dataclass(frozen=True)
@@ -80,14 +84,7 @@ class Layer:
     from_cache: bool = False
 
     def as_record(self) -> dict[str, object]:
-        return {
-            "digest": self.digest,
-            "diff_id": self.diff_id,
-            "size": self.size,
-            "media_type": self.media_type,
-            "uncompressed_size": self.uncompressed_size,
-            "compression": self.compression,
-        }
+        return field_record(self, (*LAYER_DIGEST_FIELDS, "compression"))
 
 
 def cached_layer(record: dict[str, Any], store: BlobStore) -> Layer | None:

@@ -12,6 +12,7 @@ from typing import Any
 from ..core.documents import read_regular_file
 from ..core.errors import CheckFailed, InputError
 from ..core.progress import ProgressCallback
+from ..core.records import field_record
 from .layout import StagedLayout
 from .manifest import ImageIndex
 from .media_types import INDEX_MEDIA_TYPES, OCI_MANIFEST, REF_NAME_ANNOTATION
@@ -33,21 +34,14 @@ from .types import Descriptor, Platform
 @dataclass(frozen=True)
 class PushResult:
     reference: str
-    pinned: str  # REGISTRY/REPOSITORY@DIGEST: what ranks pull
     manifest_digest: str
     media_type: str
+    pinned: str  # REGISTRY/REPOSITORY@DIGEST: what ranks pull
     blobs_pushed: tuple[str, ...]
     blobs_present: tuple[str, ...]
 
     def as_record(self) -> dict[str, Any]:
-        return {
-            "reference": self.reference,
-            "manifest_digest": self.manifest_digest,
-            "media_type": self.media_type,
-            "pinned": self.pinned,
-            "blobs_pushed": list(self.blobs_pushed),
-            "blobs_present": list(self.blobs_present),
-        }
+        return field_record(self)
 
 
 def push_layout(client: RegistryClient, layout: Path, target: Reference,
@@ -100,7 +94,7 @@ def push_layout(client: RegistryClient, layout: Path, target: Reference,
         raise CheckFailed(f"{layout}: pushed manifest digest {digest} differs from the layout's {top_digest}",
                           check_id="registry.manifest-digest")
     pinned = f"{target.registry}/{target.repository}@{digest}"
-    return PushResult(str(target), pinned, digest, top_type, tuple(pushed), tuple(present))
+    return PushResult(str(target), digest, top_type, pinned, tuple(pushed), tuple(present))
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,10 @@ from ..core.canonical_json import go_struct_json_bytes
 from ..core.digest import chain_id, sha256_digest
 from ..core.errors import CheckFailed, InputError
 from ..core.progress import BytesProgress, ProgressCallback
+from ..core.records import field_record
 from . import media_types
 from .entry_safety import EntrySafety
+from .image_model import digests_by_kind
 from .layer_scan import LayerScan, scan_layer
 from .reader import COMBINED_FORMAT, DockerArchiveView, ImageReader
 from .stored_blob import StoredBlob, stored_document
@@ -64,29 +66,16 @@ class ImageReport:
             "path": self.path,
             "ref_name": self.ref_name,
             "repo_tags": list(self.repo_tags),
-            "digests": {
-                "index": self.index_digest,
-                "manifest": self.manifest_digest,
-                "config": self.config_digest,
-                "image_id": self.config_digest,
-                "chain_id": self.chain_id,
-            },
+            "digests": digests_by_kind(
+                manifest=self.manifest_digest, index=self.index_digest, config=self.config_digest,
+                chain_id=self.chain_id,
+            ),
             "manifest_media_type": self.manifest_media_type,
             "platform": self.platform,
             "labels": self.labels,
             "annotations": self.annotations,
             "layers_verified": self.layers_verified,
-            "layers": [
-                {
-                    "digest": layer.digest,
-                    "diff_id": layer.diff_id,
-                    "size": layer.size,
-                    "media_type": layer.media_type,
-                    "compression": layer.compression,
-                    "uncompressed_size": layer.uncompressed_size,
-                }
-                for layer in self.layers
-            ],
+            "layers": [field_record(layer) for layer in self.layers],
         }
         if self.docker_manifest_digest is not None:
             record["digests"]["docker_archive_manifest"] = self.docker_manifest_digest

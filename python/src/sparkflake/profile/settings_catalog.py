@@ -67,6 +67,13 @@ def _s(key: str, kind: str, group: str, doc: str, **kwargs: Any) -> Setting:
     return Setting(key=key, kind=kind, group=group, doc=doc, **kwargs)
 
 
+def _kernel_backend(key: str, what: str, default: str) -> Setting:
+    """A kernel backend vLLM takes by name: one the image lists in its runtime-capabilities
+    (the launch checks it there), or empty for vLLM's own choice; part of the identity."""
+    return _s(key, "token", "backends", f"{what} (one of the image's runtime-capabilities); empty: vLLM selects",
+              default=default, allow_empty=True, identity=True)
+
+
 # vLLM 0.33.0's registered parser names: vllm/tool_parsers/__init__.py
 # (_TOOL_PARSERS_TO_REGISTER) and vllm/reasoning/__init__.py (_REASONING_PARSERS_TO_REGISTER).
 TOOL_CALL_PARSERS = (
@@ -170,15 +177,9 @@ CATALOG_LIST: tuple[Setting, ...] = (
     # precompiled kernels are not in the image. Spellings: AttentionBackendEnum.B12X
     # (vllm/v1/attention/backends/registry.py:126), "b12x" in MoEBackend and LinearBackend
     # (vllm/config/kernel.py:134, :253); the runtime check has vLLM's parser accept them.
-    _s("ATTENTION_BACKEND", "token", "backends",
-       "vLLM attention backend (one of the image's runtime-capabilities); empty: vLLM selects",
-       default="B12X", allow_empty=True, identity=True),
-    _s("MOE_BACKEND", "token", "backends",
-       "MoE kernel backend (one of the image's runtime-capabilities); empty: vLLM selects",
-       default="b12x", allow_empty=True, identity=True),
-    _s("LINEAR_BACKEND", "token", "backends",
-       "linear (GEMM) kernel backend (one of the image's runtime-capabilities); empty: vLLM selects",
-       default="b12x", allow_empty=True, identity=True),
+    _kernel_backend("ATTENTION_BACKEND", "vLLM attention backend", "B12X"),
+    _kernel_backend("MOE_BACKEND", "MoE kernel backend", "b12x"),
+    _kernel_backend("LINEAR_BACKEND", "linear (GEMM) kernel backend", "b12x"),
     _s("ALL2ALL_BACKEND", "enum", "backends", "expert all-to-all backend",
        default="allgather_reducescatter",
        choices=("allgather_reducescatter", "naive", "deepep_high_throughput",
@@ -336,6 +337,16 @@ def _cut(raw: str) -> str:
     return raw if len(raw) <= 40 else raw[:37] + "..."
 
 
+# The kinds whose values are whatever one pattern matches: kind -> (the pattern, what a value
+# must be, whether a refused value is shown cut short by ``_cut``).
+_PATTERN_KINDS: Mapping[str, tuple[re.Pattern[str], str, bool]] = {
+    "token": (_TOKEN, "letters, digits, '_', '.', ':', '-'", False),
+    "name": (_MODEL_NAME, "a letter or digit, then letters, digits, '_', '.', ':', '/', '-' (at most 128)", True),
+    "sha256": (_SHA256, "64 lowercase hex digits", True),
+    "ifname": (_IFNAME, "comma-separated interface names", False),
+}
+
+
 def parse_value(setting: Setting, raw: str) -> Any:
     """Typed value of ``raw`` for ``setting``; ``AUTO`` stays the string ``"auto"``.
 
@@ -380,24 +391,10 @@ def parse_value(setting: Setting, raw: str) -> Any:
         return raw.rstrip("/") or "/"
     elif kind == "address":
         return _host_address(setting, raw)
-    elif kind == "token":
-        if not _TOKEN.match(raw):
-            raise ValueError(f"{setting.key}={raw!r}: expected letters, digits, '_', '.', ':', '-'")
-        return raw
-    elif kind == "name":
-        if not _MODEL_NAME.match(raw):
-            raise ValueError(
-                f"{setting.key}={_cut(raw)!r}: expected a letter or digit, then letters, digits, "
-                "'_', '.', ':', '/', '-' (at most 128)"
-            )
-        return raw
-    elif kind == "sha256":
-        if not _SHA256.match(raw):
-            raise ValueError(f"{setting.key}={_cut(raw)!r}: expected 64 lowercase hex digits")
-        return raw
-    elif kind == "ifname":
-        if not _IFNAME.match(raw):
-            raise ValueError(f"{setting.key}={raw!r}: expected comma-separated interface names")
+    elif kind in _PATTERN_KINDS:
+        pattern, expected, cut = _PATTERN_KINDS[kind]
+        if not pattern.match(raw):
+            raise ValueError(f"{setting.key}={_cut(raw) if cut else raw!r}: expected {expected}")
         return raw
     elif kind == "ulimits":
         return _ulimits(setting, raw)
