@@ -31,8 +31,8 @@ import traceback
 import warnings
 from typing import Any
 
-from probe_capabilities import capabilities
-from probe_cases import judge_case, preload_model_classes, warm_model_registry
+from probe_capabilities import PLUGINS, capabilities
+from probe_cases import inspect_models_here, judge_case, preload_model_classes
 from probe_engine import install_device
 from probe_meta_model import collect_constructions
 from probe_serving import serving_probe
@@ -129,15 +129,6 @@ def select_platform() -> str:
         return f"vllm.platforms.cpu.CpuPlatform (CUDA platform not importable: {error_text(exc)})"
 
 
-def cpu_platform() -> None:
-    """vLLM's CPU platform, where the parser, configs and model inspection need no device
-    (vllm/entrypoints/cli/main.py:72-86 does the same for `vllm bench`)."""
-    import vllm.platforms as platforms
-    from vllm.platforms.cpu import CpuPlatform
-
-    platforms._current_platform = CpuPlatform()
-
-
 def versions(expected: dict[str, str]) -> dict[str, object]:
     found: dict[str, object] = {}
     for dist in sorted(expected):
@@ -146,6 +137,38 @@ def versions(expected: dict[str, str]) -> dict[str, object]:
         except importlib.metadata.PackageNotFoundError:
             found[dist] = None
     return found
+
+
+def _judge_cases(requested: list[dict[str, Any]], verdicts: list[dict[str, object] | None], scratch: str, *,
+                 constructed: bool) -> None:
+    """Judge the cases of ``requested`` whose served models are (or, ``constructed=False``,
+    are not) constructed on the meta device, each verdict at its case's index."""
+    for index, case in enumerate(requested):
+        if bool(case.get("construct_models")) != constructed:
+            continue
+        # the case's environment over the probe's, which is put back after it (PATH and
+        # CUDA_HOME among them: the capabilities judged after a case read them); these
+        # reads, like the restoring pop()'s, are the probe's own, not the image's
+        seen = set(ENV_READS)
+        previous = {key: os.environ.get(key) for key in case.get("env", {})}
+        ENV_READS.intersection_update(seen)
+        for key, value in case.get("env", {}).items():
+            os.environ[key] = value
+        case_started = time.monotonic()
+        try:
+            verdicts[index] = {**judge_case(case), "seconds": round(time.monotonic() - case_started, 3)}
+        except BaseException as exc:  # noqa: BLE001
+            verdicts[index] = {"name": case.get("name"), "error": error_text(exc),
+                               "traceback": traceback.format_exc()[-4000:]}
+        done = sum(verdict is not None for verdict in verdicts)
+        case_done(os.path.join(scratch, PROGRESS_FILE), done, len(requested), verdicts[index] or {})
+        seen = set(ENV_READS)
+        for key, value in previous.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        ENV_READS.intersection_update(seen)
 
 
 def main(argv: list[str]) -> int:
@@ -169,15 +192,9 @@ def main(argv: list[str]) -> int:
             logging.getLogger("vllm").addHandler(capture)
         result["imports"] = imports
         result["import_seconds"] = round(time.monotonic() - STARTED, 3)
+        vllm_ok = bool(imports.get("vllm", {}).get("ok"))
         started = time.monotonic()
-        warming = None
-        if imports.get("vllm", {}).get("ok") and request.get("cases") and hasattr(os, "fork"):
-            # Forked before the device is installed: vLLM inspects models where CUDA is not
-            # initialized (registry.py:1122 "Performed in another process to avoid
-            # initializing CUDA"), so the child does it on vLLM's CPU platform
-            warming = run_forked(lambda: warm_model_registry(request["cases"], cpu_platform),
-                                 f"{scratch}/warm-registry.json")
-        if imports.get("vllm", {}).get("ok"):
+        if vllm_ok:
             try:
                 result["platform"] = (install_device(request["device"]) if request.get("device")
                                       else select_platform())
@@ -188,39 +205,24 @@ def main(argv: list[str]) -> int:
         started = time.monotonic()
         result["versions"] = versions(request.get("expected_versions", {}))
         PHASE_SECONDS["versions"] = round(time.monotonic() - started, 3)
-        # The warming child was forked before the capabilities: it imports vLLM's config,
-        # loaders and plugins beside them, which the capabilities import here too; forked
-        # after them (measured on the dflash7 image at load 8-10) its own work alone kept this
-        # process waiting 58.6 s, against 48.2 s at load 6-8 when forked before
-        result["capabilities"] = capabilities() if imports.get("vllm", {}).get("ok") else {}
-        if warming is not None:
+        cases: list[dict[str, object] | None] = [None] * len(request.get("cases", []))
+        capabilities_found: dict[str, object] = {}
+        if vllm_ok:
+            capabilities_found.update(capabilities(PLUGINS))
+            # The cases whose served models are constructed first: the construction's child
+            # is forked from the first of them and runs on the other core beside the other
+            # capabilities and cases (the slowest single step of the probe)
             started = time.monotonic()
-            result["preloaded_model_classes"] = preload_model_classes(request["cases"])
+            result["preloaded_model_classes"] = preload_model_classes(request.get("cases", []))
+            inspect_models_here()
             PHASE_SECONDS["preload_model_classes"] = round(time.monotonic() - started, 3)
-            started = time.monotonic()
-            result["model_registry_warm"] = forked_result("building every distinct target and draft model config", warming,
-                                                           f"{scratch}/warm-registry.json")
-            PHASE_SECONDS["model_registry_warm_wait"] = round(time.monotonic() - started, 3)
+            _judge_cases(request.get("cases", []), cases, scratch, constructed=True)
+            capabilities_found.update(capabilities(skip=PLUGINS))
+            _judge_cases(request.get("cases", []), cases, scratch, constructed=False)
+        result["capabilities"] = capabilities_found
         result["phase_seconds"] = PHASE_SECONDS
-        cases = []
-        if imports.get("vllm", {}).get("ok"):
-            for index, case in enumerate(request.get("cases", []), 1):
-                for key, value in case.get("env", {}).items():
-                    os.environ[key] = value
-                case_started = time.monotonic()
-                try:
-                    cases.append({**judge_case(case), "seconds": round(time.monotonic() - case_started, 3)})
-                except BaseException as exc:  # noqa: BLE001
-                    cases.append({"name": case.get("name"), "error": error_text(exc),
-                                  "traceback": traceback.format_exc()[-4000:]})
-                case_done(os.path.join(scratch, PROGRESS_FILE), index, len(request["cases"]), cases[-1])
-                # pop() reads the value through __getitem__: that read is the probe's own
-                seen = set(ENV_READS)
-                for key in case.get("env", {}):
-                    os.environ.pop(key, None)
-                ENV_READS.intersection_update(seen)
-        result["cases"] = cases
-        if imports.get("vllm", {}).get("ok"):
+        result["cases"] = [verdict for verdict in cases if verdict is not None]
+        if vllm_ok:
             result["serving"] = serving_probe(request.get("cases", []))
         started = time.monotonic()
         collect_constructions()

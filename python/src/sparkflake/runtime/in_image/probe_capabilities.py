@@ -24,13 +24,22 @@ def _flatten_literal(annotation: object) -> list[str]:
     return found
 
 
-def capabilities() -> dict[str, object]:
-    """What this image's code offers. (Answering moe_backends and load_formats, the two
-    slow steps, in forked children was measured: the same module imports then fell on the
-    next step in this process, linear_backends, so they run here.)"""
+# What vLLM's engine start loads first (EngineArgs.__post_init__, vllm/engine/arg_utils.py:931
+# load_general_plugins): answered before any case builds its engine arguments, which load
+# the plugins once and for all, so that their log is this capability's
+PLUGINS = ("general_plugins",)
+
+
+def capabilities(names: tuple[str, ...] | None = None, *, skip: tuple[str, ...] = ()) -> dict[str, object]:
+    """What this image's code offers: the capabilities ``names`` (all when None) but those
+    in ``skip``. (Answering moe_backends and load_formats, the two slow steps, in forked
+    children was measured: the same module imports then fell on the next step in this
+    process, linear_backends, so they run here.)"""
     caps: dict[str, object] = {}
 
     def record(key: str, producer: Callable[[], object]) -> None:
+        if (names is not None and key not in names) or key in skip:
+            return
         started = time.monotonic()
         try:
             caps[key] = producer()

@@ -230,41 +230,27 @@ def _model_configs(engine_args: Any) -> tuple[dict[str, object], dict[str, objec
         return built, {"ok": False, "error": error_text(exc)}
 
 
-def warm_model_registry(cases: list[dict[str, Any]], platform: Callable[[], object]) -> dict[str, object]:
-    """In a forked child, on the platform ``platform()`` sets: build the model configs of
-    every distinct target and draft of ``cases`` with the registry's model inspection done
-    in this (already forked) process instead of a new interpreter (vllm/model_executor/
-    models/registry.py:1123 ``_run_in_subprocess``: one more start of vLLM, ~150 s under
-    qemu). The registry's own code then caches what it found under VLLM_CACHE_ROOT
-    (registry.py:1013, keyed by the model module's hash), where the parent's ModelConfig
-    finds it."""
-    from vllm.engine.arg_utils import AsyncEngineArgs
+def inspect_models_here() -> None:
+    """vLLM's model inspection (the interfaces a model class declares, which ModelConfig
+    reads) done in this process instead of a new interpreter: vllm/model_executor/models/
+    registry.py:1122 runs it through ``_run_in_subprocess`` (one more start of vLLM, ~150 s
+    under qemu) to leave CUDA uninitialized in the caller. Here CUDA cannot be initialized
+    (no driver; torch.cuda's queries are answered as data), the inspection only reads the
+    class's attributes (registry.py:934 _ModelInfo.from_model_cls), the subprocess's one
+    other step, load_general_plugins (registry.py:1628), is done in this process already,
+    and the registry's own code caches what it found under VLLM_CACHE_ROOT as it does after
+    the subprocess. (A forked child that warmed that cache beside the capabilities imported
+    vLLM's config, loaders, plugins and the model classes a second time: 88 s of the other
+    core on the dflash7 image, measured.)"""
     from vllm.model_executor.models import registry
 
-    platform()
     registry._run_in_subprocess = lambda fn: fn()
-    warmed: dict[str, object] = {}
-    for case in cases:
-        args = list(case["serve_args"])
-        key = json.dumps([args[0] if args else None, _after(args, "--speculative-config")])
-        if key in warmed:
-            continue
-        for name, value in case.get("env", {}).items():
-            os.environ[name] = value
-        parsed, error = _parse(args)
-        if parsed is None:
-            warmed[key] = {"parser": error}
-            continue
-        model, speculative = _model_configs(AsyncEngineArgs.from_cli_args(parsed))
-        warmed[key] = {"model_config": model, "speculative_with_target": speculative}
-    return warmed
 
 
 def preload_model_classes(cases: list[dict[str, Any]]) -> dict[str, object]:
     """The model classes of the cases whose served models are constructed on the meta device,
-    imported in this process while the registry-warming child works (this process would
-    otherwise wait for it idle): the construction's child, forked from this process later,
-    inherits them. Loading a registered class is importing its module
+    imported in this process before those cases are judged: the construction's child, forked
+    from this process then, inherits them. Loading a registered class is importing its module
     (vllm/model_executor/models/registry.py:1136 load_model_cls); the MTP head's class is in
     the target's module (registry.py:732)."""
     from vllm.model_executor.models import ModelRegistry
