@@ -97,6 +97,11 @@ def image_reference(text: str) -> str:
     return _matching(_REFERENCE, text, "[HOST[:PORT]/]NAME[:TAG] (lowercase name components)")
 
 
+def path_or_default(text: str) -> Path | None:
+    """A path; an empty one (``--cache ""``) is none given: the command's default applies."""
+    return Path(text) if text else None
+
+
 def output_file(text: str) -> Path:
     """A file to write: absent or a regular file (a symlink followed), never a device, a
     FIFO, a socket or a directory. The path as given (the write resolves it again)."""
