@@ -2,7 +2,7 @@
 usage line and exit 2) before any work: a negative or NaN duration, a byte bound below
 one, a malformed hash, platform, tag or image reference, an output that is not a regular
 file, a profiles directory that holds no profile. What each accepts is written in its
-refusal."""
+refusal. And the options several commands take alike."""
 
 from __future__ import annotations
 
@@ -125,3 +125,8 @@ def profiles_dir(text: str) -> Path:
     if not holds_profile:
         raise argparse.ArgumentTypeError(f"{text}: not a profiles directory (no NAME/{PROFILE_FILE} in it)")
     return directory
+
+
+def add_output_dir(parser: argparse.ArgumentParser) -> None:
+    """``-o DIR``, required: the directory the command writes its files into (``output_dir``)."""
+    parser.add_argument("-o", "--output", dest="output_dir", required=True, metavar="DIR", type=Path)

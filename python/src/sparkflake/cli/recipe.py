@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from ..launch.recipe import summarize
 from . import _arguments as arguments
@@ -26,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         ),
     )
     importer.add_argument("recipe", metavar="FILE.toml")
-    importer.add_argument("-o", "--output", dest="output_dir", required=True, metavar="DIR", type=Path)
+    arguments.add_output_dir(importer)
     importer.add_argument("--force", action="store_true",
                           help="replace DIR/profile.toml and DIR/runtime.env even when sparkflake did not write them "
                                "or they were edited since")
