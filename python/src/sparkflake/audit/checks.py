@@ -193,14 +193,13 @@ def _check_documents(source: ImageSource, report: AuditReport) -> None:
     report.config_digest = config.digest
     _add_document_check(report, "config", config, "the manifest says")
     if source.engine_image_id is not None:
-        if source.engine_image_id == report.config_digest:
-            report.add("engine.image-id", PASS, f"{source.kind} image ID equals the config digest", source.engine_image_id)
-        else:
-            report.add(
-                "engine.image-id", FAIL,
-                f"{source.kind} reports image ID {source.engine_image_id}, the stored config hashes to {report.config_digest}",
-                source.engine_image_id,
-            )
+        report.judge(
+            "engine.image-id", source.engine_image_id == report.config_digest,
+            passed_detail=f"{source.kind} image ID equals the config digest",
+            failed_detail=f"{source.kind} reports image ID {source.engine_image_id}, "
+                          f"the stored config hashes to {report.config_digest}",
+            digest=source.engine_image_id,
+        )
 
 
 def _add_document_check(report: AuditReport, role: str, stored: StoredBlob, referrer_says: str) -> None:
@@ -379,24 +378,19 @@ def _check_expectations(expectations: Expectations, report: AuditReport) -> None
         if kind in ("layer", "diff-id"):
             field_name = "digest" if kind == "layer" else "diff_id"
             present = [getattr(layer, field_name) for layer in report.layers]
-            if want in present:
-                report.add(f"expect.{kind}", PASS, f"a layer has {kind} {want}", want)
-            else:
-                report.add(f"expect.{kind}", FAIL, f"no layer has {kind} {want}", want)
+            report.judge(f"expect.{kind}", want in present, passed_detail=f"a layer has {kind} {want}",
+                         failed_detail=f"no layer has {kind} {want}", digest=want)
             continue
         got = actual.get(kind)
-        if got == want:
-            report.add(f"expect.{kind}", PASS, f"{kind} digest is {want}", want)
-        else:
-            report.add(f"expect.{kind}", FAIL, f"{kind} digest is {got}, expected {want}", want)
+        report.judge(f"expect.{kind}", got == want, passed_detail=f"{kind} digest is {want}",
+                     failed_detail=f"{kind} digest is {got}, expected {want}", digest=want)
     if expectations.index_if_present is not None:
         want = expectations.index_if_present
         if report.index_digest is None:
             report.add("expect.index", SKIP, f"{report.source_kind} has no index.json to compare with {want}", want)
-        elif report.index_digest == want:
-            report.add("expect.index", PASS, f"index digest is {want}", want)
         else:
-            report.add("expect.index", FAIL, f"index digest is {report.index_digest}, expected {want}", want)
+            report.judge("expect.index", report.index_digest == want, passed_detail=f"index digest is {want}",
+                         failed_detail=f"index digest is {report.index_digest}, expected {want}", digest=want)
     if expectations.expected_layers is not None:
         # compare the fields the expectation names (an expected-digests file may omit sizes)
         comparable = ("diff_id",) if store is not None else ("digest", "diff_id", "size")

@@ -42,13 +42,13 @@ def check_receipt(
     subject_digests = subjects_of(receipt)
     if report.manifest_digest is None:
         report.add("receipt.subject", SKIP, f"{source.kind} has no manifest digest to compare")
-    elif report.manifest_digest in subject_digests:
-        report.add("receipt.subject", PASS, f"{where}: subject is the manifest digest", report.manifest_digest)
     else:
-        report.add(
-            "receipt.subject", FAIL,
-            f"{where}: subject {', '.join(subject_digests) or 'none'}, the image manifest is {report.manifest_digest}",
-            report.manifest_digest,
+        report.judge(
+            "receipt.subject", report.manifest_digest in subject_digests,
+            passed_detail=f"{where}: subject is the manifest digest",
+            failed_detail=f"{where}: subject {', '.join(subject_digests) or 'none'}, "
+                          f"the image manifest is {report.manifest_digest}",
+            digest=report.manifest_digest,
         )
     config_digest = byproduct_digest(receipt, receipt_names.CONFIG)
     if config_digest is not None:

@@ -2,7 +2,7 @@
 usage line and exit 2) before any work: a negative or NaN duration, a byte bound below
 one, a malformed hash, platform, tag or image reference, an output that is not a regular
 file, a profiles directory that holds no profile. What each accepts is written in its
-refusal."""
+refusal. And the options several commands take alike."""
 
 from __future__ import annotations
 
@@ -97,6 +97,11 @@ def image_reference(text: str) -> str:
     return _matching(_REFERENCE, text, "[HOST[:PORT]/]NAME[:TAG] (lowercase name components)")
 
 
+def path_or_default(text: str) -> Path | None:
+    """A path; an empty one (``--cache ""``) is none given: the command's default applies."""
+    return Path(text) if text else None
+
+
 def output_file(text: str) -> Path:
     """A file to write: absent or a regular file (a symlink followed), never a device, a
     FIFO, a socket or a directory. The path as given (the write resolves it again)."""
@@ -120,3 +125,8 @@ def profiles_dir(text: str) -> Path:
     if not holds_profile:
         raise argparse.ArgumentTypeError(f"{text}: not a profiles directory (no NAME/{PROFILE_FILE} in it)")
     return directory
+
+
+def add_output_dir(parser: argparse.ArgumentParser) -> None:
+    """``-o DIR``, required: the directory the command writes its files into (``output_dir``)."""
+    parser.add_argument("-o", "--output", dest="output_dir", required=True, metavar="DIR", type=Path)

@@ -1,5 +1,6 @@
-"""The registry arguments `sign` and `verify` share, and the client they make. Its own module
-so that `verify` does not import `sign`'s receipt reading and signing (bench/bench_sign.py)."""
+"""The arguments `sign` and `verify` share (`publish` those of the registry connection), and
+the registry client they make. Its own module so that `verify` does not import `sign`'s
+receipt reading and signing (bench/bench_sign.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,12 @@ import argparse
 
 from ..oci.registry_auth import load_credentials
 from ..oci.remote import RegistryClient
+
+
+def add_signed_image_arguments(parser: argparse.ArgumentParser, *, key_help: str) -> None:
+    """The image whose signature is made or checked, by its reference, and the key."""
+    parser.add_argument("reference", metavar="REGISTRY/REPO:TAG")
+    parser.add_argument("--key", required=True, help=key_help)
 
 
 def add_registry_arguments(parser: argparse.ArgumentParser) -> None:

@@ -3,20 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import time
-from pathlib import Path
+from typing import Any
 
-from ..compose.locked_inputs import (
-    assemble_base_from_lock,
-    assemble_env_from_lock,
-    load_policy,
-    policy_path_for,
-)
-from ..core.blob_cache import BlobCache
-from ..lock.resolve import default_cache, load_profile_lock, profile_from_arg
+from ..workflows.assemble import TREES, AssembleRequest, assemble_trees
 from . import _arguments as arguments
 from ._output import Progress, print_json, print_line
 from ._parsers import add_command
+from ._requests import request_from
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -32,39 +25,34 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         ),
     )
     parser.add_argument("profile", metavar="PROFILE")
-    parser.add_argument("-o", "--output", required=True, metavar="DIR")
-    parser.add_argument("--only", choices=["base", "python"], help="assemble one tree only")
-    parser.add_argument("--jobs", type=arguments.workers, default=None, help="parallel wheel installs (default: CPUs, at most 4)")
-    parser.add_argument("--cache", metavar="DIR", help="cache root (default $XDG_CACHE_HOME/sparkflake)")
+    arguments.add_output_dir(parser)
+    parser.add_argument("--only", choices=list(TREES), help="assemble one tree only")
+    parser.add_argument("--jobs", dest="workers", metavar="JOBS", type=arguments.workers, default=None,
+                        help="parallel wheel installs (default: CPUs, at most 4)")
+    parser.add_argument("--cache", dest="cache_root", metavar="DIR",
+                        help="cache root (default $XDG_CACHE_HOME/sparkflake)")
     parser.add_argument("--json", action="store_true")
 
 
 def run(args: argparse.Namespace) -> int:
-    profile = profile_from_arg(args.profile)
-    lock = load_profile_lock(profile)
-    cache = BlobCache(args.cache) if args.cache else default_cache()
-    output = Path(args.output)
-    result: dict[str, object] = {"profile": profile.name}
-    if args.only in (None, "base"):
-        started = time.monotonic()
-        base = assemble_base_from_lock(lock, cache, output / "base", progress=Progress("base"))
+    trees = assemble_trees(request_from(args, AssembleRequest), base_progress=Progress("base"),
+                           python_progress=Progress("python"))
+    result: dict[str, Any] = {"profile": trees.profile}
+    if trees.base is not None:
+        base = trees.base
         result["base"] = {
-            "path": str(output / "base"),
+            "path": str(args.output_dir / "base"),
             "packages": len(base.packages),
             "elf_files": base.elf_files,
             "ld_so_cache_entries": base.ld_so_cache_entries,
             "declarative_steps": list(base.steps),
             "owners_and_special_modes": base.ownership,
-            "seconds": round(time.monotonic() - started, 3),
+            "seconds": round(trees.seconds["base"], 3),
         }
-    if args.only in (None, "python"):
-        started = time.monotonic()
-        policy = load_policy(policy_path_for(profile.lock_paths()[0]), lock)
-        env = assemble_env_from_lock(
-            lock, cache, output / "python", workers=args.jobs, progress=Progress("python"), policy=policy
-        )
+    if trees.python is not None:
+        env = trees.python
         result["python"] = {
-            "path": str(output / "python"),
+            "path": str(args.output_dir / "python"),
             "prefix": env.prefix,
             "distributions": len(env.distributions),
             "files": len(env.owners),
@@ -72,15 +60,14 @@ def run(args: argparse.Namespace) -> int:
             "identical_shared_paths": len(env.shared_identical),
             "record_waivers_used": env.waived,
             "collision_rules_used": env.collisions,
-            "seconds": round(time.monotonic() - started, 3),
+            "seconds": round(trees.seconds["python"], 3),
         }
     if args.json:
         print_json(result)
         return 0
-    for part in ("base", "python"):
+    for part in TREES:
         if part in result:
             summary = result[part]
-            assert isinstance(summary, dict)
             details = ", ".join(f"{k} {v}" for k, v in summary.items() if k not in ("path", "declarative_steps", "owners_and_special_modes"))
             print_line(f"{part}: {summary['path']} ({details})")
     return 0

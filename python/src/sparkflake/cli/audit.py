@@ -8,6 +8,7 @@ from ..audit.report import REPORT_SCHEMA
 from . import _arguments as arguments
 from ._output import add_progress_flag, print_json, print_line, progress_for
 from ._parsers import add_command
+from ._requests import request_from
 
 _SYMBOL = {"pass": "ok  ", "fail": "FAIL", "error": "ERR ", "skip": "skip"}
 
@@ -26,8 +27,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("target", metavar="TARGET")
     parser.add_argument("--profile", help="expect this profile's platform and labels (and its lock)")
-    parser.add_argument("--lock", help="the receipt's dependencies must equal this lock")
-    parser.add_argument("--receipt", help="the full receipt (in-toto statement) written next to the image")
+    parser.add_argument("--lock", dest="lock_file", metavar="LOCK", help="the receipt's dependencies must equal this lock")
+    parser.add_argument("--receipt", dest="receipt_file", metavar="RECEIPT",
+                        help="the full receipt (in-toto statement) written next to the image")
     parser.add_argument(
         "--expect", action="append", default=[], metavar="sha256:HEX@KIND",
         help="expected digest; KIND: manifest, config (= image-id), index, chain-id, layer, diff-id",
@@ -35,14 +37,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--expect-file", help="expected digests (digests.json shape)")
     parser.add_argument("--platform", type=arguments.platform, help="platform to pick from an index (default: the profile's)")
     parser.add_argument("--insecure", action="store_true", help="plain HTTP to a registry on loopback")
-    parser.add_argument("--engine-arg", action="append", default=[], help="extra argument for podman/docker (repeat)")
+    parser.add_argument("--engine-arg", dest="engine_args", action="append", default=[], metavar="ENGINE_ARG",
+                        help="extra argument for podman/docker (repeat)")
     parser.add_argument("--max-layer-bytes", type=arguments.byte_count, help="refuse a layer that decompresses to more")
-    parser.add_argument("--sbom", metavar="FILE",
+    parser.add_argument("--sbom", dest="sbom_file", metavar="FILE",
                         help="check this SPDX SBOM (OUT/sbom.spdx.json) against the image, receipt and lock; "
                         "for a registry target also that the registry lists it as a referrer of the image")
-    parser.add_argument("--key", metavar="PUB",
+    parser.add_argument("--key", dest="key_file", metavar="PUB",
                         help="registry targets: verify the cosign signature and provenance attestation with this public key")
-    parser.add_argument("--record", metavar="FILE", type=arguments.output_file, help="write the digest-verification record (JSON)")
+    parser.add_argument("--record", dest="record_file", metavar="FILE", type=arguments.output_file,
+                        help="write the digest-verification record (JSON)")
     parser.add_argument("--json", action="store_true", help="machine-readable report (schema versioned)")
     add_progress_flag(parser)
 
@@ -50,23 +54,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run(args: argparse.Namespace) -> int:
     from ..workflows.audit import AuditRequest, UnreadableTarget, audit_target
 
-    request = AuditRequest(
-        target=args.target,
-        profile=args.profile,
-        lock_file=args.lock,
-        receipt_file=args.receipt,
-        expect=tuple(args.expect),
-        expect_file=args.expect_file,
-        platform=args.platform,
-        insecure=args.insecure,
-        engine_args=tuple(args.engine_arg),
-        max_layer_bytes=args.max_layer_bytes,
-        sbom_file=args.sbom,
-        key_file=args.key,
-        record_file=args.record,
-    )
     try:
-        report = audit_target(request, progress_for("audit", args))
+        report = audit_target(request_from(args, AuditRequest), progress_for("audit", args))
     except UnreadableTarget as exc:
         if args.json:
             print_json({

@@ -17,6 +17,7 @@ from ..workflows.build import BuildRequest, build_profile, default_output_dir
 from . import _arguments as arguments
 from ._output import add_progress_flag, print_json, print_line, progress_for, warn
 from ._parsers import add_command
+from ._requests import request_from
 from .fetch import parse_mirrors
 
 
@@ -33,13 +34,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         ),
     )
     parser.add_argument("profile", metavar="PROFILE", help="profile name (profiles/NAME) or path")
-    parser.add_argument("-o", "--output", metavar="DIR", help="output directory (default out/PROFILE)")
-    parser.add_argument("--cache", metavar="DIR", help="cache root for inputs, layers and work trees (default $XDG_CACHE_HOME/sparkflake)")
-    parser.add_argument("--layer-cache", metavar="DIR", help="blob store and layer cache (default CACHE/oci)")
-    parser.add_argument("--no-tree-cache", action="store_true", help="assemble the OS base and Python trees again")
+    parser.add_argument("-o", "--output", dest="output_dir", metavar="DIR", type=arguments.path_or_default,
+                        help="output directory (default out/PROFILE)")
+    parser.add_argument("--cache", dest="cache_root", metavar="DIR", type=arguments.path_or_default,
+                        help="cache root for inputs, layers and work trees (default $XDG_CACHE_HOME/sparkflake)")
+    parser.add_argument("--layer-cache", dest="layer_cache_root", metavar="DIR", type=arguments.path_or_default,
+                        help="blob store and layer cache (default CACHE/oci)")
+    parser.add_argument("--no-tree-cache", dest="use_tree_cache", action="store_false",
+                        help="assemble the OS base and Python trees again")
     parser.add_argument("--from", dest="from_dirs", action="append", default=[], metavar="DIR",
                         help="import operator-supplied inputs from DIR (matched by sha256); repeatable")
-    parser.add_argument("--source-tree", metavar="DIR", help="checkout of a git vllm_source input (bound by its git tree id) instead of fetching it")
+    parser.add_argument("--source-tree", metavar="DIR", type=arguments.path_or_default,
+                        help="checkout of a git vllm_source input (bound by its git tree id) instead of fetching it")
     parser.add_argument("--git-mirror", action="append", default=[], metavar="NAME=URL",
                         help="try URL for the git input NAME before the lock's URLs (repeatable)")
     parser.add_argument("--offline", action="store_true", help="no network: inputs come from the cache, inputs/ and --from")
@@ -54,7 +60,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=None,
         help="gzip implementation (default libdeflate; recorded in the image)",
     )
-    parser.add_argument("--no-layer-cache", action="store_true", help="re-tar and re-compress every layer")
+    parser.add_argument("--no-layer-cache", dest="use_layer_cache", action="store_false",
+                        help="re-tar and re-compress every layer")
     parser.add_argument("--repository", default="localhost/sparkflake", help="image repository name in the outputs")
     parser.add_argument("--tag", default=None, type=arguments.image_tag, help="image tag (default: the profile name)")
     parser.add_argument("--profiles-dir", metavar="DIR", type=arguments.profiles_dir, help="where profiles live (default: ./profiles upward)")
@@ -84,20 +91,8 @@ def run(args: argparse.Namespace) -> int:
     for directory in args.from_dirs:
         if not os.path.isdir(directory):
             raise InputError(f"--from {directory}: not a directory")
-    request = BuildRequest(
-        profile=args.profile,
-        output_dir=Path(args.output) if args.output else None,
-        cache_root=Path(args.cache) if args.cache else None,
-        layer_cache_root=Path(args.layer_cache) if args.layer_cache else None,
-        use_tree_cache=not args.no_tree_cache,
-        from_dirs=tuple(Path(d) for d in args.from_dirs),
-        offline=args.offline,
-        options=options,
-        use_layer_cache=not args.no_layer_cache,
-        keep_work=args.keep_work,
-        force=args.force,
-        profiles_dir=Path(args.profiles_dir) if args.profiles_dir else None,
-        source_tree=Path(args.source_tree) if args.source_tree else None,
+    request = request_from(
+        args, BuildRequest, options=options, from_dirs=tuple(Path(d) for d in args.from_dirs),
         git_mirrors=parse_mirrors(args.git_mirror, None),
         formats=tuple(part.strip() for part in args.formats.split(",") if part.strip()),
     )

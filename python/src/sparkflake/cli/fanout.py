@@ -9,6 +9,7 @@ from pathlib import Path
 from . import _arguments as arguments
 from ._output import add_progress_flag, print_json, print_line, progress_for, warn
 from ._parsers import add_command
+from ._requests import request_from
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -27,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "Exit 0 all ranks verified (and imported), 1 a rank failed, 2 bad input."
         ),
     )
-    parser.add_argument("archive", metavar="ARCHIVE|OUT", nargs="?")
+    parser.add_argument("source", metavar="ARCHIVE|OUT", nargs="?")
     parser.add_argument("--site", required=True, type=Path, help="site file (TOML)")
     parser.add_argument("--sha256", help="expected sha256 of the archive (hex): the archive route")
     parser.add_argument("--from-registry", metavar="REGISTRY/REPO@sha256:…",
@@ -41,7 +42,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--import", dest="engine", choices=("podman", "docker"),
                         help="load the verified archive into this engine on every rank")
     parser.add_argument("--tag", type=arguments.image_reference, help="tag applied after the image ID matched")
-    parser.add_argument("--verify", action="store_true", help="read-only: report what every rank holds")
+    parser.add_argument("--verify", dest="verify_only", action="store_true", help="read-only: report what every rank holds")
     parser.add_argument("--retry-seconds", type=arguments.seconds, default=120.0,
                         help="how long a broken hop keeps resuming (default 120)")
     parser.add_argument("--evidence-dir", type=Path, help="write one JSON evidence record per rank here")
@@ -52,12 +53,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run(args: argparse.Namespace) -> int:
     from ..workflows.fanout import DistributionRequest, distribute
 
-    result = distribute(DistributionRequest(
-        site=args.site, source=args.archive, sha256=args.sha256, from_registry=args.from_registry,
-        platform=args.platform, insecure_registry=args.insecure_registry, ca_file=args.ca_file,
-        auth_file=args.auth_file, image_id=args.image_id, engine=args.engine, tag=args.tag,
-        verify_only=args.verify, retry_seconds=args.retry_seconds, evidence_dir=args.evidence_dir,
-    ), progress_for("fanout", args))
+    result = distribute(request_from(args, DistributionRequest), progress_for("fanout", args))
     if args.json:
         print_json(result.report)
     else:

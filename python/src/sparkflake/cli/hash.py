@@ -55,7 +55,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default="sha1",
         help="git object format for --git (default sha1)",
     )
-    path_parser.add_argument("--json", action="store_true", help="machine-readable output")
 
     file_parser = add_command(
         commands, "file", run_file,
@@ -63,7 +62,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Print the sha256 of FILE's bytes: the SRI form, then base16.",
     )
     file_parser.add_argument("path", metavar="FILE")
-    file_parser.add_argument("--json", action="store_true", help="machine-readable output")
 
     convert_parser = add_command(
         commands, "convert", run_convert,
@@ -82,7 +80,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=None,
         help="algorithm of a bare digest (also checked against a prefixed one)",
     )
-    convert_parser.add_argument("--json", action="store_true", help="machine-readable output")
+    for parser in (path_parser, file_parser, convert_parser):
+        parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 def run_path(args: argparse.Namespace) -> int:

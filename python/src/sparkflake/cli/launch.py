@@ -6,13 +6,14 @@ import argparse
 import re
 import shlex
 import sys
-from pathlib import Path
 from typing import Any
 
 from ..core.check_result import exit_code_of
 from ..core.errors import InputError
+from . import _arguments as arguments
 from ._output import print_json, print_line, warn
 from ._parsers import add_command
+from ._requests import request_from
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -33,14 +34,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--engine", choices=("podman", "docker"), help="container engine (default: detected)")
     parser.add_argument(
         "--engine-arg",
+        dest="engine_args",
         action="append",
         default=[],
         metavar="ARG",
         help="global engine option, repeatable (also SPARKFLAKE_PODMAN_ARGS / SPARKFLAKE_DOCKER_ARGS)",
     )
     parser.add_argument("--image", metavar="sha256:ID", help="image ID to launch (default: the profile's pin)")
-    parser.add_argument("--digests", metavar="FILE", help="a build's digests.json: launch its config digest")
-    parser.add_argument("--cache", metavar="DIR", help="where `runtime check` kept the capabilities of each image "
+    parser.add_argument("--digests", dest="digests_file", metavar="FILE", help="a build's digests.json: launch its config digest")
+    parser.add_argument("--cache", dest="cache_root", metavar="DIR", type=arguments.path_or_default,
+                        help="where `runtime check` kept the capabilities of each image "
                         "(default $XDG_CACHE_HOME/sparkflake; CACHE/capabilities/<image ID hex>.json)")
     parser.add_argument("--dry-run", action="store_true", help="check and print, start nothing")
     parser.add_argument("--json", action="store_true", help="print the launch report as JSON")
@@ -60,19 +63,7 @@ def parse_rank(text: str) -> int:
 def run(args: argparse.Namespace) -> int:
     from ..workflows.launch import LaunchRequest, exec_rank, launch_inputs, plan_rank, start_rank
 
-    request = LaunchRequest(
-        rank=parse_rank(args.rank),
-        env_file=args.env_file,
-        profile=args.profile,
-        engine=args.engine,
-        engine_args=tuple(args.engine_arg),
-        image=args.image,
-        digests_file=args.digests,
-        cache_root=Path(args.cache) if args.cache else None,
-        dry_run=args.dry_run,
-        rehash=args.rehash,
-        detach=args.detach,
-    )
+    request = request_from(args, LaunchRequest, rank=parse_rank(args.rank))
     inputs = launch_inputs(request)
     if inputs.engine_problem is not None:
         warn(f"sparkflake: {inputs.engine_problem}")

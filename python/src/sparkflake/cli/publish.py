@@ -8,6 +8,8 @@ from pathlib import Path
 from . import _arguments as arguments
 from ._output import Progress, print_json, print_line
 from ._parsers import add_command
+from ._registry import add_registry_arguments
+from ._requests import request_from
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -27,11 +29,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("out", metavar="OUT", type=Path)
     parser.add_argument("target", metavar="REGISTRY/REPO:TAG")
-    parser.add_argument("--insecure", action="store_true", help="plain HTTP (loopback registries only)")
-    parser.add_argument("--ca-file", help="CA certificate for a registry with a private CA")
-    parser.add_argument("--auth-file", help='JSON {"username": ..., "password": ...} for Basic/token auth')
-    parser.add_argument("--no-sbom", action="store_true", help="do not push the SBOM artifact of the build")
-    parser.add_argument("--record", type=arguments.output_file,
+    add_registry_arguments(parser)
+    parser.add_argument("--no-sbom", dest="push_sbom", action="store_false",
+                        help="do not push the SBOM artifact of the build")
+    parser.add_argument("--record", dest="record_file", metavar="RECORD", type=arguments.output_file,
+                        default=Path("publish.json"),
                         help="where to record the result (default ./publish.json in the working directory)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
@@ -39,15 +41,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run(args: argparse.Namespace) -> int:
     from ..workflows.publish import PublishRequest, publish
 
-    request = PublishRequest(
-        out=args.out,
-        target=args.target,
-        insecure=args.insecure,
-        ca_file=args.ca_file,
-        auth_file=args.auth_file,
-        push_sbom=not args.no_sbom,
-        record_file=args.record or Path("publish.json"),
-    )
+    request = request_from(args, PublishRequest)
     result = publish(request, Progress("publish"))
     pushed = result.pushed
     if args.json:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from ..launch.recipe import summarize
 from . import _arguments as arguments
 from ._output import print_json, print_line
 from ._parsers import add_command, add_group
+from ._requests import request_from
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -25,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         ),
     )
     importer.add_argument("recipe", metavar="FILE.toml")
-    importer.add_argument("-o", "--output", required=True, metavar="DIR")
+    arguments.add_output_dir(importer)
     importer.add_argument("--force", action="store_true",
                           help="replace DIR/profile.toml and DIR/runtime.env even when sparkflake did not write them "
                                "or they were edited since")
@@ -36,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     exporter.add_argument("--profile", default="glm53-dflash7")
     exporter.add_argument("--image", metavar="sha256:ID")
     exporter.add_argument(
-        "--imported", metavar="PROFILE.toml",
+        "--imported", metavar="PROFILE.toml", type=arguments.path_or_default,
         help="the profile.toml a `recipe import` wrote: its [recipe] (env, mounts, mods, unmapped arguments, "
              "other fields) is carried into the export (default: profile.toml beside ENVFILE, if it has [recipe])",
     )
@@ -46,9 +46,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run_import(args: argparse.Namespace) -> int:
     from ..workflows.recipe import RecipeImportRequest, import_recipe_files
 
-    imported = import_recipe_files(RecipeImportRequest(recipe=args.recipe, output_dir=Path(args.output),
-                                                       force=args.force))
-    out = Path(args.output)
+    imported = import_recipe_files(request_from(args, RecipeImportRequest))
+    out = args.output_dir
     if args.json:
         print_json(imported.report())
         return 0
@@ -67,10 +66,7 @@ def run_export(args: argparse.Namespace) -> int:
     from ..workflows.recipe import RecipeExportRequest, export_recipe_file
     from .launch import parse_rank
 
-    exported = export_recipe_file(RecipeExportRequest(
-        rank=parse_rank(args.rank), env_file=args.env_file, output=args.output, profile=args.profile,
-        image=args.image, imported=Path(args.imported) if args.imported else None,
-    ))
+    exported = export_recipe_file(request_from(args, RecipeExportRequest, rank=parse_rank(args.rank)))
     if exported.carried_from is not None:
         print_line(f"carried [recipe] of {exported.carried_from}")
     for note in exported.export.notes:

@@ -8,6 +8,7 @@ from pathlib import Path
 from . import _arguments as arguments
 from ._output import Progress, print_json, print_line, warn
 from ._parsers import add_command
+from ._requests import request_from
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -32,10 +33,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run(args: argparse.Namespace) -> int:
     from ..workflows.replicate import ReplicationRequest, replicate_checkpoint
 
-    result = replicate_checkpoint(ReplicationRequest(
-        site=args.site, model_dir=args.model_dir, dest=args.dest, retry_seconds=args.retry_seconds,
-        evidence_dir=args.evidence_dir,
-    ), Progress("replicate"))
+    result = replicate_checkpoint(request_from(args, ReplicationRequest), Progress("replicate"))
     if args.json:
         print_json(result.report)
     else:

@@ -8,6 +8,7 @@ from pathlib import Path
 from . import _arguments as arguments
 from ._output import add_progress_flag, print_json, print_line, progress_for, warn
 from ._parsers import add_command, add_group
+from ._requests import request_from
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -29,16 +30,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "Exit 0 ok, 1 a check failed, 2 bad input."
         ),
     )
-    check.add_argument("out", metavar="OUT", help="build output directory, OCI layout or archive")
+    check.add_argument("out", metavar="OUT", type=Path, help="build output directory, OCI layout or archive")
     check.add_argument("--profile", help="profile name or path (default: the image's org.sparkflake.profile label)")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
     add_progress_flag(check)
-    check.add_argument("--capabilities", metavar="FILE", type=arguments.output_file,
+    check.add_argument("--capabilities", dest="capabilities_file", metavar="FILE", type=arguments.output_file,
                        help="also write the capability manifest here")
-    check.add_argument("--scratch", metavar="DIR",
+    check.add_argument("--scratch", metavar="DIR", type=arguments.path_or_default,
                        help="where the image root is unpacked and kept for reuse after verification "
                             "(default: CACHE/runtime/PROFILE)")
-    check.add_argument("--cache", metavar="DIR",
+    check.add_argument("--cache", dest="cache_root", metavar="DIR", type=arguments.path_or_default,
                        help="cache root (default $XDG_CACHE_HOME/sparkflake): the capabilities are kept in "
                             "CACHE/capabilities/<image ID hex>.json for launches of this image")
     check.add_argument("--timeout", type=arguments.seconds, default=3600.0, help="seconds the probe may take (default 3600)")
@@ -47,15 +48,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run_check_command(args: argparse.Namespace) -> int:
     from ..workflows.runtime_check import RuntimeCheckRequest, check_runtime
 
-    request = RuntimeCheckRequest(
-        out=Path(args.out),
-        profile=args.profile,
-        capabilities_file=Path(args.capabilities) if args.capabilities else None,
-        scratch=Path(args.scratch) if args.scratch else None,
-        cache_root=Path(args.cache) if args.cache else None,
-        timeout=args.timeout,
-    )
-    result = check_runtime(request, progress_for("runtime check", args))
+    result = check_runtime(request_from(args, RuntimeCheckRequest), progress_for("runtime check", args))
     report = result.report
     if args.json:
         print_json(report.as_record())

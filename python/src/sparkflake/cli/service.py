@@ -14,6 +14,7 @@ from ..core.canonical_json import canonical_json_bytes
 from ..service.workflow import ProgressEvent
 from ._output import print_json, print_line, warn
 from ._parsers import add_command, add_group
+from ._requests import request_from
 
 if TYPE_CHECKING:  # imported where it is used, after the command is chosen
     from ..workflows.service import ServiceCommandRequest
@@ -45,12 +46,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                                 help="progress per rank on stderr: lines on a terminal (auto), JSON lines, none")
             parser.add_argument("--ready-timeout", type=int, metavar="SECONDS",
                                 help="override [service].ready_timeout")
-            parser.add_argument("--sign-key", metavar="COSIGN_KEY",
+            parser.add_argument("--sign-key", dest="sign_key_file", metavar="COSIGN_KEY",
                                 help="sign the deployment record (password: COSIGN_PASSWORD)")
         if name == "up":
             parser.add_argument("--image", metavar="sha256:CONFIG", help="override [service].image")
             parser.add_argument("--manifest", metavar="sha256:MANIFEST", help="override [service].manifest")
-            parser.add_argument("--digests", metavar="FILE",
+            parser.add_argument("--digests", dest="digests_file", metavar="FILE",
                                 help="a build's digests.json: its config and manifest digests")
             parser.add_argument("--replace", action="store_true",
                                 help="an upgrade: stop the running deployment after admission, then start")
@@ -59,15 +60,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def _request(args: argparse.Namespace) -> ServiceCommandRequest:
     from ..workflows.service import ServiceCommandRequest
 
-    return ServiceCommandRequest(
-        site=args.site,
-        image=getattr(args, "image", None),
-        manifest=getattr(args, "manifest", None),
-        digests_file=getattr(args, "digests", None),
-        ready_timeout=getattr(args, "ready_timeout", None),
-        replace=getattr(args, "replace", False),
-        sign_key_file=getattr(args, "sign_key", None),
-    )
+    return request_from(args, ServiceCommandRequest)
 
 
 def _progress(mode: str) -> Callable[[ProgressEvent], None]:

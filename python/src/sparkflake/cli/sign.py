@@ -10,7 +10,7 @@ from ..signing.cosign import sign_image
 from ..signing.keys import PASSWORD_VARIABLE, key_password, load_private_key
 from ._output import print_json, print_line
 from ._parsers import add_command
-from ._registry import add_registry_arguments, registry_client
+from ._registry import add_registry_arguments, add_signed_image_arguments, registry_client
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -28,8 +28,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "--insecure-ignore-tlog`."
         ),
     )
-    parser.add_argument("reference", metavar="REGISTRY/REPO:TAG")
-    parser.add_argument("--key", required=True, help="cosign private key file (ENCRYPTED SIGSTORE/COSIGN PRIVATE KEY)")
+    add_signed_image_arguments(parser, key_help="cosign private key file (ENCRYPTED SIGSTORE/COSIGN PRIVATE KEY)")
     parser.add_argument("--receipt", help="OUT/receipt.json: attest its provenance too")
     add_registry_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the result as JSON")

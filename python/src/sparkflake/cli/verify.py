@@ -10,7 +10,7 @@ from ..signing.cosign import resolve_digest, verify_image_signing
 from ..signing.keys import load_public_key
 from ._output import print_json, print_line
 from ._parsers import add_command
-from ._registry import add_registry_arguments, registry_client
+from ._registry import add_registry_arguments, add_signed_image_arguments, registry_client
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -26,8 +26,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "both verified, 1 a check failed, 2 unreadable input."
         ),
     )
-    parser.add_argument("reference", metavar="REGISTRY/REPO:TAG")
-    parser.add_argument("--key", required=True, help="PEM public key (cosign.pub)")
+    add_signed_image_arguments(parser, key_help="PEM public key (cosign.pub)")
     parser.add_argument("--no-attestation", action="store_true", help="check the signature only")
     add_registry_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the checks as JSON")

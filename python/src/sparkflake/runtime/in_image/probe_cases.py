@@ -12,7 +12,7 @@ import io
 import json
 import os
 import types
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from probe_engine import judge_engine
@@ -183,13 +183,13 @@ def judge_case(case: dict[str, Any]) -> dict[str, object]:
         from vllm.config.speculative import SpeculativeConfig
 
         configs["speculative"] = _build_speculative(SpeculativeConfig, dict(speculative))
-    from vllm.config import CompilationConfig, KVTransferConfig
+    from vllm.config import CacheConfig, CompilationConfig, KVTransferConfig, ParallelConfig
 
     compilation = getattr(engine_args, "compilation_config", None)
     build("compilation", lambda: compilation if isinstance(compilation, CompilationConfig)
           else CompilationConfig(**(compilation or {})))
-    build("parallel", lambda: _parallel_config(engine_args, LAUNCHED_PARALLEL_ARGS))
-    build("cache", lambda: _cache_config(engine_args))
+    build("parallel", lambda: _engine_config(ParallelConfig, engine_args, LAUNCHED_PARALLEL_ARGS))
+    build("cache", lambda: _engine_config(CacheConfig, engine_args, LAUNCHED_CACHE_ARGS))
     kv = getattr(engine_args, "kv_transfer_config", None)
     if kv is not None:
         kv_config = build("kv_transfer", lambda: kv if isinstance(kv, KVTransferConfig) else KVTransferConfig(**kv))
@@ -221,7 +221,9 @@ def _model_configs(engine_args: Any) -> tuple[dict[str, object], dict[str, objec
         # all the launch's parallel arguments: on vLLM's CUDA platform ParallelConfig compares
         # the world size with the node's devices unless --nnodes and the mp backend say
         # the ranks are on other nodes (vllm/config/parallel.py:1064)
-        parallel = _parallel_config(engine_args, LAUNCHED_PARALLEL_ARGS)
+        from vllm.config import ParallelConfig
+
+        parallel = _engine_config(ParallelConfig, engine_args, LAUNCHED_PARALLEL_ARGS)
         speculative = engine_args.create_speculative_config(model, parallel)
         draft = getattr(speculative, "draft_model_config", None)
         return built, {"ok": True, "method": speculative.method,
@@ -286,30 +288,23 @@ def _after(args: list[str], flag: str) -> str | None:
 
 
 # The engine arguments a launch sets that vLLM's create_engine_config hands to ParallelConfig
-# under the same names (vllm/engine/arg_utils.py:2569 in the image).
-LAUNCHED_PARALLEL_ARGS = (
+# (vllm/engine/arg_utils.py:2569 in the image) and to CacheConfig, by the config field each
+# fills: ParallelConfig's under their own names; CacheConfig's cache_dtype is kv_cache_dtype.
+LAUNCHED_PARALLEL_ARGS = {name: name for name in (
     "tensor_parallel_size", "pipeline_parallel_size", "decode_context_parallel_size",
     "cp_kv_cache_interleave_size", "all2all_backend", "distributed_executor_backend",
     "nnodes", "node_rank", "master_addr", "master_port",
-)
+)}
+LAUNCHED_CACHE_ARGS = {
+    "block_size": "block_size", "gpu_memory_utilization": "gpu_memory_utilization",
+    "cache_dtype": "kv_cache_dtype", "enable_prefix_caching": "enable_prefix_caching",
+    "kv_cache_memory_bytes": "kv_cache_memory_bytes",
+}
 
 
-def _parallel_config(engine_args: Any, names: Sequence[str]) -> Any:
-    from vllm.config import ParallelConfig
-
-    return ParallelConfig(**{name: getattr(engine_args, name) for name in names})
-
-
-def _cache_config(engine_args: Any) -> Any:
-    from vllm.config import CacheConfig
-
-    return CacheConfig(
-        block_size=engine_args.block_size,
-        gpu_memory_utilization=engine_args.gpu_memory_utilization,
-        cache_dtype=engine_args.kv_cache_dtype,
-        enable_prefix_caching=engine_args.enable_prefix_caching,
-        kv_cache_memory_bytes=engine_args.kv_cache_memory_bytes,
-    )
+def _engine_config(config_class: Any, engine_args: Any, arguments: Mapping[str, str]) -> Any:
+    """``config_class`` with each field of ``arguments`` the engine argument it names."""
+    return config_class(**{name: getattr(engine_args, argument) for name, argument in arguments.items()})
 
 
 def _build_speculative(cls: Any, values: dict[str, object]) -> dict[str, object]:
