@@ -86,4 +86,3 @@ def test_a_failing_case_is_a_verdict_and_its_environment_is_restored(tmp_path, m
                        constructed=False)
     assert verdicts[0] is not None and verdicts[0]["error"] == "RuntimeError: vLLM refused"
     assert os.environ["PATH"] == "/probe/bin"
-
