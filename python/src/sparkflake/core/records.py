@@ -108,6 +108,14 @@ def require_oci_digest(path: str, value: object) -> str:
     return require_match(path, value, DIGEST_PATTERN, '"sha256:" and 64 lowercase hex digits')
 
 
+def require_platform(path: str, value: object) -> str:
+    return require_match(path, value, _PLATFORM, 'an OCI platform like "linux/arm64"')
+
+
+def require_deb_package(path: str, value: object) -> str:
+    return require_match(path, value, _DEB_PACKAGE, "a Debian package name")
+
+
 def require_sri_sha256(path: str, value: object) -> str:
     """An SRI hash ``sha256-<base64 of 32 bytes>``, in its one canonical spelling."""
     text = require_str(path, value, allow_empty=True)
@@ -190,14 +198,6 @@ def require_filename(path: str, value: object) -> str:
     if text in (".", ".."):
         raise InvalidField(path, f"expected a file name, got {describe(text)}")
     return text
-
-
-def require_platform(path: str, value: object) -> str:
-    return require_match(path, value, _PLATFORM, 'an OCI platform like "linux/arm64"')
-
-
-def require_deb_package(path: str, value: object) -> str:
-    return require_match(path, value, _DEB_PACKAGE, "a Debian package name")
 
 
 def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
