@@ -72,7 +72,7 @@ def test_an_image_that_cannot_answer_leaves_nothing_recorded(tmp_path: Path) -> 
     refused = [check for check in result.report.checks if check.id == "runtime.launch-refused"]
     assert len(refused) == sum(case.serve_args is None for case in cases)
     assert all(check.status == SKIP for check in refused)
-    assert [check.id for check in result.report.failed()] == ["runtime.interpreter"]
+    assert [check.id for check in result.report.failures] == ["runtime.interpreter"]
     assert result.report.capabilities is None and result.report.exit_code == 1
     assert sorted(os.listdir(out)) == before
     assert not (tmp_path / "capabilities.json").exists() and not (tmp_path / "cache" / "capabilities").exists()

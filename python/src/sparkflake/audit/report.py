@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.check_result import FAIL, PASS, CheckResult, exit_code_of, failed_checks
+from ..core.check_result import FAIL, PASS, CheckList
 from ..core.digest import is_digest
 from ..core.errors import InputError
 
@@ -48,10 +48,9 @@ class LayerFinding:
 
 
 @dataclass
-class AuditReport:
+class AuditReport(CheckList):
     target: str
     source_kind: str
-    checks: list[CheckResult] = field(default_factory=list)
     manifest_digest: str | None = None
     index_digest: str | None = None
     config_digest: str | None = None
@@ -61,21 +60,10 @@ class AuditReport:
     labels: dict[str, str] = field(default_factory=dict)
     layers: list[LayerFinding] = field(default_factory=list)
 
-    def add(self, check_id: str, status: str, detail: str, digest: str | None = None) -> None:
-        self.checks.append(CheckResult(check_id, status, detail, digest))
-
     def judge(self, check_id: str, passed: bool, *, passed_detail: str, failed_detail: str,
               digest: str | None = None) -> None:
         """A comparison's check: pass or fail, each with what it found, the same digest named."""
         self.add(check_id, PASS if passed else FAIL, passed_detail if passed else failed_detail, digest)
-
-    @property
-    def exit_code(self) -> int:
-        return exit_code_of(self.checks)
-
-    @property
-    def failures(self) -> list[CheckResult]:
-        return failed_checks(self.checks)
 
     def as_record(self) -> dict[str, Any]:
         return {

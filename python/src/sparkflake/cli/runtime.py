@@ -58,7 +58,7 @@ def run_check_command(args: argparse.Namespace) -> int:
         seconds = ", ".join(f"{key} {value:.1f} s" for key, value in
                             (("unpack", report.unpack_seconds), ("probe", report.probe_seconds)) if value is not None)
         print_line(f"{result.launch_specs} launch specs judged by the image's code ({seconds})")
-    failed = report.failed()
+    failed = report.failures
     if failed:
         warn(f"sparkflake: runtime check failed: {', '.join(sorted({check.id for check in failed}))}")
     return report.exit_code

@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
         print_json(result.as_record())
         return 0
     print_line(f"signed {reference.registry}/{reference.repository}@{result.manifest_digest}")
-    print_line(f"signature   :{result.signature_tag}  manifest {result.signature_manifest}")
-    if result.attestation_tag:
-        print_line(f"attestation :{result.attestation_tag}  manifest {result.attestation_manifest}")
+    print_line(f"signature   :{result.signature.tag}  manifest {result.signature.manifest}")
+    if result.attestation:
+        print_line(f"attestation :{result.attestation.tag}  manifest {result.attestation.manifest}")
     return 0

@@ -36,12 +36,12 @@ _HEX40 = re.compile(r"^[0-9a-f]{40}$")
 _INPUT_NAME = re.compile(r"^[a-z0-9][a-z0-9._+:-]{0,199}$")
 _FILENAME = re.compile(r"^[^/\x00]+$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-PLATFORM_PATTERN = re.compile(r"^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$")
+_PLATFORM = re.compile(r"^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$")
 # OCI distribution-spec repository name without tag or digest: host[:port] then /path components
 OCI_REPOSITORY_PATTERN = re.compile(
     r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$"
 )
-DEB_PACKAGE_PATTERN = re.compile(r"^[a-z0-9][a-z0-9.+-]+$")
+_DEB_PACKAGE = re.compile(r"^[a-z0-9][a-z0-9.+-]+$")
 
 
 class InvalidField(InputError):
@@ -106,6 +106,14 @@ def require_sha1_hex(path: str, value: object) -> str:
 
 def require_oci_digest(path: str, value: object) -> str:
     return require_match(path, value, DIGEST_PATTERN, '"sha256:" and 64 lowercase hex digits')
+
+
+def require_platform(path: str, value: object) -> str:
+    return require_match(path, value, _PLATFORM, 'an OCI platform like "linux/arm64"')
+
+
+def require_deb_package(path: str, value: object) -> str:
+    return require_match(path, value, _DEB_PACKAGE, "a Debian package name")
 
 
 def require_sri_sha256(path: str, value: object) -> str:

@@ -19,8 +19,9 @@ def emit(document: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-def run_protocol(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
-    """Run the handler ``argv`` names."""
+def run_protocol(parser: argparse.ArgumentParser, argv: list[str] | None = None) -> int:
+    """Run the handler ``argv`` (default: the command line) names; its exit status, or the
+    refusal's."""
     args = parser.parse_args(argv)
     try:
         return int(args.handler(args))

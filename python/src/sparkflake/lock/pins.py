@@ -31,20 +31,20 @@ from packaging.version import InvalidVersion, Version
 from ..core.blob_cache import Artifact
 from ..core.errors import InputError
 from ..core.records import (
-    DEB_PACKAGE_PATTERN,
     OCI_REPOSITORY_PATTERN,
-    PLATFORM_PATTERN,
     InvalidField,
     describe,
     freeze_field,
     freeze_str_tuple,
     keys_in_field_order,
     require_archive_url,
+    require_deb_package,
     require_filename,
     require_git_url,
     require_input_name,
     require_match,
     require_oci_digest,
+    require_platform,
     require_sha1_hex,
     require_sha256_hex,
     require_size,
@@ -78,7 +78,7 @@ class Target:
     FIELD_ORDER: ClassVar[tuple[str, ...]]  # the fields as declared
 
     def __post_init__(self) -> None:
-        require_match("platform", self.platform, PLATFORM_PATTERN, 'an OCI platform like "linux/arm64"')
+        require_platform("platform", self.platform)
         require_match("python", self.python, _PYTHON_VERSION, 'a CPython version like "3.11"')
         require_match("glibc", self.glibc, _GLIBC_VERSION, 'a glibc version like "2.36"')
 
@@ -220,7 +220,7 @@ class DebPin:
 
     def __post_init__(self) -> None:
         require_input_name("name", self.name)
-        package = require_match("package", self.package, DEB_PACKAGE_PATTERN, "a Debian package name")
+        package = require_deb_package("package", self.package)
         require_match("version", self.version, _DEB_VERSION, "a Debian version")
         architecture = require_match(
             "architecture",

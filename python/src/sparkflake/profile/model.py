@@ -28,18 +28,18 @@ from packaging.requirements import InvalidRequirement, Requirement
 
 from ..core.errors import InputError
 from ..core.records import (
-    DEB_PACKAGE_PATTERN,
     OCI_REPOSITORY_PATTERN,
-    PLATFORM_PATTERN,
     InvalidField,
     describe,
     freeze_field,
     freeze_str_tuple,
     join_path,
     keys_in_field_order,
+    require_deb_package,
     require_input_name,
     require_match,
     require_oci_digest,
+    require_platform,
     require_sha1_hex,
     require_sha256_hex,
     require_size,
@@ -203,8 +203,7 @@ class DebianSpec:
 
     def __post_init__(self) -> None:
         require_match("suite", self.suite, _SUITE, 'a Debian suite like "bookworm"')
-        package = lambda p, v: require_match(p, v, DEB_PACKAGE_PATTERN, "a Debian package name")  # noqa: E731
-        freeze_str_tuple(self, "seed", package, non_empty=True)
+        freeze_str_tuple(self, "seed", require_deb_package, non_empty=True)
 
 
 @keys_in_field_order()
@@ -480,7 +479,7 @@ class Profile:
         require_match("name", self.name, PROFILE_NAME, "a lowercase profile name of [a-z0-9-]")
         require_str("description", self.description, free_text=True)
         _require_choice("status", self.status, STATUSES)
-        require_match("platform", self.platform, PLATFORM_PATTERN, 'an OCI platform like "linux/arm64"')
+        require_platform("platform", self.platform)
         require_str("served_model_name", self.served_model_name)
         cache_root = _require_abs_path("cache_root", self.cache_root)
         jit_root = _require_abs_path("jit_root", self.jit_root)

@@ -4,10 +4,10 @@ report, one ``CheckResult`` per check with a stable id, and the capabilities fou
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from ..core.check_result import CheckResult, exit_code_of, failed_checks
+from ..core.check_result import CheckList
 from .capabilities import Capabilities
 
 
@@ -26,26 +26,13 @@ class Case:
 
 
 @dataclass
-class CheckReport:
-    checks: list[CheckResult] = field(default_factory=list)
+class CheckReport(CheckList):
     capabilities: Capabilities | None = None
     probe_seconds: float | None = None
     import_seconds: float | None = None
     unpack_seconds: float | None = None
     bytecode_seconds: float | None = None
     emulation: str = ""
-
-    def add(self, check_id: str, status: str, detail: str) -> CheckResult:
-        result = CheckResult(check_id, status, detail)
-        self.checks.append(result)
-        return result
-
-    @property
-    def exit_code(self) -> int:
-        return exit_code_of(self.checks)
-
-    def failed(self) -> list[CheckResult]:
-        return failed_checks(self.checks)
 
     def as_record(self) -> dict[str, Any]:
         return {

@@ -110,9 +110,5 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    return run_protocol(build_parser(), argv)
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_protocol(build_parser()))

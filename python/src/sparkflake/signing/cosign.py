@@ -29,6 +29,7 @@ from typing import Any
 from ..core.canonical_json import canonical_json_bytes
 from ..core.digest import digest_hex
 from ..core.errors import CheckFailed
+from ..core.records import field_record
 from ..oci.media_types import OCI_CONFIG, OCI_MANIFEST
 from ..oci.remote import Reference, RegistryClient
 from . import payloads
@@ -85,9 +86,9 @@ def _existing_layers(client: RegistryClient, repository: str, tag: str) -> list[
 
 
 def _push_layer(client: RegistryClient, repository: str, tag: str, content: bytes, media_type: str,
-                annotations: Mapping[str, str]) -> str:
+                annotations: Mapping[str, str]) -> TaggedManifest:
     """Add one layer to the manifest under ``tag`` (kept once if already there); returns
-    the manifest digest pushed."""
+    the tag and the digest of the manifest pushed."""
     digest = client.push_small_blob(repository, content)
     layer = {"mediaType": media_type, "size": len(content), "digest": digest, "annotations": dict(annotations)}
     layers = [item for item in _existing_layers(client, repository, tag) if item != layer]
@@ -99,25 +100,32 @@ def _push_layer(client: RegistryClient, repository: str, tag: str, content: byte
         "config": {"mediaType": OCI_CONFIG, "size": len(config), "digest": client.push_small_blob(repository, config)},
         "layers": layers,
     }
-    return client.push_manifest(repository, tag, canonical_json_bytes(manifest), OCI_MANIFEST)
+    return TaggedManifest(tag, client.push_manifest(repository, tag, canonical_json_bytes(manifest), OCI_MANIFEST))
+
+
+@dataclass(frozen=True)
+class TaggedManifest:
+    """A signature's or an attestation's manifest as pushed: the tag cosign finds it by and
+    the manifest's digest."""
+
+    tag: str
+    manifest: str
+
+    def as_record(self) -> dict[str, Any]:
+        return field_record(self)
 
 
 @dataclass(frozen=True)
 class SignResult:
     manifest_digest: str
-    signature_tag: str
-    signature_manifest: str
-    attestation_tag: str | None = None
-    attestation_manifest: str | None = None
+    signature: TaggedManifest
+    attestation: TaggedManifest | None = None
 
     def as_record(self) -> dict[str, Any]:
         return {
             "manifest_digest": self.manifest_digest,
-            "signature": {"tag": self.signature_tag, "manifest": self.signature_manifest},
-            "attestation": (
-                {"tag": self.attestation_tag, "manifest": self.attestation_manifest}
-                if self.attestation_tag else None
-            ),
+            "signature": self.signature.as_record(),
+            "attestation": self.attestation.as_record() if self.attestation else None,
         }
 
 
@@ -132,18 +140,16 @@ def sign_image(client: RegistryClient, reference: Reference, key: PrivateKey,
         statement = payloads.provenance_statement(receipt, identity, digest, receipt_where)
     payload = payloads.simple_signing_payload(identity, digest)
     signature = base64.b64encode(key.sign(payload)).decode()
-    sig_tag = signature_tag(digest)
-    sig_manifest = _push_layer(client, reference.repository, sig_tag, payload, SIMPLE_SIGNING_MEDIA_TYPE,
-                               {SIGNATURE_ANNOTATION: signature})
+    signed = _push_layer(client, reference.repository, signature_tag(digest), payload, SIMPLE_SIGNING_MEDIA_TYPE,
+                         {SIGNATURE_ANNOTATION: signature})
     if statement is None:
-        return SignResult(digest, sig_tag, sig_manifest)
+        return SignResult(digest, signed)
     envelope = payloads.dsse_envelope(
         payloads.IN_TOTO_PAYLOAD_TYPE, statement, key.sign(payloads.pae(payloads.IN_TOTO_PAYLOAD_TYPE, statement))
     )
-    att_tag = attestation_tag(digest)
-    att_manifest = _push_layer(client, reference.repository, att_tag, envelope, DSSE_MEDIA_TYPE,
-                               {SIGNATURE_ANNOTATION: "", PREDICATE_TYPE_ANNOTATION: payloads.SLSA_PROVENANCE_V1})
-    return SignResult(digest, sig_tag, sig_manifest, att_tag, att_manifest)
+    attested = _push_layer(client, reference.repository, attestation_tag(digest), envelope, DSSE_MEDIA_TYPE,
+                           {SIGNATURE_ANNOTATION: "", PREDICATE_TYPE_ANNOTATION: payloads.SLSA_PROVENANCE_V1})
+    return SignResult(digest, signed, attested)
 
 
 def _layers_of(client: RegistryClient, reference: Reference, tag: str, media_type: str, check: str) -> list[dict[str, Any]]:

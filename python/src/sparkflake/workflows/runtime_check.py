@@ -121,7 +121,7 @@ def _record(request: RuntimeCheckRequest, report: CheckReport, capabilities: Cap
     written = dumps(capabilities)
     record_capabilities(capabilities, out if out.is_dir() else None, cache_root)
     if out.is_dir() and (out / "receipt.json").is_file():
-        failed_ids = sorted({check.id for check in report.failed()})
+        failed_ids = sorted({check.id for check in report.failures})
         record_in_receipt(out / "receipt.json", written, capabilities,
                           {"ok": not failed_ids, "checks": len(report.checks), "failed_checks": failed_ids,
                            "launch_specs": launch_specs, "emulation": report.emulation})
