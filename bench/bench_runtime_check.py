@@ -137,7 +137,7 @@ def main() -> int:
                           "cpu_seconds": probe.get("cpu_seconds"),
                           "child_spans": probe.get("child_spans"), "seconds": probe.get("seconds")})
         # timed whatever the verdicts: the failed check ids are recorded beside the times
-        failed.append(sorted({check.id for check in report.failed()}))
+        failed.append(sorted({check.id for check in report.failures}))
         if expected is not None:
             given = [(check.id, check.status) for check in report.checks]
             assert given == expected, f"the verdicts differ from {args.verdicts}"
