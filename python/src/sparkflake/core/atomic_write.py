@@ -36,6 +36,7 @@ from .canonical_json import readable_json_bytes
 from .direct_write import DirectWriter
 from .documents import file_kind
 from .errors import InputError
+from .interrupts import interrupts_held
 
 
 def host_tag() -> str:
@@ -154,6 +155,21 @@ def remove_dead_run_directories(parent: Path, prefix: str = "") -> list[Path]:
             remove_tree(Path(entry.path))
             removed.append(Path(entry.path))
     return removed
+
+
+@contextlib.contextmanager
+def run_directory(parent: Path, name: str) -> Iterator[Path]:
+    """``make_run_directory``'s directory for the body, removed after it whatever ends the
+    body; an interrupt cannot land between the directory's making and this cover
+    (``interrupts_held``)."""
+    made: Path | None = None
+    try:
+        with interrupts_held():
+            made = make_run_directory(parent, name)
+        yield made
+    finally:
+        if made is not None:
+            remove_tree(made)
 
 
 def make_run_directory(parent: Path, name: str) -> Path:

@@ -26,10 +26,9 @@ from pathlib import Path
 
 from ..core.atomic_write import (
     check_output_parent,
-    make_run_directory,
     record_written_entry,
     regular_output,
-    remove_tree,
+    run_directory,
 )
 from ..core.digest import is_digest
 from ..core.documents import parse_json_object, read_json_file
@@ -200,8 +199,7 @@ def export_archive(out_dir: Path, kind: str, target: Path | None = None,
     if need > free:
         raise InputError(f"{final.parent}: not enough free disk space for the {kind} (nothing was written): "
                          f"needs about {need >> 20} MiB, {free >> 20} MiB free")
-    work = make_run_directory(final.parent, f".{final.name}.export")
-    try:
+    with run_directory(final.parent, f".{final.name}.export") as work:
         image = image_of_layout(reader, layout, recorded.uncompressed_sizes, BlobStore(work / "store"))
         staged = work / final.name
         (write_oci_archive if kind == OCI_ARCHIVE else write_docker_archive)(image, staged)
@@ -216,8 +214,6 @@ def export_archive(out_dir: Path, kind: str, target: Path | None = None,
                                   check_id=f"export.{what}")
         size = staged.stat().st_size
         os.replace(staged, final)
-    finally:
-        remove_tree(work)
     if final.parent == Path(os.path.realpath(out_dir)):
         record_written_entry(out_dir, final.name)  # the next build may replace it with OUT
     return ExportedArchive(kind, final, manifest_digest, config_digest, size)

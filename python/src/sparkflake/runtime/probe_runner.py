@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..core.atomic_write import make_run_directory, write_bytes_atomic
+from ..core.atomic_write import run_directory, write_bytes_atomic
 from ..core.canonical_json import canonical_json_bytes
 from ..core.check_result import FAIL, PASS, SKIP
 from ..core.progress import Progress, report_phase
@@ -128,8 +128,7 @@ def run_probe(report: CheckReport, root: Path, scratch: Path, python: str, *, im
     pycache = _verified_pycache(scratch)
     env = probe_env(image_env, cases)
     host_work.start(pycache, _bytecode_facts(report, root, scratch, python, env))
-    work = make_run_directory(scratch, "probe")  # after removing what a killed check left
-    try:
+    with run_directory(scratch, "probe") as work:  # after removing what a killed check left
         ship_probe(work)
         request = {"expected_versions": dict(expected_versions), "cases": [case.as_record() for case in cases]}
         if device is not None:
@@ -177,8 +176,6 @@ def run_probe(report: CheckReport, root: Path, scratch: Path, python: str, *, im
         report.add("runtime.probe", PASS, f"python {result.get('python')} on {result.get('machine')}: one start, "
                    f"{len(result.get('cases', []))} cases in {run.seconds:.1f} s")
         return result
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def ship_probe(work: Path) -> None:

@@ -50,6 +50,7 @@ from ..core.atomic_write import (
 )
 from ..core.blob_cache import BlobCache, default_cache_root
 from ..core.file_hashes import FileHashes
+from ..core.interrupts import interrupts_held
 from ..core.progress import Progress
 from ..housekeeping.build_record import BuildRecord, last_build_of, utc_now, write_build_record
 from ..housekeeping.free_space import check_free_space, estimate_build_space
@@ -183,12 +184,15 @@ def build_profile(request: BuildRequest, progress: Progress | None = None) -> Bu
         skip_git=[composition.source.name] if request.source_tree is not None else [],
     )
     clock.lap("fetch_and_verify_inputs")
-    # work/PROFILE.<host>.pid<N>.<random>: a killed build's directory is removed by the next
-    # build (its pid is gone); a concurrent build's, or another host's, is left alone
-    work_dir = make_run_directory(caches.root / "work", composition.profile.name)
-    scratch_dir = None
-    try:  # from here on an interrupt (SIGINT, SIGTERM) removes the run's directories
-        scratch_dir = None if request.keep_work else memory_scratch_dir(composition.profile.name)
+    work_dir: Path | None = None
+    scratch_dir: Path | None = None
+    try:  # an interrupt (SIGINT, SIGTERM) removes the run's directories
+        # held back until each directory made is named here, for the finally below
+        with interrupts_held():
+            # work/PROFILE.<host>.pid<N>.<random>: a killed build's directory is removed by the
+            # next build (its pid is gone); a concurrent build's, or another host's, is left alone
+            work_dir = make_run_directory(caches.root / "work", composition.profile.name)
+            scratch_dir = None if request.keep_work else memory_scratch_dir(composition.profile.name)
         for transient in (work_dir, scratch_dir):
             if transient is not None:
                 caches.hashes.never_remember(transient)
@@ -208,7 +212,7 @@ def build_profile(request: BuildRequest, progress: Progress | None = None) -> Bu
         return result
     finally:
         caches.hashes.save()
-        if not request.keep_work:
+        if work_dir is not None and not request.keep_work:
             remove_tree(work_dir)
         if scratch_dir is not None:
             remove_tree(scratch_dir)
