@@ -96,8 +96,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The console script (no ``argv``: this process's command line, and the process ends
+    after it) or an in-process caller's command."""
+    process_ends = argv is None
     argv = sys.argv[1:] if argv is None else argv
-    return run_command(lambda: build_parser(argv[0] if argv else None).parse_args(argv))
+    return run_command(lambda: build_parser(argv[0] if argv else None).parse_args(argv), process_ends=process_ends)
 
 if __name__ == "__main__":
     sys.exit(main())

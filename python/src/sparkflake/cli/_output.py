@@ -107,10 +107,11 @@ def human_bytes(count: int) -> str:
     return f"{value:.1f}GiB"
 
 
-def run_command(parse: Callable[[], argparse.Namespace]) -> int:
+def run_command(parse: Callable[[], argparse.Namespace], *, process_ends: bool = False) -> int:
     """Parse (importing the command modules) and run one command. SIGINT and SIGTERM end
-    it with 130 and 143, its staging cleaned, without a traceback (``_signals``)."""
-    with _signals.InterruptsRaised():
+    it with 130 and 143, its staging cleaned, without a traceback (``_signals``);
+    ``process_ends``: the command is the process's own, which ends after it."""
+    with _signals.InterruptsRaised(process_ends=process_ends):
         try:
             return run_handler(parse())
         except BaseException as exc:  # noqa: BLE001 - an interrupt, or what it left behind

@@ -110,7 +110,14 @@ def install() -> None:
 class InterruptsRaised:
     """``with InterruptsRaised():`` SIGINT and SIGTERM raise in the main thread for the
     duration of the block; then the handlers from before ``sparkflake.cli`` was imported
-    come back (the CLI runs in-process in tests)."""
+    come back (the CLI runs in-process in tests). ``process_ends=True``: the block runs the
+    process's own command line, which ends when it is done; the quiet exit stays until
+    then (Python's own SIGINT handler, put back, raised KeyboardInterrupt in the
+    interpreter's shutdown, `Exception ignored in: <module 'threading'>`, after a command
+    that had printed everything)."""
+
+    def __init__(self, *, process_ends: bool = False) -> None:
+        self._process_ends = process_ends
 
     def __enter__(self) -> None:
         import threading
@@ -130,5 +137,5 @@ class InterruptsRaised:
         if _STATE.cancel_redelivery is not None:
             _STATE.cancel_redelivery()
         for number, handler in self._previous.items():
-            _signal.signal(number, _BEFORE_IMPORT.get(number, handler))
+            _signal.signal(number, _on_signal if self._process_ends else _BEFORE_IMPORT.get(number, handler))
         sys.unraisablehook = self._hook

@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         register(parser.add_subparsers(dest="command", parser_class=_Parser))
         return parser.parse_args(["launch-rank", *(sys.argv[1:] if argv is None else argv)])
 
-    return run_command(parse)
+    return run_command(parse, process_ends=argv is None)
 
 if __name__ == "__main__":
     sys.exit(main())

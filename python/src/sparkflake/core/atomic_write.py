@@ -169,7 +169,8 @@ def run_directory(parent: Path, name: str) -> Iterator[Path]:
         yield made
     finally:
         if made is not None:
-            remove_tree(made)
+            with interrupts_held():  # an interrupt during the removal is delivered after it
+                remove_tree(made)
 
 
 def make_run_directory(parent: Path, name: str) -> Path:
@@ -206,24 +207,34 @@ def _staged_fd(target: Path, mode: int, *, tagged: bool = False) -> Iterator[int
     """A temporary file beside ``target``; on clean exit fsynced and renamed onto it.
     ``tagged``: the name carries host and pid (see the module docstring)."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    if tagged:
-        created: list[int] = []
-        tmp_name = os.fspath(_make_generated(target.parent, f".{target.name}", ".partial", lambda path: created.append(
-            os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))))
-        fd = created[0]
-    else:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
+    fd: int | None = None
+    tmp_name: str | None = None
     try:
+        # held back until the file made is named here, for the except below
+        with interrupts_held():
+            if tagged:
+                created: list[int] = []
+                tmp_name = os.fspath(_make_generated(
+                    target.parent, f".{target.name}", ".partial", lambda path: created.append(
+                        os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))))
+                fd = created[0]
+            else:
+                fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
         try:
             yield fd
             os.fsync(fd)
         finally:
             os.close(fd)
+            fd = None
         os.chmod(tmp_name, mode)
         os.replace(tmp_name, target)
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp_name)
+        with interrupts_held():  # an interrupt during the cleanup is delivered after it
+            if fd is not None:
+                os.close(fd)
+            if tmp_name is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp_name)
         raise
 
 
@@ -363,22 +374,32 @@ def atomic_directory(
         check_replaceable_output(target, force=force)
     try:
         remove_leftovers(target)
-        staging = _make_generated(target.parent, f".{target.name}", ".partial", lambda path: path.mkdir(0o700))
     except OSError as exc:
         raise InputError(f"{target}: cannot write here: {exc.strerror or exc}") from exc
+    staging: Path | None = None
     try:
+        # held back until the directory made is named here, for the except below
+        with interrupts_held():
+            try:
+                staging = _make_generated(target.parent, f".{target.name}", ".partial", lambda path: path.mkdir(0o700))
+            except OSError as exc:
+                raise InputError(f"{target}: cannot write here: {exc.strerror or exc}") from exc
         yield staging
         if owned_output:
             check_replaceable_output(target, force=force)  # it may have changed meanwhile
             _write_output_marker(staging)
+        # the swap whole (its renames, then the previous tree's removal): an interrupt waits
+        # for it, and then finds the new tree in place and nothing staged
+        with interrupts_held():
+            try:
+                _swap_in(staging, target)
+            except OSError as exc:
+                raise InputError(f"{target}: cannot replace it: {exc.strerror or exc}") from exc
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        if staging is not None:
+            with interrupts_held():  # an interrupt during the removal is delivered after it
+                shutil.rmtree(staging, ignore_errors=True)
         raise
-    try:
-        _swap_in(staging, target)
-    except OSError as exc:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise InputError(f"{target}: cannot replace it: {exc.strerror or exc}") from exc
 
 
 def _check_directory_target(target: Path, owned_output: bool) -> None:

@@ -211,11 +211,13 @@ def build_profile(request: BuildRequest, progress: Progress | None = None) -> Bu
             result = dataclasses.replace(result, assembly=None)
         return result
     finally:
-        caches.hashes.save()
-        if work_dir is not None and not request.keep_work:
-            remove_tree(work_dir)
-        if scratch_dir is not None:
-            remove_tree(scratch_dir)
+        # the cleanup whole: an interrupt that arrives during it is delivered after it
+        with interrupts_held():
+            caches.hashes.save()
+            if work_dir is not None and not request.keep_work:
+                remove_tree(work_dir)
+            if scratch_dir is not None:
+                remove_tree(scratch_dir)
 
 
 def _write_staged_output(
