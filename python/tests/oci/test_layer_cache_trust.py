@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -155,6 +156,43 @@ def test_a_removed_or_replaced_output_costs_one_hash_never_a_wrong_blob(tmp_path
     assert reads == ([] if clones_here(tmp_path) else [blob])  # hashed once, found intact, kept
     assert hashlib.sha256(blob.read_bytes()).hexdigest() == blob.name
     assert audits_clean(tmp_path / "other" / "oci")
+
+
+def test_stale_blobs_are_hashed_again_at_once_largest_first_and_answered_in_order(tmp_path, monkeypatch):
+    """A rebuild whose lower blobs all went stale (an operator removed the hard-linked
+    outputs) pays about its largest blob, not their sum: the re-hashes run side by side.
+    The answers keep the caller's order; a wrong blob among them is still evicted."""
+    store = BlobStore(tmp_path / "store")
+    sizes = (1000, 300_000, 5000)
+    paths = []
+    for size in sizes:
+        content = os.urandom(size)
+        with store.new_blob() as (handle, staged):
+            handle.write(content)
+        paths.append(store.commit(staged, "sha256:" + hashlib.sha256(content).hexdigest()))
+    for path in paths[:2]:  # stale: the mtime moved (so did the ctime), the bytes did not
+        status = os.stat(path)
+        os.utime(path, ns=(status.st_atime_ns, status.st_mtime_ns + 1))
+    flip_in_place(paths[2])
+    together = threading.Barrier(2, timeout=30)  # the first two hashes must overlap
+    hashed: list[int] = []
+    original = blob_store._sha256_of
+
+    def hash_side_by_side(path: Path) -> str | None:
+        hashed.append(path.stat().st_size)
+        if len(hashed) <= 2:
+            together.wait()
+        return original(path)
+
+    monkeypatch.setattr(blob_store, "_sha256_of", hash_side_by_side)
+    monkeypatch.setattr(blob_store.os, "cpu_count", lambda: 2)
+    digests = ["sha256:" + path.name for path in paths]
+    answers = store.verified_all([(digest, size) for digest, size in zip(digests, sizes, strict=True)])
+    assert answers == [paths[0], paths[1], None]
+    assert sorted(hashed[:2]) == [5000, 300_000] and hashed[2] == 1000
+    assert [eviction.digest for eviction in store.evicted] == [digests[2]] and not paths[2].exists()
+    assert store.verified_all([(digest, size) for digest, size in zip(digests[:2], sizes, strict=False)]) == paths[:2]
+    assert len(hashed) == 3  # recorded again after the first check: trusted without a read
 
 
 @pytest.mark.slow

@@ -25,7 +25,7 @@ from ..oci.compression import Compression
 from ..oci.config import RuntimeConfig
 from ..oci.image import ImageSpec, LayerSpec, assemble_image
 from ..oci.image_model import BuiltImage
-from ..oci.layer import Layer, LayerOptions, build_layer, layer_by_fingerprint
+from ..oci.layer import Layer, LayerOptions, build_layer, cached_layers, record_by_fingerprint
 from ..oci.layer_cache import LayerCache
 from ..oci.layout import LayoutWriter, add_artifact_blobs, write_oci_layout
 from ..oci.media_types import CREATED_ANNOTATION
@@ -81,9 +81,14 @@ def cached_lower_layers(
     if layer_cache is None:
         return []
     layer_options = LayerOptions(options.compression, options.source_date_epoch)
-    found: list[Layer] = []
+    records = []
     for tree in trees:
-        layer = layer_by_fingerprint(tree.layer_input, layer_options, store, layer_cache)
+        record = record_by_fingerprint(tree.layer_input, layer_options, layer_cache)
+        if record is None:
+            break
+        records.append(record)
+    found: list[Layer] = []
+    for layer in cached_layers(records, store):
         if layer is None:
             break
         found.append(layer)

@@ -45,7 +45,8 @@ import json
 import os
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -114,6 +115,19 @@ class BlobStore:
             return None
         self._record(digest, path)
         return path
+
+    def verified_all(self, blobs: Sequence[tuple[str, int]]) -> list[Path | None]:
+        """``verified`` of each (digest, size), in order. A blob whose record went stale
+        (an output's hard links removed by hand change its ctime) is hashed again; those
+        are hashed on every core at once, the largest first, so re-checking a rebuild's
+        lower layers costs about its largest blob rather than their sum (hashlib and the
+        reads release the GIL)."""
+        if len(blobs) < 2:
+            return [self.verified(digest, size) for digest, size in blobs]
+        largest_first = sorted(range(len(blobs)), key=lambda index: -blobs[index][1])
+        with ThreadPoolExecutor(max_workers=min(len(blobs), os.cpu_count() or 1)) as pool:
+            checks = {index: pool.submit(self.verified, *blobs[index]) for index in largest_first}
+        return [checks[index].result() for index in range(len(blobs))]
 
     def link_into(self, digest: str, target: Path) -> bool:
         """Hard-link blob ``digest`` at ``target`` (which must not exist) when the blob is

@@ -91,8 +91,17 @@ def cached_layer(record: dict[str, Any], store: BlobStore) -> Layer | None:
     """The layer a cache record describes, if its blob is in ``store`` and verified
     (``BlobStore.verified``: a bad blob is evicted, and the layer is made again)."""
     blob_path = store.verified(record["digest"], record["size"])
-    if blob_path is None:
-        return None
+    return None if blob_path is None else _recorded_layer(record, blob_path)
+
+
+def cached_layers(records: Sequence[dict[str, Any]], store: BlobStore) -> list[Layer | None]:
+    """``cached_layer`` of each record, in order; blobs whose verification record went
+    stale are hashed again on every core at once (``BlobStore.verified_all``)."""
+    paths = store.verified_all([(record["digest"], record["size"]) for record in records])
+    return [None if path is None else _recorded_layer(record, path) for record, path in zip(records, paths, strict=True)]
+
+
+def _recorded_layer(record: dict[str, Any], blob_path: Path) -> Layer:
     return Layer(
         digest=record["digest"],
         diff_id=record["diff_id"],
@@ -105,19 +114,16 @@ def cached_layer(record: dict[str, Any], store: BlobStore) -> Layer | None:
     )
 
 
-def layer_by_fingerprint(
-    layer_input: LayerInput, options: LayerOptions, store: BlobStore, cache: LayerCache
-) -> Layer | None:
-    """The cached layer of an input whose fingerprint is recorded (no scan, no tar, no
+def record_by_fingerprint(layer_input: LayerInput, options: LayerOptions, cache: LayerCache) -> dict[str, Any] | None:
+    """The cache record of an input whose fingerprint is recorded (no scan, no tar, no
     compression; one walk, or none when the tree sources carry their walks), or None:
-    ``build_layer`` then does the work."""
-    return _layer_for_fingerprint(cache.input_fingerprint(layer_input, options.as_record()), store, cache)
+    ``build_layer`` then does the work. Its blob is not checked yet (``cached_layers``)."""
+    return _record_for_fingerprint(cache.input_fingerprint(layer_input, options.as_record()), cache)
 
 
-def _layer_for_fingerprint(fingerprint: InputFingerprint | None, store: BlobStore, cache: LayerCache) -> Layer | None:
+def _record_for_fingerprint(fingerprint: InputFingerprint | None, cache: LayerCache) -> dict[str, Any] | None:
     known = None if fingerprint is None else cache.key_for_fingerprint(fingerprint.digest)
-    cached = None if known is None else cache.lookup(known)
-    return None if cached is None else cached_layer(cached, store)
+    return None if known is None else cache.lookup(known)
 
 
 def build_layer(
@@ -132,7 +138,8 @@ def build_layer(
     fingerprint = None
     if cache is not None:
         fingerprint = cache.input_fingerprint(layer_input, options.as_record())
-        layer = _layer_for_fingerprint(fingerprint, store, cache)
+        recorded = _record_for_fingerprint(fingerprint, cache)
+        layer = None if recorded is None else cached_layer(recorded, store)
         if layer is not None:
             return layer
     entries = scan_layer_input(layer_input)
