@@ -395,6 +395,10 @@ def is_sha256_hex(text: object) -> TypeGuard[str]:
     return isinstance(text, str) and SHA256_HEX_PATTERN.fullmatch(text) is not None
 
 
+# A git object id: 40 hex digits (sha1 object format) or 64 (sha256), matched whole.
+GIT_OBJECT_ID_PATTERN = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+
+
 def chain_id(diff_ids: Sequence[str]) -> str:
     """ChainID of a layer stack (OCI image spec, config.md): ChainID(L0) = DiffID(L0),
     ChainID(L0..Ln) = sha256(ChainID(L0..Ln-1) + " " + DiffID(Ln))."""

@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 
 from ..core.atomic_write import write_bytes_atomic
 from ..core.canonical_json import readable_json_bytes
+from ..core.digest import GIT_OBJECT_ID_PATTERN
 from ..core.documents import parse_json_object, read_regular_file
 from ..core.errors import InputError
 from ..core.records import (
@@ -42,12 +43,11 @@ SCHEMA = "sparkflake.build-record/v1"
 BUILDS_DIR = "builds"
 MAX_RECORD_BYTES = 16 << 20  # a glm53 build lists ~600 inputs: far below this
 _UTC = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$")
-_GIT_TREE = re.compile(r"^[0-9a-f]{40}$|^[0-9a-f]{64}$")  # sha1 or sha256 object format
 RECORD_NAME = re.compile(r"^[0-9]{8}T[0-9]{6}Z-[0-9a-f]{12}(-[0-9]+)?\.json$")
 
 
 def _git_tree(path: str, value: object) -> str:
-    return require_match(path, value, _GIT_TREE, "a git tree id (40 or 64 lowercase hex digits)")
+    return require_match(path, value, GIT_OBJECT_ID_PATTERN, "a git tree id (40 or 64 lowercase hex digits)")
 
 
 @keys_in_field_order()

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ..core.atomic_write import host_tag, process_alive
+from ..core.digest import GIT_OBJECT_ID_PATTERN, SHA256_HEX_PATTERN
 from ..core.directory_lock import LOCK_NAME
 from .build_record import BUILDS_DIR, RECORD_NAME
 
@@ -55,8 +56,6 @@ CAPABILITIES_DIR = "capabilities"
 # that is still writing touches its file far more often.
 GRACE_SECONDS = 3600
 
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
-_GIT_ID = re.compile(r"^[0-9a-f]{40}$|^[0-9a-f]{64}$")
 _RUN_DIR = re.compile(r"^[a-z0-9][a-z0-9._+:-]*\.(?P<host>[A-Za-z0-9_-]+)\.pid(?P<pid>[0-9]+)\.[A-Za-z0-9_]+$")
 _STAGED = re.compile(r"^\.[^/]+\.(?P<host>[A-Za-z0-9_-]+)\.pid(?P<pid>[0-9]+)\.[^/]*\.(partial|old)$")
 _IMPORT = re.compile(r"^(?P<hex>[0-9a-f]{64})\.import\.(?P<pid>[0-9]+)\.[0-9]+$")
@@ -193,7 +192,7 @@ def _sha256_entries(directory: Path, foreign: ForeignCallback) -> Iterator[os.Di
 
 def _scan_input_blobs(directory: Path, add: AddCallback, foreign: ForeignCallback, now: float) -> None:
     for blob in _sha256_entries(directory, foreign):
-        if _HEX64.fullmatch(blob.name) and blob.is_file(follow_symlinks=False):
+        if SHA256_HEX_PATTERN.fullmatch(blob.name) and blob.is_file(follow_symlinks=False):
             add(INPUT_BLOBS, blob.path, blob.name)
         else:
             foreign(blob.path)
@@ -215,13 +214,13 @@ def _scan_two_levels(directory: Path, add: AddCallback, foreign: ForeignCallback
 
 def _scan_git(directory: Path, add: AddCallback, foreign: ForeignCallback, now: float) -> None:
     _scan_two_levels(directory, add, foreign, GIT_SOURCES, lambda name: name in ("trees", "commits"),
-                     lambda name: bool(_GIT_ID.fullmatch(name)))
+                     lambda name: bool(GIT_OBJECT_ID_PATTERN.fullmatch(name)))
 
 
 def _scan_trees(directory: Path, add: AddCallback, foreign: ForeignCallback, now: float) -> None:
     for child in _children(directory):
         staged = _STAGED.fullmatch(child.name)
-        if _HEX64.fullmatch(child.name) and child.is_dir(follow_symlinks=False):
+        if SHA256_HEX_PATTERN.fullmatch(child.name) and child.is_dir(follow_symlinks=False):
             add(TREES, child.path, child.name)
         elif staged:
             gone = _dead_here(staged["host"], int(staged["pid"]))
@@ -246,7 +245,7 @@ def _scan_layer_store(directory: Path, add: AddCallback, foreign: ForeignCallbac
             for item in _children(path):
                 stem = item.name.removesuffix(".json") if child.name != "verified" else item.name
                 partial = item.name.startswith(".") and item.name.endswith(".partial")
-                if _HEX64.fullmatch(stem) and item.is_file(follow_symlinks=False):
+                if SHA256_HEX_PATTERN.fullmatch(stem) and item.is_file(follow_symlinks=False):
                     add(LAYER_STORE, item.path, f"{child.name}/{stem}")
                 elif partial and _idle(Path(item.path), now):
                     add(LAYER_STORE, item.path, item.name, "an unfinished write, untouched for an hour")
@@ -256,7 +255,7 @@ def _scan_layer_store(directory: Path, add: AddCallback, foreign: ForeignCallbac
 
 def _scan_store_blobs(directory: Path, add: AddCallback, foreign: ForeignCallback, now: float) -> None:
     for blob in _sha256_entries(directory, foreign):
-        if _HEX64.fullmatch(blob.name) and blob.is_file(follow_symlinks=False):
+        if SHA256_HEX_PATTERN.fullmatch(blob.name) and blob.is_file(follow_symlinks=False):
             add(LAYER_STORE, blob.path, f"blobs/{blob.name}")
         elif blob.name.startswith(".incoming."):
             reason = "an unfinished blob, untouched for an hour" if _idle(Path(blob.path), now) else None
@@ -301,7 +300,7 @@ def _scan_partial(directory: Path, add: AddCallback, foreign: ForeignCallback, n
         path = Path(child.path)
         stem = child.name.removesuffix(".partial")
         imported, git = _IMPORT.fullmatch(child.name), _GIT_STAGING.match(child.name)
-        if child.name.endswith(".partial") and _HEX64.fullmatch(stem):
+        if child.name.endswith(".partial") and SHA256_HEX_PATTERN.fullmatch(stem):
             idle = lock_is_free(locks / stem) and _idle(path, now)
             add(PARTIAL, path, child.name, "a download no fetch resumes, untouched for an hour" if idle else None)
         elif (staging := imported or git) is not None:
@@ -314,7 +313,7 @@ def _scan_partial(directory: Path, add: AddCallback, foreign: ForeignCallback, n
 def _scan_locks(directory: Path, add: AddCallback, foreign: ForeignCallback, now: float) -> None:
     for child in _children(directory):
         path = Path(child.path)
-        if not (_HEX64.fullmatch(child.name) or _GIT_ID.fullmatch(child.name)) or not child.is_file(follow_symlinks=False):
+        if not (SHA256_HEX_PATTERN.fullmatch(child.name) or GIT_OBJECT_ID_PATTERN.fullmatch(child.name)) or not child.is_file(follow_symlinks=False):
             foreign(path)
             continue
         stale = lock_is_free(path) and _idle(path, now)
@@ -327,7 +326,7 @@ def _scan_records(directory: Path, add: AddCallback, foreign: ForeignCallback, n
 
 def _scan_capabilities(directory: Path, add: AddCallback, foreign: ForeignCallback, now: float) -> None:
     for item in _children(directory):
-        if _HEX64.fullmatch(item.name.removesuffix(".json")) and item.name.endswith(".json"):
+        if SHA256_HEX_PATTERN.fullmatch(item.name.removesuffix(".json")) and item.name.endswith(".json"):
             add(CAPABILITIES, item.path, item.name.removesuffix(".json"))
         else:
             foreign(item.path)

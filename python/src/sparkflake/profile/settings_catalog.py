@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.digest import SHA256_HEX_PATTERN
 from ..core.errors import InputError
 
 GiB = 1 << 30
@@ -35,7 +36,6 @@ _TOKEN = re.compile(r"[A-Za-z0-9_.:-]{1,128}\Z")
 # vLLM's --served-model-name is any string; the OpenAI API returns it as the model id. Letters,
 # digits and the separators of hub names ("zai-org/GLM-5.3") are enough and stay one argv word.
 _MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}\Z")
-_SHA256 = re.compile(r"[0-9a-f]{64}\Z")
 _ULIMIT = re.compile(r"([a-z]+)=(-1|[0-9]{1,20})(:(-1|[0-9]{1,20}))?\Z")
 # an IPv6 zone id: an interface name (at most IFNAMSIZ-1 = 15 bytes) or its index
 _ZONE_ID = re.compile(r"[A-Za-z0-9_.-]{1,15}\Z")
@@ -342,7 +342,7 @@ def _cut(raw: str) -> str:
 _PATTERN_KINDS: Mapping[str, tuple[re.Pattern[str], str, bool]] = {
     "token": (_TOKEN, "letters, digits, '_', '.', ':', '-'", False),
     "name": (_MODEL_NAME, "a letter or digit, then letters, digits, '_', '.', ':', '/', '-' (at most 128)", True),
-    "sha256": (_SHA256, "64 lowercase hex digits", True),
+    "sha256": (SHA256_HEX_PATTERN, "64 lowercase hex digits", True),
     "ifname": (_IFNAME, "comma-separated interface names", False),
 }
 
@@ -393,7 +393,7 @@ def parse_value(setting: Setting, raw: str) -> Any:
         return _host_address(setting, raw)
     elif kind in _PATTERN_KINDS:
         pattern, expected, cut = _PATTERN_KINDS[kind]
-        if not pattern.match(raw):
+        if not pattern.fullmatch(raw):
             raise ValueError(f"{setting.key}={_cut(raw) if cut else raw!r}: expected {expected}")
         return raw
     elif kind == "ulimits":
