@@ -14,20 +14,19 @@ import unicodedata
 from pathlib import Path
 
 from ..core.atomic_write import regular_output
+from ..core.digest import DIGEST_PATTERN
 from ..core.errors import InputError
+from ..oci.media_types import TAG_PATTERN
 from ..profile.model import PROFILE_FILE
 
-# The OCI distribution spec's tag grammar (distribution-spec, "Pulling manifests").
-_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 # distribution/reference's grammar: [domain[:port]/]path-component(/path-component)*[:tag]
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _REFERENCE = re.compile(
     rf"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*(?::[0-9]+)?/)?"
-    rf"{_COMPONENT}(?:/{_COMPONENT})*(?::{_TAG.pattern})?"
+    rf"{_COMPONENT}(?:/{_COMPONENT})*(?::{TAG_PATTERN.pattern})?"
 )
 # os/architecture[/variant] as the image index's platform object spells them
 _PLATFORM = re.compile(r"[a-z0-9]+/[a-z0-9_]+(?:/[a-z0-9]+)?")
-_SETTINGS_HASH = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 def _printable(text: str) -> str:
@@ -80,7 +79,7 @@ def _matching(pattern: re.Pattern[str], text: str, expected: str) -> str:
 
 def settings_hash(text: str) -> str:
     """A resolved-settings hash as `launch` prints it."""
-    return _matching(_SETTINGS_HASH, text, "sha256: and 64 lowercase hex digits")
+    return _matching(DIGEST_PATTERN, text, "sha256: and 64 lowercase hex digits")
 
 
 def platform(text: str) -> str:
@@ -89,7 +88,7 @@ def platform(text: str) -> str:
 
 def image_tag(text: str) -> str:
     """A tag of an OCI layout or a registry repository."""
-    return _matching(_TAG, text, "a tag of 1-128 letters, digits, '_', '.', '-' (not starting with '.' or '-')")
+    return _matching(TAG_PATTERN, text, "a tag of 1-128 letters, digits, '_', '.', '-' (not starting with '.' or '-')")
 
 
 def image_reference(text: str) -> str:

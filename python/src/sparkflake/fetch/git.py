@@ -48,7 +48,9 @@ from .git_archive import ArchiveRefused, checked_relative, download, extract_arc
 GIT_TIMEOUT = 600.0  # seconds for one fetch; vLLM's tree at depth 1 is ~30 MB
 ALLOWED_PROTOCOLS = "file:git:http:https:ssh"
 _HEX40 = re.compile(rb"^[0-9a-f]{40}$")
-_STAGING = re.compile(r"^git-[0-9a-f]{40}\.(\d+)\.")
+# A fetch's staging directory: git-<rev>.<pid>.<random> (tempfile.mkdtemp's prefix below);
+# housekeeping recognises it by this pattern too.
+STAGING_NAME = re.compile(r"git-[0-9a-f]{40}\.(?P<pid>[0-9]+)\.")
 # Say why a server cannot give the commit, in git's own words (upload-pack.c, fetch-pack.c,
 # http-walker); anything else is reported with git's last line.
 _SHALLOW_REFUSED = ("dumb http transport does not support shallow capabilities",)
@@ -303,8 +305,8 @@ def remove_stale_staging(cache: GitCache) -> list[Path]:
     if not cache.partial_dir.is_dir():
         return removed
     for entry in sorted(cache.partial_dir.iterdir()):
-        match = _STAGING.match(entry.name)
-        if match is None or not entry.is_dir() or process_alive(int(match.group(1))):
+        match = STAGING_NAME.match(entry.name)
+        if match is None or not entry.is_dir() or process_alive(int(match["pid"])):
             continue
         _remove_tree(entry)
         removed.append(entry)

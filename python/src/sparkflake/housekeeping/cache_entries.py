@@ -32,6 +32,7 @@ from typing import Protocol
 from ..core.atomic_write import host_tag, process_alive
 from ..core.digest import GIT_OBJECT_ID_PATTERN, SHA256_HEX_PATTERN
 from ..core.directory_lock import LOCK_NAME
+from ..fetch.git import STAGING_NAME
 from .build_record import BUILDS_DIR, RECORD_NAME
 
 INPUT_BLOBS = "input blobs"
@@ -59,7 +60,6 @@ GRACE_SECONDS = 3600
 _RUN_DIR = re.compile(r"^[a-z0-9][a-z0-9._+:-]*\.(?P<host>[A-Za-z0-9_-]+)\.pid(?P<pid>[0-9]+)\.[A-Za-z0-9_]+$")
 _STAGED = re.compile(r"^\.[^/]+\.(?P<host>[A-Za-z0-9_-]+)\.pid(?P<pid>[0-9]+)\.[^/]*\.(partial|old)$")
 _IMPORT = re.compile(r"^(?P<hex>[0-9a-f]{64})\.import\.(?P<pid>[0-9]+)\.[0-9]+$")
-_GIT_STAGING = re.compile(r"^git-[0-9a-f]{40,64}\.(?P<pid>[0-9]+)\.")
 _MISMATCH = re.compile(r"^.+\.mismatch-[0-9]{8}T[0-9]{6}Z(-[0-9]+)?$")
 _RECEIVE_TEMP = re.compile(r"^\..+\.(partial|lock)$")
 
@@ -299,7 +299,7 @@ def _scan_partial(directory: Path, add: AddCallback, foreign: ForeignCallback, n
     for child in _children(directory):
         path = Path(child.path)
         stem = child.name.removesuffix(".partial")
-        imported, git = _IMPORT.fullmatch(child.name), _GIT_STAGING.match(child.name)
+        imported, git = _IMPORT.fullmatch(child.name), STAGING_NAME.match(child.name)
         if child.name.endswith(".partial") and SHA256_HEX_PATTERN.fullmatch(stem):
             idle = lock_is_free(locks / stem) and _idle(path, now)
             add(PARTIAL, path, child.name, "a download no fetch resumes, untouched for an hour" if idle else None)

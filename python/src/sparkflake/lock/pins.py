@@ -52,6 +52,7 @@ from ..core.records import (
     require_str,
     require_url,
 )
+from ..oci.media_types import TAG_PATTERN
 
 SCHEMA_VERSION = 1
 
@@ -61,7 +62,6 @@ _DEB_ARCH = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 # Debian policy 5.6.12: [epoch:]upstream[-revision]; characters only, the ordering is dpkg's
 _DEB_VERSION = re.compile(r"^([0-9]+:)?[0-9][A-Za-z0-9.+~:-]*$")
 _WHEEL_TAG = re.compile(r"^[a-z0-9_.]+-[a-z0-9_.]+-[a-z0-9_.]+$")
-_OCI_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _WHEEL_ARCHITECTURES = {"arm64": "aarch64", "amd64": "x86_64", "386": "i686"}
 _LEGACY_MANYLINUX = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
 
@@ -303,7 +303,7 @@ class OciPin:
             )
         repository, tag = _split_oci_tag(reference)
         if not OCI_REPOSITORY_PATTERN.fullmatch(repository) or (
-            tag is not None and not _OCI_TAG.fullmatch(tag)
+            tag is not None and not TAG_PATTERN.fullmatch(tag)
         ):
             raise InvalidField(
                 "reference",

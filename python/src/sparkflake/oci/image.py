@@ -31,9 +31,9 @@ from .layer_cache import LayerCache
 from .layer_input import LayerInput
 from .layout import LayoutWriter, write_oci_layout
 from .manifest import ImageIndex, ImageManifest, layer_descriptor
+from .media_types import TAG_PATTERN
 from .types import Descriptor, Platform
 
-_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 _REPOSITORY = re.compile(
     r"(?:[a-z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
     r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
@@ -60,7 +60,7 @@ class ImageSpec:
     def __post_init__(self) -> None:
         if not self.layers:
             raise InputError("an image needs at least one layer")
-        if not _TAG.fullmatch(self.tag):
+        if not TAG_PATTERN.fullmatch(self.tag):
             raise InputError(f"tag {self.tag!r} is not a valid tag ([A-Za-z0-9_][A-Za-z0-9_.-]*)")
         if not _REPOSITORY.fullmatch(self.repository):
             raise InputError(f"repository name {self.repository!r} is not a valid reference name")

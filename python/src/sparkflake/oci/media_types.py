@@ -1,6 +1,12 @@
-"""OCI and Docker media types, and the layer media type for each compression."""
+"""OCI and Docker media types, the layer media type for each compression, and the names
+the specs give a grammar (tags)."""
 
 from __future__ import annotations
+
+import re
+
+# A tag as the distribution spec's grammar has it ("Pulling manifests"), matched whole.
+TAG_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 
 OCI_LAYOUT_VERSION = "1.0.0"
 

@@ -35,6 +35,7 @@ from .media_types import (
     MANIFEST_MEDIA_TYPES,
     OCI_INDEX,
     OCI_MANIFEST,
+    TAG_PATTERN,
 )
 from .registry_auth import Credentials, RegistryAuth, is_loopback, tls_context
 
@@ -50,7 +51,6 @@ CHUNK = 1 << 20
 ACCEPT = ", ".join((OCI_MANIFEST, DOCKER_MANIFEST, OCI_INDEX, DOCKER_MANIFEST_LIST))
 
 _REPOSITORY = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$")
-_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 
 
 # ---- references -------------------------------------------------------------------------
@@ -96,7 +96,7 @@ def parse_reference(text: str) -> Reference:
     tag = None
     if ":" in path.rsplit("/", 1)[-1]:
         path, tag = path.rsplit(":", 1)
-        if not _TAG.match(tag):
+        if not TAG_PATTERN.fullmatch(tag):
             raise InputError(f"{text}: tag: expected [A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}}, got {tag!r}")
     if not _REPOSITORY.match(path):
         raise InputError(f"{text}: repository: expected lowercase path components, got {path!r}")
