@@ -54,6 +54,14 @@ def test_random_bytes_never_traceback(blob):
         evidence.parse_record(blob, "r.json")
 
 
+@given(records, st.sampled_from(["\n", " ", "T00:00"]))
+def test_a_recorded_date_with_anything_after_it_is_refused(record, tail):
+    document = record.as_record()
+    document["recorded"] += tail
+    with pytest.raises(InputError, match=r"r.json: \$.recorded: expected YYYY-MM-DD"):
+        evidence.parse_record(json.dumps(document), "r.json")
+
+
 def _record(**changes):
     base = dict(
         profile="glm53-dflash7", status="qualified", origin="local",

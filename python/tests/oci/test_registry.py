@@ -304,6 +304,16 @@ def test_reference_parser_refuses_cleanly(text: str) -> None:
         pass
 
 
+@given(_registries, st.lists(_component, min_size=1, max_size=3), _tags, st.sampled_from(["registry", "repository", "tag"]))
+def test_a_newline_at_the_end_of_any_part_of_a_reference_is_refused(
+    registry: str, components: list[str], tag: str, part: str
+) -> None:
+    parts = {"registry": registry, "repository": "/".join(components), "tag": tag}
+    parts[part] += "\n"
+    with pytest.raises(InputError, match=f": {part}: expected"):
+        parse_reference(f"{parts['registry']}/{parts['repository']}:{parts['tag']}")
+
+
 def test_select_platform_treats_arm64_without_variant_as_v8() -> None:
     index = {"manifests": [{"digest": "sha256:" + "1" * 64, "platform": {"os": "linux", "architecture": "arm64"}}]}
     assert select_platform(index, Platform("linux", "arm64", "v8"), "i")["digest"].endswith("1" * 64)

@@ -52,7 +52,7 @@ def download(url: str, final: Path, sha256: str, *, timeout: float = 60.0) -> di
     if response is not None:
         with response:
             if offset and response.status == 206:
-                match = _CONTENT_RANGE.match(response.headers.get("Content-Range", ""))
+                match = _CONTENT_RANGE.fullmatch(response.headers.get("Content-Range", ""))
                 if not match or int(match.group(1)) != offset:
                     raise InputError(f"{url}: server answered Range bytes={offset}- with "
                                      f"Content-Range {response.headers.get('Content-Range')!r}")

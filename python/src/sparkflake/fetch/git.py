@@ -178,7 +178,7 @@ def commit_tree(body: bytes) -> str:
     """The tree id a commit object's body names (its first header line, ``tree <hex>``)."""
     first, _, _rest = body.partition(b"\n")
     kind, _, value = first.partition(b" ")
-    if kind != b"tree" or not _HEX40.match(value):
+    if kind != b"tree" or not _HEX40.fullmatch(value):
         raise InputError(f"not a commit object: first line {first[:80]!r}, expected 'tree <40 hex digits>'")
     return value.decode("ascii")
 
@@ -204,7 +204,7 @@ def parse_ls_tree(output: bytes) -> list[TreeEntry]:
             continue
         meta, tab, raw_path = record.partition(b"\t")
         fields = meta.split(b" ")
-        if not tab or len(fields) != 3 or not _HEX40.match(fields[2]):
+        if not tab or len(fields) != 3 or not _HEX40.fullmatch(fields[2]):
             raise InputError(f"git ls-tree: unexpected record {record[:120]!r}")
         try:
             path = raw_path.decode("utf-8")

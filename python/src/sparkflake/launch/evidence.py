@@ -159,7 +159,7 @@ def parse_record(text: str | bytes, where: str) -> EvidenceRecord:
             raise InputError(f"{where}: {place}.unit: expected a string")
         measured.append(Measurement(what, value, unit))
     recorded = _string(document, "recorded", where, "$")
-    if not _DATE.match(recorded):
+    if not _DATE.fullmatch(recorded):
         raise InputError(f"{where}: $.recorded: expected YYYY-MM-DD, got {recorded!r}")
     source = _string(document, "source", where, "$")
     return EvidenceRecord(

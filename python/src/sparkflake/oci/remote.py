@@ -50,7 +50,9 @@ CHUNK = 1 << 20
 # Image manifests first, then indexes.
 ACCEPT = ", ".join((OCI_MANIFEST, DOCKER_MANIFEST, OCI_INDEX, DOCKER_MANIFEST_LIST))
 
-_REPOSITORY = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$")
+# matched whole (``fullmatch``: ``$`` would let a trailing newline through)
+_REGISTRY = re.compile(r"[A-Za-z0-9.-]+(?::[0-9]{1,5})?|\[[0-9a-fA-F:]+\](?::[0-9]{1,5})?")
+_REPOSITORY = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*")
 
 
 # ---- references -------------------------------------------------------------------------
@@ -91,14 +93,14 @@ def parse_reference(text: str) -> Reference:
     if "/" not in remainder:
         raise InputError(f"{text}: expected REGISTRY/REPOSITORY[:TAG][@DIGEST]")
     registry, path = remainder.split("/", 1)
-    if not registry or not re.match(r"^[A-Za-z0-9.-]+(?::[0-9]{1,5})?$|^\[[0-9a-fA-F:]+\](?::[0-9]{1,5})?$", registry):
+    if not registry or not _REGISTRY.fullmatch(registry):
         raise InputError(f"{text}: registry: expected HOST[:PORT], got {registry!r}")
     tag = None
     if ":" in path.rsplit("/", 1)[-1]:
         path, tag = path.rsplit(":", 1)
         if not TAG_PATTERN.fullmatch(tag):
             raise InputError(f"{text}: tag: expected [A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}}, got {tag!r}")
-    if not _REPOSITORY.match(path):
+    if not _REPOSITORY.fullmatch(path):
         raise InputError(f"{text}: repository: expected lowercase path components, got {path!r}")
     return Reference(registry=registry, repository=path, tag=tag, digest=digest)
 
