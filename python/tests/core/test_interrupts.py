@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -71,3 +73,59 @@ def test_the_run_directory_is_removed_whatever_ends_the_body(tmp_path):
     with run_directory(tmp_path, "run") as work:
         assert work.is_dir() and work.parent == tmp_path and work.name.startswith("run.")
     assert list(tmp_path.iterdir()) == []
+
+
+
+# A SIGTERM raised (as the CLI raises it) at the one step of ProcessPoolExecutor.submit where
+# the work item is recorded but its id not queued yet: run in a process of its own, since the
+# unheld pool never ends.
+_SUBMIT_SCENARIO = """
+import os, queue, signal, sys, time
+from concurrent.futures import ProcessPoolExecutor
+from sparkflake.core import worker_processes
+
+class Raised(Exception):
+    pass
+
+def handler(signum, frame):
+    raise Raised(signum)
+
+class SignalledQueue(queue.Queue):
+    puts = 0
+
+    def put(self, item, block=True, timeout=None):
+        SignalledQueue.puts += 1
+        if SignalledQueue.puts == 2:
+            os.kill(os.getpid(), signal.SIGTERM)  # the second work id is not queued yet
+        super().put(item, block, timeout)
+
+def blocked():
+    return sorted(signal.pthread_sigmask(signal.SIG_BLOCK, []))
+
+signal.signal(signal.SIGTERM, handler)
+if sys.argv[1] == "worker_pool":
+    pool = worker_processes.worker_pool(2)
+else:
+    pool = ProcessPoolExecutor(2, initializer=worker_processes.die_with_parent, initargs=(os.getpid(),))
+pool._work_ids = SignalledQueue()
+try:
+    with pool:
+        first = pool.submit(blocked)
+        pool.submit(blocked)
+        time.sleep(5)
+except Raised:
+    print("raised after the pool ended; the worker blocked", first.result())
+"""
+
+
+def test_a_signal_inside_a_worker_pools_submit_is_delivered_after_it_and_the_pool_ends(tmp_path):
+    script = tmp_path / "scenario.py"
+    script.write_text(_SUBMIT_SCENARIO)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, str(script), "worker_pool"], capture_output=True, text=True,
+                          timeout=60, env=env, check=False)
+    assert (done.returncode, done.stdout) == (0, "raised after the pool ended; the worker blocked []\n"), done.stderr
+    # the same moment in a bare ProcessPoolExecutor: its shutdown waits forever for the
+    # work item that was recorded but never queued (what hung a SIGTERM'd build)
+    with pytest.raises(subprocess.TimeoutExpired):
+        subprocess.run([sys.executable, str(script), "bare"], capture_output=True, timeout=8, env=env, check=False)

@@ -55,6 +55,7 @@ from ..core.atomic_write import copy_bytes, write_bytes_atomic
 from ..core.digest import digest_hex
 from ..core.direct_write import DirectWriter
 from ..core.file_hashes import stat_identity
+from ..core.interrupts import interrupts_held
 
 RECORD_FORMAT = "sparkflake-blob-verified-v1"
 READ_CHUNK = 1 << 20
@@ -126,7 +127,8 @@ class BlobStore:
             return [self.verified(digest, size) for digest, size in blobs]
         largest_first = sorted(range(len(blobs)), key=lambda index: -blobs[index][1])
         with ThreadPoolExecutor(max_workers=min(len(blobs), os.cpu_count() or 1)) as pool:
-            checks = {index: pool.submit(self.verified, *blobs[index]) for index in largest_first}
+            with interrupts_held():  # handed over whole (core.worker_processes says why)
+                checks = {index: pool.submit(self.verified, *blobs[index]) for index in largest_first}
         return [checks[index].result() for index in range(len(blobs))]
 
     def link_into(self, digest: str, target: Path) -> bool:
