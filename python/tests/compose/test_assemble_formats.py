@@ -4,16 +4,17 @@ headers, relation strings, member-name normalization."""
 from __future__ import annotations
 
 import functools
+import struct
 import subprocess
 from pathlib import Path
 
 import pytest
 from fixtures.inputs import EM_X86_64, elf_stub
 from fixtures.ld_so_cache import parse_cache
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from sparkflake.compose.elf import parse_header, read_soname
+from sparkflake.compose.elf import parse_header, read_sections, read_soname
 from sparkflake.compose.ld_so_cache import CacheEntry, libcmp, serialize_cache
 from sparkflake.core.errors import CheckFailed
 from sparkflake.lock.debian_packages import Relation, parse_relations
@@ -72,11 +73,59 @@ def test_soname_round_trip(tmp_path_factory: pytest.TempPathFactory, soname: str
     assert header is not None and header.machine == machine
 
 
+# bin/fuzz found these: e_shoff 2**63 (seek refused it: "cannot fit 'int' into an
+# offset-sized integer") and 2**56 (EINVAL), where a section table past the end is "none"
+@example(tail=bytes(40) + b"\x80" + bytes(11) + b"\x01\x00\x01\x00\x00")
+@example(tail=bytes(40) + b"\x01" + bytes(11) + b"\x01\x00\x01\x00\x00")
 @given(st.binary(max_size=400))
 def test_soname_reader_never_crashes_on_garbage(tmp_path_factory: pytest.TempPathFactory, tail: bytes) -> None:
     path = tmp_path_factory.mktemp("elf") / "junk.so"
     path.write_bytes(b"\x7fELF\x02\x01\x01" + tail)
-    read_soname(Path(path))
+    soname = read_soname(Path(path))
+    assert soname is None or isinstance(soname, str)
+    sections = read_sections(Path(path), (".dynamic", ".dynstr"))
+    assert sections is None or all(offset + size <= path.stat().st_size for _name, offset, size in sections)
+
+
+def _stub_field_offsets(stub: bytes) -> dict[str, int]:
+    """Where elf_stub keeps each offset and size the SONAME reader follows (Elf64_Ehdr
+    e_shoff at 40; an Elf64_Shdr's sh_offset at 24 and sh_size at 32; Elf64_Dyn d_val at 8)."""
+    (shoff,) = struct.unpack_from("<Q", stub, 40)
+    dynstr_header, dynamic_header = shoff + 64, shoff + 128
+    (dynamic_offset,) = struct.unpack_from("<Q", stub, dynamic_header + 24)
+    return {
+        "e_shoff": 40,
+        ".dynstr sh_offset": dynstr_header + 24,
+        ".dynamic sh_offset": dynamic_header + 24,
+        ".dynamic sh_size": dynamic_header + 32,
+        "DT_SONAME d_val": dynamic_offset + 8,
+    }
+
+
+@example(soname="libc.so.6", field="e_shoff", value=2**63)
+@example(soname="libc.so.6", field=".dynamic sh_offset", value=2**64 - 1)
+@example(soname="libc.so.6", field="DT_SONAME d_val", value=2**63)
+@given(
+    _soname,
+    st.sampled_from([".dynstr sh_offset", ".dynamic sh_offset", ".dynamic sh_size", "DT_SONAME d_val", "e_shoff"]),
+    st.one_of(st.integers(0, 512), st.integers(0, 2**64 - 1)),
+)
+def test_an_offset_or_size_past_the_end_reads_as_no_soname(
+    tmp_path_factory: pytest.TempPathFactory, soname: str, field: str, value: int
+) -> None:
+    stub = bytearray(elf_stub(EM_X86_64, soname=soname))
+    at = _stub_field_offsets(bytes(stub))[field]
+    (original,) = struct.unpack_from("<Q", stub, at)
+    struct.pack_into("<Q", stub, at, value)
+    path = tmp_path_factory.mktemp("elf") / "lib.so"
+    path.write_bytes(stub)
+    found = read_soname(path)
+    if value == original:
+        assert found == soname
+    elif value >= len(stub):  # every one of these fields then names bytes past the end
+        assert found is None
+    else:
+        assert found is None or isinstance(found, str)
 
 
 _name = st.from_regex(r"[a-z0-9][a-z0-9+.-]{0,12}", fullmatch=True)

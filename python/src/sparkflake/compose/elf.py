@@ -79,6 +79,17 @@ class _SectionTable:
     dyn_fmt: str  # struct format of one Elf_Dyn entry
 
 
+def _read_within(handle: BinaryIO, offset: int, size: int) -> bytes | None:
+    """The ``size`` bytes at ``offset``, or None when they do not all lie inside the file.
+    Offsets and sizes come from the file itself: a hostile one may name a place past the
+    end, past what ``seek`` accepts (2**63 and more), or a size far beyond the file."""
+    if offset + size > os.fstat(handle.fileno()).st_size:
+        return None
+    handle.seek(offset)
+    data = handle.read(size)
+    return data if len(data) == size else None
+
+
 def _section_table(handle: BinaryIO) -> _SectionTable | None:  # a binary file at offset 0
     """The ELF header and section headers of an open file; None if not ELF or none."""
     ident = handle.read(64)
@@ -100,9 +111,8 @@ def _section_table(handle: BinaryIO) -> _SectionTable | None:  # a binary file a
         sh_fmt, dyn_fmt = end + "IIIIIIIIII", end + "iI"
     if shoff == 0 or shnum == 0 or shentsize < struct.calcsize(sh_fmt) or shnum > 65535:
         return None
-    handle.seek(shoff)
-    table = handle.read(shentsize * shnum)
-    if len(table) < shentsize * shnum:
+    table = _read_within(handle, shoff, shentsize * shnum)
+    if table is None:
         return None
     sections = [struct.unpack_from(sh_fmt, table, index * shentsize) for index in range(shnum)]
     return _SectionTable(header, ident, sections, dyn_fmt)
@@ -115,23 +125,28 @@ def read_soname(path: str | os.PathLike[str]) -> str | None:
         if table is None:
             return None
         sections, dyn_fmt = table.sections, table.dyn_fmt
+        file_size = os.fstat(handle.fileno()).st_size
         shnum = len(sections)
         for section in sections:
             _name, sh_type, _flags, _addr, sh_offset, sh_size, sh_link = section[:7]
             if sh_type != _SHT_DYNAMIC or sh_link >= shnum:
                 continue
             strtab = sections[sh_link]
-            handle.seek(sh_offset)
-            dynamic = handle.read(sh_size)
+            # 65,536 entries: far more than any linker writes, and a bound on a hostile size
+            dynamic = _read_within(handle, sh_offset, min(sh_size, 1 << 20))
+            if dynamic is None:
+                continue
             entry_size = struct.calcsize(dyn_fmt)
             for offset in range(0, len(dynamic) - entry_size + 1, entry_size):
                 tag, value = struct.unpack_from(dyn_fmt, dynamic, offset)
                 if tag == _DT_NULL:
                     break
                 if tag == _DT_SONAME:
-                    handle.seek(strtab[4] + value)
-                    raw = handle.read(4096)
-                    return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
+                    name_at = strtab[4] + value
+                    if name_at >= file_size:  # past the end (and perhaps past what seek takes)
+                        return None
+                    handle.seek(name_at)
+                    return handle.read(4096).split(b"\0", 1)[0].decode("utf-8", "replace")
     return None
 
 
@@ -148,8 +163,9 @@ def read_sections(path: str | os.PathLike[str], wanted: tuple[str, ...]) -> list
         if names_index >= len(sections):
             return None
         names_offset, names_size = sections[names_index][4], sections[names_index][5]
-        handle.seek(names_offset)
-        names = handle.read(min(names_size, 1 << 24))
+        names = _read_within(handle, names_offset, min(names_size, 1 << 24))
+        if names is None:
+            return None
         chosen = []
         for section in sections:
             name_at, sh_type, _flags, _addr, sh_offset, sh_size = section[:6]
