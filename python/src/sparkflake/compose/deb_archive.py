@@ -12,6 +12,7 @@ import gzip
 import io
 import lzma
 import os
+import re
 import tarfile
 import zlib
 from collections.abc import Iterator
@@ -25,6 +26,10 @@ from ..lock.debian_packages import parse_paragraphs
 
 AR_MAGIC = b"!<arch>\n"
 _AR_HEADER = 60
+_AR_SIZE = re.compile(rb"[0-9]{1,10}")
+# The most read of control, md5sums or conffiles (each into memory): room for some 600,000
+# md5sums lines of 100 bytes; what decompresses past it is refused, not read to the end.
+CONTROL_TEXT_LIMIT = 64 << 20
 
 # Errors a damaged member raises while it is decompressed or untarred.
 ARCHIVE_ERRORS = (tarfile.TarError, lzma.LZMAError, zlib.error, EOFError, zstandard.ZstdError, gzip.BadGzipFile, OSError)
@@ -64,6 +69,9 @@ class _Slice(io.RawIOBase):
 
 
 def ar_members(handle: BinaryIO, *, source: str) -> list[ArMember]:
+    """The members of an ar archive, each lying wholly inside the file (each header is 60
+    bytes of it, so a file of N bytes has fewer than N / 60 members)."""
+    file_size = handle.seek(0, os.SEEK_END)
     handle.seek(0)
     if handle.read(8) != AR_MAGIC:
         raise CheckFailed(f"{source}: not a .deb (no ar magic)", check_id="deb-archive")
@@ -77,10 +85,20 @@ def ar_members(handle: BinaryIO, *, source: str) -> list[ArMember]:
         if len(header) < _AR_HEADER or header[58:60] != b"`\n":
             raise CheckFailed(f"{source}: damaged ar header at byte {offset}", check_id="deb-archive")
         name = header[0:16].decode("ascii", "replace").strip().rstrip("/")
-        try:
-            size = int(header[48:58].decode("ascii").strip())
-        except ValueError as exc:
-            raise CheckFailed(f"{source}: damaged ar member size at byte {offset}", check_id="deb-archive") from exc
+        # ar's size field: decimal digits, space-padded to 10 bytes. int() alone would take
+        # "-60" (a member that steps back onto its own header: a loop without end), "+1" or "1_0".
+        size_field = header[48:58].strip(b" ")
+        if not _AR_SIZE.fullmatch(size_field):
+            raise CheckFailed(
+                f"{source}: damaged ar member size at byte {offset + 48}: expected decimal digits, got {size_field!r}",
+                check_id="deb-archive",
+            )
+        size = int(size_field)
+        if offset + _AR_HEADER + size > file_size:
+            raise CheckFailed(
+                f"{source}: ar member {name!r} at byte {offset} says {size} bytes, past the end of the file ({file_size} bytes)",
+                check_id="deb-archive",
+            )
         members.append(ArMember(name, offset + _AR_HEADER, size))
         offset += _AR_HEADER + size + (size & 1)
 
@@ -149,7 +167,13 @@ def read_control(path: str | os.PathLike[str]) -> DebControl:
                     if name in ("control", "md5sums", "conffiles") and entry.isfile():
                         extracted = archive.extractfile(entry)
                         if extracted is not None:
-                            texts[name] = extracted.read().decode("utf-8", "replace")
+                            text = extracted.read(CONTROL_TEXT_LIMIT + 1)
+                            if len(text) > CONTROL_TEXT_LIMIT:
+                                raise CheckFailed(
+                                    f"{source}: {member.name}: {name} is over {CONTROL_TEXT_LIMIT} bytes",
+                                    check_id="deb-archive",
+                                )
+                            texts[name] = text.decode("utf-8", "replace")
         except ARCHIVE_ERRORS as exc:
             raise CheckFailed(f"{source}: {member.name} is damaged: {exc}", check_id="deb-archive") from exc
     if "control" not in texts:
