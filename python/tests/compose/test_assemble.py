@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -221,6 +222,16 @@ def test_deb_for_another_architecture(tmp_path: Path, composition) -> None:  # n
     amd64 = make_deb(tmp_path, "libx", "1.0", architecture="amd64", files={"usr/lib/x": b"x"})
     out = tmp_path / "base"
     _refused(lambda: assemble_base([*debs, _deb_input(amd64)], out), r"libx \(libx_1.0_amd64.deb\): built for 'amd64'", out)
+
+
+@pytest.mark.parametrize("soname", ["../../../../../../../../../escaped.so.1", "sub/libx.so.1", ".."])
+def test_a_soname_that_is_a_path_is_refused(tmp_path: Path, composition, soname: str) -> None:  # noqa: ANN001
+    debs, _ = composition
+    evil = make_deb(tmp_path, "libevil1", "1.0", files={f"{MULTIARCH}/libevil.so.1.0": elf_stub(soname=soname)})
+    out = tmp_path / "base"
+    _refused(lambda: assemble_base([*debs, _deb_input(evil)], out),
+             rf"/libevil\.so\.1\.0: its DT_SONAME '{re.escape(soname)}' is not a file name", out)
+    assert not Path("/escaped.so.1").exists()
 
 
 def test_corrupt_data_member(tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.elf_machines import EM_AARCH64, EM_X86_64
+from ..core.errors import CheckFailed
 from ..oci.tree_paths import resolve_parent
 from .elf import read_header, read_soname
 
@@ -178,6 +179,13 @@ def collect_entries(root: Path, machine: int) -> list[CacheEntry]:
             if header is None or header.machine != machine or header.elf_class != 2 or header.elf_type != 3:
                 continue
             soname = read_soname(target) or name
+            if "/" in soname or soname in (".", ".."):
+                # the soname link is made in this directory under that name: a path would
+                # put it elsewhere in the tree, or outside it ("../../..")
+                raise CheckFailed(
+                    f"{directory}/{name}: its DT_SONAME {soname!r} is not a file name",
+                    check_id="ld-so-cache",
+                )
             if soname in by_soname:
                 continue
             soname_host = host_dir / soname
