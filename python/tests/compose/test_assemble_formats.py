@@ -3,19 +3,28 @@ headers, relation strings, member-name normalization."""
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 import struct
 import subprocess
 from pathlib import Path
 
 import pytest
+from fixtures.deadline import within_seconds
 from fixtures.inputs import EM_X86_64, elf_stub
 from fixtures.ld_so_cache import parse_cache
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from sparkflake.compose import ld_so_cache
 from sparkflake.compose.elf import parse_header, read_sections, read_soname
-from sparkflake.compose.ld_so_cache import CacheEntry, libcmp, serialize_cache
+from sparkflake.compose.ld_so_cache import (
+    CONF_FILE_LIMIT,
+    CacheEntry,
+    configured_dirs,
+    libcmp,
+    serialize_cache,
+)
 from sparkflake.core.errors import CheckFailed
 from sparkflake.lock.debian_packages import Relation, parse_relations
 from sparkflake.oci.tree_paths import normalize_member
@@ -136,6 +145,74 @@ _relation = st.builds(
     version=st.from_regex(r"[0-9][a-z0-9.+~-]{0,8}", fullmatch=True),
     arch_qualifier=st.sampled_from([None, "any", "native"]),
 ).map(lambda r: Relation(r.name, r.op, r.version if r.op else None, r.arch_qualifier))
+
+
+def _ld_so_conf_model(files: dict[str, str], depth_limit: int) -> list[str]:
+    """ldconfig's reading as the plain recursion: every include read again where it stands,
+    down to ``depth_limit``; a directory keeps its first place."""
+    found: list[str] = []
+
+    def read(path: str, depth: int) -> None:
+        if depth > depth_limit or path not in files:
+            return
+        for raw in files[path].splitlines():
+            line = raw.split("#", 1)[0].strip()
+            if line.startswith("include"):
+                directory, glob = line.split(None, 1)[1].rsplit("/", 1)
+                for name in sorted(n.rsplit("/", 1)[1] for n in files if n.rsplit("/", 1)[0] == directory):
+                    if fnmatch.fnmatch(name, glob):
+                        read(f"{directory}/{name}", depth + 1)
+            elif line:
+                for directory in line.split():
+                    if (directory.rstrip("/") or "/") not in found:
+                        found.append(directory.rstrip("/") or "/")
+
+    read("/etc/ld.so.conf", 0)
+    return found
+
+
+_conf_line = st.sampled_from([
+    "include /etc/ld.so.conf.d/*.conf", "include /etc/ld.so.conf.d/1.conf", "include /etc/ld.so.conf.d/2*",
+    "/opt/a", "/opt/b/", "/opt/c # a comment", "# only a comment", "/opt/a /opt/d",
+])
+
+
+@given(st.lists(st.lists(_conf_line, max_size=5), min_size=1, max_size=4), st.integers(0, 3))
+def test_ld_so_conf_is_read_as_the_plain_recursion_reads_it(
+    tmp_path_factory: pytest.TempPathFactory, contents: list[list[str]], depth_limit: int
+) -> None:
+    """The plain recursion takes (files per glob) ** depth reads: the limit is lowered to keep
+    the model quick; the product's reading does not depend on its value."""
+    root = tmp_path_factory.mktemp("root")
+    (root / "etc/ld.so.conf.d").mkdir(parents=True)
+    files = {"/etc/ld.so.conf": "\n".join(contents[0]) + "\n"}
+    files |= {f"/etc/ld.so.conf.d/{index}.conf": "\n".join(lines) + "\n" for index, lines in enumerate(contents[1:], 1)}
+    for image_path, text in files.items():
+        (root / image_path.lstrip("/")).write_text(text)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ld_so_cache, "INCLUDE_DEPTH", depth_limit)
+        assert configured_dirs(root) == _ld_so_conf_model(files, depth_limit)
+
+
+def test_ld_so_conf_files_that_include_each_other_are_not_read_12_to_the_8th_times(tmp_path: Path) -> None:
+    conf_dir = tmp_path / "etc/ld.so.conf.d"
+    conf_dir.mkdir(parents=True)
+    (tmp_path / "etc/ld.so.conf").write_text("include /etc/ld.so.conf.d/*.conf\n/opt/first\n")
+    for index in range(12):
+        (conf_dir / f"{index:02d}.conf").write_text(f"include /etc/ld.so.conf.d/*.conf\n/opt/lib{index:02d}\n/opt/first\n")
+    with within_seconds(20):
+        directories = configured_dirs(tmp_path)
+    # the first file read to the bottom (00.conf eight levels down) names its two first
+    assert directories == ["/opt/lib00", "/opt/first"] + [f"/opt/lib{index:02d}" for index in range(1, 12)]
+
+
+def test_an_ld_so_conf_over_the_limit_is_refused_by_name(tmp_path: Path) -> None:
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/ld.so.conf").write_bytes(b"/opt/x\n" * (CONF_FILE_LIMIT // 7 + 1))
+    with pytest.raises(CheckFailed, match=rf"^\[ld-so-cache\] /etc/ld\.so\.conf: over {CONF_FILE_LIMIT} bytes"):
+        configured_dirs(tmp_path)
+    (tmp_path / "etc/ld.so.conf").write_bytes(b"/opt/x\n" * (CONF_FILE_LIMIT // 7))
+    assert configured_dirs(tmp_path) == ["/opt/x"]
 
 
 @given(st.lists(st.lists(_relation, min_size=1, max_size=3), max_size=5))

@@ -3,13 +3,11 @@ archives) and the control member's bounded texts."""
 
 from __future__ import annotations
 
-import contextlib
 import io
-import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fixtures.deadline import within_seconds
 from fixtures.inputs import RawMember, ar_entry, make_raw_deb
 from hypothesis import example, given
 from hypothesis import strategies as st
@@ -19,22 +17,6 @@ from sparkflake.compose.deb_archive import AR_MAGIC, ar_members, read_control
 from sparkflake.core.errors import CheckFailed
 
 _member_name = st.from_regex(r"[a-z][a-z0-9_.-]{0,14}", fullmatch=True)
-
-
-@contextlib.contextmanager
-def _within(seconds: int) -> Iterator[None]:
-    """Fail, rather than hang, where a reader would loop without end."""
-
-    def expired(_signum: int, _frame: object) -> None:
-        raise AssertionError(f"still reading after {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 @given(st.lists(st.tuples(_member_name, st.binary(max_size=300)), max_size=6))
@@ -59,7 +41,7 @@ def _header(size_field: bytes, name: bytes = b"debian-binary") -> bytes:
 @given(st.binary(max_size=10), st.binary(max_size=200))
 def test_a_damaged_header_is_refused_by_name_and_never_loops(size_field: bytes, tail: bytes) -> None:
     archive = AR_MAGIC + _header(size_field) + tail
-    with _within(2):
+    with within_seconds(2):
         try:
             found = ar_members(io.BytesIO(archive), source="t.deb")
         except CheckFailed as refused:
@@ -74,7 +56,7 @@ def test_a_damaged_header_is_refused_by_name_and_never_loops(size_field: bytes, 
 @pytest.mark.parametrize("size_field", [b"-60", b"+4", b"1_0", b"4x", b""])
 def test_a_size_that_is_not_decimal_digits_is_named(size_field: bytes) -> None:
     archive = AR_MAGIC + _header(size_field) + b"2.0\n"
-    with _within(2), pytest.raises(CheckFailed) as refused:
+    with within_seconds(2), pytest.raises(CheckFailed) as refused:
         ar_members(io.BytesIO(archive), source="t.deb")
     assert str(refused.value) == (
         f"[deb-archive] t.deb: damaged ar member size at byte 56: expected decimal digits, got {size_field.strip()!r}"

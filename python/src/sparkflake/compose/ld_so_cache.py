@@ -105,20 +105,41 @@ def serialize_cache(entries: Sequence[CacheEntry]) -> bytes:
     return bytes(header + records + strings)
 
 
+# The most read of one ld.so.conf file (bookworm's three in the glm53 base: 34, 44 and 103 bytes).
+CONF_FILE_LIMIT = 1 << 20
+# How deep includes are followed: ld.so.conf includes ld.so.conf.d/*.conf, which include nothing.
+INCLUDE_DEPTH = 8
+
+
 def configured_dirs(root: Path) -> list[str]:
     """Directories from /etc/ld.so.conf (with ``include`` globs), in file order."""
-    found: list[str] = []
-    _read_conf(root, "/etc/ld.so.conf", found, depth=0)
-    return found
+    return list(_conf_directories(root, "/etc/ld.so.conf", 0, {}))
 
 
-def _read_conf(root: Path, image_file: str, found: list[str], *, depth: int) -> None:
-    if depth > 8:
-        return
+_ConfMemo = dict[tuple[str, int], dict[str, None]]
+
+
+def _conf_directories(root: Path, image_file: str, depth: int, memo: _ConfMemo) -> dict[str, None]:
+    """The directories ``image_file`` names, its includes' in place, each once where it first
+    stands (a dict as an ordered set). What a file gives depends only on its path (relative
+    includes are resolved against it) and its depth (includes stop below INCLUDE_DEPTH), so
+    each pair is read once: files that include each other's glob would otherwise be read
+    (files per glob) ** INCLUDE_DEPTH times, with the same answer."""
+    if depth > INCLUDE_DEPTH:
+        return {}
+    known = memo.get((image_file, depth))
+    if known is not None:
+        return known
+    found: dict[str, None] = {}
+    memo[(image_file, depth)] = found  # filled below; an include is one level deeper, never this pair
     host = _host_path(root, image_file)
     if host is None or not host.is_file():
-        return
-    for raw in host.read_text(encoding="utf-8", errors="replace").splitlines():
+        return found
+    with open(host, "rb") as handle:
+        data = handle.read(CONF_FILE_LIMIT + 1)
+    if len(data) > CONF_FILE_LIMIT:
+        raise CheckFailed(f"{image_file}: over {CONF_FILE_LIMIT} bytes, not an ld.so.conf file", check_id="ld-so-cache")
+    for raw in data.decode("utf-8", errors="replace").splitlines():
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
@@ -132,13 +153,14 @@ def _read_conf(root: Path, image_file: str, found: list[str], *, depth: int) -> 
                 continue
             for name in sorted(os.listdir(host_dir)):
                 if fnmatch.fnmatch(name, glob):
-                    _read_conf(root, f"{directory}/{name}", found, depth=depth + 1)
+                    found.update(_conf_directories(root, f"{directory}/{name}", depth + 1, memo))
         elif line.startswith("hwcap"):
             continue
         else:
             for directory in line.replace(",", " ").split():
-                if directory.startswith("/") and directory not in found:
-                    found.append(directory.rstrip("/") or "/")
+                if directory.startswith("/"):
+                    found.setdefault(directory.rstrip("/") or "/")
+    return found
 
 
 def _host_path(root: Path, image_path: str) -> Path | None:
