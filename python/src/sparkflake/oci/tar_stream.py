@@ -185,11 +185,17 @@ def _file_chunks(
 ) -> Iterator[bytes | bytearray]:
     assert entry.source is not None
     remaining = entry.size
+
+    def request(wanted: int) -> int:
+        # The read that reaches the scanned end asks for one byte more, so a file that grew
+        # since it was scanned shows without an extra read; the reads before it ask for
+        # exactly ``wanted`` (a byte more there would be the file's own, and the last read
+        # then asks for no more than is left: fuzzing found 1,539 bytes grown by one, unseen).
+        return wanted if wanted < remaining else remaining + 1
+
     try:
         with open(entry.source, "rb", buffering=0) as handle:
-            # Every read asks for one byte more than is left, so a file that grew since it
-            # was scanned shows without an extra read at the end.
-            first = handle.read(min(max(chunk_size - len(pending), BLOCK), remaining) + 1)
+            first = handle.read(request(max(chunk_size - len(pending), BLOCK)))
             if len(first) > remaining:
                 remaining = -1
             else:
@@ -197,7 +203,7 @@ def _file_chunks(
                 pending += first
                 yield pending  # the caller starts a new buffer after this
             while remaining > 0:
-                piece = handle.read(min(chunk_size, remaining) + 1)
+                piece = handle.read(request(chunk_size))
                 if not piece:
                     break
                 if len(piece) > remaining:
