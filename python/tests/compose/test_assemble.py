@@ -7,7 +7,9 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import struct
 import subprocess
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -25,13 +27,15 @@ from fixtures.ld_so_cache import parse_cache
 from sparkflake.compose.debian_base import DebInput, assemble_base
 from sparkflake.compose.elf import check_machine, iter_elf_files
 from sparkflake.compose.locked_inputs import load_policy, policy_path_for
+from sparkflake.compose.package_license import StatedLicense, wheel_license
 from sparkflake.compose.python_env import (
     CollisionRule,
     RecordWaiver,
     WheelInput,
     assemble_python_env,
 )
-from sparkflake.core.errors import CheckFailed
+from sparkflake.compose.source_overlay import wheel_native_files
+from sparkflake.core.errors import CheckFailed, InputError
 from sparkflake.core.tree_digest import nar_hash
 from sparkflake.lock.lock_file import load_lock
 from sparkflake.oci.tree_paths import host_path_of
@@ -320,6 +324,51 @@ def test_wheel_member_escapes(tmp_path: Path) -> None:
     wheel = make_wheel(tmp_path, "escaper", "1.0", files={"escaper/__init__.py": b"", "../../etc/evil": b"x"})
     out = tmp_path / "env"
     _refused(lambda: assemble_python_env([_wheel_input(wheel)], out, workers=1), r"escaper-1.0-py3-none-any.whl: member '\.\./\.\./etc/evil' escapes", out)
+
+
+def _damage_member(wheel: Path, member: str, how: str) -> None:
+    """Damage one member of a zip in place: ``method`` names a compression method zipfile
+    lacks (99, in the local and the central header), ``deflate`` flips bytes of its data."""
+    data = bytearray(wheel.read_bytes())
+    with zipfile.ZipFile(wheel) as archive:
+        local = archive.getinfo(member).header_offset
+    if how == "method":
+        struct.pack_into("<H", data, local + 8, 99)
+        central = data.find(b"PK\x01\x02")
+        while central != -1:
+            (name_length,) = struct.unpack_from("<H", data, central + 28)
+            if data[central + 46 : central + 46 + name_length] == member.encode():
+                struct.pack_into("<H", data, central + 10, 99)
+            central = data.find(b"PK\x01\x02", central + 4)
+    else:
+        name_length, extra_length = struct.unpack_from("<HH", data, local + 26)
+        start = local + 30 + name_length + extra_length
+        data[start + 2 : start + 12] = bytes(byte ^ 0xFF for byte in data[start + 2 : start + 12])
+    wheel.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize(
+    ("how", "reason"),
+    [("method", "That compression method is not supported"), ("deflate", "Error -3 while decompressing data")],
+)
+def test_a_damaged_wheel_member_is_refused_by_the_wheels_name(tmp_path: Path, how: str, reason: str) -> None:
+    """zipfile raises these outside BadZipFile (NotImplementedError, zlib.error): each reader
+    of a wheel names the wheel instead of a traceback."""
+    wheel = make_wheel(tmp_path, "demo", "1.0", files={"demo/__init__.py": b"x = 1\n" * 2000, "demo/_core.so": elf_stub()})
+    _damage_member(wheel.path, "demo/__init__.py", how)
+    out = tmp_path / "env"
+    _refused(lambda: assemble_python_env([_wheel_input(wheel)], out, workers=1),
+             rf"^\[wheel-install\] demo-1\.0-py3-none-any\.whl: cannot install: {reason}", out)
+    _damage_member(wheel.path, "demo/_core.so", how)
+    with pytest.raises(InputError, match=rf"^{re.escape(str(wheel.path))}: cannot read wheel: {reason}"):
+        wheel_native_files(wheel.path, "demo")
+
+
+def test_a_wheel_whose_metadata_is_damaged_has_its_license_stated_unreadable(tmp_path: Path) -> None:
+    wheel = make_wheel(tmp_path, "demo", "1.0", files={"demo/__init__.py": b""})
+    _damage_member(wheel.path, "demo-1.0.dist-info/METADATA", "method")
+    stated = wheel_license(wheel.path)
+    assert stated == StatedLicense(None, "metadata unreadable: That compression method is not supported")
 
 
 def test_two_wheels_write_one_path_differently(tmp_path: Path) -> None:

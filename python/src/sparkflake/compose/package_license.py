@@ -24,6 +24,8 @@ from pathlib import Path
 
 from packaging.licenses import InvalidLicenseExpression, canonicalize_license_expression
 
+from .wheel_archive import WHEEL_ARCHIVE_ERRORS
+
 METADATA_LIMIT = 1024 * 1024
 STATEMENT_LIMIT = 200
 _SDIST_SCAN_MEMBERS = 64  # PKG-INFO is among the first members of an sdist built by any backend
@@ -116,7 +118,7 @@ def _stated_license(read_metadata: Callable[[Path], bytes | None], path: Path) -
     it holds no such document)."""
     try:
         metadata = read_metadata(path)
-    except (OSError, EOFError, zipfile.BadZipFile, tarfile.TarError) as exc:
+    except (tarfile.TarError, *WHEEL_ARCHIVE_ERRORS) as exc:
         # the build's other stages refuse an unreadable artifact by name; the SBOM says so
         return StatedLicense(None, _short(f"metadata unreadable: {exc}"))
     return StatedLicense.none() if metadata is None else license_from_metadata(metadata)

@@ -45,6 +45,7 @@ from ..core.progress import ProgressCallback
 from ..core.worker_processes import worker_pool
 from ..lock.target import DEBIAN_BOOKWORM_ARM64, InstallTarget, wheel_tags
 from .elf import check_machine
+from .wheel_archive import WHEEL_ARCHIVE_ERRORS
 
 DEFAULT_PREFIX = "/opt/venv"
 INSTALLER_NAME = b"sparkflake\n"
@@ -307,7 +308,7 @@ def install_wheel(
                 install(source, destination, {"INSTALLER": INSTALLER_NAME})
     except CheckFailed:
         raise
-    except (InstallerError, zipfile.BadZipFile, ValueError, KeyError, OSError, EOFError) as exc:
+    except (InstallerError, ValueError, KeyError, *WHEEL_ARCHIVE_ERRORS) as exc:
         raise CheckFailed(f"{filename}: cannot install: {exc}", check_id="wheel-install") from exc
     return filename, destination.written
 

@@ -34,6 +34,7 @@ from ..core.errors import CheckFailed, InputError
 from ..oci.layer_input import walk_lstat
 from .elf import ELF_MAGIC, ElfFile, iter_elf_files, parse_header
 from .patches import ABSENT, FileReader, PatchedFile, PatchSet, apply_patch_set
+from .wheel_archive import WHEEL_ARCHIVE_ERRORS
 
 RETAINED_NATIVE_SCHEMA = "https://sparkflake.dev/retained-native/v1"
 OVERLAY_SCHEMA = "https://sparkflake.dev/source-overlay/v1"
@@ -220,7 +221,7 @@ def wheel_native_files(wheel: str | os.PathLike[str], package: str) -> dict[str,
                     while chunk := handle.read(1 << 20):
                         hasher.update(chunk)
                 shipped[member.filename] = (member.file_size, hasher.hexdigest())
-    except (zipfile.BadZipFile, OSError) as exc:
+    except WHEEL_ARCHIVE_ERRORS as exc:
         raise InputError(f"{wheel_path}: cannot read wheel: {exc}") from exc
     return shipped
 
