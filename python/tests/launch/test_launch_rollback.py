@@ -65,6 +65,8 @@ def _launch(world, *extra: str) -> tuple[int, dict]:
         env=dict(os.environ, SPARKFLAKE_PODMAN_ARGS=" ".join(world["podman"].global_args)),
     )
     assert "Traceback" not in completed.stderr
+    # seen once in a full run: nothing on stdout; say what the command did say
+    assert completed.stdout.strip(), f"launch-rank printed nothing (exit {completed.returncode}): {completed.stderr[-2000:]}"
     report, _ = json.JSONDecoder().raw_decode(completed.stdout)
     return completed.returncode, {check["id"]: check for check in report["checks"]}
 
