@@ -74,9 +74,9 @@ def _record(**changes):
 
 def test_claim_transfers_only_to_the_exact_image_and_settings():
     record = _record()
-    same = evidence.BuiltImageDigests("sha256:" + "a" * 64, "sha256:" + "b" * 64, "d.json")
-    rebuilt = evidence.BuiltImageDigests("sha256:" + "d" * 64, "sha256:" + "b" * 64, "d.json")
-    other_config = evidence.BuiltImageDigests("sha256:" + "a" * 64, "sha256:" + "e" * 64, "d.json")
+    same = evidence.RecordedDigests("sha256:" + "a" * 64, "sha256:" + "b" * 64, "d.json")
+    rebuilt = evidence.RecordedDigests("sha256:" + "d" * 64, "sha256:" + "b" * 64, "d.json")
+    other_config = evidence.RecordedDigests("sha256:" + "a" * 64, "sha256:" + "e" * 64, "d.json")
     status = evidence.profile_status("glm53-dflash7", "implemented", same, [record])
     assert status.effective_status == "qualified"
     status = evidence.profile_status("glm53-dflash7", "implemented", rebuilt, [record])
@@ -94,7 +94,7 @@ def test_claim_transfers_only_to_the_exact_image_and_settings():
 
 def test_evidence_for_another_profile_is_ignored():
     record = _record(profile="glm53-mtp5")
-    same = evidence.BuiltImageDigests("sha256:" + "a" * 64, "sha256:" + "b" * 64, "d.json")
+    same = evidence.RecordedDigests("sha256:" + "a" * 64, "sha256:" + "b" * 64, "d.json")
     status = evidence.profile_status("glm53-dflash7", "research-only", same, [record])
     assert status.assessments == ()
     assert status.effective_status == "research-only"

@@ -11,7 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sparkflake.core.errors import InputError
-from sparkflake.oci.archive_export import RecordedDigests, recorded_digests
+from sparkflake.oci.archive_export import recorded_digests
+from sparkflake.oci.digests_file import RecordedDigests
 
 pytestmark = pytest.mark.nix_sandbox  # needs nothing but Python: also run by the flake check
 
@@ -27,7 +28,7 @@ def test_what_a_build_writes_reads_back(tmp_path_factory, manifest, config, size
     out = tmp_path_factory.mktemp("out")
     layers = [{"digest": manifest, "uncompressed_size": size} for size in sizes]
     (out / "digests.json").write_text(json.dumps({"manifest": manifest, "config": config, "layers": layers}))
-    assert recorded_digests(out) == RecordedDigests(manifest, config, tuple(sizes))
+    assert recorded_digests(out) == RecordedDigests(manifest, config, str(out / "digests.json"), tuple(sizes))
 
 
 @given(st.one_of(JSON, st.fixed_dictionaries({"manifest": DIGESTS | JSON, "config": DIGESTS | JSON,
@@ -41,7 +42,7 @@ def test_any_document_is_read_or_refused_naming_the_file(tmp_path_factory, docum
     except InputError as refusal:
         assert refusal.message.startswith(f"{out / 'digests.json'}: ")
     else:
-        assert recorded.manifest == document["manifest"] and recorded.config == document["config"]
+        assert recorded.manifest_digest == document["manifest"] and recorded.config_digest == document["config"]
         assert list(recorded.uncompressed_sizes) == [layer["uncompressed_size"] for layer in document["layers"]]
 
 

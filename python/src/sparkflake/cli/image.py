@@ -17,6 +17,7 @@ from ..oci import (
     write_image_outputs,
 )
 from ..oci.archive import CombinedArchiveWriter
+from ..oci.digests_file import digests_record
 from ..oci.layer import Layer
 from ..oci.layout import LayoutWriter
 from ._output import Progress, print_json, print_line, warn
@@ -110,7 +111,7 @@ def run_build(args: argparse.Namespace) -> int:
     store.confirm_unlinked(replaced_links)  # the previous layout's links are gone
     outputs = [out / path.relative_to(staging) for path in
                (staged.layout, staged.oci_archive, staged.docker_archive, staged.digests_file)]
-    record = image.digests_record()
+    record = digests_record(image)
     for eviction in store.evicted:  # a corrupt cache entry was found, removed and made again
         warn(f"sparkflake: {eviction}")
     if args.json:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..core.documents import read_json_file
 from ..core.errors import InputError
 from ..distribute.engine import ENGINES, import_archive
+from ..oci.digests_file import DIGESTS_FILE, read_digests_file
 from . import _arguments as arguments
 from ._output import print_json, print_line
 from ._parsers import add_command
@@ -36,11 +36,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    digests_path = args.out / "digests.json"
-    try:
-        config_digest = read_json_file(digests_path, "the digests.json of a build")["config"]
-    except (KeyError, TypeError) as exc:
-        raise InputError(f"{digests_path}: not the digests.json of a build (a JSON object with \"config\"): {exc}") from exc
+    config_digest = read_digests_file(args.out / DIGESTS_FILE).image_id
     archive = next((args.out / name for name in ARCHIVES if (args.out / name).is_file()), None)
     if archive is None:
         archive = loadable_layout(args.out, args.engine)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ..launch import evidence
 from ..lock.profile_locks import load_profile
+from ..oci.digests_file import DIGESTS_FILE
 from ..profile.lookup import find_profiles_dir, list_profiles
 from . import _arguments as arguments
 from ._output import print_json, print_line
@@ -37,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     statuses = []
     for name in names:
         profile = load_profile(name, profiles_dir, check_locks=False)
-        built = evidence.load_built_image(Path(args.result) / profile.name / "digests.json")
+        built = evidence.load_built_image(Path(args.result) / profile.name / DIGESTS_FILE)
         records = evidence.load_evidence_dir(profiles_dir / profile.name / "evidence")
         statuses.append(
             evidence.profile_status(

@@ -23,6 +23,7 @@ from ..oci.artifact import ReferringArtifact, referring_artifact
 from ..oci.blob_store import BlobStore
 from ..oci.compression import Compression
 from ..oci.config import RuntimeConfig
+from ..oci.digests_file import DIGESTS_FILE, digests_record
 from ..oci.image import ImageSpec, LayerSpec, assemble_image
 from ..oci.image_model import BuiltImage
 from ..oci.layer import Layer, LayerOptions, build_layer, cached_layers, record_by_fingerprint
@@ -372,7 +373,5 @@ def write_outputs_into(
         if result.assembly.package_overlays:
             write_bytes_atomic(staging / "source-packages.json",
                                readable_json_bytes(source_packages_document_of(result.assembly)))
-    digests = result.image.digests_record()
-    digests["profile"] = result.profile
-    digests["layer_names"] = list(result.layer_names)
-    write_bytes_atomic(staging / "digests.json", readable_json_bytes(digests))
+    digests = digests_record(result.image, profile=result.profile, layer_names=result.layer_names)
+    write_bytes_atomic(staging / DIGESTS_FILE, readable_json_bytes(digests))

@@ -35,9 +35,10 @@ from typing import Any
 
 from ..core.canonical_json import readable_json_bytes
 from ..core.digest import is_digest
-from ..core.documents import objects_of_array, parse_json_object, read_regular_file
+from ..core.documents import objects_of_array, read_regular_file
 from ..core.errors import InputError
 from ..core.status import STATUSES
+from ..oci.digests_file import RecordedDigests, read_digests_file
 
 SCHEMA_VERSION = 1
 RECORD_KIND = "sparkflake.evidence"
@@ -190,15 +191,6 @@ def load_evidence_dir(directory: str | Path) -> list[EvidenceRecord]:
 
 
 @dataclass(frozen=True)
-class BuiltImageDigests:
-    """Digests of an image we built (from ``digests.json``)."""
-
-    manifest_digest: str
-    config_digest: str
-    where: str
-
-
-@dataclass(frozen=True)
 class ClaimAssessment:
     record: EvidenceRecord
     applies: bool
@@ -210,7 +202,7 @@ class ProfileStatus:
     profile: str
     declared_status: str
     effective_status: str
-    built: BuiltImageDigests | None
+    built: RecordedDigests | None
     assessments: tuple[ClaimAssessment, ...]
 
     def as_record(self) -> dict[str, Any]:
@@ -245,7 +237,7 @@ _STATUS_RANK = {"unsupported": 0, "research-only": 1, "implemented": 2, "qualifi
 
 
 def assess_claim(
-    record: EvidenceRecord, built: BuiltImageDigests | None, settings_hash: str | None = None
+    record: EvidenceRecord, built: RecordedDigests | None, settings_hash: str | None = None
 ) -> ClaimAssessment:
     """Does ``record``'s claim transfer to ``built`` (and to a launch with ``settings_hash``)?"""
     if built is None:
@@ -278,7 +270,7 @@ def assess_claim(
 def profile_status(
     profile: str,
     declared_status: str,
-    built: BuiltImageDigests | None,
+    built: RecordedDigests | None,
     records: Iterable[EvidenceRecord],
     settings_hash: str | None = None,
 ) -> ProfileStatus:
@@ -305,15 +297,12 @@ def profile_status(
     return ProfileStatus(profile, declared_status, effective, built, tuple(assessments))
 
 
-def load_built_image(digests_json: str | Path) -> BuiltImageDigests | None:
+def load_built_image(digests_json: str | Path) -> RecordedDigests | None:
     """The digests of a build output (``digests.json``), or None when there is no build."""
     path = Path(digests_json)
     if not path.is_file():
         return None
-    document = parse_json_object(read_regular_file(path, "a build's digests.json"), str(path))
-    manifest_digest = _digest(document, "manifest", str(path), "$")
-    config_digest = _digest(document, "config", str(path), "$")
-    return BuiltImageDigests(manifest_digest, config_digest, str(path))
+    return read_digests_file(path)
 
 
 def _refuse_unknown(mapping: Mapping[str, Any], known: set[str], where: str, place: str) -> None:

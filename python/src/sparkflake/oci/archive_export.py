@@ -30,14 +30,14 @@ from ..core.atomic_write import (
     regular_output,
     run_directory,
 )
-from ..core.digest import is_digest
-from ..core.documents import parse_json_object, read_json_file
+from ..core.documents import parse_json_object
 from ..core.errors import CheckFailed, InputError
 from ..core.progress import ProgressCallback
 from ..core.timestamps import parse_rfc3339
 from . import media_types
 from .archive import DOCKER_ARCHIVE, OCI_ARCHIVE, write_docker_archive, write_oci_archive
 from .blob_store import BlobStore
+from .digests_file import DIGESTS_FILE, RecordedDigests, read_digests_file
 from .image_model import BuiltImage
 from .layer import Layer
 from .reader import ImageReader, open_image
@@ -45,7 +45,6 @@ from .types import Platform, platform_text
 from .verify import config_diff_ids, verify_image
 
 ARCHIVE_KINDS = (OCI_ARCHIVE, DOCKER_ARCHIVE)
-DIGESTS_FILE = "digests.json"
 
 
 @dataclass(frozen=True)
@@ -62,37 +61,13 @@ def archive_name(kind: str) -> str:
     return f"{kind}.tar"
 
 
-@dataclass(frozen=True)
-class RecordedDigests:
-    """What OUT/digests.json of a build says the layout holds: the manifest and config
-    digests, and each layer's uncompressed size (a zstd image's docker-archive stores its
-    layers decompressed, kept in a blob store under their diffID and size)."""
-
-    manifest: str
-    config: str
-    uncompressed_sizes: tuple[int, ...]
-
-
 def recorded_digests(out_dir: Path) -> RecordedDigests:
-    path = out_dir / DIGESTS_FILE
-    record = read_json_file(path, "the digests.json of a build")
-    if not isinstance(record, dict):
-        raise InputError(f"{path}: expected a JSON object (the digests.json of a build)")
-    found = []
-    for key in ("manifest", "config"):
-        value = record.get(key)
-        if not isinstance(value, str) or not is_digest(value):
-            raise InputError(f"{path}: {key}: expected sha256:<64 lowercase hex digits>, got {value!r}")
-        found.append(value)
-    layers = record.get("layers")
-    sizes: list[int] = []
-    for position, layer in enumerate(layers if isinstance(layers, list) else [None]):
-        size = layer.get("uncompressed_size") if isinstance(layer, dict) else None
-        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-            raise InputError(f"{path}: layers[{position}].uncompressed_size: expected a non-negative integer, "
-                             f"got {size!r}")
-        sizes.append(size)
-    return RecordedDigests(found[0], found[1], tuple(sizes))
+    """OUT/digests.json, which must list each layer's uncompressed size (a zstd image's
+    docker-archive stores its layers decompressed, kept in a blob store under their diffID
+    and size)."""
+    recorded = read_digests_file(out_dir / DIGESTS_FILE)
+    recorded.layer_sizes()  # refused here, before any work, when the file lists no layers
+    return recorded
 
 
 def image_of_layout(reader: ImageReader, layout: Path, uncompressed_sizes: tuple[int, ...],
@@ -183,7 +158,7 @@ def export_archive(out_dir: Path, kind: str, target: Path | None = None,
     if not (layout / "index.json").is_file():
         raise InputError(f"{out_dir}: no OCI layout oci/ (not the output of a sparkflake build?)")
     recorded = recorded_digests(out_dir)
-    manifest_digest, config_digest = recorded.manifest, recorded.config
+    manifest_digest, config_digest = recorded.manifest_digest, recorded.config_digest
     reader = open_image(layout)
     if reader.manifest_ref is None or reader.manifest_ref.digest != manifest_digest:
         found = reader.manifest_ref.digest if reader.manifest_ref else None
@@ -194,13 +169,14 @@ def export_archive(out_dir: Path, kind: str, target: Path | None = None,
         raise InputError(f"{out_dir}: is read-only (a Nix store path?); name where the archive goes: -o FILE")
     final = regular_output(target if target is not None else out_dir / archive_name(kind))
     check_output_parent(final)
-    need = archive_space(reader, kind, recorded.uncompressed_sizes)
+    sizes = recorded.layer_sizes()
+    need = archive_space(reader, kind, sizes)
     free = shutil.disk_usage(final.parent).free
     if need > free:
         raise InputError(f"{final.parent}: not enough free disk space for the {kind} (nothing was written): "
                          f"needs about {need >> 20} MiB, {free >> 20} MiB free")
     with run_directory(final.parent, f".{final.name}.export") as work:
-        image = image_of_layout(reader, layout, recorded.uncompressed_sizes, BlobStore(work / "store"))
+        image = image_of_layout(reader, layout, sizes, BlobStore(work / "store"))
         staged = work / final.name
         (write_oci_archive if kind == OCI_ARCHIVE else write_docker_archive)(image, staged)
         report = verify_image(open_image(staged), progress=progress)

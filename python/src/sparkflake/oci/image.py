@@ -25,6 +25,7 @@ from .archive import DOCKER_ARCHIVE, OCI_ARCHIVE, CombinedArchiveWriter, write_a
 from .blob_store import BlobStore
 from .compression import Compression
 from .config import ImageConfig, RuntimeConfig
+from .digests_file import DIGESTS_FILE, digests_record
 from .image_model import BuiltImage
 from .layer import DEFAULT_SOURCE_DATE_EPOCH, Layer, LayerOptions, build_layer
 from .layer_cache import LayerCache
@@ -175,9 +176,7 @@ def write_image_outputs(
     archives = write_archives(image, out / "oci-archive.tar", out / "docker-archive.tar", combined)
     oci_archive = archives[OCI_ARCHIVE]
     docker_archive = archives[DOCKER_ARCHIVE]
-    digests_file = out / "digests.json"
-    write_bytes_atomic(
-        digests_file,
-        canonical_json_bytes(image.digests_record()) + b"\n",
-    )
+    digests_file = out / DIGESTS_FILE
+    # compact here: `sparkflake image build`'s file has always been canonical JSON
+    write_bytes_atomic(digests_file, canonical_json_bytes(digests_record(image)) + b"\n")
     return ImageOutputs(layout, oci_archive, docker_archive, digests_file)

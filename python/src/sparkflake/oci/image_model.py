@@ -9,9 +9,8 @@ from functools import cached_property
 
 from ..core.digest import chain_id as layer_chain_id
 from ..core.digest import sha256_digest
-from ..core.records import field_record
 from .blob_store import BlobStore
-from .layer import LAYER_DIGEST_FIELDS, Layer
+from .layer import Layer
 from .types import Platform
 
 
@@ -46,21 +45,6 @@ class BuiltImage:
     @property
     def reference(self) -> str:
         return f"{self.repository}:{self.tag}"
-
-    def digests_record(self) -> dict[str, object]:
-        """``digests.json``: every digest with its kind as the key that names it."""
-        return {
-            **digests_by_kind(
-                manifest=self.manifest_digest, index=self.index_digest, config=self.config_digest,
-                chain_id=self.chain_id,
-            ),
-            "platform": str(self.platform),
-            "tag": self.tag,
-            "reference": self.reference,
-            "manifest_size": len(self.manifest_bytes),
-            "config_size": len(self.config_bytes),
-            "layers": [field_record(layer, LAYER_DIGEST_FIELDS) for layer in self.layers],
-        }
 
 
 def digests_by_kind(
