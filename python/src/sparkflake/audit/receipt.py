@@ -11,7 +11,6 @@ sha256 in the merged image filesystem (whiteouts applied).
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import posixpath
 import tarfile
@@ -22,18 +21,12 @@ from typing import Any
 from ..compose import generated, receipt
 from ..compose.verification import FAILED, PASSED, LinkResult
 from ..core.canonical_json import readable_json_bytes
+from ..core.documents import objects_of_array, parse_json_object
 from ..core.errors import CheckFailed, InputError, SparkflakeError
 from ..oci.layer_stream import LayerStream
 from ..oci.reader import ImageReader, open_image
 from ..oci.verify import config_diff_ids, verify_image
-from .receipt_checks import (
-    byproduct_digest,
-    label_problems,
-    labels_of,
-    layer_byproducts,
-    layer_problems,
-    subjects_of,
-)
+from .receipt_checks import label_problems, layer_problems
 
 READ_CHUNK = 1 << 20
 ABSENT = ""
@@ -123,26 +116,9 @@ class ReceiptReport:
         }
 
 
-def load_build_receipt(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """A full receipt (``receipt.load_receipt``: bounded, a regular file, a JSON object)
-    that is a sparkflake build receipt."""
-    document = receipt.load_receipt(path)
-    if document.get("_type") != receipt.STATEMENT_TYPE:
-        raise InputError(f"{path}: _type: expected {receipt.STATEMENT_TYPE}, got {document.get('_type')!r}")
-    if document.get("predicateType") != receipt.PREDICATE_TYPE:
-        raise InputError(f"{path}: predicateType: expected {receipt.PREDICATE_TYPE}, got {document.get('predicateType')!r}")
-    try:
-        document["predicate"]["runDetails"]["byproducts"]
-        document["predicate"]["buildDefinition"]["internalParameters"]["labels"]
-        document["subject"][0]["digest"]["sha256"]
-    except (KeyError, IndexError, TypeError) as exc:
-        raise InputError(f"{path}: not a sparkflake build receipt (missing {exc})") from exc
-    return document
-
-
 def verify_receipt(receipt_path: str | os.PathLike[str], image_path: str | os.PathLike[str]) -> ReceiptReport:
     """Every link is checked; a ``CheckFailed`` names the first failing one."""
-    full = load_build_receipt(receipt_path)
+    full = receipt.read_build_receipt(receipt_path)
     reader = open_image(image_path)
     report = verify_image(reader)  # digests of every blob re-derived from bytes
     links: list[LinkResult] = []
@@ -156,7 +132,7 @@ def verify_receipt(receipt_path: str | os.PathLike[str], image_path: str | os.Pa
             links.append(LinkResult(link_id, PASSED, detail))
 
     def subject() -> str:
-        expected = subjects_of(full)[0]
+        expected = full.subject_digests[0]
         if report.manifest_digest is None:
             return f"{report.format} carries no OCI manifest; subject {expected} checked through config and layers"
         if report.manifest_digest != expected:
@@ -164,20 +140,21 @@ def verify_receipt(receipt_path: str | os.PathLike[str], image_path: str | os.Pa
         return f"subject = manifest {expected}"
 
     def config() -> str:
-        expected = byproduct_digest(full, receipt.CONFIG)
+        recorded = full.byproduct(receipt.CONFIG)
+        expected = f"sha256:{recorded.sha256}" if recorded is not None else None
         if report.config_digest != expected:
             raise CheckFailed(f"image config digest {report.config_digest}, receipt says {expected}")
         return f"config {expected}"
 
     def layers() -> str:
-        recorded = layer_byproducts(full)
+        recorded = [layer.item for layer in full.layers()]
         problems = layer_problems(recorded, report.layers, blob_digests=report.manifest_digest is not None)
         if problems:
             raise CheckFailed("; ".join(problems))
         return f"{len(recorded)} layers: digests and diffIDs equal"
 
     def labels() -> str:
-        problems = label_problems(labels_of(full) or {}, report.labels)
+        problems = label_problems(full.labels, report.labels)
         if problems:
             raise CheckFailed("; ".join(problems[:10]))
         return f"{len(report.labels)} labels equal to the receipt"
@@ -195,41 +172,54 @@ def verify_receipt(receipt_path: str | os.PathLike[str], image_path: str | os.Pa
     def embedded() -> str:
         problems = []
         for path, name in wanted_manifests.items():
-            item = receipt.byproduct(full, name)
+            item = full.byproduct(name)
             content = documents[path]
             if item is None:
                 problems.append(f"receipt has no {name} byproduct")
             elif content is None:
                 problems.append(f"{path}: absent from the image")
-            elif hashlib.sha256(content).hexdigest() != item["digest"]["sha256"]:
-                problems.append(f"{path}: sha256 {hashlib.sha256(content).hexdigest()}, receipt {item['digest']['sha256']}")
-        derived = readable_json_bytes(receipt.in_image_from_full(full))
+            elif hashlib.sha256(content).hexdigest() != item.sha256:
+                problems.append(f"{path}: sha256 {hashlib.sha256(content).hexdigest()}, receipt {item.sha256}")
+        derived = readable_json_bytes(receipt.in_image_from_full(full.statement))
         if documents[generated.RECEIPT_PATH] is not None and documents[generated.RECEIPT_PATH] != derived:
             problems.append(f"{generated.RECEIPT_PATH}: differs from the in-image statement the full receipt derives")
         if problems:
             raise CheckFailed("; ".join(problems))
         return "in-image receipt and both manifests equal their byproduct digests"
 
-    def _manifest(path: str) -> Mapping[str, Any]:
+    def _entries(path: str, key: str, fields: Mapping[str, type]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """A manifest the image holds (untrusted as the rest of it), and its ``key`` array
+        of objects with ``fields`` of those types; a bad one fails the link, naming the path."""
         content = documents[path]
         if content is None:
             raise CheckFailed(f"{path}: absent from the image")
-        document: Mapping[str, Any] = json.loads(content)
-        return document
+        try:
+            document = parse_json_object(content, path)
+            entries = [entry for _, entry in objects_of_array(document.get(key), path, f"$.{key}")]
+        except InputError as exc:
+            raise CheckFailed(exc.message) from None
+        for index, entry in enumerate(entries):
+            for name, kind in fields.items():
+                if type(entry.get(name)) is not kind:
+                    raise CheckFailed(f"{path}: $.{key}[{index}].{name}: expected a {kind.__name__}, got {entry.get(name)!r}")
+        return document, entries
 
     def files() -> tuple[str, str]:
-        retained = _manifest(generated.RETAINED_NATIVE_PATH)
-        overlay = _manifest(generated.OVERLAY_PATH)
-        prefix = str(overlay["install_prefix"]).strip("/")
-        wanted = {f"{prefix}/{e['path']}" for e in retained["files"]} | {f"{prefix}/{e['path']}" for e in overlay["entries"]}
+        _, retained = _entries(generated.RETAINED_NATIVE_PATH, "files", {"path": str, "sha256": str, "size": int})
+        overlay, overlay_entries = _entries(generated.OVERLAY_PATH, "entries", {"path": str, "target_sha256": str})
+        if not isinstance(overlay.get("install_prefix"), str):
+            raise CheckFailed(f"{generated.OVERLAY_PATH}: $.install_prefix: expected a string, "
+                              f"got {overlay.get('install_prefix')!r}")
+        prefix = overlay["install_prefix"].strip("/")
+        wanted = {f"{prefix}/{e['path']}" for e in retained} | {f"{prefix}/{e['path']}" for e in overlay_entries}
         merged, _ = merged_files(reader, wanted)
         native_problems = []
-        for entry in retained["files"]:
+        for entry in retained:
             found = merged.get(f"{prefix}/{entry['path']}")
             if found != (entry["sha256"], entry["size"]):
                 native_problems.append(f"{entry['path']}: image {found}, manifest ({entry['sha256']}, {entry['size']})")
         overlay_problems = []
-        for entry in overlay["entries"]:
+        for entry in overlay_entries:
             found = merged.get(f"{prefix}/{entry['path']}")
             actual = found[0] if found else ABSENT
             if actual != entry["target_sha256"]:

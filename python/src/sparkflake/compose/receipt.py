@@ -26,7 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.canonical_json import readable_json_bytes
+from ..core.digest import is_digest
 from ..core.documents import parse_json_object, read_regular_file
+from ..core.errors import InputError
 from ..oci.media_types import OCI_CONFIG, OCI_MANIFEST
 from .sbom import SPDX_MEDIA_TYPE
 
@@ -75,6 +77,95 @@ def load_receipt(path: str | os.PathLike[str]) -> dict[str, Any]:
     """A receipt file given on the command line (bounded, a JSON object)."""
     content = read_regular_file(path, "a receipt (JSON)", RECEIPT_LIMIT)
     return parse_json_object(content, os.fspath(path), "an in-toto statement object")
+
+
+@dataclass(frozen=True)
+class Byproduct:
+    """One ``predicate.runDetails.byproducts`` item of a full receipt: its name, its sha256
+    (hex) and, as read, the whole item (``annotations`` an object where present)."""
+
+    name: str
+    sha256: str
+    item: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class BuildReceipt:
+    """A full receipt as read (``read_build_receipt``): every field its readers use checked
+    once, with the JSON path of what is wrong. ``statement`` is the document as read, which
+    the runtime check extends and from which the in-image statement is derived."""
+
+    where: str
+    statement: dict[str, Any]
+    subject_digests: tuple[str, ...]  # "sha256:<hex>", the first the image manifest's
+    byproducts: tuple[Byproduct, ...]
+    labels: Mapping[str, str]
+
+    def byproduct(self, name: str) -> Byproduct | None:
+        return next((item for item in self.byproducts if item.name == name), None)
+
+    def layers(self) -> tuple[Byproduct, ...]:
+        """The ``layer[N]`` byproducts, bottom layer first."""
+        return tuple(item for item in self.byproducts if item.name.startswith(f"{LAYER_PREFIX}["))
+
+
+def read_build_receipt(path: str | os.PathLike[str]) -> BuildReceipt:
+    """OUT/receipt.json of a build, or an ``InputError`` naming the file and the JSON path."""
+    where = os.fspath(path)
+    statement = load_receipt(path)
+    for key, wanted in (("_type", STATEMENT_TYPE), ("predicateType", PREDICATE_TYPE)):
+        if statement.get(key) != wanted:
+            raise InputError(f"{where}: $.{key}: expected {wanted}, got {statement.get(key)!r}")
+    subjects = _objects(statement.get("subject"), where, "$.subject")
+    if not subjects:
+        raise InputError(f"{where}: $.subject: expected the image manifest digest, got an empty array")
+    predicate = _object(statement.get("predicate"), where, "$.predicate")
+    run_details = _object(predicate.get("runDetails"), where, "$.predicate.runDetails")
+    byproducts = []
+    for index, item in enumerate(_objects(run_details.get("byproducts"), where, "$.predicate.runDetails.byproducts")):
+        at = f"$.predicate.runDetails.byproducts[{index}]"
+        name = item.get("name")
+        if not isinstance(name, str):
+            raise InputError(f"{where}: {at}.name: expected a string, got {name!r}")
+        _object(item.get("annotations", {}), where, f"{at}.annotations")
+        byproducts.append(Byproduct(name, _sha256_of(item, where, at), item))
+    for index, layer in enumerate(item for item in byproducts if item.name.startswith(f"{LAYER_PREFIX}[")):
+        diff_id = layer.item.get("annotations", {}).get("diff_id")
+        if layer.name != f"{LAYER_PREFIX}[{index}]" or not is_digest(diff_id):
+            raise InputError(f"{where}: byproduct {layer.name!r}: expected {LAYER_PREFIX}[{index}] with "
+                             f"annotations.diff_id sha256:<64 lowercase hex digits>, got {diff_id!r}")
+    build_definition = _object(predicate.get("buildDefinition"), where, "$.predicate.buildDefinition")
+    internal = _object(build_definition.get("internalParameters"), where, "$.predicate.buildDefinition.internalParameters")
+    labels = _object(internal.get("labels"), where, "$.predicate.buildDefinition.internalParameters.labels")
+    for key, value in labels.items():
+        if not isinstance(value, str):
+            raise InputError(f"{where}: $.predicate.buildDefinition.internalParameters.labels[{key!r}]: "
+                             f"expected a string, got {value!r}")
+    return BuildReceipt(
+        where, statement,
+        tuple(f"sha256:{_sha256_of(item, where, f'$.subject[{index}]')}" for index, item in enumerate(subjects)),
+        tuple(byproducts), labels,
+    )
+
+
+def _object(value: object, where: str, at: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise InputError(f"{where}: {at}: expected an object, got {type(value).__name__}")
+    return value
+
+
+def _objects(value: object, where: str, at: str) -> list[dict[str, Any]]:
+    if not isinstance(value, list):
+        raise InputError(f"{where}: {at}: expected an array of objects, got {type(value).__name__}")
+    return [_object(item, where, f"{at}[{index}]") for index, item in enumerate(value)]
+
+
+def _sha256_of(item: Mapping[str, Any], where: str, at: str) -> str:
+    digest = _object(item.get("digest"), where, f"{at}.digest")
+    value = digest.get("sha256")
+    if not isinstance(value, str) or not is_digest(f"sha256:{value}"):
+        raise InputError(f"{where}: {at}.digest.sha256: expected 64 lowercase hex digits, got {value!r}")
+    return value
 
 
 def sha256_hex(content: bytes) -> str:
@@ -195,20 +286,13 @@ def add_sbom_byproducts(full: Mapping[str, Any], sbom: bytes, artifact_manifest_
 
 
 def byproduct(statement: Mapping[str, Any], name: str) -> Mapping[str, Any] | None:
-    byproducts: list[Mapping[str, Any]] = statement["predicate"]["runDetails"]["byproducts"]
-    for item in byproducts:
-        if item.get("name") == name:
-            return item
-    return None
-
-
-def layer_byproducts(statement: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    found = []
-    for item in statement["predicate"]["runDetails"]["byproducts"]:
-        name = str(item.get("name", ""))
-        if name.startswith(f"{LAYER_PREFIX}[") and name.endswith("]"):
-            found.append(item)
-    return found
+    """The byproduct named ``name`` of a statement we made or extend (full or in-image), or
+    None; an item that is not an object names nothing."""
+    items: object = statement
+    for key in ("predicate", "runDetails", "byproducts"):
+        items = items.get(key) if isinstance(items, dict) else None
+    found = (item for item in items if isinstance(item, dict) and item.get("name") == name) if isinstance(items, list) else ()
+    return next(iter(found), None)
 
 
 def in_image_from_full(full: Mapping[str, Any]) -> dict[str, Any]:

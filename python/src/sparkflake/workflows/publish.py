@@ -52,17 +52,10 @@ def sbom_artifact(out: Path, layout: Path, manifest_digest: str) -> ReferringArt
     receipt_path = out / "receipt.json"
     if layout == out or not receipt_path.is_file():
         return None
-    statement = receipt.load_receipt(receipt_path)
-    try:
-        found = receipt.byproduct(statement, receipt.SBOM_ARTIFACT)
-    except (AttributeError, KeyError, TypeError) as exc:
-        raise InputError(f"{receipt_path}: not a receipt with predicate.runDetails.byproducts: {exc}") from None
+    found = receipt.read_build_receipt(receipt_path).byproduct(receipt.SBOM_ARTIFACT)
     if found is None:
         return None
-    digest = found.get("digest", {}).get("sha256") if isinstance(found.get("digest"), dict) else None
-    if not isinstance(digest, str):
-        raise InputError(f"{receipt_path}: byproduct {receipt.SBOM_ARTIFACT}: digest.sha256: expected a hex string")
-    return read_referring_artifact(layout, f"sha256:{digest}", manifest_digest)
+    return read_referring_artifact(layout, f"sha256:{found.sha256}", manifest_digest)
 
 
 def publish(request: PublishRequest, progress: Progress | None = None) -> PublishResult:
