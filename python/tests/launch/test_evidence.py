@@ -125,3 +125,21 @@ def test_malformed_evidence_file_exit_2_names_file(tmp_path, capsys):
     with pytest.raises(InputError) as caught:
         evidence.load_evidence_dir(folder)
     assert "bad.json" in str(caught.value)
+
+
+@pytest.mark.parametrize(("body", "named"), [
+    ('{"schema": ' + "9" * 5000 + "}", "an integer of more than"),
+    ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    ('{"schema": 1, "schema": 1}', "$.schema: the key is given twice"),
+    ('{"schema": NaN}', "NaN"),
+])
+def test_evidence_python_cannot_or_should_not_read_is_refused_by_name(tmp_path, capsys, body, named):
+    """parse_record used json.loads itself: an integer of over 4300 digits (ValueError) or
+    deep nesting (RecursionError) was a traceback in `status` and `cache gc`; a key given
+    twice and NaN were taken. It reads with the strict reader every document goes through."""
+    folder = tmp_path / "ev"
+    folder.mkdir()
+    (folder / "odd.json").write_text(body)
+    with pytest.raises(InputError) as caught:
+        evidence.load_evidence_dir(folder)
+    assert caught.value.message.startswith(str(folder / "odd.json")) and named in caught.value.message

@@ -106,6 +106,15 @@ def test_manifest_round_trips_and_rejects_bad_documents(tmp_path):
         assert str(target) in str(caught.value)
     with pytest.raises(InputError, match="not a regular file"):
         capability_file.load(tmp_path)
+    # json.loads raised RecursionError on deep nesting, which load did not catch (a
+    # traceback in launch-rank); a key given twice was taken: read strictly now
+    target = tmp_path / "caps.json"
+    for body, fragment in (("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+                           ('{"schema": 1, "schema": 1}', "given twice")):
+        target.write_text(body)
+        with pytest.raises(InputError, match=fragment) as caught:
+            capability_file.load(target)
+        assert caught.value.message.startswith(str(target))
 
 
 @settings(max_examples=40, deadline=None, derandomize=True)

@@ -13,8 +13,9 @@ from fixtures.launch import PROFILES, site_env
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sparkflake.core.canonical_toml import dumps as dump_recipe
 from sparkflake.launch.envfile import parse_env_text
-from sparkflake.launch.recipe import dump_recipe, import_recipe
+from sparkflake.launch.recipe import import_recipe
 from sparkflake.profile.settings_catalog import render_value
 
 SEED_RECIPE = Path(__file__).parents[1] / "golden" / "launch" / "recipes" / "kindling-2x.recipe.toml"

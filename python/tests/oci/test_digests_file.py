@@ -16,7 +16,12 @@ from sparkflake.cli import main
 from sparkflake.core.canonical_json import readable_json_bytes
 from sparkflake.core.errors import InputError
 from sparkflake.launch.evidence import load_built_image
-from sparkflake.oci.digests_file import DIGESTS_FILE, RecordedDigests, digests_record, read_digests_file
+from sparkflake.oci.digests_file import (
+    DIGESTS_FILE,
+    RecordedDigests,
+    digests_record,
+    read_digests_file,
+)
 
 pytestmark = pytest.mark.nix_sandbox  # needs nothing but Python: also run by the flake check
 
@@ -39,7 +44,15 @@ def test_what_image_build_writes_reads_back_as_the_image(tmp_path):
 
 
 def test_a_profiles_build_adds_its_name_and_layer_names(tmp_path):
-    from sparkflake.oci import BlobStore, ImageSpec, LayerInput, LayerSpec, RuntimeConfig, TreeSource, build_image
+    from sparkflake.oci import (
+        BlobStore,
+        ImageSpec,
+        LayerInput,
+        LayerSpec,
+        RuntimeConfig,
+        TreeSource,
+        build_image,
+    )
     from sparkflake.oci.types import Platform
 
     (tmp_path / "tree").mkdir()

@@ -189,3 +189,21 @@ def test_the_fabric_check_names_each_missing_interface_and_rdma_device() -> None
     assert present.status == "pass" and "interface lo" in present.detail
     # an exclusion list (NCCL's "^") names what not to use: nothing to find
     assert check_fabric({"SOCKET_IFNAME": "^docker0,lo", "NCCL_IB_HCA": "^mlx5_9"}).status == "pass"
+
+
+@pytest.mark.parametrize(("body", "named"), [("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+                                             ('{"a": ' + "7" * 5000 + "}", "an integer of more than"),
+                                             ("{", "not valid JSON")])
+def test_a_damaged_kept_request_is_refused_by_name(tmp_path: Path, body: str, named: str) -> None:
+    """A rank's kept request.json was read with a bare json.loads: a damaged one raised a
+    JSONDecodeError, ValueError or RecursionError out of the agent's `kept` and `status`."""
+    from sparkflake.core.canonical_json import readable_json_bytes
+    from sparkflake.service.rank_state import KEPT_SCHEMA, deployment_dir, kept_deployments
+
+    (tmp_path / "current.json").write_bytes(readable_json_bytes({"schema": KEPT_SCHEMA, "deployment": "d1"}))
+    request = deployment_dir(str(tmp_path), "d1") / "request.json"
+    request.parent.mkdir(parents=True)
+    request.write_text(body)
+    with pytest.raises(InputError) as refused:
+        kept_deployments(str(tmp_path))
+    assert refused.value.message.startswith(str(request)) and named in refused.value.message

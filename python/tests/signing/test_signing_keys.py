@@ -306,3 +306,15 @@ def test_the_named_curve_prefixes_are_what_cryptography_writes() -> None:
         assert _read_by_us(_spki(key)) == (curve.name, key.public_numbers().x, key.public_numbers().y)
     rsa_der = _spki(rsa.generate_private_key(public_exponent=65537, key_size=1024).public_key())
     assert _read_by_us(rsa_der) == "not ECDSA"
+
+
+@pytest.mark.parametrize("body", [b'{"kdf": ' + b"9" * 5000 + b"}", b"[" * 100_000 + b"]" * 100_000,
+                                  b'{"kdf": {}, "kdf": {}}', b'{"kdf": NaN}'])
+def test_a_key_document_python_cannot_or_should_not_read_is_refused_by_name(body: bytes) -> None:
+    """json.loads raised ValueError (an integer of over 4300 digits) or RecursionError here,
+    which the key reader did not catch: a traceback; duplicate keys and NaN were taken."""
+    pem = (b"-----BEGIN ENCRYPTED SIGSTORE PRIVATE KEY-----\n" + base64.b64encode(body)
+           + b"\n-----END ENCRYPTED SIGSTORE PRIVATE KEY-----\n")
+    with pytest.raises(InputError) as refused:
+        decrypt_private_key(pem, b"pw", "odd.key")
+    assert refused.value.message.startswith("odd.key: the PEM block is not the JSON of an encrypted key: ")

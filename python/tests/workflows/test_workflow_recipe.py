@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from fixtures.launch import PROFILES, site_env
 
+from sparkflake.core.canonical_toml import dumps as dump_recipe
 from sparkflake.core.errors import InputError
-from sparkflake.launch.recipe import dump_recipe
 from sparkflake.workflows.recipe import (
     RecipeExportRequest,
     RecipeImportRequest,
@@ -74,6 +74,39 @@ def test_an_export_refuses_a_bad_image_or_a_fragment_without_a_recipe_before_wri
     fragment = tmp_path / "fragment.toml"
     fragment.write_text("[runtime]\n")
     with pytest.raises(InputError, match=r"has no \[recipe\] table"):
+        export_recipe_file(RecipeExportRequest(rank=0, env_file=str(env_file), output=recipe, profile=PROFILE,
+                                               imported=fragment))
+    assert not recipe.exists()
+
+
+@pytest.mark.parametrize(("recipe_text", "named"), [
+    ("when = 1979-05-27\n", "recipe.when: unsupported TOML value of type date"),
+    ("mods = [1, {a = 1}]\n", "recipe.mods: arrays mixing tables and values"),
+    ('args = ["--speculative-config", "{\\"method\\":\\"dflash\\",\\"x\\":null}"]\n', "None has no TOML form"),
+    ('args = ["--speculative-config", "{\\"\\\\ud800\\":1}"]\n', "lone surrogate U+D800"),
+])
+def test_a_recipe_value_the_profile_cannot_hold_is_refused_with_nothing_written(tmp_path: Path, capsys,
+                                                                                 recipe_text: str, named: str) -> None:
+    """What an import keeps verbatim under [recipe] went to the TOML writer unchecked: a
+    date, an array mixing tables and values, a null or a lone surrogate in the speculative
+    config raised TypeError/ValueError out of `recipe import` (a traceback)."""
+    from sparkflake.cli import main
+
+    recipe = tmp_path / "odd.recipe.toml"
+    recipe.write_text(recipe_text)
+    out = tmp_path / "out"
+    assert main(["recipe", "import", str(recipe), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and f"{recipe}: a value carried over verbatim" in err and named in err, err
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_an_export_refuses_a_kept_table_the_toml_cannot_hold(tmp_path: Path) -> None:
+    env_file = _imported_env(tmp_path)
+    fragment = tmp_path / "fragment.toml"
+    fragment.write_text("[recipe]\nwhen = 1979-05-27\n")  # an operator's edit: TOML reads a date
+    recipe = tmp_path / "exported.recipe.toml"
+    with pytest.raises(InputError, match=r"fragment\.toml: a value carried over verbatim .* when: unsupported TOML"):
         export_recipe_file(RecipeExportRequest(rank=0, env_file=str(env_file), output=recipe, profile=PROFILE,
                                                imported=fragment))
     assert not recipe.exists()

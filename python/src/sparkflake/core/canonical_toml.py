@@ -25,9 +25,10 @@ spells them. Datetimes and inline tables are not part of the subset.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TypeGuard
 
 MAX_INLINE_WIDTH = 100
@@ -132,29 +133,45 @@ def _inline_array(values: Sequence[object]) -> str:
 
 
 def _emit_table(path: list[str], table: Mapping[str, object], out: list[str]) -> None:
-    """Append ``table``'s plain keys to ``out``, then its sub-tables and table arrays."""
+    """Append ``table``'s plain keys to ``out``, then its sub-tables and table arrays. A
+    value outside the subset is refused with its dotted key path (a caller may pass what a
+    document it read holds)."""
     for key, value in table.items():
         if value is None:
             raise TypeError(f"key {key!r}: None has no TOML form (omit the key)")
         if _is_table(value) or _is_table_array(value):
             continue
-        if isinstance(value, Sequence) and not isinstance(value, str):
-            out.append(_format_array(format_key(key), value) + "\n")
-        else:
-            out.append(f"{format_key(key)} = {format_scalar(value)}\n")
+        with _refusal_at(path, key):
+            if isinstance(value, Sequence) and not isinstance(value, str):
+                out.append(_format_array(format_key(key), value) + "\n")
+            else:
+                out.append(f"{format_key(key)} = {format_scalar(value)}\n")
     for key, value in table.items():
         if _is_table(value):
-            sub_path = [*path, format_key(key)]
+            with _refusal_at(path, key):
+                sub_path = [*path, format_key(key)]
             _separate(out)
             out.append(f"[{'.'.join(sub_path)}]\n")
             _emit_table(sub_path, value, out)
     for key, value in table.items():
         if _is_table_array(value):
-            sub_path = [*path, format_key(key)]
+            with _refusal_at(path, key):
+                sub_path = [*path, format_key(key)]
             for element in value:
                 _separate(out)
                 out.append(f"[[{'.'.join(sub_path)}]]\n")
                 _emit_table(sub_path, element, out)
+
+
+@contextlib.contextmanager
+def _refusal_at(path: list[str], key: object) -> Iterator[None]:
+    """A TypeError or ValueError raised for ``key`` again, its message led by the key's path."""
+    try:
+        yield
+    except (TypeError, ValueError) as exc:
+        shown = key if isinstance(key, str) and _BARE_KEY.fullmatch(key) else repr(key)
+        refusal = TypeError if isinstance(exc, TypeError) else ValueError
+        raise refusal(f"{'.'.join([*path, shown])}: {exc}") from None
 
 
 def _separate(out: list[str]) -> None:

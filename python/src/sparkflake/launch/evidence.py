@@ -26,7 +26,6 @@ Record format (JSON, ``schema = 1``)::
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -35,7 +34,7 @@ from typing import Any
 
 from ..core.canonical_json import readable_json_bytes
 from ..core.digest import is_digest
-from ..core.documents import objects_of_array, read_regular_file
+from ..core.documents import objects_of_array, parse_json, read_regular_file
 from ..core.errors import InputError
 from ..core.status import STATUSES
 from ..oci.digests_file import RecordedDigests, read_digests_file
@@ -111,10 +110,7 @@ def dump_record(record: EvidenceRecord) -> bytes:
 
 def parse_record(text: str | bytes, where: str) -> EvidenceRecord:
     """Parse and validate one evidence record; ``where`` names the file in errors."""
-    try:
-        document = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"{where}: malformed JSON: {exc}") from exc
+    document = parse_json(text, where)  # strict and bounded as every document we are handed
     if not isinstance(document, dict):
         raise InputError(f"{where}: $: expected a JSON object, got {_type_name(document)}")
     _refuse_unknown(document, _RECORD_KEYS, where, "$")

@@ -15,7 +15,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..core import canonical_toml
 from ..core.documents import parse_json, read_regular_file
 from ..core.errors import InputError
 from ..core.records import parse_toml_text
@@ -350,10 +349,6 @@ def export_recipe(plan: Any, imported: Mapping[str, Any] | None = None) -> Recip
 
 def _grouped(words: Sequence[str]) -> list[tuple[str, str | None]]:
     return [(flag, value) for _, flag, value in _split_args(list(words))]
-
-
-def dump_recipe(document: Mapping[str, Any]) -> str:
-    return canonical_toml.dumps(document)
 
 
 def summarize(items: Sequence[str]) -> str:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.canonical_json import canonical_json_bytes, readable_json_bytes
+from ..core.documents import parse_json
 from ..core.errors import InputError
 
 SCHEMA = "sparkflake.runtime-capabilities/v1"
@@ -41,7 +42,7 @@ def selecting_settings(serve_args: Sequence[str]) -> dict[str, str]:
     settings = {flag.lstrip("-"): _flag(args, flag) for flag in SELECTING_FLAGS}
     try:
         speculative = json.loads(_flag(args, "--speculative-config") or "{}")
-    except ValueError:
+    except (ValueError, RecursionError):
         speculative = {}
     if not isinstance(speculative, dict):
         speculative = {}
@@ -268,8 +269,4 @@ def load(path: str | os.PathLike[str]) -> Capabilities:
         raise InputError(f"{location}: {exc.strerror}") from None
     if len(raw) > MAX_BYTES:
         raise InputError(f"{location}: larger than {MAX_BYTES} bytes")
-    try:
-        document = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InputError(f"{location}: not valid JSON: {exc}") from None
-    return parse(document, str(location))
+    return parse(parse_json(raw, str(location)), str(location))

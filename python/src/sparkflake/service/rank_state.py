@@ -17,7 +17,7 @@ from typing import Any
 from ..core.atomic_write import write_bytes_atomic
 from ..core.canonical_json import readable_json_bytes
 from ..core.container_engine import Engine
-from ..core.documents import read_json_file, read_regular_file
+from ..core.documents import parse_json, read_json_file, read_regular_file
 from ..core.errors import InputError
 from ..launch.plan import prepare_state
 from .rank_admission import admit_rank, rank_engine
@@ -106,7 +106,7 @@ def kept_deployments(state_dir: str) -> dict[str, Any]:
         request = None
         if name is not None:
             path = deployment_dir(state_dir, name) / "request.json"
-            request = json.loads(read_regular_file(path, "kept deployment request"))
+            request = parse_json(read_regular_file(path, "kept deployment request"), str(path))
             RankRequest.from_document(request, str(path))
         found[which] = request
     return found

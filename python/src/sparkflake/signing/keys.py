@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import os
 import re
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from ..core.documents import read_regular_file
+from ..core.documents import parse_json, read_regular_file
 from ..core.errors import CheckFailed, InputError
 
 PRIVATE_PEM_TYPES = ("ENCRYPTED SIGSTORE PRIVATE KEY", "ENCRYPTED COSIGN PRIVATE KEY")
@@ -145,9 +144,9 @@ def decrypt_private_key(content: bytes, password: bytes, where: str) -> PrivateK
 
     _, der = _single_block(content, where, PRIVATE_PEM_TYPES)
     try:
-        document = json.loads(der)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"{where}: the PEM block is not the JSON of an encrypted key: {exc}") from None
+        document = parse_json(der, f"{where}: the PEM block")
+    except InputError as exc:
+        raise InputError(f"{where}: the PEM block is not the JSON of an encrypted key: {exc.message}") from None
     if not isinstance(document, dict):
         raise InputError(f"{where}: the PEM block is not a JSON object")
     n, r, p = _scrypt_params(document, where)

@@ -26,7 +26,6 @@ from ..launch.plan import plan_launch
 from ..launch.recipe import (
     RecipeExport,
     RecipeImport,
-    dump_recipe,
     export_recipe,
     import_recipe,
     read_recipe,
@@ -61,7 +60,7 @@ def import_recipe_files(request: RecipeImportRequest) -> RecipeImport:
     """The recipe mapped, OUT/profile.toml and OUT/runtime.env written."""
     imported = import_recipe(read_recipe(request.recipe), request.recipe)
     out = request.output_dir
-    written = {out / "profile.toml": canonical_toml.dumps(imported.profile_document()),
+    written = {out / "profile.toml": _toml_text(imported.profile_document(), request.recipe),
                out / "runtime.env": imported.env_text(request.recipe)}
     for path in written:  # both checked before either is written
         check_replaceable_file(path, force=request.force)
@@ -83,6 +82,17 @@ def _kept_recipe_table(request: RecipeExportRequest) -> tuple[dict[str, Any] | N
     return recipe_table, fragment
 
 
+def _toml_text(document: dict[str, Any], source: str) -> str:
+    """The TOML of a document that carries values verbatim from ``source`` (a recipe's
+    fields, an imported [recipe] table): one our writer has no form for (a date, null in a
+    speculative config, an array mixing tables and values) is refused, nothing written."""
+    try:
+        return canonical_toml.dumps(document)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"{source}: a value carried over verbatim has no form in the TOML written: {exc}; "
+                         "nothing was written") from None
+
+
 def export_recipe_file(request: RecipeExportRequest) -> ExportedRecipe:
     """The rank's launch as a recipe, written to ``output``."""
     if request.image:
@@ -97,5 +107,5 @@ def export_recipe_file(request: RecipeExportRequest) -> ExportedRecipe:
     )
     recipe_table, fragment = _kept_recipe_table(request)
     exported = export_recipe(plan, recipe_table)
-    write_bytes_atomic(request.output, dump_recipe(exported.document).encode())
+    write_bytes_atomic(request.output, _toml_text(exported.document, str(fragment)).encode())
     return ExportedRecipe(export=exported, carried_from=fragment if recipe_table is not None else None)
