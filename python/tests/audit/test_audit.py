@@ -603,3 +603,15 @@ def test_any_receipt_gives_named_checks_never_a_traceback(built: Path, receipt, 
                                       lock_digests={"vllm": "sha256:" + "a" * 64} if with_lock else None)
     report = audit.audit_image(source, expectations)
     assert all(c.id.startswith(("receipt.", "labels.")) for c in report.failures), report.failures
+
+
+@pytest.mark.parametrize("layer", [1, None, True, 1.5, "x", [1]])
+def test_an_expected_layer_that_is_no_object_is_refused_with_its_path(tmp_path, layer):
+    """`key in layer` of a number was a TypeError out of the audit, and of a string a
+    substring test: each expected layer is an object of the fields it names."""
+    path = tmp_path / "expected.json"
+    path.write_text(json.dumps({"manifest": "sha256:" + "1" * 64, "layers": [{"diff_id": "sha256:" + "2" * 64}, layer]}))
+    with pytest.raises(InputError) as refused:
+        audit.expectations_from(expect_file=str(path))
+    assert refused.value.check_id == "document.parse"
+    assert refused.value.message == f"{path}: $.layers[1]: expected a layer object", refused.value.message

@@ -217,3 +217,21 @@ def test_verify_quarantines_an_altered_blob_and_du_shows_it(cache, capsys):
     assert kinds["quarantine"]["entries"] == 1 and kinds["quarantine"]["leftover_bytes"] > 0
     assert main(["cache", "verify", "--cache", str(cache)]) == 0
     assert main(["cache", "du", "--cache", str(cache / "absent")]) == 2
+
+
+@pytest.mark.parametrize("pid", [2**31, 10**30])
+def test_a_leftover_named_with_a_pid_no_process_can_have_is_a_dead_ones(cache, capsys, pid):
+    """os.kill of a number that does not fit a pid_t raised OverflowError out of every
+    `cache` command that scans the cache (du, verify, gc, cleanup); no process can have
+    that PID, so the entry is a dead run's."""
+    leftover = cache / "work" / f"fixture.{host_tag()}.pid{pid}.abc123"
+    (leftover / "trees").mkdir(parents=True)
+    partial = cache / "partial" / f"{'d' * 64}.import.{pid}.0"
+    partial.parent.mkdir(exist_ok=True)
+    partial.write_bytes(b"x")
+    for command in (["du"], ["verify"], ["gc"]):
+        assert main(["cache", *command, "--cache", str(cache)]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+    assert main(["cache", "cleanup", "--cache", str(cache), "--json"]) == 0
+    planned = {Path(item["path"]) for item in json.loads(capsys.readouterr().out)["removals"]}
+    assert leftover in planned

@@ -218,3 +218,32 @@ def test_launch_rank_dry_run_exits_2_on_a_huge_or_malformed_header_and_1_on_anot
     assert checks["checkpoint.target.model"]["status"] == "pass"
     assert checks["checkpoint.draft.model"]["status"] == "fail"
     assert report["served_models"]["target"]["quantization_config"] == TARGET_CONFIG["quantization_config"]
+
+
+@pytest.mark.parametrize("shard", ["a\x00.safetensors", "\ud800.safetensors"])
+def test_an_index_naming_no_file_name_is_bad_input(tmp_path, shard):
+    """A shard name with a NUL byte or a lone surrogate reached os.path.realpath, which
+    raised ValueError / UnicodeEncodeError past the check (a traceback in launch-rank)."""
+    directory = _target(tmp_path)
+    (directory / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"lm_head.weight": shard}}))
+    check, model = check_served_model("checkpoint.target.model", str(directory), None)
+    assert check.status == ERROR and model is None
+    assert check.detail.startswith(f"{directory}: {shard!r}: not a file name"), check.detail
+
+
+def test_launch_rank_prints_what_a_checkpoint_says_even_when_it_is_no_text(tmp_path):
+    """The human report quotes the checkpoint's model_type; a lone surrogate there raised
+    UnicodeEncodeError when written to stdout. It is written as its escape."""
+    write_target_checkpoint(tmp_path / "target")
+    write_checkpoint(tmp_path / "draft", DRAFT_FILES)
+    config = json.loads((tmp_path / "target" / "config.json").read_text())
+    (tmp_path / "target" / "config.json").write_text(json.dumps({**config, "model_type": "glm\ud800"}))
+    env = write_env(tmp_path, site_env(tmp_path, API_PORT="18475", MASTER_PORT="18476"))
+    shown = subprocess.run(
+        [sys.executable, "-m", "sparkflake.cli", "launch-rank", "0", str(env), "--profile",
+         str(PROFILES / "glm53-dflash7"), "--dry-run", "--image", "sha256:" + "0" * 64],
+        capture_output=True, timeout=300, check=False,
+        env={**os.environ, "SPARKFLAKE_PODMAN_ARGS": f"--storage-driver=vfs --root={tmp_path}/podman --runroot={tmp_path}/run"},
+    )
+    assert b"Traceback" not in shown.stderr, shown.stderr
+    assert b"glm\\ud800" in shown.stdout, shown.stdout

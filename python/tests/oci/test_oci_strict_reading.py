@@ -97,7 +97,30 @@ _DOCUMENT_CASES = {
     "duplicate key": ({"manifest": lambda raw: raw.replace(b'"layers": [', b'"layers": [], "layers": [', 1)},
                       "$.layers: the key is given twice in one object"),
     "byte-order mark": ({"index": lambda raw: b"\xef\xbb\xbf" + raw}, "index.json: starts with a UTF-8 byte-order mark"),
+    # a Go reader refuses these types (a bare dict()/set lookup of them was a traceback in
+    # verify_image, audit, load and receipt verify: a second hunt over hostile documents)
+    "manifest mediaType a list": ({"manifest": rewrite_json(lambda d: d.update(mediaType=[]))},
+                                  "mediaType: expected a string, got []"),
+    "manifest annotations a number": ({"manifest": rewrite_json(lambda d: d.update(annotations=1))},
+                                      "annotations: expected an object of strings, got int"),
+    "manifest annotation not a string": ({"manifest": rewrite_json(lambda d: d.update(annotations={"a": 1}))},
+                                         "annotations.a: expected a string, got 1"),
+    "index annotations a list": ({"index": rewrite_json(lambda d: d.update(annotations=[1]))},
+                                 "index.json: annotations: expected an object of strings, got list"),
+    "config config a string": ({"config": rewrite_json(lambda d: d.update(config="x"))},
+                               "config: expected an object, got str"),
+    "config Labels a list": ({"config": rewrite_json(lambda d: d.update(config={"Labels": [1]}))},
+                             "config.Labels: expected an object of strings, got list"),
+    "config label not a string": ({"config": rewrite_json(lambda d: d.update(config={"Labels": {"l": True}}))},
+                                  "config.Labels.l: expected a string, got True"),
 }
+
+
+def test_null_annotations_and_labels_are_go_s_nil_and_read(tmp_path: Path) -> None:
+    layout = hostile_layout(tmp_path / "oci", SAFE, manifest=rewrite_json(lambda d: d.update(annotations=None)),
+                            config=rewrite_json(lambda d: d.update(config={"Labels": None})))
+    report = verify_image(open_image(layout))
+    assert report.annotations == {} and report.labels == {}
 
 
 @pytest.mark.parametrize("case", sorted(_DOCUMENT_CASES))

@@ -18,7 +18,7 @@ from sparkflake.core.errors import InputError
 from sparkflake.service.gang import RankAdmissionResult, differences, gang_checks, options
 from sparkflake.service.rank_admission import check_fabric
 from sparkflake.service.rank_request import RankRequest
-from sparkflake.service.readiness import probe
+from sparkflake.service.readiness import api_base, probe
 from sparkflake.service.record import (
     DeploymentRecord,
     RankRecord,
@@ -44,7 +44,9 @@ records = st.builds(
     ranks=st.lists(rank_records, max_size=4).map(tuple),
     admission=st.dictionaries(_text, st.integers() | _text, max_size=3),
     failure=st.none() | st.fixed_dictionaries({"rank": st.none() | st.integers(0, 8), "reason": _text}),
-    replaced=st.none() | _text, api=st.none() | _text, served_model=st.none() | _text,
+    # the api is what the service writes (readiness.api_base: rank 0's address and port)
+    replaced=st.none() | _text, api=st.none() | st.builds(api_base, st.ip_addresses().map(str), st.integers(1, 65535)),
+    served_model=st.none() | _text,
     warnings=st.lists(_text, max_size=2).map(tuple))
 
 
@@ -207,3 +209,26 @@ def test_a_damaged_kept_request_is_refused_by_name(tmp_path: Path, body: str, na
     with pytest.raises(InputError) as refused:
         kept_deployments(str(tmp_path))
     assert refused.value.message.startswith(str(request)) and named in refused.value.message
+
+
+@pytest.mark.parametrize(("api", "named"), [
+    ("http://127.0.0.1:x", "a port from 1 to 65535"),
+    ("http://127.0.0.1:" + "9" * 5000, "a port from 1 to 65535"),
+    ("http://rank0.example:8000", "with an IP address"),
+    ("http://\x00:1", "with an IP address"),
+    ("http://::1:80", "expected 'http://[::1]:80'"),
+    ("x", "expected http://ADDRESS:PORT"),
+])
+def test_a_record_api_that_the_service_never_writes_is_refused(tmp_path: Path, api: str, named: str) -> None:
+    """`service status` asks rank 0's API at the record's ``api``; one it could not parse
+    (int() of the port, ipaddress of the host) was a ValueError out of status."""
+    record = DeploymentRecord("d1", "glm53", "up", "site.toml", "sha256:" + "0" * 64, "glm53-dflash7", None, None,
+                              None, None, None, "ready", 1.0, 2.0, (RankRecord("r0", 0, "h", "10.0.0.1"),),
+                              api="http://[fd00::1]:8000", served_model="glm")
+    path = write_record(tmp_path / "records", record)
+    assert read_record(path) == record  # what the service writes reads back
+    document = json.loads(path.read_bytes())
+    path.write_text(json.dumps({**document, "api": api}))
+    with pytest.raises(InputError, match=r"d1\.json: api: ") as refused:
+        read_record(path)
+    assert named in refused.value.message

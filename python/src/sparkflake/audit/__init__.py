@@ -14,7 +14,7 @@ from typing import Any
 from ..core.atomic_write import write_bytes_atomic
 from ..core.canonical_json import readable_json_bytes
 from ..core.check_result import CheckResult
-from ..core.documents import read_json_file
+from ..core.documents import objects_of_array, read_json_file
 from ..core.errors import InputError
 from ..lock.lock_file import load_lock
 from ..lock.pins import GitPin, OciPin
@@ -107,9 +107,13 @@ def _expected_digests_file(path: str) -> tuple[list[tuple[str, str]], str | None
         if key in document
     ]
     index = parse_expectation(f"{document['index']}@index")[1] if "index" in document else None
-    if "layers" in document and not isinstance(document["layers"], list):
-        raise InputError(f"{path}: $.layers: expected a list")
-    return digests, index, document.get("layers")
+    if "layers" not in document:
+        return digests, index, None
+    try:  # each layer an object of the fields it names (digest, diff_id, size)
+        layers = [layer for _, layer in objects_of_array(document["layers"], path, "$.layers", "a layer object")]
+    except InputError as exc:
+        raise InputError(exc.message, check_id="document.parse") from None
+    return digests, index, layers
 
 
 def _profile_expectations(name: str) -> tuple[str, dict[str, str], str | None]:

@@ -18,7 +18,9 @@ def print_json(document: Any) -> None:
 
 
 def print_line(text: str = "") -> None:
-    sys.stdout.write(text + "\n")
+    # A line may quote what an input holds (a checkpoint's model_type, a file name that is
+    # not UTF-8): a lone surrogate is written as its escape, as stderr writes it, not raised.
+    sys.stdout.write(text.encode("utf-8", "backslashreplace").decode("utf-8") + "\n")
 
 
 def warn(text: str) -> None:

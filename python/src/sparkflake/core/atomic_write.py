@@ -80,7 +80,7 @@ def process_alive(pid: int) -> bool:
     """Whether process ``pid`` exists on this host (one that is not ours counts)."""
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):  # OverflowError: the number does not fit a pid_t
         return False
     except PermissionError:
         return True

@@ -12,6 +12,11 @@ refuse is audited as an image (the JSON itself is read strictly by ``core.docume
 - A config's ``rootfs.type`` is "layers" (config.md: required to be ``layers``, and an
   unknown value an error when an image is verified or unpacked).
 - A docker-archive's ``RepoTags`` are strings (docker's manifest.json: ``[]string``).
+- An index's and a manifest's ``mediaType`` is a string and their ``annotations`` a map of
+  string to string (image-spec manifest.md, image-index.md, annotations.md); a config's
+  ``config`` is an object and its ``Labels`` a map of string to string (config.md; Go's
+  ``v1.ImageConfig`` decodes ``Labels`` as ``map[string]string``). A Go reader refuses
+  any other type there; a null is Go's nil, taken as absent.
 """
 
 from __future__ import annotations
@@ -63,6 +68,34 @@ def require_layers_rootfs(config: dict[str, Any], where: str) -> None:
         raise _refusal(where, "rootfs: expected an object with type and diff_ids")
     if rootfs.get("type") != ROOTFS_TYPE:
         raise _refusal(where, f"rootfs.type: expected {ROOTFS_TYPE!r}, got {rootfs.get('type')!r}")
+
+
+def require_descriptor_fields(document: dict[str, Any], where: str) -> None:
+    """An index's or a manifest's own ``mediaType`` and ``annotations``."""
+    media_type = document.get("mediaType")
+    if media_type is not None and not isinstance(media_type, str):
+        raise _refusal(where, f"mediaType: expected a string, got {media_type!r}")
+    _require_string_map(document.get("annotations"), where, "annotations")
+
+
+def require_config_fields(config: dict[str, Any], where: str) -> None:
+    """A config's ``config`` object and its ``Labels``."""
+    execution = config.get("config")
+    if execution is None:
+        return
+    if not isinstance(execution, dict):
+        raise _refusal(where, f"config: expected an object, got {type(execution).__name__}")
+    _require_string_map(execution.get("Labels"), where, "config.Labels")
+
+
+def _require_string_map(value: object, where: str, place: str) -> None:
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        raise _refusal(where, f"{place}: expected an object of strings, got {type(value).__name__}")
+    for key, item in value.items():
+        if not isinstance(item, str):
+            raise _refusal(where, f"{place}.{key}: expected a string, got {item!r}")
 
 
 def docker_repo_tags(entry: dict[str, Any], where: str) -> list[str]:

@@ -37,7 +37,9 @@ from ..core.errors import InputError
 from . import media_types
 from .document_rules import (
     docker_repo_tags,
+    require_config_fields,
     require_consistent_data,
+    require_descriptor_fields,
     require_layers_rootfs,
     require_schema_version,
 )
@@ -246,6 +248,7 @@ class ImageReader:
         where = self.files.describe(self.config_ref.name)
         config = parse_json_object(self.config_bytes, where, check_id="document.parse")
         require_layers_rootfs(config, where)
+        require_config_fields(config, where)
         return config
 
     @property
@@ -341,6 +344,7 @@ def _open_oci(
     index_where = files.describe("index.json")
     index = parse_json_object(index_bytes, index_where, check_id="document.parse")
     require_schema_version(index, index_where)
+    require_descriptor_fields(index, index_where)
     manifest_ref, chosen_ref_name, index_platform = _select_manifest(index, index_where, files, ref_name, platform)
     manifest_bytes = _read_document(files, manifest_ref.name, f"manifest {manifest_ref.digest}")
     return reader_from_manifest(
@@ -367,6 +371,7 @@ def reader_from_manifest(
     stored_document(manifest_ref, manifest_bytes, manifest_where).refuse_difference()
     manifest = parse_json_object(manifest_bytes, manifest_where, check_id="document.parse")
     require_schema_version(manifest, manifest_where)
+    require_descriptor_fields(manifest, manifest_where)
     config_ref = _descriptor(manifest.get("config"), "config", f"{manifest_where}: config", locate)
     layers = manifest.get("layers")
     if not isinstance(layers, list):
@@ -389,6 +394,7 @@ def select_platform_manifest(
     """The manifest descriptor of an image index chosen by ``oci.types``' one rule, and
     the ``platform`` object of its entry."""
     require_schema_version(index, where)
+    require_descriptor_fields(index, where)
     manifests = index.get("manifests")
     if not isinstance(manifests, list) or not manifests:
         raise InputError(f"{where}: manifests: expected a non-empty list", check_id="document.parse")

@@ -26,6 +26,24 @@ def api_base(host: str, port: int) -> str:
     return f"http://{shown}:{port}"
 
 
+def parse_api_base(text: str) -> tuple[str, int]:
+    """The address and port of what ``api_base`` wrote (a deployment record's ``api``); a
+    ValueError says why any other text is not one."""
+    scheme, _, rest = text.partition("://")
+    host, _, port = rest.rpartition(":")
+    if scheme != "http" or not port.isascii() or not port.isdecimal() or len(port) > 5 or not 0 < int(port) < 65536:
+        raise ValueError(f"expected http://ADDRESS:PORT (a port from 1 to 65535), got {text!r}")
+    address = host.removeprefix("[").removesuffix("]")
+    try:
+        written = api_base(address, int(port))
+    except ValueError:
+        raise ValueError(f"expected http://ADDRESS:PORT with an IP address (the rank's management address), "
+                         f"got {text!r}") from None
+    if written != text:
+        raise ValueError(f"expected {written!r} (as the service writes it), got {text!r}")
+    return address, int(port)
+
+
 def _get(url: str, timeout: float) -> tuple[int, bytes]:
     # no proxy: rank 0 is on the site's management network, never behind the operator's proxy
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))

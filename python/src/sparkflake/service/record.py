@@ -18,6 +18,7 @@ from ..core.canonical_json import readable_json_bytes
 from ..core.documents import read_json_file
 from ..core.errors import InputError
 from ..signing.keys import PrivateKey
+from .readiness import parse_api_base
 
 SCHEMA = "sparkflake.deployment/v1"
 OUTCOMES = ("ready", "failed", "refused")
@@ -89,6 +90,11 @@ class DeploymentRecord:
         for key in ("config_digest", "manifest_digest", "settings_hash", "checkpoint_pins_sha256", "spec_hash",
                     "replaced", "api", "served_model"):
             _require(body.get(key) is None or isinstance(body[key], str), shown, key, "a string or null")
+        if body.get("api") is not None:
+            try:
+                parse_api_base(body["api"])
+            except ValueError as exc:
+                raise InputError(f"{shown}: api: {exc}") from None
         _require(body["kind"] in KINDS, shown, "kind", f"one of {KINDS}")
         _require(body["outcome"] in OUTCOMES, shown, "outcome", f"one of {OUTCOMES}")
         for key in ("started_at", "finished_at"):

@@ -24,7 +24,7 @@ from ..distribute.ssh import StartedAgent
 from ..signing.keys import PrivateKey
 from .gang import AdmissionReport, RankAdmissionResult, gang_checks, rank_result
 from .rank_request import RankRequest
-from .readiness import api_base, probe
+from .readiness import api_base, parse_api_base, probe
 from .record import DeploymentRecord, RankRecord, latest_records, write_record
 from .remote import ServiceRank, call, in_parallel, timed, watch
 from .supply_chain import supply_chain_checks
@@ -440,8 +440,7 @@ def status(request: ServiceRequest) -> StatusResult:
     record = ready_records[-1] if ready_records else None
     ready, readiness = False, "no ready deployment recorded"
     if record is not None and record.api and record.served_model and all(rank["running"] for rank in ranks):
-        host, _, port = record.api.removeprefix("http://").rpartition(":")
-        answer = probe(host.strip("[]"), int(port), record.served_model)
+        answer = probe(*parse_api_base(record.api), record.served_model)
         ready, readiness = answer.ready, answer.detail
     elif record is not None:
         readiness = "not every rank runs the service"
