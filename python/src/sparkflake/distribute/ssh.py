@@ -76,6 +76,18 @@ class AgentReply:
     def unreachable(self) -> bool:
         return self.returncode == SSH_FAILED and self.result is None
 
+    @property
+    def containers(self) -> list[dict[str, Any]]:
+        """The ``containers`` a rank's agent listed, each an object; what is not a list of
+        objects (an agent of another version) lists none rather than raising here."""
+        listed = (self.result or {}).get("containers")
+        return [item for item in listed if isinstance(item, dict)] if isinstance(listed, list) else []
+
+    def text(self, key: str) -> str | None:
+        """The reply's ``key`` when it is a non-empty string, else None."""
+        value = (self.result or {}).get(key)
+        return value if isinstance(value, str) and value else None
+
     def describe_failure(self) -> str:
         if self.result and self.result.get("message"):
             return str(self.result["message"])
@@ -88,7 +100,7 @@ def last_json(text: str) -> dict[str, Any] | None:
     for line in text.splitlines():
         try:
             parsed = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # not a reply line (a log line, or nested past the parser)
             continue
         if isinstance(parsed, dict):
             found = parsed

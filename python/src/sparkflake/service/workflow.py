@@ -166,13 +166,14 @@ class _Start:
         if reply.unreachable:
             self.fail(member, f"SSH to rank {member.number} ({member.rank.ssh}) lost: {reply.describe_failure()}")
             return
-        if reply.returncode != 0 or not reply.result or reply.result.get("status") != "ok":
+        container, container_id = reply.text("container"), reply.text("container_id")
+        if reply.returncode != 0 or reply.text("status") != "ok" or container is None or container_id is None:
             self.fail(member, f"rank {member.number} did not start: {reply.describe_failure()}")
             return
-        self.ranks[member.number] = replace(record, container=reply.result["container"],
-                                            container_id=reply.result["container_id"], started_at=time.time())
-        self.watches[member.number] = watch(self.service_site.site, member, reply.result["container"])
-        self.progress(ProgressEvent("started", member.number, member.rank.name, reply.result["container"]))
+        self.ranks[member.number] = replace(record, container=container, container_id=container_id,
+                                            started_at=time.time())
+        self.watches[member.number] = watch(self.service_site.site, member, container)
+        self.progress(ProgressEvent("started", member.number, member.rank.name, container))
 
     def check_watches(self, members: list[ServiceRank]) -> None:
         """Mark ranks joined; on the first container that ended (or SSH that dropped), fail
@@ -202,7 +203,7 @@ class _Start:
                 return
             seen = [(container.get("finished_at") or "~", member.number, member, container)
                     for member, reply in zip(started, replies, strict=True)
-                    for container in (reply.result or {}).get("containers", [])
+                    for container in reply.containers
                     if container.get("deployment") == member.request.deployment and not container.get("running")]
             answered = all(reply.returncode == 0 for reply in replies)  # a busy engine: ask again
             if answered and seen and len(seen) == len(exited):
@@ -234,8 +235,9 @@ class _Start:
             record = self.ranks[member.number]
             reply = call(self.service_site.site, member, "stop",
                          ["--deployment", member.request.deployment, "--timeout", str(stop_timeout), "--discard"])
-            containers = (reply.result or {}).get("containers", [])
-            logs = tuple(line for container in containers for line in container.get("logs", []))
+            containers = reply.containers
+            logs = tuple(line for container in containers for line in container.get("logs") or ()
+                         if isinstance(line, str))
             if reply.returncode == 0:
                 detail = f"stopped {len(containers)} container(s)"
             else:
@@ -363,7 +365,8 @@ def start_kept(request: ServiceRequest, progress: Progress, which: str) -> Deplo
             raise CheckFailed(f"rank {member.number} ({member.rank.name}) keeps no {which} deployment"
                               f"{': ' + reply.describe_failure() if reply.returncode else ''}")
         previous.append(RankRequest.from_document(kept[which], f"{where}: kept {which} deployment"))
-        current.add((kept.get("current") or {}).get("deployment"))
+        kept_current = kept.get("current")
+        current.add(kept_current.get("deployment") if isinstance(kept_current, dict) else None)
     if len({p.deployment for p in previous}) != 1:
         raise CheckFailed(f"the ranks keep different {which} deployments: "
                           + ", ".join(f"rank {p.rank}: {p.deployment}" for p in previous))
@@ -394,7 +397,7 @@ def down(request: ServiceRequest, progress: Progress) -> DownResult:
     results = []
     for member in reversed(members):
         reply = call(service_site.site, member, "stop", ["--timeout", str(settings.stop_timeout)])
-        containers = [c["name"] for c in (reply.result or {}).get("containers", [])]
+        containers = [str(c.get("name")) for c in reply.containers]
         ok = reply.returncode == 0
         detail = f"stopped {', '.join(containers) or 'nothing (no container of the service)'}" if ok \
             else f"could not stop: {reply.describe_failure()}"
@@ -430,10 +433,11 @@ def status(request: ServiceRequest) -> StatusResult:
     ranks = []
     for member, reply in zip(members, replies, strict=True):
         found = reply.result or {}
-        containers = found.get("containers", [])
+        containers = reply.containers
+        kept_current = found.get("current")
         ranks.append({"rank": member.number, "name": member.rank.name, "host": member.rank.ssh,
                       "reachable": not reply.unreachable, "containers": containers,
-                      "deployment": (found.get("current") or {}).get("deployment"),
+                      "deployment": kept_current.get("deployment") if isinstance(kept_current, dict) else None,
                       "running": any(c.get("running") for c in containers),
                       "message": "" if reply.returncode == 0 else reply.describe_failure()})
     ready_records = [r for r in latest_records(service_site.record_dir, service_site.name) if r.outcome == "ready"]
