@@ -9,6 +9,7 @@ import base64
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import nacl.secret
@@ -318,3 +319,38 @@ def test_a_key_document_python_cannot_or_should_not_read_is_refused_by_name(body
     with pytest.raises(InputError) as refused:
         decrypt_private_key(pem, b"pw", "odd.key")
     assert refused.value.message.startswith("odd.key: the PEM block is not the JSON of an encrypted key: ")
+
+
+@pytest.mark.parametrize(("n", "r"), [(65536, 1), (2**22, 1), (2**17, 1)])
+def test_scrypt_parameters_openssl_refuses_are_named_not_a_memory_error(n: int, r: int) -> None:
+    """OpenSSL refuses N >= 2^(16*r); cryptography raised that as MemoryError (a traceback
+    in `sign`) for a key file whose N and r passed this reader's own bounds."""
+    with pytest.raises(InputError, match=rf"bad\.key: kdf\.params: N={n} r={r}: scrypt needs N < 2\^\(16\*r\)"):
+        decrypt_private_key(_reencoded(lambda d: d["kdf"]["params"].update(N=n, r=r)), b"pw", "bad.key")
+
+
+def test_a_password_that_is_not_utf8_is_its_own_bytes(tmp_path: Path) -> None:
+    """COSIGN_PASSWORD=$'\\xff' raised UnicodeEncodeError; cosign takes the variable's bytes."""
+    from sparkflake.signing.keys import key_password
+
+    assert key_password({"COSIGN_PASSWORD": b"pass\xff".decode("utf-8", "surrogateescape")}) == b"pass\xff"
+    key = generate_private_key()
+    (tmp_path / "odd.key").write_bytes(encrypt_private_key(key, b"pass\xff", n=SMALL_N))
+    script = ("import os, sys; from sparkflake.signing.keys import key_password, load_private_key; "
+              "load_private_key(sys.argv[1], key_password()); print('read')")
+    env = {**{k: v for k, v in os.environ.items() if k != "COSIGN_PASSWORD"}}
+    env_bytes = {k.encode(): v.encode("utf-8", "surrogateescape") for k, v in env.items()}
+    env_bytes[b"COSIGN_PASSWORD"] = b"pass\xff"
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "odd.key")], env=env_bytes,
+                          capture_output=True, check=False)
+    assert done.returncode == 0 and done.stdout == b"read\n", done.stderr
+
+
+def test_a_receipt_holding_a_lone_surrogate_is_refused_by_name() -> None:
+    """JSON's \\ud800 escape reads as a lone surrogate, which the attestation's UTF-8 bytes
+    cannot carry: UnicodeEncodeError out of `sign --receipt` before."""
+    receipt = {"predicateType": payloads.SLSA_PROVENANCE_V1, "predicate": json.loads('{"zz": "\\ud800"}'),
+               "subject": [{"name": "x", "digest": {"sha256": "a" * 64}}]}
+    with pytest.raises(CheckFailed, match=r"r\.json: \$\.predicate: holds '\\ud800', a lone surrogate") as refused:
+        payloads.provenance_statement(receipt, "reg/repo", f"sha256:{'a' * 64}", "r.json")
+    assert refused.value.check_id == "attestation.receipt"

@@ -33,8 +33,13 @@ SBOM_LIMIT = 64 * 1024 * 1024
 REFERRER_LIMIT = 64  # SPDX artifacts of one image fetched to look for the file
 
 
+def _items(value: object) -> list[Any]:
+    """An SPDX array as read: anything else (a number where the list goes) holds nothing."""
+    return value if isinstance(value, list) else []
+
+
 def _image_package(document: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    for package in document.get("packages") or []:
+    for package in _items(document.get("packages")):
         if isinstance(package, dict) and package.get("SPDXID") == IMAGE_ID:
             return package
     return None
@@ -43,7 +48,7 @@ def _image_package(document: Mapping[str, Any]) -> Mapping[str, Any] | None:
 def _sha256_values(package: Mapping[str, Any]) -> set[str]:
     return {
         str(item.get("checksumValue"))
-        for item in package.get("checksums") or []
+        for item in _items(package.get("checksums"))
         if isinstance(item, dict) and item.get("algorithm") == "SHA256"
     }
 
@@ -61,7 +66,7 @@ def sbom_checks(report: AuditReport, sbom_path: str, *, receipt: Mapping[str, An
     if not isinstance(document, dict) or document.get("spdxVersion") != SPDX_VERSION or image is None:
         report.add("sbom.document", FAIL, f"{sbom_path}: expected an {SPDX_VERSION} document with the package {IMAGE_ID}")
         return content
-    packages = [p for p in document.get("packages") or [] if isinstance(p, dict)]
+    packages = [p for p in _items(document.get("packages")) if isinstance(p, dict)]
     report.add("sbom.document", PASS, f"{sbom_path}: {SPDX_VERSION}, {len(packages)} packages")
     manifest = report.manifest_digest
     if manifest is None:

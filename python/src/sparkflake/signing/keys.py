@@ -124,6 +124,11 @@ def _scrypt_params(document: dict[str, Any], where: str) -> tuple[int, int, int]
         raise InputError(f"{where}: kdf.params.N: expected a power of two, got {n}")
     if 128 * n * r > _MAX_SCRYPT_MEMORY or p > 16:
         raise InputError(f"{where}: kdf.params: N={n} r={r} p={p} exceeds the bounds this reader accepts")
+    # OpenSSL, which derives the key (cryptography's Scrypt), refuses N >= 2^(16*r) and
+    # cryptography reports that as a MemoryError (providers/implementations/kdfs/scrypt.c,
+    # scrypt_alg: "if (N >= (((uint64_t)1) << (16 * r)))" → EVP_R_MEMORY_LIMIT_EXCEEDED)
+    if 16 * r <= 63 and n >= 1 << (16 * r):
+        raise InputError(f"{where}: kdf.params: N={n} r={r}: scrypt needs N < 2^(16*r)")
     return n, r, p
 
 
@@ -222,7 +227,9 @@ def key_password(environ: dict[str, str] | os._Environ[str] | None = None) -> by
     value = environ.get(PASSWORD_VARIABLE)
     if value is None:
         raise InputError(f"{PASSWORD_VARIABLE} is not set: the private key's password is read from it")
-    return value.encode()
+    # the variable's own bytes, as cosign (Go) takes them: os.environ decoded them with
+    # surrogateescape, so a byte that is not UTF-8 comes back as itself
+    return value.encode("utf-8", "surrogateescape")
 
 
 def load_private_key(path: str | os.PathLike[str], password: bytes) -> PrivateKey:

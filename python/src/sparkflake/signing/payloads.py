@@ -142,7 +142,11 @@ def provenance_statement(receipt: Mapping[str, Any], subject_name: str, manifest
         "predicateType": SLSA_PROVENANCE_V1,
         "predicate": receipt["predicate"],
     }
-    return canonical_json_bytes(statement)
+    try:
+        return canonical_json_bytes(statement)
+    except UnicodeEncodeError as exc:  # JSON's \ud800 escape reads as a lone surrogate, which no UTF-8 holds
+        raise CheckFailed(f"{where}: $.predicate: holds {exc.object[exc.start:exc.end]!r}, a lone surrogate that "
+                          "no UTF-8 statement can carry", check_id="attestation.receipt") from None
 
 
 def statement_subject_digests(statement: Mapping[str, Any], where: str) -> set[str]:
