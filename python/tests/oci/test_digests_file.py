@@ -97,6 +97,11 @@ def test_the_launch_reads_the_same_model_and_no_build_is_none(tmp_path):
     (tmp_path / DIGESTS_FILE).write_text(json.dumps({"manifest": "sha256:" + "1" * 64, "config": "sha256:" + "2" * 64}))
     assert load_built_image(tmp_path / DIGESTS_FILE) == RecordedDigests(
         "sha256:" + "1" * 64, "sha256:" + "2" * 64, str(tmp_path / DIGESTS_FILE))
+    # load needs the image ID alone; a launch names the image by its manifest too
+    (tmp_path / DIGESTS_FILE).write_text(json.dumps({"config": "sha256:" + "2" * 64}))
+    assert read_digests_file(tmp_path / DIGESTS_FILE).image_id == "sha256:" + "2" * 64
+    with pytest.raises(InputError, match=r"\$\.manifest: expected sha256:<64 lowercase hex digits>, got None"):
+        load_built_image(tmp_path / DIGESTS_FILE)
     (tmp_path / DIGESTS_FILE).write_text(json.dumps({"manifest": "sha256:" + "1" * 64, "config": 7}))
     with pytest.raises(InputError, match=r"\$\.config: expected sha256:<64 lowercase hex digits>, got 7"):
         load_built_image(tmp_path / DIGESTS_FILE)

@@ -298,7 +298,9 @@ def load_built_image(digests_json: str | Path) -> RecordedDigests | None:
     path = Path(digests_json)
     if not path.is_file():
         return None
-    return read_digests_file(path)
+    recorded = read_digests_file(path)
+    recorded.manifest()  # a launch and a claim name the image by its manifest digest too
+    return recorded
 
 
 def _refuse_unknown(mapping: Mapping[str, Any], known: set[str], where: str, place: str) -> None:

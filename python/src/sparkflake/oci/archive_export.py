@@ -66,7 +66,9 @@ def recorded_digests(out_dir: Path) -> RecordedDigests:
     docker-archive stores its layers decompressed, kept in a blob store under their diffID
     and size)."""
     recorded = read_digests_file(out_dir / DIGESTS_FILE)
-    recorded.layer_sizes()  # refused here, before any work, when the file lists no layers
+    # refused here, before any work, when the file names no manifest or lists no layers
+    recorded.manifest()
+    recorded.layer_sizes()
     return recorded
 
 
@@ -158,7 +160,7 @@ def export_archive(out_dir: Path, kind: str, target: Path | None = None,
     if not (layout / "index.json").is_file():
         raise InputError(f"{out_dir}: no OCI layout oci/ (not the output of a sparkflake build?)")
     recorded = recorded_digests(out_dir)
-    manifest_digest, config_digest = recorded.manifest_digest, recorded.config_digest
+    manifest_digest, config_digest = recorded.manifest(), recorded.config_digest
     reader = open_image(layout)
     if reader.manifest_ref is None or reader.manifest_ref.digest != manifest_digest:
         found = reader.manifest_ref.digest if reader.manifest_ref else None

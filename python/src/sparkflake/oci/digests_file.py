@@ -2,9 +2,10 @@
 writer (``digests_record``, serialized by the caller as the rest of its output) and its only
 reader (``read_digests_file``), used by export, the launch, the service and status alike.
 
-The reader asks only for what those readers use: the manifest and config digests, and
-each layer's uncompressed size where the file lists layers (export needs them to rebuild an
-archive; a launch needs only the image ID). Every other key is left as written."""
+The reader asks only for what those readers use: the config digest (the image ID, all that
+`load` needs), the manifest digest (``manifest``, which export, the launch and status ask
+for), and each layer's uncompressed size where the file lists layers (export rebuilds an
+archive from them). Every other key is left as written."""
 
 from __future__ import annotations
 
@@ -26,10 +27,10 @@ DIGESTS_FILE = "digests.json"
 
 @dataclass(frozen=True)
 class RecordedDigests:
-    """A build's ``digests.json`` as read: ``where`` is the file; ``uncompressed_sizes`` is
-    None when it lists no layers."""
+    """A build's ``digests.json`` as read: ``where`` is the file; ``manifest_digest`` and
+    ``uncompressed_sizes`` are None when it names no manifest or lists no layers."""
 
-    manifest_digest: str
+    manifest_digest: str | None
     config_digest: str
     where: str
     uncompressed_sizes: tuple[int, ...] | None = None
@@ -38,6 +39,12 @@ class RecordedDigests:
     def image_id(self) -> str:
         """The config digest: the name podman and docker give the image."""
         return self.config_digest
+
+    def manifest(self) -> str:
+        """The manifest digest, which a reader that names the image by it needs."""
+        if self.manifest_digest is None:
+            raise InputError(f"{self.where}: $.manifest: expected sha256:<64 lowercase hex digits>, got None")
+        return self.manifest_digest
 
     def layer_sizes(self) -> tuple[int, ...]:
         """Each layer's uncompressed size, which a reader that rebuilds the image needs."""
@@ -74,8 +81,9 @@ def read_digests_file(path: str | os.PathLike[str]) -> RecordedDigests:
     shown = os.fspath(path)
     document = parse_json_object(read_regular_file(Path(path), "the digests.json of a build"), shown,
                                  "a JSON object (the digests.json of a build)")
-    manifest, config = (_digest(document, key, shown) for key in ("manifest", "config"))
-    return RecordedDigests(manifest, config, shown, _uncompressed_sizes(document.get("layers"), shown))
+    manifest = _digest(document, "manifest", shown) if document.get("manifest") is not None else None
+    return RecordedDigests(manifest, _digest(document, "config", shown), shown,
+                           _uncompressed_sizes(document.get("layers"), shown))
 
 
 def _digest(document: dict[str, Any], key: str, shown: str) -> str:
