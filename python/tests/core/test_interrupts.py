@@ -129,3 +129,35 @@ def test_a_signal_inside_a_worker_pools_submit_is_delivered_after_it_and_the_poo
     # work item that was recorded but never queued (what hung a SIGTERM'd build)
     with pytest.raises(subprocess.TimeoutExpired):
         subprocess.run([sys.executable, str(script), "bare"], capture_output=True, timeout=8, env=env, check=False)
+
+
+HELD_WITH_A_THREAD = """
+import os, signal, threading, time
+from sparkflake.cli import _signals
+from sparkflake.core.interrupts import interrupts_held
+waiting = threading.Event()
+threading.Thread(target=waiting.wait, daemon=True).start()  # SIGINT unblocked in it, as in a pool's worker
+reached = []
+try:
+    with _signals.InterruptsRaised():
+        with interrupts_held():
+            os.kill(os.getpid(), signal.SIGINT)  # the main thread blocks it: the kernel gives it to the other
+            deadline = time.monotonic() + 0.3
+            while time.monotonic() < deadline:  # instructions: CPython would run the handler here
+                pass
+            reached.append("end of the hold")
+except KeyboardInterrupt:
+    print("raised after" if reached else "raised inside the hold")
+"""
+
+
+def test_a_signal_the_kernel_gives_another_thread_is_still_held():
+    """With the main thread's mask alone, a signal went to another thread and CPython ran the
+    handler in the main thread inside the hold: a build's worker process forked inside
+    WorkerPool.submit was left waiting for work, and the exit waited for it for ever (a
+    full run of test_build_signals; py-spy showed the parent in multiprocessing's exit
+    join, the worker in its call queue's get). The CLI's handler defers to the hold."""
+    for _ in range(5):
+        shown = subprocess.run([sys.executable, "-c", HELD_WITH_A_THREAD], capture_output=True, text=True,
+                               timeout=60, check=False)
+        assert shown.stdout.strip() == "raised after", shown.stdout + shown.stderr

@@ -82,6 +82,11 @@ def _on_signal(signum: int, _frame: object) -> None:
         os._exit(EXIT_STATUS[signum])
     if _STATE.handled or (_STATE.unwinding is not None and not _STATE.swallowed):
         return
+    # a step that must not be cut in half holds interrupts (core.interrupts): it gets this
+    # one when it ends; looked up, not imported, so this module still imports nothing new
+    holds = sys.modules.get("sparkflake.core.interrupts")
+    if holds is not None and holds.defer(signum):
+        return
     _STATE.unwinding, _STATE.swallowed = signum, False
     raise Terminated() if signum == _signal.SIGTERM else Interrupted()
 
