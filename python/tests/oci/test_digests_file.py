@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from fixtures.one_layer_image import write_one_layer_image
+from fixtures.one_layer_image import one_layer_image, write_one_layer_image
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -44,22 +44,7 @@ def test_what_image_build_writes_reads_back_as_the_image(tmp_path):
 
 
 def test_a_profiles_build_adds_its_name_and_layer_names(tmp_path):
-    from sparkflake.oci import (
-        BlobStore,
-        ImageSpec,
-        LayerInput,
-        LayerSpec,
-        RuntimeConfig,
-        TreeSource,
-        build_image,
-    )
-    from sparkflake.oci.types import Platform
-
-    (tmp_path / "tree").mkdir()
-    (tmp_path / "tree" / "f").write_bytes(b"x")
-    spec = ImageSpec(layers=(LayerSpec(LayerInput(sources=(TreeSource(str(tmp_path / "tree")),)), "layer 0"),),
-                     platform=Platform.parse("linux/arm64"), runtime=RuntimeConfig())
-    image = build_image(spec, BlobStore(tmp_path / "store"))
+    image = one_layer_image(tmp_path, {"f": b"x"})
     record = digests_record(image, profile="glm53-dflash7", layer_names=("base",))
     assert record["profile"] == "glm53-dflash7" and record["layer_names"] == ["base"]
     assert {key: value for key, value in record.items() if key not in ("profile", "layer_names")} == digests_record(image)

@@ -27,7 +27,7 @@ from typing import Any
 
 from ..core.canonical_json import readable_json_bytes
 from ..core.digest import is_digest
-from ..core.documents import parse_json_object, read_regular_file
+from ..core.documents import objects_of_array, parse_json_object, read_regular_file
 from ..core.errors import InputError
 from ..oci.media_types import OCI_CONFIG, OCI_MANIFEST
 from .sbom import SPDX_MEDIA_TYPE
@@ -92,8 +92,8 @@ class Byproduct:
 @dataclass(frozen=True)
 class BuildReceipt:
     """A full receipt as read (``read_build_receipt``): every field its readers use checked
-    once, with the JSON path of what is wrong. ``statement`` is the document as read, which
-    the runtime check extends and from which the in-image statement is derived."""
+    once, with the JSON path of what is wrong. ``statement`` is the document as read, from
+    which the in-image statement is derived."""
 
     where: str
     statement: dict[str, Any]
@@ -116,14 +116,13 @@ def read_build_receipt(path: str | os.PathLike[str]) -> BuildReceipt:
     for key, wanted in (("_type", STATEMENT_TYPE), ("predicateType", PREDICATE_TYPE)):
         if statement.get(key) != wanted:
             raise InputError(f"{where}: $.{key}: expected {wanted}, got {statement.get(key)!r}")
-    subjects = _objects(statement.get("subject"), where, "$.subject")
+    subjects = [item for _, item in objects_of_array(statement.get("subject"), where, "$.subject")]
     if not subjects:
         raise InputError(f"{where}: $.subject: expected the image manifest digest, got an empty array")
     predicate = _object(statement.get("predicate"), where, "$.predicate")
     run_details = _object(predicate.get("runDetails"), where, "$.predicate.runDetails")
     byproducts = []
-    for index, item in enumerate(_objects(run_details.get("byproducts"), where, "$.predicate.runDetails.byproducts")):
-        at = f"$.predicate.runDetails.byproducts[{index}]"
+    for at, item in objects_of_array(run_details.get("byproducts"), where, "$.predicate.runDetails.byproducts"):
         name = item.get("name")
         if not isinstance(name, str):
             raise InputError(f"{where}: {at}.name: expected a string, got {name!r}")
@@ -152,12 +151,6 @@ def _object(value: object, where: str, at: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise InputError(f"{where}: {at}: expected an object, got {type(value).__name__}")
     return value
-
-
-def _objects(value: object, where: str, at: str) -> list[dict[str, Any]]:
-    if not isinstance(value, list):
-        raise InputError(f"{where}: {at}: expected an array of objects, got {type(value).__name__}")
-    return [_object(item, where, f"{at}[{index}]") for index, item in enumerate(value)]
 
 
 def _sha256_of(item: Mapping[str, Any], where: str, at: str) -> str:

@@ -107,5 +107,7 @@ def export_recipe_file(request: RecipeExportRequest) -> ExportedRecipe:
     )
     recipe_table, fragment = _kept_recipe_table(request)
     exported = export_recipe(plan, recipe_table)
-    write_bytes_atomic(request.output, _toml_text(exported.document, str(fragment)).encode())
+    # only a carried [recipe] table holds values the launch did not make
+    source = str(fragment) if recipe_table is not None else request.env_file
+    write_bytes_atomic(request.output, _toml_text(exported.document, source).encode())
     return ExportedRecipe(export=exported, carried_from=fragment if recipe_table is not None else None)
