@@ -7,11 +7,12 @@ traceback in `service status`, `up`, `down` or a roll back (a hunt over replies 
 from __future__ import annotations
 
 import json
+import sys
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sparkflake.distribute.ssh import AgentReply, last_json
+from sparkflake.distribute.ssh import AgentReply, StartedAgent, last_json
 
 JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=6),
                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
@@ -41,3 +42,26 @@ def test_a_reply_of_the_expected_shape_reads_as_written():
     assert reply.text("status") == "ok" and reply.text("container") == "c"
     assert reply.containers == [{"name": "c", "running": True}]
     assert AgentReply(255, None, "ssh: connect refused").containers == []
+
+
+AGENT_WRITING_BYTES = (
+    "import sys\n"
+    "sys.stdout.buffer.write(b'motd \\xff\\xfe\\n' + b'{\"status\": \"ok\", \"n\": 1}\\n'); sys.stdout.flush()\n"
+    "sys.stderr.buffer.write(b'warning \\xc3\\x28\\n')\n"
+)
+
+
+def test_an_agent_writing_bytes_that_are_not_utf8_gives_its_reply_not_a_decoding_error():
+    # A login banner or a log line in another encoding is not the agent's to control; the
+    # reply is still the last JSON object line (before: UnicodeDecodeError from communicate).
+    reply = StartedAgent([sys.executable, "-c", AGENT_WRITING_BYTES]).finish()
+    assert reply.returncode == 0 and reply.result == {"status": "ok", "n": 1}
+    assert reply.stderr == "warning \ufffd(\n"
+    first = StartedAgent([sys.executable, "-c", AGENT_WRITING_BYTES]).first_reply()
+    assert first.result == {"status": "ok", "n": 1}
+
+
+def test_an_agent_that_ends_before_its_first_reply_gives_its_status_and_stderr():
+    ended = StartedAgent([sys.executable, "-c", "import sys; print('banner'); sys.stderr.write('no such layout\\n'); sys.exit(2)"])
+    reply = ended.first_reply()
+    assert (reply.returncode, reply.result, reply.describe_failure()) == (2, None, "no such layout")

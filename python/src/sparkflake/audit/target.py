@@ -84,7 +84,7 @@ def _open_engine_image(name: str, image: str, engine_args: Sequence[str]) -> Ima
     archive = workdir / "image.tar"
     save = ["save", "--format", "docker-archive"] if name == "podman" else ["save"]
     saved = subprocess.run(
-        engine.command(*save, "-o", str(archive), image), capture_output=True, text=True, check=False
+        engine.command(*save, "-o", str(archive), image), capture_output=True, encoding="utf-8", errors="replace", check=False
     )
     try:
         if saved.returncode != 0:

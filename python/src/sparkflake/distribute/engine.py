@@ -54,7 +54,7 @@ class ImportResult:
 
 def _run(argv: list[str], what: str) -> subprocess.CompletedProcess[str]:
     try:
-        completed = subprocess.run(argv, capture_output=True, text=True)
+        completed = subprocess.run(argv, capture_output=True, encoding="utf-8", errors="replace")
     except FileNotFoundError as exc:
         raise InputError(f"{what}: {argv[0]} is not installed") from exc
     if completed.returncode != 0:

@@ -113,17 +113,23 @@ class StartedAgent:
 
     def __init__(self, argv: list[str]) -> None:
         self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, text=True)
+                                        stderr=subprocess.PIPE, encoding="utf-8", errors="replace")
 
     def first_reply(self) -> AgentReply:
-        """The first JSON line the agent writes while it waits for its input; if it ends
-        (or cannot be reached) before writing one, its whole reply."""
+        """The first JSON object line the agent writes while it waits for its input (lines
+        before it, such as a shell startup file's echo on the rank, are passed over); if it
+        ends (or cannot be reached) before writing one, its whole reply."""
         assert self.process.stdout is not None
-        line = self.process.stdout.readline()
-        parsed = last_json(line)
-        if parsed is None:
-            return self.finish()
-        return AgentReply(0, parsed, "")
+        passed_over = []
+        for line in self.process.stdout:
+            parsed = last_json(line)
+            if parsed is not None:
+                return AgentReply(0, parsed, "")
+            passed_over.append(line)
+        # Its stdout ended: what it wrote is read already (communicate reads the pipe, not this
+        # stream's buffer, so it would not see it); communicate gives the rest, and the status.
+        _, stderr = self.process.communicate()
+        return AgentReply(self.process.returncode, last_json("".join(passed_over)), stderr)
 
     def finish(self, input_text: str = "", timeout: float | None = None) -> AgentReply:
         try:

@@ -92,7 +92,7 @@ def verify_inrelease(signed: bytes, keyring: Path, *, source: str) -> str:
         result = subprocess.run(
             ["gpgv", "--keyring", str(keyring), "--output", str(verified_path), str(signed_path)],
             capture_output=True,
-            text=True,
+            encoding="utf-8", errors="replace",
             check=False,
         )
         if result.returncode != 0:

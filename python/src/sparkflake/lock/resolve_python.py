@@ -85,7 +85,7 @@ def compile_pylock(
             argv += ["--exclude-newer", exclude_newer]
         argv += list(extra_args)
         environment = {k: v for k, v in os.environ.items() if not k.startswith(("UV_", "PIP_"))}
-        result = subprocess.run(argv, capture_output=True, text=True, check=False, env=environment, cwd=scratch)
+        result = subprocess.run(argv, capture_output=True, encoding="utf-8", errors="replace", check=False, env=environment, cwd=scratch)
         if result.returncode != 0:
             raise InputError(
                 f"uv could not resolve {', '.join(requirements)} for {target.uv_python_platform} "

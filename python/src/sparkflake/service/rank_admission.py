@@ -74,7 +74,7 @@ def admit_rank(request: RankRequest, *, running: dict[str, str] | None = None) -
             checks.append(CheckResult("engine.reachable", PASS, f"{request.engine} listed the service's containers"))
         else:
             version = subprocess.run(reachable.command("version", "--format", "{{.Client.Version}}"),
-                                     capture_output=True, text=True, timeout=60, check=False)
+                                     capture_output=True, encoding="utf-8", errors="replace", timeout=60, check=False)
             if version.returncode == 0:
                 checks.append(CheckResult("engine.reachable", PASS, f"{request.engine} {version.stdout.strip()}"))
             else:
@@ -164,7 +164,7 @@ def check_manifest_binding(engine: Engine, image: str, manifest: str) -> CheckRe
     both: ``RepoDigests``): the image must be bound to the expected manifest digest, so an
     image whose identity did not survive transport (re-compressed, re-built) is refused."""
     shown = subprocess.run(engine.command("image", "inspect", "--format", "{{.Digest}} {{.RepoDigests}}", image),
-                           capture_output=True, text=True, timeout=60, check=False)
+                           capture_output=True, encoding="utf-8", errors="replace", timeout=60, check=False)
     if shown.returncode != 0:
         return CheckResult("image.manifest", FAIL, f"{engine.name} has no image {image}", manifest)
     words = shown.stdout.replace("[", " ").replace("]", " ").split()

@@ -30,7 +30,7 @@ ENGINE_TIMEOUT = 120
 
 def _engine(engine: Engine, *args: str, timeout: float = ENGINE_TIMEOUT) -> subprocess.CompletedProcess[str]:
     try:
-        return subprocess.run(engine.command(*args), capture_output=True, text=True, timeout=timeout, check=False)
+        return subprocess.run(engine.command(*args), capture_output=True, encoding="utf-8", errors="replace", timeout=timeout, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise InputError(f"{engine.name} {' '.join(args[:2])}: {exc}", check_id="engine.reachable") from None
 
@@ -68,7 +68,7 @@ def start_rank(request: RankRequest) -> dict[str, Any]:
                 + "; ".join(f"{c['id']}: {c['detail']}" for c in failed), "checks": failed}
     keep_deployment(request, admission.plan.resolution.values["CHECKPOINT_PINS"])
     prepare_state(admission.plan)
-    started = subprocess.run(admission.argv, capture_output=True, text=True, timeout=ENGINE_TIMEOUT, check=False)
+    started = subprocess.run(admission.argv, capture_output=True, encoding="utf-8", errors="replace", timeout=ENGINE_TIMEOUT, check=False)
     if started.returncode != 0:
         return {"status": "failed", "message": f"{request.engine} run: {started.stderr.strip()[-500:]}"}
     return {"status": "ok", "container": admission.facts["container"], "container_id": started.stdout.strip(),
@@ -117,17 +117,28 @@ def service_containers(engine: Engine, service: str, deployment: str | None = No
     filters = ["--filter", f"label={SERVICE_LABEL}={service}"]
     if deployment is not None:
         filters += ["--filter", f"label={DEPLOYMENT_LABEL}={deployment}"]
-    listed = _engine(engine, "ps", "--all", "--quiet", "--no-trunc", *filters)
-    if listed.returncode != 0:
-        raise InputError(f"{engine.name} ps: {listed.stderr.strip()[-300:]}")
-    ids = listed.stdout.split()
-    if not ids:
-        return []
-    inspected = _engine(engine, "container", "inspect", *ids)
-    if inspected.returncode != 0:  # one went away between the two calls: ask again
-        return service_containers(engine, service, deployment) if listed.stdout else []
+    for _attempt in range(3):  # one that went away between the two calls: ask again
+        listed = _engine(engine, "ps", "--all", "--quiet", "--no-trunc", *filters)
+        if listed.returncode != 0:
+            raise InputError(f"{engine.name} ps: {listed.stderr.strip()[-300:]}")
+        ids = listed.stdout.split()
+        if not ids:
+            return []
+        inspected = _engine(engine, "container", "inspect", *ids)
+        if inspected.returncode == 0:
+            break
+    else:
+        raise InputError(f"{engine.name} container inspect: {inspected.stderr.strip()[-300:]}")
+    try:
+        described = json.loads(inspected.stdout)
+    except (ValueError, RecursionError) as exc:
+        raise InputError(f"{engine.name} container inspect: not JSON: {str(exc)[:200]}") from None
+    if not isinstance(described, list):
+        raise InputError(f"{engine.name} container inspect: expected a JSON array of containers")
     containers = []
-    for record in json.loads(inspected.stdout):
+    for record in described:
+        if not isinstance(record, dict):
+            continue
         labels = (record.get("Config") or {}).get("Labels") or {}
         if labels.get(SERVICE_LABEL) != service:  # the filter said so; never act on a foreign one
             continue
@@ -167,7 +178,7 @@ def watch_container(request: RankRequest, name: str) -> dict[str, Any]:
     """Until the container ends (the controller ends the watch by closing our stdin): its
     exit status and last log lines."""
     engine = rank_engine(request)
-    waited = subprocess.run(engine.command("wait", name), capture_output=True, text=True, check=False)
+    waited = subprocess.run(engine.command("wait", name), capture_output=True, encoding="utf-8", errors="replace", check=False)
     code = waited.stdout.strip().splitlines()[-1] if waited.stdout.strip() else waited.stderr.strip()[-200:]
     return {"status": "exited", "container": name, "exit_code": code, "logs": last_log_lines(engine, name)}
 
