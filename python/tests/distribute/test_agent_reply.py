@@ -12,7 +12,8 @@ import sys
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sparkflake.distribute.ssh import AgentReply, StartedAgent, last_json
+from sparkflake.distribute.agent_reply import AgentReply, last_json
+from sparkflake.distribute.ssh import StartedAgent
 
 JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=6),
                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),

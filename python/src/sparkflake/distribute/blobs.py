@@ -25,12 +25,13 @@ from typing import Any
 
 from ..core.errors import CheckFailed, InputError
 from ..core.progress import ProgressCallback as Progress
+from .agent_reply import AgentReply
 from .chain import FAILED, ChainTransfer, SizeGate, Transfer, cancel_relay, start_relays
 from .engine import ENGINES, check_image_id
 from .evidence import EVIDENCE_SCHEMA, REPORT_SCHEMA
 from .fanout import check_images
 from .site import Rank, Site
-from .ssh import AgentReply, StartedAgent, run_agent, start_agent
+from .ssh import StartedAgent, run_agent, start_agent
 from .store import STORE_NAME, LayoutPlan, blob_path, plan_from_document
 
 

@@ -26,8 +26,9 @@ from typing import Any
 
 from ..core.progress import ProgressCallback as Progress
 from . import receive, relay
+from .agent_reply import SSH_FAILED, last_json
 from .site import Hop, Site
-from .ssh import SSH_FAILED, hop_argv, last_json, management_argv
+from .ssh import hop_argv, management_argv
 
 HAS = "has"
 PENDING = "pending"

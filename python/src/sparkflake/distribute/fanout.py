@@ -22,11 +22,12 @@ from urllib.parse import urlparse
 from ..core.digest import is_sha256_hex
 from ..core.errors import CheckFailed, InputError
 from ..core.progress import ProgressCallback as Progress
+from .agent_reply import AgentReply
 from .chain import FAILED, ChainTransfer, SizeGate, Transfer
 from .engine import check_import_request
 from .evidence import EVIDENCE_SCHEMA, REPORT_SCHEMA
 from .site import Rank, Site
-from .ssh import AgentReply, run_agent
+from .ssh import run_agent
 
 
 @dataclass(frozen=True)

@@ -7,16 +7,12 @@ is quoted with ``shlex.quote`` so the remote side receives exactly our argv.
 
 from __future__ import annotations
 
-import json
 import shlex
 import subprocess
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
 
+from .agent_reply import SSH_FAILED, AgentReply, last_json
 from .site import Hop, Rank, Site, SshOptions
-
-SSH_FAILED = 255  # OpenSSH's own exit status for connection and authentication failures
 
 
 def ssh_argv(
@@ -64,47 +60,6 @@ def hop_argv(site: Site, hop: Hop, agent_args: Sequence[str]) -> list[str]:
         [*site.agent_for(hop.receiver), *agent_args],
         bind=hop.sender_address,
     )
-
-
-@dataclass(frozen=True)
-class AgentReply:
-    returncode: int
-    result: dict[str, Any] | None
-    stderr: str
-
-    @property
-    def unreachable(self) -> bool:
-        return self.returncode == SSH_FAILED and self.result is None
-
-    @property
-    def containers(self) -> list[dict[str, Any]]:
-        """The ``containers`` a rank's agent listed, each an object; what is not a list of
-        objects (an agent of another version) lists none rather than raising here."""
-        listed = (self.result or {}).get("containers")
-        return [item for item in listed if isinstance(item, dict)] if isinstance(listed, list) else []
-
-    def text(self, key: str) -> str | None:
-        """The reply's ``key`` when it is a non-empty string, else None."""
-        value = (self.result or {}).get(key)
-        return value if isinstance(value, str) and value else None
-
-    def describe_failure(self) -> str:
-        if self.result and self.result.get("message"):
-            return str(self.result["message"])
-        text = self.stderr.strip().splitlines()
-        return text[-1] if text else f"exit status {self.returncode}"
-
-
-def last_json(text: str) -> dict[str, Any] | None:
-    found = None
-    for line in text.splitlines():
-        try:
-            parsed = json.loads(line)
-        except (ValueError, RecursionError):  # not a reply line (a log line, or nested past the parser)
-            continue
-        if isinstance(parsed, dict):
-            found = parsed
-    return found
 
 
 class StartedAgent:

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..core.check_result import FAIL, PASS, CheckResult
 from ..core.errors import InputError
-from ..distribute.ssh import AgentReply
+from ..distribute.agent_reply import AgentReply
 from .remote import ServiceRank
 
 

@@ -9,8 +9,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
+from ..distribute.agent_reply import AgentReply
 from ..distribute.site import Rank, Site
-from ..distribute.ssh import AgentReply, StartedAgent, ssh_argv
+from ..distribute.ssh import StartedAgent, ssh_argv
 from .rank_request import RankRequest
 
 T = TypeVar("T")
