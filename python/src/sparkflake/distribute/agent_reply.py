@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.digest import DIGEST_PATTERN
 from ..core.errors import CheckFailed
 from ..core.records import describe
 
@@ -27,7 +28,7 @@ class MalformedReply(CheckFailed):
     """A reply without a value of the shape the controller reads."""
 
     def __init__(self, where: str, path: str, expected: str, value: object) -> None:
-        got = "nothing" if value is _MISSING else describe(value)
+        got = "nothing" if value is _MISSING else "null" if value is None else describe(value)
         super().__init__(f"{where}: the agent's reply {path}: expected {expected}, got {got} "
                          "(does the rank run this version of sparkflake?)", check_id="agent.reply")
 
@@ -55,6 +56,13 @@ def text_at(document: Mapping[str, Any] | None, key: str, where: str, path: str 
     value = _at(document, key)
     if not isinstance(value, str) or not value:
         raise MalformedReply(where, f"{path}.{key}", "a non-empty string", value)
+    return value
+
+
+def digest_at(document: Mapping[str, Any] | None, key: str, where: str, path: str = "$") -> str:
+    value = _at(document, key)
+    if not isinstance(value, str) or not DIGEST_PATTERN.fullmatch(value):
+        raise MalformedReply(where, f"{path}.{key}", '"sha256:" and 64 lowercase hex digits', value)
     return value
 
 

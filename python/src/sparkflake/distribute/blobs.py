@@ -25,7 +25,7 @@ from typing import Any
 
 from ..core.errors import CheckFailed, InputError
 from ..core.progress import ProgressCallback as Progress
-from .agent_reply import AgentReply
+from .agent_reply import AgentReply, MalformedReply, optional_text_at, text_at, texts_at
 from .chain import FAILED, ChainTransfer, SizeGate, Transfer, cancel_relay, start_relays
 from .engine import ENGINES, check_image_id
 from .evidence import EVIDENCE_SCHEMA, REPORT_SCHEMA
@@ -121,12 +121,15 @@ def layout_fanout(site: Site, request: LayoutFanoutRequest, *, progress: Progres
             unreachable[rank.name] = message
             record.update(status="failed", error=message)
             continue
-        held = set(reply.result["held"])
+        try:
+            held, present_wrong = _store_state(reply, f"rank {rank.name} ({rank.ssh})")
+        except MalformedReply as exc:
+            unreachable[rank.name] = exc.message
+            record.update(status="failed", error=exc.message)
+            continue
         needs[rank.name] = [k for k, blob in enumerate(blobs) if blob.digest not in held]
-        record.update(blobs_reused=len(blobs) - len(needs[rank.name]),
-                      present_wrong=list(reply.result.get("present_wrong", [])),
-                      status="verified" if not needs[rank.name]
-                      else "mismatch" if reply.result.get("present_wrong") else "missing")
+        record.update(blobs_reused=len(blobs) - len(needs[rank.name]), present_wrong=present_wrong,
+                      status="verified" if not needs[rank.name] else "mismatch" if present_wrong else "missing")
 
     if request.verify_only:
         source = _source_check(site, first, layout, blobs)
@@ -216,11 +219,22 @@ def _source_check(site: Site, first: Rank, layout: str, blobs: list[Any]) -> str
                       input_text=json.dumps([blob.as_record() for blob in blobs]))
     if reply.result is None or reply.result.get("status") != "ok":
         return f"rank {first.name}: cannot hash the blobs of {layout}: {reply.describe_failure()}; nothing transferred"
-    bad = [blob.digest for blob in blobs if blob.digest not in set(reply.result["held"])]
+    try:
+        held, _ = _store_state(reply, f"rank {first.name} ({first.ssh})")
+    except MalformedReply as exc:
+        return f"{exc.message}; nothing transferred"
+    bad = [blob.digest for blob in blobs if blob.digest not in held]
     if bad:
         return (f"rank {first.name}: layout {layout}: {len(bad)} blobs missing or not matching their digest "
                 f"({', '.join(bad)}); nothing transferred")
     return None
+
+
+def _store_state(reply: AgentReply, where: str) -> tuple[set[str], list[str]]:
+    """A ``blob-status`` (or ``commit-layout --report-held``) reply: the digests the rank's
+    store holds, and those it holds with other bytes."""
+    held = texts_at(reply.result, "held", where)
+    return set(held), texts_at(reply.result, "present_wrong", where)
 
 
 def _import_args(rank: Rank, request: LayoutFanoutRequest) -> list[str]:
@@ -247,7 +261,7 @@ def _settle(site: Site, rank: Rank, store: str, plan: LayoutPlan, *, request: La
         reply = committer.finish(json.dumps({"plan": plan.as_record(), "received": received}))
         if reply.result is not None and reply.result.get("manifest_digest"):
             record.update(status="verified", committed=True)
-        imported = (reply.result or {}).get("import") if _ok(reply) else None
+        imported = reply.result.get("import") if _ok(reply) and reply.result is not None else None
         if not record["committed"]:
             record.update(status="failed", error=f"rank {rank.name}: {reply.describe_failure()}")
             return
@@ -257,8 +271,22 @@ def _settle(site: Site, rank: Rank, store: str, plan: LayoutPlan, *, request: La
     if imported is None:
         record.update(status="failed", error=f"rank {rank.name}: import failed: {reply.describe_failure()}")
         return
-    record.update(imported=True, image_id=imported["image_id"], tag=imported.get("tag"),
-                  layers_reused_by_engine=imported.get("reused_layers", []))
+    try:  # this runs in a worker thread: what it cannot read is the rank's failure, in its record
+        where = f"rank {rank.name} ({rank.ssh})"
+        path = "$" if committer is None else "$.import"
+        if not isinstance(imported, dict):
+            raise MalformedReply(where, path, "an object", imported)
+        image_id = text_at(imported, "image_id", where, path)
+        tag = optional_text_at(imported, "tag", where, path)
+        reused = texts_at(imported, "reused_layers", where, path)
+    except MalformedReply as exc:
+        record.update(status="failed", error=exc.message)
+        return
+    if image_id != plan.config.digest:
+        record.update(status="failed", error=f"rank {rank.name}: the engine holds image ID {image_id} after the "
+                                             f"import, expected {plan.config.digest}")
+        return
+    record.update(imported=True, image_id=image_id, tag=tag, layers_reused_by_engine=reused)
 
 
 def _ok(reply: AgentReply) -> bool:

@@ -22,10 +22,11 @@ from urllib.parse import urlparse
 from ..core.digest import is_sha256_hex
 from ..core.errors import CheckFailed, InputError
 from ..core.progress import ProgressCallback as Progress
-from .agent_reply import AgentReply
+from .agent_reply import AgentReply, MalformedReply, count_at, flag_at, optional_text_at, text_at
 from .chain import FAILED, ChainTransfer, SizeGate, Transfer
 from .engine import check_import_request
 from .evidence import EVIDENCE_SCHEMA, REPORT_SCHEMA
+from .files import CopyState
 from .site import Rank, Site
 from .ssh import run_agent
 
@@ -104,14 +105,17 @@ def fanout(site: Site, request: FanoutRequest, *, progress: Progress | None = No
             unreachable[rank.name] = message
             record.update(status="failed", error=message)
             continue
-        state = reply.result
+        try:
+            state = copy_state(reply, f"rank {rank.name} ({rank.ssh})")
+        except MalformedReply as exc:
+            unreachable[rank.name] = exc.message
+            record.update(status="failed", error=exc.message)
+            continue
         record["moved_aside"] = None
-        if state.get("matches"):
-            record.update(status="verified", reused=True, sha256=request.sha256, bytes=state.get("size"),
-                          seconds=0.0)
+        if state.matches:
+            record.update(status="verified", reused=True, sha256=request.sha256, bytes=state.size, seconds=0.0)
         else:
-            record.update(status="missing" if not state.get("exists") else "mismatch")
-            record["partial_bytes"] = state.get("partial_size", 0)
+            record.update(status="missing" if not state.exists else "mismatch", partial_bytes=state.partial_size)
             needs.add(rank.name)
 
     if request.verify_only:
@@ -175,6 +179,7 @@ def fanout(site: Site, request: FanoutRequest, *, progress: Progress | None = No
 
 def _prepare_source(site: Site, first: Rank, request: FanoutRequest, record: dict[str, Any]) -> str:
     began = time.monotonic()
+    where = f"rank {first.name} ({first.ssh})"
     if request.is_url and not request.verify_only:  # --verify reads what rank 0 already holds
         path = first.data_path(request.name)
         deadline = time.monotonic() + request.retry_seconds
@@ -184,30 +189,42 @@ def _prepare_source(site: Site, first: Rank, request: FanoutRequest, record: dic
             attempts += 1
             reply = run_agent(site, first, ["download", "--url", request.archive, "--path", path,
                                             "--sha256", request.sha256])
-            received += int((reply.result or {}).get("received", 0) or 0)
+            if reply.result is not None and "received" in reply.result:
+                received += count_at(reply.result, "received", where)
             if (reply.result or {}).get("status") != "incomplete" or time.monotonic() > deadline:
                 break
             time.sleep(1.0)
         _require_source(first, reply, request)
         record.update(bytes_received=received, attempts=attempts)
+        size = count_at(reply.result, "size", where)
     else:
         path = first.data_path(request.name) if request.is_url else request.archive
         reply = run_agent(site, first, ["status", "--path", path, "--sha256", request.sha256])
         _require_source(first, reply, request)
-        state = reply.result
-        assert state is not None
-        if not state["exists"]:
+        state = copy_state(reply, where)
+        if not state.exists:
             raise InputError(f"rank {first.name}: archive {path} does not exist; nothing transferred")
-        if not state["matches"]:
+        if not state.matches or state.size is None:
             raise CheckFailed(
-                f"rank {first.name}: archive {path} has sha256 {state['sha256']}, expected "
+                f"rank {first.name}: archive {path} has sha256 {state.sha256}, expected "
                 f"{request.sha256}; nothing transferred",
                 check_id="fanout.source-sha256",
             )
-    assert reply.result is not None
-    record.update(status="verified", sha256=request.sha256, bytes=int(reply.result["size"]),
+        size = state.size
+    record.update(status="verified", sha256=request.sha256, bytes=size,
                   seconds=round(time.monotonic() - began, 6), path=path, role="source")
     return path
+
+
+def copy_state(reply: AgentReply, where: str) -> CopyState:
+    """A ``status`` reply: what the rank holds for the file (the agent writes
+    ``CopyState.as_record()``)."""
+    document = reply.result
+    size = None if (document or {}).get("size") is None else count_at(document, "size", where)
+    digest = optional_text_at(document, "sha256", where)
+    return CopyState(path=text_at(document, "path", where), exists=flag_at(document, "exists", where),
+                     size=size, sha256=digest, matches=flag_at(document, "matches", where),
+                     partial_size=count_at(document, "partial_size", where))
 
 
 def _require_source(first: Rank, reply: AgentReply, request: FanoutRequest) -> None:
@@ -240,10 +257,20 @@ def _import(site: Site, rank: Rank, path: str, request: FanoutRequest, record: d
     began = time.monotonic()
     reply = run_agent(site, rank, args)
     record["import_seconds"] = round(time.monotonic() - began, 6)
-    if reply.returncode == 0 and reply.result and reply.result.get("status") == "ok":
-        record.update(imported=True, image_id=reply.result["image_id"], tag=reply.result.get("tag"))
-    else:
+    if not (reply.returncode == 0 and reply.result and reply.result.get("status") == "ok"):
         record.update(status="failed", error=f"rank {rank.name}: import failed: {reply.describe_failure()}")
+        return
+    try:  # this runs in a worker thread: what it cannot read is the rank's failure, in its record
+        where = f"rank {rank.name} ({rank.ssh})"
+        image_id, tag = text_at(reply.result, "image_id", where), optional_text_at(reply.result, "tag", where)
+    except MalformedReply as exc:
+        record.update(status="failed", error=exc.message)
+        return
+    if image_id != request.image_id:
+        record.update(status="failed", error=f"rank {rank.name}: the engine holds image ID {image_id} after the "
+                                             f"import, expected {request.image_id}")
+        return
+    record.update(imported=True, image_id=image_id, tag=tag)
 
 
 def check_images(site: Site, ranks: list[Rank], engine: str, image_id: str,
@@ -255,7 +282,11 @@ def check_images(site: Site, ranks: list[Rank], engine: str, image_id: str,
             continue
         reply = run_agent(site, rank, ["image-status", "--engine", engine, "--image-id", image_id,
                                        "--engine-args-json", json.dumps(list(rank.engine_args))])
-        present = bool(reply.result and reply.result.get("present"))
+        try:
+            present = reply.result is not None and flag_at(reply.result, "present", f"rank {rank.name} ({rank.ssh})")
+        except MalformedReply as exc:
+            record.update(status="failed", error=exc.message)
+            present = False
         record["image_id"] = image_id if present else None
         record["imported"] = present
         if not present:

@@ -14,6 +14,7 @@ from typing import Any
 from ..core.errors import InputError
 from ..oci.remote import parse_reference
 from ..oci.types import Platform
+from .agent_reply import MalformedReply, count_at, digest_at, optional_text_at
 from .engine import check_import_request
 from .evidence import EVIDENCE_SCHEMA, REPORT_SCHEMA
 from .site import Rank, Site
@@ -77,13 +78,41 @@ def _one_rank(site: Site, rank: Rank, request: RegistryFanoutRequest) -> dict[st
     if reply.returncode != 0 or not reply.result or reply.result.get("status") != "ok":
         record.update(status="failed", error=f"rank {rank.name} ({rank.ssh}): pull failed: {reply.describe_failure()}")
         return record
-    pulled = reply.result
-    record.update(bytes=pulled["bytes"], manifest_digest=pulled["manifest_digest"],
-                  config_digest=pulled["config_digest"])
-    if request.image_id and pulled["config_digest"] != request.image_id:
-        record.update(status="failed", error=f"rank {rank.name}: {request.reference} has config (image ID) "
-                                             f"{pulled['config_digest']}, expected {request.image_id}; not imported")
+    where = f"rank {rank.name} ({rank.ssh})"
+    try:
+        pulled_bytes = count_at(reply.result, "bytes", where)
+        manifest_digest = digest_at(reply.result, "manifest_digest", where)
+        config_digest = digest_at(reply.result, "config_digest", where)
+    except MalformedReply as exc:
+        record.update(status="failed", error=exc.message)
         return record
+    record.update(bytes=pulled_bytes, manifest_digest=manifest_digest, config_digest=config_digest)
+    if request.image_id and config_digest != request.image_id:
+        record.update(status="failed", error=f"rank {rank.name}: {request.reference} has config (image ID) "
+                                             f"{config_digest}, expected {request.image_id}; not imported")
+        return record
+    record["status"] = "verified"
+    if request.engine:
+        assert request.image_id
+        import_args = ["import", "--archive", layout, "--engine", request.engine, "--image-id", request.image_id,
+                       "--engine-args-json", json.dumps(list(rank.engine_args))]
+        if request.tag:
+            import_args += ["--tag", request.tag]
+        imported = run_agent(site, rank, import_args)
+        if not (imported.returncode == 0 and imported.result and imported.result.get("status") == "ok"):
+            record.update(status="failed", error=f"rank {rank.name}: import failed: {imported.describe_failure()}")
+            return record
+        try:
+            image_id, tag = digest_at(imported.result, "image_id", where), optional_text_at(imported.result, "tag", where)
+        except MalformedReply as exc:
+            record.update(status="failed", error=exc.message)
+            return record
+        if image_id != request.image_id:
+            record.update(status="failed", error=f"rank {rank.name}: the engine holds image ID {image_id} after "
+                                                 f"the import, expected {request.image_id}")
+            return record
+        record.update(imported=True, image_id=image_id, tag=tag)
+    return record
     record["status"] = "verified"
     if request.engine:
         assert request.image_id

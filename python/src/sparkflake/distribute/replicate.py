@@ -19,6 +19,7 @@ from typing import Any
 
 from ..core.errors import InputError
 from ..core.progress import ProgressCallback as Progress
+from .agent_reply import MalformedReply, texts_at
 from .chain import FAILED, ChainTransfer, SizeGate, Transfer
 from .evidence import EVIDENCE_SCHEMA, REPORT_SCHEMA
 from .manifest import FileEntry, manifest_bytes, manifest_from_document
@@ -58,6 +59,7 @@ def replicate(site: Site, request: ReplicateRequest, *, progress: Progress | Non
         raise InputError(f"rank {first.name}: cannot list {request.model_dir}: {listed.describe_failure()}")
     entries = manifest_from_document(listed.result, f"rank {first.name} manifest of {request.model_dir}")
     manifest_text = manifest_bytes(entries).decode()
+    listed_paths = {entry.path for entry in entries}
     dirs = {first.name: request.model_dir}
     dirs.update({rank.name: destination(rank, request) for rank in ranks[1:]})
 
@@ -81,9 +83,15 @@ def replicate(site: Site, request: ReplicateRequest, *, progress: Progress | Non
         if reply.result is None or reply.result.get("status") != "ok":
             failed[rank.name] = f"rank {rank.name} ({rank.ssh}): cannot check {dirs[rank.name]}: {reply.describe_failure()}"
             continue
-        holds[rank.name] = set(reply.result["matching"])
+        try:
+            where = f"rank {rank.name} ({rank.ssh})"
+            matching, extra = texts_at(reply.result, "matching", where), texts_at(reply.result, "extra", where)
+        except MalformedReply as exc:
+            failed[rank.name] = exc.message
+            continue
+        holds[rank.name] = set(matching) & listed_paths  # a path the manifest does not list is no file reused
         records[rank.name]["files_reused"] = len(holds[rank.name])
-        records[rank.name]["extra"] = reply.result.get("extra", [])
+        records[rank.name]["extra"] = extra
 
     # One chain transfer for every file some rank lacks: one relay per hop carries them all
     # over one connection (per-file ssh sessions and agents were ~1 s per file).
