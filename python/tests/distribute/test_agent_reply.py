@@ -1,4 +1,4 @@
-"""What the controller takes from a rank agent's reply (``distribute/ssh.py``): the last
+"""What the controller takes from a rank agent's reply (``distribute/agent_reply.py``): the last
 JSON object on its standard output, and from it only values of the shape it uses. An agent
 of another version, or a line nested past the parser, gives no value rather than a
 traceback in `service status`, `up`, `down` or a roll back (a hunt over replies such as
@@ -7,12 +7,26 @@ traceback in `service status`, `up`, `down` or a roll back (a hunt over replies 
 from __future__ import annotations
 
 import json
+import re
 import sys
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sparkflake.distribute.agent_reply import AgentReply, last_json
+from sparkflake.distribute.agent_reply import (
+    AgentReply,
+    MalformedReply,
+    count_at,
+    digest_at,
+    flag_at,
+    last_json,
+    object_at,
+    objects_at,
+    optional_text_at,
+    text_at,
+    texts_at,
+)
 from sparkflake.distribute.ssh import StartedAgent
 
 JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=6),
@@ -66,3 +80,39 @@ def test_an_agent_that_ends_before_its_first_reply_gives_its_status_and_stderr()
     ended = StartedAgent([sys.executable, "-c", "import sys; print('banner'); sys.stderr.write('no such layout\\n'); sys.exit(2)"])
     reply = ended.first_reply()
     assert (reply.returncode, reply.result, reply.describe_failure()) == (2, None, "no such layout")
+
+
+READERS = {
+    "count": (count_at, lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 63),
+    "flag": (flag_at, lambda v: isinstance(v, bool)),
+    "text": (text_at, lambda v: isinstance(v, str) and v != ""),
+    "texts": (texts_at, lambda v: isinstance(v, list) and all(isinstance(i, str) for i in v)),
+    "object": (object_at, lambda v: isinstance(v, dict)),
+    "objects": (objects_at, lambda v: isinstance(v, list) and all(isinstance(i, dict) for i in v)),
+    "digest": (digest_at, lambda v: isinstance(v, str) and re.fullmatch(r"sha256:[0-9a-f]{64}", v) is not None),
+}
+
+
+@given(st.sampled_from(sorted(READERS)), JSON | st.integers(min_value=-(2**70), max_value=2**70) | st.just("sha256:" + "0" * 64),
+       st.booleans())
+def test_a_shape_reader_gives_the_value_when_it_has_the_shape_and_refuses_it_by_path_otherwise(shape, value, present):
+    reader, has_shape = READERS[shape]
+    document = {"key": value} if present else {}
+    try:
+        assert reader(document, "key", "rank s1", "$.import") == value
+        assert present and has_shape(value)
+    except MalformedReply as exc:
+        assert not (present and has_shape(value))
+        assert exc.message.startswith("rank s1: the agent's reply $.import.key: expected ") and exc.exit_code == 1
+        assert exc.message.split(", got ")[1].startswith("nothing" if not present else "null" if value is None else "")
+
+
+def test_optional_text_is_none_when_missing_or_null_and_refused_otherwise():
+    assert optional_text_at({}, "tag", "r") is None and optional_text_at({"tag": None}, "tag", "r") is None
+    assert optional_text_at({"tag": "t"}, "tag", "r") == "t"
+    with pytest.raises(MalformedReply, match=r"\$.tag: expected a non-empty string, got integer 1"):
+        optional_text_at({"tag": 1}, "tag", "r")
+
+
+def test_nan_and_infinity_lines_are_no_reply():
+    assert last_json('{"status": "ok"}\n{"size": NaN}\n{"size": Infinity}') == {"status": "ok"}
