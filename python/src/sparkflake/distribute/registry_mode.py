@@ -113,16 +113,3 @@ def _one_rank(site: Site, rank: Rank, request: RegistryFanoutRequest) -> dict[st
             return record
         record.update(imported=True, image_id=image_id, tag=tag)
     return record
-    record["status"] = "verified"
-    if request.engine:
-        assert request.image_id
-        import_args = ["import", "--archive", layout, "--engine", request.engine, "--image-id", request.image_id,
-                       "--engine-args-json", json.dumps(list(rank.engine_args))]
-        if request.tag:
-            import_args += ["--tag", request.tag]
-        imported = run_agent(site, rank, import_args)
-        if imported.returncode == 0 and imported.result and imported.result.get("status") == "ok":
-            record.update(imported=True, image_id=imported.result["image_id"], tag=imported.result.get("tag"))
-        else:
-            record.update(status="failed", error=f"rank {rank.name}: import failed: {imported.describe_failure()}")
-    return record
