@@ -15,7 +15,13 @@ from hypothesis import strategies as st
 
 from sparkflake.core.check_result import CheckResult
 from sparkflake.core.errors import InputError
-from sparkflake.service.gang import RankAdmissionResult, differences, gang_checks, options
+from sparkflake.service.gang import (
+    RankAdmissionResult,
+    RankFacts,
+    differences,
+    gang_checks,
+    options,
+)
 from sparkflake.service.rank_admission import check_fabric
 from sparkflake.service.rank_request import RankRequest
 from sparkflake.service.readiness import api_base, probe
@@ -120,8 +126,10 @@ def test_differences_name_exactly_the_keys_that_differ(first: dict, other: dict)
 def _rank(number: int, **facts) -> RankAdmissionResult:
     base = {"image": "sha256:" + "a" * 64, "settings_hash": "s1", "settings": {"TP": "4"}, "pins_sha256": "p",
             "pins": {"target": "t"}, "spec_hash": "h", "spec": {"serve_args": ["--port", "8000"]},
-            "node_count": 2, "master_address": "10.0.0.1", "node_address": f"10.0.0.{number + 1}"}
-    return RankAdmissionResult(f"r{number}", number, "h", (CheckResult("x", "pass", ""),), {**base, **facts}, 0.1)
+            "node_count": 2, "master_address": "10.0.0.1", "node_address": f"10.0.0.{number + 1}",
+            "api_port": 8000, "served_model": "glm"}
+    return RankAdmissionResult(f"r{number}", number, "h", (CheckResult("x", "pass", ""),),
+                               RankFacts(**{**base, **facts}), 0.1)
 
 
 def test_the_gang_refuses_another_topology_and_names_the_rank() -> None:

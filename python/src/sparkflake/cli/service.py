@@ -143,8 +143,16 @@ def _status(args: argparse.Namespace) -> int:
         if not rank["containers"]:
             print_line(f"rank {rank['rank']} ({rank['name']}): not running (kept deployment {rank['deployment']})")
         for container in rank["containers"]:
-            print_line(f"rank {rank['rank']} ({rank['name']}): {container['status']} since {container['started_at']}, "
-                       f"image {container['image']}, settings {container['settings_hash']}, "
-                       f"deployment {container['deployment']}")
+            shown = {key: _shown(container.get(key)) for key in ("status", "started_at", "image", "settings_hash",
+                                                                  "deployment")}
+            print_line(f"rank {rank['rank']} ({rank['name']}): {shown['status']} since {shown['started_at']}, "
+                       f"image {shown['image']}, settings {shown['settings_hash']}, "
+                       f"deployment {shown['deployment']}")
     print_line(f"service {result.service}: {'ready' if result.ready else 'NOT ready'} ({result.readiness})")
     return result.exit_code
+
+
+def _shown(value: object) -> str:
+    """A container's field as its rank said it; "?" where it said nothing (an agent of
+    another version): status prints what there is."""
+    return "?" if value is None or value == "" else str(value)

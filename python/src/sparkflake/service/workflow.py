@@ -13,16 +13,17 @@ import hashlib
 import secrets
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ..core.errors import CheckFailed, InputError
+from ..distribute.agent_reply import MalformedReply, object_at, text_at
 from ..distribute.site import Site, load_site
 from ..distribute.ssh import StartedAgent
 from ..signing.keys import PrivateKey
-from .gang import AdmissionReport, RankAdmissionResult, gang_checks, rank_result
+from .gang import AdmissionReport, RankAdmissionResult, RankFacts, gang_checks, rank_result
 from .rank_request import RankRequest
 from .readiness import api_base, parse_api_base, probe
 from .record import DeploymentRecord, RankRecord, latest_records, write_record
@@ -118,11 +119,11 @@ def members_of(service_site: ServiceSite, deployment: str, request: ServiceReque
 
 def admit(service_site: ServiceSite, members: list[ServiceRank], progress: Progress) -> AdmissionReport:
     """Every rank's checks at once; then the gang's comparisons."""
-    def one(member: ServiceRank) -> RankAdmissionResult | InputError:
+    def one(member: ServiceRank) -> RankAdmissionResult | InputError | MalformedReply:
         reply, seconds = timed(lambda: call(service_site.site, member, "admit"))
         try:
             result = rank_result(service_site.origin, member, reply, seconds)
-        except InputError as exc:  # every rank's bad input in one message
+        except (InputError, MalformedReply) as exc:  # every rank's refusal in one message
             return exc
         progress(ProgressEvent("admitted" if result.ok else "refused", member.number, member.rank.name,
                                f"{len(result.checks)} checks in {seconds:.1f}s"))
@@ -132,12 +133,30 @@ def admit(service_site: ServiceSite, members: list[ServiceRank], progress: Progr
     errors = [str(item) for item in found if isinstance(item, InputError)]
     if errors:
         raise InputError("; ".join(errors))
+    malformed = [item for item in found if isinstance(item, MalformedReply)]
+    if len(malformed) == 1:
+        raise malformed[0]
+    if malformed:
+        raise CheckFailed("; ".join(item.message for item in malformed), check_id="agent.reply")
     ranks = [item for item in found if isinstance(item, RankAdmissionResult)]
     report = AdmissionReport(tuple(ranks), seconds=seconds)
     settings = service_site.site.service
     assert settings is not None
     signed = supply_chain_checks(settings, Path(service_site.origin).resolve().parent, members[0].request.manifest)
     return replace(report, gang=(*gang_checks(ranks, members[0].request.image), *signed))
+
+
+def _finished_at(container: dict[str, Any]) -> str:
+    """When a rank's container ended, as the engine's timestamp text (RFC 3339, which sorts
+    as text); "~" (after every digit) when the rank did not say it in that shape."""
+    finished = container.get("finished_at")
+    return finished if isinstance(finished, str) and finished else "~"
+
+
+def _lines(logs: Any) -> tuple[str, ...]:
+    """A container's last log lines as the rank listed them; what is not a list of lines
+    is none (a roll back goes on to the next rank whatever one rank answered)."""
+    return tuple(line for line in logs if isinstance(line, str)) if isinstance(logs, list) else ()
 
 
 class _Start:
@@ -201,7 +220,7 @@ class _Start:
             if lost:
                 self.fail(lost[0], f"SSH to rank {lost[0].number} ({lost[0].rank.ssh}) lost")
                 return
-            seen = [(container.get("finished_at") or "~", member.number, member, container)
+            seen = [(_finished_at(container), member.number, member, container)
                     for member, reply in zip(started, replies, strict=True)
                     for container in reply.containers
                     if container.get("deployment") == member.request.deployment and not container.get("running")]
@@ -236,8 +255,7 @@ class _Start:
             reply = call(self.service_site.site, member, "stop",
                          ["--deployment", member.request.deployment, "--timeout", str(stop_timeout), "--discard"])
             containers = reply.containers
-            logs = tuple(line for container in containers for line in container.get("logs") or ()
-                         if isinstance(line, str))
+            logs = tuple(line for container in containers for line in _lines(container.get("logs")))
             if reply.returncode == 0:
                 detail = f"stopped {len(containers)} container(s)"
             else:
@@ -265,8 +283,8 @@ def deploy(service_site: ServiceSite, members: list[ServiceRank], request: Servi
                 call(service_site.site, member, "stop", ["--timeout", str(settings.stop_timeout)])
         try:
             outcome = _start_and_wait(starting, service_site, members, request, first, rank0)
-        except KeyboardInterrupt:  # SIGINT, or SIGTERM as the CLI delivers it: leave nothing half up
-            starting.fail(None, "interrupted")
+        except BaseException as exc:  # SIGINT, SIGTERM as the CLI delivers it, or any error: leave nothing half up
+            starting.fail(None, "interrupted" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}")
             starting.roll_back(members, settings.stop_timeout)
             _record(service_site, members, request, kind=kind, began=began, outcome="failed", admission=admission,
                     starting=starting, replaced=replaced)
@@ -292,21 +310,21 @@ def _record(service_site: ServiceSite, members: list[ServiceRank], request: Serv
             replaced: str | None, warnings: tuple[str, ...] = ()) -> tuple[DeploymentRecord, Path]:
     settings = service_site.site.service
     assert settings is not None
-    facts = admission.ranks[0].facts
+    facts = admission.ranks[0].facts  # read in their shapes (gang.RankFacts): the record reads back
     record = DeploymentRecord(
         deployment=members[0].request.deployment, service=settings.name, kind=kind, site=service_site.origin,
-        site_sha256=service_site.sha256, profile=settings.profile, config_digest=facts["image"],
-        manifest_digest=members[0].request.manifest, settings_hash=facts["settings_hash"],
-        checkpoint_pins_sha256=facts["pins_sha256"], spec_hash=facts["spec_hash"], outcome=outcome,
+        site_sha256=service_site.sha256, profile=settings.profile, config_digest=facts.image,
+        manifest_digest=members[0].request.manifest, settings_hash=facts.settings_hash,
+        checkpoint_pins_sha256=facts.pins_sha256, spec_hash=facts.spec_hash, outcome=outcome,
         started_at=began, finished_at=time.time(), ranks=tuple(starting.ranks[m.number] for m in members),
         admission=admission.as_record(), failure=starting.failure, replaced=replaced,
-        api=api_base(members[0].rank.management, int(facts["api_port"])), served_model=facts["served_model"],
+        api=api_base(members[0].rank.management, facts.api_port), served_model=facts.served_model,
         warnings=warnings)
     return record, write_record(service_site.record_dir, record, request.sign_key)
 
 
 def _start_and_wait(starting: _Start, service_site: ServiceSite, members: list[ServiceRank],
-                    request: ServiceRequest, first: Mapping[str, Any], rank0: ServiceRank) -> str:
+                    request: ServiceRequest, first: RankFacts, rank0: ServiceRank) -> str:
     settings = service_site.site.service
     assert settings is not None
     starting.start(rank0)
@@ -318,7 +336,7 @@ def _start_and_wait(starting: _Start, service_site: ServiceSite, members: list[S
         starting.check_watches(members)
         if starting.failure is not None:
             break
-        answer = probe(rank0.rank.management, int(first["api_port"]), str(first["served_model"]))
+        answer = probe(rank0.rank.management, first.api_port, first.served_model)
         last = answer.detail
         if answer.ready:
             starting.check_watches(members)  # a rank that ended meanwhile fails the start still
@@ -364,9 +382,16 @@ def start_kept(request: ServiceRequest, progress: Progress, which: str) -> Deplo
         if reply.returncode != 0 or kept.get(which) is None:
             raise CheckFailed(f"rank {member.number} ({member.rank.name}) keeps no {which} deployment"
                               f"{': ' + reply.describe_failure() if reply.returncode else ''}")
-        previous.append(RankRequest.from_document(kept[which], f"{where}: kept {which} deployment"))
-        kept_current = kept.get("current")
-        current.add(kept_current.get("deployment") if isinstance(kept_current, dict) else None)
+        found = RankRequest.from_document(kept[which], f"{where}: kept {which} deployment")
+        # the rank's number is the site's, which the controller asked by; a kept deployment
+        # of another number (the site renumbered since, or a confused agent) would start a
+        # gang with two members of one number, or one the others never wait for
+        if found.rank != member.number:
+            raise CheckFailed(f"rank {member.number} ({member.rank.name}) keeps a {which} deployment "
+                              f"{found.deployment} of rank {found.rank}: the site numbers it {member.number} "
+                              f"(renumbered since?); nothing started", check_id="service.kept-rank")
+        previous.append(found)
+        current.add(_kept_current(kept, f"rank {member.number} ({member.rank.name}, {member.rank.ssh}): kept"))
     if len({p.deployment for p in previous}) != 1:
         raise CheckFailed(f"the ranks keep different {which} deployments: "
                           + ", ".join(f"rank {p.rank}: {p.deployment}" for p in previous))
@@ -377,6 +402,13 @@ def start_kept(request: ServiceRequest, progress: Progress, which: str) -> Deplo
     replaced = current.pop() if len(current) == 1 else None
     kind = "rollback" if which == "previous" else "restart"
     return deploy(service_site, members, replace(request, replace=True), kind, progress, replaced)
+
+
+def _kept_current(kept: dict[str, Any], where: str) -> str | None:
+    """The deployment a rank keeps as current (the one a rollback replaces), or None."""
+    if kept.get("current") is None:
+        return None
+    return text_at(object_at(kept, "current", where), "deployment", where, "$.current")
 
 
 @dataclass(frozen=True)
