@@ -26,7 +26,15 @@ from typing import Any
 
 from ..core.progress import ProgressCallback as Progress
 from . import receive, relay
-from .agent_reply import SSH_FAILED, last_json
+from .agent_reply import (
+    SSH_FAILED,
+    MalformedReply,
+    count_at,
+    flag_at,
+    last_json,
+    object_at,
+    text_at,
+)
 from .site import Hop, Site
 from .ssh import hop_argv, management_argv
 
@@ -102,6 +110,24 @@ class HopOutcome:
         if self.status == FAILED:
             fields["status"] = FAILED
         return fields
+
+
+@dataclass
+class HopAttempt:
+    """What one run of a hop's relay said: its last line (None: it ended without one), its
+    status, why the sender was not reached at all (None when it was), how many bytes crossed
+    the link, the files that got a result and those whose copy arrived wrong, and what made a
+    line of it unusable."""
+
+    result: dict[str, Any] | None = None
+    status: str = relay.TRANSPORT_ERROR
+    message: str = ""
+    stderr: str = ""
+    reach_error: str | None = None
+    received: int = 0
+    answered: set[int] = field(default_factory=set)
+    mismatched: set[int] = field(default_factory=set)
+    unusable: str | None = None
 
 
 def start_relay(site: Site, hop: Hop) -> subprocess.Popen[bytes]:
@@ -253,6 +279,20 @@ class ChainTransfer:
         return [k for k in self.needs[name] if self.state[name][k] == PENDING]
 
     def _hop_worker(self, name: str) -> None:
+        try:
+            self._carry(name)
+        except Exception as exc:
+            # not one of the relay's answers foreseen below, so a fault here: a thread that died
+            # of it would leave the rank pending, its record half-filled, and every rank after
+            # it waiting on its state for ever; it is this rank's failure, named, instead
+            with self.condition:
+                process = self.active.pop(name, None)
+            if process is not None:
+                with contextlib.suppress(OSError):
+                    process.kill()
+            self._fail_rank(name, f"rank {name}: the hop to it broke off: {type(exc).__name__}: {exc}")
+
+    def _carry(self, name: str) -> None:
         hop = self.hops[name]
         upstream = hop.sender.name
         outcome = self.outcomes[name]
@@ -272,43 +312,54 @@ class ChainTransfer:
                 self._finish(name)
                 return
             outcome.attempts += 1
-            result, reach_error, received = self._run_hop(hop, pending, mismatches)
-            status = (result or {}).get("status", relay.TRANSPORT_ERROR)
-            if reach_error is not None:
-                status = relay.TRANSPORT_ERROR
+            attempt = self._run_hop(hop, pending, mismatches)
+            status = relay.TRANSPORT_ERROR if attempt.reach_error is not None else attempt.status
             if status == relay.CANCELLED or self.gate.wait() is None:
                 self._fail_rank(name, f"rank {name}: not started: the source did not verify")
                 return
-            if received:
+            if attempt.unusable is not None:
+                # a relay (or receiver) of another version, or a damaged one: asking it again
+                # gets the same answer, so the hop ends here rather than being restarted
+                self._fail_rank(name, attempt.unusable)
+                return
+            if attempt.received:
                 deadline = time.monotonic() + self.retry_seconds  # progress: the hop keeps resuming
             if status == relay.DONE:
+                with self.condition:
+                    unanswered = [k for k in self._pending(name) if k not in attempt.mismatched]
+                if unanswered:
+                    # a relay says done once every file of its plan got its result; a file still
+                    # pending with no mismatch to explain it never got one, and restarting the
+                    # hop would ask for it again for ever
+                    paths = [self.transfers[k].paths[name] for k in unanswered]
+                    more = f" and {len(paths) - 1} more" if len(paths) > 1 else ""
+                    self._fail_rank(name, f"rank {name}: the relay on rank {upstream} ({hop.sender.ssh}) said "
+                                          f"done without a result for {paths[0]}{more}")
+                    return
                 # what is still pending arrived wrong: fetched again once upstream verified it
+                # (at most MISMATCH_RETRIES times once it has)
                 with self.condition:
                     self.condition.wait_for(
                         lambda: all(self.state[upstream][k] != PENDING for k in self._pending(name)))
                 continue
             if status in (receive.NO_SPACE, receive.FAILED, "failed"):
-                self._fail_rank(name, f"rank {name}: {(result or {}).get('message') or status}")
+                self._fail_rank(name, f"rank {name}: {attempt.message or status}")
                 return
             # connect-failed, transport-error, incomplete, source-withdrawn: resumable
             if time.monotonic() > deadline:
-                if reach_error is not None:
+                if attempt.reach_error is not None:
                     self._fail_rank(name, f"rank {name}: cannot start the hop on rank {upstream} "
-                                          f"({hop.sender.ssh}): {reach_error}")
+                                          f"({hop.sender.ssh}): {attempt.reach_error}")
                 else:
-                    detail = (result or {}).get("stderr") or (result or {}).get("message") or status
+                    detail = attempt.stderr.strip() or attempt.message.strip() or status
                     self._fail_rank(name, f"rank {name}: hop {upstream} -> {name} over link "
                                           f"{hop.link.name} ({hop.sender_address} -> {hop.receiver_address}) "
-                                          f"failed after {outcome.attempts} attempts: {detail.strip()}")
+                                          f"failed after {outcome.attempts} attempts: {detail}")
                 return
             time.sleep(1.0)
 
-    def _run_hop(
-        self, hop: Hop, pending: list[int], mismatches: Counter[int]
-    ) -> tuple[dict[str, Any] | None, str | None, int]:
-        """Start the relay on the sender with the files in ``pending``; the second value says
-        why the sender was not reached at all (None when it was), the third how many bytes
-        crossed the link."""
+    def _run_hop(self, hop: Hop, pending: list[int], mismatches: Counter[int]) -> HopAttempt:
+        """Start the relay on the sender with the files in ``pending``; what it said."""
         name, upstream = hop.receiver.name, hop.sender.name
         process = self.prestarted.pop(name, None) or start_relay(self.site, hop)
         with self.condition:
@@ -330,69 +381,109 @@ class ChainTransfer:
                 process.stdin.close()  # the relay cancels its hop and exits
         except OSError:
             pass  # the relay already ended; its output says why
-        received = 0
+        attempt = HopAttempt()
+        relay_on = f"rank {name}: the relay on rank {upstream} ({hop.sender.ssh})"
         last_line = b""
-        for line in process.stdout:
+        for number, line in enumerate(process.stdout, start=1):
             last_line = line
-            if line.startswith(b'{"file"'):
-                received += self._note_file(name, upstream, pending, line, mismatches)
-            elif line.startswith(b'{"progress"'):
-                self._note_progress(name, pending, line)
+            document = last_json(line.decode("utf-8", "replace"))
+            if document is None or attempt.unusable is not None:
+                continue  # not a line of the protocol (or the hop already ended on one)
+            try:
+                # what a line is, its keys say: canonical JSON sorts them, so a progress line
+                # ({"file": i, "progress": n}) starts like a file's result ({"file": i, "result": ..})
+                if "result" in document:
+                    self._note_file(name, upstream, pending, document, mismatches, attempt,
+                                    f"{relay_on}, line {number}")
+                elif "progress" in document:
+                    self._note_progress(name, pending, document, f"{relay_on}, line {number}")
+            except MalformedReply as exc:
+                attempt.unusable = exc.message
+                with contextlib.suppress(OSError):
+                    process.kill()  # its later lines are read past: the hop has failed
         with contextlib.suppress(OSError):
             process.stdin.close()
         returncode = process.wait()
         reader.join(timeout=2)
         with self.condition:
             self.active.pop(name, None)
-        result = last_json(last_line.decode("utf-8", "replace"))
-        if result is None and returncode == SSH_FAILED:
+        attempt.result = last_json(last_line.decode("utf-8", "replace"))
+        if attempt.result is None and returncode == SSH_FAILED:
             text = b"".join(stderr_tail).decode("utf-8", "replace").strip()
-            return None, text.splitlines()[-1] if text else "ssh failed", received
-        return result, None, received
+            attempt.reach_error = text.splitlines()[-1] if text else "ssh failed"
+        elif attempt.result is not None and attempt.unusable is None:
+            try:
+                self._note_last(attempt, f"{relay_on}, its last line")
+            except MalformedReply as exc:
+                attempt.unusable = exc.message
+        return attempt
 
-    def _note_file(self, name: str, upstream: str, pending: list[int], line: bytes,
-                   mismatches: Counter[int]) -> int:
-        """One file's result from the receiver: its bytes, its verdict."""
-        try:
-            document = json.loads(line)
-            k = pending[int(document["file"])]
-            result = document["result"]
-            status = result["status"]
-        except (ValueError, KeyError, TypeError, IndexError):
-            return 0
+    @staticmethod
+    def _note_last(attempt: HopAttempt, where: str) -> None:
+        """The relay's last line: its status (none, when the relay ended before its last
+        word and this is a file's line: the stream broke) and what it says of why."""
+        last = attempt.result
+        if last is not None and "status" in last:
+            attempt.status = text_at(last, "status", where)
+        attempt.message = _words_at(last, "message", where)
+        attempt.stderr = _words_at(last, "stderr", where)
+
+    def _plan_index(self, document: dict[str, Any], pending: list[int], where: str) -> int:
+        """The file a line is about: its position in the plan this relay was given."""
+        index = count_at(document, "file", where)
+        if index >= len(pending):
+            raise MalformedReply(where, "$.file", f"a file of the plan (0 to {len(pending) - 1})", index)
+        return pending[index]
+
+    def _note_file(self, name: str, upstream: str, pending: list[int], document: dict[str, Any],
+                   mismatches: Counter[int], attempt: HopAttempt, where: str) -> None:
+        """One file's result from the receiver: its bytes, its verdict. Every value is read
+        in its shape and range (a count no larger than the file) before any is taken."""
+        k = self._plan_index(document, pending, where)
+        if k in attempt.answered:  # one result per file and run: its bytes are counted once
+            raise MalformedReply(where, "$.file", "a file without a result yet on this run",
+                                 pending.index(k))
+        result = object_at(document, "result", where)
+        status = text_at(result, "status", where, "$.result")
+        size = self.size(k)
+        # a receiver that stopped before writing (no space, cannot write) gives no counts
+        received = _count_up_to(result, "received", size, where, "$.result") if "received" in result else 0
+        offset = _count_up_to(result, "offset", size, where, "$.result") if "offset" in result else 0
+        reused = flag_at(result, "reused", where, "$.result") if "reused" in result else False
+        moved_aside = _words_at(result, "moved_aside_final", where, "$.result")
+        message = _words_at(result, "message", where, "$.result")
+        identity = _identity_at(result, where, "$.result") if status == receive.OK else None
         outcome = self.outcomes[name]
-        received = int(result.get("received", 0) or 0)
+        attempt.answered.add(k)
+        attempt.received += received
         outcome.bytes_received += received
-        if status == receive.OK and not result.get("reused"):
+        if status == receive.OK and not reused:
             outcome.files_received.append(k)
-        if result.get("offset"):
-            outcome.resumed_from.append(int(result["offset"]))
-        if result.get("moved_aside_final"):
-            outcome.moved_aside = str(result["moved_aside_final"])
+        if offset:
+            outcome.resumed_from.append(offset)
+        if moved_aside:
+            outcome.moved_aside = moved_aside
         if status == receive.OK:
-            if isinstance(result.get("identity"), list):
-                outcome.identities[k] = result["identity"]
+            if identity is not None:
+                outcome.identities[k] = identity
             self._succeed_file(name, k)
         elif status == receive.MISMATCH:
+            attempt.mismatched.add(k)
             mismatches[k] += 1
             with self.condition:
                 upstream_verified = self.state[upstream][k] == HAS
             if upstream_verified and mismatches[k] > MISMATCH_RETRIES:
                 self._fail_file(name, k, f"rank {name}: received copy does not match sha256 "
-                                         f"{self.transfers[k].sha256} ({result.get('message', '')})")
-        return received
+                                         f"{self.transfers[k].sha256} ({message})")
 
-    def _note_progress(self, name: str, pending: list[int], line: bytes) -> None:
+    def _note_progress(self, name: str, pending: list[int], document: dict[str, Any], where: str) -> None:
+        """How far the receiver holds a file: read (and refused) even when nobody watches."""
+        k = self._plan_index(document, pending, where)
+        position = _count_up_to(document, "progress", self.size(k), where)
         if not self.progress:
             return
-        try:
-            document = json.loads(line)
-            key = (name, pending[int(document["file"])])
-            position = int(document["progress"])
-        except (ValueError, KeyError, TypeError, IndexError):
-            return
         with self.condition:
-            self.positions[key] = position
+            self.positions[(name, k)] = position
         self._report(f"-> {name}")
 
     def _report(self, label: str) -> None:
@@ -444,3 +535,33 @@ class ChainTransfer:
         if self.outcomes[name].status != FAILED:  # nothing was pending: a late cancel
             self.outcomes[name].status = FAILED
             self.outcomes[name].error = message
+
+
+# ---- reading a relay's lines ----------------------------------------------------------------
+def _count_up_to(document: dict[str, Any], key: str, most: int, where: str, path: str = "$") -> int:
+    """A whole number from 0 to ``most`` (a file's planned size): bytes of that file."""
+    value = count_at(document, key, where, path)
+    if value > most:
+        raise MalformedReply(where, f"{path}.{key}", f"at most {most} (the file's planned size)", value)
+    return value
+
+
+def _words_at(document: dict[str, Any] | None, key: str, where: str, path: str = "$") -> str:
+    """A string, maybe empty (a message, a stderr tail), or nothing ("")."""
+    value = (document or {}).get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise MalformedReply(where, f"{path}.{key}", "a string", value)
+    return value
+
+
+def _identity_at(result: dict[str, Any], where: str, path: str) -> list[int] | None:
+    """The stat identity the receiver saw of a verified copy (``stat_identity``: whole
+    numbers), or None when it gave none: it goes to the rank's commit as it is."""
+    value = result.get("identity")
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(n, int) and not isinstance(n, bool) for n in value):
+        raise MalformedReply(where, f"{path}.identity", "an array of integers (a stat identity)", value)
+    return value

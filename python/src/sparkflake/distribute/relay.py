@@ -36,7 +36,8 @@ from typing import IO, Any
 
 from ..core.canonical_json import canonical_json_bytes
 from ..core.digest import is_sha256_hex
-from ..core.records import field_record
+from ..core.records import describe, field_record
+from . import receive
 from .files import partial_path
 
 # Statuses besides the receiver's own (see receive.py).
@@ -153,11 +154,19 @@ def relay(
         handshake = _read_json_line(process.stdout)
         if handshake is None or "offset" not in handshake:
             if handshake is not None and "error" in handshake:
-                status, message = str(handshake["error"]), str(handshake.get("message", ""))
+                status, message = _text(handshake["error"]), _text(handshake.get("message", ""))
             else:
                 status = CONNECT_FAILED if index == 0 else TRANSPORT_ERROR
             break
-        offset = int(handshake["offset"])
+        offset = handshake["offset"]
+        if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= item.size:
+            # a receiver of another version (or a damaged one): sending from it would raise
+            # here, a traceback on this rank and no last line; asking again gets the same
+            status = receive.FAILED
+            message = (f"{item.path}: the receiver's handshake gave offset {describe(offset)}, expected a "
+                       f"whole number from 0 to {item.size} (does the receiving rank run this version "
+                       "of sparkflake?)")
+            break
         offsets.append(offset)
         try:
             sent += _send(Path(item.source), offset, item.size, process.stdin.fileno(), stall_seconds,
@@ -172,13 +181,20 @@ def relay(
         if result is None or "status" not in result:
             status = TRANSPORT_ERROR
             break
+        if not _writable(result):
+            # NaN, Infinity or a lone surrogate: Python reads them, but this relay's own lines
+            # (canonical JSON) cannot carry them on, and writing them would end it in a traceback
+            status = receive.FAILED
+            message = (f"{item.path}: the receiver's result holds NaN, Infinity or text that is not "
+                       "Unicode, which JSON does not (does the receiving rank run this version of sparkflake?)")
+            break
         results.append(result)
         if on_result:
             on_result(index, result)
         if status is not None:
             break
         if result["status"] not in ("ok", "sha256-mismatch"):
-            status, message = str(result["status"]), str(result.get("message", ""))
+            status, message = _text(result["status"]), _text(result.get("message", ""))
             break
     with contextlib.suppress(OSError):
         process.stdin.close()
@@ -274,6 +290,20 @@ def _read_json_line(stream: IO[bytes]) -> dict[str, Any] | None:
         return None
     try:
         parsed = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # not a line of the protocol (or nested past the parser)
         return None
     return parsed if isinstance(parsed, dict) else None
+
+
+def _writable(document: dict[str, Any]) -> bool:
+    """Can this relay's last line (canonical JSON, as ``emit`` writes it) carry ``document``?"""
+    try:
+        canonical_json_bytes(document)
+    except (ValueError, RecursionError):  # NaN/Infinity; a lone surrogate (UnicodeEncodeError)
+        return False
+    return True
+
+
+def _text(value: object) -> str:
+    """A receiver's word (a status, a message) as text this relay's last line can carry."""
+    return str(value).encode("utf-8", "replace").decode("utf-8")
