@@ -393,8 +393,8 @@ class ChainTransfer:
                 # what a line is, its keys say: canonical JSON sorts them, so a progress line
                 # ({"file": i, "progress": n}) starts like a file's result ({"file": i, "result": ..})
                 if "result" in document:
-                    self._note_file(name, upstream, pending, document, mismatches, attempt,
-                                    f"{relay_on}, line {number}")
+                    self._note_file(name, upstream, pending, document, mismatches=mismatches, attempt=attempt,
+                                    where=f"{relay_on}, line {number}")
                 elif "progress" in document:
                     self._note_progress(name, pending, document, f"{relay_on}, line {number}")
             except MalformedReply as exc:
@@ -435,7 +435,7 @@ class ChainTransfer:
             raise MalformedReply(where, "$.file", f"a file of the plan (0 to {len(pending) - 1})", index)
         return pending[index]
 
-    def _note_file(self, name: str, upstream: str, pending: list[int], document: dict[str, Any],
+    def _note_file(self, name: str, upstream: str, pending: list[int], document: dict[str, Any], *,
                    mismatches: Counter[int], attempt: HopAttempt, where: str) -> None:
         """One file's result from the receiver: its bytes, its verdict. Every value is read
         in its shape and range (a count no larger than the file) before any is taken."""
