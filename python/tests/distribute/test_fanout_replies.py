@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sparkflake.core.errors import CheckFailed
+from sparkflake.core.errors import CheckFailed, InputError
 from sparkflake.distribute import blobs, fanout, registry_mode, replicate
 from sparkflake.distribute.agent_reply import AgentReply, MalformedReply
 from sparkflake.distribute.files import CopyState
@@ -203,3 +203,23 @@ def test_replicate_fails_a_rank_whose_matching_is_not_a_list_of_paths(monkeypatc
     second = report["ranks"][1]
     assert second["status"] == "failed" and "the agent's reply $.matching: expected an array of strings" in second["error"]
     assert report["complete"] is False
+
+
+def test_verify_refuses_a_rank_whose_copy_of_the_same_sha256_has_another_size(monkeypatch):
+    def run_agent(site: Any, rank: Any, args: Any, **_: Any) -> AgentReply:
+        size = 1000 if rank.name == "s0" else 5
+        return AgentReply(0, dict(GOOD_STATUS, size=size), "")
+
+    monkeypatch.setattr(fanout, "run_agent", run_agent)
+    report = fanout.fanout(SITE, fanout.FanoutRequest(archive="/var/lib/sparkflake/image.tar", sha256=SHA,
+                                                      verify_only=True))
+    second = report["ranks"][1]
+    assert report["complete"] is False and second["status"] == "failed" and second["reused"] is False
+    assert "of 5 bytes; rank 0's has 1000" in second["error"]
+
+
+def test_replicate_refuses_a_manifest_size_past_what_a_file_can_hold(monkeypatch):
+    listed = {"status": "ok", "files": [{"path": "a.safetensors", "size": 2**70, "sha256": SHA}]}
+    monkeypatch.setattr(replicate, "run_agent", _answering(AgentReply(0, listed, "")))
+    with pytest.raises(InputError, match=r"files\[0\]\.size: expected a non-negative integer below 2\^63"):
+        replicate.replicate(SITE, replicate.ReplicateRequest(model_dir="/models/glm"))

@@ -120,6 +120,13 @@ def fanout(site: Site, request: FanoutRequest, *, progress: Progress | None = No
 
     if request.verify_only:
         pool.shutdown(wait=True)
+        source_bytes = evidence[first.name]["bytes"]
+        for rank in ranks[1:]:  # the same sha256 is the same bytes: a rank that says otherwise is wrong
+            record = evidence[rank.name]
+            if record.get("reused") and record["bytes"] != source_bytes:
+                record.update(status="failed", reused=False,
+                              error=f"rank {rank.name} ({rank.ssh}): the agent's reply gives a copy with sha256 "
+                                    f"{request.sha256} of {record['bytes']} bytes; rank 0's has {source_bytes}")
         if request.engine and request.image_id:
             check_images(site, ranks, request.engine, request.image_id, evidence)
         return _summary(site, request, evidence, started)

@@ -68,8 +68,8 @@ def manifest_from_document(document: Any, origin: str = "manifest") -> list[File
         path, size, digest = raw["path"], raw["size"], raw["sha256"]
         if not isinstance(path, str) or not safe_relative(path):
             raise InputError(f"{where}.path: expected a relative path without '..', got {path!r}")
-        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-            raise InputError(f"{where}.size: expected a non-negative integer, got {size!r}")
+        if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size < 1 << 63:  # a file's st_size
+            raise InputError(f"{where}.size: expected a non-negative integer below 2^63, got {size!r}")
         if not is_sha256_hex(digest):
             raise InputError(f"{where}.sha256: expected 64 lowercase hex digits, got {digest!r}")
         if path in seen:
