@@ -8,13 +8,13 @@ failed, 2 for bad input, 3 when a relay lost its controller.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import threading
 from pathlib import Path
 from typing import Any
 
+from ..core.documents import parse_json
 from ..core.errors import InputError, SparkflakeError
 from . import engine, files, manifest, receive, relay
 from .agent_protocol import emit as _emit
@@ -50,9 +50,10 @@ def _receive(args: argparse.Namespace) -> int:
 
 
 def _relay(args: argparse.Namespace) -> int:
-    downstream = json.loads(args.downstream_json)
-    if not isinstance(downstream, list) or not all(isinstance(a, str) for a in downstream):
-        _emit({"status": "failed", "message": "--downstream-json: expected a JSON array of strings"})
+    try:
+        downstream = _argv_argument(args.downstream_json, "--downstream-json")
+    except InputError as exc:
+        _emit({"status": "failed", "message": str(exc)})
         return 2
     go = _watch_controller()
     result = relay.relay(go.wait_for_plan, downstream,
@@ -93,8 +94,19 @@ def _watch_controller() -> _Go:
     return go
 
 
+def _argv_argument(text: str, option: str) -> list[str]:
+    """An argv list the controller passed as JSON (``--engine-args-json``, ``--downstream-json``)."""
+    try:
+        value = parse_json(text, option)
+    except InputError as exc:
+        raise InputError(f"{exc.message}; expected a JSON array of strings") from None
+    if not isinstance(value, list) or not all(isinstance(word, str) for word in value):
+        raise InputError(f"{option}: expected a JSON array of strings")
+    return value
+
+
 def _import(args: argparse.Namespace) -> int:
-    engine_args = json.loads(args.engine_args_json)
+    engine_args = _argv_argument(args.engine_args_json, "--engine-args-json")
     result = engine.import_archive(args.engine, engine_args, args.archive, args.image_id, args.tag)
     _emit({"status": "ok", "engine": result.engine, "loaded": list(result.loaded),
            "image_id": result.image_id, "tag": result.tag})
@@ -102,7 +114,7 @@ def _import(args: argparse.Namespace) -> int:
 
 
 def _image_status(args: argparse.Namespace) -> int:
-    engine_args = json.loads(args.engine_args_json)
+    engine_args = _argv_argument(args.engine_args_json, "--engine-args-json")
     found = engine.image_id_of(args.engine, engine_args, args.image_id)
     _emit({"status": "ok", "present": found == args.image_id, "image_id": found})
     return 0
@@ -138,7 +150,7 @@ def _pull(args: argparse.Namespace) -> int:
 
 
 def _check_manifest(args: argparse.Namespace) -> int:
-    entries = manifest.manifest_from_document(json.loads(sys.stdin.read()), "manifest (stdin)")
+    entries = manifest.manifest_from_document(_read_stdin_json("manifest"), "manifest (stdin)")
     report = manifest.compare_directory(Path(args.dir), entries, sizes_only=args.sizes_only)
     if args.record:
         if report["missing"] or report["mismatch"]:
@@ -155,10 +167,7 @@ def _read_stdin_json(what: str) -> Any:
     raw = sys.stdin.buffer.read(relay.PLAN_LIMIT + 1)
     if len(raw) > relay.PLAN_LIMIT:
         raise InputError(f"{what} (stdin): more than {relay.PLAN_LIMIT} bytes")
-    try:
-        return json.loads(raw)
-    except ValueError as exc:
-        raise InputError(f"{what} (stdin): not JSON: {exc}") from exc
+    return parse_json(raw, f"{what} (stdin)")
 
 
 def _layout_plan(args: argparse.Namespace) -> int:
@@ -192,13 +201,14 @@ def _commit_layout(args: argparse.Namespace) -> int:
     if not isinstance(document, dict) or not isinstance(document.get("received"), dict):
         raise InputError("commit (stdin): expected an object with plan and received")
     plan = store.plan_from_document(document.get("plan"), "commit (stdin): plan")
-    received = {str(digest): [int(n) for n in identity] for digest, identity in document["received"].items()
-                if isinstance(identity, list)}
+    received = {str(digest): identity for digest, identity in document["received"].items()
+                if isinstance(identity, list) and all(type(n) is int for n in identity)}  # a stat identity
     committed = store.commit(Path(args.store), plan, received)
     if args.engine:
         try:
             committed["import"] = _import_report(engine.import_layout(
-                args.engine, json.loads(args.engine_args_json), args.store, plan.config.digest, args.tag))
+                args.engine, _argv_argument(args.engine_args_json, "--engine-args-json"), args.store,
+                plan.config.digest, args.tag))
         except SparkflakeError as exc:  # committed all the same: say both
             committed.update(status="failed", message=str(exc),
                              **{"import": {"status": "failed", "message": str(exc)}})
@@ -214,7 +224,7 @@ def _import_report(result: engine.ImportResult) -> dict[str, Any]:
 
 
 def _import_layout(args: argparse.Namespace) -> int:
-    engine_args = json.loads(args.engine_args_json)
+    engine_args = _argv_argument(args.engine_args_json, "--engine-args-json")
     _emit(_import_report(engine.import_layout(args.engine, engine_args, args.layout, args.image_id, args.tag)))
     return 0
 
