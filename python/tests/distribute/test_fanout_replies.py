@@ -26,6 +26,14 @@ from sparkflake.distribute.store import LayoutPlan, plan_from_document
 
 SHA = "a" * 64
 IMAGE_ID = "sha256:" + "c" * 64
+RANKS = "".join(f"""
+[[ranks]]
+name = "s{n}"
+ssh = "root@192.0.2.1{n}"
+management = "192.0.2.1{n}"
+data_dir = "/var/lib/sparkflake"
+fabric = {{ "l01" = "10.0.1.{n + 1}" }}
+""" for n in (0, 1))
 SITE = parse_site(f"""
 schema = "{SCHEMA}"
 topology = "chain"
@@ -38,21 +46,7 @@ connect_timeout = 10
 server_alive_interval = 5
 server_alive_count_max = 3
 strict_host_key_checking = "yes"
-
-[[ranks]]
-name = "s0"
-ssh = "root@192.0.2.10"
-management = "192.0.2.10"
-data_dir = "/var/lib/sparkflake"
-fabric = {{ "l01" = "10.0.1.1" }}
-
-[[ranks]]
-name = "s1"
-ssh = "root@192.0.2.11"
-management = "192.0.2.11"
-data_dir = "/var/lib/sparkflake"
-fabric = {{ "l01" = "10.0.1.2" }}
-
+{RANKS}
 [[links]]
 name = "l01"
 endpoints = ["s0", "s1"]
@@ -85,7 +79,7 @@ def test_a_status_reply_is_a_copy_state_or_a_refusal_naming_its_path(key, value)
     else:
         document[key] = value
     try:
-        state = fanout.copy_state(AgentReply(0, document, ""), "rank s1 (root@192.0.2.11)")
+        state = CopyState.from_reply(document, "rank s1 (root@192.0.2.11)")
     except MalformedReply as exc:
         assert exc.message.startswith(f"rank s1 (root@192.0.2.11): the agent's reply $.{key}: expected ")
         assert exc.exit_code == 1

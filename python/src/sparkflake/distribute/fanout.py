@@ -106,7 +106,7 @@ def fanout(site: Site, request: FanoutRequest, *, progress: Progress | None = No
             record.update(status="failed", error=message)
             continue
         try:
-            state = copy_state(reply, f"rank {rank.name} ({rank.ssh})")
+            state = CopyState.from_reply(reply.result, f"rank {rank.name} ({rank.ssh})")
         except MalformedReply as exc:
             unreachable[rank.name] = exc.message
             record.update(status="failed", error=exc.message)
@@ -208,7 +208,7 @@ def _prepare_source(site: Site, first: Rank, request: FanoutRequest, record: dic
         path = first.data_path(request.name) if request.is_url else request.archive
         reply = run_agent(site, first, ["status", "--path", path, "--sha256", request.sha256])
         _require_source(first, reply, request)
-        state = copy_state(reply, where)
+        state = CopyState.from_reply(reply.result, where)
         if not state.exists:
             raise InputError(f"rank {first.name}: archive {path} does not exist; nothing transferred")
         if not state.matches or state.size is None:
@@ -221,17 +221,6 @@ def _prepare_source(site: Site, first: Rank, request: FanoutRequest, record: dic
     record.update(status="verified", sha256=request.sha256, bytes=size,
                   seconds=round(time.monotonic() - began, 6), path=path, role="source")
     return path
-
-
-def copy_state(reply: AgentReply, where: str) -> CopyState:
-    """A ``status`` reply: what the rank holds for the file (the agent writes
-    ``CopyState.as_record()``)."""
-    document = reply.result
-    size = None if (document or {}).get("size") is None else count_at(document, "size", where)
-    digest = optional_text_at(document, "sha256", where)
-    return CopyState(path=text_at(document, "path", where), exists=flag_at(document, "exists", where),
-                     size=size, sha256=digest, matches=flag_at(document, "matches", where),
-                     partial_size=count_at(document, "partial_size", where))
 
 
 def _require_source(first: Rank, reply: AgentReply, request: FanoutRequest) -> None:

@@ -13,9 +13,11 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..core.digest import READ_CHUNK
 from ..core.records import field_record
+from .agent_reply import count_at, flag_at, optional_text_at, text_at
 
 
 def partial_path(final: Path) -> Path:
@@ -78,6 +80,15 @@ class CopyState:
 
     def as_record(self) -> dict[str, object]:
         return field_record(self)
+
+    @classmethod
+    def from_reply(cls, document: dict[str, Any] | None, where: str) -> CopyState:
+        """The agent's ``status`` reply (``as_record`` on the rank) read back by the
+        controller, each field in its shape (``agent_reply``)."""
+        size = None if (document or {}).get("size") is None else count_at(document, "size", where)
+        return cls(path=text_at(document, "path", where), exists=flag_at(document, "exists", where), size=size,
+                   sha256=optional_text_at(document, "sha256", where), matches=flag_at(document, "matches", where),
+                   partial_size=count_at(document, "partial_size", where))
 
 
 def inspect_copy(final: Path, expected_sha256: str, expected_size: int | None) -> CopyState:
