@@ -37,7 +37,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "python" / "tests"))
 
-from netns_ranks import NetnsRanks
+from fixtures.netns_ranks import NetnsRanks
 from sparkflake.core.digest import sha256_file
 from sparkflake.distribute.blobs import LayoutFanoutRequest, layout_fanout
 from sparkflake.distribute.fanout import FanoutRequest, fanout

@@ -31,7 +31,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "python" / "tests"))
 
-from netns_ranks import NetnsRanks
+from fixtures.netns_ranks import NetnsRanks
 from sparkflake.distribute.fanout import FanoutRequest, fanout
 from sparkflake.distribute.replicate import ReplicateRequest, replicate
 

@@ -8,6 +8,7 @@ import importlib
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -259,3 +260,12 @@ def test_runtime_stage_imports_nothing_later_and_launch_reads_only_its_manifest(
     for path in (source / "launch").glob("*.py"):
         for module, names in runtime_import.findall(path.read_text()):
             assert module == ".capabilities", (path, module, names)
+
+
+@pytest.mark.parametrize("script", sorted(path.name for path in (REPO / "bench").glob("bench_*.py")))
+def test_every_benchmark_starts(script: str) -> None:
+    # a benchmark is run by hand, so nothing else would see that it no longer imports
+    # (three imported netns_ranks from where tests/fixtures/ had moved it)
+    shown = subprocess.run([sys.executable, str(REPO / "bench" / script), "--help"], capture_output=True,
+                           text=True, timeout=120, check=False)
+    assert shown.returncode == 0 and "usage:" in shown.stdout, shown.stderr[-2000:]
