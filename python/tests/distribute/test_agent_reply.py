@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import sys
+import time
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sparkflake.distribute import ssh
 from sparkflake.distribute.agent_reply import (
     AgentReply,
     MalformedReply,
@@ -80,6 +83,52 @@ def test_an_agent_that_ends_before_its_first_reply_gives_its_status_and_stderr()
     ended = StartedAgent([sys.executable, "-c", "import sys; print('banner'); sys.stderr.write('no such layout\\n'); sys.exit(2)"])
     reply = ended.first_reply()
     assert (reply.returncode, reply.result, reply.describe_failure()) == (2, None, "no such layout")
+
+
+def test_an_agent_whose_output_has_no_end_is_ended_at_the_reply_limit_with_a_reason(monkeypatch):
+    # before: communicate() held all of it (a line without a newline, or lines without end,
+    # grew the controller's memory until the agent stopped, if ever)
+    monkeypatch.setattr(ssh, "REPLY_LIMIT", 1 << 20)
+    for endless in ("os.write(1, b'x' * 65536)", "os.write(1, b'{\"status\": \"ok\"}\\n' * 4096)"):
+        agent = StartedAgent([sys.executable, "-c", f"import os\nwhile True: {endless}"])
+        reply = agent.finish(timeout=60)
+        assert reply.result is None and reply.returncode == -signal.SIGKILL
+        assert reply.describe_failure() == f"sparkflake: ended the agent: its output passed {1 << 20} bytes"
+        assert agent.process.stdout is not None and agent.process.stdout.closed
+
+
+def test_an_agent_that_writes_no_first_reply_is_ended_after_the_time_out():
+    # before: first_reply waited for ever (fan-out's commit agents are asked in a pool that the
+    # run then waited on)
+    agent = StartedAgent([sys.executable, "-c", "import sys, time; print('banner', flush=True); time.sleep(600)"])
+    began = time.monotonic()
+    reply = agent.first_reply(timeout=1.0)
+    assert time.monotonic() - began < 30
+    assert reply.unreachable and reply.describe_failure() == "sparkflake: ended the agent: no reply within 1s"
+    assert agent.process.returncode == -signal.SIGKILL
+
+
+def test_an_agent_past_its_time_out_is_ended_and_reaped():
+    agent = StartedAgent([sys.executable, "-c", "import time; time.sleep(600)"])
+    reply = agent.finish("input", timeout=0.5)
+    assert reply.unreachable and reply.describe_failure() == "sparkflake: ended the agent: timed out after 0.5s"
+    assert agent.process.returncode == -signal.SIGKILL
+
+
+def test_a_chatty_stderr_never_blocks_the_agent_and_only_its_last_lines_are_kept():
+    # 8 MiB of stderr before the reply: more than a pipe holds, so an agent nobody drains blocks
+    chatty = ("import sys\nfor n in range(100_000): sys.stderr.write(f'warning {n} ' + 'x' * 80 + '\\n')\n"
+              "sys.stderr.write('y' * 100_000 + '\\n')\nprint('{\"status\": \"ok\"}')")
+    reply = StartedAgent([sys.executable, "-c", chatty]).finish(timeout=60)
+    assert reply.returncode == 0 and reply.result == {"status": "ok"}
+    lines = reply.stderr.splitlines()
+    assert len(lines) == 20 and lines[-2].startswith("warning 99999 ") and lines[-1] == "y" * 4096
+
+
+def test_input_an_agent_does_not_read_ends_nothing_but_the_write():
+    # it exits at once: writing 4 MiB to it gets a broken pipe, its reply is still read
+    reply = StartedAgent([sys.executable, "-c", "print('{\"status\": \"refused\"}')"]).finish("z" * (4 << 20))
+    assert reply.returncode == 0 and reply.result == {"status": "refused"}
 
 
 READERS = {

@@ -12,6 +12,7 @@ test's; no process, ssh or file is involved (the real hops run in test_fanout*.p
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import sys
@@ -91,19 +92,19 @@ class FakeRelay:
     def __init__(self, receiver: str, answer) -> None:
         self.receiver, self.answer = receiver, answer
         self.stdin = FakeStdin()
-        self.stderr: list[bytes] = []
-        self.lines: list[bytes] | None = None
+        self.stderr = io.BytesIO()
+        self.lines: io.BytesIO | None = None
 
     @property
     def stdout(self):
         relay_process = self
 
         class Lines:  # read only once the controller wrote the plan
-            def __iter__(self):
+            def readline(self, limit: int = -1) -> bytes:
                 if relay_process.lines is None:
                     planned = json.loads(relay_process.stdin.data)["files"]
-                    relay_process.lines = relay_process.answer(relay_process.receiver, planned)
-                return iter(relay_process.lines)
+                    relay_process.lines = io.BytesIO(b"".join(relay_process.answer(relay_process.receiver, planned)))
+                return relay_process.lines.readline(limit)
 
         return Lines()
 
@@ -121,7 +122,7 @@ class Run:
     said."""
 
     def __init__(self, monkeypatch, answers: dict, *, files: int = 1, progress: bool = False,
-                 receivers: tuple[str, ...] = ("s1", "s2")) -> None:
+                 receivers: tuple[str, ...] = ("s1", "s2"), retry_seconds: float = 0.0) -> None:
         self.starts: dict[str, int] = {}
         self.thread_errors: list[BaseException] = []
         self.reports: list[tuple[int, int, str]] = []
@@ -142,7 +143,7 @@ class Run:
                      for k in range(files)]
         self.transfer = chain.ChainTransfer(
             site, transfers, chain.SizeGate.opened(SIZE), needs={name: range(files) for name in receivers},
-            retry_seconds=0.0, progress=(lambda done, total, label: self.reports.append((done, total, label)))
+            retry_seconds=retry_seconds, progress=(lambda done, total, label: self.reports.append((done, total, label)))
             if progress else None)
         self.transfer.start()
         self.transfer._thread.join(timeout=RUN_SECONDS)
@@ -235,6 +236,58 @@ def test_a_last_line_with_a_resumable_status_names_its_stderr_once_the_retries_r
                                                           "stderr": "ssh: broken pipe\n"})]))
     run.assert_settled()
     assert run.outcomes["s1"].error.endswith("failed after 1 attempts: ssh: broken pipe")
+
+
+def incomplete(offset: int, received: int) -> dict:
+    """A run that ended early, the receiver holding ``offset + received`` bytes of the file."""
+    return {**good_result(), "status": receive.INCOMPLETE, "offset": offset, "received": received,
+            "sha256": None, "identity": None}
+
+
+def test_a_relay_that_claims_the_same_bytes_on_every_run_is_not_resumed_for_ever(monkeypatch):
+    # before: any run that said it received bytes put the retry deadline back, so a damaged
+    # relay (or receiver) saying the same 500 bytes crossed on every run was resumed without end
+    same = incomplete(0, SIZE // 2)
+    run = Run(monkeypatch, only_s1(lambda planned: [line({"file": 0, "result": same}),
+                                                    line({"status": "incomplete", "message": "", "stderr": "cut"})]),
+              retry_seconds=2.0)
+    run.assert_settled()
+    assert 2 <= run.starts["s1"] <= 5, run.starts  # the first run's 500 bytes were progress, then 2 s of retries
+    assert run.outcomes["s1"].status == chain.FAILED and run.outcomes["s1"].error.endswith(": cut")
+
+
+def test_a_copy_that_grows_on_every_run_is_resumed_until_it_verifies(monkeypatch):
+    runs = iter(range(10))
+    quarter = SIZE // 4
+
+    def growing(planned):
+        n = next(runs)
+        if n == 3:
+            return good_lines(planned)
+        return [line({"file": 0, "result": incomplete(n * quarter, quarter)}),
+                line({"status": "incomplete", "message": "", "stderr": "cut"})]
+
+    run = Run(monkeypatch, only_s1(growing), retry_seconds=1.5)  # each retry waits 1 s: one run's progress
+    run.assert_settled()
+    assert run.starts["s1"] == 4 and run.outcomes["s1"].status == chain.HAS
+    assert run.outcomes["s1"].resumed_from == [quarter, 2 * quarter]
+
+
+def test_more_bytes_than_the_rest_of_the_file_after_its_offset_are_refused(monkeypatch):
+    result = {**good_result(), "offset": SIZE // 2, "received": SIZE // 2 + 1}
+    run = Run(monkeypatch, only_s1(lambda planned: [line({"file": 0, "result": result}), done()]))
+    run.assert_settled()
+    assert run.outcomes["s1"].bytes_received == 0
+    assert f"$.result.received: expected a whole number from 0 to {SIZE // 2} (bytes of the planned file), got integer {SIZE // 2 + 1}" \
+        in run.outcomes["s1"].error
+
+
+def test_a_line_longer_than_the_protocol_allows_is_read_cut_and_passed_over(monkeypatch):
+    monkeypatch.setattr(chain, "LINE_LIMIT", 64)
+    long_result = line({"file": 0, "result": {**good_result(), "message": "m" * 200}})
+    run = Run(monkeypatch, only_s1(lambda planned: [long_result, done()]))
+    run.assert_settled()
+    assert run.outcomes["s1"].status == chain.FAILED and "said done without a result for /data/f0" in run.outcomes["s1"].error
 
 
 @pytest.mark.parametrize(("key", "value"), [
@@ -384,3 +437,15 @@ def test_a_well_formed_handshake_and_result_are_passed_on(tmp_path):
     assert outcome["status"] == relay.DONE and outcome["sent"] == SIZE and outcome["offsets"] == [0]
     assert outcome["results"] == [good_result()]
     assert not math.isnan(outcome["seconds"])
+
+
+def test_a_receiver_line_without_end_is_read_past_within_the_line_limit(tmp_path, monkeypatch):
+    # before: readline() held the whole line (8 MiB here; without end, the relay's memory)
+    monkeypatch.setattr(relay, "LINE_LIMIT", 4096)
+    source = tmp_path / "source.bin"
+    source.write_bytes(b"a" * SIZE)
+    planned = [relay.PlannedFile(path="/dst/f", sha256=SHA, size=SIZE, source=str(source))]
+    receiver = [sys.executable, "-c", "import os, sys\nsys.stdin.buffer.readline()\n"
+                                      "for _ in range(128): os.write(1, b'{' * 65536)\nos.write(1, b'\\n')"]
+    outcome = relay.relay(planned, receiver, stall_seconds=5.0)
+    assert outcome["status"] == relay.CONNECT_FAILED and outcome["sent"] == 0 and outcome["results"] == []

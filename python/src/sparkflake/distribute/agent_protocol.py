@@ -13,6 +13,10 @@ from typing import Any
 from ..core.canonical_json import canonical_json_bytes
 from ..core.errors import SparkflakeError
 
+# The longest line a reader of these programs takes (a longer one is cut, and so no JSON):
+# a last line with a result for each file of a plan of thousands fits many times over.
+LINE_LIMIT = 16 << 20
+
 
 def emit(document: dict[str, Any]) -> None:
     sys.stdout.write(canonical_json_bytes(document).decode() + "\n")

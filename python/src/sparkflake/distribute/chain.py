@@ -24,8 +24,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.bounded_lines import bounded_lines, keep_tail
 from ..core.progress import ProgressCallback as Progress
 from . import receive, relay
+from .agent_protocol import LINE_LIMIT
 from .agent_reply import (
     SSH_FAILED,
     MalformedReply,
@@ -99,6 +101,9 @@ class HopOutcome:
     moved_aside: str | None = None  # a wrong copy the receiver found under the final name
     # file position -> the stat identity the receiver saw once that file verified
     identities: dict[int, list[int]] = field(default_factory=dict)
+    # file position -> the most bytes of it the receiver said it held after a run (offset +
+    # received): a hop is resumed without end only while this grows
+    held: dict[int, int] = field(default_factory=dict)
 
     def evidence(self) -> dict[str, Any]:
         """The fields of a rank's evidence record that the chain decides."""
@@ -116,8 +121,9 @@ class HopOutcome:
 class HopAttempt:
     """What one run of a hop's relay said: its last line (None: it ended without one), its
     status, why the sender was not reached at all (None when it was), how many bytes crossed
-    the link, the files that got a result and those whose copy arrived wrong, and what made a
-    line of it unusable."""
+    the link, the files that got a result and those whose copy arrived wrong, whether a
+    copy grew past what the receiver held after every earlier run, and what made a line of
+    it unusable."""
 
     result: dict[str, Any] | None = None
     status: str = relay.TRANSPORT_ERROR
@@ -127,6 +133,7 @@ class HopAttempt:
     received: int = 0
     answered: set[int] = field(default_factory=set)
     mismatched: set[int] = field(default_factory=set)
+    advanced: bool = False
     unusable: str | None = None
 
 
@@ -322,8 +329,10 @@ class ChainTransfer:
                 # gets the same answer, so the hop ends here rather than being restarted
                 self._fail_rank(name, attempt.unusable)
                 return
-            if attempt.received:
-                deadline = time.monotonic() + self.retry_seconds  # progress: the hop keeps resuming
+            if attempt.advanced:
+                # progress: the hop keeps resuming. Progress is a copy that grew, not bytes a
+                # relay says crossed (a damaged one saying so on every run resumed it for ever)
+                deadline = time.monotonic() + self.retry_seconds
             if status == relay.DONE:
                 with self.condition:
                     unanswered = [k for k in self._pending(name) if k not in attempt.mismatched]
@@ -367,7 +376,7 @@ class ChainTransfer:
         stderr_tail: deque[bytes] = deque(maxlen=20)
         assert process.stdout is not None and process.stdin is not None and process.stderr is not None
         stderr = process.stderr
-        reader = threading.Thread(target=lambda: stderr_tail.extend(stderr), daemon=True)
+        reader = threading.Thread(target=keep_tail, args=(stderr, stderr_tail, relay.STDERR_LINE_LIMIT), daemon=True)
         reader.start()
         opened = self.gate.wait()
         try:
@@ -384,7 +393,7 @@ class ChainTransfer:
         attempt = HopAttempt()
         relay_on = f"rank {name}: the relay on rank {upstream} ({hop.sender.ssh})"
         last_line = b""
-        for number, line in enumerate(process.stdout, start=1):
+        for number, line in enumerate(bounded_lines(process.stdout, LINE_LIMIT), start=1):
             last_line = line
             document = last_json(line.decode("utf-8", "replace"))
             if document is None or attempt.unusable is not None:
@@ -447,8 +456,9 @@ class ChainTransfer:
         status = text_at(result, "status", where, "$.result")
         size = self.size(k)
         # a receiver that stopped before writing (no space, cannot write) gives no counts
-        received = _count_up_to(result, "received", size, where, "$.result") if "received" in result else 0
         offset = _count_up_to(result, "offset", size, where, "$.result") if "offset" in result else 0
+        # the receiver appends from offset: more than the rest of the file never crossed
+        received = _count_up_to(result, "received", size - offset, where, "$.result") if "received" in result else 0
         reused = flag_at(result, "reused", where, "$.result") if "reused" in result else False
         moved_aside = _words_at(result, "moved_aside_final", where, "$.result")
         message = _words_at(result, "message", where, "$.result")
@@ -456,6 +466,11 @@ class ChainTransfer:
         outcome = self.outcomes[name]
         attempt.answered.add(k)
         attempt.received += received
+        if status == receive.MISMATCH:
+            outcome.held[k] = 0  # the copy was moved aside: the next run starts it again
+        elif status == receive.OK or offset + received > outcome.held.get(k, 0):
+            attempt.advanced = True
+            outcome.held[k] = size if status == receive.OK else offset + received
         outcome.bytes_received += received
         if status == receive.OK and not reused:
             outcome.files_received.append(k)
@@ -539,10 +554,11 @@ class ChainTransfer:
 
 # ---- reading a relay's lines ----------------------------------------------------------------
 def _count_up_to(document: dict[str, Any], key: str, most: int, where: str, path: str = "$") -> int:
-    """A whole number from 0 to ``most`` (a file's planned size): bytes of that file."""
+    """A whole number from 0 to ``most``: bytes of a file (its planned size, or what is left of it)."""
     value = count_at(document, key, where, path)
     if value > most:
-        raise MalformedReply(where, f"{path}.{key}", f"at most {most} (the file's planned size)", value)
+        raise MalformedReply(where, f"{path}.{key}", f"a whole number from 0 to {most} (bytes of the planned file)",
+                             value)
     return value
 
 

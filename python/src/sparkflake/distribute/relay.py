@@ -34,10 +34,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from ..core.bounded_lines import bounded_lines, keep_tail, read_line
 from ..core.canonical_json import canonical_json_bytes
 from ..core.digest import is_sha256_hex
 from ..core.records import describe, field_record
 from . import receive
+from .agent_protocol import LINE_LIMIT
 from .files import partial_path
 
 # Statuses besides the receiver's own (see receive.py).
@@ -51,6 +53,7 @@ POLL_SECONDS = 0.02
 REPORT_SECONDS = 0.5
 SEND_CHUNK = 4 << 20
 PLAN_LIMIT = 16 << 20  # a plan of a few thousand files fits many times over
+STDERR_LINE_LIMIT = 4096  # the receiver's stderr: its last lines, each cut here, go into the last line
 
 
 @dataclass(frozen=True)
@@ -130,8 +133,8 @@ def relay(
     process = subprocess.Popen(
         downstream_argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
-    stderr_tail: deque[str] = deque(maxlen=20)
-    stderr_reader = threading.Thread(target=_drain, args=(process.stderr, stderr_tail), daemon=True)
+    stderr_tail: deque[bytes] = deque(maxlen=20)
+    stderr_reader = threading.Thread(target=keep_tail, args=(process.stderr, stderr_tail, STDERR_LINE_LIMIT), daemon=True)
     stderr_reader.start()
     assert process.stdin is not None and process.stdout is not None
     with contextlib.suppress(OSError):
@@ -198,7 +201,7 @@ def relay(
             break
     with contextlib.suppress(OSError):
         process.stdin.close()
-    for _ in process.stdout:
+    for _ in bounded_lines(process.stdout, LINE_LIMIT):
         pass
     returncode = process.wait()
     stderr_reader.join(timeout=2)
@@ -210,7 +213,7 @@ def relay(
         "seconds": round(time.monotonic() - started, 6),
         "results": results,
         "returncode": returncode,
-        "stderr": "\n".join(stderr_tail),
+        "stderr": "\n".join(raw.decode("utf-8", "replace").rstrip() for raw in stderr_tail),
     }
 
 
@@ -279,13 +282,8 @@ def _still_published(source: Path, handle: io.BufferedReader) -> bool:
     return False
 
 
-def _drain(stream: IO[bytes], tail: deque[str]) -> None:
-    for raw in stream:
-        tail.append(raw.decode("utf-8", "replace").rstrip())
-
-
 def _read_json_line(stream: IO[bytes]) -> dict[str, Any] | None:
-    line = stream.readline()
+    line = read_line(stream, LINE_LIMIT)  # a longer line is cut: no JSON, this hop's transport error
     if not line:
         return None
     try:

@@ -7,10 +7,15 @@ is quoted with ``shlex.quote`` so the remote side receives exactly our argv.
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import subprocess
-from collections.abc import Sequence
+import threading
+from collections import deque
+from collections.abc import Iterator, Sequence
+from typing import Any
 
+from ..core.bounded_lines import LineReader, keep_tail
 from .agent_reply import SSH_FAILED, AgentReply, last_json
 from .site import Hop, Rank, Site, SshOptions
 
@@ -62,39 +67,51 @@ def hop_argv(site: Site, hop: Hop, agent_args: Sequence[str]) -> list[str]:
     )
 
 
+REPLY_LIMIT = 16 << 20  # an agent's whole stdout: its longest reply (a plan of thousands of blobs) fits many times over
+FIRST_REPLY_SECONDS = 300.0  # SSH, the interpreter, a stat of the rank's store: seconds, not minutes
+_STDERR_LINES, _STDERR_LINE_LIMIT = 20, 4096  # what a failure shows of stderr: its last lines
+
+
 class StartedAgent:
     """An agent started now that reads its input (stdin) later: its SSH session and
-    interpreter start overlap whatever the controller does until ``finish``."""
+    interpreter start overlap whatever the controller does until ``finish``.
+
+    What it writes is read within bounds, as a rank's agent may be of another version or
+    damaged: stdout up to ``REPLY_LIMIT`` bytes in all (past that it is ended), stderr's
+    last lines (a thread drains it, so a chatty stderr never blocks the agent)."""
 
     def __init__(self, argv: list[str]) -> None:
-        self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, encoding="utf-8", errors="replace")
+        self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self._stderr_tail: deque[bytes] = deque(maxlen=_STDERR_LINES)
+        self._stderr_reader = threading.Thread(target=keep_tail, daemon=True,
+                                               args=(self.process.stderr, self._stderr_tail, _STDERR_LINE_LIMIT))
+        self._stderr_reader.start()
+        assert self.process.stdout is not None
+        self._stdout = LineReader(self.process.stdout, REPLY_LIMIT, total_limit=REPLY_LIMIT)
+        # why the controller ended it before its reply, and the status that reply then has
+        self._ended_because: tuple[str, int | None] | None = None
 
-    def first_reply(self) -> AgentReply:
+    def first_reply(self, timeout: float = FIRST_REPLY_SECONDS) -> AgentReply:
         """The first JSON object line the agent writes while it waits for its input (lines
         before it, such as a shell startup file's echo on the rank, are passed over); if it
-        ends (or cannot be reached) before writing one, its whole reply."""
-        assert self.process.stdout is not None
-        passed_over = []
-        for line in self.process.stdout:
-            parsed = last_json(line)
-            if parsed is not None:
-                return AgentReply(0, parsed, "")
-            passed_over.append(line)
-        # Its stdout ended: what it wrote is read already (communicate reads the pipe, not this
-        # stream's buffer, so it would not see it); communicate gives the rest, and the status.
-        _, stderr = self.process.communicate()
-        return AgentReply(self.process.returncode, last_json("".join(passed_over)), stderr)
+        ends (or cannot be reached, or writes none within ``timeout`` seconds) before
+        writing one, its status and stderr."""
+        with self._deadline(timeout, f"no reply within {timeout:g}s"):
+            for line in self._stdout_lines():
+                parsed = last_json(line)
+                if parsed is not None:
+                    return AgentReply(0, parsed, "")
+        return self._ended(None)
 
     def finish(self, input_text: str = "", timeout: float | None = None) -> AgentReply:
-        try:
-            stdout, stderr = self.process.communicate(input_text, timeout=timeout)
-        except subprocess.TimeoutExpired as exc:
-            self.cancel()
-            return AgentReply(SSH_FAILED, None, f"timed out after {exc.timeout}s")
-        except BrokenPipeError:  # it ended before reading: its output says why
-            stdout, stderr = self.process.communicate()
-        return AgentReply(self.process.returncode, last_json(stdout), stderr)
+        """Write ``input_text`` and close stdin; the reply once the agent ends (ended by the
+        controller after ``timeout`` seconds)."""
+        writer = threading.Thread(target=self._write_input, args=(input_text.encode(),), daemon=True)
+        writer.start()
+        with self._deadline(timeout, f"timed out after {timeout}s"):
+            lines = list(self._stdout_lines())
+        writer.join()
+        return self._ended(last_json("".join(lines)))
 
     def kill(self) -> None:
         """End the agent (its SSH session) without reaping it: safe while another thread
@@ -103,10 +120,66 @@ class StartedAgent:
             self.process.kill()
 
     def cancel(self) -> None:
-        if self.process.returncode is not None:
-            return  # finished already
-        self.process.kill()
-        self.process.communicate()
+        """End and reap it: not while another thread reads its output (``kill`` is for that)."""
+        self.kill()
+        self._reap()
+
+    def _stdout_lines(self) -> Iterator[str]:
+        """stdout's lines as text, until it ends or the agent is ended: past ``REPLY_LIMIT``
+        bytes in all it is, and the rest is not read."""
+        for raw in self._stdout:
+            if self._ended_because is None:
+                yield raw.decode("utf-8", "replace")
+        if self._stdout.over:
+            self._end(f"its output passed {REPLY_LIMIT} bytes", None)
+
+    def _write_input(self, data: bytes) -> None:
+        assert self.process.stdin is not None
+        with contextlib.suppress(OSError):  # it ended before reading (BrokenPipeError): its output says why
+            self.process.stdin.write(data)
+        with contextlib.suppress(OSError):
+            self.process.stdin.close()
+
+    @contextlib.contextmanager
+    def _deadline(self, seconds: float | None, why: str) -> Iterator[None]:
+        # a time-out reads as the SSH failure it stands for, as OpenSSH's own ConnectTimeout does
+        timer = threading.Timer(seconds, self._end, args=(why, SSH_FAILED)) if seconds is not None else None
+        if timer is not None:
+            timer.daemon = True
+            timer.start()
+        try:
+            yield
+        finally:
+            if timer is not None:
+                timer.cancel()
+
+    def _end(self, why: str, returncode: int | None) -> None:
+        """End the agent; its reply is then ``returncode`` (None: the status it ends with)."""
+        if self._ended_because is None:
+            self._ended_because = (why, returncode)
+        self.kill()
+
+    def _reap(self) -> int:
+        returncode = self.process.wait()
+        # its stderr ends with it, unless something it started keeps the pipe: not waited for
+        self._stderr_reader.join(timeout=5)
+        pipes = [self.process.stdin, self.process.stdout]
+        if not self._stderr_reader.is_alive():
+            pipes.append(self.process.stderr)
+        for pipe in pipes:
+            with contextlib.suppress(OSError):
+                if pipe is not None:
+                    pipe.close()
+        return returncode
+
+    def _ended(self, result: dict[str, Any] | None) -> AgentReply:
+        """Its reply once its stdout ended: reaped, with stderr's last lines."""
+        returncode = self._reap()
+        stderr = b"".join(self._stderr_tail).decode("utf-8", "replace")
+        if self._ended_because is not None:  # ended by the controller: what it wrote is no reply
+            why, status = self._ended_because
+            return AgentReply(returncode if status is None else status, None, f"{stderr}sparkflake: ended the agent: {why}\n")
+        return AgentReply(returncode, result, stderr)
 
 
 def start_agent(site: Site, rank: Rank, agent_args: Sequence[str]) -> StartedAgent:
