@@ -92,6 +92,7 @@ class Ranks:
         self.calls: list[tuple[int, str]] = []  # (rank number, command)
         self.exited: set[int] = set()  # ranks whose container ends once started
         self.change: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {}
+        self.whole: dict[tuple[str, int], AgentReply] = {}  # a reply in place of the agent's own
 
     def answer(self, command: str, request: dict[str, Any]) -> dict[str, Any]:
         n, deployment = request["rank"], request["deployment"]
@@ -118,6 +119,8 @@ class Ranks:
         command = remote_argv[remote_argv.index("--request-json") - 1]
         request = json.loads(remote_argv[remote_argv.index("--request-json") + 1])
         self.calls.append((request["rank"], command))
+        if (command, request["rank"]) in self.whole:
+            return self.whole[(command, request["rank"])]
         result = self.answer(command, request)
         if (command, request["rank"]) in self.change:
             result = self.change[(command, request["rank"])](copy.deepcopy(result))
@@ -262,6 +265,33 @@ def test_every_rank_with_a_reply_of_another_shape_is_named_in_one_refusal(ranks:
     assert ranks.asked("start") == []
 
 
+@pytest.mark.parametrize(("reply", "shown"), [
+    (AgentReply(1, None, "Traceback (most recent call last):\nKeyError: 'engine'\n"),
+     "the agent ended with exit status 1 before its checks: KeyError: 'engine'"),
+    (AgentReply(-9, None, "sparkflake: ended the agent: its output passed 16777216 bytes\n"),
+     "the agent ended with exit status -9 before its checks: sparkflake: ended the agent: its output passed"),
+    (AgentReply(1, {"status": "failed", "message": "podman: cannot connect"}, ""),
+     "the agent ended with exit status 1 before its checks: podman: cannot connect"),
+])
+def test_an_admit_that_ends_before_its_checks_is_that_ranks_refusal_not_bad_input(
+        ranks: Ranks, reply: AgentReply, shown: str) -> None:
+    # before: InputError, exit 2 (bad input); the operator guide: any refusal exits 1
+    ranks.whole[("admit", 1)] = reply
+    with pytest.raises(CheckFailed) as refused:
+        up(ranks)
+    assert refused.value.exit_code == 1 and refused.value.check_id == "service.admit"
+    assert refused.value.message.startswith(f"site.toml: ranks[1] (s1, rank 1): {shown}".replace("site.toml", str(ranks.site)))
+    assert ranks.asked("start") == []
+
+
+def test_an_admit_the_rank_refuses_as_bad_input_stays_bad_input(ranks: Ranks) -> None:
+    ranks.whole[("admit", 2)] = AgentReply(2, {"status": "failed", "message": "/etc/x.env: no such file"}, "")
+    ranks.whole[("admit", 3)] = AgentReply(1, None, "Traceback\nOSError\n")  # bad input goes first: exit 2
+    with pytest.raises(InputError, match=r"ranks\[2\] \(s2, rank 2\): /etc/x\.env: no such file"):
+        up(ranks)
+    assert ranks.asked("start") == []
+
+
 def test_an_image_nobody_names_is_the_ranks_own_refusal_not_a_malformed_reply(ranks: Ranks) -> None:
     # the agent writes "" when neither the site nor the profile names an image: its own
     # checks refuse that, as a refused admission with a record
@@ -386,8 +416,11 @@ def test_any_admit_reply_is_a_typed_result_or_a_refusal_naming_the_path(changes,
     except MalformedReply as exc:
         assert exc.message.startswith("rank 1 (s1, root@192.0.2.11): admit: the agent's reply $.")
         return
-    except InputError as exc:  # the agent's own bad input (exit 2), or it failed before checking
-        assert returncode == 2 or (result.get("status") == "failed" and "checks" not in result), exc
+    except InputError as exc:  # the agent's own bad input (exit 2)
+        assert returncode == 2, exc
+        return
+    except CheckFailed as exc:  # it failed before checking
+        assert exc.check_id == "service.admit" and result.get("status") == "failed" and "checks" not in result, exc
         return
     assert isinstance(admitted, RankAdmissionResult) and admitted.checks
     assert all(isinstance(check.id, str) and check.status in ("pass", "fail", "error", "skip") and isinstance(check.detail, str)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.check_result import ERROR, FAIL, PASS, SKIP, CheckResult
-from ..core.errors import InputError
+from ..core.errors import CheckFailed, InputError
 from ..distribute.agent_reply import (
     AgentReply,
     MalformedReply,
@@ -107,14 +107,18 @@ class AdmissionReport:
 
 def rank_result(origin: str, member: ServiceRank, reply: AgentReply, seconds: float) -> RankAdmissionResult:
     """One rank's reply as checks and facts; an unreachable rank or bad input on it is bad
-    input of the site (exit 2, nothing started); a reply of another shape is that rank's
-    refusal (MalformedReply, exit 1, nothing started)."""
+    input of the site (exit 2, nothing started); an agent that ended before its checks (a
+    traceback, a failure of its own) or a reply of another shape is that rank's refusal
+    (CheckFailed, MalformedReply: exit 1, nothing started)."""
     where = f"{origin}: ranks[{member.site_index}]"
     if reply.unreachable:
         raise InputError(f"{where}.ssh: {member.rank.ssh} is unreachable: {reply.describe_failure()}")
     result = reply.result
-    if result is None or reply.returncode == 2 or (result.get("status") == "failed" and "checks" not in result):
+    if reply.returncode == 2:
         raise InputError(f"{where} ({member.rank.name}, rank {member.number}): {reply.describe_failure()}")
+    if result is None or (result.get("status") == "failed" and "checks" not in result):
+        raise CheckFailed(f"{where} ({member.rank.name}, rank {member.number}): the agent ended with exit status "
+                          f"{reply.returncode} before its checks: {reply.describe_failure()}", check_id="service.admit")
     # an agent of another version, or a damaged one: what it answered is refused here, by
     # rank and JSON path, before anything starts, never as a traceback, and never as a
     # value a deployment record cannot be read back with (status reads every record)

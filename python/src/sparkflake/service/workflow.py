@@ -18,8 +18,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import CheckFailed, InputError
-from ..distribute.agent_reply import MalformedReply, object_at, text_at
+from ..core.errors import CheckFailed, InputError, SparkflakeError
+from ..distribute.agent_reply import object_at, text_at
 from ..distribute.site import Site, load_site
 from ..distribute.ssh import StartedAgent
 from ..signing.keys import PrivateKey
@@ -119,11 +119,11 @@ def members_of(service_site: ServiceSite, deployment: str, request: ServiceReque
 
 def admit(service_site: ServiceSite, members: list[ServiceRank], progress: Progress) -> AdmissionReport:
     """Every rank's checks at once; then the gang's comparisons."""
-    def one(member: ServiceRank) -> RankAdmissionResult | InputError | MalformedReply:
+    def one(member: ServiceRank) -> RankAdmissionResult | SparkflakeError:
         reply, seconds = timed(lambda: call(service_site.site, member, "admit"))
         try:
             result = rank_result(service_site.origin, member, reply, seconds)
-        except (InputError, MalformedReply) as exc:  # every rank's refusal in one message
+        except (InputError, CheckFailed) as exc:  # every rank's refusal in one message
             return exc
         progress(ProgressEvent("admitted" if result.ok else "refused", member.number, member.rank.name,
                                f"{len(result.checks)} checks in {seconds:.1f}s"))
@@ -133,11 +133,11 @@ def admit(service_site: ServiceSite, members: list[ServiceRank], progress: Progr
     errors = [str(item) for item in found if isinstance(item, InputError)]
     if errors:
         raise InputError("; ".join(errors))
-    malformed = [item for item in found if isinstance(item, MalformedReply)]
-    if len(malformed) == 1:
-        raise malformed[0]
-    if malformed:
-        raise CheckFailed("; ".join(item.message for item in malformed), check_id="agent.reply")
+    refused = [item for item in found if isinstance(item, CheckFailed)]
+    if len(refused) == 1:
+        raise refused[0]
+    if refused:
+        raise CheckFailed("; ".join(item.message for item in refused), check_id=refused[0].check_id)
     ranks = [item for item in found if isinstance(item, RankAdmissionResult)]
     report = AdmissionReport(tuple(ranks), seconds=seconds)
     settings = service_site.site.service
