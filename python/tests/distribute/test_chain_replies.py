@@ -17,6 +17,7 @@ import json
 import math
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -449,3 +450,72 @@ def test_a_receiver_line_without_end_is_read_past_within_the_line_limit(tmp_path
                                       "for _ in range(128): os.write(1, b'{' * 65536)\nos.write(1, b'\\n')"]
     outcome = relay.relay(planned, receiver, stall_seconds=5.0)
     assert outcome["status"] == relay.CONNECT_FAILED and outcome["sent"] == 0 and outcome["results"] == []
+
+
+# ---- a peer that goes silent without closing its end ------------------------------------------
+SILENT_RECEIVERS = {
+    # hung before its handshake: the relay's read of it blocked for ever
+    "before-handshake": ("import sys, time\nsys.stdin.buffer.readline()\ntime.sleep(600)", relay.CONNECT_FAILED),
+    # reads nothing after its handshake: sendfile into the full pipe blocked for ever
+    "not-reading": ("import os, sys, time\nsys.stdin.buffer.readline()\nos.write(1, b'{\"offset\": 0}\\n')\n"
+                    "time.sleep(600)", relay.TRANSPORT_ERROR),
+    # takes every byte, then never writes its result: the relay's read of it blocked for ever
+    "no-result": ("import os, sys, time\nsys.stdin.buffer.readline()\nos.write(1, b'{\"offset\": 0}\\n')\n"
+                  "want = {size}\nwhile want > 0: want -= len(os.read(0, min(want, 1 << 20)))\ntime.sleep(600)",
+                  relay.TRANSPORT_ERROR),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SILENT_RECEIVERS))
+def test_a_receiver_silent_past_the_stall_time_is_ended_and_the_hop_resumable(tmp_path, case):
+    # before: each blocked the relay (and so the hop, and the whole fan-out) for ever
+    script, status = SILENT_RECEIVERS[case]
+    size = 32 << 20  # more than the pipe to the receiver holds (SEND_CHUNK)
+    source = tmp_path / "source.bin"
+    source.write_bytes(b"a" * size)
+    planned = [relay.PlannedFile(path="/dst/f", sha256=SHA, size=size, source=str(source))]
+    began = time.monotonic()
+    outcome = relay.relay(planned, [sys.executable, "-c", script.replace("{size}", str(size))], stall_seconds=1.0)
+    assert time.monotonic() - began < 30
+    assert outcome["status"] == status and outcome["results"] == []
+    assert outcome["message"] == "the receiver said nothing for 1s: its connection was ended"
+
+
+class SilentRelay(FakeRelay):
+    """A relay that says nothing, its session open, until it is killed."""
+
+    def __init__(self, receiver: str, answer) -> None:
+        super().__init__(receiver, answer)
+        self.killed = threading.Event()
+
+    @property
+    def stdout(self):
+        killed = self.killed
+
+        class Silent:
+            def readline(self, limit: int = -1) -> bytes:
+                killed.wait(60)
+                return b""
+
+        return Silent()
+
+    def kill(self) -> None:
+        self.killed.set()
+
+    def wait(self, timeout=None) -> int:
+        return -9 if self.killed.is_set() else 0
+
+
+def test_a_hung_relay_is_ended_after_the_silence_and_the_rank_fails_naming_it(monkeypatch):
+    monkeypatch.setattr(chain, "RELAY_SILENCE_SECONDS", 0.5)
+    monkeypatch.setattr(chain, "start_relay", lambda site, hop: SilentRelay(hop.receiver.name, None))
+    site = three_ranks()
+    transfer = chain.ChainTransfer(site, [chain.Transfer(sha256=SHA, paths={n: "/data/f0" for n in site.order}, size=SIZE)],
+                                   chain.SizeGate.opened(SIZE), needs={"s1": [0], "s2": [0]}, retry_seconds=0.0)
+    began = time.monotonic()
+    transfer.start()
+    outcomes = transfer.join()
+    assert time.monotonic() - began < 30
+    assert outcomes["s1"].status == chain.FAILED
+    assert outcomes["s1"].error.endswith("failed after 1 attempts: rank s1: the relay on rank s0 (root@192.0.2.10) "
+                                         "said nothing for 0.5s: its session was ended")

@@ -44,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--tag", type=arguments.image_reference, help="tag applied after the image ID matched")
     parser.add_argument("--verify", dest="verify_only", action="store_true", help="read-only: report what every rank holds")
     parser.add_argument("--retry-seconds", type=arguments.seconds, default=120.0,
-                        help="how long a broken hop keeps resuming (default 120)")
+                        help="how long a broken hop keeps resuming after a copy last grew (default 120)")
     parser.add_argument("--evidence-dir", type=Path, help="write one JSON evidence record per rank here")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     add_progress_flag(parser)

@@ -25,7 +25,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("model_dir", metavar="MODEL_DIR")
     parser.add_argument("--site", required=True, type=Path, help="site file (TOML)")
     parser.add_argument("--dest", help="directory on every other rank (default DATA_DIR/models/NAME)")
-    parser.add_argument("--retry-seconds", type=arguments.seconds, default=120.0)
+    parser.add_argument("--retry-seconds", type=arguments.seconds, default=120.0,
+                        help="how long a broken hop keeps resuming after a copy last grew (default 120)")
     parser.add_argument("--evidence-dir", type=Path, help="write one JSON evidence record per rank here")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 

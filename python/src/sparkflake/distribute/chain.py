@@ -26,6 +26,7 @@ from typing import Any
 
 from ..core.bounded_lines import bounded_lines, keep_tail
 from ..core.progress import ProgressCallback as Progress
+from ..core.watchdog import Watchdog
 from . import receive, relay
 from .agent_protocol import LINE_LIMIT
 from .agent_reply import (
@@ -45,6 +46,10 @@ PENDING = "pending"
 FAILED = "failed"
 
 MISMATCH_RETRIES = 2
+# A relay is silent at most while its source grows no more and then while its receiver says
+# nothing, each ended by the relay itself after STALL_SECONDS: silent longer, it hung (its
+# host's keepalives may still answer), and its session is ended (a resumable transport error).
+RELAY_SILENCE_SECONDS = 2 * relay.STALL_SECONDS + 60
 
 
 @dataclass(frozen=True)
@@ -393,7 +398,9 @@ class ChainTransfer:
         attempt = HopAttempt()
         relay_on = f"rank {name}: the relay on rank {upstream} ({hop.sender.ssh})"
         last_line = b""
+        watchdog = Watchdog(RELAY_SILENCE_SECONDS, process.kill)
         for number, line in enumerate(bounded_lines(process.stdout, LINE_LIMIT), start=1):
+            watchdog.feed()
             last_line = line
             document = last_json(line.decode("utf-8", "replace"))
             if document is None or attempt.unusable is not None:
@@ -413,10 +420,13 @@ class ChainTransfer:
         with contextlib.suppress(OSError):
             process.stdin.close()
         returncode = process.wait()
+        watchdog.stop()
         reader.join(timeout=2)
         with self.condition:
             self.active.pop(name, None)
         attempt.result = last_json(last_line.decode("utf-8", "replace"))
+        if watchdog.fired and attempt.result is None:
+            attempt.message = f"{relay_on} said nothing for {RELAY_SILENCE_SECONDS:g}s: its session was ended"
         if attempt.result is None and returncode == SSH_FAILED:
             text = b"".join(stderr_tail).decode("utf-8", "replace").strip()
             attempt.reach_error = text.splitlines()[-1] if text else "ssh failed"

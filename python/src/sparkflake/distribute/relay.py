@@ -38,6 +38,7 @@ from ..core.bounded_lines import bounded_lines, keep_tail, read_line
 from ..core.canonical_json import canonical_json_bytes
 from ..core.digest import is_sha256_hex
 from ..core.records import describe, field_record
+from ..core.watchdog import Watchdog
 from . import receive
 from .agent_protocol import LINE_LIMIT
 from .files import partial_path
@@ -53,6 +54,8 @@ POLL_SECONDS = 0.02
 REPORT_SECONDS = 0.5
 SEND_CHUNK = 4 << 20
 PLAN_LIMIT = 16 << 20  # a plan of a few thousand files fits many times over
+# how long a source may grow no more, or a receiver say nothing, before the hop ends
+STALL_SECONDS = 600.0
 STDERR_LINE_LIMIT = 4096  # the receiver's stderr: its last lines, each cut here, go into the last line
 
 
@@ -120,7 +123,7 @@ def relay(
     files: Sequence[PlannedFile] | Callable[[], Sequence[PlannedFile] | None],
     downstream_argv: list[str],
     *,
-    stall_seconds: float = 600.0,
+    stall_seconds: float = STALL_SECONDS,
     progress: Callable[[int, int], None] | None = None,
     on_result: Callable[[int, dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
@@ -153,7 +156,12 @@ def relay(
     sent = 0
     status: str | None = None
     message = ""
+    # A receiver that stops answering without closing its end (its process hung while the
+    # link's keepalives still answer) would block the read of its next line, or sendfile into
+    # a full pipe, for ever: silent for stall_seconds, it is ended (a resumable transport error).
+    watchdog = Watchdog(stall_seconds, process.kill)
     for index, item in enumerate(planned):
+        watchdog.feed()
         handshake = _read_json_line(process.stdout)
         if handshake is None or "offset" not in handshake:
             if handshake is not None and "error" in handshake:
@@ -172,14 +180,15 @@ def relay(
             break
         offsets.append(offset)
         try:
-            sent += _send(Path(item.source), offset, item.size, process.stdin.fileno(), stall_seconds,
-                          functools.partial(progress, index) if progress else None)
+            sent += _send(Path(item.source), offset, item.size, process.stdin.fileno(), stall_seconds=stall_seconds,
+                          progress=functools.partial(progress, index) if progress else None, on_step=watchdog.feed)
         except _Withdrawn as exc:
             status, message = SOURCE_WITHDRAWN, str(exc)
             process.kill()
             break
         except (BrokenPipeError, ConnectionResetError):
             status = TRANSPORT_ERROR  # the receiver's last word (if any) is read below
+        watchdog.feed()
         result = _read_json_line(process.stdout)
         if result is None or "status" not in result:
             status = TRANSPORT_ERROR
@@ -201,10 +210,15 @@ def relay(
             break
     with contextlib.suppress(OSError):
         process.stdin.close()
+    watchdog.feed()  # its last lines, until it ends: silent that long, it is ended too
     for _ in bounded_lines(process.stdout, LINE_LIMIT):
         pass
     returncode = process.wait()
+    watchdog.stop()
     stderr_reader.join(timeout=2)
+    if watchdog.fired and status in (None, CONNECT_FAILED, TRANSPORT_ERROR):
+        status = status or TRANSPORT_ERROR
+        message = message or f"the receiver said nothing for {stall_seconds:g}s: its connection was ended"
     return {
         "status": status or DONE,
         "message": message,
@@ -226,18 +240,23 @@ def _send(
     offset: int,
     size: int,
     sink: int,
+    *,
     stall_seconds: float,
     progress: Callable[[int], None] | None,
+    on_step: Callable[[], None],
 ) -> int:
+    """Send ``source`` from ``offset`` to ``size`` into ``sink``; ``on_step`` after each step
+    that did not block on the sink (a chunk sent, a wait for the source to appear or grow)."""
     if offset >= size:
         return 0
-    handle = _open_growing(source, stall_seconds)
+    handle = _open_growing(source, stall_seconds, on_step)
     sent = 0
     position = offset
     last_progress = last_report = time.monotonic()
     try:
         while position < size:
             count = os.sendfile(sink, handle.fileno(), position, min(SEND_CHUNK, size - position))
+            on_step()
             if count:
                 position += count
                 sent += count
@@ -256,7 +275,7 @@ def _send(
     return sent
 
 
-def _open_growing(source: Path, stall_seconds: float) -> io.BufferedReader:
+def _open_growing(source: Path, stall_seconds: float, on_step: Callable[[], None]) -> io.BufferedReader:
     """The final copy if present, else the partial one that is arriving; the partial is
     renamed to the final name once verified, which keeps the open handle valid."""
     deadline = time.monotonic() + stall_seconds
@@ -268,6 +287,7 @@ def _open_growing(source: Path, stall_seconds: float) -> io.BufferedReader:
         if time.monotonic() > deadline:
             raise _Withdrawn(f"{source}: nothing arrived for {stall_seconds:.0f}s")
         time.sleep(POLL_SECONDS)
+        on_step()
 
 
 def _still_published(source: Path, handle: io.BufferedReader) -> bool:
