@@ -216,7 +216,7 @@ def relay(
     returncode = process.wait()
     watchdog.stop()
     stderr_reader.join(timeout=2)
-    if watchdog.fired and status in (None, CONNECT_FAILED, TRANSPORT_ERROR):
+    if watchdog.fired and len(results) < len(planned):  # ended before every file's result
         status = status or TRANSPORT_ERROR
         message = message or f"the receiver said nothing for {stall_seconds:g}s: its connection was ended"
     return {
