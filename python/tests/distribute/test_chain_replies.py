@@ -519,3 +519,15 @@ def test_a_hung_relay_is_ended_after_the_silence_and_the_rank_fails_naming_it(mo
     assert outcomes["s1"].status == chain.FAILED
     assert outcomes["s1"].error.endswith("failed after 1 attempts: rank s1: the relay on rank s0 (root@192.0.2.10) "
                                          "said nothing for 0.5s: its session was ended")
+
+
+def test_a_receiver_that_hangs_only_after_its_last_result_leaves_the_hop_done(tmp_path):
+    script = ("import os, sys, time\nsys.stdin.buffer.readline()\nos.write(1, b'{\"offset\": 0}\\n')\n"
+              "want = {size}\nwhile want > 0: want -= len(os.read(0, min(want, 1 << 20)))\n"
+              "os.write(1, sys.argv[1].encode() + b'\\n')\ntime.sleep(600)")
+    source = tmp_path / "source.bin"
+    source.write_bytes(b"a" * SIZE)
+    planned = [relay.PlannedFile(path="/dst/f", sha256=SHA, size=SIZE, source=str(source))]
+    outcome = relay.relay(planned, [sys.executable, "-c", script.replace("{size}", str(SIZE)),
+                                    line(good_result()).strip().decode()], stall_seconds=1.0)
+    assert outcome["status"] == relay.DONE and outcome["message"] == "" and outcome["results"] == [good_result()]
