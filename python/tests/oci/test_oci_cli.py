@@ -52,6 +52,18 @@ def test_build_writes_every_output_and_digests_json(tmp_path, capsys):
     assert digests["chain_id"] == digests["layers"][0]["diff_id"]  # one layer
 
 
+def test_a_relative_output_directory_is_built_and_named_as_given(tmp_path, capsys, monkeypatch):
+    # before: ValueError from Path.relative_to (the staged outputs absolute, OUT's stage not)
+    spec = _spec(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert cli_main(["image", "build", "spec.json", "-o", "out", "--cache", "c"]) == 0
+    printed = capsys.readouterr().out
+    assert "wrote out/oci, out/oci-archive.tar, out/docker-archive.tar, out/digests.json" in printed
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        ".sparkflake-output.json", "digests.json", "docker-archive.tar", "oci", "oci-archive.tar"]
+    assert spec.exists()
+
+
 def test_human_output_and_cache_report(tmp_path, capsys):
     spec = _spec(tmp_path, compression="zstd")
     args = [

@@ -336,10 +336,10 @@ def test_fetch_blob_streams_and_checks_at_the_end(emulator: Emulator, tmp_path: 
     assert streamed == emulator.blobs[descriptor["digest"]] and written == len(streamed)
     emulator.blobs[descriptor["digest"]] = b"L" + streamed[1:]
     with pytest.raises(CheckFailed, match="registry.blob-digest"):
-        client.fetch_blob("x", descriptor["digest"], tmp_path / "tampered")
+        client.fetch_blob("x", descriptor["digest"], tmp_path / "tampered", size=descriptor["size"])
     assert not (tmp_path / "tampered").exists()
     with pytest.raises(InputError, match="registry.digest"):
-        client.fetch_blob("x", "sha256:" + "A" * 64, tmp_path / "bad-digest")
+        client.fetch_blob("x", "sha256:" + "A" * 64, tmp_path / "bad-digest", size=1)
     assert parse_reference("docker://127.0.0.1:5000/a/b:c").repository == "a/b"
 
 

@@ -109,7 +109,9 @@ def run_build(args: argparse.Namespace) -> int:
             raise
         replaced_links = store.shared_blobs(out / "oci")
     store.confirm_unlinked(replaced_links)  # the previous layout's links are gone
-    outputs = [out / path.relative_to(staging) for path in
+    # each is a direct child of the stage (named by its path there: the stage may be relative,
+    # the staged paths are not)
+    outputs = [out / path.name for path in
                (staged.layout, staged.oci_archive, staged.docker_archive, staged.digests_file)]
     record = digests_record(image)
     for eviction in store.evicted:  # a corrupt cache entry was found, removed and made again

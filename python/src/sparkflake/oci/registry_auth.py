@@ -19,12 +19,15 @@ from dataclasses import dataclass
 
 from ..core.documents import read_json_file, read_regular_file
 from ..core.errors import InputError
+from .registry_http import READ_ERRORS, ResponseBody, describe_error, get_response, http_url
 
 MAX_CREDENTIALS_BYTES = 64 << 10  # {"username", "password"}, a token at most a few KiB
 MAX_CA_BYTES = 1 << 20  # a CA bundle (the system one is ~200 KiB)
 TOKEN_RESPONSE_LIMIT = 4 * 1024 * 1024  # the token service's answer, bounded as a manifest is
 
 _CHALLENGE_PARAM = re.compile(r'(\w+)\s*=\s*"([^"]*)"')
+# RFC 6750 section 2.1: b64token, the characters an Authorization: Bearer header carries
+_BEARER_TOKEN = re.compile(r"[A-Za-z0-9._~+/-]+=*")
 
 # (host, port, secure) -> a connection not yet opened: the client's, with its timeout and TLS.
 Connect = Callable[[str, int | None, bool], http.client.HTTPConnection]
@@ -72,10 +75,11 @@ class RegistryAuth:
     """The ``Authorization`` a client sends to one registry: none until the registry asks;
     then, per scope, the bearer token its challenge led to, or Basic credentials."""
 
-    def __init__(self, registry: str, credentials: Credentials | None, connect: Connect) -> None:
+    def __init__(self, registry: str, credentials: Credentials | None, connect: Connect, *, seconds: float) -> None:
         self.registry = registry
         self.credentials = credentials
         self._connect = connect
+        self._seconds = seconds  # how long the token service may take to answer, and each read of it
         self._tokens: dict[str, str] = {}
         self._basic = False
 
@@ -98,11 +102,12 @@ class RegistryAuth:
             return
         if scheme.lower() != "bearer" or "realm" not in params:
             raise InputError(f"{what}: {self.registry} answered 401 with an unusable challenge {challenge!r}")
-        realm = urllib.parse.urlsplit(params["realm"])
+        realm = http_url(params["realm"])
+        if realm is None:
+            raise InputError(f"{what}: token realm {params['realm']!r} is not an http(s) URL of printable ASCII "
+                             "with a host and a port")
         if realm.scheme == "http" and not is_loopback(realm.hostname or ""):
             raise InputError(f"{what}: refusing a plain HTTP token realm {params['realm']}")
-        if realm.scheme not in ("http", "https"):
-            raise InputError(f"{what}: token realm {params['realm']!r} is not an http(s) URL")
         query = {"service": params["service"]} if "service" in params else {}
         query["scope"] = params.get("scope", scope)
         target = realm.path or "/"
@@ -110,25 +115,29 @@ class RegistryAuth:
         headers = {"Accept": "application/json"}
         if self.credentials:
             headers["Authorization"] = _basic_header(self.credentials)
+        asking = f"{what}: token service {params['realm']}"
         connection = self._connect(realm.hostname or "", realm.port, realm.scheme == "https")
         try:
             connection.request("GET", f"{target}?{joined}", headers=headers)
-            response = connection.getresponse()
-            payload = response.read(TOKEN_RESPONSE_LIMIT + 1)
-        except (OSError, http.client.HTTPException) as exc:
-            raise InputError(f"{what}: cannot reach token service {params['realm']}: {exc}") from exc
-        finally:
+            response = get_response(connection, self._seconds, asking)
+        except READ_ERRORS as exc:
             connection.close()
+            raise InputError(f"{what}: cannot reach token service {params['realm']}: {describe_error(exc)}") from exc
+        with ResponseBody(connection, response, seconds=self._seconds, what=asking) as served:
+            payload = served.read_whole(TOKEN_RESPONSE_LIMIT)
         if response.status != 200:
             raise InputError(f"{what}: token service {params['realm']} answered HTTP {response.status} "
                              f"(credentials {'given' if self.credentials else 'not given'})")
         try:
             document = json.loads(payload)
             token = document.get("token") or document.get("access_token")
-        except (ValueError, AttributeError):
+        except (ValueError, AttributeError, RecursionError):  # not JSON, not an object, nested past the parser
             token = None
         if not isinstance(token, str) or not token:
             raise InputError(f"{what}: token service {params['realm']} returned no token")
+        if not _BEARER_TOKEN.fullmatch(token):  # what an Authorization header can carry
+            raise InputError(f"{what}: token service {params['realm']} returned a token that is not a bearer "
+                             "token (RFC 6750 b64token)")
         self._tokens[scope] = token
 
 

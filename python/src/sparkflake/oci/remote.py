@@ -28,6 +28,7 @@ from ..core.digest import is_digest
 from ..core.documents import parse_json_object
 from ..core.errors import CheckFailed, InputError
 from ..core.progress import ProgressCallback
+from ..core.records import describe
 from .media_types import (
     DOCKER_MANIFEST,
     DOCKER_MANIFEST_LIST,
@@ -38,6 +39,7 @@ from .media_types import (
     TAG_PATTERN,
 )
 from .registry_auth import Credentials, RegistryAuth, is_loopback, tls_context
+from .registry_http import READ_ERRORS, ResponseBody, describe_error, get_response, redirect_target
 
 if TYPE_CHECKING:  # imported where used: `verify` needs none of them (bench/bench_sign.py)
     from pathlib import Path
@@ -50,6 +52,7 @@ CHUNK = 1 << 20
 # Image manifests first, then indexes.
 ACCEPT = ", ".join((OCI_MANIFEST, DOCKER_MANIFEST, OCI_INDEX, DOCKER_MANIFEST_LIST))
 
+_DECIMAL = re.compile(r"(0|[1-9][0-9]{0,18})")
 # matched whole (``fullmatch``: ``$`` would let a trailing newline through)
 _REGISTRY = re.compile(r"[A-Za-z0-9.-]+(?::[0-9]{1,5})?|\[[0-9a-fA-F:]+\](?::[0-9]{1,5})?")
 _REPOSITORY = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*")
@@ -145,7 +148,7 @@ class RegistryClient:
         self.insecure = insecure
         self.timeout = timeout
         self._tls = None if insecure else tls_context(ca_file)
-        self.auth = RegistryAuth(registry, credentials, self._connection)
+        self.auth = RegistryAuth(registry, credentials, self._connection, seconds=timeout)
 
     # -- transport
     def _connection(self, host: str, port: int | None, secure: bool) -> http.client.HTTPConnection:
@@ -166,26 +169,25 @@ class RegistryClient:
     ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
         """One exchange, answering at most one auth challenge and following redirects;
         ``body`` is a factory so a retried request re-reads its body from the start."""
+        own_base = f"{'http' if self.insecure else 'https'}://{_netloc(self.host, self.port)}/"
         url = path_or_url
         authorized = False
         for _ in range(6):
-            parsed = urllib.parse.urlsplit(url)
-            if parsed.scheme:
-                host, port = parsed.hostname or "", parsed.port
-                secure = parsed.scheme == "https"
-                target = parsed.path + (f"?{parsed.query}" if parsed.query else "")
-                own = (host, port) == (self.host, self.port)
-                if not secure and not is_loopback(host):
-                    raise InputError(f"{what}: refusing a plain HTTP redirect to {host}")
-            else:
-                host, port, secure, target, own = self.host, self.port, not self.insecure, url, True
+            # a path of ours, or a URL the registry gave (a redirect, an upload's Location)
+            parsed = redirect_target(own_base, url, what)
+            host, port = parsed.hostname or "", parsed.port
+            secure = parsed.scheme == "https"
+            target = (parsed.path or "/") + (f"?{parsed.query}" if parsed.query else "")
+            own = (host, port) == (self.host.lower(), self.port)
+            if not secure and not is_loopback(host):
+                raise InputError(f"{what}: refusing a plain HTTP redirect to {host}")
             request_headers = dict(headers or {})
             if own:
                 request_headers.update(self.auth.headers(scope))
             connection = self._connection(host, port, secure)
             try:
                 connection.request(method, target, body=body() if body else None, headers=request_headers)
-                response = connection.getresponse()
+                response = get_response(connection, self.timeout, what)
             except ssl.SSLError as exc:
                 connection.close()
                 hint = ""
@@ -193,23 +195,19 @@ class RegistryClient:
                     hint = (f"; {self.registry} speaks plain HTTP: pass --insecure "
                             "(--insecure-registry for fanout), allowed for loopback registries")
                 raise InputError(f"{what}: TLS with {self.registry} failed: {exc.reason or exc}{hint}") from exc
-            except (OSError, http.client.HTTPException) as exc:
+            except READ_ERRORS as exc:
                 connection.close()
-                reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
-                raise InputError(f"{what}: cannot reach registry {self.registry}: {reason}") from exc
+                raise InputError(f"{what}: cannot reach registry {self.registry}: {describe_error(exc)}") from exc
             if response.status in expect:
                 return connection, response
-            detail = _error_detail(response)
-            connection.close()
+            detail = self._error_detail(connection, response, what)
             if response.status == 401 and own and not authorized:
                 self.auth.answer_challenge(response.headers.get("WWW-Authenticate", ""), scope, what)
                 authorized = True
                 continue
             if response.status in (301, 302, 303, 307, 308) and response.headers.get("Location"):
-                url = urllib.parse.urljoin(
-                    f"{'https' if secure else 'http'}://{_netloc(host, port)}{target}",
-                    response.headers["Location"],
-                )
+                here = f"{'https' if secure else 'http'}://{_netloc(host, port)}{target}"
+                url = redirect_target(here, response.headers["Location"], what).geturl()
                 if response.status == 303:
                     method, body = "GET", None
                 continue
@@ -223,6 +221,23 @@ class RegistryClient:
                               check_id="registry.http")
         raise InputError(f"{what}: too many redirects from {self.registry}")
 
+    def _error_detail(self, connection: http.client.HTTPConnection, response: http.client.HTTPResponse,
+                      what: str) -> str:
+        """What an error answer says (its first 64 KiB, read within the time-out), or its reason."""
+        try:
+            with ResponseBody(connection, response, seconds=self.timeout, what=what) as served:
+                raw = served.read(65536)
+        except InputError:
+            return response.reason
+        try:
+            document = json.loads(raw)
+        except (ValueError, RecursionError):
+            document = None
+        errors = document.get("errors") if isinstance(document, dict) else None
+        if isinstance(errors, list) and errors:
+            return "; ".join(f"{e.get('code')}: {e.get('message')}" for e in errors if isinstance(e, dict))
+        return raw.decode("utf-8", "replace")[:300]
+
     # -- API
     def blob_size(self, repository: str, digest: str) -> int | None:
         """HEAD a blob: its size if the registry has it, else None."""
@@ -231,11 +246,10 @@ class RegistryClient:
             "HEAD", f"/v2/{repository}/blobs/{digest}", scope=_scope(repository, "pull"),
             expect=(200, 404), what=what,
         )
-        response.read()
-        connection.close()
+        connection.close()  # one exchange per connection: a body (a 303 made it a GET) is not read
         if response.status == 404:
             return None
-        return int(response.headers.get("Content-Length", "0"))
+        return _required_length(response, what)
 
     def push_blob(self, repository: str, digest: str, size: int, path: Path) -> bool:
         """Upload one blob monolithically unless the registry already has it; True if sent."""
@@ -248,7 +262,6 @@ class RegistryClient:
             "POST", f"/v2/{repository}/blobs/uploads/", scope=scope, expect=(202,),
             headers={"Content-Length": "0"}, what=what,
         )
-        response.read()
         connection.close()
         location = response.headers.get("Location")
         if not location:
@@ -270,12 +283,11 @@ class RegistryClient:
                 headers={"Content-Type": "application/octet-stream", "Content-Length": str(size)},
                 what=what,
             )
-            response.read()
             connection.close()
         finally:
             for handle in opened:
                 handle.close()
-        answered = response.headers.get("Docker-Content-Digest")
+        answered = _one_header(response, "Docker-Content-Digest", what)
         if answered and answered != digest:
             raise CheckFailed(f"{what}: the registry stored the blob as {answered}", check_id="registry.blob-digest")
         return True
@@ -302,10 +314,8 @@ class RegistryClient:
             "GET", f"/v2/{repository}/referrers/{digest}", scope=_scope(repository, "pull"),
             headers={"Accept": OCI_INDEX}, expect=(200, 404), what=what,
         )
-        try:
-            content = response.read(MANIFEST_LIMIT + 1)
-        finally:
-            connection.close()
+        with ResponseBody(connection, response, seconds=self.timeout, what=what) as served:
+            content = served.read_whole(MANIFEST_LIMIT)
         if response.status == 404:
             return None
         if len(content) > MANIFEST_LIMIT:
@@ -323,9 +333,8 @@ class RegistryClient:
             expect=(201,), body=lambda: content,
             headers={"Content-Type": media_type, "Content-Length": str(len(content))}, what=what,
         )
-        response.read()
         connection.close()
-        answered = response.headers.get("Docker-Content-Digest")
+        answered = _one_header(response, "Docker-Content-Digest", what)
         if answered is not None and answered != ours:
             raise CheckFailed(
                 f"{what}: the registry answered digest {answered}, our manifest bytes are {ours}",
@@ -334,21 +343,21 @@ class RegistryClient:
         return ours
 
     def head_manifest(self, repository: str, reference: str) -> tuple[str, str, int] | None:
-        """(digest, media type, size) of a manifest, or None if the registry lacks it."""
+        """(digest, media type, size) of a manifest, or None if the registry lacks it; the
+        digest is "" when the registry does not say it (it is a SHOULD of the spec)."""
         what = f"HEAD {self.registry}/{repository}:{reference}"
         connection, response = self._request(
             "HEAD", f"/v2/{repository}/manifests/{reference}", scope=_scope(repository, "pull"),
             headers={"Accept": ACCEPT}, expect=(200, 404), what=what,
         )
-        response.read()
         connection.close()
         if response.status == 404:
             return None
-        return (
-            response.headers.get("Docker-Content-Digest", ""),
-            response.headers.get("Content-Type", ""),
-            int(response.headers.get("Content-Length", "0")),
-        )
+        digest = _one_header(response, "Docker-Content-Digest", what) or ""
+        if digest and not is_digest(digest):
+            raise CheckFailed(f"{what}: Docker-Content-Digest {digest!r} is not sha256: and 64 lowercase hex digits",
+                              check_id="registry.manifest-digest")
+        return digest, response.headers.get("Content-Type", ""), _required_length(response, what)
 
     def get_manifest(self, repository: str, reference: str) -> Manifest:
         what = f"manifest {self.registry}/{repository}{'@' if reference.startswith('sha256:') else ':'}{reference}"
@@ -356,26 +365,28 @@ class RegistryClient:
             "GET", f"/v2/{repository}/manifests/{reference}", scope=_scope(repository, "pull"),
             headers={"Accept": ACCEPT}, what=what,
         )
-        try:
-            declared = response.headers.get("Content-Length")
-            if declared is not None and int(declared) > MANIFEST_LIMIT:
+        with ResponseBody(connection, response, seconds=self.timeout, what=what) as served:
+            declared = _content_length(response, what)
+            if declared is not None and declared > MANIFEST_LIMIT:
                 raise CheckFailed(f"{what}: {declared} bytes exceeds the {MANIFEST_LIMIT}-byte manifest limit",
                                   check_id="registry.manifest-limit")
-            content = response.read(MANIFEST_LIMIT + 1)
-        finally:
-            connection.close()
+            content = served.read_whole(MANIFEST_LIMIT)
         if len(content) > MANIFEST_LIMIT:
             raise CheckFailed(f"{what}: more than {MANIFEST_LIMIT} bytes", check_id="registry.manifest-limit")
         digest = "sha256:" + hashlib.sha256(content).hexdigest()
         if reference.startswith("sha256:") and digest != reference:
             raise CheckFailed(f"{what}: the bytes served hash to {digest}", check_id="registry.manifest-digest")
-        answered = response.headers.get("Docker-Content-Digest")
+        answered = _one_header(response, "Docker-Content-Digest", what)
         if answered and answered != digest:
             raise CheckFailed(f"{what}: Docker-Content-Digest {answered} but the bytes hash to {digest}",
                               check_id="registry.manifest-digest")
         media_type = response.headers.get("Content-Type", "").split(";")[0].strip()
         document = json_object(content, what)
-        media_type = document.get("mediaType") or media_type
+        declared_type = document.get("mediaType")
+        if declared_type is not None and not isinstance(declared_type, str):
+            raise CheckFailed(f"{what}: $.mediaType: expected a string, got {describe(declared_type)}",
+                              check_id="registry.media-type")
+        media_type = declared_type or media_type
         if media_type not in MANIFEST_MEDIA_TYPES | INDEX_MEDIA_TYPES:
             raise CheckFailed(f"{what}: unsupported media type {media_type!r}", check_id="registry.media-type")
         return Manifest(media_type=media_type, digest=digest, content=content)
@@ -385,9 +396,10 @@ class RegistryClient:
         chunks = list(self._blob_chunks(repository, digest, limit=limit))
         return b"".join(chunks)
 
-    def fetch_blob(self, repository: str, digest: str, destination: Path, *, size: int | None = None,
+    def fetch_blob(self, repository: str, digest: str, destination: Path, *, size: int,
                    progress: ProgressCallback | None = None) -> int:
-        """Stream a blob to ``destination`` (atomic); nothing lands there unless it verified."""
+        """Stream a blob of ``size`` bytes (its descriptor's) to ``destination`` (atomic):
+        nothing lands there unless it verified, and never more than ``size`` bytes."""
         from ..core.atomic_write import atomic_file
 
         written = 0
@@ -396,7 +408,7 @@ class RegistryClient:
                 sink.write(chunk)
                 written += len(chunk)
                 if progress:
-                    progress(written, size or written, digest)
+                    progress(written, size, digest)
         return written
 
     def blob_response(self, repository: str, digest: str) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
@@ -412,8 +424,8 @@ class RegistryClient:
         connection, response = self.blob_response(repository, digest)
         hasher = hashlib.sha256()
         received = 0
-        try:
-            while chunk := response.read(CHUNK):
+        with ResponseBody(connection, response, seconds=self.timeout, what=what) as served:
+            while chunk := served.read(CHUNK):
                 received += len(chunk)
                 if limit is not None and received > limit:
                     raise CheckFailed(f"{what}: more than {limit} bytes", check_id="registry.blob-limit")
@@ -422,8 +434,6 @@ class RegistryClient:
                                       check_id="registry.blob-size")
                 hasher.update(chunk)
                 yield chunk
-        finally:
-            connection.close()
         if size is not None and received != size:
             raise CheckFailed(f"{what}: {received} bytes, its descriptor says {size}", check_id="registry.blob-size")
         found = "sha256:" + hasher.hexdigest()
@@ -486,16 +496,32 @@ def check_digest(digest: str) -> None:
                          check_id="registry.digest")
 
 
-def _error_detail(response: http.client.HTTPResponse) -> str:
-    try:
-        raw = response.read(65536)
-        document = json.loads(raw)
-        errors = document.get("errors") if isinstance(document, dict) else None
-        if isinstance(errors, list) and errors:
-            return "; ".join(f"{e.get('code')}: {e.get('message')}" for e in errors if isinstance(e, dict))
-        return raw.decode("utf-8", "replace")[:300]
-    except (ValueError, OSError, http.client.HTTPException):
-        return response.reason
+def _required_length(response: http.client.HTTPResponse, what: str) -> int:
+    declared = _content_length(response, what)
+    if declared is None:
+        raise CheckFailed(f"{what}: no Content-Length in the registry's answer", check_id="registry.http")
+    return declared
+
+
+def _content_length(response: http.client.HTTPResponse, what: str) -> int | None:
+    """The answer's Content-Length, if it has one: decimal digits that fit 63 bits (what
+    http.client would take of "-1", "1e3" or "+5" is not a size)."""
+    declared = _one_header(response, "Content-Length", what)
+    if declared is None:
+        return None
+    if not _DECIMAL.fullmatch(declared):
+        raise CheckFailed(f"{what}: Content-Length {declared!r} is not a byte count", check_id="registry.http")
+    return int(declared)
+
+
+def _one_header(response: http.client.HTTPResponse, name: str, what: str) -> str | None:
+    """The one value of header ``name`` (None: absent); two that differ are refused, where
+    ``headers.get`` would take the first."""
+    values = set(response.headers.get_all(name) or [])
+    if len(values) > 1:
+        raise CheckFailed(f"{what}: the registry answered {len(values)} different {name} headers",
+                          check_id="registry.http")
+    return values.pop() if values else None
 
 
 def json_object(content: bytes, where: str) -> dict[str, Any]:

@@ -10,19 +10,16 @@ any byte is hashed.
 
 from __future__ import annotations
 
-import http.client
 import io
-from typing import TYPE_CHECKING, BinaryIO
+from typing import BinaryIO
 
 from ..core.errors import InputError
 from .media_types import INDEX_MEDIA_TYPES
 from .reader import ImageReader, checked_digest, reader_from_manifest, select_platform_manifest
 from .registry_auth import Credentials
+from .registry_http import ResponseBody
 from .remote import RegistryClient, parse_reference
 from .types import BlobRef
-
-if TYPE_CHECKING:  # typeshed's name for what readinto writes into
-    from _typeshed import WriteableBuffer
 
 
 class RegistryFiles:
@@ -43,26 +40,8 @@ class RegistryFiles:
         # the raw exchange: the client's own blob reads verify and raise, and here the
         # verifier hashes the bytes itself and names a mismatch in its own terms
         connection, response = self._client.blob_response(self._repository, name)
-        return io.BufferedReader(_ResponseBody(connection, response), buffer_size=1 << 20)
-
-
-class _ResponseBody(io.RawIOBase):
-    """A response's body as a raw stream; closing it closes the connection it came on."""
-
-    def __init__(self, connection: http.client.HTTPConnection, response: http.client.HTTPResponse) -> None:
-        self._connection = connection
-        self._response = response
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: WriteableBuffer) -> int:
-        return self._response.readinto(buffer)
-
-    def close(self) -> None:
-        self._response.close()
-        self._connection.close()
-        super().close()
+        body = ResponseBody(connection, response, seconds=self._client.timeout, what=self.describe(name))
+        return io.BufferedReader(body, buffer_size=1 << 20)
 
 
 def _registry_blob_name(digest: object, where: str) -> str:

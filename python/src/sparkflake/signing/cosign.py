@@ -59,11 +59,14 @@ def docker_reference(reference: Reference) -> str:
 def resolve_digest(client: RegistryClient, reference: Reference) -> str:
     """The manifest digest REF names now (a tag is looked up; a digest must exist)."""
     found = client.head_manifest(reference.repository, reference.reference)
-    if found is None or not found[0]:
+    if found is None:
         raise CheckFailed(f"{reference}: no such image in {reference.registry}", check_id="registry.not-found")
-    if reference.digest and found[0] != reference.digest:
-        raise CheckFailed(f"{reference}: the registry answers digest {found[0]}", check_id="registry.manifest-digest")
-    return found[0]
+    # a registry need not say the digest on a HEAD (a SHOULD of the distribution spec): then
+    # the manifest's own bytes say it
+    digest = found[0] or client.get_manifest(reference.repository, reference.reference).digest
+    if reference.digest and digest != reference.digest:
+        raise CheckFailed(f"{reference}: the registry answers digest {digest}", check_id="registry.manifest-digest")
+    return digest
 
 
 def _placeholder_config(layer_digests: list[str]) -> bytes:
