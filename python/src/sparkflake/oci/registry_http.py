@@ -89,19 +89,34 @@ class ResponseBody(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
+    def read(self, size: int = -1) -> bytes:
+        """At most ``size`` bytes (> 0), ``b""`` at the end: the response's own read, without
+        the copy ``RawIOBase.read`` makes through ``readinto``."""
+        if size < 0:
+            raise ValueError("a registry's answer is read in bounded pieces")
+        try:
+            chunk = self._response.read(size)
+        except READ_ERRORS as exc:
+            raise self._refusal(exc) from None
+        self._served(len(chunk), size)
+        return chunk
+
     def readinto(self, buffer: WriteableBuffer) -> int:
         try:
             count = self._response.readinto(buffer)
         except READ_ERRORS as exc:
             raise self._refusal(exc) from None
+        self._served(count, len(memoryview(buffer)))
+        return count
+
+    def _served(self, count: int, asked: int) -> None:
         if self._stalled.fired:  # ended under the read, which may have returned short
             raise self._refusal(None)
-        if count == 0 and len(memoryview(buffer)) and self._response.length:
+        if count == 0 and asked and self._response.length:
             # http.client ends a body short of its Content-Length without a word
             raise InputError(f"{self._what}: the registry's answer broke off: {self._response.length} bytes short "
                              "of its Content-Length")
         self._stalled.feed()
-        return count
 
     def read_whole(self, limit: int) -> bytes:
         """The whole body, read 1 MiB at a time (each within the time-out); past ``limit``
