@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any, BinaryIO
 
 import pytest
-from fixtures.raw_http import answer, raw_registry
+from fixtures.raw_http import answer, raw_server
 
 from sparkflake.core.errors import CheckFailed, InputError
 from sparkflake.oci.media_types import OCI_MANIFEST
@@ -61,7 +61,7 @@ def call_within(seconds: float, call: Callable[[], Any]) -> Any:
 
 
 def against(respond: Respond, call: Callable[[RegistryClient], Any], seconds: float = 20.0) -> Any:
-    with raw_registry(respond) as address:
+    with raw_server(respond) as address:
         client = RegistryClient(address, insecure=True, timeout=TIMEOUT)
         return call_within(seconds, lambda: call(client))
 
@@ -266,7 +266,7 @@ def test_a_token_answer_that_cannot_be_used_is_refused(token_answer, message):
     def respond(method, path, headers, out):
         bearer(realm_of(holder["address"]), token_answer)(method, path, headers, out)
 
-    with raw_registry(respond) as address:
+    with raw_server(respond) as address:
         holder["address"] = address
         client = RegistryClient(address, insecure=True, timeout=TIMEOUT)
         with pytest.raises(InputError, match=message):

@@ -8,7 +8,7 @@ import hashlib
 import json
 
 import pytest
-from fixtures.raw_http import answer, raw_registry
+from fixtures.raw_http import answer, raw_server
 
 from sparkflake.core.errors import CheckFailed
 from sparkflake.oci.media_types import OCI_MANIFEST
@@ -24,7 +24,7 @@ def registry(head_digest: str | None):
         said = (("Docker-Content-Digest", head_digest),) if head_digest else ()
         length = (("Content-Length", str(len(MANIFEST))), ("Content-Type", OCI_MANIFEST))
         out.write(answer("200 OK", length + said, b"" if method == "HEAD" else MANIFEST))
-    return raw_registry(respond)
+    return raw_server(respond)
 
 
 @pytest.mark.parametrize("head_digest", [DIGEST, None])

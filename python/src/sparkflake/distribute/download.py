@@ -15,8 +15,12 @@ from typing import Any
 
 from ..core.digest import READ_CHUNK
 from ..core.errors import InputError
-from .files import fsync_directory, hash_prefix, move_aside, partial_path
-from .receive import INCOMPLETE, MISMATCH, OK
+from .files import free_bytes, fsync_directory, hash_prefix, move_aside, partial_path
+from .receive import INCOMPLETE, MISMATCH, NO_SPACE, OK
+
+# What a download leaves free on its disk: a server that sends without a length it keeps to
+# (a chunked body without end, a body ended only by the connection) fills it only to here.
+FREE_RESERVE = 1 << 30
 
 _CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
 
@@ -49,6 +53,7 @@ def download(url: str, final: Path, sha256: str, *, timeout: float = 60.0) -> di
     received = 0
     expected_total = None
     interrupted = False
+    overflowed = False
     if response is not None:
         with response:
             if offset and response.status == 206:
@@ -65,6 +70,10 @@ def download(url: str, final: Path, sha256: str, *, timeout: float = 60.0) -> di
                 expected_total = int(length) if length and length.isdigit() else None
                 hasher = hashlib.sha256()
                 mode = "wb"
+            if expected_total is not None and free_bytes(final.parent) < expected_total - offset:
+                message = (f"no space left for {final}: needs {expected_total - offset} more bytes, "
+                           f"{free_bytes(final.parent)} free in {final.parent}")
+                return {"status": NO_SPACE, "message": message, "path": str(final)}
             with open(partial, mode) as sink:
                 while True:
                     try:
@@ -74,6 +83,9 @@ def download(url: str, final: Path, sha256: str, *, timeout: float = 60.0) -> di
                         break
                     if not chunk:
                         break
+                    if free_bytes(final.parent) - len(chunk) < FREE_RESERVE:
+                        overflowed = True
+                        break
                     sink.write(chunk)
                     hasher.update(chunk)
                     received += len(chunk)
@@ -82,6 +94,12 @@ def download(url: str, final: Path, sha256: str, *, timeout: float = 60.0) -> di
     else:
         hasher = hash_prefix(partial, offset)
     size = offset + received
+    if overflowed:
+        partial.unlink()  # bytes past any length the server gave: no copy to resume
+        return {"status": NO_SPACE, "path": str(final), "size": size, "offset": offset, "received": received,
+                "reused": False, "seconds": round(time.monotonic() - started, 6),
+                "message": f"{url}: {size} bytes and no end, {FREE_RESERVE} bytes left free in {final.parent}: "
+                           "the download was ended and its partial copy removed"}
     if interrupted or (expected_total is not None and size < expected_total):
         return {"status": INCOMPLETE, "path": str(final), "size": size, "offset": offset,
                 "received": received, "reused": False, "seconds": round(time.monotonic() - started, 6),
