@@ -29,7 +29,7 @@ import tarfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import Any, BinaryIO, Protocol, cast
 
 from ..core.digest import digest_hex, is_digest
 from ..core.documents import MAX_DOCUMENT_BYTES, open_regular_file, parse_json, parse_json_object
@@ -47,12 +47,12 @@ from .stored_blob import stored_document
 from .types import BlobRef, select_index_entry
 
 
-class _Slice(io.RawIOBase):
-    """A read-only window [offset, offset+size) of an open file."""
+class _Prefix(io.RawIOBase):
+    """The first ``size`` bytes of ``handle`` (read from where it stands); closing it closes
+    the handle."""
 
-    def __init__(self, path: Path, offset: int, size: int) -> None:
-        self._handle = open(path, "rb", buffering=0)  # noqa: SIM115 - closed in close()
-        self._handle.seek(offset)
+    def __init__(self, handle: BinaryIO, size: int) -> None:
+        self._handle = handle
         self._remaining = size
 
     def readable(self) -> bool:
@@ -173,7 +173,10 @@ class TarFiles:
         found = self.members.get(_clean_member_name(name))
         if found is None:
             raise InputError(f"{self.archive}: no member {name}", check_id="image.readable")
-        return io.BufferedReader(_Slice(self.archive, *found), buffer_size=1 << 20)
+        offset, size = found
+        handle = open(self.archive, "rb", buffering=0)  # noqa: SIM115 - closed with the prefix
+        handle.seek(offset)
+        return io.BufferedReader(_Prefix(handle, size), buffer_size=1 << 20)
 
 
 def _refuse_data_after_the_end(archive: Path, handle: BinaryIO, end: int) -> None:
@@ -239,9 +242,16 @@ class ImageReader:
         )
 
     def open_blob(self, ref: BlobRef) -> BinaryIO:
+        """The blob's bytes, at most one past its descriptor's size: enough for a check to see
+        it is longer, and no more (a registry's body without end, after a HEAD that gave the
+        right size, would otherwise be read for ever)."""
         if self.files.size(ref.name) is None:
             raise self.missing_blob(ref)
-        return self.files.open(ref.name)
+        handle = self.files.open(ref.name)
+        if ref.size is None:
+            return handle
+        # read() passes straight through (no copy); a stream's reader needs nothing else of it
+        return cast("BinaryIO", _Prefix(handle, ref.size + 1))
 
     @property
     def config(self) -> dict[str, Any]:

@@ -130,11 +130,18 @@ def pull_to_layout(client: RegistryClient, source: Reference, layout: Path, plat
     """Fetch an image into an OCI layout directory, every byte verified; an index is
     resolved to the platform's manifest. The layout appears atomically."""
     _, manifest = resolve_manifest(client, source, platform)
-    blobs = image_blobs(manifest.document(), f"{source} manifest {manifest.digest}")
-    total = sum(size for _, _, size in blobs)
+    where = f"{source} manifest {manifest.digest}"
+    blobs = image_blobs(manifest.document(), where)
+    # a blob a manifest names twice (the same layer listed again) is fetched once
+    sizes: dict[str, int] = {}
+    for digest, _, size in blobs:
+        if sizes.setdefault(digest, size) != size:
+            raise CheckFailed(f"{where}: blob {digest} is listed with sizes {sizes[digest]} and {size}",
+                              check_id="registry.blob-size")
+    total = sum(sizes.values())
     fetched = 0
     with StagedLayout(layout) as staged:
-        for digest, _, size in blobs:
+        for digest, size in sizes.items():
             fetched += client.fetch_blob(source.repository, digest, staged.blob_path(digest), size=size)
             if progress:
                 progress(fetched, total, source.repository)

@@ -342,9 +342,10 @@ class RegistryClient:
             )
         return ours
 
-    def head_manifest(self, repository: str, reference: str) -> tuple[str, str, int] | None:
+    def head_manifest(self, repository: str, reference: str) -> tuple[str, str, int | None] | None:
         """(digest, media type, size) of a manifest, or None if the registry lacks it; the
-        digest is "" when the registry does not say it (it is a SHOULD of the spec)."""
+        digest is "" and the size None when the registry does not say them (each a SHOULD of
+        the distribution spec)."""
         what = f"HEAD {self.registry}/{repository}:{reference}"
         connection, response = self._request(
             "HEAD", f"/v2/{repository}/manifests/{reference}", scope=_scope(repository, "pull"),
@@ -357,7 +358,7 @@ class RegistryClient:
         if digest and not is_digest(digest):
             raise CheckFailed(f"{what}: Docker-Content-Digest {digest!r} is not sha256: and 64 lowercase hex digits",
                               check_id="registry.manifest-digest")
-        return digest, response.headers.get("Content-Type", ""), _required_length(response, what)
+        return digest, response.headers.get("Content-Type", ""), _content_length(response, what)
 
     def get_manifest(self, repository: str, reference: str) -> Manifest:
         what = f"manifest {self.registry}/{repository}{'@' if reference.startswith('sha256:') else ':'}{reference}"
@@ -517,7 +518,7 @@ def _content_length(response: http.client.HTTPResponse, what: str) -> int | None
 def _one_header(response: http.client.HTTPResponse, name: str, what: str) -> str | None:
     """The one value of header ``name`` (None: absent); two that differ are refused, where
     ``headers.get`` would take the first."""
-    values = set(response.headers.get_all(name) or [])
+    values = {value.strip(" \t") for value in response.headers.get_all(name) or []}  # RFC 9112 5: OWS around it
     if len(values) > 1:
         raise CheckFailed(f"{what}: the registry answered {len(values)} different {name} headers",
                           check_id="registry.http")
