@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sparkflake.distribute import receive as receive_module
+from sparkflake.distribute import files as files_module
 from sparkflake.distribute import relay as relay_module
 from sparkflake.distribute.files import inspect_copy, partial_path
 from sparkflake.distribute.receive import MISMATCH, NO_SPACE, OK, receive
@@ -99,7 +99,7 @@ def test_existing_copies_are_reused_or_moved_aside(tmp_path: Path) -> None:
 
 
 def test_the_free_space_check_refuses_before_any_byte(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(receive_module, "free_bytes", lambda directory: 10)
+    monkeypatch.setattr(files_module, "free_bytes", lambda directory: 10)
     replies, result = run_receive(tmp_path / "a.tar", os.urandom(100))
     assert replies[0]["error"] == NO_SPACE and "needs 100 more bytes, 10 free" in replies[0]["message"]
     assert result["status"] == NO_SPACE and not list(tmp_path.glob("*a.tar*partial"))
@@ -111,7 +111,7 @@ def test_a_disk_filling_up_mid_copy_leaves_nothing_behind(tmp_path: Path, monkey
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "sfk-test-enospc", str(disk)], check=True)
     try:
         # the space was there when the copy started; something else took it meanwhile
-        monkeypatch.setattr(receive_module, "free_bytes", lambda directory: 1 << 40)
+        monkeypatch.setattr(files_module, "free_bytes", lambda directory: 1 << 40)
         _, result = run_receive(disk / "a.tar", os.urandom(3 << 20))
         assert result["status"] == NO_SPACE and "no space left on device" in result["message"]
         assert os.listdir(disk) == [".a.tar.lock"]

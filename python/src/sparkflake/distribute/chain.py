@@ -125,17 +125,15 @@ class HopOutcome:
 @dataclass
 class HopAttempt:
     """What one run of a hop's relay said: its last line (None: it ended without one), its
-    status, why the sender was not reached at all (None when it was), how many bytes crossed
-    the link, the files that got a result and those whose copy arrived wrong, whether a
-    copy grew past what the receiver held after every earlier run, and what made a line of
-    it unusable."""
+    status, why the sender was not reached at all (None when it was), the files that got a
+    result and those whose copy arrived wrong, whether a copy grew past what the receiver
+    held after every earlier run, and what made a line of it unusable."""
 
     result: dict[str, Any] | None = None
     status: str = relay.TRANSPORT_ERROR
     message: str = ""
     stderr: str = ""
     reach_error: str | None = None
-    received: int = 0
     answered: set[int] = field(default_factory=set)
     mismatched: set[int] = field(default_factory=set)
     advanced: bool = False
@@ -475,7 +473,6 @@ class ChainTransfer:
         identity = _identity_at(result, where, "$.result") if status == receive.OK else None
         outcome = self.outcomes[name]
         attempt.answered.add(k)
-        attempt.received += received
         if status == receive.MISMATCH:
             outcome.held[k] = 0  # the copy was moved aside: the next run starts it again
         elif status == receive.OK or offset + received > outcome.held.get(k, 0):

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..core.digest import READ_CHUNK
 from ..core.errors import InputError
-from .files import free_bytes, fsync_directory, hash_prefix, move_aside, partial_path
+from .files import free_bytes, fsync_directory, hash_prefix, lacking_space, move_aside, partial_path
 from .receive import INCOMPLETE, MISMATCH, NO_SPACE, OK
 
 # What a download leaves free on its disk: a server that sends without a length it keeps to
@@ -70,10 +70,9 @@ def download(url: str, final: Path, sha256: str, *, timeout: float = 60.0) -> di
                 expected_total = int(length) if length and length.isdigit() else None
                 hasher = hashlib.sha256()
                 mode = "wb"
-            if expected_total is not None and free_bytes(final.parent) < expected_total - offset:
-                message = (f"no space left for {final}: needs {expected_total - offset} more bytes, "
-                           f"{free_bytes(final.parent)} free in {final.parent}")
-                return {"status": NO_SPACE, "message": message, "path": str(final)}
+            lacking = lacking_space(final, expected_total - offset) if expected_total is not None else None
+            if lacking is not None:  # refused before the first byte, as a hop's receiver does
+                return {"status": NO_SPACE, "message": lacking, "path": str(final)}
             with open(partial, mode) as sink:
                 while True:
                     try:

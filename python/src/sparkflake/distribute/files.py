@@ -59,6 +59,14 @@ def free_bytes(directory: Path) -> int:
     return stats.f_bavail * stats.f_frsize
 
 
+def lacking_space(final: Path, needed: int) -> str | None:
+    """Why ``needed`` more bytes of ``final`` cannot be written in its directory, or None."""
+    available = free_bytes(final.parent)
+    if available >= needed:
+        return None
+    return f"no space left for {final}: needs {needed} more bytes, {available} free in {final.parent}"
+
+
 def fsync_directory(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY)
     try:

@@ -23,7 +23,7 @@ from typing import Any, BinaryIO
 
 from ..core.digest import READ_CHUNK
 from ..core.file_hashes import stat_identity
-from .files import free_bytes, fsync_directory, hash_prefix, lock_path, move_aside, partial_path
+from .files import fsync_directory, hash_prefix, lacking_space, lock_path, move_aside, partial_path
 
 # Result statuses; the controller decides from them whether to retry.
 OK = "ok"
@@ -58,12 +58,8 @@ def receive(
         if offset > size:
             move_aside(partial, "oversize")
             offset = 0
-        available = free_bytes(final.parent)
-        if available < size - offset:
-            message = (
-                f"no space left for {final}: needs {size - offset} more bytes, "
-                f"{available} free in {final.parent}"
-            )
+        message = lacking_space(final, size - offset)
+        if message is not None:
             reply({"error": NO_SPACE, "message": message})
             return {"status": NO_SPACE, "message": message, "path": str(final)}
         hasher = hash_prefix(partial, offset) if offset else hashlib.sha256()
