@@ -16,6 +16,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..core.bounded_lines import LineReader, keep_tail
+from ..core.watchdog import Watchdog
 from .agent_reply import SSH_FAILED, AgentReply, last_json
 from .site import Hop, Rank, Site, SshOptions
 
@@ -140,18 +141,12 @@ class StartedAgent:
         with contextlib.suppress(OSError):
             self.process.stdin.close()
 
-    @contextlib.contextmanager
-    def _deadline(self, seconds: float | None, why: str) -> Iterator[None]:
-        # a time-out reads as the SSH failure it stands for, as OpenSSH's own ConnectTimeout does
-        timer = threading.Timer(seconds, self._end, args=(why, SSH_FAILED)) if seconds is not None else None
-        if timer is not None:
-            timer.daemon = True
-            timer.start()
-        try:
-            yield
-        finally:
-            if timer is not None:
-                timer.cancel()
+    def _deadline(self, seconds: float | None, why: str) -> contextlib.AbstractContextManager[object]:
+        """Ends the agent after ``seconds`` (a watchdog nobody feeds); None: no time limit. A
+        time-out reads as the SSH failure it stands for, as OpenSSH's own ConnectTimeout does."""
+        if seconds is None:
+            return contextlib.nullcontext()
+        return Watchdog(seconds, lambda: self._end(why, SSH_FAILED))
 
     def _end(self, why: str, returncode: int | None) -> None:
         """End the agent; its reply is then ``returncode`` (None: the status it ends with)."""
