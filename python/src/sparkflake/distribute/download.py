@@ -15,8 +15,17 @@ from typing import Any
 
 from ..core.digest import READ_CHUNK
 from ..core.errors import InputError
-from .files import free_bytes, fsync_directory, hash_prefix, lacking_space, move_aside, partial_path
-from .receive import INCOMPLETE, MISMATCH, NO_SPACE, OK
+from ..core.own_files import open_own_file
+from .files import (
+    free_bytes,
+    fsync_directory,
+    hash_prefix,
+    held_bytes,
+    lacking_space,
+    move_aside,
+    partial_path,
+)
+from .receive import INCOMPLETE, MISMATCH, NO_SPACE, OK, receiver_lock
 
 # What a download leaves free on its disk: a server that sends without a length it keeps to
 # (a chunked body without end, a body ended only by the connection) fills it only to here.
@@ -35,8 +44,13 @@ def download(url: str, final: Path, sha256: str, *, timeout: float = 60.0) -> di
                 "offset": 0, "seconds": 0.0, "sha256": sha256, "reused": True}
     if final.exists():
         move_aside(final, "mismatch")
+    with receiver_lock(final):  # the lock a hop's receiver takes: one writer, and its record says whose
+        return _download_locked(url, final, sha256, timeout, started)
+
+
+def _download_locked(url: str, final: Path, sha256: str, timeout: float, started: float) -> dict[str, Any]:
     partial = partial_path(final)
-    offset = partial.stat().st_size if partial.is_file() else 0
+    offset = held_bytes(partial)
     request = urllib.request.Request(url)
     if offset:
         request.add_header("Range", f"bytes={offset}-")
@@ -63,17 +77,17 @@ def download(url: str, final: Path, sha256: str, *, timeout: float = 60.0) -> di
                                      f"Content-Range {response.headers.get('Content-Range')!r}")
                 expected_total = None if match.group(3) == "*" else int(match.group(3))
                 hasher = hash_prefix(partial, offset)
-                mode = "ab"
+                flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
             else:
                 offset = 0  # the server ignored Range: start over
                 length = response.headers.get("Content-Length")
                 expected_total = int(length) if length and length.isdigit() else None
                 hasher = hashlib.sha256()
-                mode = "wb"
+                flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
             lacking = lacking_space(final, expected_total - offset) if expected_total is not None else None
             if lacking is not None:  # refused before the first byte, as a hop's receiver does
                 return {"status": NO_SPACE, "message": lacking, "path": str(final)}
-            with open(partial, mode) as sink:
+            with os.fdopen(open_own_file(partial, flags, "a copy being downloaded"), "wb") as sink:
                 while True:
                     try:
                         chunk = response.read(READ_CHUNK)

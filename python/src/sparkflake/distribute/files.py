@@ -3,13 +3,20 @@
 A copy of ``DIR/NAME`` grows in ``DIR/.NAME.partial`` and becomes ``DIR/NAME`` only by an
 atomic rename after its sha256 matched, so the final name never holds unverified bytes.
 A wrong file found under the final name is moved aside to ``NAME.mismatch-<UTC time>``,
-never overwritten, so an operator can look at what was there.
+never overwritten, so an operator can look at what was there; it may be the operator's own
+file, so nothing of sparkflake's ever removes it. A receiver holds ``DIR/.NAME.lock`` while
+it writes, and the lock's record names the file it is for (``lock_record``): that record is
+how a clean-up knows ``.NAME.lock``, ``.NAME.partial`` and a wrong partial moved aside
+(``.NAME.partial.mismatch-<UTC time>``) are a receiver's and not an operator's files of
+the same names. Each is opened by ``core/own_files``: a symlink, FIFO or hard link standing
+at such a name is refused, never written through.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +33,52 @@ def partial_path(final: Path) -> Path:
 
 def lock_path(final: Path) -> Path:
     return final.with_name(f".{final.name}.lock")
+
+
+_RECEIVER_MARK = b"sparkflake receiver of "
+RECORD_LIMIT = 4096  # a lock's record: a pid and a file name
+
+
+def lock_record(final: Path, pid: int) -> bytes:
+    """What a receiver's lock holds: the pid a new receiver ends (when its own transfer was
+    orphaned), then the mark that says whose file this is and for which copy."""
+    return f"{pid}\n".encode() + _RECEIVER_MARK + os.fsencode(final.name) + b"\n"
+
+
+def record_pid(record: bytes) -> int | None:
+    """The pid a lock's record names (its first line), or None."""
+    first = record.split(b"\n", 1)[0].strip()
+    return int(first) if first.isdigit() else None
+
+
+def made_by_receiver(lock: Path) -> bool:
+    """Whether ``lock`` (``DIR/.NAME.lock``) is a receiver's: a regular file whose record
+    names NAME. A missing, foreign or unreadable file is not."""
+    name = lock.name
+    if not (name.startswith(".") and name.endswith(".lock")):
+        return False
+    try:
+        descriptor = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            return False
+        record = os.pread(descriptor, RECORD_LIMIT, 0)
+    finally:
+        os.close(descriptor)
+    lines = record.split(b"\n")
+    return len(lines) >= 2 and lines[1] == _RECEIVER_MARK + os.fsencode(name[1:].removesuffix(".lock"))
+
+
+def held_bytes(partial: Path) -> int:
+    """How many bytes a partial copy holds: 0 when there is none, or when what stands there
+    is no regular file (it is refused when it is opened)."""
+    try:
+        status = os.lstat(partial)
+    except FileNotFoundError:
+        return 0
+    return status.st_size if stat.S_ISREG(status.st_mode) else 0
 
 
 def move_aside(path: Path, reason: str) -> Path:

@@ -22,8 +22,21 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from ..core.digest import READ_CHUNK
+from ..core.errors import InputError
 from ..core.file_hashes import stat_identity
-from .files import fsync_directory, hash_prefix, lacking_space, lock_path, move_aside, partial_path
+from ..core.own_files import open_own_file
+from .files import (
+    RECORD_LIMIT,
+    fsync_directory,
+    hash_prefix,
+    held_bytes,
+    lacking_space,
+    lock_path,
+    lock_record,
+    move_aside,
+    partial_path,
+    record_pid,
+)
 
 # Result statuses; the controller decides from them whether to retry.
 OK = "ok"
@@ -44,7 +57,16 @@ def receive(
 ) -> dict[str, Any]:
     started = time.monotonic()
     final.parent.mkdir(parents=True, exist_ok=True)
-    with _exclusive(lock_path(final)):
+    try:
+        return _receive_locked(final, size, sha256, source, reply, started)
+    except InputError as exc:  # a lock or partial copy that is no file of ours: nothing written
+        reply({"error": FAILED, "message": str(exc)})
+        return {"status": FAILED, "message": str(exc), "path": str(final)}
+
+
+def _receive_locked(final: Path, size: int, sha256: str, source: BinaryIO,
+                    reply: Callable[[dict[str, Any]], None], started: float) -> dict[str, Any]:
+    with receiver_lock(final):
         partial = partial_path(final)
         moved_aside = None
         if final.is_file():
@@ -54,7 +76,7 @@ def receive(
                 result["identity"] = stat_identity(os.stat(final))
                 return result
             moved_aside = str(move_aside(final, "mismatch"))
-        offset = partial.stat().st_size if partial.is_file() else 0
+        offset = held_bytes(partial)
         if offset > size:
             move_aside(partial, "oversize")
             offset = 0
@@ -62,11 +84,15 @@ def receive(
         if message is not None:
             reply({"error": NO_SPACE, "message": message})
             return {"status": NO_SPACE, "message": message, "path": str(final)}
-        hasher = hash_prefix(partial, offset) if offset else hashlib.sha256()
+        sink = open_own_file(partial, os.O_WRONLY | os.O_CREAT | os.O_APPEND, "a copy being received")
+        try:
+            hasher = hash_prefix(partial, offset) if offset else hashlib.sha256()
+        except BaseException:
+            os.close(sink)
+            raise
         reply({"offset": offset})
         received = 0
         try:
-            sink = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             try:
                 received = _copy_hashing(source, sink, size - offset, hasher)
                 os.fsync(sink)
@@ -151,8 +177,11 @@ def _result(
 
 
 @contextlib.contextmanager
-def _exclusive(path: Path) -> Iterator[None]:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+def receiver_lock(final: Path) -> Iterator[None]:
+    """The one writer of ``final``'s partial copy: a receiver orphaned by a dropped
+    connection is ended (it is our program on the same file) and its lock taken over."""
+    path = lock_path(final)
+    fd = open_own_file(path, os.O_RDWR | os.O_CREAT, "a receiver's lock")
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -168,7 +197,7 @@ def _exclusive(path: Path) -> Iterator[None]:
                         raise OSError(errno.EBUSY, f"{path} is held by another receiver") from None
                     time.sleep(0.05)
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        os.pwrite(fd, lock_record(final, os.getpid()), 0)
         yield
     finally:
         os.close(fd)
@@ -177,11 +206,8 @@ def _exclusive(path: Path) -> Iterator[None]:
 def _end_previous_holder(fd: int) -> None:
     """The holder is a receiver orphaned by a dropped connection (its sshd session may not
     notice for minutes); it is ended only if its command line says it is our receiver."""
-    try:
-        pid = int(os.pread(fd, 32, 0).decode().strip() or "0")
-    except ValueError:
-        return
-    if pid <= 0 or pid == os.getpid():
+    pid = record_pid(os.pread(fd, RECORD_LIMIT, 0))
+    if pid is None or pid <= 0 or pid == os.getpid():
         return
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")

@@ -27,7 +27,6 @@ object checks on (``transfer.fsckObjects``), no terminal prompts, and a time bou
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import os
 import re
@@ -41,6 +40,7 @@ from typing import IO
 
 from ..core.atomic_write import process_alive, write_bytes_atomic
 from ..core.errors import CheckFailed, InputError
+from ..core.own_files import holding_lock
 from ..core.tree_digest import git_tree_id, nar_hash
 from ..lock.pins import GitPin
 from .git_archive import ArchiveRefused, checked_relative, download, extract_archive
@@ -332,8 +332,7 @@ def fetch_git(
     ``CheckFailed`` when a commit names another tree than the pin."""
     lock_dir = cache.root / "locks"
     lock_dir.mkdir(parents=True, exist_ok=True)
-    with open(lock_dir / f"git-{pin.rev}", "wb") as lock_file:
-        fcntl.flock(lock_file, fcntl.LOCK_EX)
+    with holding_lock(lock_dir / f"git-{pin.rev}", "the lock of a git fetch"):
         if cache.holds(pin):
             try:
                 cache.verified_tree(pin)

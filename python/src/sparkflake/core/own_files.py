@@ -1,0 +1,62 @@
+"""Files sparkflake keeps beside its work under names it chose (a lock, a partial download, a
+receiver's copy): opened so that whatever else stands at such a name is refused, never
+written through. A symlink there would redirect the write to its target, a hard link would
+truncate or append to a file elsewhere, and a FIFO would block the open for ever; each is
+an error naming the path instead."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+from .errors import InputError
+
+# what the open's error says stands at the name
+_REFUSED_OPENS = {errno.ELOOP: "a symlink", errno.ENXIO: "a FIFO or a device", errno.EISDIR: "a directory"}
+_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # O_NONBLOCK: a FIFO refuses, never blocks
+
+
+def open_own_file(path: Path, flags: int, what: str, mode: int = 0o644) -> int:
+    """A descriptor of the regular file ``path`` opened with ``flags`` (``os.O_*``; add
+    ``os.O_CREAT`` to create it). Refused as an ``InputError`` naming ``what`` the file is
+    for: a symlink, anything but a regular file, or a file with other links (one name of it
+    elsewhere). ``O_TRUNC`` is applied only after those checks, so a refused file keeps its
+    bytes."""
+    truncate = bool(flags & os.O_TRUNC)
+    try:
+        descriptor = os.open(path, (flags & ~os.O_TRUNC) | _FLAGS, mode)
+    except OSError as exc:
+        found = _REFUSED_OPENS.get(exc.errno or 0)
+        if found is None:
+            raise
+        raise InputError(f"{path}: is {found}; it is where sparkflake keeps {what} (remove it)") from None
+    try:
+        status = os.fstat(descriptor)
+        if not stat.S_ISREG(status.st_mode):
+            raise InputError(f"{path}: not a regular file; it is where sparkflake keeps {what} (remove it)")
+        if status.st_nlink != 1:
+            raise InputError(f"{path}: has {status.st_nlink} links (another name of it elsewhere); it is where "
+                             f"sparkflake keeps {what}, which it writes (remove it)")
+        if truncate:
+            os.ftruncate(descriptor, 0)
+    except BaseException:
+        os.close(descriptor)
+        raise
+    return descriptor
+
+
+@contextlib.contextmanager
+def holding_lock(path: Path, what: str) -> Iterator[int]:
+    """``flock`` held on the lock file ``path`` (created if absent) for the block: its
+    descriptor. The file is never truncated: its bytes are nobody's."""
+    descriptor = open_own_file(path, os.O_RDWR | os.O_CREAT, what)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield descriptor
+    finally:
+        os.close(descriptor)
