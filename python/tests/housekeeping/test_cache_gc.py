@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from sparkflake.cli import main
-from sparkflake.core.atomic_write import host_tag, remove_tree
+from sparkflake.core.atomic_write import generated_name, remove_tree
 from sparkflake.core.directory_lock import LOCK_NAME
 from sparkflake.housekeeping.build_record import load_build_records
 from sparkflake.launch.evidence import EvidenceRecord, dump_record
@@ -164,8 +164,8 @@ def _dead_pid() -> int:
 def test_cleanup_removes_only_leftovers_no_process_holds(cache, tmp_path, capsys):
     foreign = _foreign(cache)
     hour_ago = time.time() - 7200
-    dead = cache / "work" / f"fixture.{host_tag()}.pid{_dead_pid()}.abc123"
-    alive = cache / "work" / f"fixture.{host_tag()}.pid{os.getpid()}.def456"
+    dead = cache / "work" / generated_name("fixture", pid=_dead_pid())
+    alive = cache / "work" / generated_name("fixture")
     for path in (dead, alive):
         (path / "trees").mkdir(parents=True)
     stale_lock, held_lock = cache / "locks" / ("a" * 64), cache / "locks" / ("b" * 64)
@@ -224,7 +224,7 @@ def test_a_leftover_named_with_a_pid_no_process_can_have_is_a_dead_ones(cache, c
     """os.kill of a number that does not fit a pid_t raised OverflowError out of every
     `cache` command that scans the cache (du, verify, gc, cleanup); no process can have
     that PID, so the entry is a dead run's."""
-    leftover = cache / "work" / f"fixture.{host_tag()}.pid{pid}.abc123"
+    leftover = cache / "work" / generated_name("fixture", pid=pid)
     (leftover / "trees").mkdir(parents=True)
     partial = cache / "partial" / f"{'d' * 64}.import.{pid}.0"
     partial.parent.mkdir(exist_ok=True)

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .cache_root import claim_cache_root
 from .digest import is_sha256_hex, sha256_file
 from .errors import CheckFailed, InputError
 from .progress import ProgressCallback
@@ -106,6 +107,7 @@ class BlobCache:
 
     def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
         self.root = Path(root) if root is not None else default_cache_root()
+        claim_cache_root(self.root)  # refuses a directory that is not sparkflake's cache
         self.blob_dir = self.root / "blobs" / "sha256"
         self.partial_dir = self.root / "partial"
 

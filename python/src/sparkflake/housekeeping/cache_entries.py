@@ -2,7 +2,11 @@
 leftovers (what an interrupted or finished run left and no running process uses).
 
 Only names sparkflake makes are entries; anything else under the cache root is reported as
-``not sparkflake's`` and never chosen for removal. The layout (``core.blob_cache``,
+``not sparkflake's`` and never chosen for removal: a run or staging directory only under a
+name ``core.atomic_write.generated_name`` made (its check holds), a quarantined entry only as
+``core.blob_cache.move_to_quarantine`` names it, a runtime scratch only as ``runtime.scratch``
+recognises one. gc, cleanup and verify act only on a root ``core.cache_root`` takes for
+sparkflake's cache (``require_cache_root``). The layout (``core.blob_cache``,
 ``fetch.git``, ``compose.tree_cache``, ``oci.blob_store``/``oci.layer_cache``, the build's
 work directories, the runtime check's scratch, ``quarantine/``, ``builds/``)::
 
@@ -29,10 +33,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from ..core.atomic_write import host_tag, process_alive
+from ..core.atomic_write import _generated, host_tag, process_alive
+from ..core.cache_root import CACHE_MARKER, cache_root_problem
 from ..core.digest import GIT_OBJECT_ID_PATTERN, SHA256_HEX_PATTERN
 from ..core.directory_lock import LOCK_NAME
+from ..core.errors import InputError
 from ..fetch.git import STAGING_NAME
+from ..runtime.scratch import is_scratch
 from .build_record import BUILDS_DIR, RECORD_NAME
 
 INPUT_BLOBS = "input blobs"
@@ -57,8 +64,10 @@ CAPABILITIES_DIR = "capabilities"
 # that is still writing touches its file far more often.
 GRACE_SECONDS = 3600
 
-_RUN_DIR = re.compile(r"^[a-z0-9][a-z0-9._+:-]*\.(?P<host>[A-Za-z0-9_-]+)\.pid(?P<pid>[0-9]+)\.[A-Za-z0-9_]+$")
-_STAGED = re.compile(r"^\.[^/]+\.(?P<host>[A-Za-z0-9_-]+)\.pid(?P<pid>[0-9]+)\.[^/]*\.(partial|old)$")
+# what core.blob_cache.move_to_quarantine names: quarantine/<kind>/<entry's hex name>.<UTC time>[-N], for
+# the kinds it is called with (an input blob, cache_gc.verify_cache's layer-store blob)
+QUARANTINE_KINDS = ("blobs", "oci-blobs")
+_QUARANTINED = re.compile(r"^[0-9a-f]{64}\.[0-9]{8}T[0-9]{6}Z(-[0-9]+)?$")
 _IMPORT = re.compile(r"^(?P<hex>[0-9a-f]{64})\.import\.(?P<pid>[0-9]+)\.[0-9]+$")
 _MISMATCH = re.compile(r"^.+\.mismatch-[0-9]{8}T[0-9]{6}Z(-[0-9]+)?$")
 _RECEIVE_TEMP = re.compile(r"^\..+\.(partial|lock)$")
@@ -159,12 +168,10 @@ def scan_cache(root: Path) -> list[CacheEntry]:
     def foreign(path: str | Path) -> None:
         add(FOREIGN, path, Path(path).name)
 
-    owned = {"blobs": _scan_input_blobs, "git": _scan_git, "trees": _scan_trees, "oci": _scan_layer_store,
-             "work": _scan_work, "runtime": _scan_runtime, QUARANTINE_DIR: _scan_quarantine,
-             "partial": _scan_partial, "locks": _scan_locks, BUILDS_DIR: _scan_records,
-             CAPABILITIES_DIR: _scan_capabilities, "compose": _scan_compose}
     for top in _children(root):
-        scanner = owned.get(top.name)
+        if top.name == CACHE_MARKER and top.is_file(follow_symlinks=False):
+            continue  # what says the root is sparkflake's cache (core.cache_root)
+        scanner = _SCANNERS.get(top.name)
         if scanner is None or not top.is_dir(follow_symlinks=False):
             foreign(top.path)
             continue
@@ -219,7 +226,12 @@ def _scan_git(directory: Path, add: AddCallback, foreign: ForeignCallback, now: 
 
 def _scan_trees(directory: Path, add: AddCallback, foreign: ForeignCallback, now: float) -> None:
     for child in _children(directory):
-        staged = _STAGED.fullmatch(child.name)
+        # an entry's staging or retired directory (compose.tree_cache through atomic_directory):
+        # ``.<key>.<host>.pid<N>.<token><check>.partial|.old``, its check holding
+        staged = _generated(child.name)
+        if staged is not None and not (staged["suffix"] and staged["prefix"].startswith(".")
+                                       and SHA256_HEX_PATTERN.fullmatch(staged["prefix"][1:])):
+            staged = None
         if SHA256_HEX_PATTERN.fullmatch(child.name) and child.is_dir(follow_symlinks=False):
             add(TREES, child.path, child.name)
         elif staged:
@@ -266,8 +278,9 @@ def _scan_store_blobs(directory: Path, add: AddCallback, foreign: ForeignCallbac
 
 def _scan_work(directory: Path, add: AddCallback, foreign: ForeignCallback, now: float) -> None:
     for child in _children(directory):
-        run = _RUN_DIR.fullmatch(child.name)
-        if run is None or not child.is_dir(follow_symlinks=False):
+        # a build's run directory (core.atomic_write.make_run_directory): <profile>.<host>.pid<N>.<token><check>
+        run = _generated(child.name)
+        if run is None or run["suffix"] or not child.is_dir(follow_symlinks=False):
             foreign(child.path)
             continue
         gone = _dead_here(run["host"], int(run["pid"]))
@@ -277,8 +290,8 @@ def _scan_work(directory: Path, add: AddCallback, foreign: ForeignCallback, now:
 def _scan_runtime(directory: Path, add: AddCallback, foreign: ForeignCallback, now: float) -> None:
     for child in _children(directory):
         path = Path(child.path)
-        # a scratch directory the runtime check made holds its lock file (core.directory_lock)
-        if not child.is_dir(follow_symlinks=False) or not (path / LOCK_NAME).is_file():
+        # a runtime check's scratch: its marker or lock file, and nothing it did not write (runtime.scratch)
+        if not child.is_dir(follow_symlinks=False) or not is_scratch(path):
             foreign(path)
             continue
         free = lock_is_free(path / LOCK_NAME)
@@ -287,11 +300,14 @@ def _scan_runtime(directory: Path, add: AddCallback, foreign: ForeignCallback, n
 
 def _scan_quarantine(directory: Path, add: AddCallback, foreign: ForeignCallback, now: float) -> None:
     for kind in _children(directory):
-        if not kind.is_dir(follow_symlinks=False):
+        if kind.name not in QUARANTINE_KINDS or not kind.is_dir(follow_symlinks=False):
             foreign(kind.path)
             continue
         for item in _children(Path(kind.path)):
-            add(QUARANTINE, item.path, f"{kind.name}/{item.name}", "moved aside when its bytes differed from its name")
+            if _QUARANTINED.fullmatch(item.name) and item.is_file(follow_symlinks=False):
+                add(QUARANTINE, item.path, f"{kind.name}/{item.name}", "moved aside when its bytes differed from its name")
+            else:
+                foreign(item.path)
 
 
 def _scan_partial(directory: Path, add: AddCallback, foreign: ForeignCallback, now: float) -> None:
@@ -332,7 +348,7 @@ def _scan_capabilities(directory: Path, add: AddCallback, foreign: ForeignCallba
             foreign(item.path)
 
 
-_COMPOSE_INDEXES = {"file-sha256.json", "native-interface", "wheel-native"}
+_COMPOSE_INDEXES = {"file-sha256.json", "native-interface", "wheel-native", "python-scan"}
 
 
 def _scan_compose(directory: Path, add: AddCallback, foreign: ForeignCallback, now: float) -> None:
@@ -341,6 +357,22 @@ def _scan_compose(directory: Path, add: AddCallback, foreign: ForeignCallback, n
             add(INDEXES, item.path, f"compose/{item.name}")
         else:
             foreign(item.path)
+
+
+_SCANNERS: dict[str, Callable[[Path, AddCallback, ForeignCallback, float], None]] = {
+    "blobs": _scan_input_blobs, "git": _scan_git, "trees": _scan_trees, "oci": _scan_layer_store, "work": _scan_work,
+    "runtime": _scan_runtime, QUARANTINE_DIR: _scan_quarantine, "partial": _scan_partial, "locks": _scan_locks,
+    BUILDS_DIR: _scan_records, CAPABILITIES_DIR: _scan_capabilities, "compose": _scan_compose}
+SCANNED_DIRECTORIES = frozenset(_SCANNERS)  # core.cache_root.CACHE_DIRECTORIES names the same (a test holds them equal)
+
+
+def require_cache_root(root: Path, command: str) -> None:
+    """Refuse (InputError) a root that is not sparkflake's cache (``core.cache_root``): ``command``
+    removes or moves only what is in a cache sparkflake made."""
+    problem = cache_root_problem(root)
+    if problem is not None:
+        raise InputError(f"{problem}; `sparkflake cache {command}` removes or moves entries only in a cache "
+                         "sparkflake made: pass that cache's directory as --cache")
 
 
 def _receiver_gone(path: Path, now: float) -> bool:

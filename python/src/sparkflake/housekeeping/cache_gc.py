@@ -36,6 +36,7 @@ from .cache_entries import (
     RECORDS,
     TREES,
     CacheEntry,
+    require_cache_root,
     scan_cache,
     scan_received,
 )
@@ -94,6 +95,7 @@ def _small_json(path: Path) -> dict[str, Any] | None:
 
 def plan_gc(root: Path, retention: Retention) -> Plan:
     """What the retention rule removes from the cache at ``root`` (nothing is removed)."""
+    require_cache_root(root, "gc")
     records = load_build_records(root)
     if not records:
         # a cache from before builds recorded what they use: everything would look unused
@@ -162,6 +164,7 @@ def _layer_store_reason(entry: CacheEntry, blobs: set[str], gone_layer_keys: set
 
 def plan_cleanup(root: Path, received: Iterable[Path] = ()) -> Plan:
     """The leftovers in the cache at ``root`` and in fan-out destination directories."""
+    require_cache_root(root, "cleanup")
     entries = [entry for entry in scan_cache(root) if entry.leftover is not None]
     for directory in received:
         if not directory.is_dir():
@@ -197,6 +200,7 @@ class Quarantined:
 def verify_cache(root: Path, progress: ProgressCallback | None = None) -> tuple[int, list[Quarantined]]:
     """Re-hash every blob named by its sha256 (input blobs, layer-store blobs); one that
     differs is quarantined. Returns (entries checked, quarantined)."""
+    require_cache_root(root, "verify")
     entries = [entry for entry in scan_cache(root)
                if entry.kind == INPUT_BLOBS or (entry.kind == LAYER_STORE and entry.name.startswith("blobs/"))]
     total = sum(entry.bytes for entry in entries)

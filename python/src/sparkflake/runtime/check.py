@@ -6,7 +6,7 @@ reads its one JSON document with a bound, and turns it into checks with stable i
 (``judge``):
 
 ``runtime.platform``, ``runtime.emulation``, ``runtime.sandbox``, ``runtime.scratch`` (the
-scratch directory is no other check's), ``runtime.unpack``,
+scratch directory is the check's own, absent or empty, and no other check's), ``runtime.unpack``,
 ``runtime.interpreter``, ``runtime.bytecode``, ``runtime.probe``, ``runtime.imports``, ``runtime.versions``,
 and per launch case ``runtime.vllm-args`` (vLLM's own serve parser), ``runtime.engine-args``,
 ``runtime.model-config`` (vLLM's ModelConfig from the checkpoint's config.json),
@@ -39,6 +39,7 @@ from . import checkpoint, driver_stand_in, rootfs, sandbox
 from .check_report import Case, CheckReport
 from .judge import FULL_CKV_GATHER_SWITCHES, capabilities_of, env_evidence, judge_result
 from .probe_runner import HostWork, run_probe
+from .scratch import claim_scratch, scratch_problem
 
 DEFAULT_TIMEOUT = 3600.0
 
@@ -134,8 +135,13 @@ def run_check(
     ``mounts``: where the container runtime mounts the checkpoints (synthetic ones are
     bound there: checkpoint.py) and the directories the container writes. ``device``: the
     profile's [device] as data, which vLLM's CUDA platform is faked as (None: vLLM's start
-    is not judged past its configs)."""
+    is not judged past its configs). ``scratch`` must be absent, empty or the check's own
+    scratch (``runtime.scratch``, ``scratch.py``): no other directory is touched."""
     report = CheckReport()
+    problem = scratch_problem(scratch)
+    if problem is not None:  # refused before anything is made or written
+        report.add("runtime.scratch", ERROR, problem)
+        return report
     try:
         reader = open_image(output_layout(image))
     except InputError as exc:
@@ -159,6 +165,11 @@ def run_check(
         return report
     try:
         with held_alone(scratch, "another runtime check", "give this one another --scratch"):
+            try:
+                claim_scratch(scratch)  # again under the lock: it may have changed meanwhile
+            except InputError as exc:
+                report.add("runtime.scratch", ERROR, str(exc))
+                return report
             _check_in_scratch(report, reader, platform=platform, image_arch=image_arch, scratch=scratch,
                               cases=cases, expected_versions=expected_versions, timeout=timeout,
                               progress=progress, mounts=mounts, device=device)

@@ -141,7 +141,7 @@ class ContainerMount:
 
 def prepare(scratch: Path, mounts: list[ContainerMount] | tuple[ContainerMount, ...]) -> list[tuple[Path, str, bool]]:
     """The host directories for ``mounts`` under ``scratch/mounts`` (made afresh: this
-    check's own scratch), as sandbox binds (host, inside, writable)."""
+    check's own scratch, as ``scratch.py`` decides), as sandbox binds (host, inside, writable)."""
     base = scratch / "mounts"
     shutil.rmtree(base, ignore_errors=True)
     binds = []

@@ -198,8 +198,9 @@ def tree_identity(root: Path) -> str:
 def unpack_image(reader: ImageReader, scratch: Path, *, progress: ProgressCallback | None = None) -> UnpackedRoot:
     """Unpack every layer of ``reader`` into ``scratch/root``; reuse a verified earlier one.
 
-    ``scratch`` is sparkflake's own directory (created if absent): ``root/`` and the
-    record ``unpacked-root.json`` binding it to the layer digests and its tree identity.
+    ``scratch`` is sparkflake's own directory (created if absent; ``check.run_check`` uses
+    only one ``scratch.py`` takes for the check's): ``root/`` and the record
+    ``unpacked-root.json`` binding it to the layer digests and its tree identity.
     """
     config = reader.config
     rootfs = config.get("rootfs")
