@@ -19,6 +19,7 @@ import pytest
 from sparkflake.cli import main
 from sparkflake.core.atomic_write import generated_name, remove_tree
 from sparkflake.core.directory_lock import LOCK_NAME
+from sparkflake.distribute.files import lock_record
 from sparkflake.housekeeping.build_record import load_build_records
 from sparkflake.launch.evidence import EvidenceRecord, dump_record
 
@@ -182,10 +183,15 @@ def test_cleanup_removes_only_leftovers_no_process_holds(cache, tmp_path, capsys
         (path / LOCK_NAME).write_text("1\n")
     received = tmp_path / "received"
     received.mkdir()
-    mismatch = received / "image.tar.mismatch-20261202T000102Z"
-    mismatch.write_bytes(b"wrong copy")
+    found_aside = received / "image.tar.mismatch-20261202T000102Z"  # found under the name: maybe the operator's
+    found_aside.write_bytes(b"wrong copy")
+    mismatch = received / ".image.tar.partial.mismatch-20261202T000102Z"  # received wrong: the receiver's
+    mismatch.write_bytes(b"wrong bytes received")
+    receiver_lock = received / ".image.tar.lock"
+    receiver_lock.write_bytes(lock_record(received / "image.tar", _dead_pid()))
+    os.utime(receiver_lock, (hour_ago, hour_ago))
     (received / "image.tar").write_bytes(b"the good copy")
-    leftovers = {dead, stale_lock, quarantined, free_scratch, mismatch}
+    leftovers = {dead, stale_lock, quarantined, free_scratch, mismatch, receiver_lock}
     with open(held_lock) as lock, open(busy_scratch / LOCK_NAME) as busy:
         fcntl.flock(lock, fcntl.LOCK_EX)
         fcntl.flock(busy, fcntl.LOCK_EX)
@@ -195,9 +201,9 @@ def test_cleanup_removes_only_leftovers_no_process_holds(cache, tmp_path, capsys
         assert planned == leftovers
         assert _files(cache) == before and mismatch.exists()  # dry run
         assert main(["cache", "cleanup", "--cache", str(cache), "--received", str(received), "--apply"]) == 0
-        assert "5 entries removed" in capsys.readouterr().out
+        assert "6 entries removed" in capsys.readouterr().out
     assert not any(path.exists() for path in leftovers)
-    assert all(path.exists() for path in (*foreign, alive, held_lock, busy_scratch, received / "image.tar"))
+    assert all(path.exists() for path in (*foreign, alive, held_lock, busy_scratch, received / "image.tar", found_aside))
 
 
 def test_verify_quarantines_an_altered_blob_and_du_shows_it(cache, capsys):

@@ -18,10 +18,10 @@ cache entry. An entry altered later (disk fault, a hand edit) is detected when i
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import os
 import re
+import stat
 import threading
 import time
 import urllib.error
@@ -29,11 +29,12 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, cast
 
 from .cache_root import claim_cache_root
 from .digest import is_sha256_hex, sha256_file
 from .errors import CheckFailed, InputError
+from .own_files import holding_lock, open_own_file
 from .progress import ProgressCallback
 
 COPY_CHUNK = 1 << 20
@@ -153,7 +154,11 @@ class BlobCache:
     def admit(self, source: Path, artifact: Artifact) -> None:
         """Move an already-verified partial file into the store (atomic rename)."""
         self.blob_dir.mkdir(parents=True, exist_ok=True)
-        os.chmod(source, 0o444)
+        descriptor = open_own_file(source, os.O_RDONLY, "a download being admitted")  # chmod no link's target
+        try:
+            os.fchmod(descriptor, 0o444)
+        finally:
+            os.close(descriptor)
         os.replace(source, self.blob_path(artifact.sha256))
 
     def import_file(self, path: Path, artifact: Artifact) -> None:
@@ -163,7 +168,9 @@ class BlobCache:
         hasher = hashlib.sha256()
         size = 0
         try:
-            with open(path, "rb") as src, open(staging, "wb") as dst:
+            with open(path, "rb") as src, os.fdopen(
+                open_own_file(staging, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, "an import being staged"), "wb"
+            ) as dst:
                 while chunk := src.read(COPY_CHUNK):
                     hasher.update(chunk)
                     dst.write(chunk)
@@ -234,7 +241,7 @@ def _download_once(
     """Append to the partial file from ``url`` and verify; raises _DownloadRefused."""
     partial = cache.partial_path(artifact.sha256)
     partial.parent.mkdir(parents=True, exist_ok=True)
-    have = partial.stat().st_size if partial.exists() else 0
+    have = _partial_size(partial)
     if artifact.size is not None and have > artifact.size:
         partial.unlink()
         have = 0
@@ -265,14 +272,15 @@ def _download_once(
                 append = False
         mode = "ab" if append else "wb"
         if append:
-            with open(partial, "rb") as existing:
+            with _open_partial(partial, os.O_RDONLY, "rb") as existing:
                 while chunk := existing.read(COPY_CHUNK):
                     hasher.update(chunk)
         else:
             have = 0
         written = have
+        flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
         try:
-            with response, open(partial, mode) as out:
+            with response, _open_partial(partial, flags, mode) as out:
                 while True:
                     chunk = response.read(COPY_CHUNK)
                     if not chunk:
@@ -295,7 +303,7 @@ def _download_once(
                 f"transfer interrupted after {written} bytes: {type(exc).__name__}", resumable=True
             ) from exc
     else:
-        with open(partial, "rb") as existing:
+        with _open_partial(partial, os.O_RDONLY, "rb") as existing:
             while chunk := existing.read(COPY_CHUNK):
                 hasher.update(chunk)
 
@@ -310,6 +318,20 @@ def _download_once(
         meter.set(artifact, 0)
         raise _DownloadRefused(f"sha256 mismatch: got {digest} ({size} bytes)")
     cache.admit(partial, artifact)
+
+
+def _partial_size(partial: Path) -> int:
+    """How much of a download the partial file holds; 0 when there is none (what stands there
+    instead is refused when it is opened)."""
+    try:
+        status = os.lstat(partial)
+    except FileNotFoundError:
+        return 0
+    return status.st_size if stat.S_ISREG(status.st_mode) else 0
+
+
+def _open_partial(partial: Path, flags: int, mode: str) -> BinaryIO:
+    return cast("BinaryIO", os.fdopen(open_own_file(partial, flags, "a partial download"), mode))
 
 
 def fetch_artifact(
@@ -328,8 +350,7 @@ def fetch_artifact(
     meter = meter or ByteMeter(0, None)
     lock_dir = cache.root / "locks"
     lock_dir.mkdir(parents=True, exist_ok=True)
-    with open(lock_dir / artifact.sha256, "wb") as lock_file:
-        fcntl.flock(lock_file, fcntl.LOCK_EX)
+    with holding_lock(lock_dir / artifact.sha256, "the lock of a download"):
         return _fetch_locked(artifact, cache, meter, opener, timeout, attempts_per_url)
 
 

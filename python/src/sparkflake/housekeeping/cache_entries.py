@@ -38,6 +38,7 @@ from ..core.cache_root import CACHE_MARKER, cache_root_problem
 from ..core.digest import GIT_OBJECT_ID_PATTERN, SHA256_HEX_PATTERN
 from ..core.directory_lock import LOCK_NAME
 from ..core.errors import InputError
+from ..distribute.files import made_by_receiver
 from ..fetch.git import STAGING_NAME
 from ..runtime.scratch import is_scratch
 from .build_record import BUILDS_DIR, RECORD_NAME
@@ -69,8 +70,9 @@ GRACE_SECONDS = 3600
 QUARANTINE_KINDS = ("blobs", "oci-blobs")
 _QUARANTINED = re.compile(r"^[0-9a-f]{64}\.[0-9]{8}T[0-9]{6}Z(-[0-9]+)?$")
 _IMPORT = re.compile(r"^(?P<hex>[0-9a-f]{64})\.import\.(?P<pid>[0-9]+)\.[0-9]+$")
-_MISMATCH = re.compile(r"^.+\.mismatch-[0-9]{8}T[0-9]{6}Z(-[0-9]+)?$")
-_RECEIVE_TEMP = re.compile(r"^\..+\.(partial|lock)$")
+# a receiver's partial copy, its lock, and a wrong partial it moved aside (distribute/files)
+_RECEIVE_TEMP = re.compile(r"^\.(?P<name>.+)\.(partial|lock)$")
+_PARTIAL_ASIDE = re.compile(r"^\.(?P<name>.+)\.partial\.(mismatch|oversize)-[0-9]{8}T[0-9]{6}Z(-[0-9]+)?$")
 
 
 @dataclass(frozen=True)
@@ -375,24 +377,25 @@ def require_cache_root(root: Path, command: str) -> None:
                          "sparkflake made: pass that cache's directory as --cache")
 
 
-def _receiver_gone(path: Path, now: float) -> bool:
-    """A receiver holds ``.NAME.lock`` while it writes ``.NAME.partial``."""
-    lock = path.with_name(path.name.removesuffix(".partial") + ".lock") if path.name.endswith(".partial") else path
-    return lock_is_free(lock) and _idle(path, now)
-
-
 def scan_received(directory: Path) -> list[CacheEntry]:
-    """A fan-out destination directory (``distribute.files``): the files a receiver moved
-    aside (``NAME.mismatch-<UTC time>``) and its temporaries no receiver holds; nothing
-    else in it is an entry."""
+    """A fan-out destination directory (``distribute.files``): a receiver's partial copies
+    and locks no receiver holds, and the wrong partial copies it moved aside, each only where
+    ``.NAME.lock`` is a receiver's (``made_by_receiver``: its record names NAME), so an
+    operator's files of the same names are never entries. A wrong file found under the final
+    name and moved aside (``NAME.mismatch-<UTC time>``) may be the operator's: never one."""
     usage, now = DiskUsage(), time.time()
     found = []
     for child in _children(directory):
         path = Path(child.path)
         if not child.is_file(follow_symlinks=False):
             continue
-        if _MISMATCH.fullmatch(child.name):
-            found.append(CacheEntry(QUARANTINE, path, child.name, usage.of(path), "a wrong copy a receiver moved aside"))
-        elif _RECEIVE_TEMP.fullmatch(child.name) and _receiver_gone(path, now):
+        aside, temporary = _PARTIAL_ASIDE.fullmatch(child.name), _RECEIVE_TEMP.fullmatch(child.name)
+        match = aside or temporary
+        if match is None or not made_by_receiver(directory / f".{match['name']}.lock"):
+            continue
+        if aside:
+            found.append(CacheEntry(QUARANTINE, path, child.name, usage.of(path),
+                                    "a wrong copy a receiver received and moved aside"))
+        elif lock_is_free(directory / f".{match['name']}.lock") and _idle(path, now):
             found.append(CacheEntry(PARTIAL, path, child.name, usage.of(path), "a receiver's temporary, held by none"))
     return found
