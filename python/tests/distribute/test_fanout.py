@@ -7,8 +7,10 @@ import hashlib
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -269,3 +271,43 @@ def test_progress_is_reported_through_the_callback(netns_ranks: NetnsRanks, tmp_
     assert reports[-1][0] == reports[-1][1] == 3 * 24 * MIB
     assert {label for _, _, label in reports} >= {"rank1 verified", "rank2 verified", "rank3 verified"}
     assert all(done <= total for done, total, _ in reports)
+
+
+@pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM"])
+def test_an_interrupt_while_bytes_move_ends_the_fanout_there(netns_ranks: NetnsRanks, tmp_path: Path,
+                                                              signal_name: str) -> None:
+    # before: the chain's threads carried on after the interrupt, started relays again,
+    # finished the copies and imported the image on every rank, then the command exited
+    image = build_image(tmp_path, 48 * MIB, seed={"SIGINT": 9, "SIGTERM": 10}[signal_name])  # not on the ranks yet
+    archive = Path(image["archive"])
+    site = netns_ranks.write_site(tmp_path / "site.toml")
+    tag = f"localhost/sfk-interrupt:{signal_name.lower()}"
+    argv = [sys.executable, "-m", "sparkflake.cli", "fanout", str(archive), "--site", str(site),
+            "--sha256", image["archive_sha256"], "--image-id", image["config"], "--import", "podman",
+            "--tag", tag, "--json"]
+    netns_ranks.shape("100mbit")
+    try:
+        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        arriving = partial_path(netns_ranks.data_dir(1) / archive.name)
+        deadline = time.monotonic() + 120
+        while not (arriving.exists() and arriving.stat().st_size > 2 * MIB):
+            assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+            time.sleep(0.02)
+        process.send_signal(getattr(signal, signal_name))
+        began = time.monotonic()
+        _, stderr = process.communicate(timeout=60)
+        exited_after = time.monotonic() - began
+        time.sleep(3)  # what carried on would have started its next relay or import by now
+        left = netns_ranks.agents_running()
+    finally:
+        netns_ranks.shape(None)
+    assert process.returncode == {"SIGINT": 130, "SIGTERM": 143}[signal_name], stderr
+    assert "Traceback" not in stderr and exited_after < 30
+    assert left == []
+    for index in (1, 2, 3):
+        assert not (netns_ranks.data_dir(index) / archive.name).exists()
+        assert podman(netns_ranks, index, "image", "exists", tag).returncode == 1
+    # the partial copies are kept for the next run, which resumes and completes
+    again = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert all(rank["imported"] and rank["status"] == "verified" for rank in json.loads(again.stdout)["ranks"])

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import time
@@ -213,6 +214,39 @@ def test_a_cut_link_resumes_at_the_blob_and_byte_it_reached(netns_ranks: NetnsRa
     assert rank2["resumed_from"] and rank2["resumed_from"][0] >= cut_at - 2 * MIB
     assert rank2["bytes_received"] < total + 2 * MIB
     assert set(rank2["blobs_sent"]) == blobs_of(image)
+
+
+def test_an_interrupt_while_blobs_move_commits_and_imports_nothing(netns_ranks: NetnsRanks, tmp_path: Path) -> None:
+    # before: the chain carried on after the interrupt, committed each rank's layout and
+    # imported the image, then the command exited 130
+    site = netns_ranks.write_site(tmp_path / "site.toml")
+    image = build_layers(tmp_path, [16 * MIB, 16 * MIB], [601, 602], "halt")
+    tag = "localhost/sfk-blobs:interrupted"
+    argv = [sys.executable, "-m", "sparkflake.cli", "fanout", image["out"], "--site", str(site), "--image-id",
+            image["image_id"], "--import", "podman", "--tag", tag, "--json"]
+    netns_ranks.shape("60mbit")
+    try:
+        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        arriving = partial_path(store_blob(netns_ranks, 1, image["layers"][0]["digest"]))
+        deadline = time.monotonic() + 120
+        while not (arriving.exists() and arriving.stat().st_size > 2 * MIB):
+            assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+            time.sleep(0.02)
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=60)
+        time.sleep(3)  # what carried on would have started its next relay, commit or import by now
+        left = netns_ranks.agents_running()
+    finally:
+        netns_ranks.shape(None)
+    assert process.returncode == 130 and "Traceback" not in stderr, stderr
+    assert left == []
+    for index in (1, 2, 3):
+        assert not (netns_ranks.data_dir(index) / "image-store" / "index.json").exists() or \
+            image["manifest"] not in (netns_ranks.data_dir(index) / "image-store" / "index.json").read_text()
+        assert podman_id(netns_ranks, index, tag) is None
+    again = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert all(rank["imported"] for rank in json.loads(again.stdout)["ranks"])
 
 
 def test_bad_input_moves_nothing(netns_ranks: NetnsRanks, tmp_path: Path) -> None:

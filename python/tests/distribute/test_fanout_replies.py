@@ -22,6 +22,7 @@ from sparkflake.distribute import blobs, fanout, registry_mode, replicate
 from sparkflake.distribute.agent_reply import AgentReply, MalformedReply
 from sparkflake.distribute.files import CopyState
 from sparkflake.distribute.site import SCHEMA, parse_site
+from sparkflake.distribute.ssh import AgentsOfARun
 from sparkflake.distribute.store import LayoutPlan, plan_from_document
 
 SHA = "a" * 64
@@ -114,7 +115,7 @@ def test_an_import_reply_without_the_image_id_asked_for_fails_the_rank_in_its_re
     monkeypatch.setattr(fanout, "run_agent", _answering(AgentReply(0, reply, "")))
     request = fanout.FanoutRequest(archive="/a.tar", sha256=SHA, image_id=IMAGE_ID, engine="podman")
     record: dict[str, Any] = {"status": "verified", "imported": False}
-    fanout._import(SITE, S1, "/a.tar", request, record)  # a worker thread's body: it must not raise
+    fanout._import(AgentsOfARun(), SITE, S1, "/a.tar", request, record)  # a worker thread's body: it must not raise
     assert record["status"] == "failed" and error in record["error"] and record["imported"] is False
 
 
@@ -141,7 +142,7 @@ def test_a_layout_import_reply_of_another_shape_fails_the_rank_in_its_record(mon
     monkeypatch.setattr(blobs, "run_agent", _answering(AgentReply(0, imported, "")))
     request = blobs.LayoutFanoutRequest(layout="/l", engine="podman", tag="t")
     record: dict[str, Any] = {"status": "verified", "committed": False, "imported": False}
-    blobs._settle(SITE, S0, "/l", _plan(), request=request, chain=None, record=record, committer=None)
+    blobs._settle(AgentsOfARun(), SITE, S0, "/l", _plan(), request=request, chain=None, record=record, committer=None)
     assert record["status"] == "failed" and "the agent's reply $.image_id" in record["error"]
     assert record["imported"] is False
 

@@ -93,6 +93,36 @@ def objects_at(document: Mapping[str, Any] | None, key: str, where: str, path: s
     return list(value)
 
 
+def count_up_to(document: Mapping[str, Any], key: str, most: int, where: str, path: str = "$") -> int:
+    """A whole number from 0 to ``most``: bytes of a file (its planned size, or what is left of it)."""
+    value = count_at(document, key, where, path)
+    if value > most:
+        raise MalformedReply(where, f"{path}.{key}", f"a whole number from 0 to {most} (bytes of the planned file)",
+                             value)
+    return value
+
+
+def words_at(document: Mapping[str, Any] | None, key: str, where: str, path: str = "$") -> str:
+    """A string, maybe empty (a message, a stderr tail), or nothing ("")."""
+    value = (document or {}).get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise MalformedReply(where, f"{path}.{key}", "a string", value)
+    return value
+
+
+def identity_at(result: Mapping[str, Any], where: str, path: str) -> list[int] | None:
+    """The stat identity the receiver saw of a verified copy (``stat_identity``: whole
+    numbers), or None when it gave none: it goes to the rank's commit as it is."""
+    value = result.get("identity")
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(n, int) and not isinstance(n, bool) for n in value):
+        raise MalformedReply(where, f"{path}.identity", "an array of integers (a stat identity)", value)
+    return value
+
+
 @dataclass(frozen=True)
 class AgentReply:
     returncode: int

@@ -29,9 +29,9 @@ from .agent_reply import AgentReply, MalformedReply, optional_text_at, text_at, 
 from .chain import FAILED, ChainTransfer, SizeGate, Transfer, cancel_relay, start_relays
 from .engine import ENGINES, check_image_id
 from .evidence import EVIDENCE_SCHEMA, REPORT_SCHEMA
-from .fanout import check_images
+from .fanout import check_images, stop_workers
 from .site import Rank, Site
-from .ssh import StartedAgent, run_agent, start_agent
+from .ssh import AgentsOfARun, StartedAgent, run_agent, start_agent
 from .store import STORE_NAME, LayoutPlan, blob_path, plan_from_document
 
 
@@ -146,9 +146,12 @@ def layout_fanout(site: Site, request: LayoutFanoutRequest, *, progress: Progres
     gate = SizeGate()
     workers: list[threading.Thread] = []
     chain: ChainTransfer | None = None
+    agents = AgentsOfARun()
+    for committer in committers.values():
+        agents.adopt(committer)
 
     def complete(name: str) -> None:
-        worker = threading.Thread(target=_settle, args=(site, site.rank(name), stores[name], plan),
+        worker = threading.Thread(target=_settle, args=(agents, site, site.rank(name), stores[name], plan),
                                   kwargs={"request": request, "chain": chain, "record": evidence[name],
                                           "committer": committers.pop(name, None)})
         workers.append(worker)
@@ -169,15 +172,21 @@ def layout_fanout(site: Site, request: LayoutFanoutRequest, *, progress: Progres
         for committer in committers.values():
             committer.cancel()
         raise
-    gate.open(0)
-    if request.engine:
-        complete(first.name)
-    for name, wanted in needs.items():
-        if not wanted:
-            complete(name)  # holds every blob: only the manifest and index are written
-    outcomes = chain.join()
-    for worker in list(workers):
-        worker.join()
+    try:
+        gate.open(0)
+        if request.engine:
+            complete(first.name)
+        for name, wanted in needs.items():
+            if not wanted:
+                complete(name)  # holds every blob: only the manifest and index are written
+        outcomes = chain.join()
+        for worker in list(workers):
+            worker.join()
+    except BaseException:  # an interrupt: nothing more is sent, committed or imported
+        stop_workers(chain, agents, workers)
+        for committer in committers.values():
+            committer.cancel()
+        raise
     for committer in committers.values():  # ranks the chain did not complete
         committer.cancel()
     for name, outcome in outcomes.items():
@@ -244,7 +253,7 @@ def _import_args(rank: Rank, request: LayoutFanoutRequest) -> list[str]:
     return ["--engine", request.engine, "--tag", request.tag, "--engine-args-json", json.dumps(list(rank.engine_args))]
 
 
-def _settle(site: Site, rank: Rank, store: str, plan: LayoutPlan, *, request: LayoutFanoutRequest,
+def _settle(agents: AgentsOfARun, site: Site, rank: Rank, store: str, plan: LayoutPlan, *, request: LayoutFanoutRequest,
             chain: ChainTransfer | None, record: dict[str, Any], committer: StartedAgent | None) -> None:
     """Once a rank holds every blob: manifest and index (not on rank 0, whose layout is the
     source), then the import and the image ID check, in one agent call."""
@@ -253,7 +262,7 @@ def _settle(site: Site, rank: Rank, store: str, plan: LayoutPlan, *, request: La
         if not request.engine:
             return
         reply = run_agent(site, rank, ["import-layout", "--layout", store, "--image-id", plan.config.digest,
-                                       *_import_args(rank, request)])
+                                       *_import_args(rank, request)], within=agents)
         imported = reply.result if _ok(reply) else None
     else:
         identities = chain.outcomes[rank.name].identities if chain is not None else {}

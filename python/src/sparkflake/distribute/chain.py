@@ -33,10 +33,13 @@ from .agent_reply import (
     SSH_FAILED,
     MalformedReply,
     count_at,
+    count_up_to,
     flag_at,
+    identity_at,
     last_json,
     object_at,
     text_at,
+    words_at,
 )
 from .site import Hop, Site
 from .ssh import hop_argv, management_argv
@@ -210,6 +213,22 @@ class ChainTransfer:
             (name, k): 0 for name, wanted in self.needs.items() for k in wanted
         }
         self.started = time.monotonic()
+        self.cancelled = threading.Event()
+
+    def cancel(self) -> None:
+        """End the transfer now (the controller was interrupted): every relay running is
+        ended, none is started again, and no rank is reported verified after this, so no
+        commit or import begins. ``join`` then gives each unfinished rank as failed."""
+        self.cancelled.set()
+        if self.gate.size is None:
+            self.gate.cancel()  # hops still waiting for the source end before any byte moves
+        with self.condition:
+            running = [*self.active.values(), *self.prestarted.values()]
+            self.prestarted.clear()
+            self.condition.notify_all()  # a hop waiting on its upstream's state looks again
+        for process in running:
+            with contextlib.suppress(OSError):
+                process.kill()
 
     def start(self) -> None:
         """``run`` in a thread of its own (the controller meanwhile verifies the source and
@@ -243,12 +262,19 @@ class ChainTransfer:
         ]
         for worker in workers:
             worker.start()
-        for worker in workers:
-            worker.join()
+        try:
+            for worker in workers:
+                worker.join()
+        except BaseException:  # interrupted (run in the controller's own thread, as replicate does)
+            self.cancel()
+            for worker in workers:
+                worker.join()
+            raise
         for unused in self.prestarted.values():
             cancel_relay(unused)
         self.prestarted.clear()
-        self._run_detour()
+        if not self.cancelled.is_set():
+            self._run_detour()
         for name, files in self.state.items():
             outcome = self.outcomes[name]
             if FAILED in files and outcome.status == PENDING:
@@ -310,6 +336,9 @@ class ChainTransfer:
         deadline = time.monotonic() + self.retry_seconds
         mismatches: Counter[int] = Counter()
         while True:
+            if self.cancelled.is_set():
+                self._fail_rank(name, f"rank {name}: not completed: the fan-out was interrupted")
+                return
             with self.condition:
                 for k in self._pending(name):
                     if self.state[upstream][k] == FAILED:
@@ -351,8 +380,8 @@ class ChainTransfer:
                 # what is still pending arrived wrong: fetched again once upstream verified it
                 # (at most MISMATCH_RETRIES times once it has)
                 with self.condition:
-                    self.condition.wait_for(
-                        lambda: all(self.state[upstream][k] != PENDING for k in self._pending(name)))
+                    self.condition.wait_for(lambda: self.cancelled.is_set() or all(
+                        self.state[upstream][k] != PENDING for k in self._pending(name)))
                 continue
             if status in (receive.NO_SPACE, receive.FAILED, "failed"):
                 self._fail_rank(name, f"rank {name}: {attempt.message or status}")
@@ -368,14 +397,18 @@ class ChainTransfer:
                                           f"{hop.link.name} ({hop.sender_address} -> {hop.receiver_address}) "
                                           f"failed after {outcome.attempts} attempts: {detail}")
                 return
-            time.sleep(1.0)
+            self.cancelled.wait(1.0)
 
     def _run_hop(self, hop: Hop, pending: list[int], mismatches: Counter[int]) -> HopAttempt:
         """Start the relay on the sender with the files in ``pending``; what it said."""
         name, upstream = hop.receiver.name, hop.sender.name
-        process = self.prestarted.pop(name, None) or start_relay(self.site, hop)
+        with self.condition:
+            prestarted = self.prestarted.pop(name, None)
+        process = prestarted or start_relay(self.site, hop)
         with self.condition:
             self.active[name] = process
+            if self.cancelled.is_set():  # cancel looked at the running relays before this one
+                process.kill()
         stderr_tail: deque[bytes] = deque(maxlen=20)
         assert process.stdout is not None and process.stdin is not None and process.stderr is not None
         stderr = process.stderr
@@ -442,8 +475,8 @@ class ChainTransfer:
         last = attempt.result
         if last is not None and "status" in last:
             attempt.status = text_at(last, "status", where)
-        attempt.message = _words_at(last, "message", where)
-        attempt.stderr = _words_at(last, "stderr", where)
+        attempt.message = words_at(last, "message", where)
+        attempt.stderr = words_at(last, "stderr", where)
 
     def _plan_index(self, document: dict[str, Any], pending: list[int], where: str) -> int:
         """The file a line is about: its position in the plan this relay was given."""
@@ -464,13 +497,13 @@ class ChainTransfer:
         status = text_at(result, "status", where, "$.result")
         size = self.size(k)
         # a receiver that stopped before writing (no space, cannot write) gives no counts
-        offset = _count_up_to(result, "offset", size, where, "$.result") if "offset" in result else 0
+        offset = count_up_to(result, "offset", size, where, "$.result") if "offset" in result else 0
         # the receiver appends from offset: more than the rest of the file never crossed
-        received = _count_up_to(result, "received", size - offset, where, "$.result") if "received" in result else 0
+        received = count_up_to(result, "received", size - offset, where, "$.result") if "received" in result else 0
         reused = flag_at(result, "reused", where, "$.result") if "reused" in result else False
-        moved_aside = _words_at(result, "moved_aside_final", where, "$.result")
-        message = _words_at(result, "message", where, "$.result")
-        identity = _identity_at(result, where, "$.result") if status == receive.OK else None
+        moved_aside = words_at(result, "moved_aside_final", where, "$.result")
+        message = words_at(result, "message", where, "$.result")
+        identity = identity_at(result, where, "$.result") if status == receive.OK else None
         outcome = self.outcomes[name]
         attempt.answered.add(k)
         if status == receive.MISMATCH:
@@ -501,7 +534,7 @@ class ChainTransfer:
     def _note_progress(self, name: str, pending: list[int], document: dict[str, Any], where: str) -> None:
         """How far the receiver holds a file: read (and refused) even when nobody watches."""
         k = self._plan_index(document, pending, where)
-        position = _count_up_to(document, "progress", self.size(k), where)
+        position = count_up_to(document, "progress", self.size(k), where)
         if not self.progress:
             return
         with self.condition:
@@ -531,7 +564,7 @@ class ChainTransfer:
         outcome.seconds = round(time.monotonic() - self.started, 6)
         outcome.status = HAS
         self._report(f"{name} verified")
-        if self.on_verified:
+        if self.on_verified and not self.cancelled.is_set():
             self.on_verified(name)
 
     def _fail_file(self, name: str, k: int, message: str) -> None:
@@ -558,33 +591,3 @@ class ChainTransfer:
             self.outcomes[name].status = FAILED
             self.outcomes[name].error = message
 
-
-# ---- reading a relay's lines ----------------------------------------------------------------
-def _count_up_to(document: dict[str, Any], key: str, most: int, where: str, path: str = "$") -> int:
-    """A whole number from 0 to ``most``: bytes of a file (its planned size, or what is left of it)."""
-    value = count_at(document, key, where, path)
-    if value > most:
-        raise MalformedReply(where, f"{path}.{key}", f"a whole number from 0 to {most} (bytes of the planned file)",
-                             value)
-    return value
-
-
-def _words_at(document: dict[str, Any] | None, key: str, where: str, path: str = "$") -> str:
-    """A string, maybe empty (a message, a stderr tail), or nothing ("")."""
-    value = (document or {}).get(key)
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise MalformedReply(where, f"{path}.{key}", "a string", value)
-    return value
-
-
-def _identity_at(result: dict[str, Any], where: str, path: str) -> list[int] | None:
-    """The stat identity the receiver saw of a verified copy (``stat_identity``: whole
-    numbers), or None when it gave none: it goes to the rank's commit as it is."""
-    value = result.get("identity")
-    if value is None:
-        return None
-    if not isinstance(value, list) or not all(isinstance(n, int) and not isinstance(n, bool) for n in value):
-        raise MalformedReply(where, f"{path}.identity", "an array of integers (a stat identity)", value)
-    return value

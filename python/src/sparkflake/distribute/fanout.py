@@ -28,7 +28,7 @@ from .engine import check_import_request
 from .evidence import EVIDENCE_SCHEMA, REPORT_SCHEMA
 from .files import CopyState
 from .site import Rank, Site
-from .ssh import run_agent
+from .ssh import AgentsOfARun, run_agent
 
 
 @dataclass(frozen=True)
@@ -132,13 +132,14 @@ def fanout(site: Site, request: FanoutRequest, *, progress: Progress | None = No
         return _summary(site, request, evidence, started)
 
     imports: list[threading.Thread] = []
+    agents = AgentsOfARun()
     gate = SizeGate()
 
     def verified(name: str) -> None:
         record = evidence[name]
         record.update(status="verified", sha256=request.sha256, bytes=gate.size)
         if request.engine:
-            worker = threading.Thread(target=_import, args=(site, site.rank(name), paths[name], request, record))
+            worker = threading.Thread(target=_import, args=(agents, site, site.rank(name), paths[name], request, record))
             imports.append(worker)
             worker.start()
 
@@ -162,16 +163,19 @@ def fanout(site: Site, request: FanoutRequest, *, progress: Progress | None = No
         raise
     finally:
         pool.shutdown(wait=True)
-    gate.open(int(evidence[first.name]["bytes"]))
-
-    if request.engine:
-        verified(first.name)
-    for name in evidence:
-        if name != first.name and evidence[name]["status"] == "verified":
-            verified(name)
-    outcomes = chain.join()
-    for worker in list(imports):
-        worker.join()
+    try:
+        gate.open(int(evidence[first.name]["bytes"]))
+        if request.engine:
+            verified(first.name)
+        for name in evidence:
+            if name != first.name and evidence[name]["status"] == "verified":
+                verified(name)
+        outcomes = chain.join()
+        for worker in list(imports):
+            worker.join()
+    except BaseException:  # an interrupt: nothing more is sent, committed or imported
+        stop_workers(chain, agents, imports)
+        raise
     for name, outcome in outcomes.items():
         if name not in needs and name not in unreachable:
             continue
@@ -244,14 +248,27 @@ def _status(site: Site, rank: Rank, path: str, request: FanoutRequest) -> AgentR
     return run_agent(site, rank, ["status", "--path", path, "--sha256", request.sha256])
 
 
-def _import(site: Site, rank: Rank, path: str, request: FanoutRequest, record: dict[str, Any]) -> None:
+def stop_workers(chain: ChainTransfer, agents: AgentsOfARun, workers: list[threading.Thread]) -> None:
+    """End a fan-out that was interrupted after bytes began to move: its relays, and the
+    agents its workers started (imports, commits), then wait for every thread it started,
+    so none carries on after the controller has gone."""
+    chain.cancel()
+    agents.end_all()
+    with contextlib.suppress(Exception):
+        chain.join()
+    for worker in list(workers):
+        worker.join()
+
+
+def _import(agents: AgentsOfARun, site: Site, rank: Rank, path: str, request: FanoutRequest,
+            record: dict[str, Any]) -> None:
     assert request.engine and request.image_id
     args = ["import", "--archive", path, "--engine", request.engine, "--image-id", request.image_id,
             "--engine-args-json", json.dumps(list(rank.engine_args))]
     if request.tag:
         args += ["--tag", request.tag]
     began = time.monotonic()
-    reply = run_agent(site, rank, args)
+    reply = run_agent(site, rank, args, within=agents)
     record["import_seconds"] = round(time.monotonic() - began, 6)
     if not (reply.returncode == 0 and reply.result and reply.result.get("status") == "ok"):
         record.update(status="failed", error=f"rank {rank.name}: import failed: {reply.describe_failure()}")

@@ -181,6 +181,40 @@ def start_agent(site: Site, rank: Rank, agent_args: Sequence[str]) -> StartedAge
     return StartedAgent(management_argv(site, rank, agent_args))
 
 
+class AgentsOfARun:
+    """The agents a run's worker threads start (an import, a commit), so that an interrupt
+    ends every one of them: once ``end_all`` was called, none is started any more."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._agents: list[StartedAgent] = []
+        self._ended = False
+
+    def adopt(self, agent: StartedAgent) -> StartedAgent:
+        """Count ``agent`` (started before, as a settling agent is) among the run's."""
+        with self._lock:
+            self._agents.append(agent)
+            if self._ended:
+                agent.kill()
+        return agent
+
+    def run(self, site: Site, rank: Rank, agent_args: Sequence[str], input_text: str = "") -> AgentReply:
+        """``run_agent``, unless the run was ended: then the reply of an agent never started."""
+        with self._lock:
+            if self._ended:
+                return AgentReply(SSH_FAILED, None, "sparkflake: not started: the run was interrupted\n")
+            agent = start_agent(site, rank, agent_args)
+            self._agents.append(agent)
+        return agent.finish(input_text)
+
+    def end_all(self) -> None:
+        with self._lock:
+            self._ended = True
+            agents = list(self._agents)
+        for agent in agents:
+            agent.kill()
+
+
 def run_agent(
     site: Site,
     rank: Rank,
@@ -188,5 +222,9 @@ def run_agent(
     *,
     input_text: str | None = None,
     timeout: float | None = None,
+    within: AgentsOfARun | None = None,
 ) -> AgentReply:
+    """Run an agent to its end; ``within``: one of a run's agents, ended with the others."""
+    if within is not None:
+        return within.run(site, rank, agent_args, input_text or "")
     return start_agent(site, rank, agent_args).finish(input_text or "", timeout=timeout)
