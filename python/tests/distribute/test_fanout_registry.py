@@ -8,8 +8,11 @@ anything."""
 from __future__ import annotations
 
 import json
+import random
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from fixtures.hostile_layers import ACROSS, hostile_layout
@@ -131,6 +134,63 @@ def test_a_hostile_layer_pulled_from_the_registry_is_refused_before_podman_loads
                 exists = subprocess.run(["ip", "netns", "exec", netns_ranks.namespace(index), "podman", *engine_args,
                                          "image", "exists", reference], capture_output=True)
                 assert exists.returncode == 1, reference
+    finally:
+        registry.terminate()
+        registry.wait(timeout=10)
+
+
+def test_an_interrupt_while_ranks_pull_ends_every_pull_and_imports_nothing(netns_ranks: NetnsRanks,
+                                                                           tmp_path: Path) -> None:
+    # before: the controller waited for every rank's pull, then imported on each, then exited 130
+    gateway = netns_ranks.mgmt_gateway
+    certificate, key = registry_certificate(tmp_path, gateway)
+    port = free_port()
+    registry = start_registry(tmp_path, gateway, port, tls=(certificate, key))
+    tree = tmp_path / "image" / "tree" / "opt"
+    tree.mkdir(parents=True)
+    (tree / "payload.bin").write_bytes(random.Random(31).randbytes(24 << 20))
+    spec = tmp_path / "image" / "spec.json"
+    spec.write_text(json.dumps({"platform": "linux/amd64", "compression": "none", "tag": "v1",
+                                "layers": [{"tree": "tree"}], "config": {"Entrypoint": ["/bin/true"]}}))
+    out = tmp_path / "image" / "out"
+    try:
+        built = subprocess.run([sys.executable, "-m", "sparkflake.cli", "image", "build", str(spec), "-o", str(out),
+                                "--no-cache", "--cache", str(tmp_path / "blob-store")], capture_output=True, text=True)
+        assert built.returncode == 0, built.stderr
+        image_id = json.loads((out / "digests.json").read_text())["image_id"]
+        published = subprocess.run(
+            [sys.executable, "-m", "sparkflake.cli", "publish", str(out), f"{gateway}:{port}/sparkflake/big:v1",
+             "--ca-file", str(certificate), "--json"], capture_output=True, text=True, cwd=tmp_path)
+        assert published.returncode == 0, published.stderr
+        pinned = json.loads(published.stdout)["pinned"]
+        site = netns_ranks.write_site(tmp_path / "site.toml")
+        tag = "localhost/big:interrupted"
+        # the ranks pull through the management bridge: 24 MiB each at 40 Mbit/s shared takes ~20 s
+        subprocess.run(["tc", "qdisc", "replace", "dev", netns_ranks.bridge, "root", "tbf", "rate", "40mbit",
+                        "burst", "512kb", "latency", "100ms"], check=True)
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "sparkflake.cli", "fanout", "--from-registry", pinned, "--site", str(site),
+                 "--platform", "linux/amd64", "--ca-file", str(certificate), "--image-id", image_id,
+                 "--import", "podman", "--tag", tag, "--json"],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            time.sleep(4)  # every rank's pull under way
+            assert process.poll() is None
+            process.send_signal(signal.SIGINT)
+            began = time.monotonic()
+            _, stderr = process.communicate(timeout=60)
+            exited_after = time.monotonic() - began
+            time.sleep(3)
+            left = netns_ranks.agents_running()
+        finally:
+            subprocess.run(["tc", "qdisc", "del", "dev", netns_ranks.bridge, "root"], check=False)
+        assert process.returncode == 130 and "Traceback" not in stderr, stderr
+        assert exited_after < 10 and left == []
+        for index in range(4):
+            engine_args = netns_ranks.site().ranks[index].engine_args
+            exists = subprocess.run(["ip", "netns", "exec", netns_ranks.namespace(index), "podman", *engine_args,
+                                     "image", "exists", tag])
+            assert exists.returncode == 1
     finally:
         registry.terminate()
         registry.wait(timeout=10)

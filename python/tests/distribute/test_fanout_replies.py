@@ -162,7 +162,7 @@ def test_rank_0_s_blob_status_without_held_is_a_message_not_a_key_error(monkeypa
 def test_a_pull_reply_of_another_shape_fails_the_rank_in_its_record(monkeypatch, pulled):
     monkeypatch.setattr(registry_mode, "run_agent", _answering(AgentReply(0, pulled, "")))
     request = registry_mode.RegistryFanoutRequest(reference="192.0.2.1:5000/glm@sha256:" + "2" * 64)
-    record = registry_mode._one_rank(SITE, S1, request)
+    record = registry_mode._one_rank(AgentsOfARun(), SITE, S1, request)
     assert record["status"] == "failed" and "rank s1 (root@192.0.2.11): the agent's reply $." in record["error"]
     assert record["bytes"] is None
 
@@ -173,7 +173,7 @@ def test_a_pull_then_an_import_of_another_image_is_not_imported(monkeypatch):
     monkeypatch.setattr(registry_mode, "run_agent", _answering(AgentReply(0, pulled, ""), AgentReply(0, other, "")))
     request = registry_mode.RegistryFanoutRequest(reference="192.0.2.1:5000/glm@sha256:" + "2" * 64,
                                                   image_id=IMAGE_ID, engine="podman")
-    record = registry_mode._one_rank(SITE, S1, request)
+    record = registry_mode._one_rank(AgentsOfARun(), SITE, S1, request)
     assert record["status"] == "failed" and record["imported"] is False
     assert f"expected {IMAGE_ID}" in record["error"]
 

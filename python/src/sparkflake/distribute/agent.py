@@ -18,7 +18,7 @@ from ..core.documents import parse_json
 from ..core.errors import InputError, SparkflakeError
 from . import engine, files, manifest, receive, relay
 from .agent_protocol import emit as _emit
-from .agent_protocol import run_protocol
+from .agent_protocol import end_with_the_session, run_protocol
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -314,4 +314,5 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 if __name__ == "__main__":
+    end_with_the_session()
     sys.exit(run_protocol(build_parser()))

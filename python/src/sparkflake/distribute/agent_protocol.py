@@ -7,7 +7,13 @@ fraction of fan-out's import time)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import select
+import signal
+import stat
 import sys
+import threading
 from typing import Any
 
 from ..core.canonical_json import canonical_json_bytes
@@ -21,6 +27,30 @@ LINE_LIMIT = 16 << 20
 def emit(document: dict[str, Any]) -> None:
     sys.stdout.write(canonical_json_bytes(document).decode() + "\n")
     sys.stdout.flush()
+
+
+def end_with_the_session() -> None:
+    """Make this agent end, with everything it started, once the controller's end of its
+    stdout is closed: the SSH connection dropped, or the controller was interrupted and
+    ended its ssh. sshd then closes the session's pipes but signals nothing, so an agent that
+    reads no more input (a pull, an import, a start) would otherwise finish work nobody waits
+    for. Under sshd the agent leads its own process group (the session's), and the group is
+    ended; run otherwise (stdout a pipe of some other program), only the agent itself is."""
+    with contextlib.suppress(OSError):
+        mode = os.fstat(1).st_mode
+        if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+            threading.Thread(target=_end_when_unread, daemon=True, name="session-watch").start()
+
+
+def _end_when_unread() -> None:
+    poller = select.poll()
+    poller.register(1, 0)  # no events asked for: only POLLERR (a pipe) or POLLHUP (a socket) comes
+    while not any(event & (select.POLLERR | select.POLLHUP) for _, event in poller.poll()):
+        pass
+    if os.getpgrp() == os.getpid():
+        os.killpg(os.getpgrp(), signal.SIGTERM)
+    else:
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def run_protocol(parser: argparse.ArgumentParser, argv: list[str] | None = None) -> int:

@@ -18,7 +18,7 @@ from .agent_reply import MalformedReply, count_at, digest_at, optional_text_at
 from .engine import check_import_request
 from .evidence import EVIDENCE_SCHEMA, REPORT_SCHEMA
 from .site import Rank, Site
-from .ssh import run_agent
+from .ssh import AgentsOfARun, run_agent
 
 
 @dataclass(frozen=True)
@@ -49,15 +49,22 @@ def validate_registry_request(request: RegistryFanoutRequest) -> None:
 def registry_fanout(site: Site, request: RegistryFanoutRequest) -> dict[str, Any]:
     validate_registry_request(request)
     started = time.monotonic()
-    with ThreadPoolExecutor(max_workers=len(site.ranks)) as pool:
-        records = list(pool.map(lambda rank: _one_rank(site, rank, request), site.ordered_ranks()))
+    agents = AgentsOfARun()
+    pool = ThreadPoolExecutor(max_workers=len(site.ranks))
+    try:
+        records = list(pool.map(lambda rank: _one_rank(agents, site, rank, request), site.ordered_ranks()))
+    except BaseException:  # an interrupt: every pull and import ends now, none starts
+        agents.end_all()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
     complete = all(r["status"] == "verified" and (not request.engine or r["imported"]) for r in records)
     return {"schema": REPORT_SCHEMA, "kind": "registry-fanout", "reference": request.reference,
             "image_id": request.image_id, "complete": complete,
             "seconds": round(time.monotonic() - started, 6), "ranks": records}
 
 
-def _one_rank(site: Site, rank: Rank, request: RegistryFanoutRequest) -> dict[str, Any]:
+def _one_rank(agents: AgentsOfARun, site: Site, rank: Rank, request: RegistryFanoutRequest) -> dict[str, Any]:
     source = parse_reference(request.reference)
     assert source.digest is not None
     layout = rank.data_path("images", source.digest.replace(":", "-"))
@@ -73,7 +80,7 @@ def _one_rank(site: Site, rank: Rank, request: RegistryFanoutRequest) -> dict[st
         args += ["--ca-file", request.ca_file]
     if request.auth_file:
         args += ["--auth-file", request.auth_file]
-    reply = run_agent(site, rank, args)
+    reply = run_agent(site, rank, args, within=agents)
     record["seconds"] = round(time.monotonic() - began, 6)
     if reply.returncode != 0 or not reply.result or reply.result.get("status") != "ok":
         record.update(status="failed", error=f"rank {rank.name} ({rank.ssh}): pull failed: {reply.describe_failure()}")
@@ -98,7 +105,7 @@ def _one_rank(site: Site, rank: Rank, request: RegistryFanoutRequest) -> dict[st
                        "--engine-args-json", json.dumps(list(rank.engine_args))]
         if request.tag:
             import_args += ["--tag", request.tag]
-        imported = run_agent(site, rank, import_args)
+        imported = run_agent(site, rank, import_args, within=agents)
         if not (imported.returncode == 0 and imported.result and imported.result.get("status") == "ok"):
             record.update(status="failed", error=f"rank {rank.name}: import failed: {imported.describe_failure()}")
             return record

@@ -109,8 +109,12 @@ class StartedAgent:
         controller after ``timeout`` seconds)."""
         writer = threading.Thread(target=self._write_input, args=(input_text.encode(),), daemon=True)
         writer.start()
-        with self._deadline(timeout, f"timed out after {timeout}s"):
-            lines = list(self._stdout_lines())
+        try:
+            with self._deadline(timeout, f"timed out after {timeout}s"):
+                lines = list(self._stdout_lines())
+        except BaseException:  # interrupted while it runs: it does not outlive the controller's wait
+            self.cancel()
+            raise
         writer.join()
         return self._ended(last_json("".join(lines)))
 
