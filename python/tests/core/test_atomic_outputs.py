@@ -13,6 +13,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from sparkflake.core.atomic_write import (
+    OUTPUT_MARKER,
     _generated,
     _name_check,
     atomic_directory,
@@ -20,6 +21,7 @@ from sparkflake.core.atomic_write import (
     atomic_stream,
     generated_name,
     host_tag,
+    record_written_entry,
     write_bytes_atomic,
 )
 from sparkflake.core.errors import InputError
@@ -130,3 +132,78 @@ def test_a_forced_directory_output_still_never_replaces_a_fifo(tmp_path):
         with atomic_directory(tmp_path / "out", owned_output=True, force=True):
             pass
     assert stat.S_ISFIFO(os.lstat(tmp_path / "out").st_mode) and os.listdir(tmp_path) == ["out"]
+
+
+def _owned_output(out, files):
+    """An output sparkflake wrote (``atomic_directory(owned_output=True)``) holding ``files``."""
+    with atomic_directory(out, owned_output=True) as staging:
+        for name, content in files.items():
+            (staging / name).parent.mkdir(parents=True, exist_ok=True)
+            (staging / name).write_bytes(content)
+
+
+def _tree(root):
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+_OUTPUT = {"digests.json": b"{}\n", "receipt.json": b"{\"a\": 1}\n", "oci/index.json": b"{}",
+           "oci/blobs/sha256/ab": b"layer"}
+
+
+def test_an_output_holding_files_added_inside_its_directories_is_not_replaced(tmp_path):
+    out = tmp_path / "out"
+    _owned_output(out, _OUTPUT)
+    _owned_output(out, _OUTPUT)  # what sparkflake wrote alone: replaced
+    (out / "oci" / "NOTES.txt").write_text("mine\n")
+    (out / "oci" / "blobs" / "mine").mkdir()
+    (out / "oci" / "blobs" / "mine" / "x").write_text("mine too\n")
+    before = _tree(out)
+    with pytest.raises(InputError, match=r"out: holds entries sparkflake did not write "
+                                         r"\(oci/NOTES\.txt, oci/blobs/mine\); they would be lost; "
+                                         r"choose another -o, move it away, or pass --force"):
+        _owned_output(out, _OUTPUT)
+    assert _tree(out) == before
+    with atomic_directory(out, owned_output=True, force=True) as staging:
+        (staging / "new").write_text("new\n")
+    assert _tree(out) == {"new": b"new\n", OUTPUT_MARKER: (out / OUTPUT_MARKER).read_bytes()}
+
+
+def test_an_output_whose_file_was_edited_is_not_replaced(tmp_path):
+    out = tmp_path / "out"
+    _owned_output(out, _OUTPUT)
+    (out / "receipt.json").write_text('{"a": 1, "operator": "edited"}\n')
+    with pytest.raises(InputError, match=r"out: holds files changed since sparkflake wrote them \(receipt\.json: "
+                                         r"another size, modification time or kind\); the changes would be lost"):
+        _owned_output(out, _OUTPUT)
+    assert (out / "receipt.json").read_text() == '{"a": 1, "operator": "edited"}\n'
+    # a file of the same size rewritten: its modification time tells
+    os.remove(out / "receipt.json")  # a file removed is no loss
+    (out / "oci" / "index.json").write_bytes(b"[]")
+    with pytest.raises(InputError, match=r"changed since sparkflake wrote them \(oci/index\.json"):
+        _owned_output(out, _OUTPUT)
+    assert (out / "oci" / "index.json").read_bytes() == b"[]"
+
+
+def test_a_file_sparkflake_rewrites_in_its_output_stays_its_own(tmp_path):
+    """The runtime check adds to OUT/receipt.json, publish and export add files: the next
+    build still replaces the output; an operator's edit is not adopted by such a rewrite."""
+    out = tmp_path / "out"
+    _owned_output(out, _OUTPUT)
+    write_bytes_atomic(out / "receipt.json", b"{\"a\": 1, \"byproducts\": [\"runtime\"]}\n")
+    (out / "published.json").write_text("{}\n")
+    record_written_entry(out, "published.json")
+    _owned_output(out, _OUTPUT)
+    (out / "receipt.json").write_text("operator\n")
+    write_bytes_atomic(out / "receipt.json", b"operator, then sparkflake\n")
+    with pytest.raises(InputError, match=r"changed since sparkflake wrote them \(receipt\.json"):
+        _owned_output(out, _OUTPUT)
+
+
+def test_an_output_marked_by_an_earlier_sparkflake_is_not_replaced(tmp_path):
+    out = tmp_path / "out"
+    (out / "oci").mkdir(parents=True)
+    (out / "oci" / "NOTES.txt").write_text("mine\n")
+    (out / OUTPUT_MARKER).write_text('{"kind": "sparkflake.output-directory", "entries": ["oci"]}')
+    with pytest.raises(InputError, match=r"an earlier sparkflake's, which lists the top-level entries only"):
+        _owned_output(out, _OUTPUT)
+    assert (out / "oci" / "NOTES.txt").read_text() == "mine\n"

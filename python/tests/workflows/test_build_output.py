@@ -95,6 +95,31 @@ def test_own_output_is_replaced_but_not_with_an_added_file(tmp_path, build, cach
     assert snapshot(out) == before
 
 
+def test_an_output_with_files_added_inside_it_or_edited_is_refused(tmp_path, build, cache, capsys):
+    """The marker lists every path written, not only the top-level entries: an operator's
+    file inside OUT/oci, or a file of the output edited, is not lost to the next build."""
+    out = tmp_path / "result"
+    assert build(out, cache) == 0
+    (out / "oci" / "NOTES.txt").write_text("keep me\n")
+    (out / "oci" / "blobs" / "mine").mkdir()
+    (out / "oci" / "blobs" / "mine" / "x").write_text("mine too\n")
+    before = snapshot(out)
+    assert build(out, cache) == 2
+    assert (f"{out}: holds entries sparkflake did not write (oci/NOTES.txt, oci/blobs/mine); they would be lost; "
+            "choose another -o, move it away, or pass --force to replace it") in capsys.readouterr().err
+    assert snapshot(out) == before
+    (out / "oci" / "NOTES.txt").unlink()
+    (out / "oci" / "blobs" / "mine" / "x").unlink()
+    (out / "oci" / "blobs" / "mine").rmdir()
+    with open(out / "digests.json", "a") as edited:
+        edited.write("\n")
+    before = snapshot(out)
+    assert build(out, cache) == 2
+    assert f"{out}: holds files changed since sparkflake wrote them (digests.json: " in capsys.readouterr().err
+    assert snapshot(out) == before
+    assert build(out, cache, "--force") == 0
+
+
 def test_force_replaces_anything(tmp_path, build, cache):
     out = tmp_path / "result"
     out.write_text("x")

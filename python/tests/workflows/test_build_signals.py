@@ -1,7 +1,8 @@
 """SIGTERM and SIGINT (issue 28, class 7): what `timeout`, systemd and Ctrl-C send end a
 real `sparkflake build` of the fixture profile at any moment with 143 / 130, one line on
 stderr and no traceback; the staging directory, the run's work directory and its memory
-scratch are gone and the previous output is byte for byte what it was. An interrupt
+scratch are gone and the previous output is byte for byte what it was (or, the signal held
+while the swap ran, the new one is there whole: the same files, a new marker). An interrupt
 while the CLI starts (importing its command modules) prints no traceback either."""
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from sparkflake.core.atomic_write import OUTPUT_MARKER, check_replaceable_output
+
 FIXTURE = Path(__file__).resolve().parents[3] / "profiles" / "fixture"
 
 
@@ -28,6 +31,10 @@ def _tree(directory: Path) -> dict[str, str]:
     """Every file under ``directory`` by relative path, with its sha256."""
     return {str(path.relative_to(directory)): hashlib.sha256(path.read_bytes()).hexdigest()
             for path in sorted(directory.rglob("*")) if path.is_file()}
+
+
+def _image_files(tree: dict[str, str]) -> dict[str, str]:
+    return {name: digest for name, digest in tree.items() if name != OUTPUT_MARKER}
 
 
 def _left_by(pid: int, *places: Path) -> list[Path]:
@@ -60,14 +67,20 @@ def test_a_signalled_build_leaves_the_previous_output_and_no_staging(tmp_path, s
         _, error = build.communicate(timeout=120)
         assert "Traceback" not in error, error
         if build.returncode in (0, -signum):
-            # it finished first (the build is deterministic: the same output), or the signal
-            # came while the interpreter exited, after sparkflake's handlers were gone
-            assert _tree(out) == previous and _left_by(build.pid, tmp_path) == []
+            # it finished first (the build is deterministic: the same output, but for its marker,
+            # which records when each file was written), or the signal came while the
+            # interpreter exited, after sparkflake's handlers were gone
+            assert _image_files(_tree(out)) == _image_files(previous) and _left_by(build.pid, tmp_path) == []
+            previous = _tree(out)
             continue
         assert build.returncode == status, error
         assert line in error
         assert _left_by(build.pid, tmp_path, cache / "work", Path("/dev/shm")) == []
-        assert _tree(out) == previous
+        # the previous output; or, a signal held while the swap ran, the new one swapped in
+        # whole: the same files, its marker (when each was written) listing them all
+        assert _image_files(_tree(out)) == _image_files(previous)
+        check_replaceable_output(out)
+        previous = _tree(out)
     assert staged_hits >= 1  # at least one signal arrived while the output was staged
 
 

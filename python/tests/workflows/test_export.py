@@ -94,7 +94,8 @@ def test_an_edited_layout_is_refused_and_the_previous_archive_stays(outputs, tmp
     copy = tmp_path / "out"
     shutil.copytree(layout_only, copy)
     previous = copy / "docker-archive.tar"
-    previous.write_bytes(b"the previous archive")
+    assert main(["export", str(copy), "--format", "docker-archive"]) == 0
+    previous_bytes = previous.read_bytes()
     blob = copy / "oci" / "blobs" / "sha256" / digests["layers"][0]["digest"].split(":")[1]
     blob.chmod(0o644)
     content = bytearray(blob.read_bytes())
@@ -103,8 +104,43 @@ def test_an_edited_layout_is_refused_and_the_previous_archive_stays(outputs, tmp
     capsys.readouterr()
     assert main(["export", str(copy), "--format", "docker-archive"]) == 1
     assert digests["layers"][0]["digest"] in capsys.readouterr().err
-    assert previous.read_bytes() == b"the previous archive"
+    assert previous.read_bytes() == previous_bytes
     assert sorted(path.name for path in copy.iterdir() if path.name.startswith(".docker-archive")) == []
+
+
+def test_an_operator_file_or_symlink_at_the_archive_name_is_refused(outputs, tmp_path, capsys):
+    """OUT/KIND.tar replaces only the archive sparkflake wrote there (OUT's marker lists
+    it, unchanged): an operator's file of that name is kept, a symlink there is never
+    written through, and an archive edited since it was exported is not replaced."""
+    layout_only, _, _ = outputs
+    copy = tmp_path / "out"
+    shutil.copytree(layout_only, copy)
+    theirs = copy / "docker-archive.tar"
+    theirs.write_bytes(b"the operator's own archive")
+    capsys.readouterr()
+    assert main(["export", str(copy), "--format", "docker-archive"]) == 2
+    err = capsys.readouterr().err
+    # "did not write it", or "changed since" where an archive exported there earlier was removed
+    assert f"sparkflake: error: {theirs}: " in err and "would be lost (move it away, or name another file with -o FILE)" in err
+    assert theirs.read_bytes() == b"the operator's own archive"
+    assert main(["export", str(copy), "--format", "docker-archive", "-o", str(theirs)]) == 2  # named, still in OUT
+    assert f"sparkflake: error: {theirs}: " in capsys.readouterr().err
+    assert theirs.read_bytes() == b"the operator's own archive"
+    precious = tmp_path / "precious.tar"
+    precious.write_bytes(b"elsewhere")
+    link = copy / "oci-archive.tar"
+    link.symlink_to(precious)
+    assert main(["export", str(copy), "--format", "oci-archive"]) == 2
+    assert f"{link}: is a symlink, not a file sparkflake wrote; it is not written over or through" in capsys.readouterr().err
+    assert precious.read_bytes() == b"elsewhere" and link.is_symlink()
+    assert sorted(path.name for path in copy.iterdir() if ".export." in path.name) == []
+    link.unlink()
+    assert main(["export", str(copy), "--format", "oci-archive"]) == 0
+    assert main(["export", str(copy), "--format", "oci-archive"]) == 0  # its own archive: replaced
+    with open(link, "ab") as edited:
+        edited.write(b"\0" * 512)
+    assert main(["export", str(copy), "--format", "oci-archive"]) == 2
+    assert f"{link}: changed since sparkflake wrote it" in capsys.readouterr().err
 
 
 def test_a_disk_without_room_for_the_archive_is_refused_before_anything_is_written(outputs, tmp_path, capsys):

@@ -19,7 +19,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=(
             "Assemble DIR/base (Debian packages unpacked, maintainer-script effects done "
             "declaratively) and DIR/python (every wheel installed into /opt/venv) from PROFILE's "
-            "lock and the cache, without running any target binary. Each tree appears atomically. "
+            "lock and the cache, without running any target binary. Each tree appears atomically, "
+            "replacing only a tree sparkflake wrote there (unless --force). "
             "Exit 0 ok, 1 a check failed (ELF machine, wheel tags, RECORD, path conflict or escape), "
             "2 an input is missing."
         ),
@@ -31,6 +32,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="parallel wheel installs (default: CPUs, at most 4)")
     parser.add_argument("--cache", dest="cache_root", metavar="DIR",
                         help="cache root (default $XDG_CACHE_HOME/sparkflake)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace DIR/base, DIR/python even if sparkflake did not write them (their contents are lost)")
     parser.add_argument("--json", action="store_true")
 
 

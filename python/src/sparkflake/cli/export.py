@@ -18,7 +18,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "Write OUT/KIND.tar (or -o FILE) from the OCI layout OUT/oci of a `sparkflake build`: "
             "the bytes a build with --formats KIND writes. The archive is read back and verified "
             "(every blob and diffID re-derived) against OUT/digests.json before it replaces "
-            "FILE; nothing is written when a check fails."
+            "FILE; nothing is written when a check fails. OUT/KIND.tar replaces only the archive "
+            "sparkflake wrote there: an operator's file or a symlink of that name is refused."
         ),
     )
     parser.add_argument("out", metavar="OUT", type=Path, help="the output directory of a build")

@@ -12,6 +12,12 @@ target on the same host removes what a dead process left there (``remove_leftove
 and if a directory swap was cut between its two renames, puts the previous directory
 back first. A directory is swapped in with one ``renameat2(RENAME_EXCHANGE)`` where the
 file system has it (ext4, xfs, btrfs, tmpfs), so the target never goes missing.
+
+An output directory an operator names carries a marker (``OUTPUT_MARKER``) listing every
+path written into it, each file with its size and modification time; it is replaced only
+while it holds nothing else and nothing listed changed (``check_replaceable_output``). A
+file sparkflake rewrites there later stays listed (``_refreshed_entry``), one it adds is
+listed by ``record_written_entry``.
 """
 
 from __future__ import annotations
@@ -20,7 +26,6 @@ import contextlib
 import ctypes
 import errno
 import hashlib
-import json
 import os
 import re
 import secrets
@@ -32,11 +37,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from .canonical_json import readable_json_bytes
 from .direct_write import DirectWriter
 from .documents import file_kind
 from .errors import InputError
 from .interrupts import interrupts_held
+
+# re-exported: the marker's name and the check, where their callers have always found them
+from .output_marker import OUTPUT_MARKER as OUTPUT_MARKER
+from .output_marker import check_replaceable_output as check_replaceable_output
+from .output_marker import marker_bytes, output_paths, read_marker, written_state
 
 
 def host_tag() -> str:
@@ -227,7 +236,10 @@ def _staged_fd(target: Path, mode: int, *, tagged: bool = False) -> Iterator[int
             os.close(fd)
             fd = None
         os.chmod(tmp_name, mode)
+        refresh = _refreshed_entry(target)
         os.replace(tmp_name, target)
+        if refresh is not None:
+            refresh()
     except BaseException:
         with interrupts_held():  # an interrupt during the cleanup is delivered after it
             if fd is not None:
@@ -282,76 +294,46 @@ def check_output_parent(target: Path) -> None:
         raise InputError(f"{target}: cannot write here: {target.parent} is not writable")
 
 
-# An output directory sparkflake made carries this file: what it is and the top-level
-# entries it wrote. Only such a directory, holding nothing else, is replaced by the next
-# output (``owned_output``); anything else at the path is refused unless forced.
-OUTPUT_MARKER = ".sparkflake-output.json"
-_OUTPUT_KIND = "sparkflake.output-directory"
-
-
-def _written_entries(directory: Path) -> list[str] | None:
-    """The entries the marker of ``directory`` lists, or None when it has no readable one."""
-    try:
-        fd = os.open(directory / OUTPUT_MARKER, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            return None
-        raw = handle.read(1 << 20)
-    try:
-        record = json.loads(raw)
-    except ValueError:
-        return None
-    entries = record.get("entries") if isinstance(record, dict) and record.get("kind") == _OUTPUT_KIND else None
-    return entries if isinstance(entries, list) and all(isinstance(e, str) for e in entries) else None
-
-
-def check_replaceable_output(target: Path, *, force: bool = False) -> None:
-    """Refuse (InputError) to replace ``target`` unless it is absent, an empty directory,
-    or an output directory sparkflake wrote (its marker) holding nothing it did not
-    write; ``force`` replaces whatever is there."""
-    if force or not os.path.lexists(target):
-        return
-    hint = "; choose another -o, move it away, or pass --force to replace it"
-    if target.is_symlink() or not target.is_dir():
-        raise InputError(f"{target}: exists and is not a directory sparkflake wrote (it is {_kind_of(target)}){hint}")
-    present = sorted(os.listdir(target))
-    if not present:
-        return
-    written = _written_entries(target)
-    if written is None:
-        shown = ", ".join(present[:5]) + (", ..." if len(present) > 5 else "")
-        raise InputError(f"{target}: a directory sparkflake did not write (no {OUTPUT_MARKER}; holds {shown}){hint}")
-    foreign = [name for name in present if name != OUTPUT_MARKER and name not in written]
-    if foreign:
-        shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
-        raise InputError(f"{target}: holds entries sparkflake did not write ({shown}); they would be lost{hint}")
-
-
-def _kind_of(path: Path) -> str:
-    mode = os.lstat(path).st_mode
-    if stat.S_ISLNK(mode):
-        return "a symlink"
-    return "a regular file" if stat.S_ISREG(mode) else "not a directory"
-
-
 def record_written_entry(directory: Path, name: str) -> None:
-    """Add ``name`` to the entries the marker of output ``directory`` lists: a file a later
-    command of sparkflake wrote into the output (the runtime check's capabilities, a publish
-    record), which the next build may then replace. A directory without a marker is left
-    as it is."""
-    written = _written_entries(directory)
-    if written is None or name in written:
+    """Record ``name`` in the marker of output ``directory`` with what is there now: a file
+    a later command of sparkflake wrote into the output (the runtime check's capabilities,
+    a publish record, an exported archive), which the next build may then replace. A
+    directory without a marker is left as it is."""
+    marker = read_marker(directory)
+    if marker is None:
         return
-    record = {"kind": _OUTPUT_KIND, "entries": sorted([*written, name])}
-    write_bytes_atomic(directory / OUTPUT_MARKER, readable_json_bytes(record))
+    entries = sorted({*marker.entries, name})
+    if marker.paths is None:
+        if name not in marker.entries:  # an earlier sparkflake's marker: the names alone
+            write_bytes_atomic(directory / OUTPUT_MARKER, marker_bytes(entries, None))
+        return
+    path = directory / name
+    try:
+        state = written_state(path, os.lstat(path))
+    except FileNotFoundError:
+        return
+    write_bytes_atomic(directory / OUTPUT_MARKER, marker_bytes(entries, {**marker.paths, name: state}))
+
+
+def _refreshed_entry(target: Path) -> Callable[[], None] | None:
+    """For a file about to be replaced in an output directory whose marker lists it
+    unchanged (the runtime check adding to ``receipt.json``): what records its new size
+    and time once replaced, so the file stays sparkflake's. None for any other target,
+    an operator's edit included."""
+    if target.name == OUTPUT_MARKER or not os.path.lexists(target.parent / OUTPUT_MARKER):
+        return None
+    marker = read_marker(target.parent)
+    recorded = marker.paths.get(target.name) if marker is not None and marker.paths is not None else None
+    try:
+        unchanged = recorded is not None and recorded == written_state(target, os.lstat(target))
+    except FileNotFoundError:
+        return None
+    return (lambda: record_written_entry(target.parent, target.name)) if unchanged else None
 
 
 def _write_output_marker(staging: Path) -> None:
-    entries = sorted(name for name in os.listdir(staging) if name != OUTPUT_MARKER)
-    record = {"kind": _OUTPUT_KIND, "entries": entries}
-    (staging / OUTPUT_MARKER).write_bytes(readable_json_bytes(record))
+    entries = [name for name in os.listdir(staging) if name != OUTPUT_MARKER]
+    (staging / OUTPUT_MARKER).write_bytes(marker_bytes(entries, output_paths(staging)))
 
 
 @contextlib.contextmanager

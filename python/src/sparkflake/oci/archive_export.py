@@ -12,8 +12,12 @@ The archive is written into a run directory beside its target, read back and ver
 there (``verify_image``: every blob and diffID re-derived, the docker view checked)
 against the manifest and config digests the output's ``digests.json`` records, and only
 then renamed onto the target: a layout edited since the build, or a blob changed while
-it was copied, leaves the previous target as it was. A file system with less free space
-than the archive needs (``archive_space``) is refused before anything is written.
+it was copied, leaves the previous target as it was. A target in OUT itself (OUT/KIND.tar)
+replaces only the archive sparkflake wrote there (listed in OUT's marker, unchanged): an
+operator's file of that name, or a symlink there, is refused, never written over or
+through (``check_written_entry``), before the work and again before the rename. A file
+system with less free space than the archive needs (``archive_space``) is refused before
+anything is written.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ from ..core.atomic_write import (
 )
 from ..core.documents import parse_json_object
 from ..core.errors import CheckFailed, InputError
+from ..core.interrupts import interrupts_held
+from ..core.output_marker import check_written_entry
 from ..core.progress import ProgressCallback
 from ..core.timestamps import parse_rfc3339
 from . import media_types
@@ -45,6 +51,7 @@ from .types import Platform, platform_text
 from .verify import config_diff_ids, verify_image
 
 ARCHIVE_KINDS = (OCI_ARCHIVE, DOCKER_ARCHIVE)
+_ELSEWHERE = "name another file with -o FILE"
 
 
 @dataclass(frozen=True)
@@ -169,7 +176,12 @@ def export_archive(out_dir: Path, kind: str, target: Path | None = None,
     if target is None and not os.stat(out_dir).st_mode & stat.S_IWUSR:
         # a Nix store path (0555) is never written into, not even by root, who could
         raise InputError(f"{out_dir}: is read-only (a Nix store path?); name where the archive goes: -o FILE")
-    final = regular_output(target if target is not None else out_dir / archive_name(kind))
+    # OUT/KIND.tar is never resolved: a symlink there is refused, not written through
+    output = Path(os.path.realpath(out_dir))
+    final = regular_output(target) if target is not None else output / archive_name(kind)
+    in_output = final.parent == output
+    if in_output:
+        check_written_entry(final.parent, final.name, _ELSEWHERE)
     check_output_parent(final)
     sizes = recorded.layer_sizes()
     need = archive_space(reader, kind, sizes)
@@ -191,7 +203,10 @@ def export_archive(out_dir: Path, kind: str, target: Path | None = None,
                                   f"{out_dir / DIGESTS_FILE} records {expected}; not written",
                                   check_id=f"export.{what}")
         size = staged.stat().st_size
-        os.replace(staged, final)
-    if final.parent == Path(os.path.realpath(out_dir)):
-        record_written_entry(out_dir, final.name)  # the next build may replace it with OUT
+        with interrupts_held():  # the rename and its record in OUT's marker, both or neither
+            if in_output:
+                check_written_entry(final.parent, final.name, _ELSEWHERE)  # it may have changed meanwhile
+            os.replace(staged, final)
+            if in_output:
+                record_written_entry(final.parent, final.name)  # the next build may replace it with OUT
     return ExportedArchive(kind, final, manifest_digest, config_digest, size)
