@@ -5,6 +5,7 @@ checked before; a symlink is resolved first (its target gets the bytes, the link
 from __future__ import annotations
 
 import os
+import re
 import stat
 import subprocess
 
@@ -199,11 +200,31 @@ def test_a_file_sparkflake_rewrites_in_its_output_stays_its_own(tmp_path):
         _owned_output(out, _OUTPUT)
 
 
-def test_an_output_marked_by_an_earlier_sparkflake_is_not_replaced(tmp_path):
+def _earlier_output(out):
+    """An output as an earlier sparkflake left it: its marker lists the top-level entries only."""
+    blobs = out / "oci" / "blobs" / "sha256"
+    blobs.mkdir(parents=True)
+    (blobs / ("ab" * 32)).write_bytes(b"a blob")
+    (out / "oci" / "index.json").write_text("{}")
+    (out / "oci" / "oci-layout").write_text("{}")
+    (out / "digests.json").write_text("{}")
+    (out / OUTPUT_MARKER).write_text('{"kind": "sparkflake.output-directory", "entries": ["digests.json", "oci"]}')
+
+
+def test_an_output_marked_by_an_earlier_sparkflake_is_replaced_when_it_holds_only_what_it_wrote(tmp_path):
+    # an upgrade: the next build replaces the output the earlier version wrote, without --force
     out = tmp_path / "out"
-    (out / "oci").mkdir(parents=True)
-    (out / "oci" / "NOTES.txt").write_text("mine\n")
-    (out / OUTPUT_MARKER).write_text('{"kind": "sparkflake.output-directory", "entries": ["oci"]}')
-    with pytest.raises(InputError, match=r"an earlier sparkflake's, which lists the top-level entries only"):
+    _earlier_output(out)
+    _owned_output(out, {"digests.json": b"{\"new\": 1}\n"})
+    assert (out / "digests.json").read_bytes() == b"{\"new\": 1}\n" and not (out / "oci").exists()
+
+
+@pytest.mark.parametrize("added", ["oci/NOTES.txt", "oci/blobs/mine/x", "oci/blobs/sha256/not-a-digest", "extra.txt"])
+def test_an_output_marked_by_an_earlier_sparkflake_holding_more_is_not_replaced(tmp_path, added):
+    out = tmp_path / "out"
+    _earlier_output(out)
+    (out / added).parent.mkdir(parents=True, exist_ok=True)
+    (out / added).write_text("mine\n")
+    with pytest.raises(InputError, match=rf"holds entries sparkflake did not write \({re.escape(added.split('/x')[0])}"):
         _owned_output(out, _OUTPUT)
-    assert (out / "oci" / "NOTES.txt").read_text() == "mine\n"
+    assert (out / added).read_text() == "mine\n"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -134,6 +135,37 @@ def _unwritten_paths(directory: Path, written: dict[str, str], limit: int = 5) -
     return foreign, changed[:limit]
 
 
+# What an earlier sparkflake wrote below its outputs' top level: an OCI layout (``oci/`` of a
+# build or image build) and nothing else, each of whose paths has one of these shapes.
+_LAYOUT_FILE = re.compile(r"[^/]+/(oci-layout|index\.json|blobs/sha256/[0-9a-f]{64}|blobs/sha512/[0-9a-f]{128})")
+_LAYOUT_DIRECTORY = re.compile(r"[^/]+/(blobs|blobs/sha256|blobs/sha512)")
+
+
+def _outside_an_earlier_output(directory: Path, entries: list[str], limit: int = 5) -> list[str]:
+    """The first ``limit`` paths of an output whose marker an earlier sparkflake wrote (the
+    top-level entries alone) that it cannot have written: a top-level name it does not list,
+    or below a listed directory anything but a path of an OCI layout."""
+    foreign: list[str] = []
+    pending = [(directory, "")]
+    while pending and len(foreign) < limit:
+        below, relative = pending.pop()
+        for name, path, status in _entries_below(below, relative):
+            kind = status.st_mode
+            top = "/" not in name
+            if name == OUTPUT_MARKER:
+                continue
+            if top and name in entries and (stat.S_ISREG(kind) or stat.S_ISDIR(kind)):
+                if stat.S_ISDIR(kind):
+                    pending.append((path, f"{name}/"))
+            elif not top and stat.S_ISREG(kind) and _LAYOUT_FILE.fullmatch(name):
+                continue
+            elif not top and stat.S_ISDIR(kind) and _LAYOUT_DIRECTORY.fullmatch(name):
+                pending.append((path, f"{name}/"))
+            else:
+                foreign.append(name)
+    return foreign[:limit]
+
+
 def check_replaceable_output(target: Path, *, force: bool = False) -> None:
     """Refuse (InputError) to replace ``target`` unless it is absent, an empty directory,
     or an output directory sparkflake wrote (its marker) holding nothing it did not
@@ -151,10 +183,11 @@ def check_replaceable_output(target: Path, *, force: bool = False) -> None:
     if marker is None:
         shown = ", ".join(present[:5]) + (", ..." if len(present) > 5 else "")
         raise InputError(f"{target}: a directory sparkflake did not write (no {OUTPUT_MARKER}; holds {shown}){hint}")
+    changed: list[str] = []  # an earlier marker records no sizes: edits to what it wrote cannot be seen
     if marker.paths is None:
-        raise InputError(f"{target}: its {OUTPUT_MARKER} is an earlier sparkflake's, which lists the top-level "
-                         "entries only: whether anything was added inside them cannot be told" + hint)
-    foreign, changed = _unwritten_paths(target, marker.paths)
+        foreign = _outside_an_earlier_output(target, marker.entries)
+    else:
+        foreign, changed = _unwritten_paths(target, marker.paths)
     if foreign:
         shown = ", ".join(foreign) + (", ..." if len(foreign) >= 5 else "")
         raise InputError(f"{target}: holds entries sparkflake did not write ({shown}); they would be lost{hint}")
