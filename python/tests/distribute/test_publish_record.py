@@ -6,6 +6,7 @@ replace."""
 from __future__ import annotations
 
 import json
+import urllib.error
 from pathlib import Path
 
 import pytest
@@ -44,3 +45,22 @@ def test_publish_leaves_out_as_it_was_and_the_next_build_may_replace_a_record_pu
     (out / "notes.txt").write_text("the operator's\n")
     assert main(["build", str(FIXTURE), "--offline", "-o", str(out), "--cache", str(cache)]) == 2
     assert "holds entries sparkflake did not write (notes.txt)" in capsys.readouterr().err
+
+
+def test_a_record_never_replaces_an_operators_file_in_a_build_output(
+    tmp_path: Path, registry_server: RegistryServer, capsys: pytest.CaptureFixture[str],  # noqa: F811
+) -> None:
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    assert main(["build", str(FIXTURE), "--offline", "-o", str(out), "--cache", str(cache)]) == 0
+    mine = out / "publish.json"
+    mine.write_text("the operator's own notes\n")
+    reference = f"{registry_server.host}/sparkflake/fixture-mine:v1"
+    assert main(["publish", str(out), reference, "--insecure", "--record", str(mine)]) == 2
+    assert f"{mine}: exists and sparkflake did not write it" in capsys.readouterr().err
+    assert mine.read_text() == "the operator's own notes\n"
+    with pytest.raises(urllib.error.HTTPError):  # refused before anything was pushed
+        registry_server.head_manifest("sparkflake/fixture-mine", "v1")
+    # a record it wrote there itself is replaced by the next publish
+    mine.unlink()
+    assert main(["publish", str(out), reference, "--insecure", "--record", str(mine)]) == 0
+    assert main(["publish", str(out), reference, "--insecure", "--record", str(mine)]) == 0

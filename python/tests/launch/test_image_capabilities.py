@@ -9,9 +9,11 @@ import dataclasses
 import json
 from pathlib import Path
 
+import pytest
 from fixtures.launch import real_contract
 
 from sparkflake.cli import main
+from sparkflake.core.errors import InputError
 from sparkflake.launch.image_capabilities import (
     capabilities_of_image,
     record_capabilities,
@@ -46,3 +48,19 @@ def test_recorded_beside_the_image_and_in_the_store_found_by_digest(tmp_path, ca
     assert kept == mine and kept.source == str(store_path(cache, digests["config"]))
     unknown = capabilities_of_image("sha256:" + "2" * 64, cache_root=cache, profile_capabilities=profile_caps)
     assert unknown is profile_caps
+
+
+def test_an_operators_file_at_the_capabilities_name_in_an_output_is_never_replaced(tmp_path):
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    assert main(["build", str(FIXTURE), "--offline", "-o", str(out), "--cache", str(cache)]) == 0
+    digests = json.loads((out / "digests.json").read_text())
+    mine = dataclasses.replace(real_contract("glm53-dflash7").capabilities, config_digest=digests["config"],
+                               manifest_digest=digests["manifest"])
+    (out / FILE_NAME).write_text("the operator's notes\n")
+    with pytest.raises(InputError, match=f"{out / FILE_NAME}: exists and sparkflake did not write it"):
+        record_capabilities(mine, out, cache)
+    assert (out / FILE_NAME).read_text() == "the operator's notes\n"
+    # once it is sparkflake's own, a later check replaces it
+    (out / FILE_NAME).unlink()
+    record_capabilities(mine, out, cache)
+    assert record_capabilities(mine, out, cache)[0] == out / FILE_NAME

@@ -204,6 +204,13 @@ def _kind_of(path: Path) -> str:
     return "a regular file" if stat.S_ISREG(mode) else "not a directory"
 
 
+def check_entry_if_output(directory: Path, name: str, instead: str) -> None:
+    """``check_written_entry`` when ``directory`` is an output sparkflake wrote (it has a
+    marker); a file anywhere else was named by the operator, to be written."""
+    if read_marker(directory) is not None:
+        check_written_entry(directory, name, instead)
+
+
 def check_written_entry(directory: Path, name: str, instead: str) -> None:
     """Refuse (InputError) to write a file ``name`` into output ``directory`` over what is
     there unless that is the regular file sparkflake wrote (its marker lists it, unchanged

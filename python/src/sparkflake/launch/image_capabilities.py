@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ..core.atomic_write import record_written_entry, write_bytes_atomic
 from ..core.digest import digest_hex
+from ..core.output_marker import check_entry_if_output
 from ..runtime.capabilities import FILE_NAME, Capabilities, dumps, load
 
 STORE_DIR = "capabilities"
@@ -43,6 +44,7 @@ def record_capabilities(capabilities: Capabilities, out_dir: Path | None, cache_
     cache's store; the paths written."""
     written = []
     if out_dir is not None:
+        check_entry_if_output(out_dir, FILE_NAME, "check the image from a copy of the output")
         write_bytes_atomic(out_dir / FILE_NAME, dumps(capabilities))
         record_written_entry(out_dir, FILE_NAME)
         written.append(out_dir / FILE_NAME)

@@ -19,6 +19,7 @@ from ..compose import receipt
 from ..core.atomic_write import record_written_entry, write_bytes_atomic
 from ..core.canonical_json import readable_json_bytes
 from ..core.errors import InputError
+from ..core.output_marker import check_entry_if_output
 from ..core.progress import Progress
 from ..oci.artifact import ReferringArtifact, read_referring_artifact
 from ..oci.layout import output_layout
@@ -67,6 +68,8 @@ def publish(request: PublishRequest, progress: Progress | None = None) -> Publis
     layout = output_layout(out)
     if not (layout / "index.json").is_file():
         raise InputError(f"{out}: neither OUT/oci/index.json nor OUT/index.json exists")
+    record = request.record_file
+    check_entry_if_output(record.parent, record.name, "name another file with --record")  # before any push
     credentials = load_credentials(request.auth_file) if request.auth_file else None
     client = RegistryClient(target.registry, insecure=request.insecure, ca_file=request.ca_file,
                             credentials=credentials)
@@ -77,7 +80,6 @@ def publish(request: PublishRequest, progress: Progress | None = None) -> Publis
     if artifact is not None:
         sbom = push_referrer(client, target.repository, artifact, pushed.manifest_digest)
         outcome["sbom"] = sbom.as_record()
-    record = request.record_file
     write_bytes_atomic(record, readable_json_bytes(outcome))
     record_written_entry(record.parent, record.name)  # a record put in a build output: the next build may replace it
     return PublishResult(pushed=pushed, sbom=sbom, record=outcome)

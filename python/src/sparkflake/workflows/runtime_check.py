@@ -21,6 +21,7 @@ from ..core.atomic_write import write_bytes_atomic
 from ..core.blob_cache import default_cache_root
 from ..core.check_result import SKIP
 from ..core.errors import InputError
+from ..core.output_marker import check_entry_if_output
 from ..core.progress import Progress
 from ..core.records import record_to_dict
 from ..launch.conformance import conformance_cases
@@ -32,7 +33,7 @@ from ..lock.profile_locks import load_locks, load_profile
 from ..oci.layout import output_layout
 from ..oci.reader import open_image
 from ..profile.model import Profile
-from ..runtime.capabilities import Capabilities, dumps
+from ..runtime.capabilities import FILE_NAME, Capabilities, dumps
 from ..runtime.check import DEFAULT_TIMEOUT, run_check
 from ..runtime.check_report import Case, CheckReport
 from ..runtime.checkpoint import DRAFT, TARGET, WRITABLE, ContainerMount
@@ -93,6 +94,8 @@ def check_runtime(request: RuntimeCheckRequest, progress: Progress | None = None
     out = request.out
     if not out.exists():
         raise InputError(f"{out}: no such file or directory")
+    if out.is_dir():  # refused now, not after minutes of checking
+        check_entry_if_output(out, FILE_NAME, "check the image from a copy of the output")
     profile = load_profile(profile_name_of(out, request.profile), check_locks=False)
     contract = contract_from_profile(profile)
     cases, refused = [], []
