@@ -169,6 +169,9 @@ def ranks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Ranks:
         def cancel(self) -> None:
             self.process.kill()
 
+        def kill(self) -> None:
+            self.process.kill()
+
     monkeypatch.setattr(remote, "StartedAgent", FakeAgent)
     monkeypatch.setattr(workflow, "POLL_SECONDS", 0.001)
     monkeypatch.setattr(workflow, "JOIN_SECONDS", 0.0)

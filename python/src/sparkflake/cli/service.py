@@ -4,7 +4,6 @@ machine with SSH to the ranks. Parses and prints; the work is in workflows/servi
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import time
 from collections.abc import Callable
@@ -79,16 +78,12 @@ def _progress(mode: str) -> Callable[[ProgressEvent], None]:
     return show
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def _deploy(args: argparse.Namespace) -> int:
     from ..workflows.service import deploy_service
 
     request = _request(args)
-    # SIGTERM as SIGINT: the start stops what it started (service.workflow.deploy) before exiting
-    signal.signal(signal.SIGTERM, _interrupt)
+    # SIGINT and SIGTERM are raised here by cli/_signals (exit 130, 143), as for every command:
+    # the start stops what it started (service.workflow.deploy) on the way out
     result = deploy_service(args.action, request, _progress(args.progress))
     record = result.record
     if args.json:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import select
 import sys
 import threading
 
@@ -17,8 +18,10 @@ from ..distribute.agent_protocol import emit, run_protocol
 from .rank_admission import admit_rank, rank_engine
 from .rank_request import RankRequest
 from .rank_state import (
+    Children,
     commit_rank,
     kept_deployments,
+    rank_lock,
     remove_kept,
     service_containers,
     start_rank,
@@ -44,8 +47,17 @@ def _admit(args: argparse.Namespace) -> int:
     return 0 if admission.ok else 1
 
 
+def controller_gone() -> bool:
+    """The SSH session that started this agent has ended (the controller was interrupted,
+    or killed its session): stdout has no reader any more, as sshd closes its end when the
+    client goes. stdin cannot say it: the controller closes it at once."""
+    poller = select.poll()
+    poller.register(sys.stdout.fileno(), 0)  # POLLERR and POLLHUP are always reported
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+
+
 def _start(args: argparse.Namespace) -> int:
-    result = start_rank(_request(args))
+    result = start_rank(_request(args), controller_gone)
     emit(result)
     return 0 if result["status"] == "ok" else 1
 
@@ -70,24 +82,28 @@ def _status(args: argparse.Namespace) -> int:
 
 def _stop(args: argparse.Namespace) -> int:
     request = _request(args)
-    result = stop_service(rank_engine(request), request.service, args.deployment, args.timeout)
-    if args.discard and args.deployment:
-        remove_kept(request.state_dir, args.deployment)
+    with rank_lock(request.state_dir, create=False):  # after any start still creating its container
+        result = stop_service(rank_engine(request), request.service, args.deployment, args.timeout)
+        if args.discard and args.deployment:
+            remove_kept(request.state_dir, args.deployment)
     emit(result)
     return 0 if result["status"] == "ok" else 1
 
 
 def _watch(args: argparse.Namespace) -> int:
     request = _request(args)
+    children = Children()
 
-    def controller_gone() -> None:
-        # the raw fd: end of stdin means the controller closed the watch or lost us
+    def until_controller_gone() -> None:
+        # the raw fd: end of stdin means the controller closed the watch or lost us;
+        # `podman wait` ends with us, not when the container does
         while os.read(0, 65536):
             pass
+        children.end_all()
         os._exit(3)
 
-    threading.Thread(target=controller_gone, daemon=True).start()
-    emit(watch_container(request, args.name))
+    threading.Thread(target=until_controller_gone, daemon=True).start()
+    emit(watch_container(request, args.name, children))
     return 0
 
 

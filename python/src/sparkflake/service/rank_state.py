@@ -6,11 +6,15 @@ touched."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
 import subprocess
+import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -58,17 +62,51 @@ def keep_deployment(request: RankRequest, pins_path: str) -> RankRequest:
     return kept
 
 
-def start_rank(request: RankRequest) -> dict[str, Any]:
+@contextlib.contextmanager
+def rank_lock(state_dir: str, *, create: bool) -> Iterator[None]:
+    """The service's lock on this rank (``flock`` on its state directory), held by a start
+    from its last look at the controller until its container exists, and by a stop: a stop
+    never lists the service's containers while a start it may not know of is creating one
+    (a start whose controller was interrupted carries on until it looks). A stop where
+    nothing was ever started (no state directory) has nothing to wait for."""
+    if create:
+        os.makedirs(state_dir, exist_ok=True)
+    try:
+        descriptor = os.open(state_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        if create:
+            raise
+        yield
+        return
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)  # the lock goes with the descriptor
+
+
+def start_rank(request: RankRequest, controller_gone: Callable[[], bool] = lambda: False) -> dict[str, Any]:
     """Admit again (nothing may have changed since the gang admission), keep the
-    deployment, prepare the cache root's state, start the container detached."""
+    deployment, prepare the cache root's state, start the container detached. A start whose
+    controller went away (``controller_gone``: its SSH session ended, an interrupt) creates
+    nothing: it looks before it keeps the deployment and, holding the rank's lock, before
+    the container is created; what it kept meanwhile is removed again."""
     admission = admit_rank(request)
     if not admission.ok:
         failed = [check.as_record() for check in admission.checks if check.status != "pass"]
         return {"status": "failed", "message": "admission failed at start: "
                 + "; ".join(f"{c['id']}: {c['detail']}" for c in failed), "checks": failed}
-    keep_deployment(request, admission.plan.resolution.values["CHECKPOINT_PINS"])
-    prepare_state(admission.plan)
-    started = subprocess.run(admission.argv, capture_output=True, encoding="utf-8", errors="replace", timeout=ENGINE_TIMEOUT, check=False)
+    gone = {"status": "failed", "message": "the controller went away before the container was created: none was"}
+    if controller_gone():
+        return gone
+    with rank_lock(request.state_dir, create=True):
+        keep_deployment(request, admission.plan.resolution.values["CHECKPOINT_PINS"])
+        prepare_state(admission.plan)
+        if controller_gone():
+            remove_kept(request.state_dir, request.deployment)
+            return gone
+        started = subprocess.run(admission.argv, capture_output=True, encoding="utf-8", errors="replace",
+                                 timeout=ENGINE_TIMEOUT, check=False)
     if started.returncode != 0:
         return {"status": "failed", "message": f"{request.engine} run: {started.stderr.strip()[-500:]}"}
     return {"status": "ok", "container": admission.facts["container"], "container_id": started.stdout.strip(),
@@ -174,11 +212,50 @@ def stop_service(engine: Engine, service: str, deployment: str | None, timeout: 
             "message": f"could not stop {', '.join(failed)}" if failed else ""}
 
 
-def watch_container(request: RankRequest, name: str) -> dict[str, Any]:
+class Children:
+    """Child processes that end with the agent: ``end_all`` ends those started and refuses
+    to start more (``watch``'s ``podman wait`` otherwise outlives its agent until the
+    container ends, one per watch of every start)."""
+
+    END_SECONDS = 5.0  # after SIGTERM, before SIGKILL
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._started: list[subprocess.Popen[str]] = []
+        self._ended = False
+
+    def run(self, argv: list[str]) -> subprocess.CompletedProcess[str]:
+        """``subprocess.run(argv)``, output captured as text, ended by ``end_all``."""
+        with self._lock:
+            if self._ended:
+                raise InputError(f"{argv[0]}: not started, the agent is ending")
+            child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, encoding="utf-8",
+                                     errors="replace")
+            self._started.append(child)
+        stdout, stderr = child.communicate()
+        return subprocess.CompletedProcess(argv, child.returncode, stdout, stderr)
+
+    def end_all(self) -> None:
+        """End every child started (SIGTERM, then SIGKILL); none starts after this."""
+        with self._lock:
+            self._ended = True
+            for child in self._started:
+                if child.poll() is None:
+                    child.terminate()
+            for child in self._started:
+                try:
+                    child.wait(self.END_SECONDS)
+                except subprocess.TimeoutExpired:
+                    child.kill()
+                    child.wait()
+
+
+def watch_container(request: RankRequest, name: str, children: Children | None = None) -> dict[str, Any]:
     """Until the container ends (the controller ends the watch by closing our stdin): its
-    exit status and last log lines."""
+    exit status and last log lines. ``podman wait`` runs as one of ``children``, which the
+    agent ends when the controller goes."""
     engine = rank_engine(request)
-    waited = subprocess.run(engine.command("wait", name), capture_output=True, encoding="utf-8", errors="replace", check=False)
+    waited = (children or Children()).run(engine.command("wait", name))
     code = waited.stdout.strip().splitlines()[-1] if waited.stdout.strip() else waited.stderr.strip()[-200:]
     return {"status": "exited", "container": name, "exit_code": code, "logs": last_log_lines(engine, name)}
 

@@ -36,6 +36,11 @@ def agent_argv(site: Site, rank: Rank, command: str, request: RankRequest, extra
                     [*site.service.agent, command, "--request-json", request.to_json(), *extra])
 
 
+def begin(site: Site, member: ServiceRank, command: str, extra: Sequence[str] = ()) -> StartedAgent:
+    """The agent's session, started: ``finish`` for its reply, ``kill`` to end it first."""
+    return StartedAgent(agent_argv(site, member.rank, command, member.request, extra))
+
+
 def call(site: Site, member: ServiceRank, command: str, extra: Sequence[str] = (), *,
          request: RankRequest | None = None, timeout: float | None = None) -> AgentReply:
     argv = agent_argv(site, member.rank, command, request or member.request, extra)

@@ -9,16 +9,19 @@ each rank kept as ``previous``. Progress goes to a callback; nothing here prints
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import secrets
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ..core.errors import CheckFailed, InputError, SparkflakeError
+from ..core.interrupts import interrupts_held
 from ..distribute.agent_reply import object_at, text_at
 from ..distribute.site import Site, load_site
 from ..distribute.ssh import StartedAgent
@@ -27,12 +30,13 @@ from .gang import AdmissionReport, RankAdmissionResult, RankFacts, gang_checks, 
 from .rank_request import RankRequest
 from .readiness import api_base, parse_api_base, probe
 from .record import DeploymentRecord, RankRecord, latest_records, write_record
-from .remote import ServiceRank, call, in_parallel, timed, watch
+from .remote import ServiceRank, begin, call, in_parallel, timed, watch
 from .supply_chain import supply_chain_checks
 
 POLL_SECONDS = 0.5
 JOIN_SECONDS = 1.0  # a rank's container still running this long after its start has joined
 SETTLE_ROUNDS = 10  # how often the ranks are asked which containers ended, until no more have
+COMMIT_SECONDS = 120.0  # a rank's commit (two small files) ended after this: a warning, the service serves
 
 
 @dataclass(frozen=True)
@@ -168,30 +172,72 @@ class _Start:
         self.ranks: dict[int, RankRecord] = {}
         self.watches: dict[int, StartedAgent] = {}
         self.failure: dict[str, Any] | None = None
-        self._failing = threading.Lock()  # ranks 1..N-1 start in threads: the first failure wins
+        self._failing = threading.Lock()  # the ranks start in threads: the first failure wins
+        self.sessions: list[StartedAgent] = []  # the start sessions, ended by an interrupt
+        self.cancelled = False  # they were: no session starts after it
+        self._opening = threading.Lock()
+        self.replacing = False  # --replace: the running deployment's stop has begun, not ended
+        self.replaced_stopped: set[int] = set()  # the ranks where it is stopped
+        self.rolled_back: set[int] = set()  # the ranks the roll back has stopped
 
-    def fail(self, member: ServiceRank | None, reason: str) -> None:
+    def fail(self, member: ServiceRank | None, reason: str, *, overrule: bool = False) -> None:
+        """The start's failure; the first one wins, but ``overrule`` (an interrupt: the
+        sessions it cut short failed because of it) replaces it."""
         with self._failing:
-            if self.failure is not None:
+            if self.failure is not None and not overrule:
                 return
             number = member.number if member else None
             name = member.rank.name if member else None
             self.failure = {"rank": number, "name": name, "reason": reason}
         self.progress(ProgressEvent("failed", number, name, reason))
 
+    def start_all(self, members: list[ServiceRank]) -> None:
+        """Rank 0, then the others together, each in a thread of its own: an interrupt lands
+        in this thread, which then ends every start session (its rank's agent, finding its
+        session gone, creates no container) and waits for the threads before the roll back."""
+        with ThreadPoolExecutor(max_workers=len(members)) as pool:
+            try:
+                pool.submit(self.start, members[0]).result()
+                if self.failure is None:
+                    for started in [pool.submit(self.start, member) for member in members[1:]]:
+                        started.result()
+            except BaseException:
+                self.end_sessions()
+                raise
+
+    def end_sessions(self) -> None:
+        """End the start sessions (without reaping them: their threads do); none starts after."""
+        with self._opening:
+            self.cancelled = True
+            sessions = list(self.sessions)
+        for session in sessions:
+            session.kill()
+
     def start(self, member: ServiceRank) -> None:
-        reply = call(self.service_site.site, member, "start")
+        with self._opening:
+            if self.cancelled:
+                return
+            session = begin(self.service_site.site, member, "start")
+            self.sessions.append(session)
+        reply = session.finish("")
         record = self.ranks[member.number]
+        container, container_id = reply.text("container"), reply.text("container_id")
+        started = reply.returncode == 0 and reply.text("status") == "ok" and container is not None \
+            and container_id is not None
+        if self.cancelled and not started:  # ended by an interrupt, which is the failure
+            return
         if reply.unreachable:
             self.fail(member, f"SSH to rank {member.number} ({member.rank.ssh}) lost: {reply.describe_failure()}")
             return
-        container, container_id = reply.text("container"), reply.text("container_id")
-        if reply.returncode != 0 or reply.text("status") != "ok" or container is None or container_id is None:
+        if not started or container is None or container_id is None:
             self.fail(member, f"rank {member.number} did not start: {reply.describe_failure()}")
             return
         self.ranks[member.number] = replace(record, container=container, container_id=container_id,
                                             started_at=time.time())
-        self.watches[member.number] = watch(self.service_site.site, member, container)
+        with self._opening:
+            if self.cancelled:
+                return
+            self.watches[member.number] = watch(self.service_site.site, member, container)
         self.progress(ProgressEvent("started", member.number, member.rank.name, container))
 
     def check_watches(self, members: list[ServiceRank]) -> None:
@@ -244,13 +290,44 @@ class _Start:
             session.cancel()
         self.watches.clear()
 
+    def stop_replaced(self, members: list[ServiceRank], stop_timeout: int) -> None:
+        """``--replace``: the running deployment stopped, last rank first."""
+        self.replacing = True
+        for member in reversed(members):
+            call(self.service_site.site, member, "stop", ["--timeout", str(stop_timeout)])
+            self.replaced_stopped.add(member.number)
+        self.replacing = False
+
+    def finish_replaced(self, members: list[ServiceRank], stop_timeout: int) -> None:
+        """An interrupt cut the running deployment's stop short: stop it on the ranks not done
+        too (a gang with a rank stopped does not serve; half of it would run on for nothing),
+        which leaves it as a failed upgrade does: stopped, and still each rank's ``current``."""
+        if not self.replacing:
+            return
+        for member in reversed(members):
+            if member.number in self.replaced_stopped:
+                continue
+            reply = call(self.service_site.site, member, "stop", ["--timeout", str(stop_timeout)])
+            detail = (f"stopped the replaced deployment's {len(reply.containers)} container(s)" if reply.returncode == 0
+                      else f"could not stop the replaced deployment: {reply.describe_failure()}; "
+                           "run `sparkflake service down` once it is reachable")
+            self.replaced_stopped.add(member.number)
+            self.progress(ProgressEvent("stopped", member.number, member.rank.name, detail))
+        self.replacing = False
+
     def roll_back(self, members: list[ServiceRank], stop_timeout: int) -> None:
         """Stop the deployment's containers on every rank, last rank first, keeping each
         one's last log lines. Every rank, not only those whose start answered: a start whose
         answer was lost (SSH dropped, an interrupt) may have left a container; the label
-        filter finds it or nothing."""
+        filter finds it or nothing, after any start still creating one (the rank's lock,
+        service/rank_state.py). A rank stopped already (a roll back an interrupt cut short
+        runs again) is not asked again."""
+        self.end_sessions()
         self.close_watches()
+        self.finish_replaced(members, stop_timeout)
         for member in reversed(members):
+            if member.number in self.rolled_back:
+                continue
             record = self.ranks[member.number]
             reply = call(self.service_site.site, member, "stop",
                          ["--deployment", member.request.deployment, "--timeout", str(stop_timeout), "--discard"])
@@ -261,48 +338,78 @@ class _Start:
             else:
                 detail = f"could not stop: {reply.describe_failure()}; run `sparkflake service down` once it is reachable"
             self.ranks[member.number] = replace(record, stopped_at=time.time(), logs=logs)
+            self.rolled_back.add(member.number)
             self.progress(ProgressEvent("stopped", member.number, member.rank.name, detail))
 
 
 def deploy(service_site: ServiceSite, members: list[ServiceRank], request: ServiceRequest, kind: str,
            progress: Progress, replaced: str | None = None) -> DeployResult:
+    """Admission; then, from the stop of the deployment it replaces until rank 0 is ready,
+    any failure or interrupt rolls back (``_start_or_roll_back``); once rank 0 is ready, the
+    ranks' commit and the record are one step an interrupt waits for (``interrupts_held``):
+    the command then ends by it, the deployment up and recorded as ready — rolled back
+    there, it would leave ranks that had committed it keeping as ``current`` a deployment
+    that no longer runs, and the one it replaced stopped all the same."""
     settings = service_site.site.service
     assert settings is not None
     began = time.time()
     admission = admit(service_site, members, progress)
     starting = _Start(service_site, progress)
     starting.ranks = {m.number: RankRecord(m.rank.name, m.number, m.rank.ssh, m.rank.management) for m in members}
-    first = admission.ranks[0].facts
-    rank0 = members[0]
-    outcome = "refused"
     if not admission.ok:
         starting.failure = {"rank": None, "name": None, "reason": "admission refused: " + " | ".join(admission.failures())}
-    else:
+        record, path = _record(service_site, members, request, kind=kind, began=began, outcome="refused",
+                               admission=admission, starting=starting, replaced=replaced)
+        return DeployResult(record, path, admission)
+    with contextlib.ExitStack() as ready:  # an interrupt held from rank 0's readiness on comes here, at its end
+        outcome = _start_or_roll_back(starting, service_site, members, request, admission, kind=kind, began=began,
+                                      replaced=replaced,
+                                      hold=lambda: ready.enter_context(interrupts_held()))
+        warnings: list[str] = []
+        if outcome == "ready":
+            starting.close_watches()
+            commits = in_parallel(members, lambda member: call(service_site.site, member, "commit",
+                                                               timeout=COMMIT_SECONDS))
+            for member, reply in zip(members, commits, strict=True):
+                if reply.returncode != 0:  # it serves, but a later rollback or restart would not find it
+                    warnings.append(f"rank {member.number} ({member.rank.name}) could not keep deployment "
+                                    f"{member.request.deployment} as current: {reply.describe_failure()}")
+                    progress(ProgressEvent("failed", member.number, member.rank.name, warnings[-1]))
+        record, path = _record(service_site, members, request, kind=kind, began=began, outcome=outcome,
+                               admission=admission, starting=starting, replaced=replaced, warnings=tuple(warnings))
+    return DeployResult(record, path, admission)
+
+
+def _start_or_roll_back(starting: _Start, service_site: ServiceSite, members: list[ServiceRank],
+                        request: ServiceRequest, admission: AdmissionReport, *, kind: str, began: float,
+                        replaced: str | None, hold: Callable[[], object]) -> str:
+    """``ready`` (interrupts held from then on: ``hold``), or ``failed`` with every rank
+    rolled back. An interrupt (or an error) on the way rolls back too, records the run as
+    failed and goes on out; the interrupt is the failure named, unless the start had failed
+    already (its roll back was under way)."""
+    settings = service_site.site.service
+    assert settings is not None
+    decided = False
+    try:
         if request.replace:
-            for member in reversed(members):  # the running deployment goes first
-                call(service_site.site, member, "stop", ["--timeout", str(settings.stop_timeout)])
-        try:
-            outcome = _start_and_wait(starting, service_site, members, request, first, rank0)
-        except BaseException as exc:  # SIGINT, SIGTERM as the CLI delivers it, or any error: leave nothing half up
-            starting.fail(None, "interrupted" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}")
-            starting.roll_back(members, settings.stop_timeout)
-            _record(service_site, members, request, kind=kind, began=began, outcome="failed", admission=admission,
-                    starting=starting, replaced=replaced)
-            raise
+            starting.stop_replaced(members, settings.stop_timeout)
+        outcome = _start_and_wait(starting, service_site, members, request, admission.ranks[0].facts, members[0],
+                                  hold)
+        decided = True
         if outcome != "ready":
             starting.roll_back(members, settings.stop_timeout)
-    warnings: list[str] = []
-    if outcome == "ready":
-        starting.close_watches()
-        commits = in_parallel(members, lambda member: call(service_site.site, member, "commit"))
-        for member, reply in zip(members, commits, strict=True):
-            if reply.returncode != 0:  # it serves, but a later rollback or restart would not find it
-                warnings.append(f"rank {member.number} ({member.rank.name}) could not keep deployment "
-                                f"{member.request.deployment} as current: {reply.describe_failure()}")
-                progress(ProgressEvent("failed", member.number, member.rank.name, warnings[-1]))
-    record, path = _record(service_site, members, request, kind=kind, began=began, outcome=outcome,
-                           admission=admission, starting=starting, replaced=replaced, warnings=tuple(warnings))
-    return DeployResult(record, path, admission)
+        return outcome
+    except BaseException as exc:  # SIGINT, SIGTERM as the CLI delivers it, or any error: leave nothing half up
+        interrupted = isinstance(exc, KeyboardInterrupt)
+        reason = "interrupted" if interrupted else f"{type(exc).__name__}: {exc}"
+        if starting.replaced_stopped or starting.replacing:
+            reason += ("; the deployment it replaces was stopped (the roll back stops it on every rank) and is "
+                       "still each rank's current: `sparkflake service restart` starts it again")
+        starting.fail(None, reason, overrule=interrupted and not decided)
+        starting.roll_back(members, settings.stop_timeout)
+        _record(service_site, members, request, kind=kind, began=began, outcome="failed", admission=admission,
+                starting=starting, replaced=replaced)
+        raise
 
 
 def _record(service_site: ServiceSite, members: list[ServiceRank], request: ServiceRequest, *, kind: str,
@@ -324,12 +431,10 @@ def _record(service_site: ServiceSite, members: list[ServiceRank], request: Serv
 
 
 def _start_and_wait(starting: _Start, service_site: ServiceSite, members: list[ServiceRank],
-                    request: ServiceRequest, first: RankFacts, rank0: ServiceRank) -> str:
+                    request: ServiceRequest, first: RankFacts, rank0: ServiceRank, hold: Callable[[], object]) -> str:
     settings = service_site.site.service
     assert settings is not None
-    starting.start(rank0)
-    if starting.failure is None:
-        in_parallel(members[1:], starting.start)
+    starting.start_all(members)
     deadline = time.monotonic() + (request.ready_timeout or settings.ready_timeout)
     last = "not asked yet"
     while starting.failure is None:
@@ -341,6 +446,7 @@ def _start_and_wait(starting: _Start, service_site: ServiceSite, members: list[S
         if answer.ready:
             starting.check_watches(members)  # a rank that ended meanwhile fails the start still
             if starting.failure is None:
+                hold()  # ready: what comes now is the commit and the record, not a roll back
                 starting.progress(ProgressEvent("ready", 0, rank0.rank.name, answer.detail))
                 return "ready"
             break
