@@ -29,6 +29,22 @@ def emit(document: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
+def controller_gone(wait: float | None = 0.0) -> bool:
+    """Whether the SSH session that started this agent has ended (the controller was
+    interrupted, or killed its session): stdout has no reader any more, as sshd closes its
+    end when the client goes, signalling nothing. stdin cannot say it: a controller with
+    nothing to send closes it at once. ``wait``: seconds to wait for it (None: until then).
+    False when stdout is no pipe or socket (not started by sshd)."""
+    with contextlib.suppress(OSError):
+        mode = os.fstat(1).st_mode
+        if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+            poller = select.poll()
+            poller.register(1, 0)  # no events asked for: only POLLERR (a pipe) or POLLHUP (a socket) comes
+            events = poller.poll(None if wait is None else int(wait * 1000))
+            return any(event & (select.POLLERR | select.POLLHUP) for _, event in events)
+    return False
+
+
 def end_with_the_session() -> None:
     """Make this agent end, with everything it started, once the controller's end of its
     stdout is closed: the SSH connection dropped, or the controller was interrupted and
@@ -43,9 +59,7 @@ def end_with_the_session() -> None:
 
 
 def _end_when_unread() -> None:
-    poller = select.poll()
-    poller.register(1, 0)  # no events asked for: only POLLERR (a pipe) or POLLHUP (a socket) comes
-    while not any(event & (select.POLLERR | select.POLLHUP) for _, event in poller.poll()):
+    while not controller_gone(wait=None):
         pass
     if os.getpgrp() == os.getpid():
         os.killpg(os.getpgrp(), signal.SIGTERM)

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import select
 import sys
 import threading
 
 from ..core.errors import SparkflakeError
-from ..distribute.agent_protocol import emit, run_protocol
+from ..distribute.agent_protocol import controller_gone, emit, run_protocol
 from .rank_admission import admit_rank, rank_engine
 from .rank_request import RankRequest
 from .rank_state import (
@@ -45,15 +44,6 @@ def _admit(args: argparse.Namespace) -> int:
     emit({"status": "ok" if admission.ok else "failed", "checks": [c.as_record() for c in admission.checks],
            "facts": admission.facts, "argv": admission.argv})
     return 0 if admission.ok else 1
-
-
-def controller_gone() -> bool:
-    """The SSH session that started this agent has ended (the controller was interrupted,
-    or killed its session): stdout has no reader any more, as sshd closes its end when the
-    client goes. stdin cannot say it: the controller closes it at once."""
-    poller = select.poll()
-    poller.register(sys.stdout.fileno(), 0)  # POLLERR and POLLHUP are always reported
-    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
 
 
 def _start(args: argparse.Namespace) -> int:
