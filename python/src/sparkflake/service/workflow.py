@@ -393,8 +393,7 @@ def _start_or_roll_back(starting: _Start, service_site: ServiceSite, members: li
     try:
         if request.replace:
             starting.stop_replaced(members, settings.stop_timeout)
-        outcome = _start_and_wait(starting, service_site, members, request, admission.ranks[0].facts, members[0],
-                                  hold)
+        outcome = _start_and_wait(starting, service_site, members, request, admission.ranks[0].facts, hold=hold)
         decided = True
         if outcome != "ready":
             starting.roll_back(members, settings.stop_timeout)
@@ -431,7 +430,10 @@ def _record(service_site: ServiceSite, members: list[ServiceRank], request: Serv
 
 
 def _start_and_wait(starting: _Start, service_site: ServiceSite, members: list[ServiceRank],
-                    request: ServiceRequest, first: RankFacts, rank0: ServiceRank, hold: Callable[[], object]) -> str:
+                    request: ServiceRequest, first: RankFacts, *, hold: Callable[[], object]) -> str:
+    """Start every rank, then wait for rank 0 (``members[0]``) to answer ready; ``hold``
+    once it has: what follows is the commit and the record, not a roll back."""
+    rank0 = members[0]
     settings = service_site.site.service
     assert settings is not None
     starting.start_all(members)
