@@ -15,12 +15,12 @@ from hypothesis import strategies as st
 
 from sparkflake.core.atomic_write import (
     OUTPUT_MARKER,
-    _generated,
     _name_check,
     atomic_directory,
     atomic_file,
     atomic_stream,
     generated_name,
+    generated_name_parts,
     host_tag,
     record_written_entry,
     write_bytes_atomic,
@@ -95,7 +95,7 @@ _NAME_PART = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789._-", min_siz
 @given(prefix=_NAME_PART, suffix=st.sampled_from(["", ".partial", ".old"]), pid=st.integers(1, 1 << 22))
 def test_generated_names_are_recognised_with_their_parts(prefix, suffix, pid):
     name = generated_name(prefix, suffix, pid=pid)
-    match = _generated(name)
+    match = generated_name_parts(name)
     assert match is not None
     assert (match["prefix"], match["suffix"] or "", int(match["pid"]), match["host"]) == (prefix, suffix, pid, host_tag())
 
@@ -105,12 +105,12 @@ def test_generated_names_are_recognised_with_their_parts(prefix, suffix, pid):
 def test_names_of_the_same_shape_without_the_check_are_never_taken(prefix, pid, token, suffix):
     name = f"{prefix}.{host_tag()}.pid{pid}.{token}{suffix}"
     assume(token[8:] != _name_check(f"{prefix}.{host_tag()}.pid{pid}.{token[:8]}"))
-    assert _generated(name) is None
+    assert generated_name_parts(name) is None
     # and a generated name changed in any one character is not taken either
     generated = generated_name(prefix, suffix, pid=pid)
     position = len(prefix) + 1  # the host's first character
     altered = generated[:position] + ("x" if generated[position] != "x" else "y") + generated[position + 1:]
-    assert _generated(altered) is None or _generated(altered)["host"] != host_tag()
+    assert generated_name_parts(altered) is None or generated_name_parts(altered)["host"] != host_tag()
 
 
 def test_an_operator_directory_shaped_like_a_leftover_is_kept(tmp_path):

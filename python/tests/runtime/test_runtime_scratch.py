@@ -14,29 +14,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+from fixtures.one_layer_image import write_one_layer_image
+
 from sparkflake.cli import main
 from sparkflake.core.directory_lock import LOCK_NAME
-from sparkflake.oci import (
-    BlobStore,
-    ImageSpec,
-    LayerInput,
-    LayerSpec,
-    TreeSource,
-    build_image,
-    write_image_outputs,
-)
-from sparkflake.oci.types import Platform
 from sparkflake.runtime.scratch import SCRATCH_MARKER
 
 
 def _image(tmp: Path) -> Path:
-    tree = tmp / "tree"
-    (tree / "etc").mkdir(parents=True)
-    (tree / "etc" / "os-release").write_bytes(b"ID=none\n")
-    spec = ImageSpec(layers=(LayerSpec(LayerInput(sources=(TreeSource(str(tree)),)), "layer"),),
-                     platform=Platform.parse("linux/arm64"))
-    write_image_outputs(build_image(spec, BlobStore(tmp / "store")), tmp / "out")
-    return tmp / "out"
+    return write_one_layer_image(tmp, {"etc/os-release": b"ID=none\n"})[0]
 
 
 def _snapshot(root: Path) -> dict[str, str]:

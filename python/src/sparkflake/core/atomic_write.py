@@ -55,7 +55,7 @@ def host_tag() -> str:
 
 def generated_name(prefix: str, suffix: str = "", pid: int | None = None) -> str:
     """``PREFIX.<host>.pid<N>.<token><check>SUFFIX``: 8 random hex digits, then 8 of the
-    sha256 of what precedes them, so ``_generated`` recognises exactly the names made here."""
+    sha256 of what precedes them, so ``generated_name_parts`` recognises exactly the names made here."""
     base = f"{prefix}.{host_tag()}.pid{os.getpid() if pid is None else pid}.{secrets.token_hex(4)}"
     return base + _name_check(base) + suffix
 
@@ -68,7 +68,7 @@ _GENERATED = re.compile(r"(?P<base>(?P<prefix>.+)\.(?P<host>[A-Za-z0-9_-]+)\.pid
                         r"(?P<check>[0-9a-f]{8})(?P<suffix>\.partial|\.old)?")
 
 
-def _generated(name: str) -> re.Match[str] | None:
+def generated_name_parts(name: str) -> re.Match[str] | None:
     """The parts of a name ``generated_name`` made (its check holds), else None."""
     match = _GENERATED.fullmatch(name)
     return match if match is not None and match["check"] == _name_check(match["base"]) else None
@@ -109,7 +109,7 @@ def remove_leftovers(target: Path) -> list[Path]:
     except FileNotFoundError:
         return []
     for entry in siblings:
-        match = _generated(entry.name)
+        match = generated_name_parts(entry.name)
         if (match and match["prefix"] == prefix and match["suffix"] and match["host"] == host
                 and int(match["pid"]) != os.getpid() and not process_alive(int(match["pid"]))):
             dead.append((Path(entry.path), match["suffix"]))
@@ -156,7 +156,7 @@ def remove_dead_run_directories(parent: Path, prefix: str = "") -> list[Path]:
     except OSError:
         return removed
     for entry in entries:
-        match = _generated(entry.name)
+        match = generated_name_parts(entry.name)
         if not entry.name.startswith(prefix) or match is None or match["suffix"] or match["host"] != host:
             continue
         pid = int(match["pid"])

@@ -17,6 +17,7 @@ import stat
 from pathlib import Path
 
 from .errors import InputError
+from .own_files import directory_names
 
 CACHE_MARKER = ".sparkflake-cache"
 # every name sparkflake makes at a cache root (housekeeping.cache_entries scans each)
@@ -36,14 +37,9 @@ def has_cache_marker(root: Path) -> bool:
 def cache_root_problem(root: Path) -> str | None:
     """None when ``root`` is absent, empty, marked, or a cache of an earlier version (only
     sparkflake's own directories at its top level); else why it is not sparkflake's cache."""
-    try:
-        names = sorted(os.listdir(root))
-    except FileNotFoundError:
-        return None
-    except NotADirectoryError:
-        return f"{root}: not a directory, so not a sparkflake cache"
-    except OSError as exc:
-        return f"{root}: cannot read it: {exc.strerror or exc}"
+    names = directory_names(root, "a sparkflake cache")
+    if isinstance(names, str):
+        return names
     if not names or has_cache_marker(root):
         return None
     foreign = [name for name in names if name not in CACHE_DIRECTORIES or not (root / name).is_dir()

@@ -50,6 +50,19 @@ def open_own_file(path: Path, flags: int, what: str, mode: int = 0o644) -> int:
     return descriptor
 
 
+def directory_names(directory: Path, what: str) -> list[str] | str:
+    """The names in ``directory`` (none when it is absent), or why it cannot be taken as
+    ``what`` ("a sparkflake cache"): it is no directory, or it cannot be read."""
+    try:
+        return sorted(os.listdir(directory))
+    except FileNotFoundError:
+        return []
+    except NotADirectoryError:
+        return f"{directory}: not a directory, so not {what}"
+    except OSError as exc:
+        return f"{directory}: cannot read it: {exc.strerror or exc}"
+
+
 @contextlib.contextmanager
 def holding_lock(path: Path, what: str) -> Iterator[int]:
     """``flock`` held on the lock file ``path`` (created if absent) for the block: its

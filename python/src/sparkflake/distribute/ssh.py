@@ -12,7 +12,7 @@ import shlex
 import subprocess
 import threading
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ..core.bounded_lines import LineReader, keep_tail
@@ -186,34 +186,44 @@ def start_agent(site: Site, rank: Rank, agent_args: Sequence[str]) -> StartedAge
 
 
 class AgentsOfARun:
-    """The agents a run's worker threads start (an import, a commit), so that an interrupt
-    ends every one of them: once ``end_all`` was called, none is started any more."""
+    """The agents a run's worker threads start (an import, a commit, a rank's start or
+    watch), so that an interrupt ends every one of them: once ``end_all`` was called, none
+    is started any more (``ended``)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._agents: list[StartedAgent] = []
-        self._ended = False
+        self.ended = False
 
     def adopt(self, agent: StartedAgent) -> StartedAgent:
         """Count ``agent`` (started before, as a settling agent is) among the run's."""
         with self._lock:
             self._agents.append(agent)
-            if self._ended:
+            if self.ended:
                 agent.kill()
+        return agent
+
+    def begin(self, start: Callable[[], StartedAgent]) -> StartedAgent | None:
+        """The agent ``start`` starts, counted among the run's; None, and nothing started,
+        once the run was ended."""
+        with self._lock:
+            if self.ended:
+                return None
+            agent = start()
+            self._agents.append(agent)
         return agent
 
     def run(self, site: Site, rank: Rank, agent_args: Sequence[str], input_text: str = "") -> AgentReply:
         """``run_agent``, unless the run was ended: then the reply of an agent never started."""
-        with self._lock:
-            if self._ended:
-                return AgentReply(SSH_FAILED, None, "sparkflake: not started: the run was interrupted\n")
-            agent = start_agent(site, rank, agent_args)
-            self._agents.append(agent)
+        agent = self.begin(lambda: start_agent(site, rank, agent_args))
+        if agent is None:
+            return AgentReply(SSH_FAILED, None, "sparkflake: not started: the run was interrupted\n")
         return agent.finish(input_text)
 
     def end_all(self) -> None:
+        """End every agent of the run (without reaping it: the thread that waits for it does)."""
         with self._lock:
-            self._ended = True
+            self.ended = True
             agents = list(self._agents)
         for agent in agents:
             agent.kill()

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from ..core.atomic_write import _generated, host_tag, process_alive
+from ..core.atomic_write import generated_name_parts, host_tag, process_alive
 from ..core.cache_root import CACHE_MARKER, cache_root_problem
 from ..core.digest import GIT_OBJECT_ID_PATTERN, SHA256_HEX_PATTERN
 from ..core.directory_lock import LOCK_NAME
@@ -230,7 +230,7 @@ def _scan_trees(directory: Path, add: AddCallback, foreign: ForeignCallback, now
     for child in _children(directory):
         # an entry's staging or retired directory (compose.tree_cache through atomic_directory):
         # ``.<key>.<host>.pid<N>.<token><check>.partial|.old``, its check holding
-        staged = _generated(child.name)
+        staged = generated_name_parts(child.name)
         if staged is not None and not (staged["suffix"] and staged["prefix"].startswith(".")
                                        and SHA256_HEX_PATTERN.fullmatch(staged["prefix"][1:])):
             staged = None
@@ -281,7 +281,7 @@ def _scan_store_blobs(directory: Path, add: AddCallback, foreign: ForeignCallbac
 def _scan_work(directory: Path, add: AddCallback, foreign: ForeignCallback, now: float) -> None:
     for child in _children(directory):
         # a build's run directory (core.atomic_write.make_run_directory): <profile>.<host>.pid<N>.<token><check>
-        run = _generated(child.name)
+        run = generated_name_parts(child.name)
         if run is None or run["suffix"] or not child.is_dir(follow_symlinks=False):
             foreign(child.path)
             continue

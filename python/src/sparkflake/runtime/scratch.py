@@ -19,9 +19,10 @@ import re
 import stat
 from pathlib import Path
 
-from ..core.atomic_write import _generated
+from ..core.atomic_write import generated_name_parts
 from ..core.directory_lock import LOCK_NAME
 from ..core.errors import InputError
+from ..core.own_files import directory_names
 from .rootfs import RECORD_NAME, RECORD_SCHEMA
 
 SCRATCH_MARKER = ".sparkflake-scratch"
@@ -38,7 +39,7 @@ _STAGED_RECORD = re.compile(r"^\.(unpacked-root|pycache)\.json\.[a-z0-9_]{8}\.pa
 def _written_by_check(name: str) -> bool:
     if name in SCRATCH_NAMES or _STAGED_RECORD.fullmatch(name):
         return True
-    run = _generated(name)
+    run = generated_name_parts(name)
     return run is not None and run["prefix"] == PROBE_RUN_PREFIX and not run["suffix"]
 
 
@@ -64,14 +65,9 @@ def _proven(directory: Path) -> bool:
 def scratch_problem(directory: Path) -> str | None:
     """None when the check may use ``directory`` (absent, empty, or its scratch); else
     what is wrong with it, naming it."""
-    try:
-        names = sorted(os.listdir(directory))
-    except FileNotFoundError:
-        return None
-    except NotADirectoryError:
-        return f"{directory}: not a directory; a runtime check's scratch is a directory it makes (choose another --scratch)"
-    except OSError as exc:
-        return f"{directory}: cannot read it: {exc.strerror or exc}"
+    names = directory_names(directory, "a runtime check's scratch, a directory it makes (choose another --scratch)")
+    if isinstance(names, str):
+        return names
     if not names:
         return None
     foreign = [name for name in names if not _written_by_check(name)]

@@ -24,7 +24,7 @@ from ..core.errors import CheckFailed, InputError, SparkflakeError
 from ..core.interrupts import interrupts_held
 from ..distribute.agent_reply import object_at, text_at
 from ..distribute.site import Site, load_site
-from ..distribute.ssh import StartedAgent
+from ..distribute.ssh import AgentsOfARun, StartedAgent
 from ..signing.keys import PrivateKey
 from .gang import AdmissionReport, RankAdmissionResult, RankFacts, gang_checks, rank_result
 from .rank_request import RankRequest
@@ -173,9 +173,7 @@ class _Start:
         self.watches: dict[int, StartedAgent] = {}
         self.failure: dict[str, Any] | None = None
         self._failing = threading.Lock()  # the ranks start in threads: the first failure wins
-        self.sessions: list[StartedAgent] = []  # the start sessions, ended by an interrupt
-        self.cancelled = False  # they were: no session starts after it
-        self._opening = threading.Lock()
+        self.sessions = AgentsOfARun()  # the start and watch sessions, ended by an interrupt
         self.replacing = False  # --replace: the running deployment's stop has begun, not ended
         self.replaced_stopped: set[int] = set()  # the ranks where it is stopped
         self.rolled_back: set[int] = set()  # the ranks the roll back has stopped
@@ -202,29 +200,19 @@ class _Start:
                     for started in [pool.submit(self.start, member) for member in members[1:]]:
                         started.result()
             except BaseException:
-                self.end_sessions()
+                self.sessions.end_all()
                 raise
 
-    def end_sessions(self) -> None:
-        """End the start sessions (without reaping them: their threads do); none starts after."""
-        with self._opening:
-            self.cancelled = True
-            sessions = list(self.sessions)
-        for session in sessions:
-            session.kill()
-
     def start(self, member: ServiceRank) -> None:
-        with self._opening:
-            if self.cancelled:
-                return
-            session = begin(self.service_site.site, member, "start")
-            self.sessions.append(session)
+        session = self.sessions.begin(lambda: begin(self.service_site.site, member, "start"))
+        if session is None:
+            return
         reply = session.finish("")
         record = self.ranks[member.number]
         container, container_id = reply.text("container"), reply.text("container_id")
         started = reply.returncode == 0 and reply.text("status") == "ok" and container is not None \
             and container_id is not None
-        if self.cancelled and not started:  # ended by an interrupt, which is the failure
+        if self.sessions.ended and not started:  # ended by an interrupt, which is the failure
             return
         if reply.unreachable:
             self.fail(member, f"SSH to rank {member.number} ({member.rank.ssh}) lost: {reply.describe_failure()}")
@@ -234,10 +222,10 @@ class _Start:
             return
         self.ranks[member.number] = replace(record, container=container, container_id=container_id,
                                             started_at=time.time())
-        with self._opening:
-            if self.cancelled:
-                return
-            self.watches[member.number] = watch(self.service_site.site, member, container)
+        watching = self.sessions.begin(lambda: watch(self.service_site.site, member, container))
+        if watching is None:
+            return
+        self.watches[member.number] = watching
         self.progress(ProgressEvent("started", member.number, member.rank.name, container))
 
     def check_watches(self, members: list[ServiceRank]) -> None:
@@ -322,7 +310,7 @@ class _Start:
         filter finds it or nothing, after any start still creating one (the rank's lock,
         service/rank_state.py). A rank stopped already (a roll back an interrupt cut short
         runs again) is not asked again."""
-        self.end_sessions()
+        self.sessions.end_all()
         self.close_watches()
         self.finish_replaced(members, stop_timeout)
         for member in reversed(members):
