@@ -277,16 +277,20 @@ def test_ssh_to_a_rank_lost_mid_start_rolls_back_the_started_ranks(service: Serv
     assert service.containers(3) == []  # its start never reached it
 
 
+def up_then_change_the_settings(service: ServiceWorld, site: Path) -> dict:
+    """A deployment up (its record), then other settings on every rank: an upgrade to come."""
+    first = service_cli("up", str(site), "--json")
+    assert first.returncode == 0, first.stderr
+    for index in range(4):
+        service.write_env(index, MAX_NUM_SEQS="8")
+    return json.loads(first.stdout)
+
+
 def test_rollback_starts_the_previous_deployment_through_the_same_admission(
     service: ServiceWorld, tmp_path: Path
 ) -> None:
     site = service.site_file(tmp_path / "site.toml")
-    first = service_cli("up", str(site), "--json")
-    assert first.returncode == 0, first.stderr
-    first_record = json.loads(first.stdout)
-    # an upgrade: other settings on every rank, replacing the running deployment
-    for index in range(4):
-        service.write_env(index, MAX_NUM_SEQS="8")
+    first_record = up_then_change_the_settings(service, site)  # then replacing the running deployment
     second = service_cli("up", str(site), "--replace", "--json")
     assert second.returncode == 0, second.stderr
     second_record = json.loads(second.stdout)
@@ -461,11 +465,7 @@ def test_an_interrupt_during_the_stop_of_the_deployment_replaced_stops_all_of_it
     service: ServiceWorld, tmp_path: Path
 ) -> None:
     site = service.site_file(tmp_path / "site.toml")
-    first = service_cli("up", str(site), "--json")
-    assert first.returncode == 0, first.stderr
-    old = json.loads(first.stdout)
-    for index in range(4):
-        service.write_env(index, MAX_NUM_SEQS="8")
+    old = up_then_change_the_settings(service, site)
     # rank 2's stop is slow: the interrupt lands with rank 3 stopped and ranks 0..2 running
     slow = service.site_file(tmp_path / "slow.toml", agent=slowed_agent({("stop", 2): 3}))
     process = subprocess.Popen([sys.executable, "-m", "sparkflake.cli", "service", "up", str(slow), "--replace",
