@@ -72,10 +72,14 @@ let
     in
     # The build report (timings, cache use) goes to the build log, not to $out, so a rebuild
     # gives the same $out (`nix build --rebuild`). The layout alone, as the CLI writes by
-    # default: the store path holds the image once, not a second time as an archive.
+    # default: the store path holds the image once, not a second time as an archive. The
+    # output's marker goes too: it records each file's modification time (what tells a later
+    # build that OUT is unchanged), which differs from one build to the next, and a store
+    # path is never replaced by a build.
     pkgs.runCommand "sparkflake-image-${name}" { nativeBuildInputs = [ sparkflake ]; } ''
       ${prelude}
       sparkflake build ${profilesDir}/${name} --offline ${from} --cache $TMPDIR/cache -o $TMPDIR/result --json >&2
+      rm $TMPDIR/result/.sparkflake-output.json
       mv $TMPDIR/result $out
     '';
 

@@ -1,7 +1,8 @@
-"""`sparkflake assemble PROFILE -o DIR` replaces DIR/base and DIR/python only where
-sparkflake wrote them (each tree's marker lists every path in it, unchanged): an
-operator's directory of either name, or a tree an operator added to, is refused with the
-path named, before either tree is assembled, and left as it was; --force replaces it."""
+"""`sparkflake assemble PROFILE -o DIR` never replaces what stands at DIR/base or DIR/python
+without --force: an operator's directory of either name is refused with the path named,
+before either tree is assembled, and left as it was. A tree is a layer's content byte for
+byte, so it carries no marker of who wrote it: a tree sparkflake wrote is replaced with
+--force too."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from sparkflake.cli import main
 from sparkflake.core.atomic_write import OUTPUT_MARKER
 
 FIXTURE = Path(__file__).resolve().parents[3] / "profiles" / "fixture"
-HINT = "choose another -o, move it away, or pass --force to replace it"
+HINT = "assemble writes a new tree there and would replace it; choose another -o, move it away, or pass --force"
 
 
 @pytest.fixture(scope="module")
@@ -39,22 +40,21 @@ def test_an_operator_directory_is_refused_and_kept(tmp_path, cache, capsys, name
     capsys.readouterr()
     assert assemble(cache, out) == 2
     err = capsys.readouterr().err
-    assert f"{out / name}: a directory sparkflake did not write (no {OUTPUT_MARKER}; holds thesis.tex); {HINT}" in err
+    assert f"{out / name}: exists (holds thesis.tex); {HINT}" in err
     assert sorted(p.name for p in out.iterdir()) == [name]  # the other tree was not assembled either
     assert tree(out / name) == {"thesis.tex": b"years of work\n"}
     assert assemble(cache, out, "--force") == 0
-    assert not (out / name / "thesis.tex").exists() and (out / name / OUTPUT_MARKER).is_file()
+    assert not (out / name / "thesis.tex").exists()
 
 
-def test_a_tree_sparkflake_wrote_is_replaced_but_not_with_an_added_file(tmp_path, cache, capsys):
+def test_a_tree_holds_only_what_its_layer_gets_and_is_replaced_only_with_force(tmp_path, cache, capsys):
     out = tmp_path / "dir"
     assert assemble(cache, out) == 0
-    assert assemble(cache, out) == 0  # what sparkflake wrote alone: replaced
-    (out / "python" / "opt" / "venv" / "notes.txt").write_text("keep me\n")
+    assert not (out / "base" / OUTPUT_MARKER).exists() and not (out / "python" / OUTPUT_MARKER).exists()
     before = tree(out)
     capsys.readouterr()
     assert assemble(cache, out, "--only", "python") == 2
-    assert (f"{out / 'python'}: holds entries sparkflake did not write (opt/venv/notes.txt); they would be lost; "
-            f"{HINT}") in capsys.readouterr().err
+    assert f"{out / 'python'}: exists (holds opt); {HINT}" in capsys.readouterr().err
     assert tree(out) == before
-    assert assemble(cache, out, "--only", "base") == 0  # the other tree is sparkflake's
+    assert assemble(cache, out, "--force") == 0
+    assert tree(out) == before  # the same inputs, the same trees

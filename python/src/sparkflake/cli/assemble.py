@@ -20,7 +20,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "Assemble DIR/base (Debian packages unpacked, maintainer-script effects done "
             "declaratively) and DIR/python (every wheel installed into /opt/venv) from PROFILE's "
             "lock and the cache, without running any target binary. Each tree appears atomically, "
-            "replacing only a tree sparkflake wrote there (unless --force). "
+            "where nothing stood (a tree is a layer's content: no marker says who wrote it, so "
+            "anything at DIR/base or DIR/python, its own earlier tree too, is replaced only with --force). "
             "Exit 0 ok, 1 a check failed (ELF machine, wheel tags, RECORD, path conflict or escape), "
             "2 an input is missing."
         ),
@@ -33,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--cache", dest="cache_root", metavar="DIR",
                         help="cache root (default $XDG_CACHE_HOME/sparkflake)")
     parser.add_argument("--force", action="store_true",
-                        help="replace DIR/base, DIR/python even if sparkflake did not write them (their contents are lost)")
+                        help="replace what stands at DIR/base, DIR/python (its contents are lost)")
     parser.add_argument("--json", action="store_true")
 
 

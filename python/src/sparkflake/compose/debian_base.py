@@ -356,16 +356,12 @@ def assemble_base(
     platform: str = "linux/arm64",
     architecture: str = "arm64",
     progress: ProgressCallback | None = None,
-    owned_output: bool = False,
-    force: bool = False,
 ) -> BaseManifest:
-    """Build the OS base tree at ``output`` (atomically: all or nothing). ``owned_output``:
-    ``output`` is an operator-named output (``sparkflake assemble``), replaced only when
-    sparkflake wrote it (``atomic_directory``) or ``force``."""
+    """Build the OS base tree at ``output`` (atomically: all or nothing)."""
     manifest = BaseManifest()
     machine = PLATFORM_MACHINE.get(platform, EM_AARCH64)
     ordered = sorted(debs, key=lambda d: d.package)
-    with atomic_directory(output, owned_output=owned_output, force=force) as root:
+    with atomic_directory(output) as root:
         os.chmod(root, 0o755)
         for link, target in MERGED_USR:
             (root / target).mkdir(parents=True, exist_ok=True)

@@ -438,12 +438,8 @@ def assemble_python_env(
     progress: ProgressCallback | None = None,
     waivers: Sequence[RecordWaiver] = (),
     collisions: Sequence[CollisionRule] = (),
-    owned_output: bool = False,
-    force: bool = False,
 ) -> EnvManifest:
     """Install ``wheels`` into a tree at ``output`` whose root stands for the image root.
-    ``owned_output``: ``output`` is an operator-named output (``sparkflake assemble``),
-    replaced only when sparkflake wrote it (``atomic_directory``) or ``force``.
 
     ``waivers`` accept named upstream RECORD defects for exact member bytes (and are listed
     in the manifest); everything else that disagrees with RECORD is refused.
@@ -453,7 +449,7 @@ def assemble_python_env(
         check_wheel_fits(wheel, target)
     manifest = EnvManifest(prefix=prefix)
     workers = workers or min(4, os.cpu_count() or 1)
-    with atomic_directory(output, owned_output=owned_output, force=force) as root:
+    with atomic_directory(output) as root:
         os.chmod(root, 0o755)
         staging = root / ".sparkflake-wheels"
         stages = {wheel.filename: staging / f"{position:04d}" for position, wheel in enumerate(ordered)}
