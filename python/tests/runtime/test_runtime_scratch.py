@@ -107,3 +107,18 @@ def test_the_default_scratch_in_the_cache_works_and_cleanup_takes_only_a_checks_
     assert main(["cache", "cleanup", "--cache", str(cache), "--apply"]) == 0
     assert not default.exists() and (mine / "plan.txt").is_file() and (mine / "root" / "notes.txt").is_file()
     assert sorted(os.listdir(mine)) == [LOCK_NAME, "plan.txt", "root"]
+
+
+def test_a_cache_that_is_not_sparkflakes_is_refused_before_the_check_writes_into_it(tmp_path):
+    # before: `runtime check --cache DIR` wrote DIR/runtime/<profile> and DIR/capabilities/ into any directory
+    image = _image(tmp_path / "a")
+    mine = tmp_path / "mine"
+    _operators(mine, ["runtime"])
+    (mine / "thesis.tex").write_text("years of work\n")
+    before = _snapshot(mine)
+    completed = subprocess.run([sys.executable, "-m", "sparkflake.cli", "runtime", "check", str(image), "--profile",
+                                "glm53-dflash7", "--cache", str(mine)], capture_output=True, text=True, timeout=600,
+                               check=False)
+    assert completed.returncode == 2 and "Traceback" not in completed.stderr
+    assert f"{mine}: not a sparkflake cache: it has no .sparkflake-cache and holds thesis.tex" in completed.stderr
+    assert _snapshot(mine) == before

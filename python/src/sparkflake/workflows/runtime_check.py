@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ..core.atomic_write import write_bytes_atomic
 from ..core.blob_cache import default_cache_root
+from ..core.cache_root import claim_cache_root
 from ..core.check_result import SKIP
 from ..core.errors import InputError
 from ..core.output_marker import check_entry_if_output
@@ -96,6 +97,8 @@ def check_runtime(request: RuntimeCheckRequest, progress: Progress | None = None
         raise InputError(f"{out}: no such file or directory")
     if out.is_dir():  # refused now, not after minutes of checking
         check_entry_if_output(out, FILE_NAME, "check the image from a copy of the output")
+    cache_root = request.cache_root or default_cache_root()
+    claim_cache_root(cache_root)  # its scratch and the capabilities store go there: only into sparkflake's cache
     profile = load_profile(profile_name_of(out, request.profile), check_locks=False)
     contract = contract_from_profile(profile)
     cases, refused = [], []
@@ -104,7 +107,6 @@ def check_runtime(request: RuntimeCheckRequest, progress: Progress | None = None
             refused.append(case)
         else:
             cases.append(Case(case.name, case.serve_args, case.env, construct_models=case.default_launch))
-    cache_root = request.cache_root or default_cache_root()
     report = run_check(out, cases=cases, expected_versions=expected_versions(profile),
                        platform=profile.platform, scratch=request.scratch or cache_root / "runtime" / profile.name,
                        timeout=request.timeout, mounts=container_mounts(contract, cases), progress=progress,
