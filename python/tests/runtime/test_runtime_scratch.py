@@ -122,3 +122,14 @@ def test_a_cache_that_is_not_sparkflakes_is_refused_before_the_check_writes_into
     assert completed.returncode == 2 and "Traceback" not in completed.stderr
     assert f"{mine}: not a sparkflake cache: it has no .sparkflake-cache and holds thesis.tex" in completed.stderr
     assert _snapshot(mine) == before
+
+
+def test_a_fifo_where_the_record_would_be_is_no_proof_and_is_not_waited_on(tmp_path):
+    from sparkflake.runtime.rootfs import RECORD_NAME
+    from sparkflake.runtime.scratch import scratch_problem
+
+    scratch = tmp_path / "mine"
+    (scratch / "root").mkdir(parents=True)
+    os.mkfifo(scratch / RECORD_NAME)  # opened for reading without O_NONBLOCK, it would block for ever
+    problem = scratch_problem(scratch)
+    assert problem is not None and problem.startswith(f"{scratch}: not a runtime check's scratch")

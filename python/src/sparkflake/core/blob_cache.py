@@ -21,7 +21,6 @@ import contextlib
 import hashlib
 import os
 import re
-import stat
 import threading
 import time
 import urllib.error
@@ -34,7 +33,7 @@ from typing import Any, BinaryIO, cast
 from .cache_root import claim_cache_root
 from .digest import is_sha256_hex, sha256_file
 from .errors import CheckFailed, InputError
-from .own_files import holding_lock, open_own_file
+from .own_files import held_bytes, holding_lock, open_own_file
 from .progress import ProgressCallback
 
 COPY_CHUNK = 1 << 20
@@ -241,7 +240,7 @@ def _download_once(
     """Append to the partial file from ``url`` and verify; raises _DownloadRefused."""
     partial = cache.partial_path(artifact.sha256)
     partial.parent.mkdir(parents=True, exist_ok=True)
-    have = _partial_size(partial)
+    have = held_bytes(partial)
     if artifact.size is not None and have > artifact.size:
         partial.unlink()
         have = 0
@@ -318,16 +317,6 @@ def _download_once(
         meter.set(artifact, 0)
         raise _DownloadRefused(f"sha256 mismatch: got {digest} ({size} bytes)")
     cache.admit(partial, artifact)
-
-
-def _partial_size(partial: Path) -> int:
-    """How much of a download the partial file holds; 0 when there is none (what stands there
-    instead is refused when it is opened)."""
-    try:
-        status = os.lstat(partial)
-    except FileNotFoundError:
-        return 0
-    return status.st_size if stat.S_ISREG(status.st_mode) else 0
 
 
 def _open_partial(partial: Path, flags: int, mode: str) -> BinaryIO:

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import stat
 from pathlib import Path
 
 from .errors import InputError
-from .own_files import directory_names
+from .own_files import directory_names, is_regular_file
 
 CACHE_MARKER = ".sparkflake-cache"
 # every name sparkflake makes at a cache root (housekeeping.cache_entries scans each)
@@ -28,10 +27,7 @@ _MARKER_TEXT = b"sparkflake cache: every entry here was written by sparkflake (`
 
 def has_cache_marker(root: Path) -> bool:
     """``root`` holds the marker as a regular file (a symlink or anything else does not count)."""
-    try:
-        return stat.S_ISREG(os.lstat(root / CACHE_MARKER).st_mode)
-    except OSError:
-        return False
+    return is_regular_file(root / CACHE_MARKER)
 
 
 def cache_root_problem(root: Path) -> str | None:

@@ -50,6 +50,24 @@ def open_own_file(path: Path, flags: int, what: str, mode: int = 0o644) -> int:
     return descriptor
 
 
+def is_regular_file(path: Path) -> bool:
+    """A regular file stands at ``path`` itself (not a symlink to one, nothing else)."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def held_bytes(path: Path) -> int:
+    """How many bytes the partial file ``path`` holds: 0 when there is none, or when what
+    stands there is no regular file (``open_own_file`` refuses it when it is opened)."""
+    try:
+        status = os.lstat(path)
+    except FileNotFoundError:
+        return 0
+    return status.st_size if stat.S_ISREG(status.st_mode) else 0
+
+
 def directory_names(directory: Path, what: str) -> list[str] | str:
     """The names in ``directory`` (none when it is absent), or why it cannot be taken as
     ``what`` ("a sparkflake cache"): it is no directory, or it cannot be read."""

@@ -15,12 +15,11 @@ from typing import Any
 
 from ..core.digest import READ_CHUNK
 from ..core.errors import InputError
-from ..core.own_files import open_own_file
+from ..core.own_files import held_bytes, open_own_file
 from .files import (
     free_bytes,
     fsync_directory,
     hash_prefix,
-    held_bytes,
     lacking_space,
     move_aside,
     partial_path,

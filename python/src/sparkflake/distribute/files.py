@@ -71,16 +71,6 @@ def made_by_receiver(lock: Path) -> bool:
     return len(lines) >= 2 and lines[1] == _RECEIVER_MARK + os.fsencode(name[1:].removesuffix(".lock"))
 
 
-def held_bytes(partial: Path) -> int:
-    """How many bytes a partial copy holds: 0 when there is none, or when what stands there
-    is no regular file (it is refused when it is opened)."""
-    try:
-        status = os.lstat(partial)
-    except FileNotFoundError:
-        return 0
-    return status.st_size if stat.S_ISREG(status.st_mode) else 0
-
-
 def move_aside(path: Path, reason: str) -> Path:
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     candidate = path.with_name(f"{path.name}.{reason}-{stamp}")

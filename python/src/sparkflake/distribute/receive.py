@@ -24,12 +24,11 @@ from typing import Any, BinaryIO
 from ..core.digest import READ_CHUNK
 from ..core.errors import InputError
 from ..core.file_hashes import stat_identity
-from ..core.own_files import open_own_file
+from ..core.own_files import held_bytes, open_own_file
 from .files import (
     RECORD_LIMIT,
     fsync_directory,
     hash_prefix,
-    held_bytes,
     lacking_space,
     lock_path,
     lock_record,

@@ -16,14 +16,15 @@ from __future__ import annotations
 import json
 import os
 import re
-import stat
 from pathlib import Path
 
 from ..core.atomic_write import generated_name_parts
 from ..core.directory_lock import LOCK_NAME
 from ..core.errors import InputError
-from ..core.own_files import directory_names
+from ..core.own_files import directory_names, is_regular_file, open_own_file
 from .rootfs import RECORD_NAME, RECORD_SCHEMA
+
+RECORD_LIMIT = 1 << 16  # the unpacked root's record: a few hundred bytes
 
 SCRATCH_MARKER = ".sparkflake-scratch"
 _MARKER_TEXT = b"sparkflake runtime check scratch: everything here is the check's own and is replaced by it\n"
@@ -43,22 +44,21 @@ def _written_by_check(name: str) -> bool:
     return run is not None and run["prefix"] == PROBE_RUN_PREFIX and not run["suffix"]
 
 
-def _regular_file(path: Path) -> bool:
-    try:
-        return stat.S_ISREG(os.lstat(path).st_mode)
-    except OSError:
-        return False
-
-
 def _proven(directory: Path) -> bool:
     """The marker, or (a scratch of an earlier version) the check's lock file or its
     unpacked root's record."""
-    if _regular_file(directory / SCRATCH_MARKER) or _regular_file(directory / LOCK_NAME):
+    if is_regular_file(directory / SCRATCH_MARKER) or is_regular_file(directory / LOCK_NAME):
         return True
+    try:  # in a directory that may be an operator's: no FIFO, link or huge file is read
+        descriptor = open_own_file(directory / RECORD_NAME, os.O_RDONLY, "a runtime check's record")
+    except (OSError, InputError):
+        return False
     try:
-        record = json.loads((directory / RECORD_NAME).read_bytes()[: 1 << 16])
+        record = json.loads(os.read(descriptor, RECORD_LIMIT))
     except (OSError, ValueError):
         return False
+    finally:
+        os.close(descriptor)
     return isinstance(record, dict) and record.get("schema") == RECORD_SCHEMA
 
 
