@@ -7,15 +7,15 @@ whether a file sparkflake writes into an output may replace what stands at its n
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from .canonical_json import readable_json_bytes
-from .documents import file_kind
+from .documents import file_kind, parse_json
 from .errors import InputError
 
 # An output directory sparkflake made carries this file: what it is and every path it
@@ -48,9 +48,11 @@ def read_marker(directory: Path) -> Marker | None:
         if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
             return None
         raw = handle.read(_MARKER_LIMIT + 1)
-    try:
-        record = json.loads(raw) if len(raw) <= _MARKER_LIMIT else None
-    except ValueError:
+    if len(raw) > _MARKER_LIMIT:
+        return None
+    try:  # parse_json: nesting too deep for the parser (RecursionError) is an InputError too
+        record = parse_json(raw, str(directory / OUTPUT_MARKER))
+    except InputError:
         return None
     if not isinstance(record, dict) or record.get("kind") != _OUTPUT_KIND:
         return None
@@ -59,7 +61,20 @@ def read_marker(directory: Path) -> Marker | None:
         return None
     if paths is not None and not (isinstance(paths, dict) and all(isinstance(state, str) for state in paths.values())):
         return None
+    # a "\ud800" escape decodes to a lone surrogate, which no file name sparkflake wrote
+    # holds and marker_bytes cannot encode: such a marker is not ours, found before any work
+    # rather than when the marker is rewritten after it (an export's archive already written)
+    if not all(map(_is_utf8, entries)) or (paths is not None and not all(map(_is_utf8, (*paths, *paths.values())))):
+        return None
     return Marker(entries, paths)
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def marker_bytes(entries: list[str], paths: dict[str, str] | None) -> bytes:
@@ -113,25 +128,32 @@ def _unwritten_paths(directory: Path, written: dict[str, str], limit: int = 5) -
     foreign: list[str] = []
     changed: list[str] = []
 
-    def visit(below: Path, relative: str) -> None:
+    def entries_of(below: Path, relative: str) -> Iterator[tuple[str, Path, os.stat_result]]:
         try:
-            entries = _entries_below(below, relative)
+            return iter(_entries_below(below, relative))
         except OSError as exc:
             raise InputError(f"{below}: cannot read it: {exc.strerror or exc}{_REPLACE_HINT}") from None
-        for name, path, status in entries:
-            if len(foreign) >= limit:
-                return
-            recorded = written.get(name)
+
+    # an explicit stack of the directories being listed, not recursion: a marker may list a
+    # chain of directories deeper than Python's recursion limit. A directory is entered
+    # where it is met, so the walk order (and which paths are named) is a recursive walk's.
+    pending = [entries_of(directory, "")]
+    while pending and len(foreign) < limit:
+        for name, path, status in pending[-1]:
             if name == OUTPUT_MARKER:
                 continue
+            recorded = written.get(name)
             if recorded is None:
                 foreign.append(name)
+                if len(foreign) >= limit:
+                    break
             elif recorded != written_state(path, status):
                 changed.append(name)
             elif stat.S_ISDIR(status.st_mode):
-                visit(path, f"{name}/")
-
-    visit(directory, "")
+                pending.append(entries_of(path, f"{name}/"))
+                break
+        else:
+            pending.pop()
     return foreign, changed[:limit]
 
 
