@@ -55,6 +55,11 @@ def test_ordinary_urls_pass(url: str) -> None:
         ("file://host/srv/f", FILE, "names no host"),
         ("https:///nohost", FILE, "no host"),
         ("https://example.org:99999/f", FILE, "not a URL"),
+        ("https://h.example/f.whl?token=ghs_x", FILE, "query or fragment"),
+        ("https://h.example/f.tar.gz?X-Amz-Signature=ab&X-Amz-Credential=AKIA", FILE, "query or fragment"),
+        ("https://h.example/f.whl#sha256=ab", FILE, "query or fragment"),
+        ("https://h.example/f.whl?", FILE, "query or fragment"),
+        ("git://h.example/r.git?private_token=x", GIT, "credentials never go in a lock"),
         ("https://exa_mple.org$/f", FILE, "is not a host name"),
         ("ext::sh -c touch% /tmp/pwned", GIT, "spaces, control"),
         ("ftp://example.org/f", FILE, "unsupported scheme"),
@@ -106,3 +111,37 @@ def test_an_invisible_character_anywhere_is_refused_by_its_name(host: str, path:
 @given(_path, st.sampled_from([".", "..", "%2e", "%2E%2e"]), _path)
 def test_a_dot_step_is_refused(before: str, step: str, after: str) -> None:
     assert "'..' steps" in (url_problem(f"file:///{before}/{step}/{after}", FILE) or "")
+
+
+_query = st.from_regex(r"[A-Za-z0-9_=&%.@/?#-]{0,30}", fullmatch=True)
+
+
+@given(st.sampled_from(["https", "http", "git", "ssh", "file"]), _host, _path, st.sampled_from("?#"), _secret, _query)
+def test_a_query_or_fragment_is_refused_and_never_shown(
+    scheme: str, host: str, path: str, mark: str, secret: str, tail: str
+) -> None:
+    authority = "" if scheme == "file" else host
+    url = f"{scheme}://{authority}/{path}{mark}{secret}{tail}"
+    problem = url_problem(url, GIT)
+    assert problem is not None and "query or fragment" in problem
+    shown = redacted(url)
+    # the whole shown form (the secret may equal the host or the path, as above): the text up
+    # to the mark, or nothing past the scheme where an "@" of the query could be the user's
+    assert shown in (f"{scheme}://{authority}/{path}{mark}***", f"{scheme}://***")
+    assert shown == f"{scheme}://***" or "@" not in f"{secret}{tail}"
+
+
+@given(st.sampled_from(["https", "http", "git", "ssh"]), st.from_regex(r"[a-z0-9]{1,8}", fullmatch=True),
+       st.from_regex(r"[A-Za-z0-9_/?#:%]{1,20}", fullmatch=True), _host, _path)
+def test_a_password_of_any_characters_is_never_shown(
+    scheme: str, user: str, secret: str, host: str, path: str
+) -> None:
+    # "https://alice:S3cr/etPW@host" once showed the password whole: urllib reads "S3cr" as the
+    # port and quoted it in its error, and the redaction cut the authority at the first "/"
+    url = f"{scheme}://{user}:{secret}@{host}/{path}"
+    problem = url_problem(url, GIT)
+    # refused, or read as a port and a path ("https://u:8080/x@h/p" is a URL without user
+    # information); a refusal quotes nothing of the URL (its quoted parts are user and host)
+    assert problem is None or "'" not in problem
+    shown = redacted(url)
+    assert shown in (f"{scheme}://***@{host}/{path}", f"{scheme}://***")

@@ -331,6 +331,13 @@ def test_fetch_command_takes_a_lock_file(tmp_path: Path, repository, capsys: pyt
     assert json.loads(capsys.readouterr().out)["git"][0]["url"] == work.resolve().as_uri()
     assert main(["fetch", str(lock_path), "--cache", cache, "--git-mirror", "src=ext::sh"]) == 2
     assert "--git-mirror" in capsys.readouterr().err
+    # a refused mirror is never echoed with its credential, in either of the refusals
+    for mirror in ("src=https://alice:S3cr/etPW@git.sparkflake.invalid/src.git",
+                   "other=https://alice:S3cretPW@git.sparkflake.invalid/src.git",
+                   "src=https://git.sparkflake.invalid/src.git?private_token=S3cretPW"):
+        assert main(["fetch", str(lock_path), "--cache", cache, "--git-mirror", mirror]) == 2
+        err = capsys.readouterr().err
+        assert "--git-mirror" in err and "S3cr" not in err and "***" in err
 
 
 def test_a_plain_checkout_given_with_from_is_admitted_by_its_tree(tmp_path: Path, repository,

@@ -11,6 +11,7 @@ from pathlib import Path
 from ..core.blob_cache import BlobCache, default_opener, offline_opener
 from ..core.errors import InputError
 from ..core.records import InvalidField, require_git_url
+from ..core.urls import redacted
 from ..fetch import FetchReport, fetch_all
 from ..fetch.git import GitCache, GitOutcome, fetch_git_inputs
 from ..lock.lock_file import load_lock
@@ -61,11 +62,11 @@ def parse_mirrors(values: list[str], git_names: list[str] | None) -> dict[str, t
         name, sep, url = value.partition("=")
         if not sep or not name or (git_names is not None and name not in git_names):
             known = f" ({', '.join(git_names) or 'none'})" if git_names is not None else ""
-            raise InputError(f"--git-mirror {value!r}: expected NAME=URL with NAME a git input of the lock{known}")
+            raise InputError(f"--git-mirror {redacted(value)!r}: expected NAME=URL with NAME a git input of the lock{known}")
         try:
             mirrors[name] = (*mirrors.get(name, ()), require_git_url("--git-mirror", url))
         except InvalidField as error:
-            raise InputError(f"--git-mirror {value!r}: {error.problem}") from None
+            raise InputError(f"--git-mirror {redacted(value)!r}: {error.problem}") from None
     return mirrors
 
 

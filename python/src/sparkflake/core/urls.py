@@ -5,7 +5,9 @@ published: its URLs are copied into the SBOM, the receipt, the image config and 
 a URL must never carry a credential, must not be read by a tool as an option (a host
 ``-oProxyCommand=...`` for ssh), must read the same to a person as to a program (no control,
 format or bidirectional characters: a right-to-left override hides what the URL says), and a
-``file:`` URL names its file without ``.`` or ``..`` steps.
+``file:`` URL names its file without ``.`` or ``..`` steps. A query or fragment is refused too:
+it is where a token or a presigned URL's signature travels (``?token=``,
+``?X-Amz-Signature=``), and a pinned file is named by its path, its bytes by the lock's hash.
 """
 
 from __future__ import annotations
@@ -44,8 +46,10 @@ def url_problem(text: str, schemes: tuple[str, ...]) -> str | None:
     try:
         parts = urllib.parse.urlsplit(text)
         port = parts.port
-    except ValueError as exc:
-        return f"not a URL: {exc}"
+    except ValueError:
+        # not urllib's words: they quote the text it could not read, which may be a password
+        # ("https://user:pa/ss@host" reads "pa" as the port)
+        return "not a URL: its host or port cannot be read"
     if scheme == "file":
         if parts.netloc:
             return "a file: URL names no host (file:///absolute/path)"
@@ -53,6 +57,8 @@ def url_problem(text: str, schemes: tuple[str, ...]) -> str | None:
         problem = _authority_problem(scheme, parts.netloc, port)
         if problem:
             return problem
+    if "?" in text or "#" in text:
+        return f"the URL has a query or fragment (?..., #...), where tokens and signatures travel: {CREDENTIALS_ELSEWHERE}"
     if not parts.path.startswith("/"):
         return "no absolute path after the host"
     segments = urllib.parse.unquote(parts.path).split("/")
@@ -84,10 +90,17 @@ def _authority_problem(scheme: str, netloc: str, port: int | None) -> str | None
 
 
 def redacted(text: str) -> str:
-    """``text`` as it may be shown: the user information of an authority replaced by
-    ``***``, so a refusal does not print the credential it refuses."""
+    """``text`` as it may be shown: everything up to the last ``@`` after the scheme (the
+    user information, whatever characters a password holds) replaced by ``***``, and a query
+    or fragment by ``?***`` / ``#***``, so a refusal does not print the credential it
+    refuses. An ``@`` of a path hides the host too: shown less, never a secret."""
     scheme, separator, rest = text.partition("://")
-    authority, slash, path = rest.partition("/")
-    if not separator or "@" not in authority:
+    if not separator:
         return text
-    return f"{scheme}://***@{authority.rpartition('@')[2]}{slash}{path}"
+    user_end = rest.rfind("@")
+    query = min((at for at in (rest.find("?"), rest.find("#")) if at >= 0), default=len(rest))
+    if query < user_end:  # a password with "?" or "#", or a query with "@": which is which is unknowable
+        return f"{scheme}://***"
+    if user_end >= 0:
+        rest, query = "***@" + rest[user_end + 1:], query - user_end + 3
+    return f"{scheme}://{rest[:query + 1]}***" if query < len(rest) else f"{scheme}://{rest}"
