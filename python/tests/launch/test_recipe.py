@@ -9,6 +9,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
 from fixtures.launch import PROFILES, site_env
 from hypothesis import given
 from hypothesis import strategies as st
@@ -336,3 +337,106 @@ def test_import_never_replaces_an_operators_files_unless_forced(tmp_path):
     forced = cli("recipe", "import", str(SEED_RECIPE), "-o", str(out), "--force")
     assert forced.returncode == 0, forced.stderr
     assert (out / "runtime.env").read_bytes() == first["runtime.env"]
+
+
+# --------------------------------------------------------------- credentials: kept, never shown
+
+@pytest.mark.parametrize(("name", "credential"), [
+    ("--api-key", True), ("--api-key=sk-1", True), ("--hf-token", True), ("--ssl-keyfile-password", True),
+    ("--client-secret", True), ("--auth", True), ("--authorization", True), ("HF_TOKEN", True),
+    ("VLLM_API_KEY", True), ("APIKEY", True), ("AWS_SECRET_ACCESS_KEY", True), ("DB_PASSWORD_FILE", True),
+    ("MYSQL_PASSWD", True), ("GOOGLE_APPLICATION_CREDENTIALS", True), ("api_keys", True),
+    ("--tokenizer", False), ("--tokenizer-mode", False), ("--max-num-batched-tokens", False),
+    ("MAX_NUM_BATCHED_TOKENS", False), ("TOKENIZERS_PARALLELISM", False), ("--ssl-keyfile", False),
+    ("--enable-auto-tool-choice", False), ("--max-model-len", False), ("NCCL_DEBUG", False),
+    ("--kv-cache-memory", False), ("--chat-template=token.jinja", False),
+])
+def test_which_names_say_credential(name, credential):
+    from sparkflake.launch.credential_masking import names_credential
+
+    assert names_credential(name) is credential
+
+
+def test_no_catalog_setting_holds_a_credential():
+    """The report's runtime values are shown as they are: a setting the rule names (one of
+    bytes per token) takes only an integer, so a catalog setting is never a credential."""
+    from sparkflake.launch.credential_masking import names_credential
+    from sparkflake.profile.settings_catalog import CATALOG
+
+    named = [setting for key, setting in CATALOG.items() if names_credential(key)]
+    assert all(setting.kind == "int" for setting in named), named
+
+
+_CREDENTIAL_FLAGS = st.sampled_from(["--api-key", "--hf-token", "--ssl-keyfile-password", "--client-secret", "--auth"])
+# every secret begins with SEKRET, which nothing else in a recipe holds: no shown text may
+_SECRETS = _WORDS.map(lambda text: "SEKRET" + text)
+
+
+@given(
+    other=_UNMAPPED,
+    credentials=st.lists(st.tuples(_CREDENTIAL_FLAGS, _SECRETS, st.booleans()), min_size=1, max_size=3),
+    at=st.integers(0, 30),
+    env_secret=_SECRETS,
+)
+def test_import_keeps_credentials_verbatim_and_shows_none(other, credentials, at, env_secret):
+    """`recipe import` printed a secret serve argument (--api-key sk-…) on its
+    "unmapped arguments" line and in --json; a flag given twice printed both values. Every
+    shown text now has the flag's name and ***, in both the "--flag value" and the
+    "--flag=value" form; [recipe] keeps the values for the export."""
+    inserted = [word for flag, secret, joined in credentials
+                for word in ([f"{flag}={secret}"] if joined else [flag, secret])]
+    at = min(at, len(other))
+    args = [*other[:at], *inserted, *other[at:]]
+    imported = import_recipe({"args": args, "env": {"HF_TOKEN": env_secret, "NCCL_DEBUG": "WARN"}}, "r.toml")
+    report = json.dumps(imported.report(), ensure_ascii=False)
+    assert "SEKRET" not in report, report
+    shown = imported.shown_unmapped_args()  # the printed "unmapped arguments" line
+    assert "SEKRET" not in "\n".join(shown), shown
+    for flag, _, joined in credentials:
+        if joined:
+            assert f"{flag}=***" in shown
+        else:
+            assert shown[shown.index(flag) + 1] == "***"
+    table = tomllib.loads(dump_recipe(imported.recipe_table()))
+    assert [word for word in table["unmapped_args"] if "SEKRET" in word] == [
+        word for word in inserted if "SEKRET" in word]
+    assert table["env"]["HF_TOKEN"] == env_secret
+
+
+def test_a_credential_given_twice_is_reported_without_its_values():
+    imported = import_recipe({"args": ["--api-key", "SEKRET-a", "--api-key", "SEKRET-b",
+                                       "--hf-token=SEKRET-c", "--hf-token=SEKRET-c", "--chat-template", "t.jinja",
+                                       "--chat-template", "u.jinja"]}, "r.toml")
+    assert imported.conflicts[0] == ("r.toml: --api-key is given 2 times with different values (args[0] ***, "
+                                     "args[2] ***); vLLM takes the last, so that one is imported")
+    assert "r.toml: --hf-token=*** is given 2 times with the same value (args[4] None, args[5] None)" in imported.notes
+    # the values of a flag that names no credential are still quoted
+    assert "(args[6] 't.jinja', args[8] 'u.jinja')" in imported.conflicts[1]
+    assert imported.unmapped_args[:4] == ("--api-key", "SEKRET-a", "--api-key", "SEKRET-b")
+
+
+def test_export_notes_show_no_credential_value():
+    """An export's notes quoted what of the recipe's the launch replaced with {value!r}: a
+    launch's own --api-key or HF_TOKEN against the recipe's, or an args field an operator
+    put under [recipe], printed both secrets."""
+    import dataclasses
+
+    from sparkflake.launch.recipe import export_recipe
+
+    plan = _fixed_plan()
+    spec = dataclasses.replace(plan.spec, env={**plan.spec.env, "HF_TOKEN": "SEKRET-launch-env"},
+                               serve_args=(*plan.spec.serve_args, "--api-key", "SEKRET-launch-key"))
+    plan = dataclasses.replace(plan, spec=spec)
+    table = import_recipe({"args": ["--api-key", "SEKRET-recipe-key", "--hf-token=SEKRET-joined"],
+                           "env": {"HF_TOKEN": "SEKRET-recipe-env", "NCCL_DEBUG": "WARN"}}, "r.toml").recipe_table()
+    table["args"] = ["--api-key", "SEKRET-hand"]  # an operator's edit: a field the launch writes itself
+    exported = export_recipe(plan, table)
+    said = "\n".join(exported.notes)
+    assert "SEKRET" not in said, said
+    assert "env HF_TOKEN: the launch sets ***; the recipe's *** is not written" in said
+    assert "--api-key: the launch sets ***; the recipe's *** is not written" in said
+    assert "args: the launch sets [" in said and "'--api-key', '***'" in said and "'--hf-token=***'" in said
+    # the document is what the launcher would run: every value as it is
+    assert exported.document["env"]["HF_TOKEN"] == "SEKRET-launch-env"
+    assert exported.document["env"]["NCCL_DEBUG"] == "WARN"
+    assert "--hf-token=SEKRET-joined" in exported.document["args"]

@@ -3,11 +3,17 @@ export carries the [recipe] table an import kept. The mapping itself: tests/laun
 
 from __future__ import annotations
 
+import os
+import stat
+import tempfile
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from fixtures.launch import PROFILES, site_env
+from hypothesis import given
+from hypothesis import strategies as st
 
 from sparkflake.core.canonical_toml import dumps as dump_recipe
 from sparkflake.core.errors import InputError
@@ -110,3 +116,102 @@ def test_an_export_refuses_a_kept_table_the_toml_cannot_hold(tmp_path: Path) -> 
         export_recipe_file(RecipeExportRequest(rank=0, env_file=str(env_file), output=recipe, profile=PROFILE,
                                                imported=fragment))
     assert not recipe.exists()
+
+
+# ------------------------------------------- credentials a recipe carries: kept, not shown, not opened
+
+API_KEY, HF_TOKEN = "sk-APIKEY-SEKRET-111", "hf_ENVTOKEN_SEKRET_222"
+
+
+def _secret_recipe(directory: Path, mode: int) -> Path:
+    """The seed recipe with an --api-key among its serve arguments and an HF_TOKEN in its
+    env, readable as ``mode`` says."""
+    text = SEED_RECIPE.read_text()
+    assert text.count('    "--trust-remote-code",\n') == 1 and text.count("[env]\n") == 1
+    text = text.replace('    "--trust-remote-code",\n', f'    "--trust-remote-code",\n    "--api-key", "{API_KEY}",\n')
+    text = text.replace("[env]\n", f'[env]\nHF_TOKEN = "{HF_TOKEN}"\n')
+    recipe = directory / "secret.recipe.toml"
+    recipe.write_text(text)
+    recipe.chmod(mode)
+    return recipe
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+@pytest.fixture(params=[0o022, 0o077])
+def umask(request: pytest.FixtureRequest) -> Iterator[int]:
+    before = os.umask(request.param)
+    try:
+        yield request.param
+    finally:
+        os.umask(before)
+
+
+def test_recipe_commands_keep_credentials_in_files_as_closed_as_the_recipe(tmp_path: Path, capsys, umask: int) -> None:
+    """The secrets hunt's report: `recipe import` of a 0600 recipe holding --api-key and
+    HF_TOKEN printed the key ("unmapped arguments (kept under [recipe]): --trust-remote-code,
+    --api-key, sk-…", and in --json) and wrote both into 0644 files, whatever the umask. The
+    files keep the values (the recipe is carried) with the recipe's permissions; nothing
+    printed holds them; the export carries them back, as closed."""
+    from sparkflake.cli import main
+
+    recipe = _secret_recipe(tmp_path, 0o600)
+    out = tmp_path / "imported"
+    assert main(["recipe", "import", str(recipe), "-o", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "unmapped arguments (kept under [recipe]): " in printed and "--api-key, ***" in printed, printed
+    assert main(["recipe", "import", str(recipe), "-o", str(out), "--json"]) == 0  # unchanged: replaced
+    printed += capsys.readouterr().out
+    assert "SEKRET" not in printed, printed
+    for name in ("profile.toml", "runtime.env"):
+        assert _mode(out / name) == 0o600, name
+    kept = tomllib.loads((out / "profile.toml").read_text())["recipe"]
+    assert kept["unmapped_args"][kept["unmapped_args"].index("--api-key") + 1] == API_KEY
+    assert kept["env"]["HF_TOKEN"] == HF_TOKEN
+
+    env_file = out / "runtime.env"
+    env_file.write_text((env_file.read_text() + site_env(tmp_path, 0))
+                        .replace("MOE_BACKEND=flashinfer_cutlass", "MOE_BACKEND=b12x"))
+    exported_path = tmp_path / "back.recipe.toml"
+    assert main(["recipe", "export", "0", str(env_file), "--profile", PROFILE, "-o", str(exported_path)]) == 0
+    printed = capsys.readouterr().out
+    assert f"carried [recipe] of {out / 'profile.toml'}" in printed and "SEKRET" not in printed, printed
+    assert _mode(exported_path) == 0o600
+    exported = tomllib.loads(exported_path.read_text())
+    assert exported["args"][exported["args"].index("--api-key") + 1] == API_KEY
+    assert exported["env"]["HF_TOKEN"] == HF_TOKEN
+
+
+@given(mode=st.integers(0, 0o777).map(lambda mode: mode | 0o400))
+def test_imported_files_are_no_more_open_than_the_recipe(tmp_path: Path, mode: int) -> None:
+    """Group and other may read what an import wrote only where they may read the recipe,
+    and write it never; the owner (who fills in the site values) reads and writes it."""
+    directory = Path(tempfile.mkdtemp(dir=tmp_path))
+    recipe = _secret_recipe(directory, mode)
+    import_recipe_files(RecipeImportRequest(recipe=str(recipe), output_dir=directory / "out"))
+    for name in ("profile.toml", "runtime.env"):
+        assert _mode(directory / "out" / name) == 0o600 | (mode & 0o044), (oct(mode), name)
+
+
+@pytest.mark.parametrize(("env_mode", "fragment_mode", "expected"), [
+    (0o600, 0o644, 0o600),  # the env file closed: so is the recipe of its launch
+    (0o644, 0o600, 0o600),  # the carried [recipe] closed (an imported 0600 recipe)
+    (0o644, 0o640, 0o640),
+    (0o604, 0o640, 0o600),  # readable by no one both let read
+    (0o666, 0o666, 0o644),  # never writable by group or other
+    (0o640, None, 0o640),   # nothing carried: the env file alone
+])
+def test_an_export_is_no_more_open_than_what_it_carries(tmp_path: Path, env_mode: int, fragment_mode: int | None,
+                                                        expected: int) -> None:
+    env_file = _imported_env(tmp_path)
+    if fragment_mode is None:
+        (env_file.parent / "profile.toml").unlink()
+    else:
+        (env_file.parent / "profile.toml").chmod(fragment_mode)
+    env_file.chmod(env_mode)
+    recipe = tmp_path / "exported.recipe.toml"
+    exported = export_recipe_file(RecipeExportRequest(rank=0, env_file=str(env_file), output=recipe, profile=PROFILE))
+    assert (exported.carried_from is None) == (fragment_mode is None)
+    assert _mode(recipe) == expected, oct(_mode(recipe))

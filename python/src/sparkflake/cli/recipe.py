@@ -54,7 +54,7 @@ def run_import(args: argparse.Namespace) -> int:
     print_line(f"wrote {out / 'profile.toml'} and {out / 'runtime.env'}")
     print_line(f"settings: {summarize(sorted(imported.runtime))}")
     print_line(f"unknown fields (kept under [recipe]): {summarize(imported.unknown_fields)}")
-    print_line(f"unmapped arguments (kept under [recipe]): {summarize(imported.unmapped_args)}")
+    print_line(f"unmapped arguments (kept under [recipe]): {summarize(imported.shown_unmapped_args())}")
     for conflict in imported.conflicts:
         print_line(f"conflict: {conflict}")
     for note in imported.notes:

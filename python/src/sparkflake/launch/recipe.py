@@ -19,6 +19,7 @@ from ..core.documents import parse_json, read_regular_file
 from ..core.errors import InputError
 from ..core.records import parse_toml_text
 from ..profile.settings_catalog import CATALOG, parse_value
+from .credential_masking import MASK, masked_args, masked_flag, masked_value, names_credential
 from .envfile import render_env_value
 
 KNOWN_FIELDS = (
@@ -74,8 +75,8 @@ class RecipeImport:
     served_model_name: str | None
     kept: dict[str, Any]  # everything without a catalog place, verbatim
     unknown_fields: tuple[str, ...]
-    unmapped_args: tuple[str, ...]
-    notes: tuple[str, ...]
+    unmapped_args: tuple[str, ...]  # verbatim, as written under [recipe]; shown_unmapped_args() to print
+    notes: tuple[str, ...]  # credentials masked, as all shown text
     conflicts: tuple[str, ...] = ()  # values the recipe gives twice, differently
 
     def env_text(self, source: str) -> str:
@@ -99,12 +100,16 @@ class RecipeImport:
         recipe[UNMAPPED_ARGS] = list(self.unmapped_args)
         return recipe
 
+    def shown_unmapped_args(self) -> tuple[str, ...]:
+        """The unmapped arguments as printed: a credential flag's value masked."""
+        return tuple(shown_args(self.unmapped_args))
+
     def report(self) -> dict[str, Any]:
         return {
             "runtime": dict(sorted(self.runtime.items())),
             "served_model_name": self.served_model_name,
             "unknown_fields": list(self.unknown_fields),
-            "unmapped_args": list(self.unmapped_args),
+            "unmapped_args": list(self.shown_unmapped_args()),
             "kept": sorted(self.kept),
             "conflicts": list(self.conflicts),
             "notes": list(self.notes),
@@ -114,6 +119,20 @@ class RecipeImport:
 def read_recipe(path: str) -> dict[str, Any]:
     """A recipe file: a regular file, UTF-8 TOML, within the document bound."""
     return parse_toml_text(read_regular_file(path, "a recipe"), path)
+
+
+def shown_args(words: Sequence[str]) -> list[str]:
+    """Serve arguments as printed: the value of a flag naming a credential is ``***``."""
+    return masked_args(_grouped(words))
+
+
+def _shown(name: str, value: Any) -> str:
+    """The value given for ``name`` (a flag, an env key, a field) as a note quotes it."""
+    if value is not None and names_credential(name):
+        return MASK  # unquoted: not a value the recipe gave
+    if isinstance(value, list) and all(isinstance(word, str) for word in value):
+        return repr(shown_args(value))  # a command line: args, entrypoint
+    return repr(masked_value(name, value))
 
 
 def _shell_unquote(text: str) -> str:
@@ -168,12 +187,12 @@ def import_recipe(document: Mapping[str, Any], source: str) -> RecipeImport:
         occurrences.setdefault(flag, []).append((position, value))
     for flag, seen in occurrences.items():
         if len(seen) > 1:
-            shown = ", ".join(f"args[{position}] {value!r}" for position, value in seen)
+            shown = ", ".join(f"args[{position}] {_shown(flag, value)}" for position, value in seen)
             if len({value for _, value in seen}) > 1:
-                conflicts.append(f"{source}: {flag} is given {len(seen)} times with different values ({shown}); "
+                conflicts.append(f"{source}: {masked_flag(flag)} is given {len(seen)} times with different values ({shown}); "
                                  "vLLM takes the last, so that one is imported")
             else:
-                notes.append(f"{source}: {flag} is given {len(seen)} times with the same value ({shown})")
+                notes.append(f"{source}: {masked_flag(flag)} is given {len(seen)} times with the same value ({shown})")
     last = {flag: seen[-1] for flag, seen in occurrences.items()}
     # a field and a flag for one setting (tensor_parallel_size and --tensor-parallel-size):
     # the flag is what vLLM reads, so it is imported; differing values are a conflict
@@ -199,7 +218,7 @@ def import_recipe(document: Mapping[str, Any], source: str) -> RecipeImport:
     unmapped: list[str] = []
     launcher_args: list[str] = []
     for position, flag, value in flags:
-        where = f"{source}: args[{position}] {flag}"
+        where = f"{source}: args[{position}] {masked_flag(flag)}"
         words = [flag] + ([value] if value is not None else [])
         if last[flag][0] != position and flag in FLAG_SETTINGS:
             unmapped += words  # an earlier occurrence vLLM overrides: kept, reported above
@@ -319,18 +338,21 @@ def export_recipe(plan: Any, imported: Mapping[str, Any] | None = None) -> Recip
         for flag, value in words:
             if flag in launch_flags:
                 if launch_flags[flag] != value:
-                    notes.append(f"{flag}: the launch sets {launch_flags[flag]!r}; the recipe's {value!r} is not written")
+                    notes.append(f"{masked_flag(flag)}: the launch sets {_shown(flag, launch_flags[flag])}; "
+                                 f"the recipe's {_shown(flag, value)} is not written")
                 continue
             args += [flag] + ([value] if value is not None else [])
     for key, value in (recipe.get("env") or {}).items():
         if key in env and env[key] != value:
-            notes.append(f"env {key}: the launch sets {env[key]!r}; the recipe's {value!r} is not written")
+            notes.append(f"env {key}: the launch sets {_shown(key, env[key])}; the recipe's {_shown(key, value)} "
+                         "is not written")
         else:
             env[key] = value
     taken = {m["container"] for m in mounts}
     for mount in recipe.get("extra_mounts") or []:
         if isinstance(mount, Mapping) and mount.get("container") in taken:
-            notes.append(f"mount {mount.get('container')}: the launch mounts it itself; the recipe's {dict(mount)} is not written")
+            notes.append(f"mount {mount.get('container')}: the launch mounts it itself; the recipe's "
+                         f"{masked_value('mount', dict(mount))} is not written")
         else:
             mounts.append(mount)
     document["args"] = args
@@ -341,7 +363,8 @@ def export_recipe(plan: Any, imported: Mapping[str, Any] | None = None) -> Recip
             continue
         if key in document:  # the launch's own image, model path, name, ranks
             if document[key] != value:
-                notes.append(f"{key}: the launch sets {document[key]!r}; the recipe's {value!r} is not written")
+                notes.append(f"{key}: the launch sets {_shown(key, document[key])}; the recipe's {_shown(key, value)} "
+                             "is not written")
             continue
         document[key] = value  # parent_model, mods, the speculative extras, unknown fields
     return RecipeExport(document, tuple(notes))

@@ -7,10 +7,15 @@ file, and one rank's launch back to a recipe.
 - export: ``launch.plan.plan_launch`` computes the rank's spec alone (no check, no file of a
   checkpoint read); ``launch.recipe.export_recipe`` writes it as a recipe, carrying the
   ``[recipe]`` table an import kept.
+
+Both write values from the operator's files verbatim (a recipe's ``--api-key``, its env's
+``HF_TOKEN``), so what they write is no more readable than those files
+(``_carried_mode``).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,9 +69,24 @@ def import_recipe_files(request: RecipeImportRequest) -> RecipeImport:
                out / "runtime.env": imported.env_text(request.recipe)}
     for path in written:  # both checked before either is written
         check_replaceable_file(path, force=request.force)
+    mode = _carried_mode(request.recipe)
     for path, text in written.items():
-        write_bytes_atomic(path, marked_text(text).encode())
+        write_bytes_atomic(path, marked_text(text).encode(), mode)
     return imported
+
+
+def _carried_mode(*sources: str | os.PathLike[str]) -> int:
+    """The mode of a file carrying values from ``sources`` verbatim: group and other may
+    read it only where every source lets them, and never write it; its owner (who ran the
+    command, and fills in the site values) reads and writes it. Set whatever the umask is
+    (write_bytes_atomic chmods to it). A source gone since it was read: owner only."""
+    mode = 0o644
+    for source in sources:
+        try:
+            mode &= os.stat(source).st_mode | 0o600
+        except OSError:
+            mode &= 0o600
+    return mode
 
 
 def _kept_recipe_table(request: RecipeExportRequest) -> tuple[dict[str, Any] | None, Path]:
@@ -109,5 +129,6 @@ def export_recipe_file(request: RecipeExportRequest) -> ExportedRecipe:
     exported = export_recipe(plan, recipe_table)
     # only a carried [recipe] table holds values the launch did not make
     source = str(fragment) if recipe_table is not None else request.env_file
-    write_bytes_atomic(request.output, _toml_text(exported.document, source).encode())
+    mode = _carried_mode(request.env_file, *([fragment] if recipe_table is not None else []))
+    write_bytes_atomic(request.output, _toml_text(exported.document, source).encode(), mode)
     return ExportedRecipe(export=exported, carried_from=fragment if recipe_table is not None else None)
