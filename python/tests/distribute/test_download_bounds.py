@@ -53,3 +53,19 @@ def test_a_body_within_the_disk_is_downloaded(tmp_path):
     with raw_server(lambda m, p, h, out: out.write(served)) as address:
         result = download.download(f"http://{address}/glm53.tar", final, hashlib.sha256(content).hexdigest())
     assert result["status"] == OK and final.read_bytes() == content
+
+
+def test_a_download_failure_shows_the_url_without_its_query(tmp_path):
+    import pytest
+
+    from sparkflake.core.errors import InputError
+
+    def not_found(method, path, headers, out):
+        out.write(answer(status="404 Not Found"))
+
+    with raw_server(not_found) as address:
+        url = f"http://{address}"
+        with pytest.raises(InputError) as failed:
+            download.download(f"{url}/glm53.tar?X-Amz-Signature=SEKRET", tmp_path / "glm53.tar", SHA)
+    assert "HTTP 404" in failed.value.message and "SEKRET" not in failed.value.message
+    assert f"{url}/glm53.tar?***" in failed.value.message

@@ -109,3 +109,68 @@ def test_a_downloaded_archive_with_the_wrong_hash_goes_nowhere(
     assert "rank0" in done.stderr and "nothing transferred" in done.stderr
     for index in range(4):
         assert not (netns_ranks.data_dir(index) / "other.tar").exists()
+
+
+def test_a_presigned_urls_query_is_on_no_argv_and_in_no_report(netns_ranks: NetnsRanks, tmp_path: Path) -> None:
+    """The URL goes to rank 0's agent on stdin: on argv (ssh's here, the agent's there) its
+    signature would be every local user's to read in /proc/PID/cmdline. The report and the
+    messages show it without its query."""
+    content = os.urandom(1 << 20)
+    asked, release = threading.Event(), threading.Event()
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            asked.set()
+            release.wait(120)  # held while the test reads every process's argv
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(content)))
+            self.end_headers()
+            self.wfile.write(content)
+
+    server = ThreadingHTTPServer((netns_ranks.mgmt_gateway, 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    plain = f"http://{netns_ranks.mgmt_gateway}:{server.server_address[1]}/glm53.tar"
+    site = netns_ranks.write_site(tmp_path / "site.toml")
+    try:
+        fanout = subprocess.Popen(
+            [sys.executable, "-m", "sparkflake.cli", "fanout", f"{plain}?X-Amz-Credential=AKIASEKRET&X-Amz-Signature=SIGSEKRET",
+             "--site", str(site), "--sha256", hashlib.sha256(content).hexdigest(), "--json"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        assert asked.wait(120), "rank 0 never asked for the archive"
+        argvs = []
+        for proc in Path("/proc").iterdir():
+            if proc.name == str(fanout.pid):  # the operator's own command line, as typed
+                continue
+            try:
+                argvs.append((proc / "cmdline").read_bytes())
+            except OSError:  # ended meanwhile, or not a process
+                continue
+        release.set()
+        out, err = fanout.communicate(timeout=300)
+    finally:
+        release.set()
+        server.shutdown()
+        server.server_close()
+    assert fanout.returncode == 0, err
+    assert any(b"download" in argv and b"sparkflake" in argv for argv in argvs)  # the agent was seen
+    assert not [argv for argv in argvs if b"SEKRET" in argv]
+    assert "SEKRET" not in out + err
+    assert json.loads(out)["archive"] == f"{plain}?***"
+    assert (netns_ranks.data_dir(3) / "glm53.tar").read_bytes() == content
+
+
+def test_a_url_with_user_information_is_refused_without_showing_it() -> None:
+    from sparkflake.core.errors import InputError
+    from sparkflake.distribute.fanout import FanoutRequest, validate_request
+
+    with pytest.raises(InputError) as refused:
+        validate_request(FanoutRequest(archive="https://alice:S3cr/etPW@archives.example/glm53.tar", sha256="a" * 64))
+    assert "user information" in refused.value.message and "S3cr" not in refused.value.message
+    assert refused.value.message.startswith("https://***@archives.example/glm53.tar:")
+    with pytest.raises(InputError) as unreadable:
+        validate_request(FanoutRequest(archive="https://alice:S3cr?etPW@archives.example/glm53.tar", sha256="a" * 64))
+    assert "cannot be read" in unreadable.value.message and "S3cr" not in unreadable.value.message

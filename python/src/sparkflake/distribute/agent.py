@@ -123,7 +123,11 @@ def _image_status(args: argparse.Namespace) -> int:
 def _download(args: argparse.Namespace) -> int:
     from . import download  # urllib and http.client only where a rank downloads
 
-    result = download.download(args.url, Path(args.path), args.sha256)
+    request = _read_stdin_json("the download request")
+    url = request.get("url") if isinstance(request, dict) else None
+    if not isinstance(url, str):
+        raise InputError('the download request (stdin): expected {"url": "http(s)://..."}')
+    result = download.download(url, Path(args.path), args.sha256)
     _emit(result)
     return 0 if result["status"] == receive.OK else 1
 
@@ -259,8 +263,8 @@ def build_parser() -> argparse.ArgumentParser:
     image_status = commands.add_parser("image-status", parents=[engine_image])
     image_status.set_defaults(handler=_image_status)
 
+    # the URL comes on stdin ({"url": ...}), never on argv: a presigned URL's signature
     downloading = commands.add_parser("download")
-    downloading.add_argument("--url", required=True)
     downloading.add_argument("--path", required=True)
     downloading.add_argument("--sha256", required=True)
     downloading.set_defaults(handler=_download)

@@ -16,6 +16,7 @@ from typing import Any
 from ..core.digest import READ_CHUNK
 from ..core.errors import InputError
 from ..core.own_files import held_bytes, open_own_file
+from ..core.urls import redacted
 from .files import (
     free_bytes,
     fsync_directory,
@@ -35,7 +36,7 @@ _CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
 
 def download(url: str, final: Path, sha256: str, *, timeout: float = 60.0) -> dict[str, Any]:
     if not url.startswith(("https://", "http://")):
-        raise InputError(f"{url}: expected an http(s) URL")
+        raise InputError(f"{redacted(url)}: expected an http(s) URL")
     started = time.monotonic()
     final.parent.mkdir(parents=True, exist_ok=True)
     if final.is_file() and hash_prefix(final, final.stat().st_size).hexdigest() == sha256:
@@ -48,6 +49,7 @@ def download(url: str, final: Path, sha256: str, *, timeout: float = 60.0) -> di
 
 
 def _download_locked(url: str, final: Path, sha256: str, timeout: float, started: float) -> dict[str, Any]:
+    shown = redacted(url)  # what messages say: a presigned URL's query is a credential
     partial = partial_path(final)
     offset = held_bytes(partial)
     request = urllib.request.Request(url)
@@ -60,9 +62,9 @@ def _download_locked(url: str, final: Path, sha256: str, timeout: float, started
             # the partial copy already holds everything the server has
             response = None
         else:
-            raise InputError(f"{url}: HTTP {exc.code} {exc.reason}") from exc
+            raise InputError(f"{shown}: HTTP {exc.code} {exc.reason}") from exc
     except (urllib.error.URLError, OSError) as exc:
-        raise InputError(f"{url}: cannot connect: {getattr(exc, 'reason', exc)}") from exc
+        raise InputError(f"{shown}: cannot connect: {getattr(exc, 'reason', exc)}") from exc
     received = 0
     expected_total = None
     interrupted = False
@@ -72,7 +74,7 @@ def _download_locked(url: str, final: Path, sha256: str, timeout: float, started
             if offset and response.status == 206:
                 match = _CONTENT_RANGE.fullmatch(response.headers.get("Content-Range", ""))
                 if not match or int(match.group(1)) != offset:
-                    raise InputError(f"{url}: server answered Range bytes={offset}- with "
+                    raise InputError(f"{shown}: server answered Range bytes={offset}- with "
                                      f"Content-Range {response.headers.get('Content-Range')!r}")
                 expected_total = None if match.group(3) == "*" else int(match.group(3))
                 hasher = hash_prefix(partial, offset)
@@ -110,19 +112,19 @@ def _download_locked(url: str, final: Path, sha256: str, timeout: float, started
         partial.unlink()  # bytes past any length the server gave: no copy to resume
         return {"status": NO_SPACE, "path": str(final), "size": size, "offset": offset, "received": received,
                 "reused": False, "seconds": round(time.monotonic() - started, 6),
-                "message": f"{url}: {size} bytes and no end, {FREE_RESERVE} bytes left free in {final.parent}: "
+                "message": f"{shown}: {size} bytes and no end, {FREE_RESERVE} bytes left free in {final.parent}: "
                            "the download was ended and its partial copy removed"}
     if interrupted or (expected_total is not None and size < expected_total):
         return {"status": INCOMPLETE, "path": str(final), "size": size, "offset": offset,
                 "received": received, "reused": False, "seconds": round(time.monotonic() - started, 6),
-                "message": f"{url}: connection ended after {size} of {expected_total} bytes; resumable"}
+                "message": f"{shown}: connection ended after {size} of {expected_total} bytes; resumable"}
     digest = hasher.hexdigest()
     result: dict[str, Any] = {"path": str(final), "size": size, "offset": offset,
                               "received": received, "sha256": digest, "reused": False,
                               "seconds": round(time.monotonic() - started, 6)}
     if digest != sha256:
         result.update(status=MISMATCH, moved_aside=str(move_aside(partial, "mismatch")),
-                      message=f"{url}: sha256 {digest} does not match the expected {sha256}")
+                      message=f"{shown}: sha256 {digest} does not match the expected {sha256}")
         return result
     os.replace(partial, final)
     fsync_directory(final.parent)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -22,6 +23,7 @@ from urllib.parse import urlparse
 from ..core.digest import is_sha256_hex
 from ..core.errors import CheckFailed, InputError
 from ..core.progress import ProgressCallback as Progress
+from ..core.urls import redacted
 from .agent_reply import AgentReply, MalformedReply, count_at, flag_at, optional_text_at, text_at
 from .chain import FAILED, ChainTransfer, SizeGate, Transfer
 from .engine import check_import_request
@@ -46,6 +48,12 @@ class FanoutRequest:
         return self.archive.startswith(("http://", "https://"))
 
     @property
+    def shown(self) -> str:
+        """The archive as messages and the report show it: a URL without user information or
+        query (a presigned URL's signature is a credential)."""
+        return redacted(self.archive) if self.is_url else self.archive
+
+    @property
     def name(self) -> str:
         raw = urlparse(self.archive).path if self.is_url else self.archive
         return PurePosixPath(raw).name
@@ -55,9 +63,22 @@ def validate_request(request: FanoutRequest) -> None:
     if not is_sha256_hex(request.sha256):
         raise InputError(f"--sha256: expected 64 lowercase hex digits, got {request.sha256!r}")
     check_import_request(request.engine, request.image_id)
+    if request.is_url:
+        if "@" in re.split(r"[?#]", request.archive.partition("://")[2], maxsplit=1)[0]:
+            # urllib sends no user information, and the URL is shown and recorded: a credential
+            # travels in a presigned URL's query, which is never shown (an "@" of a path is
+            # refused with it: "user:pa/ss@host" reads as a host, a port and a path)
+            raise InputError(f"{request.shown}: the URL carries user information (user:password@); give a "
+                             "presigned URL (its query is never shown or recorded) or serve the archive without")
+        try:
+            port = urlparse(request.archive).port  # raises for a port that is no number
+        except ValueError:  # not urllib's words: they quote what they could not read
+            raise InputError(f"{request.shown}: not a URL: its host or port cannot be read") from None
+        if port == 0:
+            raise InputError(f"{request.shown}: port 0 is no port to download from")
     name = request.name
     if not name or name in (".", "..") or name.startswith("."):
-        raise InputError(f"{request.archive}: cannot derive an archive file name from it")
+        raise InputError(f"{request.shown}: cannot derive an archive file name from it")
     if not request.is_url and not request.archive.startswith("/"):
         raise InputError(f"{request.archive}: expected an absolute path on rank 0 or an http(s) URL")
 
@@ -198,8 +219,10 @@ def _prepare_source(site: Site, first: Rank, request: FanoutRequest, record: dic
         attempts = 0
         while True:
             attempts += 1
-            reply = run_agent(site, first, ["download", "--url", request.archive, "--path", path,
-                                            "--sha256", request.sha256])
+            # the URL on stdin, not on argv: ssh's argv here and the agent's on rank 0 are
+            # every local user's to read (/proc/PID/cmdline), a presigned URL's signature too
+            reply = run_agent(site, first, ["download", "--path", path, "--sha256", request.sha256],
+                              input_text=json.dumps({"url": request.archive}) + "\n")
             if reply.result is not None and "received" in reply.result:
                 received += count_at(reply.result, "received", where)
             if (reply.result or {}).get("status") != "incomplete" or time.monotonic() > deadline:
@@ -314,7 +337,7 @@ def _summary(site: Site, request: FanoutRequest, evidence: dict[str, dict[str, A
     return {
         "schema": REPORT_SCHEMA,
         "kind": "fanout",
-        "archive": request.archive,
+        "archive": request.shown,
         "sha256": request.sha256,
         "image_id": request.image_id,
         "verify_only": request.verify_only,
