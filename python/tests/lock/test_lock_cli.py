@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from test_lock_model import SHA, VALID
 
 from sparkflake.cli import main
@@ -106,7 +109,12 @@ def test_console_script_valid(tmp_path: Path) -> None:
     [
         (["lock", "validate", "/nonexistent/glm53.lock"], "sparkflake: error: /nonexistent/glm53.lock: cannot read a TOML file: No such file or directory\n"),
         (["lock", "validate"], "sparkflake: error: lock validate: missing FILE\n"),
-        (["lock", "validate", "x.lock", "--check"], "sparkflake: error: lock validate: --check and --update belong to"),
+        (["lock", "validate", "x.lock", "--check"], "sparkflake: error: lock validate: --check, --update and --exclude-newer belong to"),
+        (["lock", "validate", "x.lock", "--exclude-newer", "2026-12-01"], "sparkflake: error: lock validate: --check, --update and"),
+        (["lock", "glm53-dflash7", "--exclude-newer", "1 week"], "sparkflake: error: --exclude-newer '1 week': expected a UTC date"),
+        (["lock", "glm53-dflash7", "--exclude-newer", "2026-12-01T10:00:00"], "sparkflake: error: --exclude-newer '2026-12-01T10:00:00': expected"),
+        (["lock", "glm53-dflash7", "--exclude-newer", "2026-13-01"], "sparkflake: error: --exclude-newer '2026-13-01': expected"),
+        (["lock", "glm53-dflash7", "--check", "--exclude-newer", "2026-12-01"], "sparkflake: error: lock --check reads the lock offline"),
     ],
 )
 def test_bad_usage_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str], expected: str) -> None:
@@ -150,3 +158,26 @@ def test_a_lock_with_a_credential_is_refused_before_anything_is_fetched_or_writt
     assert "https://***@github.com/vllm-project/vllm.git" in result.stderr and "SECRET" not in result.stderr
     assert "sparkflake fetch --from DIR" in result.stderr  # where credentials belong instead
     assert not cache.exists() and "Traceback" not in result.stderr
+
+
+@given(st.datetimes(min_value=datetime.datetime(1970, 1, 1), max_value=datetime.datetime(9999, 12, 31)), st.booleans())
+def test_a_resolution_cutoff_is_the_utc_time_uv_is_given(moment: datetime.datetime, date_only: bool) -> None:
+    from sparkflake.lock.resolve_python import resolution_cutoff
+
+    moment = moment.replace(microsecond=0, hour=0, minute=0, second=0) if date_only else moment.replace(microsecond=0)
+    text = moment.strftime("%Y-%m-%d") if date_only else moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert resolution_cutoff(text) == moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@given(st.text(max_size=30))
+def test_anything_else_is_refused_as_a_cutoff(text: str) -> None:
+    from sparkflake.core.errors import InputError
+    from sparkflake.lock.resolve_python import resolution_cutoff
+
+    try:
+        shown = resolution_cutoff(text)
+    except InputError as refused:
+        assert refused.message.startswith(f"--exclude-newer {text!r}: expected a UTC date")
+    else:  # only the two forms pass, and as a real time
+        assert datetime.datetime.strptime(shown, "%Y-%m-%dT%H:%M:%SZ")
+        assert text in (shown, shown.removesuffix("T00:00:00Z"))

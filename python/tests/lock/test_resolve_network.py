@@ -18,15 +18,20 @@ from sparkflake.core.blob_cache import Artifact, BlobCache
 from sparkflake.core.tree_digest import nar_hash
 from sparkflake.fetch import fetch_all
 from sparkflake.lock.resolve_debian import resolve_debian
-from sparkflake.lock.resolve_python import compile_pylock, select_wheels
+from sparkflake.lock.resolve_python import compile_pylock, resolution_cutoff, select_wheels
 
 
 def _heavy(name: str) -> bool:
     return name == "torch" or name.startswith(("nvidia-", "triton", "cuda-"))
 
 
+# The index as it stood then: two resolutions against today's index differ when a release
+# lands between them (huggingface-hub 2.5.0 did, on 2026-12-07, during this test).
+CUTOFF = resolution_cutoff("2026-12-01")
+
+
 def _lock_subset(cache: BlobCache) -> tuple[list, list]:
-    text = compile_pylock(["sparkcache", "b12x", "fastsafetensors"])
+    text = compile_pylock(["sparkcache", "b12x", "fastsafetensors"], exclude_newer=CUTOFF)
     wheels = [w for w in select_wheels(tomllib.loads(text)) if not _heavy(w.name)]
     debs = resolve_debian(["python3-minimal"], cache=cache).pins
     return wheels, debs
@@ -56,6 +61,15 @@ def test_real_subset_locks_fetches_and_assembles_identically(tmp_path: Path) -> 
     assert hashes[0] == hashes[1]
     assert (tmp_path / "first/base/usr/bin/python3.11").is_file()
     assert (tmp_path / "first/python/opt/venv/lib/python3.11/site-packages/sparkcache").is_dir()
+
+
+@pytest.mark.network
+def test_a_cutoff_resolves_from_the_index_as_it_stood_then() -> None:
+    # packaging 23.2 was uploaded on 2023-10-01, 24.0 on 2024-03-10 (PyPI's upload-time)
+    text = compile_pylock(["packaging"], exclude_newer=resolution_cutoff("2024-01-01"))
+    assert [(w.name, w.version) for w in select_wheels(tomllib.loads(text))] == [("packaging", "23.2")]
+    newer = compile_pylock(["packaging"], exclude_newer=resolution_cutoff("2024-03-11"))
+    assert [w.version for w in select_wheels(tomllib.loads(newer))] == ["24.0"]
 
 
 REPO_PROFILES = Path(__file__).resolve().parents[3] / "profiles"

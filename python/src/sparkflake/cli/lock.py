@@ -53,6 +53,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="PROFILE mode: refresh this input, keep every other pin; repeat it to refresh "
         "inputs that must move together (a compiler and its headers) in one resolution",
     )
+    parser.add_argument(
+        "--exclude-newer",
+        metavar="DATE",
+        help="PROFILE mode: resolve the Python inputs from the files the index had before this UTC "
+        "date or time (YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ), so a resolution made again later gives "
+        "the same pins; the Debian indices are read as they are now",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -71,8 +78,8 @@ def run(args: argparse.Namespace) -> int:
 def run_validate(args: argparse.Namespace) -> int:
     if args.file is None:
         raise InputError("lock validate: missing FILE")
-    if getattr(args, "check", False) or getattr(args, "update", None):
-        raise InputError("lock validate: --check and --update belong to `sparkflake lock PROFILE`")
+    if getattr(args, "check", False) or getattr(args, "update", None) or getattr(args, "exclude_newer", None):
+        raise InputError("lock validate: --check, --update and --exclude-newer belong to `sparkflake lock PROFILE`")
     lock = load_lock(args.file)
     if args.json:
         print_json({"file": args.file, "valid": True, "lock": lock_to_dict(lock)})

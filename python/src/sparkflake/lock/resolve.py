@@ -173,7 +173,8 @@ def _compile(requirements: list[str], target: InstallTarget, constraints: Sequen
         )
 
 
-def update_input(profile: Profile, lock: Lock, names: Sequence[str], *, cache: BlobCache | None = None) -> Lock:
+def update_input(profile: Profile, lock: Lock, names: Sequence[str], *, cache: BlobCache | None = None,
+                 exclude_newer: str | None = None) -> Lock:
     """Refresh the named inputs together; every other pin stays as locked (uv constraints
     for wheels). Coupled wheels (a compiler and its headers) are refreshed in one
     resolution, since a constraint on either alone would make the other unsatisfiable.
@@ -202,7 +203,7 @@ def update_input(profile: Profile, lock: Lock, names: Sequence[str], *, cache: B
             for pin in lock.pins_of(WheelPin)
             if pin.name not in distributions
         ]
-        text = _compile(list(request.requirements), target, constraints, None)
+        text = _compile(list(request.requirements), target, constraints, exclude_newer)
         refreshed = distributions | {sdist_input_name(name) for name in distributions}
         for pin in python_pins(text, target, request.sdist_names):
             if pin.name in refreshed or pin.name not in lock:
@@ -220,7 +221,8 @@ def update_input(profile: Profile, lock: Lock, names: Sequence[str], *, cache: B
     return updated
 
 
-def update_profile_input(profile: Profile, names: Sequence[str], *, cache: BlobCache | None = None) -> tuple[Lock, Lock]:
+def update_profile_input(profile: Profile, names: Sequence[str], *, cache: BlobCache | None = None,
+                         exclude_newer: str | None = None) -> tuple[Lock, Lock]:
     """``update_input`` on the profile's resolved lock; (before, after). Only the first
     (resolved) lock is refreshed by resolution: an input of a later lock (git sources,
     operator files) is pinned by hand, and the refusal says where."""
@@ -234,7 +236,7 @@ def update_profile_input(profile: Profile, names: Sequence[str], *, cache: BlobC
             if pin is not None:
                 raise InputError(f"lock --update {name}: {path} holds it, {_pinned_by_hand(pin)}")
         raise InputError(f"lock --update: no input named {name!r} in {', '.join(str(path) for path in paths)}")
-    return before, update_input(profile, before, names, cache=cache)
+    return before, update_input(profile, before, names, cache=cache, exclude_newer=exclude_newer)
 
 
 def _pinned_by_hand(pin: Any) -> str:

@@ -9,7 +9,9 @@ target, which this pipeline never does.
 
 from __future__ import annotations
 
+import datetime
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -24,6 +26,27 @@ from ..core.errors import CheckFailed, InputError
 from .target import DEBIAN_BOOKWORM_ARM64, InstallTarget, wheel_tags
 
 PYPI_INDEX = "https://pypi.org/simple"
+
+# uv's --exclude-newer also takes a local date (read in the machine's time zone) and, in newer
+# releases, a span ("1 week"): both resolve differently elsewhere or tomorrow, so only a UTC
+# date or time is taken, and uv is given the time (uv pip compile --help: "RFC 3339 timestamp")
+_CUTOFF = re.compile(r"(\d{4}-\d{2}-\d{2})(T\d{2}:\d{2}:\d{2}Z)?")
+
+
+def resolution_cutoff(text: str) -> str:
+    """``--exclude-newer``'s value as the UTC time uv is given: only files the index had
+    before it are candidates, so a resolution made again later gives the same pins."""
+    match = _CUTOFF.fullmatch(text)
+    try:
+        if match is None:
+            raise ValueError
+        moment = datetime.datetime.strptime(text if match.group(2) else f"{text}T00:00:00Z", "%Y-%m-%dT%H:%M:%SZ")
+    except ValueError:
+        raise InputError(
+            f"--exclude-newer {text!r}: expected a UTC date YYYY-MM-DD or time YYYY-MM-DDTHH:MM:SSZ "
+            "(a local date or a span resolves differently elsewhere or later)"
+        ) from None
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True)
