@@ -287,3 +287,35 @@ def test_a_layer_hiding_entries_past_its_end_is_refused_and_leaves_no_root(tmp_p
     expected = "after its end-of-archive blocks" if where == "after the end" else "a header after a single zero block"
     assert expected in str(caught.value)
     assert not (tmp_path / "scratch" / "root").exists() and not (tmp_path / "escape").exists()
+
+
+def _record(scratch: Path) -> Path:
+    scratch.mkdir(parents=True, exist_ok=True)
+    return scratch / rootfs.RECORD_NAME
+
+
+def test_a_record_is_read_only_from_a_regular_file_of_its_own_within_its_bound(tmp_path):
+    good = _record(tmp_path / "good")
+    good.write_text(json.dumps({"schema": rootfs.RECORD_SCHEMA, "layers": [], "entries": 0, "tree": "x"}))
+    assert rootfs.read_record(good) == {"schema": rootfs.RECORD_SCHEMA, "layers": [], "entries": 0, "tree": "x"}
+    os.mkfifo(_record(tmp_path / "fifo"))  # read_bytes() blocked on it for ever
+    os.symlink("/dev/zero", _record(tmp_path / "zero"))  # read_bytes() read it without end
+    os.symlink(good, _record(tmp_path / "link"))
+    os.link(good, _record(tmp_path / "hard"))
+    _record(tmp_path / "deep").write_text("[" * 50_000)  # RecursionError
+    with open(_record(tmp_path / "huge"), "wb") as handle:  # read whole, then cut to 64 KiB
+        handle.write(good.read_bytes()[:-1] + b" " * rootfs.RECORD_LIMIT + b"}")
+    for kind in ("fifo", "zero", "link", "hard", "deep", "huge"):
+        assert rootfs.read_record(tmp_path / kind / rootfs.RECORD_NAME) is None, kind
+
+
+@settings(max_examples=200, deadline=None)
+@given(raw=st.binary(max_size=200)
+       | st.dictionaries(st.text(max_size=8), st.text(max_size=8) | st.integers(), max_size=3).map(
+           lambda fields: json.dumps({"schema": rootfs.RECORD_SCHEMA, **fields}).encode()),
+       depth=st.integers(0, 3000))
+def test_whatever_stands_in_the_record_it_is_read_or_refused_never_raised(tmp_path_factory, raw, depth):
+    record = _record(tmp_path_factory.mktemp("scratch"))
+    record.write_bytes(b"[" * depth + raw)
+    found = rootfs.read_record(record)
+    assert found is None or (isinstance(found, dict) and found["schema"] == rootfs.RECORD_SCHEMA)

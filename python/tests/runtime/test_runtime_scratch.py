@@ -30,9 +30,9 @@ def _snapshot(root: Path) -> dict[str, str]:
             for path in sorted(root.rglob("*"))}
 
 
-def _check(image: Path, *options: str) -> tuple[int, list[dict], str]:
+def _check(image: Path, *options: str, timeout: float = 600) -> tuple[int, list[dict], str]:
     completed = subprocess.run([sys.executable, "-m", "sparkflake.cli", "runtime", "check", str(image), "--profile",
-                                "glm53-dflash7", "--json", *options], capture_output=True, text=True, timeout=600,
+                                "glm53-dflash7", "--json", *options], capture_output=True, text=True, timeout=timeout,
                                check=False)
     assert "Traceback" not in completed.stderr
     failed = [c for c in json.loads(completed.stdout)["checks"] if c["status"] in ("fail", "error")]
@@ -133,3 +133,68 @@ def test_a_fifo_where_the_record_would_be_is_no_proof_and_is_not_waited_on(tmp_p
     os.mkfifo(scratch / RECORD_NAME)  # opened for reading without O_NONBLOCK, it would block for ever
     problem = scratch_problem(scratch)
     assert problem is not None and problem.startswith(f"{scratch}: not a runtime check's scratch")
+
+
+DEEP_RECORD = "[" * 50_000  # deeper than json's parser may recurse
+
+
+def test_a_record_nested_too_deeply_proves_nothing_and_is_no_traceback(tmp_path, capsys):
+    """Before: RecursionError from the proof's json.loads, in the check and in `cache du`,
+    `cleanup` and `verify` (which take CACHE/runtime/<profile> for a scratch by it)."""
+    from sparkflake.runtime.rootfs import RECORD_NAME
+
+    image = _image(tmp_path / "a")
+    scratch = tmp_path / "mine"
+    scratch.mkdir()
+    (scratch / RECORD_NAME).write_text(DEEP_RECORD)
+    code, failed, _ = _check(image, "--scratch", str(scratch))
+    assert code == 2 and [c["id"] for c in failed] == ["runtime.scratch"], failed
+    assert f"{scratch}: not a runtime check's scratch (no {SCRATCH_MARKER})" in failed[0]["detail"]
+    cache = tmp_path / "cache"
+    (cache / "runtime" / "p").mkdir(parents=True)
+    (cache / ".sparkflake-cache").touch()
+    (cache / "runtime" / "p" / RECORD_NAME).write_text(DEEP_RECORD)
+    for command in (["du"], ["cleanup", "--apply"], ["verify"]):
+        assert main(["cache", *command, "--cache", str(cache)]) == 0, command
+    assert (cache / "runtime" / "p" / RECORD_NAME).read_text() == DEEP_RECORD  # not a scratch: not removed
+
+
+def test_a_symlink_as_the_scratch_is_refused_and_what_it_points_to_left_alone(tmp_path):
+    """Before: the default CACHE/runtime/<profile> was followed out of the cache, and the
+    check unpacked into (and would replace what was in) the directory it pointed to."""
+    image = _image(tmp_path / "a")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    cache = tmp_path / "cache"
+    (cache / "runtime").mkdir(parents=True)
+    (cache / ".sparkflake-cache").touch()
+    default = cache / "runtime" / "glm53-dflash7"
+    default.symlink_to(elsewhere)
+    for options in (["--cache", str(cache)], ["--scratch", str(default)]):
+        code, failed, _ = _check(image, *options)
+        assert code == 2 and [c["id"] for c in failed] == ["runtime.scratch"], failed
+        assert f"{default}: is a symlink (to {elsewhere})" in failed[0]["detail"]
+        assert os.listdir(elsewhere) == [] and default.is_symlink()
+
+
+def test_an_earlier_runs_record_that_is_no_file_is_not_waited_on_or_read_whole(tmp_path):
+    """The scratch is the check's (its marker), but what stands at the unpacked root's
+    record is read bounded: before, a FIFO hung `runtime check`, a symlink to /dev/zero
+    gave MemoryError, and deep nesting RecursionError. Such a record is not reused: the
+    root is unpacked again."""
+    from sparkflake.runtime.rootfs import RECORD_NAME
+
+    image = _image(tmp_path / "a")
+    for kind in ("fifo", "zero", "deep"):
+        scratch = tmp_path / kind
+        scratch.mkdir()
+        (scratch / SCRATCH_MARKER).touch()
+        if kind == "fifo":
+            os.mkfifo(scratch / RECORD_NAME)
+        elif kind == "zero":
+            os.symlink("/dev/zero", scratch / RECORD_NAME)
+        else:
+            (scratch / RECORD_NAME).write_text(DEEP_RECORD)
+        code, failed, _ = _check(image, "--scratch", str(scratch), timeout=60)
+        assert failed[0]["id"] == "runtime.interpreter", (kind, failed)  # unpacked afresh: this image has no Python
+        assert json.loads((scratch / RECORD_NAME).read_bytes())["schema"] == "sparkflake.unpacked-root/v1"

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from .errors import InputError
+from .own_files import open_own_file
 
 LOCK_NAME = ".sparkflake-in-use"
 
@@ -29,8 +30,11 @@ def held_alone(directory: Path, what: str, instead: str = "give this one another
     """Hold ``directory`` (created if absent) for the duration of the block; ``what`` names
     the other run in the refusal ("another runtime check"), ``instead`` what to do."""
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / LOCK_NAME
-    descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    # the pid is written into the lock file: open_own_file refuses (naming the path) a hard
+    # link there, whose other name would be truncated and overwritten, a FIFO, which the
+    # open would wait on, and a symlink
+    descriptor = open_own_file(directory / LOCK_NAME, os.O_RDWR | os.O_CREAT,
+                               "its lock against a second run in this directory")
     try:
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -30,11 +30,14 @@ import tarfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..core.atomic_write import write_bytes_atomic
 from ..core.canonical_json import canonical_json_bytes
+from ..core.documents import parse_json
 from ..core.errors import CheckFailed, InputError
 from ..core.file_hashes import stat_identity
+from ..core.own_files import open_own_file
 from ..core.progress import ProgressCallback
 from ..oci.layer_scan import TarElfScanner
 from ..oci.layer_stream import LayerStream
@@ -45,6 +48,7 @@ from ..oci.types import BlobRef
 READ_CHUNK = 1 << 20
 RECORD_NAME = "unpacked-root.json"
 RECORD_SCHEMA = "sparkflake.unpacked-root/v1"
+RECORD_LIMIT = 1 << 16  # the unpacked root's record: a few hundred bytes
 WHITEOUT_PREFIX = ".wh."
 OPAQUE_WHITEOUT = ".wh..wh..opq"
 # where the sandbox mounts its own /dev, /proc, /sys and the writable /tmp and /root (sandbox.py)
@@ -257,12 +261,34 @@ def unpack_image(reader: ImageReader, scratch: Path, *, progress: ProgressCallba
     return UnpackedRoot(root, _manifest_digest(reader), layer_digests, entries, skipped)
 
 
-def _reusable(root: Path, record_path: Path, layer_digests: tuple[str, ...]) -> int | None:
+def read_record(record_path: Path) -> dict[str, Any] | None:
+    """The unpacked root's record at ``record_path``, or None when what stands there is not
+    one this module could have written. The scratch may be an operator's directory, or an
+    earlier run's left anything at the name: no FIFO (it would block the read), link
+    (a symlink to /dev/zero is read without end) or more than ``RECORD_LIMIT`` bytes is
+    read, and a document nested too deeply for the parser is no record either."""
     try:
-        record = json.loads(record_path.read_bytes()[: 1 << 16])
-    except (OSError, ValueError):
+        descriptor = open_own_file(record_path, os.O_RDONLY, "a runtime check's record of its unpacked root")
+    except (OSError, InputError):
         return None
-    if not isinstance(record, dict) or record.get("schema") != RECORD_SCHEMA:
+    try:
+        raw = os.read(descriptor, RECORD_LIMIT + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(descriptor)
+    if len(raw) > RECORD_LIMIT:
+        return None
+    try:  # parse_json turns RecursionError, bad UTF-8 and the rest into one InputError
+        record = parse_json(raw, str(record_path))
+    except InputError:
+        return None
+    return record if isinstance(record, dict) and record.get("schema") == RECORD_SCHEMA else None
+
+
+def _reusable(root: Path, record_path: Path, layer_digests: tuple[str, ...]) -> int | None:
+    record = read_record(record_path)
+    if record is None:
         return None
     if record.get("layers") != list(layer_digests) or not root.is_dir():
         return None

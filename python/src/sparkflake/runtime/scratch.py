@@ -13,7 +13,6 @@ same decision (``is_scratch``).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from pathlib import Path
@@ -21,10 +20,8 @@ from pathlib import Path
 from ..core.atomic_write import generated_name_parts
 from ..core.directory_lock import LOCK_NAME
 from ..core.errors import InputError
-from ..core.own_files import directory_names, is_regular_file, open_own_file
-from .rootfs import RECORD_NAME, RECORD_SCHEMA
-
-RECORD_LIMIT = 1 << 16  # the unpacked root's record: a few hundred bytes
+from ..core.own_files import directory_names, is_regular_file
+from .rootfs import RECORD_NAME, read_record
 
 SCRATCH_MARKER = ".sparkflake-scratch"
 _MARKER_TEXT = b"sparkflake runtime check scratch: everything here is the check's own and is replaced by it\n"
@@ -49,22 +46,25 @@ def _proven(directory: Path) -> bool:
     unpacked root's record."""
     if is_regular_file(directory / SCRATCH_MARKER) or is_regular_file(directory / LOCK_NAME):
         return True
-    try:  # in a directory that may be an operator's: no FIFO, link or huge file is read
-        descriptor = open_own_file(directory / RECORD_NAME, os.O_RDONLY, "a runtime check's record")
-    except (OSError, InputError):
-        return False
-    try:
-        record = json.loads(os.read(descriptor, RECORD_LIMIT))
-    except (OSError, ValueError):
-        return False
-    finally:
-        os.close(descriptor)
-    return isinstance(record, dict) and record.get("schema") == RECORD_SCHEMA
+    # in a directory that may be an operator's: read_record reads no FIFO, link or huge
+    # file, and a record nested too deeply for the parser proves nothing
+    return read_record(directory / RECORD_NAME) is not None
 
 
 def scratch_problem(directory: Path) -> str | None:
     """None when the check may use ``directory`` (absent, empty, or its scratch); else
     what is wrong with it, naming it."""
+    try:
+        target = os.readlink(directory)
+    except OSError:  # not a symlink (or absent)
+        target = None
+    if target is not None:
+        # the check replaces what is in its scratch: through a symlink (the default
+        # CACHE/runtime/<profile> pointing out of the cache) it would unpack into and
+        # remove the contents of a directory elsewhere that is no scratch
+        return (f"{directory}: is a symlink (to {target}); a runtime check's scratch is a directory it replaces "
+                "the contents of, never one it follows a link to; remove the symlink, or give the directory itself "
+                "as --scratch")
     names = directory_names(directory, "a runtime check's scratch, a directory it makes (choose another --scratch)")
     if isinstance(names, str):
         return names
