@@ -241,3 +241,64 @@ def test_a_leftover_named_with_a_pid_no_process_can_have_is_a_dead_ones(cache, c
     assert main(["cache", "cleanup", "--cache", str(cache), "--json"]) == 0
     planned = {Path(item["path"]) for item in json.loads(capsys.readouterr().out)["removals"]}
     assert leftover in planned
+
+
+def _synthetic_cache(root: Path, git_tree: str) -> Path:
+    """A cache with one build record (it used git tree ``git_tree``) and nothing else."""
+    cache = root / "synthetic"
+    (cache / "builds" / "p").mkdir(parents=True)
+    (cache / ".sparkflake-cache").touch()
+    record = {"schema": "sparkflake.build-record/v1", "profile": "p", "built_at": "2026-12-01T00:00:00Z",
+              "manifest_digest": "sha256:" + "a" * 64, "config_digest": "sha256:" + "a" * 64,
+              "inputs": [], "git_trees": [git_tree], "trees": [], "blobs": []}
+    (cache / "builds" / "p" / "20261201T000000Z-aaaaaaaaaaaa.json").write_text(json.dumps(record))
+    (cache / "git" / "commits").mkdir(parents=True)
+    return cache
+
+
+_LIMITED = "import resource; resource.setrlimit(resource.RLIMIT_AS, (768 << 20, 768 << 20)); "
+
+
+def _limited_child(script: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``script`` in a child with a timeout and an address-space limit: an unbounded read of
+    a huge file or /dev/zero fails there (MemoryError) instead of exhausting this machine,
+    a hang on a FIFO times out."""
+    return subprocess.run([sys.executable, "-c", _LIMITED + script, *args], capture_output=True, text=True,
+                          timeout=60, check=False)
+
+
+def test_gc_reads_a_commit_record_only_from_a_small_regular_file(tmp_path):
+    """A FIFO at git/commits/<rev> hung gc, a symlink to /dev/zero or a huge file was read
+    whole (MemoryError, gigabytes resident): neither is a commit record now."""
+    tree = "1" * 40
+    cache = _synthetic_cache(tmp_path, tree)
+    commits = cache / "git" / "commits"
+    os.mkfifo(commits / ("0" * 40))
+    (commits / ("2" * 40)).symlink_to("/dev/zero")
+    with open(commits / ("3" * 40), "wb") as huge:  # sparse: no disk space taken
+        huge.write(f"tree {tree}\n".encode())
+        huge.truncate(1 << 30)
+    (commits / ("4" * 40)).write_text(f"tree {tree}\n")  # a real record, of the kept build's tree
+    (commits / ("5" * 40)).write_text(f"tree {'6' * 40}\n")  # a real record no kept build used
+    result = _limited_child("import sys; from sparkflake.cli import main; sys.exit(main(sys.argv[1:]))",
+                            "cache", "gc", "--cache", str(cache), "--json", "--profiles-dir", str(PROFILES))
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    removed = {Path(item["path"]).name for item in report["removals"]}
+    # the oversized file is no record: it names no kept tree, so it goes; the FIFO and the
+    # symlink are not fetch.git's (not entries at all), so they stay
+    assert removed == {"3" * 40, "5" * 40}
+
+
+def test_a_commit_record_that_is_no_small_regular_file_names_no_tree(tmp_path):
+    fifo, zero, big, good = (tmp_path / name for name in ("fifo", "zero", "big", "good"))
+    os.mkfifo(fifo)
+    zero.symlink_to("/dev/zero")
+    big.write_text(f"tree {'1' * 40}\n" + " " * 8192)  # past the bound: not read whole
+    good.write_text(f"tree {'1' * 40}\n")
+    result = _limited_child("import sys; from pathlib import Path; "
+                            "from sparkflake.housekeeping.cache_gc import _commit_tree; "
+                            "print([_commit_tree(Path(path)) for path in sys.argv[1:]])",
+                            *map(str, (fifo, zero, big, tmp_path, good)))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == str([None, None, None, None, "1" * 40])

@@ -208,22 +208,32 @@ def _scan_input_blobs(directory: Path, add: AddCallback, foreign: ForeignCallbac
 
 
 def _scan_two_levels(directory: Path, add: AddCallback, foreign: ForeignCallback, kind: str, parents: Callable[[str], bool],
-                     names: Callable[[str], bool]) -> None:
-    """``directory/<parent>/<name>`` entries of ``kind``, named ``parent/name``."""
+                     names: Callable[[str], bool],
+                     shape: Callable[[str, os.DirEntry[str]], bool] = lambda parent, item: True) -> None:
+    """``directory/<parent>/<name>`` entries of ``kind``, named ``parent/name``; one that
+    ``shape`` refuses (a FIFO where a file belongs, a symlink) is foreign."""
     for parent in _children(directory):
         if not parents(parent.name) or not parent.is_dir(follow_symlinks=False):
             foreign(parent.path)
             continue
         for item in _children(Path(parent.path)):
-            if names(item.name):
+            if names(item.name) and shape(parent.name, item):
                 add(kind, item.path, f"{parent.name}/{item.name}")
             else:
                 foreign(item.path)
 
 
+def _git_shape(parent: str, item: os.DirEntry[str]) -> bool:
+    """fetch.git writes a checkout directory under trees/ and a small file under commits/;
+    anything else there (a FIFO gc would hang reading, a symlink) is not its entry."""
+    if parent == "trees":
+        return item.is_dir(follow_symlinks=False)
+    return item.is_file(follow_symlinks=False)
+
+
 def _scan_git(directory: Path, add: AddCallback, foreign: ForeignCallback, now: float) -> None:
     _scan_two_levels(directory, add, foreign, GIT_SOURCES, lambda name: name in ("trees", "commits"),
-                     lambda name: bool(GIT_OBJECT_ID_PATTERN.fullmatch(name)))
+                     lambda name: bool(GIT_OBJECT_ID_PATTERN.fullmatch(name)), _git_shape)
 
 
 def _scan_trees(directory: Path, add: AddCallback, foreign: ForeignCallback, now: float) -> None:

@@ -141,10 +141,16 @@ def plan_gc(root: Path, retention: Retention) -> Plan:
     return Plan(tuple(removals), tuple(kept))
 
 
+COMMIT_RECORD_LIMIT = 4096  # fetch.git writes "tree <id>\n": under 80 bytes
+
+
 def _commit_tree(path: Path) -> str | None:
+    """The tree a commit record names; None when there is no readable record: a FIFO there
+    would hang the read, a huge file or /dev/zero would be read whole, so it is read from a
+    regular file only and within a bound."""
     try:
-        text = path.read_text(encoding="ascii")
-    except (OSError, UnicodeDecodeError):
+        text = read_regular_file(path, "a git commit record", COMMIT_RECORD_LIMIT).decode("ascii")
+    except (SparkflakeError, UnicodeDecodeError):
         return None
     return text.removeprefix("tree ").strip() if text.startswith("tree ") else None
 
