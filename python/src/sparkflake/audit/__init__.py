@@ -16,6 +16,7 @@ from ..core.canonical_json import readable_json_bytes
 from ..core.check_result import CheckResult
 from ..core.documents import objects_of_array, read_json_file
 from ..core.errors import InputError
+from ..core.records import InvalidField, describe, require_oci_digest, require_size
 from ..lock.lock_file import load_lock
 from ..lock.pins import GitPin, OciPin
 from .checks import audit_image
@@ -101,19 +102,42 @@ def _expected_digests_file(path: str) -> tuple[list[tuple[str, str]], str | None
     document = _read_json(path, "expected digests")
     if not isinstance(document, dict):
         raise InputError(f"{path}: $: expected an object like digests.json")
-    digests = [
-        parse_expectation(f"{document[key]}@{kind}")
-        for key, kind in (("manifest", "manifest"), ("config", "config"), ("chain_id", "chain-id"))
-        if key in document
-    ]
-    index = parse_expectation(f"{document['index']}@index")[1] if "index" in document else None
-    if "layers" not in document:
-        return digests, index, None
-    try:  # each layer an object of the fields it names (digest, diff_id, size)
-        layers = [layer for _, layer in objects_of_array(document["layers"], path, "$.layers", "a layer object")]
+    # each value is checked where it stands: made into an ``--expect`` text, a non-string
+    # (true, 1) was reported as the operator's --expect, naming neither file nor key
+    try:
+        digests = [
+            (kind, _expected_digest(f"$.{key}", document[key]))
+            for key, kind in (("manifest", "manifest"), ("config", "config"), ("chain_id", "chain-id"))
+            if key in document
+        ]
+        index = _expected_digest("$.index", document["index"]) if "index" in document else None
+        if "layers" not in document:
+            return digests, index, None
+        # each layer an object of the fields it names (digest, diff_id, size), each of its
+        # form: a malformed one is bad input, not a layer that differs from the image's
+        layers = [_expected_layer(at, layer) for at, layer in
+                  objects_of_array(document["layers"], path, "$.layers", "a layer object")]
+    except InvalidField as exc:
+        raise InputError(f"{path}: {exc.message}", check_id="document.parse") from None
     except InputError as exc:
         raise InputError(exc.message, check_id="document.parse") from None
     return digests, index, layers
+
+
+def _expected_digest(at: str, value: object) -> str:
+    if not isinstance(value, str):  # named with the form it must have, not only "a string"
+        shown = "null" if value is None else describe(value)
+        raise InvalidField(at, f'expected a string "sha256:" and 64 lowercase hex digits, got {shown}')
+    return require_oci_digest(at, value)
+
+
+def _expected_layer(at: str, layer: dict[str, Any]) -> dict[str, Any]:
+    for key in ("digest", "diff_id"):
+        if key in layer:
+            _expected_digest(f"{at}.{key}", layer[key])
+    if "size" in layer:
+        require_size(f"{at}.size", layer["size"])
+    return layer
 
 
 def _profile_expectations(name: str) -> tuple[str, dict[str, str], str | None]:
