@@ -31,6 +31,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.errors import InputError
+from ..core.own_files import open_own_file
 from ..core.worker_processes import worker_pool
 from . import sandbox
 
@@ -69,7 +71,16 @@ def interpreter_facts(root: Path, python: str, env: Mapping[str, str], scratch: 
     command = sandbox.sandbox_argv(root, [python, "-c", FACTS_PROGRAM], env, [])
     run = sandbox.run_sandboxed(command, timeout=timeout, stderr_path=out)
     try:
-        lines = out.read_bytes()[: 1 << 20].decode(errors="replace").splitlines()
+        # its first MiB, not the whole file (the image's interpreter may print without end
+        # until the timeout), and only from the regular file run_sandboxed wrote there
+        try:
+            descriptor = open_own_file(out, os.O_RDONLY, "the image interpreter's facts")
+        except InputError as exc:
+            return str(exc)
+        try:
+            lines = os.read(descriptor, 1 << 20).decode(errors="replace").splitlines()
+        finally:
+            os.close(descriptor)
     finally:
         out.unlink(missing_ok=True)
     if run.returncode != 0 or not lines:
@@ -79,7 +90,7 @@ def interpreter_facts(root: Path, python: str, env: Mapping[str, str], scratch: 
         return InterpreterFacts(str(facts["magic"]), str(facts["cache_tag"]), int(facts["optimize"]),
                                 bool(facts["dont_write_bytecode"]),
                                 tuple(str(item) for item in facts["path"]))
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:  # RecursionError: a line nested too deeply
         return f"{python} printed no interpreter facts ({exc}): {lines[-1][:200]!r}"
 
 

@@ -17,6 +17,9 @@ from typing import Any
 from ..core.atomic_write import run_directory, write_bytes_atomic
 from ..core.canonical_json import canonical_json_bytes
 from ..core.check_result import FAIL, PASS, SKIP
+from ..core.documents import parse_json
+from ..core.errors import InputError
+from ..core.own_files import open_own_file
 from ..core.progress import Progress, report_phase
 from . import bytecode, rootfs, sandbox
 from .check_report import Case, CheckReport
@@ -93,14 +96,27 @@ class CaseProgress:
         self.path, self.progress = path, progress
         self.offset = 0
         self.lines: list[str] = []
+        self.refused = False
 
     def __call__(self) -> None:
+        if self.refused:
+            return
+        # the image's code writes the file: a FIFO there would block this poll, and with it
+        # the timeout, for ever; a symlink would have a host file's lines shown as progress
         try:
-            with open(self.path, "rb") as handle:
-                handle.seek(self.offset)
-                chunk = handle.read(MAX_PROGRESS_BYTES)
+            descriptor = open_own_file(self.path, os.O_RDONLY, "the probe's progress lines")
         except FileNotFoundError:
             return
+        except (OSError, InputError) as exc:
+            self.refused = True
+            text = f"the probe's progress is not followed: {exc}"
+            self.lines.append(text)
+            report_phase(self.progress, text)
+            return
+        try:
+            chunk = os.pread(descriptor, MAX_PROGRESS_BYTES, self.offset)
+        finally:
+            os.close(descriptor)
         end = chunk.rfind(b"\n") + 1
         self.offset += end
         for raw in chunk[:end].splitlines():
@@ -110,9 +126,9 @@ class CaseProgress:
 
     @staticmethod
     def describe(raw: bytes) -> str:
-        try:
-            line = json.loads(raw)
-        except ValueError:
+        try:  # parse_json: a line nested too deeply (RecursionError) is refused too
+            line = parse_json(raw, PROGRESS_FILE)
+        except InputError:
             return f"the probe wrote a progress line that is not JSON: {raw[:200]!r}"
         if not isinstance(line, dict):
             return f"the probe wrote a progress line that is not an object: {raw[:200]!r}"
@@ -150,20 +166,24 @@ def run_probe(report: CheckReport, root: Path, scratch: Path, python: str, *, im
         if run.returncode is None:
             report.add("runtime.probe", FAIL, f"the probe did not finish within {timeout:.0f} s")
             return None
-        if not result_path.is_file():
+        if not os.path.lexists(result_path):
             report.add("runtime.probe", FAIL, f"the probe wrote no result (exit {run.returncode}); "
                        f"its stderr ends: {run.stderr_tail[-2000:]}")
             return None
-        with open(result_path, "rb") as handle:
-            raw = handle.read(MAX_RESULT_BYTES + 1)
+        raw = _probe_result(result_path)
+        if isinstance(raw, InputError):
+            report.add("runtime.probe", FAIL, f"the probe's result is not read: {raw}")
+            return None
         # kept beside the root: what the image said, for the operator reading a failure
-        shutil.copyfile(result_path, scratch / "probe-result.json")
+        _write_in_scratch(scratch / "probe-result.json", raw)
         if len(raw) > MAX_RESULT_BYTES:
             report.add("runtime.probe", FAIL, f"the probe's result is larger than {MAX_RESULT_BYTES} bytes")
             return None
+        # json.loads, not parse_json: the probe writes with json.dump, which writes a NaN or
+        # Infinity a config of the image's code may hold; RecursionError: nested too deeply
         try:
             result = json.loads(raw)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             report.add("runtime.probe", FAIL, f"the probe's result is not JSON: {exc}")
             return None
         if not isinstance(result, dict) or result.get("schema") != "sparkflake.runtime-probe/v1":
@@ -220,6 +240,27 @@ def _bytecode_facts(report: CheckReport, root: Path, scratch: Path, python: str,
     return facts
 
 
+def _probe_result(path: Path) -> bytes | InputError:
+    """At most ``MAX_RESULT_BYTES`` + 1 bytes of the probe's result file. The image's code
+    wrote the run directory: a symlink there (to a host file, /dev/zero), a FIFO or a
+    hard link is refused (open_own_file), never followed."""
+    try:
+        descriptor = open_own_file(path, os.O_RDONLY, "the probe's result")
+    except InputError as exc:
+        return exc
+    with os.fdopen(descriptor, "rb") as handle:
+        return handle.read(MAX_RESULT_BYTES + 1)
+
+
+def _write_in_scratch(path: Path, content: bytes) -> None:
+    """``write_bytes_atomic`` of a file the check keeps in its scratch. It writes through a
+    symlink (an operator's output may be one); at a name of the check's own scratch a
+    symlink is replaced instead, so nothing outside the scratch is written."""
+    if os.path.islink(path):
+        os.unlink(path)
+    write_bytes_atomic(path, content)
+
+
 def _report_precompiled(report: CheckReport, done: bytecode.Precompiled | None) -> None:
     if done is None:
         return
@@ -235,10 +276,9 @@ def _verified_pycache(scratch: Path) -> Path:
     The record goes whenever the root is unpacked again (rootfs removes the scratch root)."""
     pycache = scratch / "pycache"
     record = scratch / "pycache.json"
-    try:
-        recorded = json.loads(record.read_bytes()[: 1 << 16]).get("tree")
-    except (OSError, ValueError, AttributeError):
-        recorded = None
+    # another run, or anyone, may have left anything at the record's name: read bounded
+    found = rootfs.read_scratch_record(record, "the record of the check's bytecode cache")
+    recorded = found.get("tree") if isinstance(found, dict) else None
     unpacked = scratch / rootfs.RECORD_NAME
     if pycache.exists() and (recorded is None or not unpacked.exists()
                              or record.stat().st_mtime_ns < unpacked.stat().st_mtime_ns
@@ -249,6 +289,6 @@ def _verified_pycache(scratch: Path) -> Path:
 
 
 def _record_pycache(scratch: Path, pycache: Path) -> None:
-    write_bytes_atomic(scratch / "pycache.json", json.dumps({"tree": rootfs.tree_identity(pycache)}).encode())
+    _write_in_scratch(scratch / "pycache.json", json.dumps({"tree": rootfs.tree_identity(pycache)}).encode())
 
 

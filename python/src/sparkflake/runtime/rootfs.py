@@ -261,14 +261,15 @@ def unpack_image(reader: ImageReader, scratch: Path, *, progress: ProgressCallba
     return UnpackedRoot(root, _manifest_digest(reader), layer_digests, entries, skipped)
 
 
-def read_record(record_path: Path) -> dict[str, Any] | None:
-    """The unpacked root's record at ``record_path``, or None when what stands there is not
-    one this module could have written. The scratch may be an operator's directory, or an
-    earlier run's left anything at the name: no FIFO (it would block the read), link
-    (a symlink to /dev/zero is read without end) or more than ``RECORD_LIMIT`` bytes is
-    read, and a document nested too deeply for the parser is no record either."""
+def read_scratch_record(path: Path, what: str) -> Any:
+    """The JSON document of a record the check writes in its scratch (``path``), or None
+    when what stands there is none it could have written. The scratch may be an operator's
+    directory, or another run left anything at the name: no FIFO (it would block the read),
+    link (a symlink to /dev/zero is read without end; a hard link is another file's) or
+    more than ``RECORD_LIMIT`` bytes is read, and a document nested too deeply for the
+    parser is no record either."""
     try:
-        descriptor = open_own_file(record_path, os.O_RDONLY, "a runtime check's record of its unpacked root")
+        descriptor = open_own_file(path, os.O_RDONLY, what)
     except (OSError, InputError):
         return None
     try:
@@ -280,9 +281,14 @@ def read_record(record_path: Path) -> dict[str, Any] | None:
     if len(raw) > RECORD_LIMIT:
         return None
     try:  # parse_json turns RecursionError, bad UTF-8 and the rest into one InputError
-        record = parse_json(raw, str(record_path))
+        return parse_json(raw, str(path))
     except InputError:
         return None
+
+
+def read_record(record_path: Path) -> dict[str, Any] | None:
+    """The unpacked root's record at ``record_path`` (``read_scratch_record``), or None."""
+    record = read_scratch_record(record_path, "a runtime check's record of its unpacked root")
     return record if isinstance(record, dict) and record.get("schema") == RECORD_SCHEMA else None
 
 

@@ -22,6 +22,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.own_files import open_own_file
+
 BINFMT_DIR = Path("/proc/sys/fs/binfmt_misc")
 # Debian's qemu-user-binfmt registers the emulator under this name
 # (/usr/lib/binfmt.d/qemu-aarch64.conf)
@@ -141,11 +143,15 @@ def run_sandboxed(command: Sequence[str], *, timeout: float, stderr_path: Path,
                   poll: Callable[[], None] | None = None, poll_seconds: float = 1.0) -> SandboxRun:
     """Run ``command`` in its own process group; at the timeout the whole group is killed.
     ``poll`` is called every ``poll_seconds`` while it runs and once after it ends (to follow
-    what it writes)."""
+    what it writes). Its output goes to ``stderr_path``, a file of the check's own
+    (``open_own_file``: a symlink, hard link or FIFO left at the name is refused, naming it,
+    never written through), and its tail is read back from that file, not from whatever
+    stands at the name by then (the sandboxed code can write the probe's run directory)."""
     import time
 
     started = time.monotonic()
-    with open(stderr_path, "wb") as stderr:
+    stderr = open_own_file(stderr_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, "the output of a sandboxed run")
+    try:
         process = subprocess.Popen(list(command), stdin=subprocess.DEVNULL, stdout=stderr, stderr=stderr,
                                    start_new_session=True)
         try:
@@ -168,7 +174,8 @@ def run_sandboxed(command: Sequence[str], *, timeout: float, stderr_path: Path,
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
             raise
-    with open(stderr_path, "rb") as handle:
-        handle.seek(max(0, os.path.getsize(stderr_path) - 8192))
-        tail = handle.read().decode(errors="replace")
+        size = os.fstat(stderr).st_size
+        tail = os.pread(stderr, 8192, max(0, size - 8192)).decode(errors="replace")
+    finally:
+        os.close(stderr)
     return SandboxRun(returncode, tail, time.monotonic() - started)
