@@ -3,6 +3,8 @@ wires (broken ring, duplicate addresses, unknown ranks, one-ended links)."""
 
 from __future__ import annotations
 
+import re
+import shutil
 import subprocess
 import sys
 
@@ -315,3 +317,75 @@ def test_the_fanout_verify_of_a_site_with_a_proxy_command_runs_nothing(tmp_path)
     assert f"{site}: ssh.options[0]: ProxyCommand is not an allowed OpenSSH option" in completed.stderr
     assert "Traceback" not in completed.stderr
     assert not marker.exists() and sorted(tmp_path.iterdir()) == before
+
+
+# ---- every integer field has a bound: a typo is refused here, not by ssh or an overflow ----
+
+_INTEGER_FIELDS = {  # field → the largest value honoured as written
+    "ssh.port": 65535,
+    "ssh.connect_timeout": 2147483,  # ssh caps it at INT_MAX milliseconds
+    "ssh.server_alive_interval": 2147483,  # interval × count is capped there too
+    "ssh.server_alive_count_max": 2**31 - 1,  # strtonum 0..INT_MAX
+    "service.ready_timeout": 30 * 86400,
+    "service.stop_timeout": 30 * 86400,
+}
+
+
+def _with_integer(field: str, literal: str) -> str:
+    table, key = field.split(".")
+    if table == "ssh":
+        return FOUR_RING.replace("[ssh]\n", f"[ssh]\n{key} = {literal}\n")
+    return FOUR_RING + f"\n[service]\n{key} = {literal}\n"
+
+
+@pytest.mark.parametrize(("field", "literal", "shown"), [
+    ("ssh.connect_timeout", "99999999999999999999999", "99999999999999999999999"),
+    ("ssh.connect_timeout", "2147484", "2147484"),
+    ("ssh.server_alive_interval", "2147484", "2147484"),
+    ("ssh.server_alive_count_max", "2147483648", "2147483648"),
+    ("ssh.port", "65536", "65536"),
+    ("ssh.port", "0", "0"),
+    ("service.ready_timeout", "1" + "0" * 309, "an integer of 310 digits"),
+    ("service.stop_timeout", "2592001", "2592001"),
+    ("service.stop_timeout", "-1", "-1"),
+    ("ssh.connect_timeout", "true", "True"),
+    ("ssh.connect_timeout", '"10"', "'10'"),
+])
+def test_an_integer_out_of_its_bound_is_refused_naming_the_file_and_key(field: str, literal: str, shown: str) -> None:
+    with pytest.raises(InputError) as refused:
+        parse_site(_with_integer(field, literal), origin="site.toml")
+    assert refused.value.message == f"site.toml: {field}: expected a positive integer 1..{_INTEGER_FIELDS[field]}, got {shown}"
+
+
+@given(field=st.sampled_from(sorted(_INTEGER_FIELDS)), value=st.integers(min_value=-(10**30), max_value=10**30)
+       | st.integers(min_value=-3, max_value=2**31 + 3))
+def test_an_integer_field_takes_exactly_its_range(field: str, value: int) -> None:
+    text = _with_integer(field, str(value))
+    if 1 <= value <= _INTEGER_FIELDS[field]:
+        try:
+            site = parse_site(text, origin="site.toml")
+        except InputError as refused:  # a [service] alone misses its rank numbers: a later check
+            assert field.startswith("service.") and "rank" in refused.message, refused.message
+        else:
+            table, key = field.split(".")
+            assert getattr(site.ssh if table == "ssh" else site.service, key) == value
+        return
+    with pytest.raises(InputError, match=rf"^site\.toml: {re.escape(field)}: expected a positive integer 1\.\."):
+        parse_site(text, origin="site.toml")
+
+
+def test_ssh_accepts_the_largest_values_and_refuses_one_more(tmp_path) -> None:
+    """The bounds are OpenSSH's own: ``ssh -G`` (parse the options, connect nowhere) takes the
+    largest and refuses what convtime or atoi_err refuse beyond INT_MAX."""
+    ssh = shutil.which("ssh")
+    if ssh is None:
+        pytest.skip("no ssh client here")
+    for option, value in (("ConnectTimeout", 2147483), ("ServerAliveInterval", 2147483),
+                          ("ServerAliveCountMax", 2**31 - 1), ("Port", 65535)):
+        taken = subprocess.run([ssh, "-G", "-F", "/dev/null", "-o", f"{option}={value}", "localhost"],
+                               capture_output=True, text=True, check=False)
+        assert taken.returncode == 0, taken.stderr
+    for option in ("ConnectTimeout", "ServerAliveInterval", "ServerAliveCountMax"):
+        refused = subprocess.run([ssh, "-G", "-F", "/dev/null", "-o", f"{option}={2**31}", "localhost"],
+                                 capture_output=True, text=True, check=False)
+        assert refused.returncode != 0, option

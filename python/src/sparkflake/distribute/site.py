@@ -334,6 +334,29 @@ _SSH_OPTIONS_OF_THE_TABLE = {
 _SSH_OPTION_VALUE = re.compile(r"[A-Za-z0-9@.,_+:-]{1,512}")
 
 
+# The largest value of each integer field that is honoured as written, so that a typo is
+# refused here, naming the file and key, rather than by ssh on every rank (it names neither)
+# or by an overflow at the start. OpenSSH (openssh-portable): ``a2port`` takes 1..65535;
+# ConnectTimeout and ServerAliveInterval are read by ``convtime`` (misc.c: at most INT_MAX
+# seconds, else "invalid time value"), but ssh.c caps the connect timeout at INT_MAX
+# milliseconds (commit 819b44e8, bz#3229) and ``ssh_packet_set_timeout`` (packet.c) caps
+# interval × count there too, so a larger value is silently cut to ~24.8 days;
+# ServerAliveCountMax is read by ``atoi_err`` (misc.c: strtonum 0..INT_MAX).
+_INT_MAX = 2**31 - 1
+_SSH_SECONDS = _INT_MAX // 1000
+# [service] waits: a start or a stop longer than 30 days is a typo, not a plan (and the
+# deadline time.monotonic() + it must stay a float; 10**309 overflowed).
+MAX_SERVICE_WAIT = 30 * 86400
+INTEGER_BOUNDS = {
+    "ssh.port": 65535,
+    "ssh.connect_timeout": _SSH_SECONDS,
+    "ssh.server_alive_interval": _SSH_SECONDS,
+    "ssh.server_alive_count_max": _INT_MAX,
+    "service.ready_timeout": MAX_SERVICE_WAIT,
+    "service.stop_timeout": MAX_SERVICE_WAIT,
+}
+
+
 def ssh_option_problem(option: str) -> str | None:
     """Why ``option`` may not be passed to ``ssh -o``, or None when the allow-list has it."""
     key, equals, value = option.partition("=")
@@ -371,8 +394,6 @@ def _ssh_options(reader: _Reader, raw: Any) -> SshOptions:
     for key in ("port", "connect_timeout", "server_alive_interval", "server_alive_count_max"):
         if key in table:
             kwargs[key] = reader.positive_int(table[key], f"ssh.{key}")
-    if "port" in kwargs and kwargs["port"] > 65535:
-        raise InputError(f"{reader.origin}: ssh.port: expected 1..65535, got {kwargs['port']}")
     return SshOptions(**kwargs)
 
 
@@ -497,6 +518,15 @@ class _Reader:
             raise self.fail(where, "an IPv4 or IPv6 address", value) from None
 
     def positive_int(self, value: Any, where: str) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise self.fail(where, "a positive integer", value)
+        """An integer 1..the bound of the field ``where`` (``INTEGER_BOUNDS``)."""
+        maximum = INTEGER_BOUNDS[where]
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
+            raise InputError(f"{self.origin}: {where}: expected a positive integer 1..{maximum}, got {_shown(value)}")
         return value
+
+
+def _shown(value: Any) -> str:
+    """``value`` in a message; a TOML integer may have thousands of digits, and then its
+    size is what the message needs."""
+    digits = len(str(abs(value))) if isinstance(value, int) else 0
+    return f"an integer of {digits} digits" if digits > 40 else repr(value)
