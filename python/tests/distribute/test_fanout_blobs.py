@@ -85,6 +85,8 @@ def test_first_install_by_blobs_equals_the_archive_route_then_a_rebuild_sends_on
             store = netns_ranks.data_dir(index) / "image-store"
             assert (store / "index.json").read_bytes() == source_index
             assert store_blob(netns_ranks, index, first["manifest"]).stat().st_size == first["manifest_size"]
+        # every rank checked every layer's entries before its import, and remembers each run of them
+        assert len(list((netns_ranks.data_dir(index) / "verified-layer-prefixes").iterdir())) == 4
     # the archive route into the same engines: the same image ID on every rank
     archive = Path(first["out"]) / "docker-archive.tar"
     sha = subprocess.run(["sha256sum", str(archive)], capture_output=True, text=True, check=True).stdout.split()[0]
@@ -115,6 +117,8 @@ def test_first_install_by_blobs_equals_the_archive_route_then_a_rebuild_sends_on
             assert record["bytes_received"] == second["layers"][2]["size"] + second["config_size"]
             index_json = json.loads((netns_ranks.data_dir(index) / "image-store" / "index.json").read_text())
             assert index_json["manifests"][0]["digest"] == second["manifest"]
+        # the delta's check read layers 2 and 3 only (above the known run 0-1): two runs more
+        assert len(list((netns_ranks.data_dir(index) / "verified-layer-prefixes").iterdir())) == 6
 
     # nothing left to send: a third run moves no blob, and still writes nothing wrong
     again = cli("fanout", second["out"], "--site", str(site), "--json")

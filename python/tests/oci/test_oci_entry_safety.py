@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from sparkflake import audit
 from sparkflake.cli import main
 from sparkflake.core.errors import CheckFailed, InputError
-from sparkflake.distribute.engine import import_archive
+from sparkflake.distribute.engine import import_archive, import_layout
 from sparkflake.oci.entry_safety import OTHER, EntrySafety, path_escape
 from sparkflake.oci.layer_scan import scan_layer
 from sparkflake.oci.layer_tree import normalize_image_path
@@ -245,3 +245,16 @@ def test_fanout_import_refuses_before_the_engine_loads(tmp_path):
                        "sha256:" + "0" * 64, None)
     assert caught.value.check_id == "oci.layer-entries"
     assert not (tmp_path / "store").exists()
+
+
+def test_the_blob_routes_import_refuses_before_skopeo_copies(tmp_path):
+    """A rank's store holds blobs sha256-equal to rank 0's: that binds them to the source, not
+    to a safe image. The layout's entries are checked as the archive route's are."""
+    layout = hostile_layout(tmp_path / "oci", ACROSS)
+    store = tmp_path / "store"
+    with pytest.raises(CheckFailed) as caught:
+        import_layout("podman", ["--storage-driver=vfs", "--root", str(store)], str(layout),
+                      "sha256:" + "0" * 64, "localhost/hostile:1")
+    assert caught.value.check_id == "oci.layer-entries"
+    assert "'etc/cron/job' is below the symlink etc/cron -> /etc/cron.d" in str(caught.value)
+    assert not store.exists()  # skopeo never ran

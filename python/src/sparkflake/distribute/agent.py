@@ -19,6 +19,7 @@ from ..core.errors import InputError, SparkflakeError
 from . import engine, files, manifest, receive, relay
 from .agent_protocol import emit as _emit
 from .agent_protocol import end_with_the_session, run_protocol
+from .verified_prefixes import VerifiedPrefixStore
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -212,7 +213,7 @@ def _commit_layout(args: argparse.Namespace) -> int:
         try:
             committed["import"] = _import_report(engine.import_layout(
                 args.engine, _argv_argument(args.engine_args_json, "--engine-args-json"), args.store,
-                plan.config.digest, args.tag))
+                plan.config.digest, args.tag, verified=_verified_prefixes(args)))
         except SparkflakeError as exc:  # committed all the same: say both
             committed.update(status="failed", message=str(exc),
                              **{"import": {"status": "failed", "message": str(exc)}})
@@ -229,8 +230,13 @@ def _import_report(result: engine.ImportResult) -> dict[str, Any]:
 
 def _import_layout(args: argparse.Namespace) -> int:
     engine_args = _argv_argument(args.engine_args_json, "--engine-args-json")
-    _emit(_import_report(engine.import_layout(args.engine, engine_args, args.layout, args.image_id, args.tag)))
+    _emit(_import_report(engine.import_layout(args.engine, engine_args, args.layout, args.image_id, args.tag,
+                                              verified=_verified_prefixes(args))))
     return 0
+
+
+def _verified_prefixes(args: argparse.Namespace) -> VerifiedPrefixStore | None:
+    return VerifiedPrefixStore(Path(args.verified_prefixes)) if args.verified_prefixes else None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -304,11 +310,13 @@ def build_parser() -> argparse.ArgumentParser:
     committing.add_argument("--engine", help="then import into this engine (the plan's config digest is the ID)")
     committing.add_argument("--tag")
     committing.add_argument("--engine-args-json", default="[]")
+    committing.add_argument("--verified-prefixes", help="the layer runs this rank has checked (verified_prefixes)")
     committing.set_defaults(handler=_commit_layout)
 
     layout_import = commands.add_parser("import-layout", parents=[engine_image])
     layout_import.add_argument("--layout", required=True)
     layout_import.add_argument("--tag", required=True)
+    layout_import.add_argument("--verified-prefixes", help="the layer runs this rank has checked (verified_prefixes)")
     layout_import.set_defaults(handler=_import_layout)
 
     listing = commands.add_parser("manifest")

@@ -33,6 +33,7 @@ from .fanout import check_images, stop_workers
 from .site import Rank, Site
 from .ssh import AgentsOfARun, StartedAgent, run_agent, start_agent
 from .store import STORE_NAME, LayoutPlan, blob_path, plan_from_document
+from .verified_prefixes import VERIFIED_PREFIXES_NAME
 
 
 @dataclass(frozen=True)
@@ -250,7 +251,8 @@ def _import_args(rank: Rank, request: LayoutFanoutRequest) -> list[str]:
     if not request.engine:
         return []
     assert request.tag is not None
-    return ["--engine", request.engine, "--tag", request.tag, "--engine-args-json", json.dumps(list(rank.engine_args))]
+    return ["--engine", request.engine, "--tag", request.tag, "--engine-args-json", json.dumps(list(rank.engine_args)),
+            "--verified-prefixes", rank.data_path(VERIFIED_PREFIXES_NAME)]
 
 
 def _settle(agents: AgentsOfARun, site: Site, rank: Rank, store: str, plan: LayoutPlan, *, request: LayoutFanoutRequest,

@@ -20,7 +20,7 @@ from ..core.digest import is_digest
 from ..core.errors import CheckFailed, InputError
 from ..core.silence_bounded import BoundedRun, run_bounded_by_silence
 from ..oci.reader import ImageReader, open_image
-from ..oci.verify import verify_image
+from ..oci.verify import VerifiedPrefixes, verify_image
 
 ENGINES = ("podman", "docker")
 _SKIPPED = re.compile(r"Skipping blob (sha256:[0-9a-f]{64}) \(already present\)")
@@ -163,7 +163,8 @@ def storage_specifier(engine_args: list[str]) -> str:
 
 
 def import_layout(
-    engine: str, engine_args: list[str], layout: str, expected_image_id: str, tag: str
+    engine: str, engine_args: list[str], layout: str, expected_image_id: str, tag: str, *,
+    verified: VerifiedPrefixes | None = None,
 ) -> ImportResult:
     """``skopeo copy oci:LAYOUT containers-storage:[STORE]TAG``, then the image ID check.
     The copy names the image ``TAG`` only in podman's store; if the ID differs the name is
@@ -173,10 +174,16 @@ def import_layout(
                          "use the archive route for docker")
     check_image_id(expected_image_id)
     destination = f"containers-storage:{storage_specifier(engine_args)}{tag}"
+    # As the archive route's import: the blobs' sha256 binds them to what rank 0 holds, not
+    # to a safe image, so the digests and every layer entry (oci.entry_safety) are checked
+    # here, before skopeo hands a layer to the store's unpacker; ``verified``: the layer runs
+    # this rank checked before are not read again (a delta reads its new layers only).
+    image = open_image(layout)
+    verify_image(image, verified=verified)
     # --debug: the only output that says which layers were skipped: containers/image's copy
     # logs "Skipping blob sha256:... (already present):" when the store has the layer (seen
     # with Debian 12's skopeo 1.9.3; without --debug both cases print "Copying blob")
-    silence = silence_limit(_largest_blob(open_image(layout)))
+    silence = silence_limit(_largest_blob(image))
     copied = _run(["skopeo", "--debug", "copy", f"oci:{layout}", destination], f"skopeo copy oci:{layout} {destination}",
                   silence)
     reused = tuple(dict.fromkeys(_SKIPPED.findall(copied.stderr)))

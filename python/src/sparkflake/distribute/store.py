@@ -109,8 +109,8 @@ def read_layout(layout: Path) -> LayoutPlan:
     if not layout.is_dir():
         raise InputError(f"{layout}: expected an OCI layout directory")
     reader = open_image(layout)
-    # The one place the blob route would refuse unsafe layer entries (issue #14's
-    # oci.entry_safety, not on this branch): every rank's blobs are sha256-equal to these.
+    # The layers only listed: each rank checks them, entries included, before its import
+    # (engine.import_layout), as the archive route does; rank 0 sends what it has.
     report = verify_image(reader, verify_layers=False)
     assert reader.index_bytes is not None and reader.manifest_bytes is not None and report.manifest_digest
     config = Descriptor(reader.config_ref.media_type, report.config_digest, len(reader.config_bytes))

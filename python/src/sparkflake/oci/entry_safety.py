@@ -84,6 +84,12 @@ class EntrySafety:
         """Start the next layer: opaque markers of the one before apply from here on."""
         self._end_layer()
 
+    def settled_symlinks(self) -> dict[str, str]:
+        """The symlinks the layers so far leave in place (the last one ended): all a later
+        layer's check needs, so ``EntrySafety(symlinks=...)`` resumes there."""
+        self._end_layer()
+        return dict(self.symlinks)
+
     def _end_layer(self) -> None:
         for directory in self._opaque:  # lower layers' entries below an opaque dir are gone
             self._forget_below(directory, self.symlinks)

@@ -14,9 +14,10 @@ read or decompressed raises ``InputError``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import hashlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from ..core.canonical_json import go_struct_json_bytes
 from ..core.digest import chain_id, sha256_digest
@@ -154,13 +155,37 @@ def docker_view_difference(reader: ImageReader) -> DockerViewDifference | None:
     return None
 
 
+class VerifiedPrefixes(Protocol):
+    """What an earlier verification found of a first run of layers, by ``prefix_key``: the
+    symlinks they leave (their entries were safe, each blob inflated to its diffID). A
+    store of it is its caller's: trusted as the blobs beside it are."""
+
+    def symlinks_after(self, key: str) -> dict[str, str] | None: ...
+
+    def record(self, key: str, symlinks: dict[str, str]) -> None: ...
+
+
+def prefix_keys(layers: Sequence[tuple[str, str]]) -> list[str]:
+    """The key of each first run of layers, given as (blob digest, diffID) pairs: a sha256
+    over the pairs, so a run is known only with the same blobs inflating to the same diffIDs
+    in the same order (a layer's entries are safe or not given the symlinks below it)."""
+    hasher, keys = hashlib.sha256(b"sparkflake verified layer prefix v1\n"), []
+    for digest, diff_id in layers:
+        hasher.update(f"{digest} {diff_id}\n".encode())
+        keys.append(hasher.copy().hexdigest())
+    return keys
+
+
 def verify_image(
     reader: ImageReader,
     *,
     verify_layers: bool = True,
     progress: ProgressCallback | None = None,
+    verified: VerifiedPrefixes | None = None,
 ) -> ImageReport:
-    """Every digest re-derived from the bytes; the first difference is refused."""
+    """Every digest re-derived from the bytes; the first difference is refused. With
+    ``verified``, the longest first run of layers it knows is not read again (its blobs'
+    digests are then the caller's to vouch for), and each run verified now is recorded."""
     manifest_digest = None
     manifest = reader.manifest
     if reader.manifest_ref is not None and reader.manifest_bytes is not None:
@@ -181,11 +206,14 @@ def verify_image(
     total = sum(ref.size or 0 for ref in reader.layer_refs)
     done = 0
     layer_reports = []
-    safety = EntrySafety()
+    keys = prefix_keys([(ref.digest or "", diff_id) for ref, diff_id in zip(reader.layer_refs, diff_ids, strict=True)])
+    known, safety = _known_prefix(keys, verified) if verify_layers else (0, EntrySafety())
     for position, ref in enumerate(reader.layer_refs):
-        if verify_layers:
+        if verify_layers and position >= known:
             tick = BytesProgress(progress, done, total, "verifying layers")
             layer = _verified_layer(reader, ref, diff_ids[position], tick, safety)
+            if verified is not None and ref.digest:
+                verified.record(keys[position], safety.settled_symlinks())
         else:
             if reader.files.size(ref.name) is None:
                 raise reader.missing_blob(ref)
@@ -220,6 +248,17 @@ def verify_image(
         docker_manifest_digest=docker_manifest_digest,
         annotations=dict(annotations),
     )
+
+
+def _known_prefix(keys: list[str], verified: VerifiedPrefixes | None) -> tuple[int, EntrySafety]:
+    """How many first layers ``verified`` knows, and the check resumed after them."""
+    if verified is None:
+        return 0, EntrySafety()
+    for count in range(len(keys), 0, -1):
+        symlinks = verified.symlinks_after(keys[count - 1])
+        if symlinks is not None:
+            return count, EntrySafety(symlinks=symlinks)
+    return 0, EntrySafety()
 
 
 def _verified_document(reader: ImageReader, ref: BlobRef, raw: bytes) -> str:

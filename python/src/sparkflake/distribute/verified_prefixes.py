@@ -1,0 +1,55 @@
+"""A rank's memory of the layer runs it has checked (``oci.verify.VerifiedPrefixes``): a
+delta fan-out's import then reads only the layers it has not seen below the same ones.
+
+One file a run of layers, ``DIR/<prefix key>.json``: the symlinks those layers leave, all
+the entry check of a later layer needs. It sits beside the rank's image store and is trusted
+as the blobs there are (the same agent writes both); a file that cannot be read as one is
+passed over (those layers are read again), and one that cannot be written costs only that.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import stat
+from pathlib import Path
+
+from ..core.atomic_write import write_bytes_atomic
+from ..core.canonical_json import canonical_json_bytes
+from ..core.documents import read_json_file
+from ..core.errors import InputError
+
+VERIFIED_PREFIXES_NAME = "verified-layer-prefixes"  # beside STORE_NAME in a rank's data directory
+SCHEMA = "sparkflake.verified-layer-prefix/v1"
+RECORD_LIMIT = 64 << 20  # a Python environment's symlinks: thousands of short paths, a few MiB
+_KEY = re.compile(r"[0-9a-f]{64}")
+
+
+class VerifiedPrefixStore:
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def symlinks_after(self, key: str) -> dict[str, str] | None:
+        if not _KEY.fullmatch(key):
+            return None
+        try:
+            document = read_json_file(self.directory / f"{key}.json", "a verified layer prefix", RECORD_LIMIT)
+        except InputError:  # absent, or not a record of ours: those layers are read again
+            return None
+        if not isinstance(document, dict) or document.get("schema") != SCHEMA:
+            return None
+        symlinks = document.get("symlinks")
+        if not isinstance(symlinks, dict) or not all(isinstance(v, str) for v in symlinks.values()):
+            return None
+        return symlinks
+
+    def record(self, key: str, symlinks: dict[str, str]) -> None:
+        if not _KEY.fullmatch(key):
+            return
+        with contextlib.suppress(OSError, InputError):  # not remembered: read again next time
+            self.directory.mkdir(parents=True, exist_ok=True)
+            if not stat.S_ISDIR(os.lstat(self.directory).st_mode):  # a symlink to elsewhere: not ours
+                return
+            write_bytes_atomic(self.directory / f"{key}.json",
+                               canonical_json_bytes({"schema": SCHEMA, "symlinks": symlinks}))
