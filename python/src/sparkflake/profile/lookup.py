@@ -5,10 +5,12 @@ name or a cache or JIT root."""
 from __future__ import annotations
 
 import os
+import stat
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from ..core.documents import file_kind
 from ..core.errors import InputError
 from ..core.records import describe
 from .model import CHECKOUT_PROFILES_ENV, PROFILE_FILE, PROFILE_NAME, PROFILES_DIR_ENV, Profile
@@ -64,16 +66,29 @@ def profile_path(
     if looks_like_path or (not PROFILE_NAME.fullmatch(text) and candidate.exists()):
         if candidate.is_dir():
             candidate = candidate / PROFILE_FILE
-        if not candidate.is_file():
-            raise InputError(f"{text}: no such profile file")
-        return candidate
+        return _regular_profile_file(candidate, lambda: f"{text}: no such profile file")
     if not PROFILE_NAME.fullmatch(text):
         raise InputError(f"{text!r}: not a profile name ([a-z0-9-]) nor a path to a profile.toml")
     directory = Path(profiles_dir) if profiles_dir is not None else find_profiles_dir()
     path = directory / text / PROFILE_FILE
-    if not path.is_file():
-        known = ", ".join(list_profiles(directory)) or "none"
-        raise InputError(f"no profile named {text!r} in {directory} (profiles: {known})")
+    return _regular_profile_file(path, lambda: f"no profile named {text!r} in {directory} (profiles: "
+                                 f"{', '.join(list_profiles(directory)) or 'none'})")
+
+
+def _regular_profile_file(path: Path, missing: Callable[[], str]) -> Path:
+    """``path`` when a regular file stands there (a symlink followed), else an InputError:
+    ``missing()`` when nothing does, else what does stand there. A FIFO, a directory or a
+    symlink to /dev/zero was reported as missing, which sent the operator looking for a
+    file that is there."""
+    try:
+        mode = os.stat(path).st_mode  # stat, never open: a FIFO without a writer would block
+    except (FileNotFoundError, NotADirectoryError):
+        raise InputError(missing()) from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read it: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(mode):
+        through = "a symlink to " if path.is_symlink() else ""
+        raise InputError(f"{path}: is {through}{file_kind(mode)}, expected {PROFILE_FILE} (a regular file)")
     return path
 
 
