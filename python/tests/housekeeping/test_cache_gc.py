@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sparkflake.cli import main
 from sparkflake.core.atomic_write import generated_name, remove_tree
@@ -302,3 +304,14 @@ def test_a_commit_record_that_is_no_small_regular_file_names_no_tree(tmp_path):
                             *map(str, (fifo, zero, big, tmp_path, good)))
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == str([None, None, None, None, "1" * 40])
+
+
+@settings(max_examples=200, deadline=None)
+@given(content=st.binary(max_size=200))
+def test_any_commit_record_names_a_tree_or_none(tmp_path_factory, content: bytes):
+    from sparkflake.housekeeping.cache_gc import _commit_tree
+
+    path = tmp_path_factory.mktemp("commit") / ("0" * 40)
+    path.write_bytes(content)
+    tree = _commit_tree(path)
+    assert tree is None or (content.startswith(b"tree ") and tree == content[5:].decode("ascii").strip())
