@@ -276,3 +276,34 @@ def test_one_receiver_takes_several_files_and_reports_each(tmp_path: Path) -> No
     assert [r["status"] for r in result["results"]] == [OK, OK, MISMATCH]
     assert (tmp_path / "dst" / "f0").read_bytes() == contents[0] and (tmp_path / "dst" / "f1").read_bytes() == b""
     assert not (tmp_path / "dst" / "f2").exists()
+
+
+@given(st.integers(1, 60_000), st.sampled_from(["[", '{"files": [', "[{}"]))
+def test_a_plan_line_nested_too_deeply_is_a_malformed_plan(depth: int, opening: str) -> None:
+    # before: RecursionError from json.loads, a traceback from `agent receive`
+    planned, _ = read_from_pipe(opening.encode() + b"[" * depth + b"\n")
+    assert planned is None
+
+
+def test_the_receiver_given_a_deeply_nested_plan_changes_nothing_and_says_so() -> None:
+    completed = subprocess.run([*AGENT, "receive"], input=b"[" * 50_000 + b"\n", capture_output=True, timeout=60)
+    assert completed.returncode == 3 and b"Traceback" not in completed.stderr
+    assert json.loads(completed.stdout) == {"status": CANCELLED}
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo", "symlink to a device", "symlink to nothing"])
+def test_a_final_name_that_is_no_file_is_refused_before_any_byte(tmp_path: Path, kind: str) -> None:
+    """Before: a directory there was found only by the rename after the whole copy, in an
+    error naming the partial copy (".a.tar.partial: Is a directory"); a FIFO, or a symlink
+    to /dev/zero or to nothing, was deleted by that rename (it is not sparkflake's)."""
+    final = tmp_path / "a.tar"
+    make = {"directory": os.mkdir, "fifo": os.mkfifo, "symlink to a device": lambda path: os.symlink("/dev/zero", path),
+            "symlink to nothing": lambda path: os.symlink(tmp_path / "gone", path)}[kind]
+    make(final)
+    before = os.lstat(final)
+    replies, result = run_receive(final, b"content")
+    expected = {"directory": "is a directory", "fifo": "is a FIFO", "symlink to a device":
+                "is a character device (through a symlink)", "symlink to nothing": "is a symlink to "}[kind]
+    assert result["status"] == "failed" and result["message"].startswith(f"{final}: {expected}"), result
+    assert replies == [{"error": "failed", "message": result["message"]}]  # the sender sends nothing
+    assert os.lstat(final).st_ino == before.st_ino and not partial_path(final).exists()

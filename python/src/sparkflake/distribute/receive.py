@@ -16,12 +16,14 @@ import hashlib
 import io
 import os
 import signal
+import stat
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from ..core.digest import READ_CHUNK
+from ..core.documents import file_kind
 from ..core.errors import InputError
 from ..core.file_hashes import stat_identity
 from ..core.own_files import held_bytes, open_own_file
@@ -68,6 +70,7 @@ def _receive_locked(final: Path, size: int, sha256: str, source: BinaryIO,
     with receiver_lock(final):
         partial = partial_path(final)
         moved_aside = None
+        _check_final_name(final)
         if final.is_file():
             if final.stat().st_size == size and hash_prefix(final, size).hexdigest() == sha256:
                 reply({"offset": size})
@@ -121,6 +124,28 @@ def _receive_locked(final: Path, size: int, sha256: str, source: BinaryIO,
         if moved_aside:
             result["moved_aside_final"] = moved_aside
         return result
+
+
+def _check_final_name(final: Path) -> None:
+    """Refuse (InputError, before any byte is taken) a final name holding what a received
+    copy must not replace: a directory (the rename failed only after the whole copy, naming
+    the partial copy), a FIFO, a device or a socket, or a symlink to one or to nothing (the
+    rename would delete what is not sparkflake's). A regular file, or a symlink to one, is
+    reused when it matches and moved aside when it does not."""
+    try:
+        mode = os.stat(final).st_mode  # through a symlink: what the copy would stand in for
+    except FileNotFoundError:
+        if not os.path.islink(final):
+            return
+        raise InputError(f"{final}: is a symlink to {os.readlink(final)}, which does not exist; it is where the "
+                         "received file goes (move it away, or send the file elsewhere)") from None
+    except OSError as exc:
+        raise InputError(f"{final}: cannot inspect what stands where the received file goes: "
+                         f"{exc.strerror or exc}") from None
+    if not stat.S_ISREG(mode):
+        link = " (through a symlink)" if os.path.islink(final) else ""
+        raise InputError(f"{final}: is {file_kind(mode)}{link}, not a file a received copy may replace; it is "
+                         "where the received file goes (move it away, or send the file elsewhere)")
 
 
 def _copy_hashing(source: BinaryIO, sink: int, limit: int, hasher: Any) -> int:

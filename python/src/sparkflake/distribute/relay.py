@@ -94,7 +94,7 @@ def read_plan_line(fd: int) -> list[PlannedFile] | None:
             return None  # bytes after the plan line: not our sender
     try:
         document = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # not a plan (or nested past the parser)
         return None
     return parse_plan(document)
 
