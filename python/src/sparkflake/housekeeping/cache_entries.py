@@ -207,8 +207,8 @@ def _scan_input_blobs(directory: Path, add: AddCallback, foreign: ForeignCallbac
             foreign(blob.path)
 
 
-def _scan_two_levels(directory: Path, add: AddCallback, foreign: ForeignCallback, kind: str, parents: Callable[[str], bool],
-                     names: Callable[[str], bool],
+def _scan_two_levels(directory: Path, add: AddCallback, foreign: ForeignCallback, kind: str, *,
+                     parents: Callable[[str], bool], names: Callable[[str], bool],
                      shape: Callable[[str, os.DirEntry[str]], bool] = lambda parent, item: True) -> None:
     """``directory/<parent>/<name>`` entries of ``kind``, named ``parent/name``; one that
     ``shape`` refuses (a FIFO where a file belongs, a symlink) is foreign."""
@@ -232,8 +232,8 @@ def _git_shape(parent: str, item: os.DirEntry[str]) -> bool:
 
 
 def _scan_git(directory: Path, add: AddCallback, foreign: ForeignCallback, now: float) -> None:
-    _scan_two_levels(directory, add, foreign, GIT_SOURCES, lambda name: name in ("trees", "commits"),
-                     lambda name: bool(GIT_OBJECT_ID_PATTERN.fullmatch(name)), _git_shape)
+    _scan_two_levels(directory, add, foreign, GIT_SOURCES, parents=lambda name: name in ("trees", "commits"),
+                     names=lambda name: bool(GIT_OBJECT_ID_PATTERN.fullmatch(name)), shape=_git_shape)
 
 
 def _scan_trees(directory: Path, add: AddCallback, foreign: ForeignCallback, now: float) -> None:
@@ -349,7 +349,8 @@ def _scan_locks(directory: Path, add: AddCallback, foreign: ForeignCallback, now
 
 
 def _scan_records(directory: Path, add: AddCallback, foreign: ForeignCallback, now: float) -> None:
-    _scan_two_levels(directory, add, foreign, RECORDS, lambda name: True, lambda name: bool(RECORD_NAME.fullmatch(name)))
+    _scan_two_levels(directory, add, foreign, RECORDS, parents=lambda name: True,
+                     names=lambda name: bool(RECORD_NAME.fullmatch(name)))
 
 
 def _scan_capabilities(directory: Path, add: AddCallback, foreign: ForeignCallback, now: float) -> None:
