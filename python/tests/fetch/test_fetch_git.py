@@ -422,3 +422,28 @@ def test_an_archive_writing_through_a_symlink_is_refused(tmp_path: Path) -> None
                          GitCache(tmp_path / "c"))
     assert "is written through a symlink" in error.value.message
     assert list((tmp_path / "outside").iterdir()) == [] and cache_state(tmp_path / "c") == ["partial"]
+
+
+def test_a_commit_record_that_is_no_small_regular_file_is_no_record(tmp_path: Path) -> None:
+    """git/commits/<rev> as a FIFO hung fetch and build (read whole, blocking), a symlink to
+    /dev/zero was read without end: one bounded reader (fetch.git.recorded_tree) for the
+    cache and for cache gc. In a child, so that a hang fails the test instead of hanging it."""
+    import subprocess
+    import sys
+
+    cache = GitCache(tmp_path / "cache")
+    cache.commit_dir.mkdir(parents=True)
+    tree, revs = "b" * 40, ["1" * 40, "2" * 40, "3" * 40, "4" * 40]
+    cache.tree_path(tree).mkdir(parents=True)
+    os.mkfifo(cache.commit_path(revs[0]))
+    cache.commit_path(revs[1]).symlink_to("/dev/zero")
+    cache.commit_path(revs[2]).write_text(f"tree {tree}\n" + "x" * 5000)
+    cache.commit_path(revs[3]).write_text(f"tree {tree}\n")
+    code = ("import sys; from sparkflake.fetch.git import GitCache; from sparkflake.lock.pins import GitPin; "
+            "cache = GitCache(sys.argv[1]); "
+            "print([cache.holds(GitPin(name='src', rev=rev, tree=sys.argv[2], urls=('https://h.example/r.git',))) "
+            "for rev in sys.argv[3:]])")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "cache"), tree, *revs],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[False, False, False, True]"

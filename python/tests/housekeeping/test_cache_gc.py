@@ -299,8 +299,8 @@ def test_a_commit_record_that_is_no_small_regular_file_names_no_tree(tmp_path):
     big.write_text(f"tree {'1' * 40}\n" + " " * 8192)  # past the bound: not read whole
     good.write_text(f"tree {'1' * 40}\n")
     result = _limited_child("import sys; from pathlib import Path; "
-                            "from sparkflake.housekeeping.cache_gc import _commit_tree; "
-                            "print([_commit_tree(Path(path)) for path in sys.argv[1:]])",
+                            "from sparkflake.fetch.git import recorded_tree; "
+                            "print([recorded_tree(Path(path)) for path in sys.argv[1:]])",
                             *map(str, (fifo, zero, big, tmp_path, good)))
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == str([None, None, None, None, "1" * 40])
@@ -309,9 +309,9 @@ def test_a_commit_record_that_is_no_small_regular_file_names_no_tree(tmp_path):
 @settings(max_examples=200, deadline=None)
 @given(content=st.binary(max_size=200))
 def test_any_commit_record_names_a_tree_or_none(tmp_path_factory, content: bytes):
-    from sparkflake.housekeeping.cache_gc import _commit_tree
+    from sparkflake.fetch.git import recorded_tree
 
     path = tmp_path_factory.mktemp("commit") / ("0" * 40)
     path.write_bytes(content)
-    tree = _commit_tree(path)
+    tree = recorded_tree(path)
     assert tree is None or (content.startswith(b"tree ") and tree == content[5:].decode("ascii").strip())

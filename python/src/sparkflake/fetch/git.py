@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import IO
 
 from ..core.atomic_write import process_alive, write_bytes_atomic
+from ..core.documents import read_regular_file
 from ..core.errors import CheckFailed, InputError
 from ..core.own_files import holding_lock
 from ..core.tree_digest import git_tree_id, nar_hash
@@ -66,6 +67,20 @@ class GitOutcome:
     files: int = 0
 
 
+COMMIT_RECORD_LIMIT = 4096  # a commit record is "tree <id>\n": under 80 bytes
+
+
+def recorded_tree(path: Path) -> str | None:
+    """The tree a commit record (``git/commits/<rev>``) names; None when there is no
+    readable record: it is read from a regular file only and within a bound (a FIFO there
+    would hang the read, a huge file or /dev/zero would be read whole)."""
+    try:
+        text = read_regular_file(path, "a git commit record", COMMIT_RECORD_LIMIT).decode("ascii")
+    except (InputError, UnicodeDecodeError):
+        return None
+    return text.removeprefix("tree ").strip() if text.startswith("tree ") else None
+
+
 class GitCache:
     """Checkouts named by their tree id, and the commits known to name them."""
 
@@ -83,11 +98,7 @@ class GitCache:
 
     def holds(self, pin: GitPin) -> bool:
         """The commit is recorded as naming the pin's tree and the tree is present."""
-        try:
-            recorded = self.commit_path(pin.rev).read_text(encoding="ascii")
-        except (FileNotFoundError, UnicodeDecodeError):
-            return False
-        return recorded == f"tree {pin.tree}\n" and self.tree_path(pin.tree).is_dir()
+        return recorded_tree(self.commit_path(pin.rev)) == pin.tree and self.tree_path(pin.tree).is_dir()
 
     def verified_tree(self, pin: GitPin) -> Path:
         """The checkout of ``pin`` after recomputing its git tree id; an altered entry is

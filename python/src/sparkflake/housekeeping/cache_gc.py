@@ -28,6 +28,7 @@ from ..core.digest import sha256_file
 from ..core.documents import parse_json_object, read_regular_file
 from ..core.errors import InputError, SparkflakeError
 from ..core.progress import ProgressCallback
+from ..fetch.git import recorded_tree
 from .build_record import StoredRecord, load_build_records
 from .cache_entries import (
     GIT_SOURCES,
@@ -121,7 +122,7 @@ def plan_gc(root: Path, retention: Retention) -> Plan:
         elif entry.kind == GIT_SOURCES:
             part, _, name = entry.name.partition("/")
             if part == "commits":
-                document = _commit_tree(entry.path)
+                document = recorded_tree(entry.path)
                 name = document or ""
             if name not in git_trees:
                 reason = "no kept build used it"
@@ -139,20 +140,6 @@ def plan_gc(root: Path, retention: Retention) -> Plan:
                 removals.append(Removal(entry, "names a layer-cache record that goes"))
     removals.sort(key=lambda removal: _REMOVAL_ORDER.index(removal.entry.kind))
     return Plan(tuple(removals), tuple(kept))
-
-
-COMMIT_RECORD_LIMIT = 4096  # fetch.git writes "tree <id>\n": under 80 bytes
-
-
-def _commit_tree(path: Path) -> str | None:
-    """The tree a commit record names; None when there is no readable record: a FIFO there
-    would hang the read, a huge file or /dev/zero would be read whole, so it is read from a
-    regular file only and within a bound."""
-    try:
-        text = read_regular_file(path, "a git commit record", COMMIT_RECORD_LIMIT).decode("ascii")
-    except (SparkflakeError, UnicodeDecodeError):
-        return None
-    return text.removeprefix("tree ").strip() if text.startswith("tree ") else None
 
 
 def _layer_store_reason(entry: CacheEntry, blobs: set[str], gone_layer_keys: set[str]) -> str | None:
