@@ -142,7 +142,11 @@ def remove_tree(path: Path) -> None:
                 os.chmod(failed_path, os.stat(failed_path).st_mode | 0o700)
             function(failed_path)
 
-    shutil.rmtree(path, onerror=writable_and_retry)
+    try:
+        shutil.rmtree(path, onerror=writable_and_retry)
+    except RecursionError:  # Python 3.11's rmtree recurses once per directory level
+        raise InputError(f"{path}: a tree too deep to remove here (a chain of directories beyond Python's "
+                         "recursion limit); sparkflake left it as it is: remove it by hand (rm -rf)") from None
 
 
 def remove_dead_run_directories(parent: Path, prefix: str = "") -> list[Path]:
