@@ -34,6 +34,16 @@ _KIND_OF_MODE = (
 )
 
 
+def is_utf8_text(text: str) -> bool:
+    """Whether ``text`` can be written as UTF-8: a JSON ``\\ud800`` escape parses into a lone
+    surrogate, which no UTF-8 holds (writing it back raises UnicodeEncodeError)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def file_kind(mode: int) -> str:
     """What a file is, in words ("a FIFO", "a character device", ...)."""
     return next((name for test, name in _KIND_OF_MODE if test(mode)), "not a regular file")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .canonical_json import readable_json_bytes
-from .documents import file_kind, parse_json
+from .documents import file_kind, is_utf8_text, parse_json
 from .errors import InputError
 
 # An output directory sparkflake made carries this file: what it is and every path it
@@ -64,17 +64,9 @@ def read_marker(directory: Path) -> Marker | None:
     # a "\ud800" escape decodes to a lone surrogate, which no file name sparkflake wrote
     # holds and marker_bytes cannot encode: such a marker is not ours, found before any work
     # rather than when the marker is rewritten after it (an export's archive already written)
-    if not all(map(_is_utf8, entries)) or (paths is not None and not all(map(_is_utf8, (*paths, *paths.values())))):
+    if not all(map(is_utf8_text, entries)) or (paths is not None and not all(map(is_utf8_text, (*paths, *paths.values())))):
         return None
     return Marker(entries, paths)
-
-
-def _is_utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def marker_bytes(entries: list[str], paths: dict[str, str] | None) -> bytes:

@@ -32,7 +32,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ..core.check_result import ERROR, FAIL, PASS, CheckResult
-from ..core.documents import parse_json, read_regular_file
+from ..core.documents import is_utf8_text, parse_json, read_regular_file
 from ..core.errors import InputError
 from .safetensors_header import SafetensorsHeader, read_header
 
@@ -121,7 +121,7 @@ def inside(directory: str, name: str) -> str:
     """``directory/name``, refused if it resolves outside ``directory`` or is no file name
     (a NUL byte, or a lone surrogate that no file system name encodes: a checkpoint's index
     names its shards, and whatever it says is read from here)."""
-    if "\x00" in name or not _encodable(name):
+    if "\x00" in name or not is_utf8_text(name):
         raise InputError(f"{directory}: {name!r}: not a file name (a NUL byte or text that is not UTF-8)")
     path = os.path.join(directory, name)
     root = os.path.realpath(directory)
@@ -131,14 +131,6 @@ def inside(directory: str, name: str) -> str:
                          "only the directory, where this link does not resolve (a Hugging Face cache snapshot links "
                          "into its blobs: point the launch at a directory holding the files themselves)")
     return path
-
-
-def _encodable(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _config_facts(config: dict[str, Any], shown: str) -> tuple[tuple[str, ...], dict[str, Any], str]:
