@@ -110,3 +110,23 @@ def test_keys_that_are_not_sha256_hex_are_neither_read_nor_written(tmp_path: Pat
     store = VerifiedPrefixStore(tmp_path)
     store.record("../escape", {})
     assert list(tmp_path.iterdir()) == [] and store.symlinks_after("../escape") is None
+
+
+def test_past_the_cap_the_runs_used_longest_ago_go_and_nothing_else(tmp_path: Path, monkeypatch) -> None:
+    from sparkflake.distribute import verified_prefixes
+
+    monkeypatch.setattr(verified_prefixes, "MAX_RECORDS", 3)
+    directory = tmp_path / "verified"
+    store = VerifiedPrefixStore(directory)
+    keys = [f"{n:064x}" for n in range(5)]
+    for moment, key in enumerate(keys[:3]):
+        store.record(key, {"k": key})
+        os.utime(directory / f"{key}.json", ns=(moment * 10**9, moment * 10**9))
+    (directory / "operator-notes.txt").write_text("not a record")
+    (directory / ("a" * 64 + ".json.bak")).write_text("not a record either")
+    assert store.symlinks_after(keys[0]) == {"k": keys[0]}  # used now: newest
+    store.record(keys[3], {})
+    store.record(keys[4], {})
+    kept = sorted(path.name for path in directory.iterdir())
+    assert kept == sorted([f"{keys[0]}.json", f"{keys[3]}.json", f"{keys[4]}.json",
+                           "operator-notes.txt", "a" * 64 + ".json.bak"])

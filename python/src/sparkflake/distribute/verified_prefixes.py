@@ -23,7 +23,12 @@ from ..core.errors import InputError
 VERIFIED_PREFIXES_NAME = "verified-layer-prefixes"  # beside STORE_NAME in a rank's data directory
 SCHEMA = "sparkflake.verified-layer-prefix/v1"
 RECORD_LIMIT = 64 << 20  # a Python environment's symlinks: thousands of short paths, a few MiB
+# glm53's six runs hold 59 KB each (measured): 256 records are some 40 images' worth, ~15 MB.
+# Past it the runs used longest ago go (a use refreshes a record's time), so a rank that
+# takes an image a day does not keep every day's runs.
+MAX_RECORDS = 256
 _KEY = re.compile(r"[0-9a-f]{64}")
+_RECORD_NAME = re.compile(r"[0-9a-f]{64}\.json")
 
 
 class VerifiedPrefixStore:
@@ -42,6 +47,8 @@ class VerifiedPrefixStore:
         symlinks = document.get("symlinks")
         if not isinstance(symlinks, dict) or not all(isinstance(v, str) for v in symlinks.values()):
             return None
+        with contextlib.suppress(OSError):  # used now: the last to go
+            os.utime(self.directory / f"{key}.json", follow_symlinks=False)
         return symlinks
 
     def record(self, key: str, symlinks: dict[str, str]) -> None:
@@ -53,3 +60,16 @@ class VerifiedPrefixStore:
                 return
             write_bytes_atomic(self.directory / f"{key}.json",
                                canonical_json_bytes({"schema": SCHEMA, "symlinks": symlinks}))
+            self._keep_newest(MAX_RECORDS)
+
+    def _keep_newest(self, count: int) -> None:
+        """Remove the records used longest ago past ``count``: only regular files named as
+        this module names its records, in its own directory."""
+        records = []
+        with os.scandir(self.directory) as entries:
+            for entry in entries:
+                if _RECORD_NAME.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
+                    records.append((entry.stat(follow_symlinks=False).st_mtime_ns, entry.name))
+        for _, name in sorted(records, reverse=True)[count:]:
+            with contextlib.suppress(FileNotFoundError):  # another import removed it first
+                os.unlink(self.directory / name)
