@@ -13,7 +13,9 @@ import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+from .documents import parse_json
 from .errors import InputError
 
 # what the open's error says stands at the name
@@ -91,3 +93,27 @@ def holding_lock(path: Path, what: str) -> Iterator[int]:
         yield descriptor
     finally:
         os.close(descriptor)
+
+
+def read_own_json(path: Path, what: str, limit: int) -> Any:
+    """The JSON document of a record sparkflake keeps at ``path`` (``what`` it is), or None
+    when what stands there is none it could have written. The directory may be an
+    operator's, or another run left anything at the name: no FIFO (it would block the
+    read), link (a symlink to /dev/zero is read without end; a hard link is another file's)
+    or more than ``limit`` bytes is read, and a document nested too deeply for the parser
+    is no record either."""
+    try:
+        descriptor = open_own_file(path, os.O_RDONLY, what)
+    except (OSError, InputError):
+        return None
+    try:
+        with os.fdopen(descriptor, "rb") as handle:
+            raw = handle.read(limit + 1)
+    except OSError:
+        return None
+    if len(raw) > limit:
+        return None
+    try:  # parse_json turns RecursionError, bad UTF-8 and the rest into one InputError
+        return parse_json(raw, str(path))
+    except InputError:
+        return None

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from ..core.atomic_write import write_bytes_atomic
 from ..core.canonical_json import canonical_json_bytes
-from ..core.documents import read_json_file
 from ..core.errors import InputError
+from ..core.own_files import read_own_json
 
 VERIFIED_PREFIXES_NAME = "verified-layer-prefixes"  # beside STORE_NAME in a rank's data directory
 SCHEMA = "sparkflake.verified-layer-prefix/v1"
@@ -38,10 +38,8 @@ class VerifiedPrefixStore:
     def symlinks_after(self, key: str) -> dict[str, str] | None:
         if not _KEY.fullmatch(key):
             return None
-        try:
-            document = read_json_file(self.directory / f"{key}.json", "a verified layer prefix", RECORD_LIMIT)
-        except InputError:  # absent, or not a record of ours: those layers are read again
-            return None
+        # absent, or not a record of ours (a link, a FIFO, not JSON): those layers are read again
+        document = read_own_json(self.directory / f"{key}.json", "a verified layer prefix", RECORD_LIMIT)
         if not isinstance(document, dict) or document.get("schema") != SCHEMA:
             return None
         symlinks = document.get("symlinks")

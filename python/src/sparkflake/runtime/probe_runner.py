@@ -19,7 +19,7 @@ from ..core.canonical_json import canonical_json_bytes
 from ..core.check_result import FAIL, PASS, SKIP
 from ..core.documents import parse_json
 from ..core.errors import InputError
-from ..core.own_files import open_own_file
+from ..core.own_files import open_own_file, read_own_json
 from ..core.progress import Progress, report_phase
 from . import bytecode, rootfs, sandbox
 from .check_report import Case, CheckReport
@@ -277,7 +277,7 @@ def _verified_pycache(scratch: Path) -> Path:
     pycache = scratch / "pycache"
     record = scratch / "pycache.json"
     # another run, or anyone, may have left anything at the record's name: read bounded
-    found = rootfs.read_scratch_record(record, "the record of the check's bytecode cache")
+    found = read_own_json(record, "the record of the check's bytecode cache", rootfs.RECORD_LIMIT)
     recorded = found.get("tree") if isinstance(found, dict) else None
     unpacked = scratch / rootfs.RECORD_NAME
     if pycache.exists() and (recorded is None or not unpacked.exists()

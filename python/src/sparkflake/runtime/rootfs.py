@@ -34,10 +34,9 @@ from typing import Any
 
 from ..core.atomic_write import write_bytes_atomic
 from ..core.canonical_json import canonical_json_bytes
-from ..core.documents import parse_json
 from ..core.errors import CheckFailed, InputError
 from ..core.file_hashes import stat_identity
-from ..core.own_files import open_own_file
+from ..core.own_files import read_own_json
 from ..core.progress import ProgressCallback
 from ..oci.layer_scan import TarElfScanner
 from ..oci.layer_stream import LayerStream
@@ -261,34 +260,10 @@ def unpack_image(reader: ImageReader, scratch: Path, *, progress: ProgressCallba
     return UnpackedRoot(root, _manifest_digest(reader), layer_digests, entries, skipped)
 
 
-def read_scratch_record(path: Path, what: str) -> Any:
-    """The JSON document of a record the check writes in its scratch (``path``), or None
-    when what stands there is none it could have written. The scratch may be an operator's
-    directory, or another run left anything at the name: no FIFO (it would block the read),
-    link (a symlink to /dev/zero is read without end; a hard link is another file's) or
-    more than ``RECORD_LIMIT`` bytes is read, and a document nested too deeply for the
-    parser is no record either."""
-    try:
-        descriptor = open_own_file(path, os.O_RDONLY, what)
-    except (OSError, InputError):
-        return None
-    try:
-        raw = os.read(descriptor, RECORD_LIMIT + 1)
-    except OSError:
-        return None
-    finally:
-        os.close(descriptor)
-    if len(raw) > RECORD_LIMIT:
-        return None
-    try:  # parse_json turns RecursionError, bad UTF-8 and the rest into one InputError
-        return parse_json(raw, str(path))
-    except InputError:
-        return None
-
-
 def read_record(record_path: Path) -> dict[str, Any] | None:
-    """The unpacked root's record at ``record_path`` (``read_scratch_record``), or None."""
-    record = read_scratch_record(record_path, "a runtime check's record of its unpacked root")
+    """The unpacked root's record at ``record_path`` (``own_files.read_own_json``: the
+    scratch may be an operator's directory), or None."""
+    record = read_own_json(record_path, "a runtime check's record of its unpacked root", RECORD_LIMIT)
     return record if isinstance(record, dict) and record.get("schema") == RECORD_SCHEMA else None
 
 
