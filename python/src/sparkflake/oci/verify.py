@@ -206,13 +206,15 @@ def verify_image(
     total = sum(ref.size or 0 for ref in reader.layer_refs)
     done = 0
     layer_reports = []
+    if not all(ref.digest for ref in reader.layer_refs):  # a docker-archive names layers by path: no key
+        verified = None
     keys = prefix_keys([(ref.digest or "", diff_id) for ref, diff_id in zip(reader.layer_refs, diff_ids, strict=True)])
     known, safety = _known_prefix(keys, verified) if verify_layers else (0, EntrySafety())
     for position, ref in enumerate(reader.layer_refs):
         if verify_layers and position >= known:
             tick = BytesProgress(progress, done, total, "verifying layers")
             layer = _verified_layer(reader, ref, diff_ids[position], tick, safety)
-            if verified is not None and ref.digest:
+            if verified is not None:
                 verified.record(keys[position], safety.settled_symlinks())
         else:
             if reader.files.size(ref.name) is None:
