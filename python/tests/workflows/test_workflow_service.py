@@ -37,7 +37,7 @@ def test_a_builds_digests_name_the_image_and_manifest(tmp_path: Path) -> None:
     ({"ready_timeout": -5}, "--ready-timeout -5: expected a positive number of seconds, at most 2592000"),
     ({"ready_timeout": 30 * 86400 + 1}, "--ready-timeout 2592001: expected a positive number of seconds, at most 2592000"),
     ({"ready_timeout": 10**309},  # overflowed time.monotonic() + it
-     "--ready-timeout a number of 310 digits: expected a positive number of seconds, at most 2592000"),
+     "--ready-timeout an integer of 310 digits: expected a positive number of seconds, at most 2592000"),
 ])
 def test_bad_values_are_refused_naming_the_option(fields: dict[str, object], message: str) -> None:
     with pytest.raises(InputError) as raised:

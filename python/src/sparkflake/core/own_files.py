@@ -95,21 +95,26 @@ def holding_lock(path: Path, what: str) -> Iterator[int]:
         os.close(descriptor)
 
 
-def read_own_json(path: Path, what: str, limit: int) -> Any:
-    """The JSON document of a record sparkflake keeps at ``path`` (``what`` it is), or None
-    when what stands there is none it could have written. The directory may be an
-    operator's, or another run left anything at the name: no FIFO (it would block the
-    read), link (a symlink to /dev/zero is read without end; a hard link is another file's)
-    or more than ``limit`` bytes is read, and a document nested too deeply for the parser
-    is no record either."""
-    try:
-        descriptor = open_own_file(path, os.O_RDONLY, what)
-    except (OSError, InputError):
-        return None
+def read_own_bytes(path: Path, what: str, limit: int) -> bytes:
+    """At most ``limit`` bytes of the file sparkflake keeps at ``path`` (``what`` it is),
+    opened by ``open_own_file``: a FIFO (the read would block), a symlink (to /dev/zero, to a
+    host file) or a hard link left at the name is refused as an InputError naming it."""
+    descriptor = open_own_file(path, os.O_RDONLY, what)
     try:
         with os.fdopen(descriptor, "rb") as handle:
-            raw = handle.read(limit + 1)
-    except OSError:
+            return handle.read(limit)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
+
+
+def read_own_json(path: Path, what: str, limit: int) -> Any:
+    """The JSON document of a record sparkflake keeps at ``path`` (``what`` it is), or None
+    when what stands there is none it could have written (``read_own_bytes`` refuses it, it
+    is over ``limit`` bytes, or it is nested too deeply for the parser): the directory may
+    be an operator's, or another run left anything at the name."""
+    try:
+        raw = read_own_bytes(path, what, limit + 1)
+    except (OSError, InputError):
         return None
     if len(raw) > limit:
         return None

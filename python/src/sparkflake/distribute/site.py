@@ -521,11 +521,11 @@ class _Reader:
         """An integer 1..the bound of the field ``where`` (``INTEGER_BOUNDS``)."""
         maximum = INTEGER_BOUNDS[where]
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
-            raise InputError(f"{self.origin}: {where}: expected a positive integer 1..{maximum}, got {_shown(value)}")
+            raise InputError(f"{self.origin}: {where}: expected a positive integer 1..{maximum}, got {shown_integer(value)}")
         return value
 
 
-def _shown(value: Any) -> str:
+def shown_integer(value: Any) -> str:
     """``value`` in a message; a TOML integer may have thousands of digits, and then its
     size is what the message needs."""
     digits = len(str(abs(value))) if isinstance(value, int) else 0

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import InputError
-from ..core.own_files import open_own_file
+from ..core.own_files import read_own_bytes
 from ..core.worker_processes import worker_pool
 from . import sandbox
 
@@ -74,13 +74,9 @@ def interpreter_facts(root: Path, python: str, env: Mapping[str, str], scratch: 
         # its first MiB, not the whole file (the image's interpreter may print without end
         # until the timeout), and only from the regular file run_sandboxed wrote there
         try:
-            descriptor = open_own_file(out, os.O_RDONLY, "the image interpreter's facts")
+            lines = read_own_bytes(out, "the image interpreter's facts", 1 << 20).decode(errors="replace").splitlines()
         except InputError as exc:
             return str(exc)
-        try:
-            lines = os.read(descriptor, 1 << 20).decode(errors="replace").splitlines()
-        finally:
-            os.close(descriptor)
     finally:
         out.unlink(missing_ok=True)
     if run.returncode != 0 or not lines:

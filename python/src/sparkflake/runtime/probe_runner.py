@@ -19,7 +19,7 @@ from ..core.canonical_json import canonical_json_bytes
 from ..core.check_result import FAIL, PASS, SKIP
 from ..core.documents import parse_json
 from ..core.errors import InputError
-from ..core.own_files import open_own_file, read_own_json
+from ..core.own_files import open_own_file, read_own_bytes, read_own_json
 from ..core.progress import Progress, report_phase
 from . import bytecode, rootfs, sandbox
 from .check_report import Case, CheckReport
@@ -243,13 +243,11 @@ def _bytecode_facts(report: CheckReport, root: Path, scratch: Path, python: str,
 def _probe_result(path: Path) -> bytes | InputError:
     """At most ``MAX_RESULT_BYTES`` + 1 bytes of the probe's result file. The image's code
     wrote the run directory: a symlink there (to a host file, /dev/zero), a FIFO or a
-    hard link is refused (open_own_file), never followed."""
+    hard link is refused (read_own_bytes), never followed."""
     try:
-        descriptor = open_own_file(path, os.O_RDONLY, "the probe's result")
+        return read_own_bytes(path, "the probe's result", MAX_RESULT_BYTES + 1)
     except InputError as exc:
         return exc
-    with os.fdopen(descriptor, "rb") as handle:
-        return handle.read(MAX_RESULT_BYTES + 1)
 
 
 def _write_in_scratch(path: Path, content: bytes) -> None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..core.errors import InputError
-from ..distribute.site import MAX_SERVICE_WAIT
+from ..distribute.site import MAX_SERVICE_WAIT, shown_integer
 from ..launch.evidence import load_built_image
 from ..service import workflow
 from ..signing.keys import key_password, load_private_key
@@ -47,8 +47,8 @@ def service_request(request: ServiceCommandRequest) -> workflow.ServiceRequest:
         check_named_digest(option, value)
     timeout = request.ready_timeout
     if timeout is not None and not 0 < timeout <= MAX_SERVICE_WAIT:  # the site file's own bound
-        shown = str(timeout) if len(str(timeout)) <= 40 else f"a number of {len(str(timeout))} digits"
-        raise InputError(f"--ready-timeout {shown}: expected a positive number of seconds, at most {MAX_SERVICE_WAIT}")
+        raise InputError(f"--ready-timeout {shown_integer(timeout)}: expected a positive number of seconds, "
+                         f"at most {MAX_SERVICE_WAIT}")
     key = load_private_key(request.sign_key_file, key_password()) if request.sign_key_file else None
     return workflow.ServiceRequest(site_path=request.site, image=image, manifest=manifest, ready_timeout=timeout,
                                    replace=request.replace, sign_key=key)
