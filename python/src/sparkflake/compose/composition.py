@@ -30,6 +30,9 @@ PROFILE_PATCH_SET = "patches"
 
 @dataclass(frozen=True)
 class Composition:
+    """Everything one build of a profile is made from, resolved from its locks before any
+    byte is fetched: the pins of each role, the patch set and the accepted upstream defects."""
+
     profile: Profile
     locks: tuple[Lock, ...]
     lock_paths: tuple[Path, ...]

@@ -24,6 +24,9 @@ FAILED = "failed"
 
 @dataclass(frozen=True)
 class LinkResult:
+    """One link of a verification chain as the report records it: passed or failed, and
+    what it verified or why it failed."""
+
     link: str
     status: str
     detail: str

@@ -57,12 +57,17 @@ class Retention:
 
 @dataclass(frozen=True)
 class Removal:
+    """One cache entry a plan removes; ``reason`` is the line the operator reads for it."""
+
     entry: CacheEntry
     reason: str
 
 
 @dataclass(frozen=True)
 class Plan:
+    """What ``gc`` or ``cleanup`` removes, in removal order, and the build records gc keeps
+    (whose inputs stay)."""
+
     removals: tuple[Removal, ...]
     kept_builds: tuple[StoredRecord, ...] = ()
 

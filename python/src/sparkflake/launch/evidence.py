@@ -188,6 +188,8 @@ def load_evidence_dir(directory: str | Path) -> list[EvidenceRecord]:
 
 @dataclass(frozen=True)
 class ClaimAssessment:
+    """Whether an evidence record's claim transfers to the image built here, and if not why."""
+
     record: EvidenceRecord
     applies: bool
     reason: str
@@ -195,6 +197,9 @@ class ClaimAssessment:
 
 @dataclass(frozen=True)
 class ProfileStatus:
+    """A profile's declared status and the status its built image has given the evidence
+    records here (``profile_status``), with each record's assessment."""
+
     profile: str
     declared_status: str
     effective_status: str

@@ -57,6 +57,9 @@ REPORT_SCHEMA = "sparkflake.launch-plan/v1"
 
 @dataclass(frozen=True)
 class LaunchPlan:
+    """Everything the launch decided for one rank before anything runs: the settings and
+    their sources, the container spec and argv, and the result of every check."""
+
     contract: LaunchContract
     resolution: Resolution
     identity: dict[str, Any]

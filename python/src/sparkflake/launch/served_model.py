@@ -56,6 +56,9 @@ DIMENSION_KEYS = (
 
 @dataclass(frozen=True)
 class DtypeTotal:
+    """The tensors of one dtype in a checkpoint's safetensors headers: how many, and their
+    bytes (the header's data offsets, not the file sizes)."""
+
     tensors: int
     bytes: int
 

@@ -48,6 +48,8 @@ LABEL_PREFIX = "org.sparkflake."
 
 @dataclass(frozen=True)
 class Mount:
+    """A bind mount, written as podman's ``--volume SOURCE:TARGET:ro|rw`` takes it."""
+
     source: str
     target: str
     read_only: bool

@@ -64,6 +64,9 @@ _FICLONE = 0x40049409  # <linux/fs.h>: share the extents copy-on-write (btrfs, x
 
 @dataclass(frozen=True)
 class Eviction:
+    """A stored blob that was not what its digest names (not a regular file, a wrong size or
+    hash) and was deleted; the caller makes it again and reports this."""
+
     digest: str
     path: Path
     reason: str

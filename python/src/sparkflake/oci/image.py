@@ -43,12 +43,16 @@ _REPOSITORY = re.compile(
 
 @dataclass(frozen=True)
 class LayerSpec:
+    """One layer to build: its input, and the ``created_by`` of its history entry."""
+
     layer_input: LayerInput
     created_by: str
 
 
 @dataclass(frozen=True)
 class ImageSpec:
+    """An image to build: its layers in order, and the config, tag and annotations around them."""
+
     layers: tuple[LayerSpec, ...]
     platform: Platform = Platform()
     runtime: RuntimeConfig = RuntimeConfig()

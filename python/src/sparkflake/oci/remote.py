@@ -119,6 +119,8 @@ def _split_host(registry: str) -> tuple[str, int | None]:
 # ---- results ----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Manifest:
+    """A manifest or index as the registry served it, its bytes checked against ``digest``."""
+
     media_type: str
     digest: str
     content: bytes

@@ -28,6 +28,8 @@ MAX_RECORDS = 1000  # status reads at most this many records of a site
 
 @dataclass(frozen=True)
 class RankRecord:
+    """One rank in a deployment record: where it ran and what became of its container."""
+
     name: str
     rank: int
     host: str

@@ -36,6 +36,8 @@ SLSA_PROVENANCE_V1 = "https://slsa.dev/provenance/v1"
 
 @dataclass(frozen=True)
 class SimpleSigning:
+    """What a cosign signature payload binds: the reference signed and the manifest digest."""
+
     docker_reference: str
     manifest_digest: str
 
