@@ -1,0 +1,103 @@
+"""The records that remember a file's sha256 by its stat identity: the fan-out store's
+(``distribute.store.VerifiedRecord``) and the launch's (``launch.hashcache.VerifiedHashCache``).
+What one saves the next reads back unchanged; a damaged or foreign record is read as empty
+(never trusted, never a traceback); the remembered digest is the file's sha256."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sparkflake.distribute.store import RECORD_FORMAT, RECORD_NAME, VerifiedRecord
+from sparkflake.launch.hashcache import VerifiedHashCache
+
+pytestmark = pytest.mark.distribute
+
+HEX = st.text("0123456789abcdef", min_size=64, max_size=64)
+_identities = st.lists(st.integers(0, 1 << 62), min_size=5, max_size=5)
+_remembered = st.dictionaries(HEX, _identities, max_size=8)
+# documents that are JSON but not a record of ours, and bytes that are no JSON
+_foreign = st.one_of(
+    st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+                 lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+                 max_leaves=8).map(lambda document: json.dumps(document).encode()),
+    st.binary(max_size=64),
+    st.just(b'{"format": "sparkflake-verified-blobs/v0", "blobs": {}}'),
+)
+
+
+@given(_remembered)
+def test_the_store_record_reads_back_what_it_saved(remembered: dict[str, list[int]]) -> None:
+    with tempfile.TemporaryDirectory() as directory:
+        root = Path(directory)
+        record = VerifiedRecord(root)
+        for digest, identity in remembered.items():
+            record.remember(f"sha256:{digest}", identity)
+        record.save()
+        assert (root / RECORD_NAME).exists() == bool(remembered)
+        again = VerifiedRecord(root)
+        assert again.blobs == remembered
+        for digest, identity in remembered.items():
+            assert again.trusted(f"sha256:{digest}", identity)
+            assert not again.trusted(f"sha256:{digest}", [*identity[:4], identity[4] + 1])
+
+
+@given(_foreign)
+def test_a_foreign_store_record_trusts_nothing(content: bytes) -> None:
+    with tempfile.TemporaryDirectory() as directory:
+        root = Path(directory)
+        (root / RECORD_NAME).write_bytes(content)
+        record = VerifiedRecord(root)
+        assert record.blobs == {}  # (no draw is a record of RECORD_FORMAT)
+
+
+@given(_remembered, st.dictionaries(HEX, st.one_of(st.text(max_size=3), st.lists(st.text(max_size=2), min_size=1)),
+                                    min_size=1, max_size=3))
+def test_a_store_record_keeps_only_its_well_formed_entries(remembered, damaged) -> None:
+    with tempfile.TemporaryDirectory() as directory:
+        root = Path(directory)
+        blobs = {**damaged, **remembered}
+        (root / RECORD_NAME).write_text(json.dumps({"format": RECORD_FORMAT, "blobs": blobs}))
+        assert VerifiedRecord(root).blobs == remembered
+
+
+@given(st.lists(st.binary(max_size=300), min_size=1, max_size=4))
+def test_the_hash_cache_answers_the_files_sha256_and_remembers_it(contents: list[bytes]) -> None:
+    with tempfile.TemporaryDirectory() as directory:
+        root = Path(directory)
+        files = []
+        for number, content in enumerate(contents):
+            path = root / f"f{number}"
+            path.write_bytes(content)
+            files.append((str(path), hashlib.sha256(content).hexdigest()))
+        cache = VerifiedHashCache(root / "cache.json")
+        for path, expected in files:
+            assert cache.sha256(path, os.stat(path)) == expected
+        cache.save()
+        again = VerifiedHashCache(root / "cache.json")
+
+        def refuse(path: str) -> str:
+            raise AssertionError(f"{path} hashed again though its stat is unchanged")
+
+        for path, expected in files:
+            assert again.sha256(path, os.stat(path), hasher=refuse) == expected
+        assert again.hits == len(files)
+        # a file whose stat changed is hashed again
+        path, _ = files[0]
+        Path(path).write_bytes(b"changed" + contents[0])
+        assert again.sha256(path, os.stat(path)) == hashlib.sha256(b"changed" + contents[0]).hexdigest()
+
+
+@given(st.one_of(_foreign, st.integers(1, 100_000).map(lambda depth: b"[" * depth)))
+def test_a_damaged_hash_cache_is_empty(content: bytes) -> None:
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "cache.json"
+        path.write_bytes(content)
+        assert VerifiedHashCache(path).entries == {}
