@@ -332,6 +332,16 @@ _SSH_OPTIONS_OF_THE_TABLE = {
 }
 # an option value: algorithm lists, numbers, yes/no words; no spaces, quotes, % tokens or paths
 _SSH_OPTION_VALUE = re.compile(r"[A-Za-z0-9@.,_+:-]{1,512}")
+# What ssh reads in a path rather than taking it as written: at connect it expands %-tokens
+# and ${VAR} in both (-i and UserKnownHostsFile); the -o line UserKnownHostsFile=... is also
+# split at whitespace into several files, with quotes, backslashes and '#' parsed.
+_SSH_PATH_EXPANDED = "%$"
+_SSH_OPTION_PATH_PARSED = "\"'\\#"
+# a user name, and a rank's ``[user@]host`` target: no character ssh refuses or a shell reads
+_SSH_USER = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.@-]{0,255}")
+_SSH_TARGET = re.compile(r"(?:[A-Za-z0-9_.][A-Za-z0-9_.@-]{0,255}@)?[A-Za-z0-9_.:%][A-Za-z0-9_.:%-]{0,1023}")
+# an IPv6 zone id: an interface name (at most IFNAMSIZ-1 = 15 bytes) or its index
+_ZONE_ID = re.compile(r"[A-Za-z0-9_.-]{1,15}")
 
 
 # The largest value of each integer field that is honoured as written, so that a typo is
@@ -388,6 +398,20 @@ def _ssh_options(reader: _Reader, raw: Any) -> SshOptions:
             if problem:
                 raise InputError(f"{reader.origin}: ssh.options[{index}]: {problem}")
         kwargs["options"] = tuple(options)
+    if "user" in kwargs and not _SSH_USER.fullmatch(kwargs["user"]):
+        raise reader.fail("ssh.user", "a user name of letters, digits, '.', '_', '-', '@' (not starting with '-' "
+                          "or '@')", kwargs["user"])
+    if "cipher" in kwargs and not _SSH_OPTION_VALUE.fullmatch(kwargs["cipher"]):
+        raise reader.fail("ssh.cipher", "a cipher list of letters, digits and @.,_+:-", kwargs["cipher"])
+    for key, refused in (("identity_file", _SSH_PATH_EXPANDED),
+                         ("known_hosts_file", _SSH_PATH_EXPANDED + _SSH_OPTION_PATH_PARSED)):
+        path = kwargs.get(key)
+        if path is not None and any(char in refused or not char.isprintable() or
+                                    (key == "known_hosts_file" and char.isspace()) for char in path):
+            shown = " ".join(repr(char) for char in refused)
+            spaces = "whitespace, " if key == "known_hosts_file" else ""
+            raise reader.fail(f"ssh.{key}", f"a path without {spaces}control characters or {shown} (ssh would "
+                              "split or expand them and read another file)", path)
     policy = kwargs.get("strict_host_key_checking", "yes")
     if policy not in ("yes", "accept-new"):
         raise reader.fail("ssh.strict_host_key_checking", '"yes" or "accept-new"', policy)
@@ -413,6 +437,9 @@ def _rank(reader: _Reader, raw: dict[str, Any], where: str) -> Rank:
     ssh_target = reader.string(raw["ssh"], f"{where}.ssh")
     if ssh_target.startswith("-"):  # ssh would read it as an option (-oProxyCommand=...)
         raise reader.fail(f"{where}.ssh", "[user@]host, not an option", ssh_target)
+    if not _SSH_TARGET.fullmatch(ssh_target):  # ssh refuses (or a ProxyCommand's shell reads) the rest
+        raise reader.fail(f"{where}.ssh", "[user@]host of letters, digits, '.', '_', '-', ':', '%' "
+                          "(a host name or address)", ssh_target)
     data_dir = reader.string(raw["data_dir"], f"{where}.data_dir")
     if not data_dir.startswith("/"):
         raise InputError(f"{reader.origin}: {where}.data_dir: expected an absolute path, got {data_dir!r}")
@@ -513,9 +540,14 @@ class _Reader:
     def address(self, value: Any, where: str) -> str:
         text = self.string(value, where)
         try:
-            return str(ipaddress.ip_address(text))
+            address = ipaddress.ip_address(text)
         except ValueError:
             raise self.fail(where, "an IPv4 or IPv6 address", value) from None
+        # Python takes any text after '%' as the zone; it reaches ssh's host and -b, and URLs
+        if isinstance(address, ipaddress.IPv6Address) and address.scope_id is not None \
+                and not _ZONE_ID.fullmatch(address.scope_id):
+            raise self.fail(where, "an IPv6 zone id after '%' that is an interface name or index", value)
+        return str(address)
 
     def positive_int(self, value: Any, where: str) -> int:
         """An integer 1..the bound of the field ``where`` (``INTEGER_BOUNDS``)."""
