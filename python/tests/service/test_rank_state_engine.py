@@ -9,15 +9,19 @@ engine's happy path runs in tests/service/test_service_netns.py."""
 from __future__ import annotations
 
 import json
+import shutil
 import stat
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from sparkflake.core.container_engine import Engine
 from sparkflake.core.errors import InputError
-from sparkflake.service.rank_state import SERVICE_LABEL, service_containers
+from sparkflake.service.rank_request import RankRequest
+from sparkflake.service.rank_state import SERVICE_LABEL, service_containers, watch_container
 
 CONTAINER_ID = "a" * 64
 
@@ -66,3 +70,32 @@ def test_the_engine_s_description_of_a_service_container_is_read(tmp_path):
     engine, _ = _engine(tmp_path, 0, json.dumps(described))
     [container] = service_containers(engine, "glm")
     assert container["name"] == "glm-r0" and container["running"] is True and container["id"] == CONTAINER_ID
+
+
+# ---- a container name is never read as the engine's flag ----------------------------------------
+
+
+def test_a_watched_name_like_a_flag_is_no_flag_to_the_real_engine(tmp_path):
+    """The name a watch waits on comes from the controller, which read it in the rank's own
+    reply. ``podman wait -l`` is ``--latest``: before, a name "-l" waited for whichever
+    container was created last (here a foreign one) and reported its exit as the service's."""
+    runroot = Path(tempfile.mkdtemp(prefix="sfk-w-", dir="/tmp"))  # podman: a runroot under 50 characters
+    try:
+        engine_args = ("--root", str(tmp_path / "root"), "--runroot", str(runroot), "--storage-driver", "vfs",
+                       "--cgroup-manager", "cgroupfs", "--events-backend", "file")
+        podman = ["podman", *engine_args]
+        (tmp_path / "empty").mkdir()
+        subprocess.run(["tar", "-C", str(tmp_path / "empty"), "-cf", str(tmp_path / "empty.tar"), "."], check=True)
+        subprocess.run([*podman, "import", "-q", str(tmp_path / "empty.tar"), "sfk-empty"], check=True,
+                       capture_output=True)
+        subprocess.run([*podman, "create", "--name", "foreign", "sfk-empty", "/x"], check=True, capture_output=True)
+        request = RankRequest(service="glm", deployment="d1", rank=0, profile="glm53-dflash7",
+                              env_file=str(tmp_path / "runtime.env"), engine="podman", engine_args=engine_args,
+                              state_dir=str(tmp_path / "state"))
+        watched = watch_container(request, "-l")
+        assert watched["container"] == "-l"
+        assert 'no container with name or ID "-l"' in watched["exit_code"], watched  # not the foreign one's 0
+    finally:
+        subprocess.run(["podman", "--root", str(tmp_path / "root"), "--runroot", str(runroot), "--storage-driver",
+                        "vfs", "rm", "--all", "--force"], capture_output=True)
+        shutil.rmtree(runroot, ignore_errors=True)

@@ -193,7 +193,7 @@ def service_containers(engine: Engine, service: str, deployment: str | None = No
 
 
 def last_log_lines(engine: Engine, container: str, lines: int = LOG_LINES) -> list[str]:
-    shown = _engine(engine, "logs", "--tail", str(lines), container)
+    shown = _engine(engine, "logs", "--tail", str(lines), "--", container)  # "--": a name is never a flag
     return (shown.stdout + shown.stderr).splitlines()[-lines:]
 
 
@@ -255,7 +255,9 @@ def watch_container(request: RankRequest, name: str, children: Children | None =
     exit status and last log lines. ``podman wait`` runs as one of ``children``, which the
     agent ends when the controller goes."""
     engine = rank_engine(request)
-    waited = (children or Children()).run(engine.command("wait", name))
+    # "--": the name (from the controller, which read it in this rank's reply) is never read
+    # as a flag: `podman wait -l` would wait for the latest container, whichever that is
+    waited = (children or Children()).run(engine.command("wait", "--", name))
     code = waited.stdout.strip().splitlines()[-1] if waited.stdout.strip() else waited.stderr.strip()[-200:]
     return {"status": "exited", "container": name, "exit_code": code, "logs": last_log_lines(engine, name)}
 
