@@ -492,6 +492,35 @@ def test_an_interrupt_during_the_stop_of_the_deployment_replaced_stops_all_of_it
     assert record["outcome"] == "ready" and record["settings_hash"] == old["settings_hash"]
 
 
+def test_an_interrupted_down_names_the_ranks_not_known_stopped_and_down_again_stops_them(
+    service: ServiceWorld, tmp_path: Path
+) -> None:
+    site = service.site_file(tmp_path / "site.toml")
+    up = service_cli("up", str(site), "--json")
+    assert up.returncode == 0, up.stderr
+    # rank 2's stop is slow: the interrupt lands with rank 3 stopped and ranks 0..2 running
+    slow = service.site_file(tmp_path / "slow.toml", agent=slowed_agent({("stop", 2): 30}))
+    process = subprocess.Popen([sys.executable, "-m", "sparkflake.cli", "service", "down", str(slow), "--progress",
+                                "json", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert gone_within(60, lambda: service.containers(3)) == []
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr and stdout == ""
+    phases = [(event["rank"], event["phase"]) for event in events(stderr)]
+    assert phases == [(3, "stopped"), (2, "interrupted"), (1, "interrupted"), (0, "interrupted")]
+    lines = stderr.splitlines()
+    assert lines[-2] == "sparkflake: interrupted"
+    assert lines[-1].startswith("sparkflake: service down was interrupted; not known to be stopped: rank 2 (")
+    assert ", rank 1 (" in lines[-1] and ", rank 0 (" in lines[-1] and "rank 3" not in lines[-1]
+    assert f"`sparkflake service down {slow}` stops the rest" in lines[-1]
+    assert all(service.containers(index) for index in range(2))  # ranks 0 and 1 were never asked
+    # what the note says brings the site to one state again
+    again = service_cli("down", str(site), "--json")
+    assert again.returncode == 0, again.stderr
+    assert [service.containers(index) for index in range(4)] == [[]] * 4
+
+
 @pytest.mark.parametrize("group", [False, True], ids=["process", "process-group"])
 def test_an_interrupt_once_rank_0_is_ready_waits_for_the_commit_and_the_record(
     service: ServiceWorld, tmp_path: Path, group: bool

@@ -124,8 +124,12 @@ def run_command(parse: Callable[[], argparse.Namespace], *, process_ends: bool =
 
 
 def _interrupted(interrupt: KeyboardInterrupt) -> int:
+    """The interrupt's line, then what the workflow it cut noted of the state it left
+    (``add_note``: e.g. the ranks ``service down`` had not stopped)."""
     line, status = _signals.caught(interrupt)
     print(line, file=sys.stderr)
+    for note in getattr(interrupt, "__notes__", ()):
+        print(f"sparkflake: {note}", file=sys.stderr)
     return status
 
 

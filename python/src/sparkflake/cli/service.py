@@ -40,9 +40,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         parser = add_command(group, name, handler, help=text, description=text, action=name)
         parser.add_argument("site", metavar="SITE", help="the site file (site.toml)")
         parser.add_argument("--json", action="store_true", help="print the result as JSON")
-        if name in ("up", "rollback", "restart"):
+        if name != "status":
             parser.add_argument("--progress", choices=("auto", "json", "none"), default="auto",
                                 help="progress per rank on stderr: lines on a terminal (auto), JSON lines, none")
+        if name in ("up", "rollback", "restart"):
             parser.add_argument("--ready-timeout", type=int, metavar="SECONDS",
                                 help="override [service].ready_timeout")
             parser.add_argument("--sign-key", dest="sign_key_file", metavar="COSIGN_KEY",
@@ -115,7 +116,7 @@ def _deploy(args: argparse.Namespace) -> int:
 def _down(args: argparse.Namespace) -> int:
     from ..workflows.service import stop_service
 
-    result = stop_service(_request(args))
+    result = stop_service(_request(args), _progress(args.progress))
     if args.json:
         print_json({"ranks": result.ranks})
     else:

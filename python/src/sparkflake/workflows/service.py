@@ -61,9 +61,9 @@ def deploy_service(deployment: Deployment, request: ServiceCommandRequest,
     return _DEPLOYMENTS[deployment](service_request(request), progress)
 
 
-def stop_service(request: ServiceCommandRequest) -> workflow.DownResult:
-    """The service's containers stopped (by label) on every rank."""
-    return workflow.down(service_request(request), lambda event: None)
+def stop_service(request: ServiceCommandRequest, progress: workflow.Progress) -> workflow.DownResult:
+    """The service's containers stopped (by label) on every rank, last rank first."""
+    return workflow.down(service_request(request), progress)
 
 
 def service_status(request: ServiceCommandRequest) -> workflow.StatusResult:
