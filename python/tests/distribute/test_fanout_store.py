@@ -8,16 +8,18 @@ import base64
 import hashlib
 import json
 import os
+import re
 import time
 from pathlib import Path
 
 import pytest
+from fixtures.one_layer_image import write_one_layer_image
 from hypothesis import given
 from hypothesis import strategies as st
 
 from sparkflake.core.errors import CheckFailed, InputError
 from sparkflake.core.file_hashes import stat_identity
-from sparkflake.distribute.engine import storage_specifier
+from sparkflake.distribute.engine import import_layout, open_image, storage_specifier
 from sparkflake.distribute.store import (
     RECORD_NAME,
     LayoutPlan,
@@ -185,3 +187,27 @@ def test_the_storage_specifier_names_podmans_store(engine_args: list[str], expec
 def test_an_incomplete_store_option_is_refused(engine_args: list[str]) -> None:
     with pytest.raises(InputError, match="engine_args"):
         storage_specifier(engine_args)
+
+
+@pytest.mark.parametrize(("engine_args", "name"), [
+    (["--root", "/var/lib/store+b"], "root"),  # skopeo: root /var/lib/store, runroot b
+    (["--root", "/srv/a@b"], "root"),  # skopeo: driver /srv/a, root b
+    (["--root", "/r", "--runroot", "/run/x:y"], "runroot"),  # skopeo: options y
+    (["--root", "/r]x"], "root"),
+])
+def test_a_store_path_skopeo_would_split_is_refused(engine_args: list[str], name: str) -> None:
+    with pytest.raises(InputError, match=rf"^engine_args: the store's {name} '.*' cannot be named to skopeo"):
+        storage_specifier(engine_args)
+
+
+def test_a_layout_path_with_a_colon_is_refused_before_skopeo_reads_another_directory(tmp_path: Path) -> None:
+    """skopeo reads oci:/X/c:d/oci as the layout /X/c (reference "d/oci"): not the layout
+    sparkflake verified, whose layer entries were checked; it is refused before skopeo runs."""
+    out, _ = write_one_layer_image(tmp_path / "c:d", {"etc/hello": b"hello\n"})
+    layout = out / "oci"
+    image_id = open_image(str(layout)).config_ref.digest
+    assert image_id is not None
+    with pytest.raises(InputError, match=rf"^{re.escape(str(layout))}: a layout whose path holds ':' cannot be named"):
+        import_layout("podman", ["--root", str(tmp_path / "store"), "--storage-driver", "vfs"], str(layout), image_id,
+                      "localhost/x:1")
+    assert not (tmp_path / "store").exists()  # nothing ran

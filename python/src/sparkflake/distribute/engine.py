@@ -155,6 +155,10 @@ def storage_specifier(engine_args: list[str]) -> str:
         position += 1
     if not found:
         return ""
+    for name, value in found.items():  # the specifier's own separators: skopeo would split the value there
+        if not value or any(char in value for char in "[]@+:"):
+            raise InputError(f"engine_args: the store's {name} {value!r} cannot be named to skopeo "
+                             "(containers-storage:[driver@root+runroot:options] splits at '@', '+', ':' and ']')")
     if "root" not in found:
         raise InputError("engine_args: a --runroot or --storage-driver without --root cannot be given to skopeo")
     driver = f"{found['driver']}@" if "driver" in found else ""
@@ -173,6 +177,9 @@ def import_layout(
         raise InputError(f"--import {engine}: the blob route imports into podman's containers-storage; "
                          "use the archive route for docker")
     check_image_id(expected_image_id)
+    if ":" in layout:  # oci:PATH ends the path at its first ':': skopeo would read another directory
+        raise InputError(f"{layout}: a layout whose path holds ':' cannot be named to skopeo (oci:PATH[:REFERENCE] "
+                         "ends the path at the first ':'); use a data_dir without ':'")
     destination = f"containers-storage:{storage_specifier(engine_args)}{tag}"
     # As the archive route's import: the blobs' sha256 binds them to what rank 0 holds, not
     # to a safe image, so the digests and every layer entry (oci.entry_safety) are checked
