@@ -16,6 +16,10 @@ from dataclasses import dataclass, field
 
 from ..core.errors import InputError
 
+# A byte count in a Release or Packages index: ASCII digits, at most 19 (63 bits); int()
+# alone would also take "1_0", "+1", " 1" or "١".
+SIZE_PATTERN = re.compile(r"[0-9]{1,19}")
+
 # ---------------------------------------------------------------------------------------
 # deb822
 
@@ -52,7 +56,7 @@ def parse_paragraphs(text: str, *, source: str = "<packages>") -> Iterator[dict[
 # ---------------------------------------------------------------------------------------
 # Versions (dpkg's algorithm, deb-version(7))
 
-_VERSION_RE = re.compile(r"^(?:(\d+):)?([A-Za-z0-9.+~:-]+?)(?:-([A-Za-z0-9.+~]+))?$")
+_VERSION_RE = re.compile(r"^(?:([0-9]+):)?([A-Za-z0-9.+~:-]+?)(?:-([A-Za-z0-9.+~]+))?$")
 
 
 @dataclass(frozen=True)
@@ -220,11 +224,12 @@ class DebPackage:
             architecture = fields["Architecture"]
             filename = fields["Filename"]
             sha256 = fields["SHA256"]
-            size = int(fields["Size"])
+            size_text = fields["Size"]
         except KeyError as exc:
             raise InputError(f"{where}: field {exc.args[0]} missing") from exc
-        except ValueError as exc:
-            raise InputError(f"{where}: Size is not an integer") from exc
+        if not SIZE_PATTERN.fullmatch(size_text):
+            raise InputError(f"{where}: Size is not an integer: {size_text!r} (expected a byte count in ASCII digits)")
+        size = int(size_text)
         provides = tuple(
             alt
             for group in parse_relations(fields.get("Provides", ""), source=where)

@@ -19,12 +19,20 @@ import tempfile
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
 from ..core.blob_cache import Artifact, BlobCache, fetch_artifact
+from ..core.digest import is_sha256_hex
 from ..core.errors import CheckFailed, InputError
-from .debian_packages import ClosureResult, PackageIndex, parse_paragraphs, resolve_closure
+from .debian_packages import (
+    SIZE_PATTERN,
+    ClosureResult,
+    PackageIndex,
+    parse_paragraphs,
+    resolve_closure,
+)
 
 DEFAULT_KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
 SNAPSHOT_ROOT = "https://snapshot.debian.org/archive"
@@ -77,7 +85,11 @@ class ReleaseIndex:
 
 
 def snapshot_timestamp(release_date: str) -> str:
+    """The UTC instant of an RFC 2822 ``release_date`` as snapshot.debian.org names it; a
+    numeric offset is applied (a naive result, from ``-0000``, is UTC already)."""
     parsed = email.utils.parsedate_to_datetime(release_date)
+    if parsed.tzinfo is not None:
+        parsed = parsed.astimezone(UTC)
     return parsed.strftime("%Y%m%dT%H%M%SZ")
 
 
@@ -115,10 +127,18 @@ def parse_release(text: str, suite: DebianSuite, architecture: str, *, source: s
             date = release.get("Date", "")
             if not date:
                 raise InputError(f"{source}: Release has no Date")
+            try:
+                snapshot = snapshot_timestamp(date)
+            except (TypeError, ValueError, OverflowError):
+                raise InputError(f"{source}: Release: Date {date!r} is not an RFC 2822 date") from None
+            if not is_sha256_hex(fields[0]):
+                raise InputError(f"{source}: Release: {wanted}: sha256 {fields[0]!r} is not 64 lowercase hex digits")
+            if not SIZE_PATTERN.fullmatch(fields[1]):
+                raise InputError(f"{source}: Release: {wanted}: size {fields[1]!r} is not a whole number")
             return ReleaseIndex(
                 suite=suite,
                 date=date,
-                snapshot_timestamp=snapshot_timestamp(date),
+                snapshot_timestamp=snapshot,
                 packages_path=wanted,
                 packages_sha256=fields[0],
                 packages_size=int(fields[1]),
