@@ -440,3 +440,108 @@ def test_export_notes_show_no_credential_value():
     assert exported.document["env"]["HF_TOKEN"] == "SEKRET-launch-env"
     assert exported.document["env"]["NCCL_DEBUG"] == "WARN"
     assert "--hf-token=SEKRET-joined" in exported.document["args"]
+
+
+# a recipe holding credentials inside other values: a JSON argument, a URL, a command line
+_INSIDE = {
+    "engine": "vllm",
+    "model": "zai-org/GLM-5",
+    "tensor_parallel_size": 2,
+    "entrypoint": ["bash", "-c", "huggingface-cli login --token SEKRET-login && exec vllm serve"],
+    "args": [
+        "--kv-transfer-config",  # the launcher's flag: a note quotes the recipe's words
+        '{"kv_connector":"SparkContextCacheConnector","kv_connector_extra_config":'
+        '{"api_key":"SEKRET-json","hf_token":"SEKRET-hf","store":"/srv/kv"}}',
+        "--override-generation-config", "'{\"temperature\": 0.6, \"password\": \"SEKRET-unmapped\"}'",
+        "--model-loader-extra-config", "https://user:SEKRET-userinfo@mirror.example/x",
+        "--kv-cache-memory", "HF_TOKEN=SEKRET-kv",  # not GiB: a note quotes it
+        "--max-model-len", "https://host/f?token=SEKRET-catalog",  # refused by the catalog, which quotes it
+        "--tensor-parallel-size", "Authorization: Bearer SEKRET-field",  # a conflict with the field quotes it
+        "--tool-call-parser", "https://h/p?X-Amz-Signature=SEKRET-dup1",
+        "--tool-call-parser", "curl -H 'X-Api-Key: SEKRET-dup2'",  # given twice: a conflict quotes both
+        "--served-model-name", "glm HF_TOKEN=SEKRET-name",
+        "--chat-template", "token.jinja",
+    ],
+    "env": {"HF_ENDPOINT": "https://u:SEKRET-env@mirror.example/hf", "NCCL_DEBUG": "WARN"},
+    "mods": {"commands": [{"command": "export HF_TOKEN=SEKRET-mod; ./fix.sh", "on_failure": "warn"}]},
+}
+
+
+def test_import_shows_no_credential_inside_a_value():
+    """`recipe import` showed a credential held inside another value: the launcher's
+    --kv-transfer-config JSON (its api_key) in a note, an unmapped JSON or URL argument, a
+    value a note or a conflict quotes (a refused setting, a field against its flag, a flag
+    given twice). Each is now shown with the credential masked, the rest as written; the
+    [recipe] table keeps every value verbatim (the export carries it back, to be run)."""
+    imported = import_recipe(_INSIDE, "r.toml")
+    shown = [json.dumps(imported.report(), ensure_ascii=False), *imported.shown_unmapped_args(),
+             *imported.notes, *imported.conflicts]
+    assert not [text for text in shown if "SEKRET" in text], shown
+    said = "\n".join(shown)
+    assert ('the recipe\'s \'--kv-transfer-config {"kv_connector":"SparkContextCacheConnector",'
+            '"kv_connector_extra_config":{"api_key":"***","hf_token":"***","store":"/srv/kv"}}\' is kept') in said
+    assert "--served-model-name: not a SERVED_MODEL_NAME: SERVED_MODEL_NAME='glm HF_TOKEN=***': expected" in said
+    assert "--max-model-len: kept unmapped: MAX_MODEL_LEN='https://host/f?***': expected a non-negative" in said
+    assert "'{\"temperature\": 0.6, \"password\": \"***\"}'" in imported.shown_unmapped_args()
+    assert "https://***@mirror.example/x" in imported.shown_unmapped_args()
+    assert "--kv-cache-memory HF_TOKEN=***: not a whole number of GiB" in said
+    assert "but args[10] --tensor-parallel-size Authorization: ***;" in said
+    assert "(args[12] 'https://h/p?***', args[14] \"curl -H 'X-Api-Key: ***'\")" in said
+    assert "--chat-template" in imported.shown_unmapped_args() and "token.jinja" in imported.shown_unmapped_args()
+    # what is written: every value verbatim, and the connector still read from the real value
+    table = tomllib.loads(dump_recipe(imported.recipe_table()))
+    assert table["launcher_args"][1] == _INSIDE["args"][1]
+    assert [word for word in table["unmapped_args"] if "SEKRET" in word] == [
+        word for word in _INSIDE["args"] if "SEKRET" in word and word not in (_INSIDE["args"][1], _INSIDE["args"][17])]
+    assert table["env"] == _INSIDE["env"] and table["mods"] == _INSIDE["mods"]
+    assert table["entrypoint"] == _INSIDE["entrypoint"]
+    assert imported.runtime["SPARKCACHE_ENABLED"] == "1"
+    assert imported.served_model_name == "glm HF_TOKEN=SEKRET-name"  # the name, as served
+
+
+def test_export_notes_show_no_credential_inside_a_value():
+    """An export's notes quote what of the recipe's the launch replaced: its
+    --kv-transfer-config JSON, an env value holding a URL's password, an entrypoint command
+    line. The credential inside each is masked; the exported document, which runs, keeps
+    every value it writes verbatim."""
+    import dataclasses
+
+    from sparkflake.launch.recipe import export_recipe
+
+    plan = _fixed_plan()
+    spec = dataclasses.replace(plan.spec, env={**plan.spec.env, "HF_ENDPOINT": "https://hf.example/"},
+                               serve_args=(*plan.spec.serve_args, "--kv-transfer-config", '{"kv_connector":"X"}'))
+    plan = dataclasses.replace(plan, spec=spec)
+    recipe = {**_INSIDE, "env": {**_INSIDE["env"], "PIP_INDEX_URL": "https://__token__:SEKRET-pip@pypi.example/simple"}}
+    exported = export_recipe(plan, import_recipe(recipe, "r.toml").recipe_table())
+    said = "\n".join(exported.notes)
+    assert "SEKRET" not in said, said
+    assert ("--kv-transfer-config: the launch sets '{\"kv_connector\":\"X\"}'; the recipe's '{\"kv_connector\":"
+            "\"SparkContextCacheConnector\",\"kv_connector_extra_config\":{\"api_key\":\"***\",\"hf_token\":"
+            "\"***\",\"store\":\"/srv/kv\"}}' is not written") in said
+    assert ("env HF_ENDPOINT: the launch sets 'https://hf.example/'; the recipe's 'https://***@mirror.example/hf' "
+            "is not written") in said
+    assert "the recipe's ['bash', '-c', 'huggingface-cli login --token *** && exec vllm serve'] is not written" in said
+    # the document is what the launcher would run: every value as it is
+    document = exported.document
+    assert document["env"]["PIP_INDEX_URL"] == "https://__token__:SEKRET-pip@pypi.example/simple"
+    assert document["env"]["HF_ENDPOINT"] == "https://hf.example/"
+    assert document["mods"] == _INSIDE["mods"]
+    args = document["args"]
+    assert args[args.index("--model-loader-extra-config") + 1] == "https://user:SEKRET-userinfo@mirror.example/x"
+    assert "'{\"temperature\": 0.6, \"password\": \"SEKRET-unmapped\"}'" in args
+
+
+def test_recipe_import_prints_no_credential_inside_a_value(tmp_path):
+    """The command's printed lines and --json: no credential held inside a value; the files
+    it writes keep them (they are what an export carries back)."""
+    recipe = tmp_path / "r.recipe.toml"
+    recipe.write_text(dump_recipe(_INSIDE))
+    recipe.chmod(0o600)
+    for extra in ((), ("--json",)):
+        completed = cli("recipe", "import", str(recipe), "-o", str(tmp_path / "out"), "--force", *extra)
+        assert completed.returncode == 0, completed.stderr
+        assert "SEKRET" not in completed.stdout + completed.stderr, completed.stdout
+        assert "api_key" in completed.stdout and "***" in completed.stdout
+    written = (tmp_path / "out" / "profile.toml").read_text()
+    assert "SEKRET-json" in written and "SEKRET-mod" in written and "SEKRET-userinfo" in written

@@ -19,7 +19,14 @@ from ..core.documents import parse_json, read_regular_file
 from ..core.errors import InputError
 from ..core.records import parse_toml_text
 from ..profile.settings_catalog import CATALOG, parse_value
-from .credential_masking import MASK, masked_args, masked_flag, masked_value, names_credential
+from .credential_masking import (
+    MASK,
+    masked_args,
+    masked_flag,
+    masked_text,
+    masked_value,
+    names_credential,
+)
 from .envfile import render_env_value
 
 KNOWN_FIELDS = (
@@ -106,8 +113,8 @@ class RecipeImport:
 
     def report(self) -> dict[str, Any]:
         return {
-            "runtime": dict(sorted(self.runtime.items())),
-            "served_model_name": self.served_model_name,
+            "runtime": {key: masked_text(value) for key, value in sorted(self.runtime.items())},
+            "served_model_name": None if self.served_model_name is None else masked_text(self.served_model_name),
             "unknown_fields": list(self.unknown_fields),
             "unmapped_args": list(self.shown_unmapped_args()),
             "kept": sorted(self.kept),
@@ -144,11 +151,23 @@ def _shell_unquote(text: str) -> str:
 
 
 def _accepts(key: str, raw: str) -> str | None:
-    """None if the catalog takes ``raw`` for ``key``, else why not."""
+    """None if the catalog takes ``raw`` for ``key``, else why not, as shown: the catalog's
+    message quotes the value (``KEY='...': expected ...``, perhaps cut short, which could cut
+    a credential past recognition), so a value holding a credential is quoted masked."""
     try:
         parse_value(CATALOG[key], raw)
     except ValueError as exc:
-        return str(exc)
+        problem = str(exc)
+        shown = masked_text(raw)
+        if shown == raw:
+            return problem
+        for quoted in (repr(raw), raw):
+            if problem.startswith(f"{key}={quoted}"):
+                return f"{key}={shown!r}{problem[len(key) + 1 + len(quoted):]}"
+        cut = problem.find("...': ")
+        if problem.startswith(f"{key}='") and cut >= 0:
+            return f"{key}={shown!r}{problem[cut + 4:]}"
+        return f"{key}={shown!r}: not a value {key} takes"
     return None
 
 
@@ -204,8 +223,9 @@ def import_recipe(document: Mapping[str, Any], source: str) -> RecipeImport:
         field_flag = flag_of_key.get(key)
         if field_flag is not None and field_flag in last and last[field_flag][1] is not None \
                 and last[field_flag][1] != field_value:
-            conflicts.append(f"{source}: {field_name} = {field_value} but args[{last[field_flag][0]}] {field_flag} "
-                             f"{last[field_flag][1]}; {key} takes the flag's value (what vLLM reads)")
+            conflicts.append(f"{source}: {field_name} = {masked_value(field_name, field_value)} but "
+                             f"args[{last[field_flag][0]}] {field_flag} {masked_value(field_flag, last[field_flag][1])}; "
+                             f"{key} takes the flag's value (what vLLM reads)")
             kept[field_name] = document[field_name]
             continue
         problem = _accepts(key, field_value)
@@ -244,12 +264,12 @@ def import_recipe(document: Mapping[str, Any], source: str) -> RecipeImport:
                 runtime["KV_CACHE_GIB"] = str(byte_count >> 30)
             else:
                 unmapped += words
-                notes.append(f"{where} {value}: not a whole number of GiB; kept unmapped")
+                notes.append(f"{where} {masked_value(flag, value)}: not a whole number of GiB; kept unmapped")
         elif flag == "--speculative-config" and value is not None:
             _import_speculative(value, where, runtime, kept, notes)
         elif flag in LAUNCHER_FLAGS:
             launcher_args += words
-            notes.append(f"{where}: the launcher sets it itself; the recipe's {' '.join(words)!r} is kept "
+            notes.append(f"{where}: the launcher sets it itself; the recipe's {' '.join(shown_args(words))!r} is kept "
                          f"under [recipe].{LAUNCHER_ARGS}")
         else:
             unmapped += words
@@ -351,7 +371,7 @@ def export_recipe(plan: Any, imported: Mapping[str, Any] | None = None) -> Recip
     taken = {m["container"] for m in mounts}
     for mount in recipe.get("extra_mounts") or []:
         if isinstance(mount, Mapping) and mount.get("container") in taken:
-            notes.append(f"mount {mount.get('container')}: the launch mounts it itself; the recipe's "
+            notes.append(f"mount {masked_value('container', mount.get('container'))}: the launch mounts it itself; the recipe's "
                          f"{masked_value('mount', dict(mount))} is not written")
         else:
             mounts.append(mount)
