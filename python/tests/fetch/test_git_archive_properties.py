@@ -120,6 +120,10 @@ _hostile = _member(_hostile_tops, _hostile_parts, st.sampled_from(sorted(_KINDS)
 @st.composite
 def _members(draw):
     members = draw(st.lists(_plain, min_size=1, max_size=5, unique_by=lambda member: member[0]))
+    links = [name for name, kind, _link in members if kind == "symlink"]
+    if links and draw(st.booleans()):  # something below a symlink: a write through it, unless refused
+        below = f"{draw(st.sampled_from(links))}/{draw(st.sampled_from(['f1', 'd', 'd/f2']))}"
+        members.append((below, "dir" if below.endswith("/d") else "file", ""))
     if draw(st.booleans()):
         members.insert(draw(st.integers(0, len(members))), draw(_hostile))
     return members
@@ -193,6 +197,18 @@ def test_a_hostile_archive_is_refused_by_name_and_writes_nothing_outside(tmp_pat
             assert stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)
             if stat.S_ISREG(mode):  # a file's real place is inside the destination
                 assert Path(os.path.realpath(Path(directory, entry))).is_relative_to(destination.resolve())
+
+
+@given(st.sampled_from(["../../outside", "/tmp", ".", "..", "d"]), st.sampled_from(["f", "e/f", "e/"]))
+def test_a_member_below_a_symlink_is_refused_and_nothing_is_written_through_it(tmp_path_factory, target, below) -> None:
+    box = tmp_path_factory.mktemp("box")
+    (box / "outside").mkdir()
+    archive = box / "a.tar.gz"
+    kind = "dir" if below.endswith("/") else "file"
+    archive.write_bytes(_tarball([("top/d", "dir", ""), ("top/link", "symlink", target), (f"top/link/{below}", kind, "")]))
+    with pytest.raises(ArchiveRefused, match=f"^archive member 'top/link/{below.rstrip('/')}' is written through a symlink$"):
+        extract_archive(archive, box / "dest", "r" * 40)
+    assert list((box / "outside").iterdir()) == [] and list((box / "dest" / "d").iterdir()) == []
 
 
 @given(st.sampled_from(["hardlink", "char", "block", "fifo"]), st.sampled_from(["top/", "top/d/", "top/d/e/"]))
