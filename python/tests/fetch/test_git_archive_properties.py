@@ -3,9 +3,8 @@ writes unpacks to the commit's own tree (its tree id, against ``git``), any othe
 archive is refused by its pax comment, and a hostile tarball (``..``, absolute names, a
 second top directory, hard links, devices, FIFOs, writes through a symlink, a ``.git``
 part) is refused with ``ArchiveRefused`` naming the member, never writing outside the
-destination. (A member whose parent is a regular file leaks NotADirectoryError: see
-/work/notes/hypothesis-findings-2.md G1; the hostile property here keeps file and
-directory names apart.)"""
+destination; so is a member that cannot be written (a file where a directory is needed,
+a name part over 255 bytes), so that the caller tries the next archive URL."""
 
 from __future__ import annotations
 
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from fixtures.git import git, write_files
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from sparkflake.core.tree_digest import git_tree_id
@@ -98,7 +97,7 @@ _KINDS = {
 # "..", ".", "", ".git" parts, a hard link, device or FIFO
 _parts = st.sampled_from(["d", "e"])
 _link_targets = st.sampled_from(["../../victim", "../../outside", "/tmp", "..", ".", "d", "top/d"])
-# leaf names: a file and a directory never share a name (G1 is a finding of its own)
+# leaf names: a file and a directory never share a name (that case has a property of its own)
 _leaf_kinds = {"file": "f", "symlink": "l", "hardlink": "h", "char": "c", "block": "b", "fifo": "p"}
 _hostile_tops = st.sampled_from(["other", "..", ".", "", "/top", "./top", "top"])
 _hostile_parts = st.sampled_from(["d", "..", ".", "", ".git", ".GIT"])
@@ -240,3 +239,49 @@ def test_damaged_bytes_are_refused_as_unreadable(tmp_path_factory, noise: bytes,
         extract_archive(archive, box / "dest", "r" * 40)
     except ArchiveRefused as refused:
         assert refused.reason.startswith(("not a readable .tar.gz archive: ", "archive ")), refused.reason
+
+
+@example([("top/a", "file", ""), ("top/a/b", "dir", "")])
+@example([("top/a", "file", ""), ("top/a/b/c", "file", "")])
+@example([("top/" + "a" * 256, "file", "")])
+@example([("top/a", "dir", ""), ("top/a", "file", "")])
+@given(st.lists(st.tuples(
+    st.lists(st.sampled_from(["a", "b", "a" * 255, "a" * 256, "é" * 128]), min_size=1, max_size=3).map(
+        lambda parts: "top/" + "/".join(parts)),
+    st.sampled_from(["file", "dir", "symlink"]),
+    st.just("t"),
+), min_size=1, max_size=4))
+def test_a_member_that_cannot_be_written_is_refused_by_name(tmp_path_factory, members) -> None:
+    """A file where a directory is needed (or the reverse), a name part over 255 bytes:
+    ArchiveRefused naming the member (the next archive URL is tried), never an OSError."""
+    box = tmp_path_factory.mktemp("box")
+    (box / "outside").mkdir()
+    archive = box / "a.tar.gz"
+    archive.write_bytes(_tarball(members))
+    destination = box / "dest"
+    try:
+        written = extract_archive(archive, destination, "r" * 40)
+    except ArchiveRefused as refused:
+        named = [name for name, _kind, _link in members if refused.reason.startswith(f"archive member {name!r}")]
+        assert named, refused.reason
+        if refused.reason.endswith(": a name part longer than 255 bytes"):
+            assert any(len(part.encode()) > 255 for part in named[0].split("/"))
+    else:
+        assert written == sum(1 for _name, kind, _link in members if kind != "dir")
+        assert all(len(part.encode()) <= 255 for name, _kind, _link in members for part in name.split("/"))
+    assert sorted(os.listdir(box)) == ["a.tar.gz", "dest", "outside"] and not os.listdir(box / "outside")
+
+
+@pytest.mark.parametrize(("members", "reason"), [
+    ([("top/a", "file", ""), ("top/a/b", "dir", "")], "archive member 'top/a/b': Not a directory"),
+    ([("top/a", "file", ""), ("top/a/b/c", "file", "")], "archive member 'top/a/b/c': Not a directory"),
+    ([("top/a", "dir", ""), ("top/a", "file", "")], "archive member 'top/a': File exists"),
+    ([("top/" + "a" * 256, "file", "")], f"archive member {'top/' + 'a' * 256!r}: a name part longer than 255 bytes"),
+    ([("top/d/" + "é" * 128, "dir", "")], f"archive member {'top/d/' + 'é' * 128!r}: a name part longer than 255 bytes"),
+])
+def test_each_unwritable_member_is_refused_with_its_name_and_reason(tmp_path, members, reason) -> None:
+    archive = tmp_path / "a.tar.gz"
+    archive.write_bytes(_tarball(members))
+    with pytest.raises(ArchiveRefused) as refused:
+        extract_archive(archive, tmp_path / "dest", "r" * 40)
+    assert refused.value.reason == reason

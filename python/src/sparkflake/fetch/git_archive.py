@@ -57,8 +57,10 @@ def download(url: str, target: Path, timeout: float) -> None:
 def extract_archive(archive: Path, destination: Path, rev: str) -> int:
     """Regular files (git's two modes), symlinks (targets kept as text) and directories of
     a ``git archive`` tarball, below its one top directory, into ``destination``. Refused:
-    another commit's archive, hard links, devices, paths leaving the top directory, and
-    writing through a symlink. Returns the number of files and links written."""
+    another commit's archive, hard links, devices, paths leaving the top directory,
+    writing through a symlink, and a member that cannot be written (a name part over 255
+    bytes, a file where a directory is needed, any OSError), naming the member. Returns
+    the number of files and links written."""
     written = 0
     destination.mkdir(parents=True)
     try:
@@ -79,29 +81,34 @@ def extract_archive(archive: Path, destination: Path, rev: str) -> int:
                 if not relative:
                     continue
                 checked_relative("/".join(relative))
-                target = destination.joinpath(*relative)
-                for parent in list(target.parents)[: len(relative) - 1]:
-                    if parent.is_symlink():
-                        raise ArchiveRefused(f"archive member {member.name!r} is written through a symlink")
-                if member.isdir():
-                    target.mkdir(parents=True, exist_ok=True)
-                elif member.issym():
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    os.symlink(member.linkname, target)
-                    written += 1
-                elif member.isfile():
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    source = tar.extractfile(member)
-                    assert source is not None
-                    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-                    with source, os.fdopen(fd, "wb") as out:
-                        shutil.copyfileobj(source, out, 1 << 20)
-                    os.chmod(target, 0o755 if member.mode & 0o100 else 0o644)
-                    written += 1
-                else:
-                    raise ArchiveRefused(f"archive member {member.name!r} is not a file, directory or symlink")
+                if any(len(os.fsencode(part)) > 255 for part in relative):
+                    raise ArchiveRefused(f"archive member {member.name!r}: a name part longer than 255 bytes")
+                try:
+                    target = destination.joinpath(*relative)
+                    for parent in list(target.parents)[: len(relative) - 1]:
+                        if parent.is_symlink():
+                            raise ArchiveRefused(f"archive member {member.name!r} is written through a symlink")
+                    if member.isdir():
+                        target.mkdir(parents=True, exist_ok=True)
+                    elif member.issym():
+                        target.parent.mkdir(parents=True, exist_ok=True)
+                        os.symlink(member.linkname, target)
+                        written += 1
+                    elif member.isfile():
+                        target.parent.mkdir(parents=True, exist_ok=True)
+                        source = tar.extractfile(member)
+                        assert source is not None
+                        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+                        with source, os.fdopen(fd, "wb") as out:
+                            shutil.copyfileobj(source, out, 1 << 20)
+                        os.chmod(target, 0o755 if member.mode & 0o100 else 0o644)
+                        written += 1
+                    else:
+                        raise ArchiveRefused(f"archive member {member.name!r} is not a file, directory or symlink")
+                except OSError as exc:  # a file where a directory is needed, a name too long, ...
+                    raise ArchiveRefused(f"archive member {member.name!r}: {exc.strerror or exc}") from None
     except (tarfile.TarError, EOFError, zlib.error) as exc:
         raise ArchiveRefused(f"not a readable .tar.gz archive: {exc}") from None
-    except (FileExistsError, InputError) as exc:
+    except InputError as exc:
         raise ArchiveRefused(f"archive refused: {exc}") from None
     return written
