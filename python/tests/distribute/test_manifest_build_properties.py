@@ -2,8 +2,8 @@
 regular file below the root, by relative POSIX path, with its size and sha256 (against
 hashlib), in byte order of the path; replication's own record and ``.*.partial``/``.*.lock``
 files left out; the record round-trips through ``manifest_bytes``/``manifest_from_document``;
-a symlink to a file or a FIFO is refused with ``InputError`` naming it. (A symlink to a
-directory is skipped silently: /work/notes/hypothesis-findings-2.md G2.)"""
+a symlink to a file or a directory (not followed: its files would be left out) or a FIFO
+is refused with ``InputError`` naming it."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from sparkflake.core.errors import InputError
 from sparkflake.distribute.manifest import (
     RECORD_NAME,
     build_manifest,
+    compare_directory,
     manifest_bytes,
     manifest_from_document,
 )
@@ -60,7 +61,7 @@ def test_the_manifest_lists_every_file_by_path_size_and_sha256(tmp_path_factory,
     assert manifest_from_document(json.loads(manifest_bytes(entries)), "m") == entries
 
 
-@given(_files.filter(bool), st.sampled_from(["file-link", "fifo", "dangling"]), st.data())
+@given(_files.filter(bool), st.sampled_from(["file-link", "dir-link", "fifo", "dangling"]), st.data())
 def test_a_file_that_is_no_regular_file_is_refused_by_name(tmp_path_factory, files, kind, data) -> None:
     root = tmp_path_factory.mktemp("ckpt")
     planted = _plant(root, files)
@@ -69,9 +70,37 @@ def test_a_file_that_is_no_regular_file_is_refused_by_name(tmp_path_factory, fil
     at = root / (data.draw(st.sampled_from(sorted(planted))) + ".odd")
     if kind == "file-link":
         at.symlink_to(root / sorted(planted)[0])
+    elif kind == "dir-link":
+        elsewhere = tmp_path_factory.mktemp("elsewhere")
+        (elsewhere / "a.safetensors").write_bytes(b"weights")
+        at.symlink_to(elsewhere)
     elif kind == "dangling":
         at.symlink_to(root / "nowhere")
     else:
         os.mkfifo(at)
     with pytest.raises(InputError, match=f"^{at}: only regular files can be replicated$"):
         build_manifest(root)
+
+
+@given(
+    st.dictionaries(st.from_regex(r"[a-z]{1,6}\.safetensors", fullmatch=True), st.binary(max_size=50), max_size=3),
+    st.sampled_from(["weights", "d/weights", "d/e/weights"]),
+    st.booleans(),
+)
+def test_a_symlink_to_a_directory_is_refused_by_name_not_skipped(tmp_path_factory, files, link, inside) -> None:
+    """A Hugging Face snapshot made of links: the linked directory's files are never left
+    out of the manifest silently; the link is refused like a link to a file."""
+    box = tmp_path_factory.mktemp("box")
+    root = box / "ckpt"
+    (root / "d" / "e").mkdir(parents=True)
+    (root / "config.json").write_bytes(b"{}")
+    target = root / "d" / "e" if inside else box / "elsewhere"
+    target.mkdir(parents=True, exist_ok=True)
+    for name, content in files.items():
+        (target / name).write_bytes(content)
+    (root / link).symlink_to(target)
+    with pytest.raises(InputError, match=f"^{root / link}: only regular files can be replicated$"):
+        build_manifest(root)
+    # a copy holding such a link reports it as a path the manifest does not list
+    report = compare_directory(root, [])
+    assert link in report["extra"]

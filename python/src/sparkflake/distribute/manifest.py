@@ -45,10 +45,13 @@ def build_manifest(root: Path) -> list[FileEntry]:
 
 def _copied_files(root: Path) -> Iterator[tuple[Path, str]]:
     """Every file below ``root`` (path, relative POSIX path) but the ones replication itself
-    keeps there: the manifest record, and partial copies and lock files in progress."""
+    keeps there: the manifest record, and partial copies and lock files in progress. A
+    symlink to a directory is not followed: it is yielded like a symlink to a file (which
+    ``build_manifest`` refuses by name), never skipped with the files below it."""
     for directory, subdirs, names in os.walk(root):
         subdirs.sort()
-        for name in sorted(names):
+        linked = [name for name in subdirs if os.path.islink(os.path.join(directory, name))]
+        for name in sorted(names + linked):
             path = Path(directory) / name
             relative = path.relative_to(root).as_posix()
             if relative == RECORD_NAME or (name.startswith(".") and name.endswith((".partial", ".lock"))):
