@@ -14,9 +14,12 @@ import time
 from pathlib import Path
 
 import pytest
+from fixtures.hostile_layers import ACROSS, hostile_layout
 from fixtures.netns_ranks import NetnsRanks
 
 from sparkflake.distribute.files import partial_path
+from sparkflake.oci.reader import open_image
+from sparkflake.oci.verify import config_diff_ids, image_prefix_keys
 
 MIB = 1 << 20
 
@@ -85,8 +88,12 @@ def test_first_install_by_blobs_equals_the_archive_route_then_a_rebuild_sends_on
             store = netns_ranks.data_dir(index) / "image-store"
             assert (store / "index.json").read_bytes() == source_index
             assert store_blob(netns_ranks, index, first["manifest"]).stat().st_size == first["manifest_size"]
-        # every rank checked every layer's entries before its import, and remembers each run of them
+        # rank 0 checked every layer's entries while the blobs moved; each import took its
+        # records and read no layer (rank 0's own import neither), and every rank remembers each run
+        assert record["layers_checked"] == 0
         assert len(list((netns_ranks.data_dir(index) / "verified-layer-prefixes").iterdir())) == 4
+    assert report["ranks"][0]["source_entry_check"] | {"seconds": 0} == {
+        "status": "ok", "layers_checked": 4, "runs_shared": 4, "message": None, "seconds": 0}
     # the archive route into the same engines: the same image ID on every rank
     archive = Path(first["out"]) / "docker-archive.tar"
     sha = subprocess.run(["sha256sum", str(archive)], capture_output=True, text=True, check=True).stdout.split()[0]
@@ -105,8 +112,12 @@ def test_first_install_by_blobs_equals_the_archive_route_then_a_rebuild_sends_on
     delta = cli("fanout", second["out"], "--site", str(site), "--image-id", second["image_id"],
                 "--import", "podman", "--tag", "localhost/sfk-blobs:route-blobs", "--json")
     assert delta.returncode == 0, delta.stderr
-    for index, record in enumerate(json.loads(delta.stdout)["ranks"]):
-        assert record["image_id"] == second["image_id"]
+    delta_ranks = json.loads(delta.stdout)["ranks"]
+    # rank 0 read layers 2 and 3 only (above the run 0-1 it knew); the imports none
+    assert delta_ranks[0]["source_entry_check"]["layers_checked"] == 2
+    assert delta_ranks[0]["source_entry_check"]["runs_shared"] == 4
+    for index, record in enumerate(delta_ranks):
+        assert record["image_id"] == second["image_id"] and record["layers_checked"] == 0
         assert podman_id(netns_ranks, index, "localhost/sfk-blobs:route-blobs") == second["image_id"]
         # layers 0 and 1 sit below the changed one: podman's store already had them
         assert set(record["layers_reused_by_engine"]) >= {second["layers"][0]["digest"], second["layers"][1]["digest"]}
@@ -117,7 +128,7 @@ def test_first_install_by_blobs_equals_the_archive_route_then_a_rebuild_sends_on
             assert record["bytes_received"] == second["layers"][2]["size"] + second["config_size"]
             index_json = json.loads((netns_ranks.data_dir(index) / "image-store" / "index.json").read_text())
             assert index_json["manifests"][0]["digest"] == second["manifest"]
-        # the delta's check read layers 2 and 3 only (above the known run 0-1): two runs more
+        # the delta's runs 0-2 and 0-3 are new: two runs more
         assert len(list((netns_ranks.data_dir(index) / "verified-layer-prefixes").iterdir())) == 6
 
     # nothing left to send: a third run moves no blob, and still writes nothing wrong
@@ -251,6 +262,32 @@ def test_an_interrupt_while_blobs_move_commits_and_imports_nothing(netns_ranks: 
     again = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr
     assert all(rank["imported"] for rank in json.loads(again.stdout)["ranks"])
+
+
+def test_a_hostile_layer_is_refused_by_rank_0s_check_and_by_every_import_without_its_records(
+    netns_ranks: NetnsRanks, tmp_path: Path
+) -> None:
+    layout = hostile_layout(tmp_path / "hostile", ACROSS)  # layer 1 writes etc/cron/job through etc/cron -> /etc/cron.d
+    manifest = json.loads((layout / "index.json").read_text())["manifests"][0]["digest"]
+    config = json.loads((layout / "blobs" / "sha256" / manifest.split(":")[1]).read_text())["config"]["digest"]
+    site = netns_ranks.write_site(tmp_path / "site.toml")
+    tag = "localhost/hostile:blobs"
+    done = cli("fanout", str(layout), "--site", str(site), "--image-id", config, "--import", "podman", "--tag", tag,
+               "--json")
+    assert done.returncode == 1, done.stderr
+    ranks = json.loads(done.stdout)["ranks"]
+    check = ranks[0]["source_entry_check"]
+    assert check["status"] == "failed" and check["runs_shared"] == 0
+    assert "[oci.layer-entries] layer 1" in check["message"] and "etc/cron/job" in check["message"]
+    image = open_image(layout)
+    hostile_run = image_prefix_keys(image.layer_refs, config_diff_ids(image.config) or [])[-1]
+    for index, record in enumerate(ranks):
+        # no record of rank 0's went anywhere: each import checked, and refused, for itself
+        assert record["status"] == "failed" and not record["imported"], record
+        assert "import failed: [oci.layer-entries] layer 1" in record["error"], record["error"]
+        assert podman_id(netns_ranks, index, tag) is None
+        # the run through the hostile layer is remembered nowhere
+        assert not (netns_ranks.data_dir(index) / "verified-layer-prefixes" / f"{hostile_run}.json").exists()
 
 
 def test_bad_input_moves_nothing(netns_ranks: NetnsRanks, tmp_path: Path) -> None:

@@ -130,3 +130,54 @@ def test_past_the_cap_the_runs_used_longest_ago_go_and_nothing_else(tmp_path: Pa
     kept = sorted(path.name for path in directory.iterdir())
     assert kept == sorted([f"{keys[0]}.json", f"{keys[3]}.json", f"{keys[4]}.json",
                            "operator-notes.txt", "a" * 64 + ".json.bak"])
+
+
+_RECORDS = st.dictionaries(
+    st.one_of(st.from_regex(r"[0-9a-f]{64}", fullmatch=True), st.text(max_size=70)),
+    st.one_of(st.dictionaries(st.text(max_size=10), st.text(max_size=10), max_size=4),
+              st.lists(st.text(max_size=5), max_size=2), st.integers(), st.none()),
+    max_size=6,
+)
+
+
+@given(records=st.one_of(_RECORDS, st.lists(st.integers(), max_size=3), st.text(max_size=5)),
+       most=st.integers(min_value=0, max_value=6))
+def test_records_from_rank_0_are_admitted_whole_or_refused_naming_them(records: object, most: int) -> None:
+    """What a commit's stdin says rank 0 checked: every run recorded and given back as sent,
+    or nothing recorded and an InputError naming the place and what was expected."""
+    import tempfile
+
+    from sparkflake.core.errors import InputError
+
+    with tempfile.TemporaryDirectory() as scratch:
+        store = VerifiedPrefixStore(Path(scratch) / "verified")
+        valid = isinstance(records, dict) and len(records) <= most and all(
+            len(key) == 64 and all(c in "0123456789abcdef" for c in key) and isinstance(symlinks, dict)
+            for key, symlinks in records.items())
+        if not valid:
+            with pytest.raises(InputError, match=r"^commit \(stdin\): verified_prefixes: expected "):
+                store.admit(records, "commit (stdin): verified_prefixes", most)
+            assert not (Path(scratch) / "verified").exists()
+            return
+        assert isinstance(records, dict)
+        assert store.admit(records, "commit (stdin): verified_prefixes", most) == len(records)
+        assert store.records_of(list(records)) == records
+        assert store.records_of(["f" * 64]) == ({"f" * 64: records["f" * 64]} if "f" * 64 in records else {})
+
+
+def test_rank_0s_check_gives_the_records_an_import_then_reads_no_layer_by(tmp_path: Path) -> None:
+    from sparkflake.distribute import engine
+
+    layout = hostile_layout(tmp_path / "layout", [BASE, SAFE_TOP])
+    rank0 = VerifiedPrefixStore(tmp_path / "rank0")
+    checked, keys = engine.check_layout(str(layout), rank0)
+    assert checked == 2 and len(keys) == 2
+    records = rank0.records_of(keys)
+    assert set(records) == set(keys) and records[keys[0]] == {"etc/cron": "/etc/cron.d"}
+    # another rank takes them: its check of the same bytes reads no layer, and rank 0's again neither
+    rank1 = VerifiedPrefixStore(tmp_path / "rank1")
+    rank1.admit(json.loads(json.dumps(records)), "commit (stdin): verified_prefixes", 2)
+    for blob in _layer_blobs(layout):
+        _damage(blob)  # not read: a read would refuse the digest
+    assert verify_image(open_image(layout), verified=rank1).layers_known == 2
+    assert engine.check_layout(str(layout), rank0)[0] == 0

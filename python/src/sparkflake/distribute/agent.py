@@ -210,10 +210,13 @@ def _commit_layout(args: argparse.Namespace) -> int:
                 if isinstance(identity, list) and all(type(n) is int for n in identity)}  # a stat identity
     committed = store.commit(Path(args.store), plan, received)
     if args.engine:
+        verified = _verified_prefixes(args)
         try:
+            if verified is not None and document.get("verified_prefixes") is not None:  # rank 0's check of the source
+                verified.admit(document["verified_prefixes"], "commit (stdin): verified_prefixes", len(plan.layers))
             committed["import"] = _import_report(engine.import_layout(
                 args.engine, _argv_argument(args.engine_args_json, "--engine-args-json"), args.store,
-                plan.config.digest, args.tag, verified=_verified_prefixes(args)))
+                plan.config.digest, args.tag, verified=verified))
         except SparkflakeError as exc:  # committed all the same: say both
             committed.update(status="failed", message=str(exc),
                              **{"import": {"status": "failed", "message": str(exc)}})
@@ -225,7 +228,17 @@ def _commit_layout(args: argparse.Namespace) -> int:
 
 def _import_report(result: engine.ImportResult) -> dict[str, Any]:
     return {"status": "ok", "engine": result.engine, "image_id": result.image_id, "tag": result.tag,
-            "reused_layers": list(result.reused_layers)}
+            "reused_layers": list(result.reused_layers), "layers_checked": result.layers_checked}
+
+
+def _check_layout(args: argparse.Namespace) -> int:
+    """Rank 0, while the chain moves the blobs: every layer entry of the source checked (the
+    runs this rank checked before are not read again), and the records of the image's runs,
+    which the other ranks' imports take instead of reading those layers."""
+    verified = VerifiedPrefixStore(Path(args.verified_prefixes))
+    layers_checked, keys = engine.check_layout(args.layout, verified)
+    _emit({"status": "ok", "layers_checked": layers_checked, "verified_prefixes": verified.records_of(keys)})
+    return 0
 
 
 def _import_layout(args: argparse.Namespace) -> int:
@@ -318,6 +331,12 @@ def build_parser() -> argparse.ArgumentParser:
     layout_import.add_argument("--tag", required=True)
     layout_import.add_argument("--verified-prefixes", help="the layer runs this rank has checked (verified_prefixes)")
     layout_import.set_defaults(handler=_import_layout)
+
+    layout_check = commands.add_parser("check-layout")
+    layout_check.add_argument("--layout", required=True)
+    layout_check.add_argument("--verified-prefixes", required=True,
+                              help="the layer runs this rank has checked (verified_prefixes)")
+    layout_check.set_defaults(handler=_check_layout)
 
     listing = commands.add_parser("manifest")
     listing.add_argument("--dir", required=True)

@@ -35,6 +35,10 @@ from .ssh import AgentsOfARun, StartedAgent, run_agent, start_agent
 from .store import STORE_NAME, LayoutPlan, blob_path, plan_from_document
 from .verified_prefixes import VERIFIED_PREFIXES_NAME
 
+# rank 0's records go to each import beside the plan, in one stdin of at most relay.PLAN_LIMIT
+# (16 MiB): half of it at most (glm53's six runs: 0.35 MB); past that each rank checks itself
+SHARED_RECORDS_LIMIT = 8 << 20
+
 
 @dataclass(frozen=True)
 class LayoutFanoutRequest:
@@ -151,10 +155,14 @@ def layout_fanout(site: Site, request: LayoutFanoutRequest, *, progress: Progres
     for committer in committers.values():
         agents.adopt(committer)
 
+    # with an import, rank 0 checks every layer entry of the source while the blobs move; the
+    # imports wait for its records and read no layer it read (each rank's blobs are its, by sha256)
+    shared = _SourceEntryCheck(agents, site, first, layout, evidence[first.name]) if request.engine else None
+
     def complete(name: str) -> None:
         worker = threading.Thread(target=_settle, args=(agents, site, site.rank(name), stores[name], plan),
                                   kwargs={"request": request, "chain": chain, "record": evidence[name],
-                                          "committer": committers.pop(name, None)})
+                                          "committer": committers.pop(name, None), "shared": shared})
         workers.append(worker)
         worker.start()
 
@@ -162,14 +170,19 @@ def layout_fanout(site: Site, request: LayoutFanoutRequest, *, progress: Progres
                           retry_seconds=request.retry_seconds, on_verified=complete, progress=progress,
                           prestarted=relays)
     chain.start()
+    if shared is not None:
+        workers.append(shared.start())
     try:
         failure = _source_check(site, first, layout, [blobs[k] for k in travelling]) if travelling else None
         if failure:
             raise CheckFailed(failure, check_id="fanout.source-sha256")
     except BaseException:
         gate.cancel()
+        agents.end_all()  # rank 0's entry check
         with contextlib.suppress(Exception):
             chain.join()  # ended by the cancelled gate; the first error is the one to report
+        for worker in list(workers):
+            worker.join()
         for committer in committers.values():
             committer.cancel()
         raise
@@ -255,21 +268,65 @@ def _import_args(rank: Rank, request: LayoutFanoutRequest) -> list[str]:
             "--verified-prefixes", rank.data_path(VERIFIED_PREFIXES_NAME)]
 
 
+class _SourceEntryCheck:
+    """Rank 0's check of every layer entry of the source layout (``check-layout``), run while
+    the chain moves the blobs; the imports wait for it and take its records of the image's
+    runs of layers (``verified_prefixes``). Without records (the check refused, rank 0 could
+    not be reached, or they are too large to send) each rank checks its layers itself, and a
+    refusal is then its own."""
+
+    def __init__(self, agents: AgentsOfARun, site: Site, rank: Rank, layout: str, record: dict[str, Any]) -> None:
+        self._args = (agents, site, rank, layout, record)
+        self._done = threading.Event()
+        self.records: dict[str, Any] = {}
+
+    def start(self) -> threading.Thread:
+        thread = threading.Thread(target=self._run)
+        thread.start()
+        return thread
+
+    def wait(self) -> dict[str, Any]:
+        self._done.wait()
+        return self.records
+
+    def _run(self) -> None:
+        agents, site, rank, layout, record = self._args
+        began = time.monotonic()
+        try:
+            reply = run_agent(site, rank, ["check-layout", "--layout", layout, "--verified-prefixes",
+                                           rank.data_path(VERIFIED_PREFIXES_NAME)], within=agents)
+            found = reply.result.get("verified_prefixes") if _ok(reply) and reply.result is not None else None
+            if isinstance(found, dict) and len(json.dumps(found)) <= SHARED_RECORDS_LIMIT:
+                self.records = found
+            record["source_entry_check"] = {
+                "status": "ok" if _ok(reply) else "failed", "seconds": round(time.monotonic() - began, 6),
+                "layers_checked": (reply.result or {}).get("layers_checked") if _ok(reply) else None,
+                "runs_shared": len(self.records), "message": None if _ok(reply) else reply.describe_failure()}
+        finally:
+            self._done.set()
+
+
 def _settle(agents: AgentsOfARun, site: Site, rank: Rank, store: str, plan: LayoutPlan, *, request: LayoutFanoutRequest,
-            chain: ChainTransfer | None, record: dict[str, Any], committer: StartedAgent | None) -> None:
+            chain: ChainTransfer | None, record: dict[str, Any], committer: StartedAgent | None,
+            shared: _SourceEntryCheck | None) -> None:
     """Once a rank holds every blob: manifest and index (not on rank 0, whose layout is the
     source), then the import and the image ID check, in one agent call."""
     began = time.monotonic()
     if committer is None:  # rank 0: its layout is the source, only the import
         if not request.engine:
             return
+        if shared is not None:
+            shared.wait()  # rank 0's own records: its import reads no layer its check read
         reply = run_agent(site, rank, ["import-layout", "--layout", store, "--image-id", plan.config.digest,
                                        *_import_args(rank, request)], within=agents)
         imported = reply.result if _ok(reply) else None
     else:
         identities = chain.outcomes[rank.name].identities if chain is not None else {}
         received = {plan.blobs[k].digest: identity for k, identity in identities.items()}
-        reply = committer.finish(json.dumps({"plan": plan.as_record(), "received": received}))
+        document: dict[str, Any] = {"plan": plan.as_record(), "received": received}
+        if shared is not None and shared.wait():
+            document["verified_prefixes"] = shared.records
+        reply = committer.finish(json.dumps(document))
         if reply.result is not None and reply.result.get("manifest_digest"):
             record.update(status="verified", committed=True)
         imported = reply.result.get("import") if _ok(reply) and reply.result is not None else None
@@ -290,6 +347,9 @@ def _settle(agents: AgentsOfARun, site: Site, rank: Rank, store: str, plan: Layo
         image_id = text_at(imported, "image_id", where, path)
         tag = optional_text_at(imported, "tag", where, path)
         reused = texts_at(imported, "reused_layers", where, path)
+        checked = imported.get("layers_checked")  # an agent of an older version does not say
+        if checked is not None and (type(checked) is not int or checked < 0):
+            raise MalformedReply(where, f"{path}.layers_checked", "a count of layers", checked)
     except MalformedReply as exc:
         record.update(status="failed", error=exc.message)
         return
@@ -297,7 +357,7 @@ def _settle(agents: AgentsOfARun, site: Site, rank: Rank, store: str, plan: Layo
         record.update(status="failed", error=f"rank {rank.name}: the engine holds image ID {image_id} after the "
                                              f"import, expected {plan.config.digest}")
         return
-    record.update(imported=True, image_id=image_id, tag=tag, layers_reused_by_engine=reused)
+    record.update(imported=True, image_id=image_id, tag=tag, layers_reused_by_engine=reused, layers_checked=checked)
 
 
 def _ok(reply: AgentReply) -> bool:

@@ -20,7 +20,7 @@ from ..core.digest import is_digest
 from ..core.errors import CheckFailed, InputError
 from ..core.silence_bounded import BoundedRun, run_bounded_by_silence
 from ..oci.reader import ImageReader, open_image
-from ..oci.verify import VerifiedPrefixes, verify_image
+from ..oci.verify import VerifiedPrefixes, config_diff_ids, image_prefix_keys, verify_image
 
 ENGINES = ("podman", "docker")
 _SKIPPED = re.compile(r"Skipping blob (sha256:[0-9a-f]{64}) \(already present\)")
@@ -52,6 +52,7 @@ class ImportResult:
     image_id: str
     tag: str | None
     reused_layers: tuple[str, ...] = ()  # layers the engine's store already had (not read)
+    layers_checked: int | None = None  # layers whose entries this import read (None: not counted)
 
 
 # A tool copying into containers-storage prints a line as each blob starts and ends; between
@@ -186,7 +187,7 @@ def import_layout(
     # here, before skopeo hands a layer to the store's unpacker; ``verified``: the layer runs
     # this rank checked before are not read again (a delta reads its new layers only).
     image = open_image(layout)
-    verify_image(image, verified=verified)
+    report = verify_image(image, verified=verified)
     # --debug: the only output that says which layers were skipped: containers/image's copy
     # logs "Skipping blob sha256:... (already present):" when the store has the layer (seen
     # with Debian 12's skopeo 1.9.3; without --debug both cases print "Copying blob")
@@ -200,4 +201,15 @@ def import_layout(
             subprocess.run([engine, *engine_args, "untag", tag], capture_output=True, timeout=60)
         raise CheckFailed(f"{layout}: {engine} holds image ID {found} under {tag} after the copy, expected "
                           f"{expected_image_id}; the name was removed", check_id="fanout.image-id")
-    return ImportResult(engine=engine, loaded=(tag,), image_id=expected_image_id, tag=tag, reused_layers=reused)
+    return ImportResult(engine=engine, loaded=(tag,), image_id=expected_image_id, tag=tag, reused_layers=reused,
+                        layers_checked=len(report.layers) - report.layers_known)
+
+
+def check_layout(layout: str, verified: VerifiedPrefixes) -> tuple[int, list[str]]:
+    """Every digest and layer entry of ``layout`` checked as ``import_layout`` checks them
+    (the runs ``verified`` knows are not read again, each run read now is recorded there):
+    the layers read, and the key of each run of the image's layers (``prefix_keys``)."""
+    image = open_image(layout)
+    report = verify_image(image, verified=verified)
+    keys = image_prefix_keys(image.layer_refs, config_diff_ids(image.config) or [])
+    return len(report.layers) - report.layers_known, keys or []

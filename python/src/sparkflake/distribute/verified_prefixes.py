@@ -3,8 +3,10 @@ delta fan-out's import then reads only the layers it has not seen below the same
 
 One file a run of layers, ``DIR/<prefix key>.json``: the symlinks those layers leave, all
 the entry check of a later layer needs. It sits beside the rank's image store and is trusted
-as the blobs there are (the same agent writes both); a file that cannot be read as one is
-passed over (those layers are read again), and one that cannot be written costs only that.
+as the blobs there are: the same agent writes both, from its own check or from rank 0's
+(``admit``: the records of rank 0's check of the source, whose blobs the rank's are, by
+sha256); a file that cannot be read as one is passed over (those layers are read again),
+and one that cannot be written costs only that.
 """
 
 from __future__ import annotations
@@ -59,6 +61,26 @@ class VerifiedPrefixStore:
             write_bytes_atomic(self.directory / f"{key}.json",
                                canonical_json_bytes({"schema": SCHEMA, "symlinks": symlinks}))
             self._keep_newest(MAX_RECORDS)
+
+    def records_of(self, keys: list[str]) -> dict[str, dict[str, str]]:
+        """The records this store holds of ``keys`` (those it lacks are left out)."""
+        found = {key: self.symlinks_after(key) for key in keys}
+        return {key: symlinks for key, symlinks in found.items() if symlinks is not None}
+
+    def admit(self, records: object, where: str, most: int) -> int:
+        """Record ``records`` ({key: symlinks}, as ``records_of`` gives them), at most
+        ``most`` (an image's runs: one a layer); refused whole, naming ``where``, unless each
+        is a key and a table of path to link target. Returns how many."""
+        if not isinstance(records, dict) or len(records) > most:
+            raise InputError(f"{where}: expected an object of at most {most} runs of layers")
+        for key, symlinks in records.items():
+            if not _KEY.fullmatch(key) or not isinstance(symlinks, dict) or not all(
+                    isinstance(path, str) and isinstance(target, str) for path, target in symlinks.items()):
+                raise InputError(f"{where}: expected a sha256 hex key and an object of path to link target, "
+                                 f"got the key {key[:80]!r}")
+        for key, symlinks in records.items():
+            self.record(key, symlinks)
+        return len(records)
 
     def _keep_newest(self, count: int) -> None:
         """Remove the records used longest ago past ``count``: only regular files named as

@@ -60,6 +60,7 @@ class ImageReport:
     layers_verified: bool
     docker_manifest_digest: str | None = None
     annotations: dict[str, str] = field(default_factory=dict)
+    layers_known: int = 0  # the first layers a verified run covered, not read (not in the record)
 
     def as_record(self) -> dict[str, Any]:
         record: dict[str, Any] = {
@@ -176,6 +177,14 @@ def prefix_keys(layers: Sequence[tuple[str, str]]) -> list[str]:
     return keys
 
 
+def image_prefix_keys(layer_refs: Sequence[BlobRef], diff_ids: Sequence[str]) -> list[str] | None:
+    """``prefix_keys`` of an image's layers and its config's diffIDs; None when a layer has
+    no digest (a docker-archive names its layers by path: a run is known by digests only)."""
+    if not all(ref.digest for ref in layer_refs):
+        return None
+    return prefix_keys([(ref.digest or "", diff_id) for ref, diff_id in zip(layer_refs, diff_ids, strict=True)])
+
+
 def verify_image(
     reader: ImageReader,
     *,
@@ -206,9 +215,9 @@ def verify_image(
     total = sum(ref.size or 0 for ref in reader.layer_refs)
     done = 0
     layer_reports = []
-    if not all(ref.digest for ref in reader.layer_refs):  # a docker-archive names layers by path: no key
-        verified = None
-    keys = prefix_keys([(ref.digest or "", diff_id) for ref, diff_id in zip(reader.layer_refs, diff_ids, strict=True)])
+    keys = image_prefix_keys(reader.layer_refs, diff_ids)
+    if keys is None:
+        keys, verified = [], None
     known, safety = _known_prefix(keys, verified) if verify_layers else (0, EntrySafety())
     for position, ref in enumerate(reader.layer_refs):
         if verify_layers and position >= known:
@@ -249,6 +258,7 @@ def verify_image(
         layers_verified=verify_layers,
         docker_manifest_digest=docker_manifest_digest,
         annotations=dict(annotations),
+        layers_known=known,
     )
 
 
