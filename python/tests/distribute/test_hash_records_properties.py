@@ -1,13 +1,16 @@
 """The records that remember a file's sha256 by its stat identity: the fan-out store's
 (``distribute.store.VerifiedRecord``) and the launch's (``launch.hashcache.VerifiedHashCache``).
 What one saves the next reads back unchanged; a damaged or foreign record is read as empty
-(never trusted, never a traceback); the remembered digest is the file's sha256."""
+(never trusted, never a traceback), as is one nested past the JSON parser's recursion or one
+that cannot be read (a directory, a FIFO, no permission, a symlink); the remembered digest
+is the file's sha256."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import signal
 import tempfile
 from pathlib import Path
 
@@ -56,6 +59,42 @@ def test_a_foreign_store_record_trusts_nothing(content: bytes) -> None:
         (root / RECORD_NAME).write_bytes(content)
         record = VerifiedRecord(root)
         assert record.blobs == {}  # (no draw is a record of RECORD_FORMAT)
+
+
+@given(st.integers(1, 100_000), st.sampled_from([b"[", b'{"a":']))
+def test_a_deeply_nested_store_record_trusts_nothing(depth: int, opener: bytes) -> None:
+    with tempfile.TemporaryDirectory() as directory:
+        (Path(directory) / RECORD_NAME).write_bytes(opener * depth)
+        assert VerifiedRecord(Path(directory)).blobs == {}
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo", "unreadable", "symlink"])
+def test_a_store_record_that_cannot_be_read_trusts_nothing(tmp_path: Path, kind: str) -> None:
+    path = tmp_path / RECORD_NAME
+    good = json.dumps({"format": RECORD_FORMAT, "blobs": {"0" * 64: [1, 2, 3, 4, 5]}})
+    if kind == "directory":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)  # opened without O_NONBLOCK, the read would block for ever
+    elif kind == "unreadable":
+        path.write_text(good)
+        path.chmod(0)
+        if os.access(path, os.R_OK):
+            pytest.skip("root reads a file of mode 0")
+    else:
+        (tmp_path / "elsewhere.json").write_text(good)
+        path.symlink_to(tmp_path / "elsewhere.json")
+
+    def blocked(signum: int, frame: object) -> None:
+        raise AssertionError(f"reading the {kind} at the record's name blocked")
+
+    previous = signal.signal(signal.SIGALRM, blocked)
+    signal.alarm(10)
+    try:
+        assert VerifiedRecord(tmp_path).blobs == {}
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 @given(_remembered, st.dictionaries(HEX, st.one_of(st.text(max_size=3), st.lists(st.text(max_size=2), min_size=1)),

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import os
 import stat
 from collections.abc import Sequence
@@ -33,6 +32,7 @@ from ..core.digest import digest_hex, is_digest, sha256_file
 from ..core.documents import MAX_DOCUMENT_BYTES
 from ..core.errors import CheckFailed, InputError
 from ..core.file_hashes import stat_identity
+from ..core.own_files import read_own_json
 from ..oci.layout import OCI_LAYOUT_BYTES, output_layout
 from ..oci.reader import open_image
 from ..oci.types import Descriptor
@@ -147,11 +147,9 @@ class VerifiedRecord:
         self.path = root / RECORD_NAME
         self.blobs: dict[str, list[int]] = {}
         self.dirty = False
-        try:
-            with open(self.path, "rb") as handle:
-                document = json.loads(handle.read(MAX_DOCUMENT_BYTES * 4))
-        except (FileNotFoundError, ValueError):
-            return
+        # absent, or no record this store could have written (a link, a FIFO, a directory,
+        # unreadable, over the bound, not JSON, nested past the parser): trusts nothing
+        document = read_own_json(self.path, "the store's record of verified blobs", MAX_DOCUMENT_BYTES * 4)
         if isinstance(document, dict) and document.get("format") == RECORD_FORMAT:
             blobs = document.get("blobs")
             if isinstance(blobs, dict):
