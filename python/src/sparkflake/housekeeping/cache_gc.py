@@ -24,7 +24,7 @@ from typing import Any
 
 from ..core.atomic_write import remove_tree
 from ..core.blob_cache import move_to_quarantine
-from ..core.digest import sha256_file
+from ..core.digest import is_digest, sha256_file
 from ..core.documents import parse_json_object, read_regular_file
 from ..core.errors import InputError, SparkflakeError
 from ..core.progress import ProgressCallback
@@ -225,12 +225,20 @@ def verify_cache(root: Path, progress: ProgressCallback | None = None) -> tuple[
 
 def deployed_from_json(paths: Iterable[Path]) -> set[str]:
     """Image digests named by deployment documents (``digests.json`` of a build, or any
-    JSON object with ``manifest``/``config``/``manifest_digest``/``config_digest``)."""
+    JSON object with ``manifest``/``config``/``manifest_digest``/``config_digest``); each of
+    these keys present must hold a full digest (a mistyped one would keep nothing), or null
+    as ``digests_record`` writes an image without a manifest."""
     found: set[str] = set()
     for path in paths:
         document = parse_json_object(read_regular_file(path, "a digests or deployment record"), str(path))
-        values = [document.get(key) for key in ("manifest", "config", "manifest_digest", "config_digest")]
-        digests = [value for value in values if isinstance(value, str) and value.startswith("sha256:")]
+        digests = []
+        for key in ("manifest", "config", "manifest_digest", "config_digest"):
+            value = document.get(key)
+            if value is None:
+                continue
+            if not is_digest(value):
+                raise InputError(f"{path}: $.{key}: expected sha256:<64 lowercase hex digits> or null, got {value!r}")
+            digests.append(value)
         if not digests:
             raise InputError(f"{path}: names no image: expected $.manifest or $.config (sha256:…)")
         found.update(digests)
