@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
 
+from ..core.addresses import zone_names_interface
 from ..core.documents import read_regular_file
 from ..core.errors import InputError
 from ..core.records import parse_toml_text
@@ -340,8 +341,6 @@ _SSH_OPTION_PATH_PARSED = "\"'\\#"
 # a user name, and a rank's ``[user@]host`` target: no character ssh refuses or a shell reads
 _SSH_USER = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.@-]{0,255}")
 _SSH_TARGET = re.compile(r"(?:[A-Za-z0-9_.][A-Za-z0-9_.@-]{0,255}@)?[A-Za-z0-9_.:%][A-Za-z0-9_.:%-]{0,1023}")
-# an IPv6 zone id: an interface name (at most IFNAMSIZ-1 = 15 bytes) or its index
-_ZONE_ID = re.compile(r"[A-Za-z0-9_.-]{1,15}")
 
 
 # The largest value of each integer field that is honoured as written, so that a typo is
@@ -543,9 +542,7 @@ class _Reader:
             address = ipaddress.ip_address(text)
         except ValueError:
             raise self.fail(where, "an IPv4 or IPv6 address", value) from None
-        # Python takes any text after '%' as the zone; it reaches ssh's host and -b, and URLs
-        if isinstance(address, ipaddress.IPv6Address) and address.scope_id is not None \
-                and not _ZONE_ID.fullmatch(address.scope_id):
+        if not zone_names_interface(address):
             raise self.fail(where, "an IPv6 zone id after '%' that is an interface name or index", value)
         return str(address)
 

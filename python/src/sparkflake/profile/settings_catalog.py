@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.addresses import zone_names_interface
 from ..core.digest import SHA256_HEX_PATTERN
 from ..core.errors import InputError
 
@@ -37,8 +38,6 @@ _TOKEN = re.compile(r"[A-Za-z0-9_.:-]{1,128}\Z")
 # digits and the separators of hub names ("zai-org/GLM-5.3") are enough and stay one argv word.
 _MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}\Z")
 _ULIMIT = re.compile(r"([a-z]+)=(-1|[0-9]{1,20})(:(-1|[0-9]{1,20}))?\Z")
-# an IPv6 zone id: an interface name (at most IFNAMSIZ-1 = 15 bytes) or its index
-_ZONE_ID = re.compile(r"[A-Za-z0-9_.-]{1,15}\Z")
 _LIMITED_BROADCAST = ipaddress.IPv4Address("255.255.255.255")
 
 
@@ -422,9 +421,8 @@ def _host_address(setting: Setting, raw: str) -> str:
         address = ipaddress.ip_address(raw)
     except ValueError:
         raise ValueError(f"{setting.key}={raw!r}: expected an IPv4 or IPv6 address") from None
-    if isinstance(address, ipaddress.IPv6Address) and address.scope_id is not None:
-        if not _ZONE_ID.match(address.scope_id):
-            raise ValueError(f"{setting.key}={raw!r}: the zone id after '%' is not an interface name or index")
+    if not zone_names_interface(address):
+        raise ValueError(f"{setting.key}={raw!r}: the zone id after '%' is not an interface name or index")
     plain = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped else address
     if plain.is_unspecified:
         problem = "the unspecified address binds every interface but names no host to connect to"
