@@ -414,6 +414,20 @@ def test_member_disagreeing_with_md5sums(tmp_path: Path) -> None:
     _refused(lambda: assemble_base([_deb_input(deb)], out), r"rotten .*/usr/share/rotten/data is corrupt", out)
 
 
+@pytest.mark.parametrize("name", ["data\r", "da\x85ta", "da\u2028ta", "da\x0bta", "da\x1eta"])
+def test_member_whose_path_holds_a_line_break_other_than_newline_is_checked(tmp_path: Path, name: str) -> None:
+    # dpkg's md5sums lines end at "\n" only: str.splitlines cut this member's line in two,
+    # so its md5 was lost and the corrupt member unpacked unchecked
+    relative = f"usr/share/rotten/{name}"
+    deb = make_deb(tmp_path, "rotten", "1.0", files={relative: b"good bytes\n"})
+    tree = tmp_path / "rotten_1.0_arm64.tree"
+    (tree / relative).write_bytes(b"evil bytes\n")
+    (tmp_path / "rotten_1.0_arm64.deb").unlink()
+    subprocess.run(["dpkg-deb", "--root-owner-group", "--build", str(tree), str(deb.path)], check=True, capture_output=True)
+    out = tmp_path / "base"
+    _refused(lambda: assemble_base([_deb_input(deb)], out), rf"rotten .*/{re.escape(relative)} is corrupt", out)
+
+
 def test_collision_rule_keeps_the_named_wheel(tmp_path: Path) -> None:
     first = make_wheel(tmp_path, "first", "1.0", files={"common/data.txt": b"first\n", "junk.py": b"a"})
     second = make_wheel(tmp_path, "second", "1.0", files={"common/data.txt": b"second\n", "junk.py": b"b"})

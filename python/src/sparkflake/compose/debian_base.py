@@ -122,8 +122,11 @@ def _copy_hashing(stream: IO[bytes], destination: Path, mode: int, source: str) 
 
 
 def parse_md5sums(text: str) -> dict[str, str]:
+    """dpkg's md5sums: ``<md5>  <path>\n`` lines. A line ends at ``\n`` only, as dpkg reads
+    it: a path may hold ``\r``, ``\x0b``, ``\x1c``-``\x1e``, U+0085 or U+2028, which
+    ``str.splitlines`` would also break at, losing that member's md5 (and its check)."""
     sums: dict[str, str] = {}
-    for line in text.splitlines():
+    for line in text.split("\n"):
         digest, _, path = line.partition("  ")
         if digest and path:
             sums[path.removeprefix("./").lstrip("/")] = digest
