@@ -8,6 +8,7 @@ a name part over 255 bytes), so that the caller tries the next archive URL."""
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import stat
@@ -285,3 +286,21 @@ def test_each_unwritable_member_is_refused_with_its_name_and_reason(tmp_path, me
     with pytest.raises(ArchiveRefused) as refused:
         extract_archive(archive, tmp_path / "dest", "r" * 40)
     assert refused.value.reason == reason
+
+
+@pytest.mark.parametrize("fault", [errno.ENOSPC, errno.EIO])
+def test_a_full_or_failing_disk_ends_the_fetch_and_is_no_refusal_of_the_archive(tmp_path, monkeypatch, fault) -> None:
+    """Another URL's archive would meet the same disk: the error is the machine's, raised as
+    the OSError the CLI names (file and reason), not an ArchiveRefused that moves on."""
+    import shutil
+
+    archive = tmp_path / "a.tar.gz"
+    archive.write_bytes(_tarball([("top/a", "file", "")]))
+
+    def disk_fault(*_args: object) -> None:  # the write of the member's bytes fails as the kernel says
+        raise OSError(fault, os.strerror(fault))
+
+    monkeypatch.setattr(shutil, "copyfileobj", disk_fault)
+    with pytest.raises(OSError) as raised:
+        extract_archive(archive, tmp_path / "dest", "r" * 40)
+    assert raised.value.errno == fault and not isinstance(raised.value, ArchiveRefused)

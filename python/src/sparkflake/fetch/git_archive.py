@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import tarfile
@@ -13,6 +14,9 @@ import zlib
 from pathlib import Path, PurePosixPath
 
 from ..core.errors import InputError
+
+# what the machine, not the archive, is at fault for: the fetch ends with it
+_DISK_FAULTS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS})
 
 
 class ArchiveRefused(Exception):
@@ -106,6 +110,8 @@ def extract_archive(archive: Path, destination: Path, rev: str) -> int:
                     else:
                         raise ArchiveRefused(f"archive member {member.name!r} is not a file, directory or symlink")
                 except OSError as exc:  # a file where a directory is needed, a name too long, ...
+                    if exc.errno in _DISK_FAULTS:  # no other URL helps: the CLI names the file and reason
+                        raise
                     raise ArchiveRefused(f"archive member {member.name!r}: {exc.strerror or exc}") from None
     except (tarfile.TarError, EOFError, zlib.error) as exc:
         raise ArchiveRefused(f"not a readable .tar.gz archive: {exc}") from None
