@@ -69,3 +69,13 @@ def test_a_download_failure_shows_the_url_without_its_query(tmp_path):
             download.download(f"{url}/glm53.tar?X-Amz-Signature=SEKRET", tmp_path / "glm53.tar", SHA)
     assert "HTTP 404" in failed.value.message and "SEKRET" not in failed.value.message
     assert f"{url}/glm53.tar?***" in failed.value.message
+
+
+def test_a_content_length_in_other_than_ascii_digits_is_no_length(tmp_path):
+    # "²".isdigit() is True and int("²") raised a ValueError out of the download
+    content = b"archive " * 1000
+    final = tmp_path / "glm53.tar"
+    served = answer(headers=(("Content-Length", "\u00b2"),), body=content)
+    with raw_server(lambda m, p, h, out: out.write(served)) as address:
+        result = download.download(f"http://{address}/glm53.tar", final, hashlib.sha256(content).hexdigest())
+    assert result["status"] == OK and final.read_bytes() == content

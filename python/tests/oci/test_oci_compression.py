@@ -197,3 +197,27 @@ def test_libdeflate_bytes_are_pinned():
         Compression("gzip", implementation="zopfli")
     with pytest.raises(InputError, match="one implementation"):
         Compression("zstd", implementation="zlib")
+
+
+@pytest.mark.parametrize("value", ["\u00b2", "\u0661\u0662", " 2", "+2", "1_2", "0", ""])
+def test_compression_threads_take_ascii_digits_only(monkeypatch, value):
+    # str.isdigit took "²" (int() then raised) and other scripts' digits
+    import os
+
+    from sparkflake.oci.layer import compression_threads
+
+    monkeypatch.setenv("SPARKFLAKE_COMPRESSION_THREADS", value)
+    assert compression_threads() == max(1, len(os.sched_getaffinity(0)))
+    monkeypatch.setenv("SPARKFLAKE_COMPRESSION_THREADS", "3")
+    assert compression_threads() == 3
+
+
+@pytest.mark.parametrize("value", ["\u00b2", "\u0661\u0662", " 2", "+2", "1_2", "-1", "1" * 5000])
+def test_source_date_epoch_takes_ascii_digits_only(monkeypatch, value):
+    from sparkflake.oci.image import default_source_date_epoch
+
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", value)
+    with pytest.raises(InputError, match=r"^SOURCE_DATE_EPOCH=.* is not a non-negative integer"):
+        default_source_date_epoch()
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
+    assert default_source_date_epoch() == 1700000000

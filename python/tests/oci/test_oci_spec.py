@@ -144,3 +144,11 @@ def test_spec_file_errors(tmp_path):
     (tmp_path / "t").mkdir()
     good.write_text(json.dumps({"layers": [{"tree": "t"}]}))
     assert load_spec_file(good).layers[0].layer_input.sources[0].host_dir == str(tmp_path / "t")
+
+
+@pytest.mark.parametrize("mode", ["0o644", "+644", " 644", "644 ", "6_44", "\u0666\u0664\u0664", "-1", "0x1a4", ""])
+def test_a_generated_files_mode_takes_octal_digits_only(tmp_path, mode):
+    # int(mode, 8) took "0o644", "+644", " 644", "6_44" and Arabic-Indic digits as 0644
+    document = {"layers": [{"files": [{"path": "/x", "text": "1", "mode": mode}]}]}
+    with pytest.raises(InputError, match=r"files\[0\]\.mode: expected an octal mode like '0644'"):
+        parse_spec(document, _spec_dir(tmp_path))

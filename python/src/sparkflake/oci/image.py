@@ -75,8 +75,8 @@ def default_source_date_epoch() -> int:
     text = os.environ.get("SOURCE_DATE_EPOCH")
     if text is None or text == "":
         return DEFAULT_SOURCE_DATE_EPOCH
-    if not text.isdigit():
-        raise InputError(f"SOURCE_DATE_EPOCH={text!r} is not a non-negative integer")
+    if not re.fullmatch(r"[0-9]{1,19}", text):  # str.isdigit also takes "²" and other scripts' digits
+        raise InputError(f"SOURCE_DATE_EPOCH={text!r} is not a non-negative integer (ASCII digits)")
     return int(text)
 
 

@@ -17,6 +17,7 @@ import ctypes
 import hashlib
 import os
 import queue
+import re
 import threading
 import zlib
 from collections.abc import Sequence
@@ -300,7 +301,7 @@ def _keep_block_buffers_mapped() -> None:
 def compression_threads() -> int:
     """Threads for block compression; changes speed only, never the bytes."""
     configured = os.environ.get("SPARKFLAKE_COMPRESSION_THREADS", "")
-    if configured.isdigit() and int(configured) > 0:
+    if re.fullmatch(r"[0-9]{1,4}", configured) and int(configured) > 0:  # isdigit also takes "²"
         return int(configured)
     return max(1, len(os.sched_getaffinity(0)))
 

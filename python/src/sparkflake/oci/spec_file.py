@@ -29,6 +29,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -236,12 +237,10 @@ def _parse_file(ctx: _Context, value: Any, where: str) -> GeneratedFile:
         except ValueError as exc:
             raise ctx.fail(f"{where}.base64", f"invalid base64: {exc}") from exc
     mode_text = ctx.string(record.get("mode", "0644"), f"{where}.mode")
-    try:
-        mode = int(mode_text, 8)
-    except ValueError as exc:
-        raise ctx.fail(
-            f"{where}.mode", f"expected an octal mode like '0644', got {mode_text!r}"
-        ) from exc
+    # octal digits only: int(text, 8) also takes "0o644", "+644", " 644", "6_44" or "٦٤٤"
+    if not re.fullmatch(r"[0-7]{1,12}", mode_text):
+        raise ctx.fail(f"{where}.mode", f"expected an octal mode like '0644', got {mode_text!r}")
+    mode = int(mode_text, 8)
     if not 0 <= mode <= 0o7777:
         raise ctx.fail(f"{where}.mode", f"mode {mode_text!r} out of range")
     return GeneratedFile(target, content, mode)
