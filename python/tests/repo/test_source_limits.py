@@ -60,3 +60,32 @@ def test_the_rules_find_what_they_are_about(tmp_path: Path) -> None:
     )
     assert long_modules(tmp_path, MAX_MODULE_LINES) == ["long.py: 601 lines"]
     assert sorted_keys_calls(tmp_path) == ["short.py:2"]
+
+
+TESTS = Path(__file__).resolve().parents[1]
+# a skipped test checks nothing ("install the tool"), an expected failure hides one
+_SKIPPING = ("skip", "skipif", "xfail", "importorskip")
+
+
+def skipping_calls(root: Path) -> list[str]:
+    """Every ``pytest.skip``/``importorskip``/``xfail`` call and ``mark.skip``/``skipif``/
+    ``xfail`` marker below ``root``, as ``file:line``."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        lines = sorted(node.lineno for node in ast.walk(ast.parse(path.read_text(), str(path)))
+                       if isinstance(node, ast.Attribute) and node.attr in _SKIPPING and (
+                           isinstance(node.value, ast.Name) and node.value.id == "pytest"
+                           or isinstance(node.value, ast.Attribute) and node.value.attr == "mark"))
+        found += [f"{path.relative_to(root)}:{line}" for line in lines]
+    return found
+
+
+def test_no_test_skips_or_is_expected_to_fail() -> None:
+    assert skipping_calls(TESTS) == []
+
+
+def test_the_skip_finder_finds_each_form(tmp_path: Path) -> None:
+    (tmp_path / "t.py").write_text(
+        "import pytest\n@pytest.mark.skipif(True, reason='x')\ndef a(): pytest.skip('y')\n"
+        "b = pytest.importorskip('z')\nc = pytest.mark.xfail\n")
+    assert skipping_calls(tmp_path) == ["t.py:2", "t.py:3", "t.py:4", "t.py:5"]
