@@ -173,7 +173,9 @@ def read_control(path: str | os.PathLike[str]) -> DebControl:
                                     f"{source}: {member.name}: {name} is over {CONTROL_TEXT_LIMIT} bytes",
                                     check_id="deb-archive",
                                 )
-                            texts[name] = text.decode("utf-8", "replace")
+                            # md5sums names member paths, which are bytes: one that is no
+                            # UTF-8 keeps them (as tarfile's names do) and still matches its member
+                            texts[name] = text.decode("utf-8", "surrogateescape" if name == "md5sums" else "replace")
         except ARCHIVE_ERRORS as exc:
             raise CheckFailed(f"{source}: {member.name} is damaged: {exc}", check_id="deb-archive") from exc
     if "control" not in texts:

@@ -341,9 +341,12 @@ def _dpkg_database(root: Path, installed: Sequence[tuple[DebInput, dict[str, str
                 ordered[key] = value
         stanzas.append("".join(f"{k}: {v.replace(chr(10), chr(10) + ' ')}\n" for k, v in ordered.items()))
         list_name = deb.package if deb.architecture == "all" or fields.get("Multi-Arch") != "same" else f"{deb.package}:{deb.architecture}"
-        (info / f"{list_name}.list").write_text("".join(f"{path.rstrip('/')}\n" if path != "/." else "/.\n" for path in file_list), encoding="utf-8")
+        # paths are the members' bytes (tarfile and the md5sums reader keep a name that is no
+        # UTF-8 as surrogates): written back as they were
+        (info / f"{list_name}.list").write_text("".join(f"{path.rstrip('/')}\n" if path != "/." else "/.\n" for path in file_list),
+                                                encoding="utf-8", errors="surrogateescape")
         if md5sums:
-            (info / f"{list_name}.md5sums").write_text(md5sums, encoding="utf-8")
+            (info / f"{list_name}.md5sums").write_text(md5sums, encoding="utf-8", errors="surrogateescape")
     status = resolve_parent(root, "var/lib/dpkg/status", source="dpkg database") / "status"
     status.write_text("\n".join(stanzas), encoding="utf-8")
     for name in ("available", "diversions", "statoverride"):
