@@ -26,10 +26,10 @@ import contextlib
 import importlib
 import io
 import json
-import os
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import types
 from pathlib import Path
 from unittest import mock
@@ -55,16 +55,10 @@ def _facts_from(output: bytes, returncode: int = 0):
         stderr_path.write_bytes(output)
         return SandboxRun(returncode, output[-200:].decode(errors="replace"), 0.0)
 
-    scratch = Path(os.environ.get("TMPDIR", "/tmp"))
-    with mock.patch.object(sandbox, "sandbox_argv", lambda root, command, env, binds: command), \
+    with tempfile.TemporaryDirectory() as scratch, \
+         mock.patch.object(sandbox, "sandbox_argv", lambda root, command, env, binds: command), \
          mock.patch.object(sandbox, "run_sandboxed", run):
-        return bytecode.interpreter_facts(Path("/"), "/usr/bin/python3", {}, _scratch(scratch))
-
-
-def _scratch(base: Path) -> Path:
-    scratch = base / f"h49-facts-{os.getpid()}"
-    scratch.mkdir(exist_ok=True)
-    return scratch
+        return bytecode.interpreter_facts(Path("/"), "/usr/bin/python3", {}, Path(scratch))
 
 
 _facts = st.builds(bytecode.InterpreterFacts, st.text("0123456789abcdef", min_size=8, max_size=8),
