@@ -149,8 +149,8 @@ class AgentReply:
         message = (self.result or {}).get("message")
         if message:
             return str(message)
-        text = self.stderr.strip().splitlines()
-        return text[-1] if text else f"exit status {self.returncode}"
+        text = self.stderr.strip()
+        return text.split("\n")[-1] if text else f"exit status {self.returncode}"  # lines end at \n only
 
 
 def _no_constant(name: str) -> Any:
@@ -159,9 +159,11 @@ def _no_constant(name: str) -> Any:
 
 def last_json(text: str) -> dict[str, Any] | None:
     """The last line that is a JSON object (RFC 8259: NaN and Infinity are not, and a line
-    that holds them is passed over like a log line)."""
+    that holds them is passed over like a log line). Lines end at ``\n`` only, as the agent
+    writes them: a reply's strings may hold U+2028, U+0085 and the like raw, at which
+    ``str.splitlines`` would cut it."""
     found = None
-    for line in text.splitlines():
+    for line in text.split("\n"):
         try:
             parsed = json.loads(line, parse_constant=_no_constant)
         except (ValueError, RecursionError):  # not a reply line (a log line, or nested past the parser)

@@ -460,7 +460,7 @@ class ChainTransfer:
             attempt.message = f"{relay_on} said nothing for {RELAY_SILENCE_SECONDS:g}s: its session was ended"
         if attempt.result is None and returncode == SSH_FAILED:
             text = b"".join(stderr_tail).decode("utf-8", "replace").strip()
-            attempt.reach_error = text.splitlines()[-1] if text else "ssh failed"
+            attempt.reach_error = text.split("\n")[-1] if text else "ssh failed"  # lines end at \n only
         elif attempt.result is not None and attempt.unusable is None:
             try:
                 self._note_last(attempt, f"{relay_on}, its last line")
