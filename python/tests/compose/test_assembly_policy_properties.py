@@ -4,17 +4,18 @@ as the waivers and collision rules it holds, in order; no file is the empty poli
 naming a wheel the lock does not hold is stale (``CheckFailed`` naming the file and the
 rule); a waiver whose sha256 is not the locked wheel's never carries over; an unknown
 table, a table with an unknown or a missing key, or a digest of another form is refused
-with ``InputError`` naming the file and the table's place. Values of another type
+with ``InputError`` naming the file and the table's place. So is a value of another type
 (``actual_size = "x"``, ``drop = 5``, ``collision = 1``, ``wheel = [..]``) and a file that is
-no UTF-8 escape as TypeError/ValueError/UnicodeDecodeError: finding H2
-(/work/notes/hypothesis-findings-3.md, tests/compose/findings3_assembly_policy.py)."""
+no UTF-8, which escaped as TypeError/ValueError/UnicodeDecodeError before (finding H2,
+/work/notes/hypothesis-findings-3.md)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from sparkflake.compose.locked_inputs import AssemblyPolicy, load_policy
@@ -141,3 +142,65 @@ def test_a_waiver_digest_of_another_form_is_refused_naming_its_key(tmp_path_fact
     with pytest.raises(InputError) as refused:
         load_policy(path, LOCK)
     assert str(refused.value) == f"{path}: record_waiver[0].{key}: expected 64 lowercase hex digits"
+
+
+SHA = "0" * 64
+_values = st.recursive(st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=5),
+                       lambda inner: st.lists(inner, max_size=2) | st.dictionaries(st.text("ab", max_size=2), inner, max_size=2),
+                       max_leaves=4)
+
+
+def _toml(value) -> str:
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(key)} = {_toml(item)}" for key, item in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(item) for item in value) + "]"
+    return json.dumps(value)
+
+
+_BASE = {"record_waiver": {"wheel": '"w"', "wheel_sha256": f'"{SHA}"', "path": '"p"', "actual_sha256": f'"{SHA}"',
+                           "actual_size": "1"},
+         "collision": {"path": '"p"', "drop": "[]"}}
+
+
+@st.composite
+def _policies(draw) -> bytes:
+    """A policy with one value of any type: a whole table's, or one key's of a table."""
+    table = draw(st.sampled_from(sorted(_BASE)))
+    value = _toml(draw(_values))
+    key = draw(st.none() | st.sampled_from(sorted(_BASE[table]) + ["keep", "reason"]))
+    if key is None:
+        return f"{table} = {value}\n".encode()
+    fields = {**_BASE[table], key: value}
+    return (f"[[{table}]]\n" + "".join(f"{name} = {text}\n" for name, text in fields.items())).encode()
+
+
+# H2: each of these escaped as TypeError/ValueError/UnicodeDecodeError before
+@example(b"collision = 5\n")
+@example(b'[[collision]]\npath = "a"\ndrop = 5\n')
+@example(b'[[collision]]\npath = "a"\ndrop = "abc"\n')
+@example(b'[[record_waiver]]\nwheel = "x"\nwheel_sha256 = "' + SHA.encode() + b'"\npath = "p"\nactual_sha256 = "'
+         + SHA.encode() + b'"\nactual_size = "big"\n')
+@example(b'[[record_waiver]]\nwheel = "x"\nwheel_sha256 = "' + SHA.encode() + b'"\npath = "p"\nactual_sha256 = "'
+         + SHA.encode() + b'"\nactual_size = true\n')
+@example(b'[[record_waiver]]\nwheel = [1]\nwheel_sha256 = "' + SHA.encode() + b'"\npath = "p"\nactual_sha256 = "'
+         + SHA.encode() + b'"\nactual_size = 1\n')
+@example(b"\xff\n")
+@given(_policies())
+def test_a_policy_value_of_any_type_is_read_or_refused_naming_the_file(tmp_path_factory, text) -> None:
+    path = tmp_path_factory.mktemp("policy") / "x.assembly-policy.toml"
+    path.write_bytes(text)
+    try:
+        policy = load_policy(path, LOCK)
+    except InputError as refused:
+        assert str(refused).startswith(f"{path}: ")
+        return
+    except CheckFailed as refused:  # a rule naming a wheel the lock does not hold
+        assert f"{path}: " in str(refused)
+        return
+    for waiver in policy.waivers:  # what was read has the types its fields promise
+        assert all(isinstance(getattr(waiver, key), str) for key in ("wheel", "wheel_sha256", "path", "actual_sha256", "reason"))
+        assert type(waiver.actual_size) is int and waiver.actual_size >= 0
+    for rule in policy.collisions:
+        assert isinstance(rule.path, str) and isinstance(rule.reason, str) and (rule.keep is None or isinstance(rule.keep, str))
+        assert all(isinstance(name, str) for name in rule.drop)
