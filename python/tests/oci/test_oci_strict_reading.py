@@ -113,6 +113,13 @@ _DOCUMENT_CASES = {
                              "config.Labels: expected an object of strings, got list"),
     "config label not a string": ({"config": rewrite_json(lambda d: d.update(config={"Labels": {"l": True}}))},
                                   "config.Labels.l: expected a string, got True"),
+    # the runtime check's config_env iterated these (finding H3, /work/notes/hypothesis-findings-3.md)
+    "config Env a number": ({"config": rewrite_json(lambda d: d.update(config={"Env": 5}))},
+                            "config.Env: expected an array of strings, got int"),
+    "config Env a string": ({"config": rewrite_json(lambda d: d.update(config={"Env": "A=1"}))},
+                            "config.Env: expected an array of strings, got str"),
+    "config Env entry not a string": ({"config": rewrite_json(lambda d: d.update(config={"Env": ["A=1", 1.5]}))},
+                                      "config.Env[1]: expected a string, got 1.5"),
 }
 
 

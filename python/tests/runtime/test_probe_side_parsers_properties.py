@@ -14,10 +14,11 @@ functions; the sandbox and vLLM are stood in for):
 
 (``env_evidence.find_names``: test_env_evidence_properties.py.)
 
-An ``Env`` that is no array (``"Env": 5``) raises TypeError out of ``config_env``; the
-interpreter's ``"optimize": Infinity`` raises OverflowError out of ``interpreter_facts``:
-finding H3 (/work/notes/hypothesis-findings-3.md,
-tests/runtime/findings3_probe_side_parsers.py)."""
+An ``Env`` that is no array (``"Env": 5``) is passed over by ``config_env`` (the image
+reader refuses it: tests/oci/test_oci_strict_reading.py), and an ``optimize`` that is no
+integer (``Infinity``, ``1.5``, ``true``) or a ``path`` that is no array of strings is a
+reason from ``interpreter_facts``; they raised TypeError and OverflowError before (finding
+H3, /work/notes/hypothesis-findings-3.md)."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from sparkflake.runtime import bytecode, sandbox
@@ -104,6 +105,27 @@ def test_any_other_output_is_a_reason_not_a_traceback(output, returncode) -> Non
     assert isinstance(found.optimize, int) and all(isinstance(item, str) for item in found.path)
 
 
+_json_with_infinities = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=6),
+                                     lambda inner: st.lists(inner, max_size=3)
+                                     | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+                                     max_leaves=6)
+
+
+@example("optimize", float("inf"))  # H3: OverflowError before
+@example("optimize", float("-inf"))
+@example("optimize", 1.5)
+@example("path", "/usr/lib")
+@given(st.sampled_from(["optimize", "path"]), _json_with_infinities)
+def test_any_optimize_or_path_value_is_facts_or_a_reason(key, value) -> None:
+    facts = {"magic": "a70d0d0a", "cache_tag": "cpython-311", "optimize": 0, "dont_write_bytecode": False, "path": []}
+    found = _facts_from((json.dumps({**facts, key: value}) + "\n").encode())  # NaN and Infinity as Python prints them
+    if isinstance(found, str):
+        assert found.startswith("/usr/bin/python3 printed no interpreter facts (")
+        return
+    assert type(found.optimize) is int and found.optimize == ({**facts, key: value})["optimize"]
+    assert all(isinstance(item, str) for item in found.path) and list(found.path) == ({**facts, key: value})["path"]
+
+
 # ------------------------------------------------------------------------- config_env
 
 _names = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,8}", fullmatch=True)
@@ -122,6 +144,17 @@ def test_an_images_env_is_read_as_the_image_spec_says(entries) -> None:
     assert config_env(reader) == expected
     assert config_env(types.SimpleNamespace(config={})) == {}
     assert config_env(types.SimpleNamespace(config={"config": None})) == {}
+
+
+@example(5)  # H3: TypeError before
+@example("A=1")
+@example({"A": "1"})
+@given(_json)
+def test_an_env_of_any_other_shape_is_passed_over(env) -> None:
+    found = config_env(types.SimpleNamespace(config={"config": {"Env": env}}))
+    assert all(isinstance(key, str) and isinstance(value, str) for key, value in found.items())
+    if not isinstance(env, list):  # no array: no entries (not a string's characters, not an object's keys)
+        assert found == {}
 
 
 # ------------------------------------------------------------------------ probe _parse

@@ -15,6 +15,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from fixtures.hostile_layers import hostile_layout, rewrite_json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -220,6 +221,19 @@ def test_run_check_never_raises_on_a_path_that_is_not_an_image(tmp_path):
     report = run_check(tmp_path / "junk", cases=[], expected_versions={}, platform="linux/arm64",
                        scratch=tmp_path / "scratch")
     assert report.exit_code == 2 and report.checks[0].id == "runtime.unpack"
+
+
+@pytest.mark.parametrize(("env", "refusal"), [(5, "config.Env: expected an array of strings, got int"),
+                                                ({"A": "1"}, "config.Env: expected an array of strings, got dict"),
+                                                (["A=1", None], "config.Env[1]: expected a string, got None")])
+def test_run_check_refuses_an_image_config_env_of_another_shape(tmp_path, env, refusal):
+    """An ``Env`` that is no array of strings is an error check naming the config, not a
+    TypeError out of config_env (finding H3, /work/notes/hypothesis-findings-3.md)."""
+    layout = hostile_layout(tmp_path / "oci", [[("usr", "dir", "")]],
+                            config=rewrite_json(lambda document: document.update(config={"Env": env})))
+    report = run_check(layout, cases=[], expected_versions={}, platform="linux/arm64", scratch=tmp_path / "scratch")
+    assert report.exit_code == 2 and [check.id for check in report.checks] == ["runtime.unpack"]
+    assert refusal in report.checks[0].detail and str(layout) in report.checks[0].detail
 
 
 def test_the_sandbox_mounts_a_checkpoint_where_the_image_has_no_directory(tmp_path):

@@ -79,13 +79,19 @@ def require_descriptor_fields(document: dict[str, Any], where: str) -> None:
 
 
 def require_config_fields(config: dict[str, Any], where: str) -> None:
-    """A config's ``config`` object and its ``Labels``."""
+    """A config's ``config`` object, its ``Labels`` and its ``Env``."""
     execution = config.get("config")
     if execution is None:
         return
     if not isinstance(execution, dict):
         raise _refusal(where, f"config: expected an object, got {type(execution).__name__}")
     _require_string_map(execution.get("Labels"), where, "config.Labels")
+    env = execution.get("Env")
+    if env is not None and not isinstance(env, list):
+        raise _refusal(where, f"config.Env: expected an array of strings, got {type(env).__name__}")
+    for position, item in enumerate(env or []):
+        if not isinstance(item, str):
+            raise _refusal(where, f"config.Env[{position}]: expected a string, got {item!r}")
 
 
 def _require_string_map(value: object, where: str, place: str) -> None:

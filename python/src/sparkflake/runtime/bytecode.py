@@ -83,9 +83,13 @@ def interpreter_facts(root: Path, python: str, env: Mapping[str, str], scratch: 
         return f"{python} -c ... exited {run.returncode}: {run.stderr_tail[-500:]}"
     try:
         facts = json.loads(lines[-1])
-        return InterpreterFacts(str(facts["magic"]), str(facts["cache_tag"]), int(facts["optimize"]),
-                                bool(facts["dont_write_bytecode"]),
-                                tuple(str(item) for item in facts["path"]))
+        optimize, path = facts["optimize"], facts["path"]
+        if type(optimize) is not int:  # not Infinity (int() overflows), 1.5 or true taken as a level
+            raise TypeError(f"optimize: expected an integer, got {optimize!r}"[:200])
+        if not isinstance(path, list) or not all(isinstance(item, str) for item in path):
+            raise TypeError("path: expected an array of strings")
+        return InterpreterFacts(str(facts["magic"]), str(facts["cache_tag"]), optimize,
+                                bool(facts["dont_write_bytecode"]), tuple(path))
     except (ValueError, KeyError, TypeError, RecursionError) as exc:  # RecursionError: a line nested too deeply
         return f"{python} printed no interpreter facts ({exc}): {lines[-1][:200]!r}"
 

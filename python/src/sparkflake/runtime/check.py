@@ -110,8 +110,11 @@ def _elf_machine(path: str) -> int | None:
 
 
 def config_env(reader: ImageReader) -> dict[str, str]:
-    env = {}
-    for item in (reader.config.get("config") or {}).get("Env") or []:
+    env: dict[str, str] = {}
+    entries = (reader.config.get("config") or {}).get("Env") or []
+    if not isinstance(entries, list):  # no array (the reader refuses it: oci.document_rules): no entries
+        return env
+    for item in entries:
         if isinstance(item, str) and "=" in item:
             key, _, value = item.partition("=")
             env[key] = value
@@ -144,12 +147,12 @@ def run_check(
         return report
     try:
         reader = open_image(output_layout(image))
+        image_os, image_arch = _platform_of(reader)  # reads the config, refused here if of another shape
     except InputError as exc:
         report.add("runtime.unpack", ERROR, str(exc))
         return report
     wanted_os, _, wanted_arch = platform.partition("/")
     wanted_arch = wanted_arch.split("/")[0]
-    image_os, image_arch = _platform_of(reader)
     if (image_os, image_arch) != (wanted_os, wanted_arch):
         report.add("runtime.platform", FAIL, f"the image is {image_os}/{image_arch}; the profile runs {platform}")
         return report
