@@ -14,6 +14,7 @@ with who reads them; nothing else is accepted without evidence from the image.
 
 from __future__ import annotations
 
+import re
 import subprocess
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -26,6 +27,9 @@ EXTERNAL_READERS: Mapping[str, str] = {
     "CUDA_CACHE_PATH": "the host's CUDA driver (libcuda.so, mounted into the container at run time)",
 }
 SEARCHED = ("opt", "usr/lib", "usr/local/lib")
+# One of grep's --null -o records: the file's path (any byte but NUL: a newline too), NUL,
+# the word matched (a name: no newline), newline.
+_RECORD = re.compile(rb"([^\0]*)\0([^\n]*)\n")
 
 
 def find_names(root: Path, names: Iterable[str], *, timeout: float = 1800) -> dict[str, str]:
@@ -44,13 +48,20 @@ def find_names(root: Path, names: Iterable[str], *, timeout: float = 1800) -> di
     found: dict[str, str] = {}
     with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) as process:
         assert process.stdout is not None
-        for line in process.stdout:
-            path, _, match = line.rstrip(b"\n").partition(b"\x00")
-            name = match.decode(errors="replace")
-            if name in wanted:
-                shown = "/" + str(Path(path.decode(errors="replace")).relative_to(root))
-                if name not in found or shown < found[name]:
-                    found[name] = shown
+        pending = b""
+        # whole records, not lines: a file name may hold a newline (read line by line, its
+        # record was split and the fragment's path was no path under root)
+        stdout = process.stdout
+        for chunk in iter(lambda: stdout.read(1 << 16), b""):
+            data, position = pending + chunk, 0
+            while (record := _RECORD.match(data, position)) is not None:
+                position = record.end()
+                name = record[2].decode(errors="replace")
+                if name in wanted:
+                    shown = "/" + str(Path(record[1].decode(errors="replace")).relative_to(root))
+                    if name not in found or shown < found[name]:
+                        found[name] = shown
+            pending = data[position:]
         try:
             process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
