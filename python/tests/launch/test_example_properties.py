@@ -4,10 +4,10 @@ choices, paths with quotes, ``$``, ``#``, blanks and non-ASCII text, tokens, uli
 the example is an env file ``parse_env_text`` reads; its live lines are exactly the site
 examples (the draft's path only for an external draft); every other catalog key is one
 commented ``#KEY=value`` line; and removing the ``#`` of every such line changes nothing:
-each value parses to the profile's own default (the module's promise). Path defaults
-holding a control character (``\\x01``, ``\\r``, ...: ``parse_value`` takes them) make an
-example no parser reads: finding H5 (/work/notes/hypothesis-findings-3.md,
-tests/launch/findings3_example.py)."""
+each value parses to the profile's own default (the module's promise). A path holding a
+control character other than a tab (``\\x01``, ``\\r``, ...) is refused by ``parse_value``
+naming the key, as the env file refuses it: the catalog took it before and rendered an
+example no parser reads (finding H5, /work/notes/hypothesis-findings-3.md)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import re
 
 import pytest
 from fixtures.launch import real_contract
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from sparkflake.launch.envfile import parse_env_text
@@ -106,3 +106,20 @@ def test_the_example_reads_and_uncommenting_it_changes_nothing(contract) -> None
         setting = CATALOG[key]
         raw = contract.runtime_defaults.get(key, setting.default or "")
         assert _typed(key, everything[key]) == _typed(key, raw), key
+
+
+@example("/opt/lib\x01nccl.so")  # H5: taken before, and the example it rendered did not read
+@example("/opt/lib\rnccl.so")
+@example("/opt/lib\x7f\tnccl.so")
+@given(st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\0\n:,"), max_size=8)
+       .map(lambda text: "/" + text).filter(lambda path: ".." not in path.split("/")))
+def test_a_path_default_the_catalog_takes_renders_an_example_that_reads(path) -> None:
+    try:
+        parse_value(CATALOG["NCCL_LIBRARY"], path)
+    except ValueError as refused:  # only a control character (other than a tab) is left to refuse here
+        control = [c for c in path if c != "\t" and (ord(c) < 0x20 or ord(c) == 0x7F)]
+        assert control and str(refused).startswith("NCCL_LIBRARY=") and f"U+{ord(control[0]):04X}" in str(refused)
+        return
+    contract = CONTRACTS["glm53-dflash7"]
+    contract = dataclasses.replace(contract, runtime_defaults={**contract.runtime_defaults, "NCCL_LIBRARY": path})
+    parse_env_text(render_example(contract), "runtime.env.example")

@@ -383,6 +383,9 @@ def parse_value(setting: Setting, raw: str) -> Any:
             raise ValueError(f"{setting.key}={raw!r}: expected an absolute path")
         if "\n" in raw or "\x00" in raw or any(part == ".." for part in raw.split("/")):
             raise ValueError(f"{setting.key}={raw!r}: path must not contain '..' or newlines")
+        control = next((c for c in raw if c != "\t" and (ord(c) < 0x20 or ord(c) == 0x7F)), None)
+        if control is not None:  # as the env file refuses it (launch.envfile), comment lines included
+            raise ValueError(f"{setting.key}={raw!r}: control character U+{ord(control):04X} is not allowed in a path")
         if ":" in raw or "," in raw:
             raise ValueError(
                 f"{setting.key}={raw!r}: ':' and ',' cannot appear in a mounted path"
