@@ -6,10 +6,10 @@ reads back (``read_recipe``) as it; an env variable the launch does not set and 
 does not own are carried with their values; the file is no more readable than either
 source (``0o644`` masked by each source's mode, owner read/write kept). A kept value the
 writer has no form for (a date, a time, an array mixing tables and values) is refused with
-``InputError`` naming the fragment, and nothing is written. A kept ``env``,
-``extra_mounts``, ``unmapped_args`` or ``launcher_args`` of another type raises
-AttributeError/TypeError: finding H6 (/work/notes/hypothesis-findings-3.md,
-tests/workflows/findings3_recipe_export.py)."""
+``InputError`` naming the fragment, and nothing is written. So is a kept ``env`` that is no
+table, ``extra_mounts`` no array of tables, ``unmapped_args`` or ``launcher_args`` no array
+of strings, naming the fragment and the field: they raised AttributeError/TypeError before
+(finding H6, /work/notes/hypothesis-findings-3.md)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from fixtures.launch import PROFILES, site_env
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from sparkflake.core import canonical_toml
@@ -112,4 +112,42 @@ def test_a_kept_value_without_a_toml_form_is_refused_naming_the_fragment(tmp_pat
     with pytest.raises(InputError) as refused:
         export_recipe_file(RecipeExportRequest(rank=0, env_file=str(env_file), output=output, profile=PROFILE))
     assert str(refused.value).startswith(f"{kept}: a value carried over verbatim has no form in the TOML written")
+    assert not output.exists()
+
+
+_MERGED_SHAPES = {"env": ("a table", lambda value: isinstance(value, dict)),
+                  "extra_mounts": ("an array of tables",
+                                   lambda value: isinstance(value, list) and all(isinstance(item, dict) for item in value)),
+                  "unmapped_args": ("an array of strings",
+                                    lambda value: isinstance(value, list) and all(isinstance(item, str) for item in value)),
+                  "launcher_args": ("an array of strings",
+                                    lambda value: isinstance(value, list) and all(isinstance(item, str) for item in value))}
+
+
+@settings(max_examples=20)
+@example("env", '"x"')  # H6: AttributeError before
+@example("extra_mounts", "5")  # H6: TypeError before
+@example("unmapped_args", "5")
+@example("launcher_args", '["--x", 1]')
+@example("env", "{a = 1}")
+@given(st.sampled_from(sorted(_MERGED_SHAPES)),
+       st.sampled_from(['"x"', "5", "true", "1.5", "[]", "[1, 2]", "{a = 1}", '["--x", 1]', '["--enforce-eager"]',
+                        '[{host = "/srv/x", container = "/x"}]']))
+def test_a_kept_field_the_export_merges_is_of_its_shape_or_refused_naming_the_fragment(tmp_path_factory, field,
+                                                                                       value) -> None:
+    root = tmp_path_factory.mktemp("recipe")
+    env_file, fragment = _imported(root)
+    kept = root / "out" / "profile.toml"
+    fragment["recipe"][field] = tomllib.loads(f"v = {value}")["v"]
+    kept.write_text(canonical_toml.dumps(fragment))
+    expected, fits = _MERGED_SHAPES[field]
+    output = root / "exported.recipe.toml"
+    request = RecipeExportRequest(rank=0, env_file=str(env_file), output=output, profile=PROFILE)
+    if fits(fragment["recipe"][field]):
+        exported = export_recipe_file(request)
+        assert read_recipe(str(output)) == exported.export.document
+        return
+    with pytest.raises(InputError) as refused:
+        export_recipe_file(request)
+    assert str(refused.value).startswith(f"{kept}: recipe.{field}: expected {expected}")
     assert not output.exists()

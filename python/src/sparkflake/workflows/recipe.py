@@ -29,6 +29,8 @@ from ..core.records import read_toml
 from ..launch.contract import load_contract
 from ..launch.plan import plan_launch
 from ..launch.recipe import (
+    LAUNCHER_ARGS,
+    UNMAPPED_ARGS,
     RecipeExport,
     RecipeImport,
     export_recipe,
@@ -99,7 +101,24 @@ def _kept_recipe_table(request: RecipeExportRequest) -> tuple[dict[str, Any] | N
             raise InputError(f"--imported {fragment}: has no [recipe] table (not written by `recipe import`)")
         if recipe_table is not None and not isinstance(recipe_table, dict):
             raise InputError(f"{fragment}: recipe: expected a table")
+        if recipe_table is not None:
+            _check_merged_fields(recipe_table, fragment)
     return recipe_table, fragment
+
+
+def _check_merged_fields(recipe: dict[str, Any], fragment: Path) -> None:
+    """The kept fields ``export_recipe`` merges with the launch's own, of the shapes it
+    merges (an operator may have edited the fragment): else refused naming the fragment."""
+    env = recipe.get("env")
+    if env is not None and not isinstance(env, dict):
+        raise InputError(f"{fragment}: recipe.env: expected a table of environment variables")
+    mounts = recipe.get("extra_mounts")
+    if mounts is not None and (not isinstance(mounts, list) or not all(isinstance(mount, dict) for mount in mounts)):
+        raise InputError(f"{fragment}: recipe.extra_mounts: expected an array of tables ([[recipe.extra_mounts]])")
+    for field in (UNMAPPED_ARGS, LAUNCHER_ARGS):
+        words = recipe.get(field)
+        if words is not None and (not isinstance(words, list) or not all(isinstance(word, str) for word in words)):
+            raise InputError(f"{fragment}: recipe.{field}: expected an array of strings (serve arguments)")
 
 
 def _toml_text(document: dict[str, Any], source: str) -> str:
