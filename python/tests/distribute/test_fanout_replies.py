@@ -148,17 +148,26 @@ def test_a_layout_import_reply_of_another_shape_fails_the_rank_in_its_record(mon
     assert record["imported"] is False
 
 
+class _Finishing:
+    """Rank 0's plan agent after its plan: ``finish`` gives its last reply (the check's)."""
+
+    def __init__(self, reply: AgentReply) -> None:
+        self.reply = reply
+
+    def finish(self, input_text: str = "", timeout: float | None = None) -> AgentReply:
+        return self.reply
+
+
 @pytest.mark.parametrize(("reply", "status"), [
     (AgentReply(1, {"status": "failed", "message": "[oci.layer-entries] layer 1: unsafe"}, ""), "failed"),
     (AgentReply(255, None, "ssh: connect to host 192.0.2.10 port 22: No route to host\n"), "failed"),
     (AgentReply(0, {"status": "ok", "layers_checked": 2, "verified_prefixes": ["a"]}, ""), "ok"),
     (AgentReply(0, {"status": "ok", "layers_checked": 2}, ""), "ok"),
 ])
-def test_rank_0s_entry_check_without_usable_records_shares_none_and_says_why(monkeypatch, reply, status):
+def test_rank_0s_entry_check_without_usable_records_shares_none_and_says_why(reply, status):
     """Each import then checks its layers itself (a refusal is then each rank's own)."""
-    monkeypatch.setattr(blobs, "run_agent", _answering(reply))
     record: dict[str, Any] = {}
-    check = blobs._SourceEntryCheck(AgentsOfARun(), SITE, S0, "/l", record)
+    check = blobs._SourceEntryCheck(_Finishing(reply), record)  # type: ignore[arg-type]
     check.start().join()
     assert check.wait() == {} and record["source_entry_check"]["runs_shared"] == 0
     assert record["source_entry_check"]["status"] == status
@@ -169,11 +178,10 @@ def test_rank_0s_entry_check_without_usable_records_shares_none_and_says_why(mon
 def test_rank_0s_records_past_the_limit_are_not_sent(monkeypatch):
     records = {f"{n:064x}": {"p" * 100: "t" * 100} for n in range(4)}
     reply = AgentReply(0, {"status": "ok", "layers_checked": 4, "verified_prefixes": records}, "")
-    monkeypatch.setattr(blobs, "run_agent", _answering(reply, reply))
     for limit, shared in ((1 << 20, records), (1000, {})):
         monkeypatch.setattr(blobs, "SHARED_RECORDS_LIMIT", limit)
         record: dict[str, Any] = {}
-        check = blobs._SourceEntryCheck(AgentsOfARun(), SITE, S0, "/l", record)
+        check = blobs._SourceEntryCheck(_Finishing(reply), record)  # type: ignore[arg-type]
         check.start().join()
         assert check.wait() == shared and record["source_entry_check"]["runs_shared"] == len(shared)
 

@@ -176,10 +176,18 @@ def _read_stdin_json(what: str) -> Any:
 
 
 def _layout_plan(args: argparse.Namespace) -> int:
+    """The source layout's plan; with --check-entries, then (the plan on its way to the
+    controller, which sets the transfer up) every layer entry of it checked as an import
+    checks them (the runs this rank checked before are not read again), and the records of
+    the image's runs, which the other ranks' imports take instead of reading those layers."""
     from . import store  # the OCI reader only where a layout is read, not on every relay hop
 
     layout = store.find_layout(Path(args.layout))
     _emit({"status": "ok", "layout": str(layout), **store.read_layout(layout).as_record()})
+    if args.check_entries:
+        verified = VerifiedPrefixStore(Path(args.check_entries))
+        layers_checked, keys = engine.check_layout(str(layout), verified)
+        _emit({"status": "ok", "layers_checked": layers_checked, "verified_prefixes": verified.records_of(keys)})
     return 0
 
 
@@ -231,14 +239,6 @@ def _import_report(result: engine.ImportResult) -> dict[str, Any]:
             "reused_layers": list(result.reused_layers), "layers_checked": result.layers_checked}
 
 
-def _check_layout(args: argparse.Namespace) -> int:
-    """Rank 0, while the chain moves the blobs: every layer entry of the source checked (the
-    runs this rank checked before are not read again), and the records of the image's runs,
-    which the other ranks' imports take instead of reading those layers."""
-    verified = VerifiedPrefixStore(Path(args.verified_prefixes))
-    layers_checked, keys = engine.check_layout(args.layout, verified)
-    _emit({"status": "ok", "layers_checked": layers_checked, "verified_prefixes": verified.records_of(keys)})
-    return 0
 
 
 def _import_layout(args: argparse.Namespace) -> int:
@@ -305,6 +305,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     planning = commands.add_parser("layout-plan")
     planning.add_argument("--layout", required=True)
+    planning.add_argument("--check-entries", metavar="VERIFIED_PREFIXES",
+                          help="then check every layer entry, with the runs this rank has checked (verified_prefixes)")
     planning.set_defaults(handler=_layout_plan)
 
     blob_status = commands.add_parser("blob-status")  # the blob descriptors come on stdin
@@ -331,12 +333,6 @@ def build_parser() -> argparse.ArgumentParser:
     layout_import.add_argument("--tag", required=True)
     layout_import.add_argument("--verified-prefixes", help="the layer runs this rank has checked (verified_prefixes)")
     layout_import.set_defaults(handler=_import_layout)
-
-    layout_check = commands.add_parser("check-layout")
-    layout_check.add_argument("--layout", required=True)
-    layout_check.add_argument("--verified-prefixes", required=True,
-                              help="the layer runs this rank has checked (verified_prefixes)")
-    layout_check.set_defaults(handler=_check_layout)
 
     listing = commands.add_parser("manifest")
     listing.add_argument("--dir", required=True)

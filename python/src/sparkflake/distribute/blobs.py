@@ -79,6 +79,7 @@ def layout_fanout(site: Site, request: LayoutFanoutRequest, *, progress: Progres
     pool = ThreadPoolExecutor(max_workers=len(ranks))
     committers: dict[str, StartedAgent] = {}
     relays: dict[str, Any] = {}
+    checking: StartedAgent | None = None  # rank 0's plan agent, gone on to the entry check
     try:
         if not request.verify_only:
             committers = {rank.name: start_agent(site, rank, ["commit-layout", "--report-held", "--store",
@@ -86,7 +87,7 @@ def layout_fanout(site: Site, request: LayoutFanoutRequest, *, progress: Progres
                           for rank in ranks[1:]}
             relays = start_relays(site)  # every hop set up too; they wait for their plans
         listed = {name: pool.submit(committer.first_reply) for name, committer in committers.items()}
-        layout, plan = _read_source_plan(site, first, request)
+        layout, plan, checking = _read_source_plan(site, first, request)
         image_id = plan.config.digest
         if request.image_id is not None and request.image_id != image_id:
             raise CheckFailed(f"rank {first.name}: layout {layout} has image ID (config digest) {image_id}, "
@@ -110,12 +111,21 @@ def layout_fanout(site: Site, request: LayoutFanoutRequest, *, progress: Progres
             committer.cancel()
         for relay_process in relays.values():
             cancel_relay(relay_process)
+        if checking is not None:
+            checking.cancel()
         raise
     finally:
         pool.shutdown(wait=True)
     stores[first.name] = layout
     evidence = {rank.name: _new_record(rank, stores[rank.name], plan, len(blobs)) for rank in ranks}
     evidence[first.name].update(role="source", status="verified", blobs_reused=len(blobs))
+    agents = AgentsOfARun()
+    workers: list[threading.Thread] = []
+    # with an import, rank 0's plan agent goes on to check every layer entry of the source
+    # while the blobs move; the imports wait for its records and read no layer it read
+    shared = _SourceEntryCheck(agents.adopt(checking), evidence[first.name]) if checking is not None else None
+    if shared is not None:
+        workers.append(shared.start())
 
     needs: dict[str, list[int]] = {}
     unreachable: dict[str, str] = {}
@@ -149,15 +159,9 @@ def layout_fanout(site: Site, request: LayoutFanoutRequest, *, progress: Progres
                           paths={name: str(blob_path(PurePosixPath(root), blob.digest)) for name, root in stores.items()})
                  for blob in blobs]
     gate = SizeGate()
-    workers: list[threading.Thread] = []
     chain: ChainTransfer | None = None
-    agents = AgentsOfARun()
     for committer in committers.values():
         agents.adopt(committer)
-
-    # with an import, rank 0 checks every layer entry of the source while the blobs move; the
-    # imports wait for its records and read no layer it read (each rank's blobs are its, by sha256)
-    shared = _SourceEntryCheck(agents, site, first, layout, evidence[first.name]) if request.engine else None
 
     def complete(name: str) -> None:
         worker = threading.Thread(target=_settle, args=(agents, site, site.rank(name), stores[name], plan),
@@ -170,15 +174,13 @@ def layout_fanout(site: Site, request: LayoutFanoutRequest, *, progress: Progres
                           retry_seconds=request.retry_seconds, on_verified=complete, progress=progress,
                           prestarted=relays)
     chain.start()
-    if shared is not None:
-        workers.append(shared.start())
     try:
         failure = _source_check(site, first, layout, [blobs[k] for k in travelling]) if travelling else None
         if failure:
             raise CheckFailed(failure, check_id="fanout.source-sha256")
     except BaseException:
         gate.cancel()
-        agents.end_all()  # rank 0's entry check
+        agents.end_all()  # rank 0's entry check, the committers
         with contextlib.suppress(Exception):
             chain.join()  # ended by the cancelled gate; the first error is the one to report
         for worker in list(workers):
@@ -224,16 +226,34 @@ def _new_record(rank: Rank, store: str, plan: LayoutPlan, count: int) -> dict[st
             "committed": False, "image_id": None, "imported": False}
 
 
-def _read_source_plan(site: Site, first: Rank, request: LayoutFanoutRequest) -> tuple[str, LayoutPlan]:
-    reply = run_agent(site, first, ["layout-plan", "--layout", request.layout])
-    if reply.result is None:
-        raise InputError(f"rank {first.name} ({first.ssh}): cannot reach rank 0: {reply.describe_failure()}; "
-                         "nothing transferred")
-    if reply.result.get("status") != "ok":
-        error = CheckFailed if reply.returncode == 1 else InputError
-        raise error(f"rank {first.name}: {reply.describe_failure()}; nothing transferred")
-    layout = str(reply.result.get("layout", request.layout))
-    return layout, plan_from_document(reply.result, f"rank {first.name}: layout {layout}")
+def _read_source_plan(site: Site, first: Rank,
+                      request: LayoutFanoutRequest) -> tuple[str, LayoutPlan, StartedAgent | None]:
+    """Rank 0's plan of the layout; with an import, also its agent, gone on to check every
+    layer entry (``layout-plan --check-entries``: one session, its interpreter warm)."""
+    checks = bool(request.engine) and not request.verify_only
+    args = ["layout-plan", "--layout", request.layout]
+    if checks:
+        args += ["--check-entries", first.data_path(VERIFIED_PREFIXES_NAME)]
+    agent = start_agent(site, first, args)
+    try:
+        reply = agent.first_reply()
+        if reply.result is None or reply.result.get("status") != "ok":
+            ended = agent.finish()  # its status says a refusal (1) from bad input (2)
+            if reply.result is None:
+                raise InputError(f"rank {first.name} ({first.ssh}): cannot reach rank 0: {reply.describe_failure()}; "
+                                 "nothing transferred")
+            error = CheckFailed if ended.returncode == 1 else InputError
+            raise error(f"rank {first.name}: {AgentReply(ended.returncode, reply.result, ended.stderr).describe_failure()}"
+                        "; nothing transferred")
+        layout = str(reply.result.get("layout", request.layout))
+        plan = plan_from_document(reply.result, f"rank {first.name}: layout {layout}")
+    except BaseException:
+        agent.cancel()
+        raise
+    if not checks:
+        agent.finish()  # it ends after the plan
+        return layout, plan, None
+    return layout, plan, agent
 
 
 def _source_check(site: Site, first: Rank, layout: str, blobs: list[Any]) -> str | None:
@@ -269,14 +289,14 @@ def _import_args(rank: Rank, request: LayoutFanoutRequest) -> list[str]:
 
 
 class _SourceEntryCheck:
-    """Rank 0's check of every layer entry of the source layout (``check-layout``), run while
-    the chain moves the blobs; the imports wait for it and take its records of the image's
-    runs of layers (``verified_prefixes``). Without records (the check refused, rank 0 could
-    not be reached, or they are too large to send) each rank checks its layers itself, and a
-    refusal is then its own."""
+    """Rank 0's check of every layer entry of the source layout (its plan agent's, after the
+    plan), run while the chain moves the blobs; the imports wait for it and take its records
+    of the image's runs of layers (``verified_prefixes``). Without records (the check
+    refused, rank 0's session ended, or they are too large to send) each rank checks its
+    layers itself, and a refusal is then its own."""
 
-    def __init__(self, agents: AgentsOfARun, site: Site, rank: Rank, layout: str, record: dict[str, Any]) -> None:
-        self._args = (agents, site, rank, layout, record)
+    def __init__(self, agent: StartedAgent, record: dict[str, Any]) -> None:
+        self._agent, self._record = agent, record
         self._done = threading.Event()
         self.records: dict[str, Any] = {}
 
@@ -290,11 +310,10 @@ class _SourceEntryCheck:
         return self.records
 
     def _run(self) -> None:
-        agents, site, rank, layout, record = self._args
+        record = self._record
         began = time.monotonic()
         try:
-            reply = run_agent(site, rank, ["check-layout", "--layout", layout, "--verified-prefixes",
-                                           rank.data_path(VERIFIED_PREFIXES_NAME)], within=agents)
+            reply = self._agent.finish()
             found = reply.result.get("verified_prefixes") if _ok(reply) and reply.result is not None else None
             if isinstance(found, dict) and len(json.dumps(found)) <= SHARED_RECORDS_LIMIT:
                 self.records = found
