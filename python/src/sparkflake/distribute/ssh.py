@@ -1,14 +1,15 @@
 """OpenSSH from argv lists: how the controller reaches a rank, and how rank i reaches rank
 i+1 over their shared link (``-b`` binds the client to rank i's address on that link).
 
-OpenSSH hands the remote command to the remote user's shell as one string; each argument
-is quoted with ``shlex.quote`` so the remote side receives exactly our argv.
+OpenSSH hands the remote command to the remote user's login shell as one string
+(``$SHELL -c``); ``remote_command`` quotes each argument so that the rank receives exactly
+our argv whether that shell is POSIX (sh, dash, bash, zsh) or fish.
 """
 
 from __future__ import annotations
 
 import contextlib
-import shlex
+import re
 import subprocess
 import threading
 from collections import deque
@@ -50,8 +51,24 @@ def ssh_argv(
     if bind:
         argv += ["-b", bind]
     # "--": the target is never read as an option, whatever the site file says
-    argv += ["--", target, shlex.join(remote)]
+    argv += ["--", target, remote_command(remote)]
     return argv
+
+
+# A word the shells all read as written (shlex.quote's set less "=", which zsh expands at a
+# word's start, and "%", which fish expands in "%self").
+_PLAIN_WORD = re.compile(r"[A-Za-z0-9_@+:,./-]+")
+_ESCAPED_BACKSLASH = "\\\\"  # \\ outside quotes: one backslash to every shell
+
+
+def remote_command(words: Sequence[str]) -> str:
+    r"""``words`` as one command line that POSIX shells and fish parse back into ``words``:
+    a plain word as it is; any other in single quotes, where neither reads anything, with
+    each single quote written "'" and each backslash as \\ between quoted parts (fish, unlike
+    POSIX, reads \\ and \' inside single quotes, so shlex.quote's 'a\' would go on there)."""
+    return " ".join(word if _PLAIN_WORD.fullmatch(word) else
+                    _ESCAPED_BACKSLASH.join("'" + part.replace("'", "'\"'\"'") + "'" for part in word.split("\\"))
+                    for word in words)
 
 
 def management_argv(site: Site, rank: Rank, agent_args: Sequence[str]) -> list[str]:
