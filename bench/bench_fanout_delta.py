@@ -42,6 +42,7 @@ from sparkflake.core.digest import sha256_file
 from sparkflake.distribute.blobs import LayoutFanoutRequest, layout_fanout
 from sparkflake.distribute.fanout import FanoutRequest, fanout
 from sparkflake.distribute.site import Site
+from sparkflake.distribute.verified_prefixes import VERIFIED_PREFIXES_NAME
 
 MIB = 1 << 20
 # layer payloads in MiB, bottom to top; the top one is what the rebuild changes
@@ -85,13 +86,15 @@ def overlay_site(ranks: NetnsRanks) -> Site:
 
 
 def clear(ranks: NetnsRanks, site: Site) -> None:
-    """Every rank back to nothing: image stores, archive copies, podman stores (all of them
-    made by this bench in its scratch directory)."""
+    """Every rank back to nothing: image stores, archive copies, podman stores, the runs of
+    layers each rank has checked (a full install checks every layer entry again), all of
+    them made by this bench in its scratch directory."""
     for index, rank in enumerate(site.ranks):
         root = rank.engine_args[rank.engine_args.index("--root") + 1]
         subprocess.run(["ip", "netns", "exec", ranks.namespace(index), "podman", *rank.engine_args,
                         "system", "reset", "--force"], check=False, capture_output=True)
         shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(ranks.data_dir(index) / VERIFIED_PREFIXES_NAME, ignore_errors=True)
         if index:
             shutil.rmtree(ranks.data_dir(index) / "image-store", ignore_errors=True)
             for leftover in ranks.data_dir(index).glob("*docker-archive.tar*"):
@@ -188,9 +191,14 @@ def main() -> int:
         "goal": {"delta_over_full_at_most": 0.05},
         "last_delta_evidence": [
             {key: record.get(key) for key in ("rank", "blobs_sent", "blobs_reused", "bytes_received", "seconds",
-                                              "settle_seconds", "image_id",
-                                              "layers_reused_by_engine")}
+                                              "settle_seconds", "image_id", "layers_reused_by_engine",
+                                              "layers_checked", "source_entry_check")}
             for record in delta_ranks
+        ],
+        "last_full_checks": [
+            {key: record.get(key) for key in ("rank", "seconds", "settle_seconds", "layers_checked",
+                                              "source_entry_check")}
+            for record in reports["full_blobs"]["ranks"]
         ],
         "last_full_bytes_received": [record.get("bytes_received") for record in reports["full_blobs"]["ranks"]],
     }
