@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shlex
 import subprocess
+from pathlib import Path
 
 import pytest
 from hypothesis import example, given, settings
@@ -21,11 +22,22 @@ _WORDS = st.lists(st.text(st.characters(blacklist_categories=("Cs",), blacklist_
                   max_size=5)
 
 
-def parsed_by(shell: str, command: str) -> list[str]:
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """fish writes its configuration and history below HOME and XDG_*: a directory of the
+    test run's, never the machine's (a HOME of /nonexistent would be created)."""
+    return tmp_path_factory.mktemp("shell-home")
+
+
+def shell_env(home: Path) -> dict[str, str]:
+    return {"PATH": "/usr/bin:/bin", "HOME": str(home), "XDG_CONFIG_HOME": str(home / "config"),
+            "XDG_DATA_HOME": str(home / "data"), "XDG_CACHE_HOME": str(home / "cache"), "LC_ALL": "C.UTF-8"}
+
+
+def parsed_by(shell: str, command: str, home: Path) -> list[str]:
     """The words ``shell -c`` runs: printf (coreutils, not a builtin) writes each after a
     sentinel, NUL-terminated."""
-    run = subprocess.run([shell, "-c", command], capture_output=True, timeout=30,
-                         env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "LC_ALL": "C.UTF-8"})
+    run = subprocess.run([shell, "-c", command], capture_output=True, timeout=30, env=shell_env(home))
     assert run.returncode == 0, (shell, command, run.stderr)
     return [word.decode("utf-8", "surrogateescape") for word in run.stdout.split(b"\0")[1:-1]]
 
@@ -36,16 +48,17 @@ def parsed_by(shell: str, command: str) -> list[str]:
 @example(words=["a\\", "; touch /tmp/pwned #"])  # fish: 'a\\' would end at the next quote
 @example(words=["it's", "\\'", "'\\", "\\\\", ""])
 @example(words=["=ls", "%self", "$(id)", "`id`", "~", "*", "{a,b}", "a\nb", "$HOME", "!"])
-def test_every_shell_parses_the_remote_command_back_into_its_words(shell: str, words: list[str]) -> None:
+def test_every_shell_parses_the_remote_command_back_into_its_words(shell: str, home: Path, words: list[str]) -> None:
     command = remote_command(["/usr/bin/printf", "%s\\0", "sentinel", *words])
-    assert parsed_by(shell, command) == words
+    assert parsed_by(shell, command, home) == words
 
 
-def test_plain_words_stay_as_they_are_and_shlex_join_is_not_safe_for_fish() -> None:
+def test_plain_words_stay_as_they_are_and_shlex_join_is_not_safe_for_fish(home: Path) -> None:
     assert remote_command(["python3", "-m", "sparkflake.distribute.agent", "--store", "/data/image-store"]) == \
         "python3 -m sparkflake.distribute.agent --store /data/image-store"
     # the case the hunt found: under fish, shlex.join's string runs a second command
     hostile = ["/usr/bin/printf", "%s\\0", "sentinel", "a\\", "; echo INJECTED #"]
-    assert parsed_by("/usr/bin/fish", remote_command(hostile)) == hostile[3:]
-    fish = subprocess.run(["/usr/bin/fish", "-c", shlex.join(hostile)], capture_output=True, timeout=30)
+    assert parsed_by("/usr/bin/fish", remote_command(hostile), home) == hostile[3:]
+    fish = subprocess.run(["/usr/bin/fish", "-c", shlex.join(hostile)], capture_output=True, timeout=30,
+                          env=shell_env(home))
     assert b"INJECTED" in fish.stdout or fish.returncode != 0
