@@ -55,6 +55,19 @@ PROFILE = os.environ.get(PROFILE_ENV, "ci")
 settings.load_profile(PROFILE)
 
 
+# A path tests name as absent ("/nonexistent/…": also user nobody's HOME, which a program run
+# with that HOME may create, as fish did): a run that makes it breaks every later run's
+# refusals of it, so the run that made it fails.
+ABSENT = Path("/nonexistent")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def absent_path_stays_absent():
+    existed = ABSENT.exists()
+    yield
+    assert existed or not ABSENT.exists(), f"a test created {ABSENT}: give the program a HOME of the test's own"
+
+
 def pytest_report_header() -> str:
     return f"hypothesis profile: {PROFILE} ({PROFILE_ENV})"
 
