@@ -13,6 +13,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from ..core.counts import COUNT_PATTERN, ascii_count
 from ..core.digest import READ_CHUNK
 from ..core.errors import InputError
 from ..core.own_files import held_bytes, open_own_file
@@ -31,10 +32,7 @@ from .receive import INCOMPLETE, MISMATCH, NO_SPACE, OK, receiver_lock
 # (a chunked body without end, a body ended only by the connection) fills it only to here.
 FREE_RESERVE = 1 << 30
 
-# ASCII digits that fit 63 bits: str.isdigit and int() also take "²" (int() then raises) or
-# other scripts' digits, and int() raises past 4,300 digits
-_DECIMAL = r"[0-9]{1,19}"
-_CONTENT_RANGE = re.compile(rf"^bytes ({_DECIMAL})-({_DECIMAL})/({_DECIMAL}|\*)$")
+_CONTENT_RANGE = re.compile(rf"^bytes ({COUNT_PATTERN})-({COUNT_PATTERN})/({COUNT_PATTERN}|\*)$")
 
 
 def download(url: str, final: Path, sha256: str, *, timeout: float = 60.0) -> dict[str, Any]:
@@ -85,7 +83,7 @@ def _download_locked(url: str, final: Path, sha256: str, timeout: float, started
             else:
                 offset = 0  # the server ignored Range: start over
                 length = response.headers.get("Content-Length")
-                expected_total = int(length) if length and re.fullmatch(_DECIMAL, length) else None
+                expected_total = ascii_count(length) if length else None
                 hasher = hashlib.sha256()
                 flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
             lacking = lacking_space(final, expected_total - offset) if expected_total is not None else None

@@ -14,11 +14,8 @@ import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from ..core.counts import ascii_count
 from ..core.errors import InputError
-
-# A byte count in a Release or Packages index: ASCII digits, at most 19 (63 bits); int()
-# alone would also take "1_0", "+1", " 1" or "١".
-SIZE_PATTERN = re.compile(r"[0-9]{1,19}")
 
 # ---------------------------------------------------------------------------------------
 # deb822
@@ -227,9 +224,9 @@ class DebPackage:
             size_text = fields["Size"]
         except KeyError as exc:
             raise InputError(f"{where}: field {exc.args[0]} missing") from exc
-        if not SIZE_PATTERN.fullmatch(size_text):
+        size = ascii_count(size_text)
+        if size is None:
             raise InputError(f"{where}: Size is not an integer: {size_text!r} (expected a byte count in ASCII digits)")
-        size = int(size_text)
         provides = tuple(
             alt
             for group in parse_relations(fields.get("Provides", ""), source=where)

@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from ..core.blob_cache import Artifact, BlobCache, fetch_artifact
+from ..core.counts import ascii_count
 from ..core.digest import is_sha256_hex
 from ..core.errors import CheckFailed, InputError
 from .debian_packages import (
-    SIZE_PATTERN,
     ClosureResult,
     PackageIndex,
     parse_paragraphs,
@@ -133,7 +133,7 @@ def parse_release(text: str, suite: DebianSuite, architecture: str, *, source: s
                 raise InputError(f"{source}: Release: Date {date!r} is not an RFC 2822 date") from None
             if not is_sha256_hex(fields[0]):
                 raise InputError(f"{source}: Release: {wanted}: sha256 {fields[0]!r} is not 64 lowercase hex digits")
-            if not SIZE_PATTERN.fullmatch(fields[1]):
+            if ascii_count(fields[1]) is None:
                 raise InputError(f"{source}: Release: {wanted}: size {fields[1]!r} is not a whole number")
             return ReleaseIndex(
                 suite=suite,

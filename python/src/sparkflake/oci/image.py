@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..core.atomic_write import write_bytes_atomic
 from ..core.canonical_json import canonical_json_bytes
+from ..core.counts import ascii_count
 from ..core.digest import sha256_digest
 from ..core.errors import InputError
 from ..core.progress import ProgressCallback
@@ -75,9 +76,10 @@ def default_source_date_epoch() -> int:
     text = os.environ.get("SOURCE_DATE_EPOCH")
     if text is None or text == "":
         return DEFAULT_SOURCE_DATE_EPOCH
-    if not re.fullmatch(r"[0-9]{1,19}", text):  # str.isdigit also takes "²" and other scripts' digits
+    epoch = ascii_count(text)
+    if epoch is None:
         raise InputError(f"SOURCE_DATE_EPOCH={text!r} is not a non-negative integer (ASCII digits)")
-    return int(text)
+    return epoch
 
 
 def build_image(

@@ -17,7 +17,6 @@ import ctypes
 import hashlib
 import os
 import queue
-import re
 import threading
 import zlib
 from collections.abc import Sequence
@@ -26,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from ..core.counts import ascii_count
 from ..core.errors import InputError
 from ..core.progress import ProgressCallback
 from ..core.records import field_record
@@ -298,11 +298,15 @@ def _keep_block_buffers_mapped() -> None:
     mallopt(_M_TRIM_THRESHOLD, 256 << 20)
 
 
+MAX_COMPRESSION_THREADS = 9999  # past it a typo, not a machine: the default is taken
+
+
 def compression_threads() -> int:
     """Threads for block compression; changes speed only, never the bytes."""
     configured = os.environ.get("SPARKFLAKE_COMPRESSION_THREADS", "")
-    if re.fullmatch(r"[0-9]{1,4}", configured) and int(configured) > 0:  # isdigit also takes "²"
-        return int(configured)
+    threads = ascii_count(configured)
+    if threads is not None and 0 < threads <= MAX_COMPRESSION_THREADS:
+        return threads
     return max(1, len(os.sched_getaffinity(0)))
 
 
