@@ -20,7 +20,7 @@ from ..core.digest import is_digest
 from ..core.errors import CheckFailed, InputError
 from ..core.silence_bounded import BoundedRun, run_bounded_by_silence
 from ..oci.reader import ImageReader, open_image
-from ..oci.verify import VerifiedPrefixes, config_diff_ids, image_prefix_keys, verify_image
+from ..oci.verify import VerifiedPrefixes, verify_image
 
 ENGINES = ("podman", "docker")
 _SKIPPED = re.compile(r"Skipping blob (sha256:[0-9a-f]{64}) \(already present\)")
@@ -202,14 +202,12 @@ def import_layout(
         raise CheckFailed(f"{layout}: {engine} holds image ID {found} under {tag} after the copy, expected "
                           f"{expected_image_id}; the name was removed", check_id="fanout.image-id")
     return ImportResult(engine=engine, loaded=(tag,), image_id=expected_image_id, tag=tag, reused_layers=reused,
-                        layers_checked=len(report.layers) - report.layers_known)
+                        layers_checked=report.layers_read)
 
 
 def check_layout(layout: str, verified: VerifiedPrefixes) -> tuple[int, list[str]]:
     """Every digest and layer entry of ``layout`` checked as ``import_layout`` checks them
     (the runs ``verified`` knows are not read again, each run read now is recorded there):
     the layers read, and the key of each run of the image's layers (``prefix_keys``)."""
-    image = open_image(layout)
-    report = verify_image(image, verified=verified)
-    keys = image_prefix_keys(image.layer_refs, config_diff_ids(image.config) or [])
-    return len(report.layers) - report.layers_known, keys or []
+    report = verify_image(open_image(layout), verified=verified)
+    return report.layers_read, list(report.run_keys)

@@ -61,6 +61,12 @@ class ImageReport:
     docker_manifest_digest: str | None = None
     annotations: dict[str, str] = field(default_factory=dict)
     layers_known: int = 0  # the first layers a verified run covered, not read (not in the record)
+    run_keys: tuple[str, ...] = ()  # ``prefix_keys`` of the layers (none without digests; not in the record)
+
+    @property
+    def layers_read(self) -> int:
+        """The layers this verification read (``verify_layers``: all but the known ones)."""
+        return len(self.layers) - self.layers_known if self.layers_verified else 0
 
     def as_record(self) -> dict[str, Any]:
         record: dict[str, Any] = {
@@ -259,6 +265,7 @@ def verify_image(
         docker_manifest_digest=docker_manifest_digest,
         annotations=dict(annotations),
         layers_known=known,
+        run_keys=tuple(keys),
     )
 
 
