@@ -52,3 +52,18 @@ def test_a_bomb_over_the_bound_is_refused_in_bounded_memory(tmp_path, kind):
     assert status == 1, output
     assert f"more than the bound of {bound} bytes" in output and "Traceback" not in output
     assert peak <= min(2 * bound, PEAK_BOUND), f"refusing a {kind} bomb peaked at {peak >> 20} MiB"
+
+
+@pytest.mark.parametrize("kind", ["x", "L"])
+def test_a_huge_pax_or_long_name_header_is_refused_in_bounded_memory(tmp_path, kind):
+    """A 65 KB zstd layer whose first tar member is a PAX (or GNU long-name) header claiming
+    1 GiB: the scanner gathered that header whole, and the audit peaked at 2 GB. Go's
+    archive/tar refuses such a header past 1 MiB; so does the audit, as a failed check."""
+    member = tarfile.TarInfo("huge")
+    member.type, member.size = kind.encode(), 1 << 30
+    blob = zstd_rle_bomb(member.tobuf(tarfile.USTAR_FORMAT), (1 << 30) // (128 << 10))
+    layout = with_layer_blob(hostile_layout(tmp_path / "image", [[]]), blob, _MEDIA_TYPES["zstd"])
+    status, output, peak = _audit_peak(f"oci:{layout}")
+    assert status == 1, output
+    assert peak <= PEAK_BOUND, f"audit of a {kind!r} header bomb peaked at {peak >> 20} MiB"
+    assert "FAIL layer.decompress" in output and f"header of {1 << 30} bytes" in output, output

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import io
 import tarfile
+import tracemalloc
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sparkflake.oci.layer_scan import TarElfScanner, _pax_records
+from sparkflake.oci.layer_scan import SPECIAL_HEADER_LIMIT, TarElfScanner, _pax_records
 
 pytestmark = pytest.mark.oci
 
@@ -96,3 +97,63 @@ def test_a_pax_archive_names_its_elf_members_as_tarfile_does(names: list[str], c
     with tarfile.open(fileobj=buffer) as archive:
         assert archive.getnames() == names
     assert [(member.path, member.machine) for member in scanner.elf_files] == [(name, 183) for name in names]
+
+
+def _special_header(kind: bytes, size: int) -> bytes:
+    info = tarfile.TarInfo("././@LongLink" if kind in (b"L", b"K") else "pax")
+    info.type, info.size = kind, size
+    return info.tobuf(tarfile.USTAR_FORMAT)
+
+
+_LIMIT = SPECIAL_HEADER_LIMIT
+_special_sizes = st.one_of(st.integers(0, 4096), st.integers(_LIMIT - 1024, _LIMIT + 1024),
+                           st.integers(_LIMIT + 1, (8 << 30) - 1))
+
+
+@given(st.sampled_from([b"x", b"g", b"L", b"K"]), _special_sizes, st.integers(1, 1 << 16))
+def test_a_special_header_is_refused_as_go_refuses_it_past_one_mib(kind: bytes, size: int, piece: int) -> None:
+    """Go's archive/tar reads a PAX or GNU long-name/link header of at most 1 MiB and
+    refuses a longer one (ErrFieldTooLong): so does the scanner, at its header block,
+    before any of the claimed payload arrives."""
+    scanner = TarElfScanner()
+    header = _special_header(kind, size)
+    for start in range(0, len(header), piece):
+        scanner.feed(header[start : start + piece])
+    refused = scanner.error is not None
+    assert refused == (size > _LIMIT), scanner.error
+    if refused:
+        assert f"header of {size} bytes" in (scanner.error or "")
+
+
+def test_a_pax_header_of_exactly_the_limit_is_read_and_names_its_member() -> None:
+    name = "a/" * ((_LIMIT - 200) // 2) + "elf"
+    record = _pax_record("path", name)
+    payload = record + _pax_record("SPARK.pad", "p" * (_LIMIT - len(record) - 40))
+    payload += _pax_record("SPARK.q", "q" * (_LIMIT - len(payload) - len(_pax_record("SPARK.q", ""))))
+    assert len(payload) == _LIMIT
+    member = tarfile.TarInfo("short")
+    member.size = len(_ELF)
+    stream = (_special_header(b"x", len(payload)) + payload + bytes(-len(payload) % 512)
+              + member.tobuf(tarfile.USTAR_FORMAT) + _ELF + bytes(-len(_ELF) % 512) + bytes(1024))
+    scanner = TarElfScanner()
+    scanner.feed(stream)
+    assert scanner.error is None
+    assert [(elf.path, elf.machine) for elf in scanner.elf_files] == [(name, 183)]
+
+
+def test_a_huge_special_header_costs_no_memory_for_its_payload() -> None:
+    """A PAX header claiming 256 MiB (a 65 KB zstd layer inflates to it) was gathered whole:
+    the audit of one of 1 GiB peaked at 2 GB. Its payload is now counted, never held."""
+    claimed = 256 << 20
+    scanner = TarElfScanner()
+    zeros = bytes(1 << 20)
+    tracemalloc.start()
+    try:
+        scanner.feed(_special_header(b"x", claimed))
+        for _ in range(claimed >> 20):
+            scanner.feed(zeros)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 << 20, f"scanning a {claimed >> 20} MiB PAX header held {peak >> 20} MiB"
+    assert scanner.error is not None

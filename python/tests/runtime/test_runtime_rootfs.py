@@ -333,3 +333,30 @@ def test_whatever_stands_in_the_record_it_is_read_or_refused_never_raised(tmp_pa
     record.write_bytes(b"[" * depth + raw)
     found = rootfs.read_record(record)
     assert found is None or (isinstance(found, dict) and found["schema"] == rootfs.RECORD_SCHEMA)
+
+
+@pytest.mark.parametrize("kind", [b"x", b"L"])
+def test_a_layer_with_a_huge_pax_or_long_name_header_is_refused_in_bounded_memory(tmp_path, kind):
+    """tarfile reads a PAX or GNU long-name header whole, whatever size its header block
+    claims: a 65 KB zstd layer claiming 1 GiB of one took the unpack to a 2 GB peak. It is
+    refused at Go's 1 MiB before tarfile gathers it."""
+    import tracemalloc
+
+    from fixtures.bomb_layers import with_layer_blob, zstd_rle_bomb
+
+    claimed = 256 << 20
+    member = tarfile.TarInfo("huge")
+    member.type, member.size = kind, claimed
+    blob = zstd_rle_bomb(member.tobuf(tarfile.USTAR_FORMAT), claimed // (128 << 10))
+    layout = with_layer_blob(hostile_layout(tmp_path / "oci", [[]]), blob,
+                             "application/vnd.oci.image.layer.v1.tar+zstd")
+    tracemalloc.start()
+    try:
+        with pytest.raises(InputError) as caught:
+            rootfs.unpack_image(open_image(layout), tmp_path / "scratch")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 48 << 20, f"unpacking a layer with a {claimed >> 20} MiB header held {peak >> 20} MiB"
+    assert f"header of {claimed} bytes" in str(caught.value)
+    assert not (tmp_path / "scratch" / "root").exists()

@@ -20,6 +20,10 @@ BLOCK = 512
 
 _REGULAR_TYPES = (b"0", b"\x00", b"7")
 _META_TYPES = (b"x", b"L", b"K", b"g")  # PAX and GNU headers: they describe the next member
+# Go's archive/tar (maxSpecialFileSize, since CVE-2022-2879) refuses a longer PAX or GNU
+# long-name header with ErrFieldTooLong; capturing one whole would let a tiny compressed
+# layer claim gigabytes of memory here.
+SPECIAL_HEADER_LIMIT = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -133,6 +137,11 @@ class TarElfScanner:
                 if reason is not None:
                     self.unsafe = f"tar member {self.members - 1} {name!r}: {reason}"
         if self._member_type in _META_TYPES:
+            if size > SPECIAL_HEADER_LIMIT:
+                self.error = (f"tar member {self.members - 1}: a {self._member_type.decode('latin-1')!r} header of "
+                              f"{size} bytes, more than the {SPECIAL_HEADER_LIMIT} Go's archive/tar reads "
+                              "(it refuses the archive: header field too long)")
+                return
             self._capture = bytearray()
             self._capture_need = size
         elif self._member_type in _REGULAR_TYPES:

@@ -173,6 +173,10 @@ class _ScannedStream:
         self.scanner = TarElfScanner()
 
     def read(self, size: int = -1) -> bytes:
+        if self.scanner.error is not None:
+            # tarfile gathers a PAX or GNU long-name header whole, whatever its size: stop
+            # it before it holds one the scanner refused (over Go's 1 MiB)
+            raise ValueError(self.scanner.error)
         data = self.stream.read(size)
         self.scanner.feed(data)
         return data
