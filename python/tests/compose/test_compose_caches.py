@@ -454,3 +454,46 @@ def test_copy_bytes_within_and_across_file_systems(tmp_path_factory, size, asked
             assert target.read_bytes() == content
         finally:
             source.unlink()
+
+
+def _bytes_read() -> int:
+    with open("/proc/self/io") as report:
+        return int(dict(line.split(": ") for line in report.read().splitlines())["rchar"])
+
+
+def test_an_input_fetched_by_this_run_is_hashed_once_and_a_cached_one_again(tmp_path: Path) -> None:
+    """The build's stage 2 re-hashed every input after fetching it: a wheel imported (or
+    downloaded) and hashed on its way in was read and hashed again moments later, by the
+    same run. Read once now; an input that was already in the cache is still re-hashed
+    (and refused when altered)."""
+    import dataclasses
+
+    from sparkflake.compose.composition import load_composition
+    from sparkflake.compose.inputs import fetch_inputs
+    from sparkflake.core.blob_cache import BlobCache
+    from sparkflake.lock.pins import WheelPin
+
+    content = os.urandom(32 << 20)
+    supplied = tmp_path / "supplied"
+    supplied.mkdir()
+    wheel = supplied / "bigpkg-1.0-py3-none-any.whl"
+    wheel.write_bytes(content)
+    pin = WheelPin(name="bigpkg", version="1.0", filename=wheel.name, sha256=hashlib.sha256(content).hexdigest(),
+                   size=len(content), tags=("py3-none-any",), urls=(f"https://files.example/{wheel.name}",))
+    composition = load_composition(str(FIXTURE))
+    composition = dataclasses.replace(composition, wheels=(*composition.wheels, pin))
+    cache = BlobCache(tmp_path / "cache")
+    before = _bytes_read()
+    fetched = fetch_inputs(composition, cache, from_dirs=[supplied], offline=True,
+                           hashes=FileHashes(tmp_path / "table.json"))
+    read = _bytes_read() - before
+    assert fetched.paths["bigpkg"].read_bytes() == content
+    assert read < 1.5 * len(content), f"fetching and verifying read {read / len(content):.2f}x the input"
+    before = _bytes_read()
+    fetch_inputs(composition, cache, offline=True)
+    assert _bytes_read() - before >= len(content)  # in the cache before this run: hashed again
+    entry = cache.blob_path(pin.sha256)
+    entry.chmod(0o644)
+    entry.write_bytes(content[:-1] + bytes([content[-1] ^ 1]))
+    with pytest.raises(CheckFailed, match="bigpkg"):
+        fetch_inputs(composition, cache, offline=True)

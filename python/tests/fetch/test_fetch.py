@@ -215,3 +215,44 @@ def test_parallel_many_inputs(tmp_path: Path) -> None:
 def test_artifact_refuses_bad_hash() -> None:
     with pytest.raises(InputError, match="64 lowercase hex"):
         Artifact("x", "x.whl", "ABC", 1, ())
+
+
+def _bytes_read() -> int:
+    """This process's bytes read so far (read(2) and kin: every file read, every copy)."""
+    with open("/proc/self/io") as report:
+        return int(dict(line.split(": ") for line in report.read().splitlines())["rchar"])
+
+
+def test_an_import_reads_each_supplied_file_once(tmp_path: Path) -> None:
+    """A --from file of a locked size was hashed to find its input, then read again as it
+    was copied in and hashed a second time: the Nix route imports every input so (GBs of
+    wheels). Now the copy is the only read; a file of that size that is no input is left
+    out and leaves nothing behind."""
+    content = os.urandom(32 << 20)
+    supplied = tmp_path / "supplied"
+    supplied.mkdir()
+    (supplied / "input.whl").write_bytes(content)
+    (supplied / "same-size-other.bin").write_bytes(os.urandom(len(content)))
+    artifact = _artifact(content=content, name="big")
+    cache = BlobCache(tmp_path / "cache")
+    before = _bytes_read()
+    outcomes = import_from_dirs([supplied], [artifact], cache)
+    read = _bytes_read() - before
+    assert [(o.name, o.sha256, o.source) for o in outcomes] == [("big", artifact.sha256, "import")]
+    assert read < 2.5 * len(content), f"importing read {read / len(content):.2f}x the input (and its same-size neighbour)"
+    assert cache.verified_path(artifact).read_bytes() == content
+    assert list(cache.partial_dir.glob("*")) == []
+
+
+def test_an_import_of_an_input_with_no_locked_size_is_hashed_before_it_is_copied(tmp_path: Path) -> None:
+    content = b"an operator's library"
+    supplied = tmp_path / "supplied"
+    supplied.mkdir()
+    (supplied / "lib.so").write_bytes(content)
+    (supplied / "other.so").write_bytes(b"not it")
+    artifact = Artifact("lib", "lib.so", hashlib.sha256(content).hexdigest(), None, ())
+    cache = BlobCache(tmp_path / "cache")
+    outcomes = import_from_dirs([supplied], [artifact], cache)
+    assert [(o.name, o.size) for o in outcomes] == [("lib", len(content))]
+    assert cache.blob_path(artifact.sha256).read_bytes() == content
+    assert list(cache.partial_dir.glob("*")) == []

@@ -1,7 +1,7 @@
 """Stage 2 of a build: every input of the composition in the cache and verified (link
 ``inputs``): missing files fetched or imported from the profile's ``inputs/`` and ``--from``
-directories, git sources fetched by commit, then every file re-hashed and every checkout
-re-checked by tree id."""
+directories, git sources fetched by commit, then every file re-hashed (but one this run
+fetched, hashed as it came in) and every checkout re-checked by tree id."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def fetch_inputs(
 ) -> FetchedInputs:
     """Every file input in the cache, then verified (link ``inputs``): re-hashed, or --
     with ``hashes`` -- re-hashed only when the cache file's stat identity changed since
-    it was last hashed. Git sources (but those named in ``skip_git``) are fetched by commit
+    it was last hashed; one this run downloaded or imported was hashed as it came in. Git sources (but those named in ``skip_git``) are fetched by commit
     (offline: only from the cache and from ``from_dirs`` that are repositories) and their
     checkouts re-hashed by tree id. When inputs are missing, one error names each."""
     pins: list[Pin] = [*composition.debs, *composition.wheels]
@@ -74,6 +74,7 @@ def fetch_inputs(
     if profile_inputs.is_dir():
         directories.append(profile_inputs)
     downloaded = imported = 0
+    fetched_now: set[str] = set()  # sha256 of what this run downloaded or imported, hashed as it came in
     unfetched: list[str] = []
     if missing:
         opener = offline_opener if offline else default_opener
@@ -86,6 +87,7 @@ def fetch_inputs(
         else:
             downloaded = sum(1 for o in report.outcomes if o.source == "download")
             imported = sum(1 for o in report.outcomes if o.source == "import")
+            fetched_now = {o.sha256 for o in report.outcomes if o.source in ("download", "import")}
     git_pins = [pin for pin in composition.git_pins() if pin.name not in skip_git]
     unknown = sorted(set(git_mirrors or {}) - {pin.name for pin in composition.git_pins()})
     if unknown:
@@ -104,6 +106,12 @@ def fetch_inputs(
     for position, artifact in enumerate(artifacts):
         if progress:
             progress(position, len(artifacts), f"verify {artifact.name}")
+        path = cache.blob_path(artifact.sha256)
+        if artifact.sha256 in fetched_now and path.is_file():
+            # its bytes were hashed on their way into the cache moments ago, by this run: a
+            # second pass over gigabytes of wheels would only hash the same bytes again
+            paths[artifact.name] = path
+            continue
         try:
             paths[artifact.name] = _verified(cache, artifact, hashes)
         except SparkflakeError as exc:

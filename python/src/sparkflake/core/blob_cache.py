@@ -25,7 +25,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, cast
@@ -162,6 +162,38 @@ class BlobCache:
 
     def import_file(self, path: Path, artifact: Artifact) -> None:
         """Copy an operator-supplied file in, hashing in the same pass; refuse on mismatch."""
+        staging, digest, size = self._staged_copy(path, artifact)
+        try:
+            if digest != artifact.sha256 or (artifact.size is not None and size != artifact.size):
+                raise CheckFailed(
+                    f"{artifact.name}: {path} has sha256 {digest} size {size}, "
+                    f"lock says sha256 {artifact.sha256} size {artifact.size}",
+                    check_id="fetch-hash",
+                )
+            self.admit(staging, artifact)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                staging.unlink()
+
+    def import_matching(self, path: Path, wanted: Mapping[str, Artifact], staged_as: Artifact) -> Artifact | None:
+        """Copy ``path`` in when its bytes are one of ``wanted`` (sha256 -> artifact; the
+        size too where one is locked), else keep nothing: the one read of the file both
+        identifies and copies it. ``staged_as`` names the staging file (the artifact of its
+        size it most likely is)."""
+        staging, digest, size = self._staged_copy(path, staged_as)
+        try:
+            artifact = wanted.get(digest)
+            if artifact is None or (artifact.size is not None and size != artifact.size):
+                return None
+            self.admit(staging, artifact)
+            return artifact
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                staging.unlink()
+
+    def _staged_copy(self, path: Path, artifact: Artifact) -> tuple[Path, str, int]:
+        """``path`` copied into the partial directory, hashed in the same pass: the
+        staging file, its sha256 and size (the caller admits or removes it)."""
         self.partial_dir.mkdir(parents=True, exist_ok=True)
         staging = self.partial_dir / f"{artifact.sha256}.import.{os.getpid()}.{threading.get_ident()}"
         hasher = hashlib.sha256()
@@ -174,18 +206,11 @@ class BlobCache:
                     hasher.update(chunk)
                     dst.write(chunk)
                     size += len(chunk)
-            if hasher.hexdigest() != artifact.sha256 or (
-                artifact.size is not None and size != artifact.size
-            ):
-                raise CheckFailed(
-                    f"{artifact.name}: {path} has sha256 {hasher.hexdigest()} size {size}, "
-                    f"lock says sha256 {artifact.sha256} size {artifact.size}",
-                    check_id="fetch-hash",
-                )
-            self.admit(staging, artifact)
-        finally:
+        except BaseException:
             with contextlib.suppress(FileNotFoundError):
                 staging.unlink()
+            raise
+        return staging, hasher.hexdigest(), size
 
 
 class _DownloadRefused(Exception):

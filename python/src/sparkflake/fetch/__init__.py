@@ -45,8 +45,9 @@ def import_from_dirs(
 ) -> list[FetchOutcome]:
     """Import operator-supplied files whose sha256 matches a locked input.
 
-    Only files whose size equals a wanted size are hashed, so pointing at a large directory
-    costs a directory walk, not a read of everything in it.
+    Only files whose size equals a wanted size are read, so pointing at a large directory
+    costs a directory walk, not a read of everything in it; such a file is read once, copied
+    into the cache as it is hashed.
     """
     wanted = {a.sha256: a for a in artifacts if not cache.contains(a.sha256)}
     sizes = {a.size for a in wanted.values()}
@@ -65,12 +66,21 @@ def import_from_dirs(
                 size = path.stat().st_size
                 if size not in sizes and not unknown_size:
                     continue
-                digest = sha256_file(path.resolve())  # --from may hold symlinks; the cache gets the bytes
-                artifact = wanted.pop(digest, None)
-                if artifact is None:
-                    continue
-                cache.import_file(path, artifact)
-                outcomes.append(FetchOutcome(artifact.name, digest, size, "import", path.resolve().as_uri()))
+                of_its_size = [a for a in wanted.values() if a.size == size]
+                if of_its_size:
+                    # almost surely a wanted input: copy and hash in one read (a file of a
+                    # locked size that is none of them costs a copy, removed at once)
+                    artifact = cache.import_matching(path, wanted, of_its_size[0])
+                    if artifact is None:
+                        continue
+                    del wanted[artifact.sha256]
+                else:  # only an input with no locked size can be it: hash before copying
+                    digest = sha256_file(path.resolve())  # --from may hold symlinks; the cache gets the bytes
+                    artifact = wanted.pop(digest, None)
+                    if artifact is None:
+                        continue
+                    cache.import_file(path, artifact)
+                outcomes.append(FetchOutcome(artifact.name, artifact.sha256, size, "import", path.resolve().as_uri()))
     return outcomes
 
 
