@@ -447,3 +447,22 @@ def test_a_commit_record_that_is_no_small_regular_file_is_no_record(tmp_path: Pa
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[False, False, False, True]"
+
+
+def test_a_large_file_of_the_tree_is_written_in_pieces(tmp_path: Path) -> None:
+    """Each blob was read whole from `git cat-file` (and copied once more): a checkout
+    holding a 512 MiB file peaked at 1 GB. It is written in pieces now."""
+    import tracemalloc
+
+    large = os.urandom(48 << 20)
+    served, [(rev, tree)] = make_repository(tmp_path / "origin", [{**FILES_1, "assets/large.bin": large}])
+    cache = GitCache(tmp_path / "cache")
+    tracemalloc.start()
+    try:
+        fetch_git(pin_for(rev, tree, served.as_uri()), cache)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20, f"fetching a tree with a {len(large) >> 20} MiB file held {peak >> 20} MiB"
+    assert_checkout(cache.tree_path(tree), tree)
+    assert (cache.tree_path(tree) / "assets/large.bin").read_bytes() == large

@@ -248,18 +248,23 @@ def write_tree(repo: Path, env: dict[str, str], rev: str, destination: Path, tim
             if len(header) != 3 or header[0].decode() != entry.object_id or header[1] != b"blob":
                 raise InputError(f"{entry.path}: git cat-file answered {b' '.join(header)[:120]!r}")
             size = int(header[2])
-            content = _read_exactly(process.stdout, size + 1)[:size]  # the object, then LF
             target = destination.joinpath(*relative.parts)
             target.parent.mkdir(parents=True, exist_ok=True)
             if entry.mode == "120000":
-                os.symlink(content, target)
+                if size > SYMLINK_TARGET_LIMIT:  # no file system takes a longer one (PATH_MAX)
+                    raise InputError(f"{entry.path}: a symlink whose target is {size} bytes long")
+                os.symlink(_read_exactly(process.stdout, size), target)
             elif entry.mode in ("100644", "100755"):
                 fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
                 with os.fdopen(fd, "wb") as handle:
-                    handle.write(content)
+                    # in pieces: a source tree may hold a blob of gigabytes
+                    for start in range(0, size, COPY_CHUNK):
+                        handle.write(_read_exactly(process.stdout, min(COPY_CHUNK, size - start)))
                 os.chmod(target, 0o755 if entry.mode == "100755" else 0o644)
             else:
                 raise InputError(f"{entry.path}: git mode {entry.mode} is not a file or a symlink")
+            if _read_exactly(process.stdout, 1) != b"\n":  # cat-file ends each object with LF
+                raise InputError(f"{entry.path}: git cat-file answered more than the {size} bytes it announced")
     finally:
         process.stdin.close()
         process.stdout.close()
@@ -269,6 +274,10 @@ def write_tree(repo: Path, env: dict[str, str], rev: str, destination: Path, tim
             process.kill()
             process.wait()
     return len(entries)
+
+
+COPY_CHUNK = 1 << 20
+SYMLINK_TARGET_LIMIT = 4096
 
 
 def _read_exactly(stream: IO[bytes], size: int) -> bytes:  # a binary pipe
