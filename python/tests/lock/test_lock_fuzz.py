@@ -11,10 +11,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sparkflake.core import canonical_toml
-from sparkflake.core.errors import InputError
+from sparkflake.core.errors import CheckFailed, InputError
 from sparkflake.lock.lock_file import dump_lock, parse_lock
 from sparkflake.lock.pins import Lock
 from sparkflake.lock.pylock import read_pylock
+from sparkflake.lock.resolve import python_pins
+from sparkflake.lock.target import InstallTarget
 
 pytestmark = pytest.mark.nix_sandbox  # needs nothing but Python: also run by the flake check
 
@@ -154,3 +156,28 @@ def test_pylock_reader_survives_mutations(tmp_path_factory, lock: Lock, data: st
         read_pylock(path)
     except InputError as error:
         assert str(error).startswith(f"{path}: ")
+
+
+@given(lock=locks, data=st.data())
+def test_resolution_reader_survives_mutations(lock: Lock, data: st.DataObject) -> None:
+    # uv's pylock text as `sparkflake lock` reads it: pins whose fields are the document's,
+    # or an error that names uv's pylock and the place in it, never a traceback
+    packages = []
+    for pin in lock.inputs:
+        if pin.kind == "wheel":
+            packages.append({"name": pin.name, "version": pin.version, "wheels": [
+                {"url": pin.urls[0], "size": pin.size, "hashes": {"sha256": pin.sha256}}]})
+    text = canonical_toml.dumps({"lock-version": "1.0", "created-by": "fuzz", "packages": packages})
+    mutated = _mutate_text(text, data.draw(text_mutations))
+    if isinstance(mutated, bytes):
+        mutated = mutated.decode("utf-8", "replace")
+    try:
+        pins = python_pins(mutated, InstallTarget(), ())
+    except (InputError, CheckFailed) as error:
+        assert str(error).removeprefix("[python-resolve] ").startswith("uv's pylock.toml: "), str(error)
+        return
+    written = {
+        (p["name"], p["wheels"][0]["size"], p["wheels"][0]["hashes"]["sha256"])
+        for p in tomllib.loads(mutated)["packages"]
+    }
+    assert {(pin.name, pin.size, pin.sha256) for pin in pins} <= written

@@ -19,6 +19,8 @@ from sparkflake.lock.debian_packages import (
     parse_relations,
     resolve_closure,
 )
+from sparkflake.lock.pylock import resolved_pins
+from sparkflake.lock.resolve import python_pins
 from sparkflake.lock.resolve_debian import (
     BOOKWORM_SUITES,
     DEFAULT_KEYRING,
@@ -26,7 +28,6 @@ from sparkflake.lock.resolve_debian import (
     snapshot_timestamp,
     verify_inrelease,
 )
-from sparkflake.lock.resolve_python import select_wheels
 from sparkflake.lock.target import InstallTarget, wheel_tags
 
 _fragment = st.text(alphabet="0123456789abcz.+~", min_size=1, max_size=6)
@@ -185,8 +186,12 @@ def _wheel(filename: str, digest: str = "a") -> dict:
     return {"url": f"https://files.example/{filename}", "size": 10, "hashes": {"sha256": digest * 64}}
 
 
-def test_select_wheels_prefers_the_target_tags() -> None:
-    pins = select_wheels(
+def _wheels(pylock: dict) -> list:
+    return resolved_pins(pylock, "pylock.toml", target=InstallTarget(), sdist_names=())
+
+
+def test_resolution_prefers_the_target_tags() -> None:
+    pins = _wheels(
         _pylock(
             {
                 "name": "cryptography",
@@ -210,9 +215,9 @@ def test_select_wheels_prefers_the_target_tags() -> None:
     ]
 
 
-def test_select_wheels_refuses_sdist_only_and_foreign() -> None:
+def test_resolution_refuses_sdist_only_and_foreign() -> None:
     with pytest.raises(CheckFailed, match=r"no wheel fits linux/arm64 .* for: onlysdist 1, foreign 2"):
-        select_wheels(
+        _wheels(
             _pylock(
                 {"name": "onlysdist", "version": "1", "sdist": {"url": "https://x/onlysdist-1.tar.gz", "size": 1, "hashes": {"sha256": "a" * 64}}},
                 {"name": "foreign", "version": "2", "wheels": [_wheel("foreign-2-cp311-cp311-manylinux_2_17_x86_64.whl")]},
@@ -225,3 +230,27 @@ def test_every_target_platform_tag_is_accepted(platform: str, interpreter: str) 
     assert InstallTarget().wheel_rank(wheel_tags(f"x-1-{interpreter}-{platform}.whl")) is not None
     foreign = platform.replace("aarch64", "x86_64")
     assert InstallTarget().wheel_rank(wheel_tags(f"x-1-{interpreter}-{foreign}.whl")) is None
+
+
+def test_resolution_takes_sizes_and_hashes_only_as_pylock_types_them() -> None:
+    # a size as text was read with int() ("1_0" gave 10), a missing hashes table was a KeyError
+    sized_as_text = dict(_wheel("pure-1-py3-none-any.whl"), size="1_0")
+    with pytest.raises(InputError, match=r"^pylock.toml: packages\[0\]\.wheels\[0\]\.size: expected a non-negative integer"):
+        _wheels(_pylock({"name": "pure", "version": "1", "wheels": [sized_as_text]}))
+    sdist_without_hashes = {"url": "https://files.example/pure-1.tar.gz", "size": 1}
+    with pytest.raises(InputError, match=r"^pylock.toml: packages\[0\]\.sdist: missing required key 'hashes'|hashes"):
+        resolved_pins(
+            _pylock({"name": "pure", "version": "1", "wheels": [_wheel("pure-1-py3-none-any.whl")], "sdist": sdist_without_hashes}),
+            "pylock.toml", target=InstallTarget(), sdist_names=("pure-sdist",),
+        )
+    with pytest.raises(InputError, match=r"uv's pylock.toml: not TOML"):
+        python_pins("[[packages]\n", InstallTarget(), ())
+
+
+def test_resolution_adds_the_sdists_asked_for() -> None:
+    sdist = {"url": "https://files.example/pure-1.tar.gz", "size": 7, "hashes": {"sha256": "b" * 64}}
+    document = _pylock({"name": "pure", "version": "1", "wheels": [_wheel("pure-1-py3-none-any.whl")], "sdist": sdist})
+    pins = resolved_pins(document, "pylock.toml", target=InstallTarget(), sdist_names=("pure-sdist",))
+    assert [(p.kind, p.name, p.size) for p in pins] == [("wheel", "pure", 10), ("sdist", "pure-sdist", 7)]
+    with pytest.raises(InputError, match="no sdist on the index for: other-sdist"):
+        resolved_pins(document, "pylock.toml", target=InstallTarget(), sdist_names=("other-sdist",))

@@ -17,8 +17,10 @@ from sparkflake.compose.python_env import WheelInput, assemble_python_env
 from sparkflake.core.blob_cache import Artifact, BlobCache
 from sparkflake.core.tree_digest import nar_hash
 from sparkflake.fetch import fetch_all
+from sparkflake.lock.pylock import resolved_pins
 from sparkflake.lock.resolve_debian import resolve_debian
-from sparkflake.lock.resolve_python import compile_pylock, resolution_cutoff, select_wheels
+from sparkflake.lock.resolve_python import compile_pylock, resolution_cutoff
+from sparkflake.lock.target import DEBIAN_BOOKWORM_ARM64
 
 
 def _heavy(name: str) -> bool:
@@ -30,9 +32,13 @@ def _heavy(name: str) -> bool:
 CUTOFF = resolution_cutoff("2026-12-01")
 
 
+def _wheels(pylock: dict) -> list:
+    return resolved_pins(pylock, "pylock.toml", target=DEBIAN_BOOKWORM_ARM64, sdist_names=())
+
+
 def _lock_subset(cache: BlobCache) -> tuple[list, list]:
     text = compile_pylock(["sparkcache", "b12x", "fastsafetensors"], exclude_newer=CUTOFF)
-    wheels = [w for w in select_wheels(tomllib.loads(text)) if not _heavy(w.name)]
+    wheels = [w for w in _wheels(tomllib.loads(text)) if not _heavy(w.name)]
     debs = resolve_debian(["python3-minimal"], cache=cache).pins
     return wheels, debs
 
@@ -47,7 +53,7 @@ def test_real_subset_locks_fetches_and_assembles_identically(tmp_path: Path) -> 
     names = {w.name for w in wheels}
     assert {"sparkcache", "b12x", "fastsafetensors"} <= names and "torch" not in names
     assert {"python3-minimal", "python3.11-minimal", "libc6"} <= {d["package"] for d in debs}
-    wheel_artifacts = [Artifact(w.name, w.filename, w.sha256, w.size, (w.url,)) for w in wheels]
+    wheel_artifacts = [Artifact(w.name, w.filename, w.sha256, w.size, w.urls) for w in wheels]
     deb_artifacts = [Artifact(f"{d['package']}:{d['architecture']}", str(d["filename"]), str(d["sha256"]), int(d["size"]), tuple(d["urls"])) for d in debs]
     report = fetch_all(wheel_artifacts + deb_artifacts, cache)
     assert report.total_bytes == sum(a.size or 0 for a in wheel_artifacts + deb_artifacts)
@@ -67,9 +73,9 @@ def test_real_subset_locks_fetches_and_assembles_identically(tmp_path: Path) -> 
 def test_a_cutoff_resolves_from_the_index_as_it_stood_then() -> None:
     # packaging 23.2 was uploaded on 2023-10-01, 24.0 on 2024-03-10 (PyPI's upload-time)
     text = compile_pylock(["packaging"], exclude_newer=resolution_cutoff("2024-01-01"))
-    assert [(w.name, w.version) for w in select_wheels(tomllib.loads(text))] == [("packaging", "23.2")]
+    assert [(w.name, w.version) for w in _wheels(tomllib.loads(text))] == [("packaging", "23.2")]
     newer = compile_pylock(["packaging"], exclude_newer=resolution_cutoff("2024-03-11"))
-    assert [w.version for w in select_wheels(tomllib.loads(newer))] == ["24.0"]
+    assert [w.version for w in _wheels(tomllib.loads(newer))] == ["24.0"]
 
 
 REPO_PROFILES = Path(__file__).resolve().parents[3] / "profiles"

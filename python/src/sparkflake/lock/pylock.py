@@ -7,12 +7,14 @@ import datetime
 import os
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TypedDict
 
+from packaging.markers import InvalidMarker, Marker
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion
 
-from ..core.errors import InputError
+from ..core.errors import CheckFailed, InputError
 from ..core.records import (
     InvalidField,
     check_keys,
@@ -28,6 +30,7 @@ from ..core.records import (
     require_url,
 )
 from .pins import SdistPin, WheelPin, sdist_input_name
+from .target import InstallTarget
 
 _PYLOCK_TOP_KEYS = (
     "lock-version",
@@ -75,15 +78,83 @@ def read_pylock(
     """
     shown = os.fspath(path)
     document = read_toml(path)
+    preference = {tag: rank for rank, tag in enumerate(supported_tags or ())}
+    pins: list[WheelPin | SdistPin] = []
     try:
-        return _pylock_pins(document, supported_tags)
+        for package in _pylock_packages(document, preference, None):
+            if not package.wheels and package.sdist is None:
+                if package.wheels_listed and preference:
+                    raise InvalidField(
+                        join_path(package.where, "wheels"),
+                        "no wheel runs on the target and there is no sdist",
+                    )
+                raise InvalidField(package.where, "a package needs wheels or an sdist")
+            if len(package.wheels) > 1:
+                raise InvalidField(
+                    join_path(package.where, "wheels"),
+                    f"{len(package.wheels)} wheels for one package; pass the target's supported "
+                    "tags to choose one",
+                )
+            pins.extend(package.wheels)
+            if package.sdist is not None:
+                pins.append(package.sdist)
     except InvalidField as error:
         raise InputError(f"{shown}: {error.field_path}: {error.problem}") from None
+    return pins
 
 
-def _pylock_pins(
-    document: Mapping[str, Any], supported_tags: Sequence[str] | None
+def resolved_pins(
+    document: Mapping[str, Any], source: str, *, target: InstallTarget, sdist_names: Sequence[str]
 ) -> list[WheelPin | SdistPin]:
+    """uv's pylock for ``target`` (``uv pip compile --format pylock.toml``) as the lock's pins:
+    of every package whose marker holds on the target, the wheel the target's tag order
+    prefers (sorted by name), then the sdists ``sdist_names`` ask for (input names ending
+    in ``-sdist``). A package with no wheel for the target is refused: building an sdist
+    would run a build backend for the target, which this pipeline never does."""
+    preference = {str(tag): rank for rank, tag in enumerate(target.supported_tags)}
+    environment = dict(target.marker_environment()) | {"extra": ""}
+    try:
+        packages = _pylock_packages(document, preference, environment)
+    except InvalidField as error:
+        raise InputError(f"{source}: {error.field_path}: {error.problem}") from None
+    wheels = [package.wheels[0] for package in packages if package.wheels]
+    refused = [f"{package.name} {package.version}" for package in packages if not package.wheels]
+    if refused:
+        raise CheckFailed(
+            f"{source}: no wheel fits {target.platform} cp{target.python_version[0]}{target.python_version[1]} "
+            f"(manylinux ≤ {target.glibc[0]}.{target.glibc[1]}) for: {', '.join(refused)}; "
+            "sdists are not built (that would run a build for the target)",
+            check_id="wheel-tags",
+        )
+    wanted = set(sdist_names)
+    sdists = [p.sdist for p in packages if p.sdist is not None and p.sdist.name in wanted]
+    missing = wanted - {sdist.name for sdist in sdists}
+    if missing:
+        raise InputError(f"no sdist on the index for: {', '.join(sorted(missing))}", check_id="python-resolve")
+    return [*sorted(wheels, key=lambda pin: pin.name), *sdists]
+
+
+@dataclass(frozen=True)
+class _PylockPackage:
+    """One ``[[packages]]`` table: its wheels (only the one the target prefers, or none,
+    when the target's tags are given) and its sdist."""
+
+    where: str
+    name: str
+    version: str
+    wheels: list[WheelPin]
+    wheels_listed: int
+    sdist: SdistPin | None
+
+
+def _pylock_packages(
+    document: Mapping[str, Any],
+    preference: Mapping[str, int],
+    marker_environment: Mapping[str, str] | None,
+) -> list[_PylockPackage]:
+    """The packages of a pylock document, each checked whole; with ``marker_environment``
+    those whose marker does not hold there are left out, without it markers are not read
+    and a name may stand once only."""
     check_keys(document, "", ("lock-version", "created-by", "packages"), _PYLOCK_TOP_KEYS)
     lock_version = document["lock-version"]
     if not isinstance(lock_version, str) or not re.fullmatch(r"1\.[0-9]+", lock_version):
@@ -91,13 +162,14 @@ def _pylock_pins(
     packages = document["packages"]
     if not isinstance(packages, list):
         raise InvalidField("packages", f"expected an array of tables, got {describe(packages)}")
-    preference = {tag: rank for rank, tag in enumerate(supported_tags or ())}
-    pins: list[WheelPin | SdistPin] = []
+    found: list[_PylockPackage] = []
     first_index: dict[str, int] = {}
     for index, package in enumerate(packages):
         where = f"packages[{index}]"
         package = require_table(where, package)
         check_keys(package, where, ("name",), _PYLOCK_PACKAGE_KEYS)
+        if marker_environment is not None and not _marker_holds(package, where, marker_environment):
+            continue
         for unsupported in ("vcs", "directory", "archive"):
             if unsupported in package:
                 raise InvalidField(
@@ -106,10 +178,12 @@ def _pylock_pins(
                 )
         name = canonicalize_name(require_str(join_path(where, "name"), package["name"]))
         if name in first_index:
+            unread = "" if marker_environment is not None else (
+                ": markers are not evaluated, resolve the pylock for one target"
+            )
             raise InvalidField(
                 join_path(where, "name"),
-                f"{describe(name)} again (first at packages[{first_index[name]}]): markers are "
-                "not evaluated, resolve the pylock for one target",
+                f"{describe(name)} again (first at packages[{first_index[name]}]){unread}",
             )
         first_index[name] = index
         if "version" not in package:
@@ -128,23 +202,19 @@ def _pylock_pins(
         sdist = None
         if "sdist" in package:
             sdist = _pylock_sdist(package["sdist"], f"{where}.sdist", name, version)
-        if not wheels and sdist is None:
-            raise InvalidField(where, "a package needs wheels or an sdist")
-        if preference and wheels:
-            wheels = _best_wheels(wheels, preference)
-            if not wheels and sdist is None:
-                raise InvalidField(
-                    join_path(where, "wheels"), "no wheel runs on the target and there is no sdist"
-                )
-        elif len(wheels) > 1:
-            raise InvalidField(
-                join_path(where, "wheels"),
-                f"{len(wheels)} wheels for one package; pass the target's supported tags to choose one",
-            )
-        pins.extend(wheels)
-        if sdist is not None:
-            pins.append(sdist)
-    return pins
+        best = _best_wheels(wheels, preference) if preference else wheels
+        found.append(_PylockPackage(where, name, version, best, len(wheels), sdist))
+    return found
+
+
+def _marker_holds(package: Mapping[str, Any], where: str, environment: Mapping[str, str]) -> bool:
+    if "marker" not in package:
+        return True
+    text = require_str(join_path(where, "marker"), package["marker"])
+    try:
+        return Marker(text).evaluate(dict(environment))
+    except InvalidMarker as exc:
+        raise InvalidField(join_path(where, "marker"), str(exc)) from None
 
 
 def _best_wheels(wheels: list[WheelPin], preference: Mapping[str, int]) -> list[WheelPin]:

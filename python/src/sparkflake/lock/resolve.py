@@ -42,6 +42,7 @@ from .pins import (
     sdist_input_name,
 )
 from .profile_locks import check_against_locks, load_locks, load_profile
+from .pylock import resolved_pins
 from .target import InstallTarget
 
 CONTAINER_SEEDS: tuple[str, ...] = ("base-files", "base-passwd")
@@ -91,41 +92,12 @@ def request_for(profiles: Sequence[Profile]) -> ResolutionRequest:
 
 
 def python_pins(pylock_text: str, target: InstallTarget, sdist_names: Sequence[str]) -> list[Pin]:
-    document = tomllib.loads(pylock_text)
-    pins: list[Pin] = []
-    for wheel in python_resolver.select_wheels(document, target=target):
-        pins.append(
-            WheelPin(
-                name=canonicalize_name(wheel.name),
-                version=wheel.version,
-                filename=wheel.filename,
-                sha256=wheel.sha256,
-                size=wheel.size,
-                tags=wheel.tags,
-                urls=(wheel.url,),
-            )
-        )
-    wanted = set(sdist_names)
-    for package in document.get("packages", []):
-        name = sdist_input_name(package["name"])
-        if name not in wanted or "sdist" not in package:
-            continue
-        sdist = package["sdist"]
-        url = sdist["url"]
-        pins.append(
-            SdistPin(
-                name=name,
-                version=str(package["version"]),
-                filename=sdist.get("name") or url.rsplit("/", 1)[-1],
-                sha256=sdist["hashes"]["sha256"],
-                size=int(sdist["size"]),
-                urls=(url,),
-            )
-        )
-        wanted.discard(name)
-    if wanted:
-        raise InputError(f"no sdist on the index for: {', '.join(sorted(wanted))}", check_id="python-resolve")
-    return pins
+    """The wheels and sdists of uv's resolution (its pylock.toml text) for ``target``."""
+    try:
+        document = tomllib.loads(pylock_text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"uv's pylock.toml: not TOML: {exc}", check_id="python-resolve") from None
+    return list(resolved_pins(document, "uv's pylock.toml", target=target, sdist_names=sdist_names))
 
 
 def deb_pins(resolution: debian_resolver.DebianResolution) -> list[Pin]:

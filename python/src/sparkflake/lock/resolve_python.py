@@ -1,10 +1,10 @@
 """The Python closure for the target, resolved by uv, pinned to exactly one wheel each.
 
 ``uv pip compile --format pylock.toml`` gives a PEP 751 lock with every candidate file's
-url, size and sha256 for the target platform. From it we keep, per package whose marker
-holds on the target, the single wheel the target's tag order prefers. Packages with no
-fitting wheel are refused: building an sdist would mean running a build backend for the
-target, which this pipeline never does.
+url, size and sha256 for the target platform. From it ``lock.pylock.resolved_pins`` keeps,
+per package whose marker holds on the target, the single wheel the target's tag order
+prefers. Packages with no fitting wheel are refused: building an sdist would mean running a
+build backend for the target, which this pipeline never does.
 """
 
 from __future__ import annotations
@@ -16,14 +16,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 
-from packaging.markers import InvalidMarker, Marker
-
-from ..core.errors import CheckFailed, InputError
-from .target import DEBIAN_BOOKWORM_ARM64, InstallTarget, wheel_tags
+from ..core.errors import InputError
+from .target import DEBIAN_BOOKWORM_ARM64, InstallTarget
 
 PYPI_INDEX = "https://pypi.org/simple"
 
@@ -47,17 +44,6 @@ def resolution_cutoff(text: str) -> str:
             "(a local date or a span resolves differently elsewhere or later)"
         ) from None
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-@dataclass(frozen=True)
-class ResolvedWheel:
-    name: str
-    version: str
-    filename: str
-    url: str
-    sha256: str
-    size: int
-    tags: tuple[str, ...]
 
 
 def find_uv() -> str:
@@ -116,68 +102,3 @@ def compile_pylock(
                 check_id="python-resolve",
             )
         return output.read_text(encoding="utf-8")
-
-
-def select_wheels(
-    pylock: Mapping[str, object],
-    *,
-    target: InstallTarget = DEBIAN_BOOKWORM_ARM64,
-    source: str = "pylock.toml",
-) -> list[ResolvedWheel]:
-    """One wheel per package that applies to the target, the best tag match."""
-    packages = pylock.get("packages")
-    if not isinstance(packages, list):
-        raise InputError(f"{source}: no [[packages]] array")
-    environment = target.marker_environment()
-    pins: list[ResolvedWheel] = []
-    refused: list[str] = []
-    for position, package in enumerate(packages):
-        where = f"{source}: packages[{position}]"
-        if not isinstance(package, dict) or "name" not in package or "version" not in package:
-            raise InputError(f"{where}: name and version are required")
-        marker_text = package.get("marker")
-        if marker_text:
-            try:
-                applies = Marker(str(marker_text)).evaluate(dict(environment) | {"extra": ""})
-            except InvalidMarker as exc:
-                raise InputError(f"{where}.marker: {exc}") from exc
-            if not applies:
-                continue
-        best: tuple[int, ResolvedWheel] | None = None
-        for wheel_position, wheel in enumerate(package.get("wheels", ())):
-            url = str(wheel.get("url", ""))
-            filename = str(wheel.get("name") or url.rsplit("/", 1)[-1])
-            try:
-                tags = wheel_tags(filename)
-            except ValueError as exc:
-                raise InputError(f"{where}.wheels[{wheel_position}]: {exc}") from exc
-            rank = target.wheel_rank(tags)
-            if rank is None:
-                continue
-            hashes = wheel.get("hashes", {})
-            if "sha256" not in hashes or "size" not in wheel or not url:
-                raise InputError(f"{where}.wheels[{wheel_position}]: url, size and sha256 are required")
-            pin = ResolvedWheel(
-                name=str(package["name"]),
-                version=str(package["version"]),
-                filename=filename,
-                url=url,
-                sha256=str(hashes["sha256"]),
-                size=int(wheel["size"]),
-                tags=tuple(sorted(str(t) for t in tags)),
-            )
-            if best is None or rank < best[0]:
-                best = (rank, pin)
-        if best is None:
-            refused.append(f"{package['name']} {package['version']}")
-            continue
-        pins.append(best[1])
-    if refused:
-        raise CheckFailed(
-            f"{source}: no wheel fits {target.platform} cp{target.python_version[0]}{target.python_version[1]} "
-            f"(manylinux ≤ {target.glibc[0]}.{target.glibc[1]}) for: {', '.join(refused)}; "
-            "sdists are not built (that would run a build for the target)",
-            check_id="wheel-tags",
-        )
-    pins.sort(key=lambda p: p.name)
-    return pins
