@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from sparkflake.core import canonical_toml
 from sparkflake.core.errors import CheckFailed, InputError
 from sparkflake.lock.lock_file import dump_lock, parse_lock
-from sparkflake.lock.pins import Lock
+from sparkflake.lock.pins import Lock, WheelPin
 from sparkflake.lock.pylock import read_pylock
 from sparkflake.lock.resolve import python_pins
 from sparkflake.lock.target import InstallTarget
@@ -139,15 +139,20 @@ def test_random_bytes_never_escape(raw: bytes) -> None:
     _parse_or_refuse(raw)
 
 
+def _pylock_text(lock: Lock) -> str:
+    """A pylock.toml of the lock's wheels, one package each."""
+    packages = [
+        {"name": pin.name, "version": pin.version,
+         "wheels": [{"url": pin.urls[0], "size": pin.size, "hashes": {"sha256": pin.sha256}}]}
+        for pin in lock.inputs if isinstance(pin, WheelPin)
+    ]
+    return canonical_toml.dumps({"lock-version": "1.0", "created-by": "fuzz", "packages": packages})
+
+
 @given(lock=locks, data=st.data())
 def test_pylock_reader_survives_mutations(tmp_path_factory, lock: Lock, data: st.DataObject) -> None:
     # a pylock made of the generated lock's wheels and sdists, then cut or corrupted
-    packages = []
-    for pin in lock.inputs:
-        if pin.kind == "wheel":
-            packages.append({"name": pin.name, "version": pin.version, "wheels": [
-                {"url": pin.urls[0], "size": pin.size, "hashes": {"sha256": pin.sha256}}]})
-    text = canonical_toml.dumps({"lock-version": "1.0", "created-by": "fuzz", "packages": packages})
+    text = _pylock_text(lock)
     mutation = data.draw(text_mutations)
     mutated = _mutate_text(text, mutation)
     path = tmp_path_factory.mktemp("pylock") / "pylock.toml"
@@ -162,12 +167,7 @@ def test_pylock_reader_survives_mutations(tmp_path_factory, lock: Lock, data: st
 def test_resolution_reader_survives_mutations(lock: Lock, data: st.DataObject) -> None:
     # uv's pylock text as `sparkflake lock` reads it: pins whose fields are the document's,
     # or an error that names uv's pylock and the place in it, never a traceback
-    packages = []
-    for pin in lock.inputs:
-        if pin.kind == "wheel":
-            packages.append({"name": pin.name, "version": pin.version, "wheels": [
-                {"url": pin.urls[0], "size": pin.size, "hashes": {"sha256": pin.sha256}}]})
-    text = canonical_toml.dumps({"lock-version": "1.0", "created-by": "fuzz", "packages": packages})
+    text = _pylock_text(lock)
     mutated = _mutate_text(text, data.draw(text_mutations))
     if isinstance(mutated, bytes):
         mutated = mutated.decode("utf-8", "replace")
@@ -177,7 +177,7 @@ def test_resolution_reader_survives_mutations(lock: Lock, data: st.DataObject) -
         assert str(error).removeprefix("[python-resolve] ").startswith("uv's pylock.toml: "), str(error)
         return
     written = {
-        (p["name"], p["wheels"][0]["size"], p["wheels"][0]["hashes"]["sha256"])
-        for p in tomllib.loads(mutated)["packages"]
+        (p["name"], wheel["size"], wheel["hashes"]["sha256"])
+        for p in tomllib.loads(mutated)["packages"] for wheel in p["wheels"]
     }
     assert {(pin.name, pin.size, pin.sha256) for pin in pins} <= written
