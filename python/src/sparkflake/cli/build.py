@@ -12,7 +12,6 @@ from ..compose.composed_image import DEFAULT_FORMATS, ImageOptions
 from ..core.atomic_write import OUTPUT_MARKER
 from ..core.errors import InputError
 from ..oci.compression import Compression
-from ..oci.image import default_source_date_epoch
 from ..workflows.build import BuildRequest, build_profile, default_output_dir
 from . import _arguments as arguments
 from ._output import add_progress_flag, print_json, print_line, progress_for, warn
@@ -82,12 +81,14 @@ def written_entries(out_dir: Path) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     implementation = args.gzip_implementation if args.compression == "gzip" else None
     compression = Compression(args.compression, args.level, implementation=implementation)
-    options = ImageOptions(
-        compression=compression,
-        source_date_epoch=default_source_date_epoch(),
-        repository=args.repository,
-        tag=args.tag,
-    )
+    # A profile's image has the fixed epoch ImageOptions carries (1, as nix/image.nix builds
+    # it): never the environment's SOURCE_DATE_EPOCH, which `nix develop` and many CI
+    # environments set, so that one lock gives one digest wherever the build runs.
+    options = ImageOptions(compression=compression, repository=args.repository, tag=args.tag)
+    ignored = os.environ.get("SOURCE_DATE_EPOCH", "")
+    if ignored not in ("", str(options.source_date_epoch)):
+        warn(f"build: SOURCE_DATE_EPOCH={ignored!r} in the environment is not used: a profile's image "
+             f"has the fixed epoch {options.source_date_epoch}, so its digests do not depend on the environment")
     for directory in args.from_dirs:
         if not os.path.isdir(directory):
             raise InputError(f"--from {directory}: not a directory")
