@@ -95,10 +95,25 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def utf8_mode_relaunch() -> list[str] | None:
+    """The command line that runs this process's command again in Python's UTF-8 mode, when
+    its file system encoding is another (a non-UTF-8 locale such as en_US.ISO-8859-1, or
+    LC_ALL=C with PYTHONUTF8=0): file names are then decoded with that encoding, so a tree's
+    non-ASCII names would reach a layer as other bytes (a different digest) or be refused,
+    and text written into the trees would differ. None when the encoding is UTF-8 already,
+    or PYTHONUTF8=1 is set and still did not give it (-E, -I or -X utf8=0 on the command
+    line: no loop; the layer writer then refuses such names)."""
+    if sys.getfilesystemencoding() == "utf-8" or os.environ.get("PYTHONUTF8") == "1" or not sys.executable:
+        return None
+    return [sys.executable, *sys.orig_argv[1:]]
+
+
 def main(argv: list[str] | None = None) -> int:
     """The console script (no ``argv``: this process's command line, and the process ends
     after it) or an in-process caller's command."""
     process_ends = argv is None
+    if process_ends and (relaunch := utf8_mode_relaunch()) is not None:
+        os.execve(relaunch[0], relaunch, {**os.environ, "PYTHONUTF8": "1"})
     argv = sys.argv[1:] if argv is None else argv
     return run_command(lambda: build_parser(argv[0] if argv else None).parse_args(argv), process_ends=process_ends)
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import posixpath
 import stat
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -174,6 +175,7 @@ def _scan_tree(source: TreeSource, entries: _EntrySet) -> None:
             host_path = child.path
             name = child.name
             if not name.isascii():  # ASCII names always encode; others may not be UTF-8
+                host_name_in_utf8(name, what=f"file name in {directory}")
                 encode_name(name, what=f"file name in {directory}")
             path = prefix + name
             try:
@@ -207,6 +209,8 @@ def _scan_tree(source: TreeSource, entries: _EntrySet) -> None:
                     link_target = os.readlink(host_path)
                 except OSError as exc:
                     raise InputError(f"{host_path}: cannot read link: {exc.strerror}") from exc
+                if not link_target.isascii():
+                    host_name_in_utf8(link_target, what=f"symlink target of {host_path}")
                 encode_name(link_target, what=f"symlink target of {host_path}")
                 entries.add(
                     ScannedEntry(
@@ -215,6 +219,22 @@ def _scan_tree(source: TreeSource, entries: _EntrySet) -> None:
                 )
             else:
                 raise InputError(f"{host_path}: {_special_kind(mode)} cannot be stored in an image")
+
+
+def host_name_in_utf8(name: str, *, what: str) -> None:
+    """Refuse a non-ASCII host name (a directory entry, a symlink target) read while
+    Python's file system encoding is not UTF-8. Such a name is the host's bytes decoded
+    with that encoding, so its UTF-8 encoding in a tar header is other bytes than the
+    host's: under an ISO-8859-1 locale ``é`` (c3 a9 on disk) would become c3 83 c2 a9 in
+    the layer, silently another diffID; under LC_ALL=C with PYTHONUTF8=0 (ASCII) a valid
+    name would be refused as not UTF-8. The CLI runs in Python's UTF-8 mode (it restarts
+    itself in it); a library caller is told to."""
+    encoding = sys.getfilesystemencoding()
+    if encoding != "utf-8":
+        raise InputError(
+            f"{what} {os.fsencode(name)!r}: Python's file system encoding is {encoding}, not UTF-8, so "
+            "this name would not be stored as its bytes; run Python in UTF-8 mode (PYTHONUTF8=1 or -X utf8)"
+        )
 
 
 def _special_kind(mode: int) -> str:
