@@ -13,8 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 import posixpath
-import tarfile
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,76 +22,44 @@ from ..compose.verification import FAILED, PASSED, LinkResult
 from ..core.canonical_json import readable_json_bytes
 from ..core.documents import objects_of_array, parse_json_object
 from ..core.errors import CheckFailed, InputError, SparkflakeError
-from ..oci.layer_stream import LayerStream
-from ..oci.reader import ImageReader, open_image
-from ..oci.verify import config_diff_ids, verify_image
+from ..oci.entry_safety import OPAQUE_WHITEOUT, WHITEOUT_PREFIX
+from ..oci.layer_scan import CAPTURE_LIMIT, TarMember
+from ..oci.reader import open_image
+from ..oci.verify import verify_image
 from .receipt_checks import label_problems, layer_problems
 
-READ_CHUNK = 1 << 20
 ABSENT = ""
 
 
-def merged_files(
-    reader: ImageReader, wanted: Iterable[str], contents_of: Iterable[str] = ()
-) -> tuple[dict[str, tuple[str, int]], dict[str, bytes]]:
-    """sha256 and size of ``wanted`` image paths (no leading '/') in the merged filesystem,
-    and the bytes of the (small) files in ``contents_of``, in one pass over the layers.
+def merged_files(layers: Iterable[Sequence[TarMember]], wanted: Iterable[str]) -> dict[str, tuple[str, int]]:
+    """sha256 and size of the ``wanted`` image paths (no leading '/') that are regular
+    files in the merged filesystem of ``layers`` (each layer's members in stream order, as
+    ``scan_layer`` records them; the bottom layer first).
 
-    Layers are applied bottom to top; a whiteout ``.wh.NAME`` removes a path, an opaque
-    ``.wh..wh..opq`` removes a directory's lower contents. Paths absent at the end are
-    left out of the results.
+    Layers are applied bottom to top, each member in order: a regular file sets its path,
+    any other member removes it; a whiteout ``.wh.NAME`` removes a path and everything
+    below it, an opaque ``.wh..wh..opq`` everything below its directory. Paths absent at
+    the end are left out.
     """
-    content_set = {path.lstrip("/") for path in contents_of}
-    wanted_set = {path.lstrip("/") for path in wanted} | content_set
+    wanted_set = {path.lstrip("/") for path in wanted}
     state: dict[str, tuple[str, int]] = {}
-    contents: dict[str, bytes] = {}
-
-    def remove(prefix_test: Callable[..., bool]) -> None:  # called with a path; the lambdas bind their loop values
-        for path in [p for p in state if prefix_test(p)]:
-            del state[path]
-            contents.pop(path, None)
-
-    diff_ids = config_diff_ids(reader.config) or []
-    for position, ref in enumerate(reader.layer_refs):
-        with reader.open_blob(ref) as handle, LayerStream(handle) as stream:
-            try:
-                with tarfile.open(fileobj=stream, mode="r|") as archive:  # type: ignore[call-overload]  # typeshed has no overload for a stream mode over a fileobj
-                    for member in archive:
-                        name = posixpath.normpath(member.name.lstrip("./") or ".")
-                        base = posixpath.basename(name)
-                        parent = posixpath.dirname(name)
-                        if base == ".wh..wh..opq":
-                            prefix = f"{parent}/" if parent else ""
-                            remove(lambda p, prefix=prefix: p.startswith(prefix))
-                            continue
-                        if base.startswith(".wh."):
-                            removed = posixpath.join(parent, base[len(".wh."):])
-                            remove(lambda p, removed=removed: p == removed or p.startswith(removed + "/"))
-                            continue
-                        if name not in wanted_set:
-                            continue
-                        if not member.isfile():
-                            remove(lambda p, name=name: p == name)
-                            continue
-                        extracted = archive.extractfile(member)
-                        assert extracted is not None
-                        hasher = hashlib.sha256()
-                        kept: list[bytes] | None = [] if name in content_set else None
-                        while chunk := extracted.read(READ_CHUNK):
-                            hasher.update(chunk)
-                            if kept is not None:
-                                kept.append(chunk)
-                        state[name] = (hasher.hexdigest(), member.size)
-                        if kept is not None:
-                            contents[name] = b"".join(kept)
-                stream.drain()  # a stream cut after the tar archive's end is refused too
-            except (tarfile.TarError, ValueError) as exc:
-                raise InputError(f"layer {ref.digest or ref.name}: cannot read tar stream: {exc}") from exc
-            digests = stream.digests()
-        # the files found are in the bytes verify_image checked, not in a blob changed since
-        digests.refuse_difference(ref, reader.files.describe(ref.name),
-                                  diff_ids[position] if position < len(diff_ids) else None)
-    return state, contents
+    for members in layers:
+        for member in members:
+            parent, base = posixpath.split(member.path)
+            if base == OPAQUE_WHITEOUT:
+                below = f"{parent}/" if parent else ""
+                for path in [p for p in state if p.startswith(below)]:
+                    del state[path]
+            elif base.startswith(WHITEOUT_PREFIX):
+                removed = posixpath.join(parent, base[len(WHITEOUT_PREFIX):])
+                for path in [p for p in state if p == removed or p.startswith(f"{removed}/")]:
+                    del state[path]
+            elif member.path in wanted_set:
+                if member.sha256 is None:
+                    state.pop(member.path, None)
+                else:
+                    state[member.path] = (member.sha256, member.size)
+    return state
 
 
 @dataclass(frozen=True)
@@ -119,8 +86,20 @@ class ReceiptReport:
 def verify_receipt(receipt_path: str | os.PathLike[str], image_path: str | os.PathLike[str]) -> ReceiptReport:
     """Every link is checked; a ``CheckFailed`` names the first failing one."""
     full = receipt.read_build_receipt(receipt_path)
-    reader = open_image(image_path)
-    report = verify_image(reader)  # digests of every blob re-derived from bytes
+    wanted_manifests = {
+        generated.RECEIPT_PATH: receipt.IN_IMAGE_RECEIPT,
+        generated.RETAINED_NATIVE_PATH: receipt.RETAINED_NATIVE,
+        generated.OVERLAY_PATH: receipt.OVERLAY,
+    }
+    # The manifests say which files to hash and sit in the top layer: the one pass that
+    # re-derives every digest also hashes every file and keeps the manifests' bytes.
+    report = verify_image(
+        open_image(image_path),
+        capture_paths=frozenset(path.lstrip("/") for path in wanted_manifests),
+        record_members=True,
+    )
+    layer_members = [scan.members for scan in report.layer_scans]
+    documents = merged_files(layer_members, wanted_manifests)
     links: list[LinkResult] = []
 
     def link(link_id: str, check: Callable[[], str]) -> None:
@@ -159,40 +138,41 @@ def verify_receipt(receipt_path: str | os.PathLike[str], image_path: str | os.Pa
             raise CheckFailed("; ".join(problems[:10]))
         return f"{len(report.labels)} labels equal to the receipt"
 
-    wanted_manifests = {
-        generated.RECEIPT_PATH: receipt.IN_IMAGE_RECEIPT,
-        generated.RETAINED_NATIVE_PATH: receipt.RETAINED_NATIVE,
-        generated.OVERLAY_PATH: receipt.OVERLAY,
-    }
-    # The manifests say which files to hash, so the small documents are read first (a pass
-    # over the layers that hashes nothing else), then every listed file in a second pass.
-    _, found = merged_files(reader, (), wanted_manifests)
-    documents: dict[str, bytes | None] = {path: found.get(path.lstrip("/")) for path in wanted_manifests}
-
     def embedded() -> str:
         problems = []
         for path, name in wanted_manifests.items():
             item = full.byproduct(name)
-            content = documents[path]
+            found = documents.get(path.lstrip("/"))
             if item is None:
                 problems.append(f"receipt has no {name} byproduct")
-            elif content is None:
+            elif found is None:
                 problems.append(f"{path}: absent from the image")
-            elif hashlib.sha256(content).hexdigest() != item.sha256:
-                problems.append(f"{path}: sha256 {hashlib.sha256(content).hexdigest()}, receipt {item.sha256}")
+            elif found[0] != item.sha256:
+                problems.append(f"{path}: sha256 {found[0]}, receipt {item.sha256}")
         derived = readable_json_bytes(receipt.in_image_from_full(full.statement))
-        if documents[generated.RECEIPT_PATH] is not None and documents[generated.RECEIPT_PATH] != derived:
+        in_image = documents.get(generated.RECEIPT_PATH.lstrip("/"))
+        if in_image is not None and in_image[0] != hashlib.sha256(derived).hexdigest():
             problems.append(f"{generated.RECEIPT_PATH}: differs from the in-image statement the full receipt derives")
         if problems:
             raise CheckFailed("; ".join(problems))
         return "in-image receipt and both manifests equal their byproduct digests"
 
+    def content_of(path: str) -> bytes:
+        """A manifest's bytes in the merged filesystem. Each layer's scan kept the copies it
+        holds of no more than ``CAPTURE_LIMIT`` bytes; the merged file's digest names the one."""
+        found = documents.get(path.lstrip("/"))
+        if found is None:
+            raise CheckFailed(f"{path}: absent from the image")
+        for scan in report.layer_scans:
+            content = scan.captured_files.get(path.lstrip("/"))
+            if content is not None and hashlib.sha256(content).hexdigest() == found[0]:
+                return content
+        raise CheckFailed(f"{path}: {found[1]} bytes, more than the {CAPTURE_LIMIT} a manifest is read to")
+
     def _entries(path: str, key: str, fields: Mapping[str, type]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         """A manifest the image holds (untrusted as the rest of it), and its ``key`` array
         of objects with ``fields`` of those types; a bad one fails the link, naming the path."""
-        content = documents[path]
-        if content is None:
-            raise CheckFailed(f"{path}: absent from the image")
+        content = content_of(path)
         try:
             document = parse_json_object(content, path)
             entries = [entry for _, entry in objects_of_array(document.get(key), path, f"$.{key}")]
@@ -212,7 +192,7 @@ def verify_receipt(receipt_path: str | os.PathLike[str], image_path: str | os.Pa
                               f"got {overlay.get('install_prefix')!r}")
         prefix = overlay["install_prefix"].strip("/")
         wanted = {f"{prefix}/{e['path']}" for e in retained} | {f"{prefix}/{e['path']}" for e in overlay_entries}
-        merged, _ = merged_files(reader, wanted)
+        merged = merged_files(layer_members, wanted)
         native_problems = []
         for entry in retained:
             found = merged.get(f"{prefix}/{entry['path']}")

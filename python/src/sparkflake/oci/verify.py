@@ -62,6 +62,8 @@ class ImageReport:
     annotations: dict[str, str] = field(default_factory=dict)
     layers_known: int = 0  # the first layers a verified run covered, not read (not in the record)
     run_keys: tuple[str, ...] = ()  # ``prefix_keys`` of the layers (none without digests; not in the record)
+    # what the scans of the layers read found, when asked for their contents (not in the record)
+    layer_scans: tuple[LayerScan, ...] = ()
 
     @property
     def layers_read(self) -> int:
@@ -107,6 +109,7 @@ def read_layer(
     on_bytes: Callable[[int], None] | None = None,
     max_uncompressed_bytes: int | None = None,
     capture_paths: frozenset[str] = frozenset(),
+    record_members: bool = False,
 ) -> StoredLayer:
     """Hash a layer as stored (digest, size) and uncompressed (diffID) in one pass; a blob
     whose stored size already differs from its descriptor's is not read."""
@@ -121,6 +124,7 @@ def read_layer(
             capture_paths=capture_paths,
             on_bytes=on_bytes,
             safety=safety,
+            record_members=record_members,
         )
     return StoredLayer(StoredBlob(ref, where, scan.size, scan.blob_digest), scan)
 
@@ -197,10 +201,16 @@ def verify_image(
     verify_layers: bool = True,
     progress: ProgressCallback | None = None,
     verified: VerifiedPrefixes | None = None,
+    capture_paths: frozenset[str] = frozenset(),
+    record_members: bool = False,
 ) -> ImageReport:
     """Every digest re-derived from the bytes; the first difference is refused. With
     ``verified``, the longest first run of layers it knows is not read again (its blobs'
-    digests are then the caller's to vouch for), and each run verified now is recorded."""
+    digests are then the caller's to vouch for), and each run verified now is recorded.
+
+    Asked for the layers' contents (``capture_paths``, ``record_members``: as
+    ``scan_layer`` takes them), the report keeps the scan of each layer read
+    (``layer_scans``), so that a caller needs no second pass over a layer."""
     manifest_digest = None
     manifest = reader.manifest
     if reader.manifest_ref is not None and reader.manifest_bytes is not None:
@@ -221,6 +231,8 @@ def verify_image(
     total = sum(ref.size or 0 for ref in reader.layer_refs)
     done = 0
     layer_reports = []
+    scans = []
+    keep_scans = bool(capture_paths) or record_members
     keys = image_prefix_keys(reader.layer_refs, diff_ids)
     if keys is None:
         keys, verified = [], None
@@ -228,7 +240,11 @@ def verify_image(
     for position, ref in enumerate(reader.layer_refs):
         if verify_layers and position >= known:
             tick = BytesProgress(progress, done, total, "verifying layers")
-            layer = _verified_layer(reader, ref, diff_ids[position], tick, safety)
+            stored = read_layer(reader, ref, safety=safety, on_bytes=tick, capture_paths=capture_paths,
+                                record_members=record_members)
+            layer, scan = _verified_layer(reader, ref, diff_ids[position], stored)
+            if keep_scans:
+                scans.append(scan)
             if verified is not None:
                 verified.record(keys[position], safety.settled_symlinks())
         else:
@@ -266,6 +282,7 @@ def verify_image(
         annotations=dict(annotations),
         layers_known=known,
         run_keys=tuple(keys),
+        layer_scans=tuple(scans),
     )
 
 
@@ -313,13 +330,9 @@ def _refuse_docker_view_difference(reader: ImageReader) -> None:
 
 
 def _verified_layer(
-    reader: ImageReader,
-    ref: BlobRef,
-    expected_diff_id: str,
-    tick: BytesProgress,
-    safety: EntrySafety,
-) -> LayerReport:
-    stored = read_layer(reader, ref, safety=safety, on_bytes=tick)
+    reader: ImageReader, ref: BlobRef, expected_diff_id: str, stored: StoredLayer
+) -> tuple[LayerReport, LayerScan]:
+    """The layer read as ``stored``, every difference from its references refused."""
     where = stored.blob.where
     if stored.blob.size is None:
         raise reader.missing_blob(ref)
@@ -345,7 +358,7 @@ def _verified_layer(
         media_type=ref.media_type,
         compression=scan.compression,
         uncompressed_size=scan.uncompressed_size,
-    )
+    ), scan
 
 
 def containers_image_docker_archive_manifest(
