@@ -30,6 +30,7 @@ import contextlib
 import hashlib
 import os
 import stat
+import sys
 import tarfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -38,7 +39,7 @@ from typing import IO
 
 from ..core.atomic_write import atomic_directory
 from ..core.elf_machines import EM_AARCH64
-from ..core.errors import CheckFailed
+from ..core.errors import CheckFailed, InputError
 from ..core.progress import ProgressCallback
 from ..oci.tree_paths import check_link_target, host_path_of, normalize_member, resolve_parent
 from .deb_archive import ARCHIVE_ERRORS, ar_members, find_member, open_tar_member, read_control
@@ -363,7 +364,16 @@ def assemble_base(
     architecture: str = "arm64",
     progress: ProgressCallback | None = None,
 ) -> BaseManifest:
-    """Build the OS base tree at ``output`` (atomically: all or nothing)."""
+    """Build the OS base tree at ``output`` (atomically: all or nothing).
+
+    Refused unless Python's file system encoding is UTF-8: member and certificate names
+    are written into the tree's files (``/etc/ca-certificates.conf``, dpkg's ``*.list``) as
+    UTF-8, so under an ISO-8859-1 locale "Főtanúsítvány" became "FÅtanÃºsÃ­tvÃ¡ny" there,
+    and a tree cache keeps such a tree for every later build. The CLI runs in UTF-8 mode."""
+    encoding = sys.getfilesystemencoding()
+    if encoding != "utf-8":
+        raise InputError(f"the OS base is assembled only with Python's file system encoding UTF-8, not {encoding}: "
+                         "run Python in UTF-8 mode (PYTHONUTF8=1 or -X utf8)")
     manifest = BaseManifest()
     machine = PLATFORM_MACHINE.get(platform, EM_AARCH64)
     ordered = sorted(debs, key=lambda d: d.package)
