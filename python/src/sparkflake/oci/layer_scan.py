@@ -53,6 +53,10 @@ class TarMember(NamedTuple):
 
 def member_path(name: str) -> str:
     """A member name as a path relative to the image root, as the merged filesystem keys it."""
+    # the scan asks this of every regular member (capture_paths): most names are already
+    # normal, and these tests cost a fraction of normpath
+    if name and not name.startswith((".", "/")) and not name.endswith("/") and "/." not in name and "//" not in name:
+        return name
     return posixpath.normpath(name.lstrip("/") or ".")
 
 
@@ -78,6 +82,7 @@ class TarElfScanner:
     _skip: int = 0
     _capture: bytearray | None = None
     _capture_need: int = 0
+    _capture_key: str | None = None  # the member's path when it is one of ``capture_paths``
     _member_type: bytes = b""
     _member_name: str = ""
     _content: hashlib._Hash | None = None  # the hash of the recorded regular file's content so far
@@ -181,7 +186,10 @@ class TarElfScanner:
         elif self._member_type in _REGULAR_TYPES:
             self._capture = bytearray()
             self._capture_need = min(size, 20)
-            if self.capture_paths and member_path(name) in self.capture_paths and size <= self.capture_limit:
+            self._capture_key = member_path(name) if self.capture_paths else None
+            if self._capture_key not in self.capture_paths:
+                self._capture_key = None
+            elif size <= self.capture_limit:
                 self._capture_need = size
             # tarfile (and Go) read an old-style regular entry whose name ends in '/' as a directory
             if self.record_members and not (self._member_type == b"\x00" and name.endswith("/")):
@@ -224,8 +232,8 @@ class TarElfScanner:
             self._next_name = captured.rstrip(b"\x00").decode("utf-8", "surrogateescape")
         elif kind == b"K":
             self._next_link = captured.rstrip(b"\x00").decode("utf-8", "surrogateescape")
-        elif kind in _REGULAR_TYPES and self.capture_paths and member_path(self._member_name) in self.capture_paths:
-            self.captured_files[member_path(self._member_name)] = captured
+        elif kind in _REGULAR_TYPES and self._capture_key is not None:
+            self.captured_files[self._capture_key] = captured
         if kind in _REGULAR_TYPES and captured[:4] == b"\x7fELF" and len(captured) >= 20:
             byteorder: Literal["big", "little"] = "big" if captured[5] == 2 else "little"
             machine = int.from_bytes(captured[18:20], byteorder)
