@@ -198,16 +198,21 @@ def _layer(entries: list[tuple[str, str, str, bytes]]) -> bytes:
 def _merged_by_tarfile(layers: list[bytes], wanted: set[str]) -> dict[str, tuple[str, int]]:
     """The receipt check's merge as it was, over ``tarfile`` (its name was
     ``member.name.lstrip("./")``, which also took the dot of a top-level ``.wh.NAME``: a
-    whiteout or opaque marker at the root was missed; here the name is normalized)."""
+    whiteout or opaque marker at the root was missed; here the name is normalized), with
+    an opaque marker keeping what its own layer unpacked before it, as moby's and
+    containers/storage's UnpackLayer do (``unpackedPaths``)."""
     state: dict[str, tuple[str, int]] = {}
     for layer in layers:
+        unpacked: set[str] = set()
         with tarfile.open(fileobj=io.BytesIO(layer), mode="r|") as archive:
             for member in archive:
                 name = posixpath.normpath(member.name.lstrip("/") or ".")
                 base, parent = posixpath.basename(name), posixpath.dirname(name)
+                if not base.startswith(".wh."):
+                    unpacked.add(name)
                 if base == ".wh..wh..opq":
                     prefix = f"{parent}/" if parent else ""
-                    state = {p: v for p, v in state.items() if not p.startswith(prefix)}
+                    state = {p: v for p, v in state.items() if not p.startswith(prefix) or p in unpacked}
                 elif base.startswith(".wh."):
                     removed = posixpath.join(parent, base[len(".wh."):])
                     state = {p: v for p, v in state.items() if p != removed and not p.startswith(removed + "/")}

@@ -16,9 +16,11 @@ from pathlib import Path
 
 import pytest
 from fixtures.hostile_layers import hostile_layout, rewrite_json
+from fixtures.oci import PodmanStore, podman_store, run_tool  # noqa: F401 - pytest fixtures
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sparkflake.audit.receipt import merged_files
 from sparkflake.core.errors import CheckFailed, InputError
 from sparkflake.oci import (
     BlobStore,
@@ -31,6 +33,7 @@ from sparkflake.oci import (
 )
 from sparkflake.oci.reader import open_image
 from sparkflake.oci.types import Platform
+from sparkflake.oci.verify import verify_image
 from sparkflake.runtime import checkpoint, rootfs, sandbox
 from sparkflake.runtime.check import run_check
 
@@ -107,8 +110,7 @@ def test_unsafe_entries_are_refused(tmp_path, members, fragment):
     (tmp_path / "root").mkdir()
     with tarfile.open(fileobj=io.BytesIO(_raw_layer(members)), mode="r|") as tar:
         with pytest.raises(CheckFailed) as caught:
-            for member in tar:
-                rootfs._extract(tar, member, tmp_path / "root", "layer.tar")
+            rootfs.extract_members(tar, tmp_path / "root", "layer.tar")
     assert fragment in str(caught.value) and caught.value.check_id == "runtime.layer-entry"
 
 
@@ -121,8 +123,7 @@ def test_a_symlink_cannot_lead_an_entry_out_of_the_root(tmp_path):
                (_entry("rel", tarfile.SYMTYPE, "../../../../.."), b""), (_entry("rel/planted2"), b"y")]
     with tarfile.open(fileobj=io.BytesIO(_raw_layer(members)), mode="r|") as tar:
         with pytest.raises(CheckFailed) as caught:
-            for member in tar:
-                rootfs._extract(tar, member, root, "layer.tar")
+            rootfs.extract_members(tar, root, "layer.tar")
     assert caught.value.check_id == "path-escape" and "rel/planted2" in str(caught.value)
     assert list(outside.iterdir()) == []
     # an absolute target is followed inside the root, as a container's chroot would
@@ -138,8 +139,7 @@ def test_entry_names_never_escape(tmp_path_factory, names):
     members = [(_entry(name), b"z") for name in names]
     try:
         with tarfile.open(fileobj=io.BytesIO(_raw_layer(members)), mode="r|") as tar:
-            for member in tar:
-                rootfs._extract(tar, member, root, "layer.tar")
+            rootfs.extract_members(tar, root, "layer.tar")
     except (CheckFailed, InputError, OSError):
         pass
     assert [p.name for p in base.iterdir()] == ["root"]
@@ -360,3 +360,38 @@ def test_a_layer_with_a_huge_pax_or_long_name_header_is_refused_in_bounded_memor
     assert peak < 48 << 20, f"unpacking a layer with a {claimed >> 20} MiB header held {peak >> 20} MiB"
     assert f"header of {claimed} bytes" in str(caught.value)
     assert not (tmp_path / "scratch" / "root").exists()
+
+
+def test_an_opaque_directory_hides_what_lower_layers_hold_as_umoci_and_podman_apply_it(
+    tmp_path, podman_store: PodmanStore  # noqa: F811
+):
+    # Our layer writer orders entries by their bytes, so d/-new ('-' < '.') comes before the
+    # opaque marker d/.wh..wh..opq in the same layer: the marker hides the lower layers'
+    # d/old and d/-lower, not its own layer's d/-new (OCI layer spec; the unpack removed it)
+    lower = _tree(tmp_path / "lower", {"d/old": b"old", "d/-lower": b"lower"})
+    upper = _tree(tmp_path / "upper", {"d/-new": b"new", "d/zz": b"after"})
+    layers = (LayerSpec(LayerInput(sources=(TreeSource(str(lower)),)), "lower"),
+              LayerSpec(LayerInput(sources=(TreeSource(str(upper)),), opaque_dirs=("/d",)), "upper"))
+    image = build_image(ImageSpec(layers=layers, platform=Platform.parse("linux/amd64")), BlobStore(tmp_path / "cache"))
+    write_image_outputs(image, tmp_path / "out")
+    ours = rootfs.unpack_image(open_image(tmp_path / "out" / "oci"), tmp_path / "scratch").path
+
+    def files(root: Path) -> dict[str, bytes]:
+        return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+    run_tool(["umoci", "unpack", "--image", f"{tmp_path / 'out' / 'oci'}:latest", str(tmp_path / "bundle")])
+    container = podman_store.run("create", podman_store.load(tmp_path / "out" / "oci-archive.tar"), "/x").stdout.strip()
+    export = subprocess.run(podman_store.argv("export", container), capture_output=True, check=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(export)) as archive:
+        podman_files = {
+            member.name: archive.extractfile(member).read()  # type: ignore[union-attr]  # a regular file's reader
+            for member in archive if member.isfile() and member.name.startswith("d/")
+        }
+    expected = {"d/-new": b"new", "d/zz": b"after"}
+    assert files(tmp_path / "bundle" / "rootfs") == expected
+    assert podman_files == expected
+    assert {name: content for name, content in files(ours).items() if name.startswith("d/")} == expected
+    # receipt verify's merge of the same layers
+    report = verify_image(open_image(tmp_path / "out" / "oci"), record_members=True)
+    merged = merged_files([scan.members for scan in report.layer_scans], ["d/old", "d/-lower", "d/-new", "d/zz"])
+    assert {path: found[1] for path, found in merged.items()} == {"d/-new": 3, "d/zz": 5}

@@ -38,23 +38,26 @@ def merged_files(layers: Iterable[Sequence[TarMember]], wanted: Iterable[str]) -
 
     Layers are applied bottom to top, each member in order: a regular file sets its path,
     any other member removes it; a whiteout ``.wh.NAME`` removes a path and everything
-    below it, an opaque ``.wh..wh..opq`` everything below its directory. Paths absent at
-    the end are left out.
+    below it, an opaque ``.wh..wh..opq`` everything below its directory that lower layers
+    put there (what its own layer unpacked before it stays, as in containers/storage's and
+    moby's UnpackLayer, pkg/archive/diff.go). Paths absent at the end are left out.
     """
     wanted_set = {path.lstrip("/") for path in wanted}
     state: dict[str, tuple[str, int]] = {}
     for members in layers:
+        unpacked: set[str] = set()  # wanted paths this layer has set so far: an opaque marker keeps them
         for member in members:
             parent, base = posixpath.split(member.path)
             if base == OPAQUE_WHITEOUT:
                 below = f"{parent}/" if parent else ""
-                for path in [p for p in state if p.startswith(below)]:
+                for path in [p for p in state if p.startswith(below) and p not in unpacked]:
                     del state[path]
             elif base.startswith(WHITEOUT_PREFIX):
                 removed = posixpath.join(parent, base[len(WHITEOUT_PREFIX):])
                 for path in [p for p in state if p == removed or p.startswith(f"{removed}/")]:
                     del state[path]
             elif member.path in wanted_set:
+                unpacked.add(member.path)
                 if member.sha256 is None:
                     state.pop(member.path, None)
                 else:

@@ -24,6 +24,7 @@ import errno
 import hashlib
 import json
 import os
+import posixpath
 import shutil
 import stat
 import tarfile
@@ -80,8 +81,22 @@ def _remove(path: Path) -> None:
         os.unlink(path)
 
 
-def _extract(tar: tarfile.TarFile, member: tarfile.TarInfo, root: Path, where: str) -> bool:
-    """Extract one entry; False if it was skipped (device node, FIFO)."""
+def _remove_lower(directory: Path, relative: str, unpacked: set[str]) -> None:
+    """Remove what ``directory`` (image path ``relative``) holds from lower layers: every
+    entry below it but those this layer has unpacked already, as containers/storage and
+    moby's UnpackLayer (pkg/archive/diff.go: its walk keeps ``unpackedPaths``) apply an
+    opaque marker; the OCI layer spec lets a whiteout hide only what lower layers hold."""
+    for child in os.listdir(directory):
+        path = f"{relative}/{child}" if relative else child
+        if path not in unpacked:
+            _remove(directory / child)
+        elif os.path.isdir(directory / child) and not os.path.islink(directory / child):
+            _remove_lower(directory / child, path, unpacked)
+
+
+def _extract(tar: tarfile.TarFile, member: tarfile.TarInfo, root: Path, where: str, unpacked: set[str]) -> bool:
+    """Extract one entry; False if it was skipped (device node, FIFO). ``unpacked``: the
+    image paths this layer has extracted so far (an opaque marker keeps them)."""
     problem = entry_problem(member)
     if problem is not None:
         raise CheckFailed(f"{where}: entry {member.name!r} refused: {problem}", check_id="runtime.layer-entry")
@@ -93,12 +108,12 @@ def _extract(tar: tarfile.TarFile, member: tarfile.TarInfo, root: Path, where: s
     parent = resolve_parent(root, relative, source=where)
     leaf = relative.split("/")[-1]
     if leaf == OPAQUE_WHITEOUT:
-        for child in os.listdir(parent):
-            _remove(parent / child)
+        _remove_lower(parent, posixpath.dirname(relative), unpacked)
         return True
     if leaf.startswith(WHITEOUT_PREFIX):
         _remove(parent / leaf[len(WHITEOUT_PREFIX):])
         return True
+    unpacked.add(relative)
     path = parent / leaf
     mode = member.mode & 0o777
     if member.isdir():
@@ -128,6 +143,18 @@ def _extract(tar: tarfile.TarFile, member: tarfile.TarInfo, root: Path, where: s
     return True
 
 
+def extract_members(tar: tarfile.TarFile, root: Path, where: str) -> tuple[int, int]:
+    """A layer's entries extracted over ``root`` in stream order: how many, how many of
+    them skipped (device nodes, FIFOs)."""
+    unpacked: set[str] = set()
+    entries = skipped = 0
+    for member in tar:
+        entries += 1
+        if not _extract(tar, member, root, where, unpacked):
+            skipped += 1
+    return entries, skipped
+
+
 @dataclass(frozen=True)
 class UnpackedRoot:
     path: Path
@@ -141,15 +168,11 @@ def unpack_layer(reader: ImageReader, ref: BlobRef, diff_id: str, root: Path,
                  on_bytes: Callable[[int], None] | None = None) -> tuple[int, int]:
     """Extract one layer over ``root``, verifying its blob digest and diffID."""
     where = reader.files.describe(ref.name)
-    entries = skipped = 0
     with reader.open_blob(ref) as handle, LayerStream(handle, on_bytes=on_bytes) as stream:
         scanned = _ScannedStream(stream)
         try:
             with tarfile.open(fileobj=scanned, mode="r|") as tar:  # type: ignore[call-overload]  # typeshed has no overload for a stream mode over a fileobj
-                for member in tar:
-                    entries += 1
-                    if not _extract(tar, member, root, where):
-                        skipped += 1
+                entries, skipped = extract_members(tar, root, where)
             while scanned.read(READ_CHUNK):  # what follows the end is hashed and scanned too
                 pass
         except (tarfile.TarError, ValueError, EOFError) as exc:
