@@ -1,6 +1,6 @@
 """A layer blob's decompressed bytes as a readable file object, hashed as they pass: the
-one streaming decompression of a layer (verification's scan, the runtime check's unpack,
-the receipt check's merged filesystem).
+one streaming decompression of a layer (verification's scan, which the receipt check's
+merged filesystem reads too, and the runtime check's unpack).
 
 A worker thread reads the blob once, hashes it as stored (blob digest, size), detects
 its compression from its first bytes and decompresses it: gzip on every core
