@@ -30,6 +30,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results" / "receipt-verify.json"
+sys.path.insert(0, str(REPO / "python" / "tests"))  # the image and receipt the tests make too
 PREFIX = "opt/app"
 
 
@@ -65,9 +66,8 @@ def make_tree(root: Path, total_bytes: int, small_files: int, seed: int = 11) ->
 def build_image(work: Path, total_bytes: int, small_files: int) -> tuple[Path, Path]:
     """The image's layout and its receipt (right about everything but the labels and the
     in-image receipt, which only a profile build writes: verify reads every layer all the same)."""
+    from fixtures.receipts import image_with_receipt
     from sparkflake import oci
-    from sparkflake.compose import generated, receipt
-    from sparkflake.oci.types import Platform
 
     marker = work / f"image-{total_bytes}-{small_files}"
     if (marker / "receipt.json").is_file():
@@ -84,27 +84,15 @@ def build_image(work: Path, total_bytes: int, small_files: int) -> tuple[Path, P
         *({"path": name, "target_sha256": ""} for name in deleted),
         *({"path": name, "target_sha256": hashes[name].hex()} for name in sorted(hashes)[::10] if name not in deleted),
         {"path": "added.py", "target_sha256": hashlib.sha256(added).hexdigest()}]}
-    manifests = {receipt.RETAINED_NATIVE: json.dumps(retained).encode(), receipt.OVERLAY: json.dumps(overlay).encode()}
     layers = (
         oci.LayerInput(sources=(oci.TreeSource(str(marker / "tree")),)),
         oci.LayerInput(sources=(oci.TreeSource(str(marker / "tree1")),), deletions=tuple(f"/{PREFIX}/{n}" for n in deleted)),
-        oci.LayerInput(files=(oci.GeneratedFile(generated.RETAINED_NATIVE_PATH, manifests[receipt.RETAINED_NATIVE]),
-                              oci.GeneratedFile(generated.OVERLAY_PATH, manifests[receipt.OVERLAY]))),
+        oci.LayerInput(),  # the manifests' own layer, as a profile build's top layer holds them
     )
-    spec = oci.ImageSpec(layers=tuple(oci.LayerSpec(layer, f"layer {n}") for n, layer in enumerate(layers)),
-                         platform=Platform.parse("linux/arm64"))
-    oci.write_image_outputs(oci.build_image(spec, oci.BlobStore(marker / "store")), marker / "out")
+    layout, receipt_path = image_with_receipt(marker, layers, json.dumps(retained).encode(), json.dumps(overlay).encode(),
+                                              image_name="localhost/bench:1")
     shutil.rmtree(marker / "store")  # the layout holds the blobs; keep one copy on disk
-    byproducts = [{"name": name, "digest": {"sha256": hashlib.sha256(content).hexdigest()}}
-                  for name, content in manifests.items()]
-    predicate = receipt.provenance_predicate(external_parameters={}, internal_parameters={"labels": {}},
-                                             resolved_dependencies=[], byproducts=byproducts, builder_version="0")
-    digests = json.loads((marker / "out" / "digests.json").read_text())
-    full = receipt.full_statement(receipt.in_image_statement(lower_diff_ids=[], predicate=predicate),
-                                  image_name="localhost/bench:1", manifest_digest=digests["manifest"],
-                                  config_digest=digests["config"], layers=digests["layers"])
-    (marker / "receipt.json").write_text(json.dumps(full))
-    return marker / "out" / "oci", marker / "receipt.json"
+    return layout, receipt_path
 
 
 def verify(source: str, receipt_path: Path, layout: Path) -> tuple[float, int, str]:

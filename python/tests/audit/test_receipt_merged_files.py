@@ -7,7 +7,6 @@ is refused by that pass, and the merge of the recorded members
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import io
 import json
@@ -17,18 +16,17 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from fixtures.receipts import image_with_receipt
 from hypothesis import example, given
 from hypothesis import strategies as st
 
 from sparkflake import oci
 from sparkflake.audit.receipt import ReceiptCheckFailed, merged_files, verify_receipt
-from sparkflake.compose import generated, receipt
 from sparkflake.core.errors import CheckFailed
 from sparkflake.oci.compression import Compression
 from sparkflake.oci.layer_scan import TarElfScanner
 from sparkflake.oci.layer_stream import LayerStream
 from sparkflake.oci.reader import open_image
-from sparkflake.oci.types import Platform
 
 pytestmark = pytest.mark.audit
 
@@ -69,29 +67,7 @@ def _stacked_image(root: Path, compression: Compression | None = None, *,
                        opaque_dirs=(f"/{PREFIX}/plugins",)),
         oci.LayerInput(files=(oci.GeneratedFile(f"/{PREFIX}/new.py", new),)),
     )
-    return _image_with_receipt(root, layers, retained, overlay, compression or Compression("gzip"))
-
-
-def _image_with_receipt(root: Path, layers: tuple[oci.LayerInput, ...], retained: bytes, overlay: bytes,
-                        compression: Compression) -> tuple[Path, Path]:
-    """An image of ``layers``, the manifests ``retained`` and ``overlay`` added to the
-    last one, and a receipt naming them; the image's layout and the receipt."""
-    manifests = (oci.GeneratedFile(generated.RETAINED_NATIVE_PATH, retained),
-                 oci.GeneratedFile(generated.OVERLAY_PATH, overlay))
-    top = dataclasses.replace(layers[-1], files=(*layers[-1].files, *manifests))
-    spec = oci.ImageSpec(layers=tuple(oci.LayerSpec(layer, f"layer {n}") for n, layer in enumerate((*layers[:-1], top))),
-                         platform=Platform.parse("linux/arm64"), compression=compression)
-    oci.write_image_outputs(oci.build_image(spec, oci.BlobStore(root / "store")), root / "out")
-    byproducts = [{"name": name, "digest": {"sha256": sha(content)}}
-                  for name, content in ((receipt.RETAINED_NATIVE, retained), (receipt.OVERLAY, overlay))]
-    predicate = receipt.provenance_predicate(external_parameters={}, internal_parameters={"labels": {}},
-                                             resolved_dependencies=[], byproducts=byproducts, builder_version="0")
-    digests = json.loads((root / "out" / "digests.json").read_text())
-    full = receipt.full_statement(receipt.in_image_statement(lower_diff_ids=[], predicate=predicate),
-                                  image_name="localhost/stacked:1", manifest_digest=digests["manifest"],
-                                  config_digest=digests["config"], layers=digests["layers"])
-    (root / "receipt.json").write_text(json.dumps(full))
-    return root / "out" / "oci", root / "receipt.json"
+    return image_with_receipt(root, layers, retained, overlay, image_name="localhost/stacked:1", compression=compression)
 
 
 def _link_statuses(layout: Path, receipt_path: Path) -> dict[str, str]:
@@ -148,7 +124,7 @@ def test_a_whiteout_at_the_root_removes_what_is_below_it(tmp_path) -> None:
     layers = (oci.LayerInput(sources=(oci.TreeSource(str(tmp_path / "tree")),)), oci.LayerInput(deletions=("/opt",)))
     retained = json.dumps({"files": []}).encode()
     overlay = json.dumps({"install_prefix": f"/{PREFIX}", "entries": [{"path": "gone.py", "target_sha256": ""}]}).encode()
-    layout, receipt_path = _image_with_receipt(tmp_path, layers, retained, overlay, Compression("gzip"))
+    layout, receipt_path = image_with_receipt(tmp_path, layers, retained, overlay, image_name="localhost/stacked:1")
     assert _link_statuses(layout, receipt_path) == EXPECTED
 
 
