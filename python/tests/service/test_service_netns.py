@@ -502,12 +502,15 @@ def test_an_interrupted_down_names_the_ranks_not_known_stopped_and_down_again_st
     slow = service.site_file(tmp_path / "slow.toml", agent=slowed_agent({("stop", 2): 30}))
     process = subprocess.Popen([sys.executable, "-m", "sparkflake.cli", "service", "down", str(slow), "--progress",
                                 "json", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert gone_within(60, lambda: service.containers(3)) == []
+    # the interrupt is sent once the controller has had rank 3's reply (its progress event):
+    # rank 3's container gone is not enough, the reply may still be on its way
+    before = read_events_until(process, lambda seen: (seen[-1]["rank"], seen[-1]["phase"]) == (3, "stopped"))
+    assert service.containers(3) == []
     process.send_signal(signal.SIGINT)
     stdout, stderr = process.communicate(timeout=60)
     assert process.returncode == 130, stderr
     assert "Traceback" not in stderr and stdout == ""
-    phases = [(event["rank"], event["phase"]) for event in events(stderr)]
+    phases = [(event["rank"], event["phase"]) for event in [*before, *events(stderr)]]
     assert phases == [(3, "stopped"), (2, "interrupted"), (1, "interrupted"), (0, "interrupted")]
     lines = stderr.splitlines()
     assert lines[-2] == "sparkflake: interrupted"
