@@ -178,6 +178,19 @@ def test_receipt_shape_and_verify_every_format(built) -> None:
         assert report.ok and report.config_digest == result.image.config_digest
 
 
+def test_the_build_output_itself_is_audited_inspected_and_verified(built, capsys) -> None:
+    # OUT names its layout OUT/oci, as for load, export and the runtime check (audit, image
+    # inspect and receipt verify refused OUT: "oci-layout file missing")
+    base, result = built
+    out = str(base / "out")
+    assert cli_main(["audit", out, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["digests"]["manifest"]["digest"] == result.image.manifest_digest
+    assert cli_main(["image", "inspect", out, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["digests"]["manifest"] == result.image.manifest_digest
+    assert cli_main(["receipt", "verify", str(base / "out" / "receipt.json"), out, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["manifest"] == result.image.manifest_digest
+
+
 def test_receipt_verify_refuses_edited_receipt_label(built, tmp_path: Path) -> None:
     base, _ = built
     full = json.loads((base / "out" / "receipt.json").read_text())

@@ -15,6 +15,7 @@ import os
 import posixpath
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..compose import generated, receipt
@@ -24,6 +25,7 @@ from ..core.documents import objects_of_array, parse_json_object
 from ..core.errors import CheckFailed, InputError, SparkflakeError
 from ..oci.entry_safety import OPAQUE_WHITEOUT, WHITEOUT_PREFIX
 from ..oci.layer_scan import CAPTURE_LIMIT, TarMember
+from ..oci.layout import output_layout
 from ..oci.reader import open_image
 from ..oci.verify import verify_image
 from .receipt_checks import label_problems, layer_problems
@@ -97,7 +99,7 @@ def verify_receipt(receipt_path: str | os.PathLike[str], image_path: str | os.Pa
     # The manifests say which files to hash and sit in the top layer: the one pass that
     # re-derives every digest also hashes every file and keeps the manifests' bytes.
     report = verify_image(
-        open_image(image_path),
+        open_image(output_layout(Path(image_path))),  # a build's OUT: its layout OUT/oci
         capture_paths=frozenset(path.lstrip("/") for path in wanted_manifests),
         record_members=True,
     )

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..core.container_engine import Engine, image_id
 from ..core.errors import CheckFailed, InputError
+from ..oci.layout import output_layout
 from ..oci.reader import ImageReader, open_image
 
 
@@ -55,7 +56,8 @@ def open_target(
     else:
         for prefix in ("oci-archive:", "docker-archive:"):
             path = path.removeprefix(prefix)
-    reader = _opened(lambda: open_image(path, tag, platform))
+    # a build's OUT names its layout OUT/oci, as for load, export and the runtime check
+    reader = _opened(lambda: open_image(output_layout(Path(path)), tag, platform))
     return ImageSource(reader, reader.format, reader.location)
 
 

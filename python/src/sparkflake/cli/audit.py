@@ -19,7 +19,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="is this image exactly what the lock, receipt and profile say?",
         description=(
             "Re-derive every digest of an image from its bytes and compare it with the "
-            "documents, the lock, the receipt, the profile and --expect. TARGET: oci:DIR[:TAG], "
+            "documents, the lock, the receipt, the profile and --expect. TARGET: oci:DIR[:TAG] (a build's OUT: OUT/oci), "
             "oci-archive:FILE, docker-archive:FILE (or a plain path), "
             "docker://HOST[:PORT]/REPO:TAG or docker://HOST/REPO@sha256:..., podman:NAME|ID, "
             "docker:NAME|ID. Exit 0 every check passed, 1 a mismatch, 2 unreadable."

@@ -19,7 +19,7 @@ from ..oci import (
 from ..oci.archive import CombinedArchiveWriter
 from ..oci.digests_file import digests_record
 from ..oci.layer import Layer
-from ..oci.layout import LayoutWriter
+from ..oci.layout import LayoutWriter, output_layout
 from ._output import Progress, print_json, print_line, warn
 from ._parsers import add_command, add_group
 
@@ -132,7 +132,7 @@ def run_build(args: argparse.Namespace) -> int:
 
 
 def run_inspect(args: argparse.Namespace) -> int:
-    reader = open_image(args.path, args.ref)
+    reader = open_image(output_layout(Path(args.path)), args.ref)  # a build's OUT: its layout OUT/oci
     progress = Progress("verify", enabled=True if args.progress else None)
     report = verify_image(reader, verify_layers=not args.no_verify_layers, progress=progress)
     record = report.as_record()
