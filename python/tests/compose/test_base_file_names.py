@@ -43,6 +43,6 @@ def test_another_file_system_encoding_is_refused_before_anything_is_written(
     certificates: DebInput, encoding: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(sys, "getfilesystemencoding", lambda: encoding)
-    with pytest.raises(InputError, match=f"file system encoding UTF-8, not {encoding}"):
+    with pytest.raises(InputError, match=f"file system encoding is {encoding}, not UTF-8"):
         assemble_base([certificates], tmp_path / "base")
     assert not (tmp_path / "base").exists()

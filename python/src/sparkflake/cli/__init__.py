@@ -18,6 +18,7 @@ import os  # noqa: E402
 import sys  # noqa: E402
 from typing import Any, NoReturn  # noqa: E402
 
+from ..core.file_names import names_are_utf8  # noqa: E402
 from ._output import run_command  # noqa: E402
 
 EXIT_BAD_INPUT = 2
@@ -103,7 +104,7 @@ def utf8_mode_relaunch() -> list[str] | None:
     and text written into the trees would differ. None when the encoding is UTF-8 already,
     or PYTHONUTF8=1 is set and still did not give it (-E, -I or -X utf8=0 on the command
     line: no loop; the layer writer then refuses such names)."""
-    if sys.getfilesystemencoding() == "utf-8" or os.environ.get("PYTHONUTF8") == "1" or not sys.executable:
+    if names_are_utf8() or os.environ.get("PYTHONUTF8") == "1" or not sys.executable:
         return None
     return [sys.executable, *sys.orig_argv[1:]]
 

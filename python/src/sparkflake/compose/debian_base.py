@@ -30,7 +30,6 @@ import contextlib
 import hashlib
 import os
 import stat
-import sys
 import tarfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -39,7 +38,8 @@ from typing import IO
 
 from ..core.atomic_write import atomic_directory
 from ..core.elf_machines import EM_AARCH64
-from ..core.errors import CheckFailed, InputError
+from ..core.errors import CheckFailed
+from ..core.file_names import require_utf8_names
 from ..core.progress import ProgressCallback
 from ..oci.tree_paths import check_link_target, host_path_of, normalize_member, resolve_parent
 from .deb_archive import ARCHIVE_ERRORS, ar_members, find_member, open_tar_member, read_control
@@ -370,10 +370,7 @@ def assemble_base(
     are written into the tree's files (``/etc/ca-certificates.conf``, dpkg's ``*.list``) as
     UTF-8, so under an ISO-8859-1 locale "Főtanúsítvány" became "FÅtanÃºsÃ­tvÃ¡ny" there,
     and a tree cache keeps such a tree for every later build. The CLI runs in UTF-8 mode."""
-    encoding = sys.getfilesystemencoding()
-    if encoding != "utf-8":
-        raise InputError(f"the OS base is assembled only with Python's file system encoding UTF-8, not {encoding}: "
-                         "run Python in UTF-8 mode (PYTHONUTF8=1 or -X utf8)")
+    require_utf8_names("the OS base (its file lists name files)")
     manifest = BaseManifest()
     machine = PLATFORM_MACHINE.get(platform, EM_AARCH64)
     ordered = sorted(debs, key=lambda d: d.package)

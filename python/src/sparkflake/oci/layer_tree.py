@@ -20,11 +20,11 @@ from __future__ import annotations
 import os
 import posixpath
 import stat
-import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..core.errors import InputError
+from ..core.file_names import require_utf8_names
 from .entry_safety import DOT_DOT, OPAQUE_WHITEOUT, WHITEOUT_PREFIX, path_escape
 from .layer_input import LayerInput, TreeSource
 from .tar_stream import EntryKind, TarEntry, encode_name
@@ -175,7 +175,7 @@ def _scan_tree(source: TreeSource, entries: _EntrySet) -> None:
             host_path = child.path
             name = child.name
             if not name.isascii():  # ASCII names always encode; others may not be UTF-8
-                host_name_in_utf8(name, what=f"file name in {directory}")
+                require_utf8_names(f"file name in {directory} {os.fsencode(name)!r}")
                 encode_name(name, what=f"file name in {directory}")
             path = prefix + name
             try:
@@ -210,7 +210,7 @@ def _scan_tree(source: TreeSource, entries: _EntrySet) -> None:
                 except OSError as exc:
                     raise InputError(f"{host_path}: cannot read link: {exc.strerror}") from exc
                 if not link_target.isascii():
-                    host_name_in_utf8(link_target, what=f"symlink target of {host_path}")
+                    require_utf8_names(f"symlink target of {host_path} {os.fsencode(link_target)!r}")
                 encode_name(link_target, what=f"symlink target of {host_path}")
                 entries.add(
                     ScannedEntry(
@@ -219,22 +219,6 @@ def _scan_tree(source: TreeSource, entries: _EntrySet) -> None:
                 )
             else:
                 raise InputError(f"{host_path}: {_special_kind(mode)} cannot be stored in an image")
-
-
-def host_name_in_utf8(name: str, *, what: str) -> None:
-    """Refuse a non-ASCII host name (a directory entry, a symlink target) read while
-    Python's file system encoding is not UTF-8. Such a name is the host's bytes decoded
-    with that encoding, so its UTF-8 encoding in a tar header is other bytes than the
-    host's: under an ISO-8859-1 locale ``é`` (c3 a9 on disk) would become c3 83 c2 a9 in
-    the layer, silently another diffID; under LC_ALL=C with PYTHONUTF8=0 (ASCII) a valid
-    name would be refused as not UTF-8. The CLI runs in Python's UTF-8 mode (it restarts
-    itself in it); a library caller is told to."""
-    encoding = sys.getfilesystemencoding()
-    if encoding != "utf-8":
-        raise InputError(
-            f"{what} {os.fsencode(name)!r}: Python's file system encoding is {encoding}, not UTF-8, so "
-            "this name would not be stored as its bytes; run Python in UTF-8 mode (PYTHONUTF8=1 or -X utf8)"
-        )
 
 
 def _special_kind(mode: int) -> str:
