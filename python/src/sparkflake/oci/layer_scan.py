@@ -186,10 +186,9 @@ class TarElfScanner:
         elif self._member_type in _REGULAR_TYPES:
             self._capture = bytearray()
             self._capture_need = min(size, 20)
-            self._capture_key = member_path(name) if self.capture_paths else None
-            if self._capture_key not in self.capture_paths:
-                self._capture_key = None
-            elif size <= self.capture_limit:
+            key = member_path(name) if self.capture_paths else None
+            self._capture_key = key if key in self.capture_paths else None
+            if self._capture_key is not None and size <= self.capture_limit:
                 self._capture_need = size
             # tarfile (and Go) read an old-style regular entry whose name ends in '/' as a directory
             if self.record_members and not (self._member_type == b"\x00" and name.endswith("/")):
