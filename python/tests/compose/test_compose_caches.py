@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -497,3 +498,65 @@ def test_an_input_fetched_by_this_run_is_hashed_once_and_a_cached_one_again(tmp_
     entry.write_bytes(content[:-1] + bytes([content[-1] ^ 1]))
     with pytest.raises(CheckFailed, match="bigpkg"):
         fetch_inputs(composition, cache, offline=True)
+
+
+def _flock_waiters(path: Path) -> int:
+    """How many requests wait (blocked) for an flock on ``path``: /proc/locks lists each
+    under the lock that blocks it, as ``N: -> FLOCK ... MAJ:MIN:INODE ...``."""
+    try:
+        inode = os.stat(path).st_ino
+    except FileNotFoundError:
+        return 0
+    lines = Path("/proc/locks").read_text().splitlines()
+    return sum(1 for line in lines if "->" in line and " FLOCK " in line and line.split()[-3].endswith(f":{inode}"))
+
+
+def test_two_builds_of_one_tree_at_once_build_it_once(tmp_path: Path) -> None:
+    """Two builds sharing a cache asked for the same tree while the first was still making
+    it both made it: the second removed the first's entry (swapped in, entry.json not yet
+    written) and swapped its own over it, and one of them failed ("No such file or
+    directory" on its .entry.json partial); seen with two `sparkflake build`s of the fixture
+    on an empty cache, 3 runs in 10. Now the second waits for the first and reuses its entry."""
+    import threading
+
+    from sparkflake.compose.tree_cache import recipe_key
+
+    cache = TreeCache(tmp_path / "trees")
+    recipe = {"kind": "t", "inputs": ["shared"]}
+    first_building, second_building, release_first = threading.Event(), threading.Event(), threading.Event()
+    builds: list[Path] = []
+    results: dict[str, object] = {}
+
+    def build(tree: Path) -> dict:
+        builds.append(tree)
+        (second_building if first_building.is_set() else first_building).set()
+        tree.mkdir(parents=True)
+        (tree / "file").write_text("content")
+        if len(builds) == 1:
+            release_first.wait(60)
+        return {"files": 1}
+
+    def run(name: str) -> None:
+        try:
+            results[name] = cache.get_or_build(recipe, build)
+        except BaseException as exc:  # noqa: BLE001 (reported by the assertion below)
+            results[name] = exc
+
+    first = threading.Thread(target=run, args=("first",))
+    first.start()
+    assert first_building.wait(60)
+    second = threading.Thread(target=run, args=("second",))
+    second.start()
+    # the second is either building too (the old way) or waiting for the first's lock
+    lock = tmp_path / "locks" / recipe_key(recipe)
+    deadline = time.monotonic() + 60
+    while not second_building.is_set() and _flock_waiters(lock) == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    release_first.set()
+    first.join(60)
+    second.join(60)
+    assert len(builds) == 1, "the tree was made twice at once"
+    made, reused = results["first"], results["second"]
+    assert not isinstance(made, BaseException) and not isinstance(reused, BaseException), results
+    assert reused.reused and reused.tree == made.tree
+    assert walk_tree(made.tree) == made.walk == reused.walk

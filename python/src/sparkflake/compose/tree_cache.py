@@ -32,6 +32,7 @@ from typing import Any, TypeVar, cast
 from .. import __version__
 from ..core.atomic_write import atomic_directory, write_bytes_atomic
 from ..core.canonical_json import canonical_json_bytes
+from ..core.own_files import holding_lock
 from ..oci.layer_input import TreeWalk, walk_lstat, walk_tree
 
 ENTRY_FORMAT = "sparkflake-tree-cache-v1"
@@ -93,6 +94,18 @@ class TreeCache:
         """The cached tree for ``recipe`` if intact, else ``build(tree_path)`` (which
         returns the assembler's manifest) into a fresh entry."""
         key = recipe_key(recipe)
+        # One build of an entry at a time, across processes: without the lock a second build
+        # found the first's entry swapped in but not yet given its entry.json, removed it as
+        # unfinished, and swapped its own in over it (the first then failed writing entry.json
+        # into the removed tree); now the second waits and reuses the first's entry.
+        lock_dir = self.root.parent / "locks"
+        lock_dir.mkdir(parents=True, exist_ok=True)
+        with holding_lock(lock_dir / key, "the lock of an assembled tree"):
+            return self._get_or_build_locked(key, recipe, build)
+
+    def _get_or_build_locked(
+        self, key: str, recipe: Mapping[str, object], build: Callable[[Path], Mapping[str, object]],
+    ) -> CachedTree:
         entry_dir = self.root / key
         reused = self._load(entry_dir)
         if reused is not None:
