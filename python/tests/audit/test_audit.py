@@ -262,14 +262,21 @@ def test_peer_umoci_and_skopeo_images_agree_with_skopeo_raw(tmp_path):
         assert config["rootfs"]["diff_ids"] == [layer.diff_id for layer in report.layers]
 
 
-def test_podman_store_audit_agrees_with_podman_inspect(built: Path, podman_store):  # noqa: F811
+def test_podman_store_audit_agrees_with_podman_inspect(built: Path, podman_store, tmp_path: Path,  # noqa: F811
+                                                      monkeypatch: pytest.MonkeyPatch):
     image_id = podman_store.load(built / "docker-archive.tar")
     engine_args = podman_store.argv()[1:]
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temporary))  # where podman save would keep its own temporaries
     source = audit.open_target(f"podman:{image_id}", engine_args=engine_args)
     try:
+        # the saved archive, and whatever podman kept while saving, in one directory of ours
+        assert [path.name.startswith("sparkflake-audit-") for path in temporary.iterdir()] == [True]
         report = audit.audit_image(source, audit.Expectations())
     finally:
         source.cleanup()
+    assert list(temporary.iterdir()) == []
     assert report.exit_code == 0, [c.as_record() for c in report.failures]
     assert report.engine_image_id == image_id == report.config_digest
     assert any(c.id == "engine.image-id" and c.status == "pass" for c in report.checks)

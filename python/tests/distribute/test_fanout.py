@@ -273,6 +273,14 @@ def test_progress_is_reported_through_the_callback(netns_ranks: NetnsRanks, tmp_
     assert all(done <= total for done, total, _ in reports)
 
 
+def engine_temporaries() -> set[str]:
+    """What an import keeps in /var/tmp while it runs: sparkflake's directory for it and
+    containers/image's own (oci<N>/, storage<N>/, were podman or skopeo to put them there).
+    The ranks' agents run with sshd's environment, so /var/tmp, not a TMPDIR of the test's."""
+    return {path.name for pattern in ("sparkflake-engine-*", "oci[0-9]*", "storage[0-9]*")
+            for path in Path("/var/tmp").glob(pattern)}
+
+
 @pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM"])
 def test_an_interrupt_while_bytes_move_ends_the_fanout_there(netns_ranks: NetnsRanks, tmp_path: Path,
                                                               signal_name: str) -> None:
@@ -286,6 +294,7 @@ def test_an_interrupt_while_bytes_move_ends_the_fanout_there(netns_ranks: NetnsR
             "--sha256", image["archive_sha256"], "--image-id", image["config"], "--import", "podman",
             "--tag", tag, "--json"]
     netns_ranks.shape("100mbit")
+    temporaries_before = engine_temporaries()
     try:
         process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         arriving = partial_path(netns_ranks.data_dir(1) / archive.name)
@@ -304,6 +313,10 @@ def test_an_interrupt_while_bytes_move_ends_the_fanout_there(netns_ranks: NetnsR
     assert process.returncode == {"SIGINT": 130, "SIGTERM": 143}[signal_name], stderr
     assert "Traceback" not in stderr and exited_after < 30
     assert left == []
+    # a rank starts its import once its copy is verified, rank 0 first: an agent ended with
+    # the session removed what podman had unpacked (before, Python's default for SIGTERM ended it
+    # where it stood and left oci<N>/ and storage<N>/ in /var/tmp)
+    assert engine_temporaries() - temporaries_before == set()
     for index in (1, 2, 3):  # no rank holds the copy (an earlier test's file of that name may stand there)
         final = netns_ranks.data_dir(index) / archive.name
         assert not final.exists() or hashlib.sha256(final.read_bytes()).hexdigest() != image["archive_sha256"]

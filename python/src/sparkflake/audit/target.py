@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.container_engine import Engine, image_id
+from ..core.container_engine import Engine, image_id, make_engine_scratch, with_scratch
 from ..core.errors import CheckFailed, InputError
+from ..core.interrupts import interrupts_held
 from ..oci.layout import output_layout
 from ..oci.reader import ImageReader, open_image
 
@@ -82,19 +82,23 @@ def _open_engine_image(name: str, image: str, engine_args: Sequence[str]) -> Ima
     reported_id = image_id(engine, image)
     if reported_id is None:
         raise InputError(f"{name}:{image}: not in the local store", check_id="image.readable")
-    workdir = Path(tempfile.mkdtemp(prefix="sparkflake-audit-"))
-    archive = workdir / "image.tar"
     save = ["save", "--format", "docker-archive"] if name == "podman" else ["save"]
-    saved = subprocess.run(
-        engine.command(*save, "-o", str(archive), image), capture_output=True, encoding="utf-8", errors="replace", check=False
-    )
+    workdir: Path | None = None
     try:
+        with interrupts_held():  # named before an interrupt can land, for the except below
+            # podman's own temporary files (TMPDIR) go there too: an interrupted save leaves nothing
+            workdir = make_engine_scratch("sparkflake-audit-")
+        archive = workdir / "image.tar"
+        saved = subprocess.run(engine.command(*save, "-o", str(archive), image), capture_output=True,
+                               encoding="utf-8", errors="replace", check=False, env=with_scratch(workdir))
         if saved.returncode != 0:
             raise InputError(f"{name}:{image}: save failed: {saved.stderr.strip()}", check_id="image.readable")
         reader = _opened(lambda: open_image(archive))
     except BaseException:
-        shutil.rmtree(workdir, ignore_errors=True)
+        if workdir is not None:
+            shutil.rmtree(workdir, ignore_errors=True)
         raise
+    saved_in = workdir
     return ImageSource(
-        reader, name, f"{name}:{image}", reported_id, cleanup=lambda: shutil.rmtree(workdir, ignore_errors=True)
+        reader, name, f"{name}:{image}", reported_id, cleanup=lambda: shutil.rmtree(saved_in, ignore_errors=True)
     )

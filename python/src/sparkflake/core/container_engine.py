@@ -13,10 +13,14 @@ import os
 import shlex
 import shutil
 import subprocess
-from collections.abc import Mapping, Sequence
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 from .errors import InputError
+from .interrupts import interrupts_held
 
 ENGINES = ("podman", "docker")
 
@@ -55,6 +59,45 @@ def detect_engine(
             return Engine(name, binary, (*engine_args_from_environment(name, environ), *extra_args))
     wanted = preferred or "podman or docker"
     raise InputError(f"no container engine found on PATH ({wanted})", check_id="engine.detected")
+
+
+# containers/image keeps an image copy's big temporary files (an oci-archive unpacked as
+# oci<N>/, a layer on its way into the store as storage<N>/) in podman's TMPDIR, else its
+# image_copy_tmp_dir, /var/tmp (containers.conf(5)), and in skopeo's --tmpdir, else /var/tmp
+# (skopeo(1); skopeo does not read TMPDIR), and removes them only when it ends by itself. An
+# import sparkflake ended (silence, SIGINT, SIGTERM) left them in /var/tmp for good.
+BIG_FILES_DIR = "/var/tmp"  # not /tmp, which may be a small tmpfs
+
+
+def make_engine_scratch(prefix: str = "sparkflake-engine-") -> Path:
+    """A new private directory (0700) for one engine or skopeo run's temporary files, where
+    the tool would have put them: in $TMPDIR when it is set, else in /var/tmp. The caller
+    removes it, with what the tool left in it, when the run ends."""
+    parent = os.environ.get("TMPDIR") or BIG_FILES_DIR
+    try:
+        return Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    except OSError as exc:
+        raise InputError(f"cannot make a temporary directory in {parent} (TMPDIR, else {BIG_FILES_DIR}): "
+                         f"{exc.strerror or exc}") from None
+
+
+@contextmanager
+def engine_scratch() -> Iterator[Path]:
+    """``make_engine_scratch()``, removed with its content however the run ends."""
+    scratch: Path | None = None
+    try:
+        with interrupts_held():  # named before an interrupt can land, for the finally below
+            scratch = make_engine_scratch()
+        yield scratch
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def with_scratch(scratch: Path) -> dict[str, str]:
+    """This process's environment with TMPDIR set to ``scratch``: where podman keeps an
+    image copy's temporary files (docker's client keeps none; the daemon does)."""
+    return {**os.environ, "TMPDIR": str(scratch)}
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO
 
@@ -27,12 +27,14 @@ class BoundedRun:
     silent_for: float | None = None  # the silence it was ended after; None: it ended by itself
 
 
-def run_bounded_by_silence(argv: Sequence[str], silence_seconds: float) -> BoundedRun:
-    """Run ``argv`` (stdin empty) to its end; if neither stdout nor stderr gives a line for
-    ``silence_seconds``, end it (SIGKILL) and say so in ``silent_for``. Raises OSError when
-    the program cannot be started."""
+def run_bounded_by_silence(
+    argv: Sequence[str], silence_seconds: float, env: Mapping[str, str] | None = None
+) -> BoundedRun:
+    """Run ``argv`` (stdin empty; ``env``, else this process's environment) to its end; if
+    neither stdout nor stderr gives a line for ``silence_seconds``, end it (SIGKILL) and say
+    so in ``silent_for``. Raises OSError when the program cannot be started."""
     process = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE)
+                               stderr=subprocess.PIPE, env=env)
     assert process.stdout is not None and process.stderr is not None
     streams = {"stdout": process.stdout, "stderr": process.stderr}
     kept: dict[str, list[bytes]] = {name: [] for name in streams}

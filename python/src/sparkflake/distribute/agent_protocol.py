@@ -14,8 +14,10 @@ import signal
 import stat
 import sys
 import threading
+from collections.abc import Iterator
 from typing import Any
 
+from ..core import interrupts
 from ..core.canonical_json import canonical_json_bytes
 from ..core.errors import SparkflakeError
 
@@ -67,12 +69,48 @@ def _end_when_unread() -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the agent's main thread: ``end_with_the_session`` sends it when the
+    controller is gone (as ``kill`` or systemd may). Python's default for SIGTERM ends the
+    process where it stands, so no ``finally`` ran: an import's temporary directory, full of
+    what podman had unpacked, stayed in /var/tmp. A KeyboardInterrupt, as the CLI's, so that
+    no ``except Exception`` takes it for a failure of the step."""
+
+
+EXIT_TERMINATED = 143  # 128 + SIGTERM, as a shell reports a process the signal ended
+
+
+def _raise_terminated(signum: int, _frame: object) -> None:
+    if interrupts.defer(signum):  # a step that must not be cut in half gets it when it ends
+        return
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one is enough: the way out is not cut short
+    raise Terminated()
+
+
+@contextlib.contextmanager
+def _sigterm_raised() -> Iterator[None]:
+    """SIGTERM raises ``Terminated`` in the block (main thread only: the handler is put
+    back after, for an agent run in-process by a test)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def run_protocol(parser: argparse.ArgumentParser, argv: list[str] | None = None) -> int:
     """Run the handler ``argv`` (default: the command line) names; its exit status, or the
-    refusal's."""
+    refusal's; 143 when SIGTERM ended it (after the ``finally`` blocks on the way out ran;
+    nothing more is written: the controller is most likely gone)."""
     args = parser.parse_args(argv)
     try:
-        return int(args.handler(args))
+        with _sigterm_raised():
+            return int(args.handler(args))
+    except Terminated:
+        return EXIT_TERMINATED
     except SparkflakeError as exc:
         emit({"status": "failed", "message": str(exc), "check_id": exc.check_id})
         return exc.exit_code

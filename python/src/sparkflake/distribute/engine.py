@@ -14,8 +14,9 @@ import contextlib
 import re
 import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 
-from ..core.container_engine import Engine, image_id
+from ..core.container_engine import Engine, engine_scratch, image_id, with_scratch
 from ..core.digest import is_digest
 from ..core.errors import CheckFailed, InputError
 from ..core.silence_bounded import BoundedRun, run_bounded_by_silence
@@ -75,9 +76,10 @@ def _largest_blob(image: ImageReader) -> int:
     return max((size for size in sizes if size is not None), default=0)
 
 
-def _run(argv: list[str], what: str, silence_seconds: float) -> BoundedRun:
+def _run(argv: list[str], what: str, silence_seconds: float, scratch: Path | None = None) -> BoundedRun:
+    """``argv`` bounded by silence; with ``scratch``, podman keeps its temporary files there."""
     try:
-        completed = run_bounded_by_silence(argv, silence_seconds)
+        completed = run_bounded_by_silence(argv, silence_seconds, with_scratch(scratch) if scratch else None)
     except FileNotFoundError as exc:
         raise InputError(f"{what}: {argv[0]} is not installed") from exc
     if completed.silent_for is not None:
@@ -117,7 +119,9 @@ def import_archive(
     image = open_image(archive)
     verify_image(image)
     silence = silence_limit(_largest_blob(image))
-    output = _run([engine, *engine_args, "load", "-i", archive], f"{engine} load -i {archive}", silence).stdout
+    with engine_scratch() as scratch:  # what podman unpacks the archive to is removed, however the load ends
+        output = _run([engine, *engine_args, "load", "-i", archive], f"{engine} load -i {archive}", silence,
+                      scratch).stdout
     loaded = tuple(name.strip() for match in _LOADED.findall(output) for name in match.split(","))
     if not loaded:
         raise CheckFailed(f"{engine} load -i {archive}: reported no loaded image: {output.strip()!r}")
@@ -192,8 +196,9 @@ def import_layout(
     # logs "Skipping blob sha256:... (already present):" when the store has the layer (seen
     # with Debian 12's skopeo 1.9.3; without --debug both cases print "Copying blob")
     silence = silence_limit(_largest_blob(image))
-    copied = _run(["skopeo", "--debug", "copy", f"oci:{layout}", destination], f"skopeo copy oci:{layout} {destination}",
-                  silence)
+    with engine_scratch() as scratch:  # what skopeo stages a layer in is removed, however the copy ends
+        copied = _run(["skopeo", "--tmpdir", str(scratch), "--debug", "copy", f"oci:{layout}", destination],
+                      f"skopeo copy oci:{layout} {destination}", silence)
     reused = tuple(dict.fromkeys(_SKIPPED.findall(copied.stderr)))
     found = image_id_of(engine, engine_args, tag)
     if found != expected_image_id:
