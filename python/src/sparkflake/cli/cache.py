@@ -5,10 +5,12 @@ intact, and removing what no kept build uses or what runs left behind (dry run u
 from __future__ import annotations
 
 import argparse
+import contextlib
 from pathlib import Path
 
 from ..core.blob_cache import default_cache_root
 from ..core.digest import is_digest
+from ..core.directory_lock import collecting_cache
 from ..core.errors import InputError
 from ..housekeeping.cache_entries import KINDS, scan_cache
 from ..housekeeping.cache_gc import (
@@ -144,8 +146,10 @@ def run_gc(args: argparse.Namespace) -> int:
     deployed = set(args.keep_image) | deployed_from_json(args.deployed)
     profiles_dir = args.profiles_dir or find_profiles_dir()
     deployed |= deployed_images(profiles_dir)
-    plan = plan_gc(root, Retention(keep_builds=args.keep, deployed=frozenset(deployed)))
-    return _print_plan(args, root, plan, "gc")
+    # applied, the plan is made and carried out while no build uses the cache (refused otherwise)
+    with collecting_cache(root, "gc --apply") if args.apply else contextlib.nullcontext():
+        plan = plan_gc(root, Retention(keep_builds=args.keep, deployed=frozenset(deployed)))
+        return _print_plan(args, root, plan, "gc")
 
 
 def run_cleanup(args: argparse.Namespace) -> int:

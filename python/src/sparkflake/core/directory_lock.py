@@ -12,7 +12,7 @@ import contextlib
 import fcntl
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from .errors import InputError
@@ -68,6 +68,48 @@ def updating_file(target: Path) -> Iterator[None]:
         if not stat.S_ISREG(os.fstat(descriptor).st_mode):
             raise InputError(f"{path}: not a regular file; it is where sparkflake locks {target} (remove it)")
         fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)
+
+
+@contextlib.contextmanager
+def using_cache(root: Path, on_wait: Callable[[], None] = lambda: None) -> Iterator[None]:
+    """A build's hold on the cache at ``root`` (created if absent) for the block: a shared
+    ``flock`` on the root directory itself, so any number of builds hold it at once and
+    ``collecting_cache`` (``cache gc --apply``) refuses while one does. A build waits for a
+    gc that holds the cache (``on_wait`` is called first, to say so)."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise InputError(f"{root}: cannot use it as the cache: {exc.strerror or exc}") from None
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            on_wait()
+            fcntl.flock(descriptor, fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(descriptor)
+
+
+@contextlib.contextmanager
+def collecting_cache(root: Path, command: str) -> Iterator[None]:
+    """``root``'s cache held by ``command`` alone (an exclusive ``flock`` on the directory,
+    see ``using_cache``), or refused at once while a build uses it: a build takes inputs,
+    trees and layers from the cache before its record names them, so a gc that ran beside
+    it removed what it was using (the build failed copying a layer gc had just removed)."""
+    descriptor = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise DirectoryInUse(
+                f"{root} is in use by a build; `sparkflake cache {command}` would remove what it uses before "
+                "its record names it: run it again once the build has finished"
+            ) from None
         yield
     finally:
         os.close(descriptor)

@@ -49,9 +49,10 @@ from ..core.atomic_write import (
     remove_tree,
 )
 from ..core.blob_cache import BlobCache, default_cache_root
+from ..core.directory_lock import using_cache
 from ..core.file_hashes import FileHashes
 from ..core.interrupts import interrupts_held
-from ..core.progress import Progress
+from ..core.progress import Progress, report_phase
 from ..housekeeping.build_record import BuildRecord, last_build_of, utc_now, write_build_record
 from ..housekeeping.free_space import check_free_space, estimate_build_space
 from ..oci.blob_store import BlobStore
@@ -178,46 +179,50 @@ def build_profile(request: BuildRequest, progress: Progress | None = None) -> Bu
     check_free_space(estimate_build_space(composition, caches.root, caches.store.root, out_dir, request.formats,
                                           last_build_of(caches.root, composition.profile.name)))
 
-    fetched = fetch_inputs(
-        composition, BlobCache(caches.root), from_dirs=request.from_dirs, offline=request.offline,
-        progress=progress, hashes=caches.hashes, git_mirrors=request.git_mirrors,
-        skip_git=[composition.source.name] if request.source_tree is not None else [],
-    )
-    clock.lap("fetch_and_verify_inputs")
-    work_dir: Path | None = None
-    scratch_dir: Path | None = None
-    try:  # an interrupt (SIGINT, SIGTERM) removes the run's directories
-        # held back until each directory made is named here, for the finally below
-        with interrupts_held():
-            # work/PROFILE.<host>.pid<N>.<random>: a killed build's directory is removed by the
-            # next build (its pid is gone); a concurrent build's, or another host's, is left alone
-            work_dir = make_run_directory(caches.root / "work", composition.profile.name)
-            scratch_dir = None if request.keep_work else memory_scratch_dir(composition.profile.name)
-        for transient in (work_dir, scratch_dir):
-            if transient is not None:
-                caches.hashes.never_remember(transient)
-                if caches.layer_cache is not None:
-                    caches.layer_cache.never_remember(transient)
-        staged = _write_staged_output(request, composition=composition, fetched=fetched, caches=caches,
-                                      out_dir=out_dir, work_dir=work_dir, scratch_dir=scratch_dir, clock=clock,
-                                      progress=progress)
-        write_build_record(caches.root, used_by_build(caches.root, fetched, staged.assembly, staged.result,
-                                                      caches.store))
-        result = dataclasses.replace(
-            staged.result,
-            extra={"timings": clock.timings, "evicted": [str(eviction) for eviction in caches.store.evicted]},
+    # held until the build is recorded: it takes inputs, trees and layers from the cache
+    # before its record names them, and a `cache gc --apply` beside it removed them
+    with using_cache(caches.root, lambda: report_phase(
+            progress, f"waiting for `sparkflake cache gc` to finish with {caches.root}")):
+        fetched = fetch_inputs(
+            composition, BlobCache(caches.root), from_dirs=request.from_dirs, offline=request.offline,
+            progress=progress, hashes=caches.hashes, git_mirrors=request.git_mirrors,
+            skip_git=[composition.source.name] if request.source_tree is not None else [],
         )
-        if not request.keep_work:
-            result = dataclasses.replace(result, assembly=None)
-        return result
-    finally:
-        # the cleanup whole: an interrupt that arrives during it is delivered after it
-        with interrupts_held():
-            caches.hashes.save()
-            if work_dir is not None and not request.keep_work:
-                remove_tree(work_dir)
-            if scratch_dir is not None:
-                remove_tree(scratch_dir)
+        clock.lap("fetch_and_verify_inputs")
+        work_dir: Path | None = None
+        scratch_dir: Path | None = None
+        try:  # an interrupt (SIGINT, SIGTERM) removes the run's directories
+            # held back until each directory made is named here, for the finally below
+            with interrupts_held():
+                # work/PROFILE.<host>.pid<N>.<random>: a killed build's directory is removed by the
+                # next build (its pid is gone); a concurrent build's, or another host's, is left alone
+                work_dir = make_run_directory(caches.root / "work", composition.profile.name)
+                scratch_dir = None if request.keep_work else memory_scratch_dir(composition.profile.name)
+            for transient in (work_dir, scratch_dir):
+                if transient is not None:
+                    caches.hashes.never_remember(transient)
+                    if caches.layer_cache is not None:
+                        caches.layer_cache.never_remember(transient)
+            staged = _write_staged_output(request, composition=composition, fetched=fetched, caches=caches,
+                                          out_dir=out_dir, work_dir=work_dir, scratch_dir=scratch_dir, clock=clock,
+                                          progress=progress)
+            write_build_record(caches.root, used_by_build(caches.root, fetched, staged.assembly, staged.result,
+                                                          caches.store))
+            result = dataclasses.replace(
+                staged.result,
+                extra={"timings": clock.timings, "evicted": [str(eviction) for eviction in caches.store.evicted]},
+            )
+            if not request.keep_work:
+                result = dataclasses.replace(result, assembly=None)
+            return result
+        finally:
+            # the cleanup whole: an interrupt that arrives during it is delivered after it
+            with interrupts_held():
+                caches.hashes.save()
+                if work_dir is not None and not request.keep_work:
+                    remove_tree(work_dir)
+                if scratch_dir is not None:
+                    remove_tree(scratch_dir)
 
 
 def _write_staged_output(
