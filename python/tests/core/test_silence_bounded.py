@@ -23,6 +23,7 @@ def _python(code: str) -> list[str]:
 
 
 def test_a_child_that_keeps_talking_runs_past_the_silence_limit():
+    heard: list[bytes] = []  # each line of either stream, as it came
     began = time.monotonic()
     run = run_bounded_by_silence(_python("""
         import sys, time
@@ -31,11 +32,13 @@ def test_a_child_that_keeps_talking_runs_past_the_silence_limit():
             print("debug", k, file=sys.stderr, flush=True)
             time.sleep(0.25)
         sys.exit(3)
-    """), silence_seconds=1.0)
+    """), silence_seconds=1.0, on_line=heard.append)
     assert time.monotonic() - began >= 1.75  # longer than the limit: lines kept it going
     assert run.silent_for is None and run.returncode == 3
     assert run.stdout.splitlines() == [f"blob {k}" for k in range(8)]
     assert run.stderr.splitlines() == [f"debug {k}" for k in range(8)]
+    assert [line for line in heard if line.startswith(b"blob")] == [f"blob {k}\n".encode() for k in range(8)]
+    assert sorted(heard) == sorted(f"{kind} {k}\n".encode() for kind in ("blob", "debug") for k in range(8))
 
 
 def test_a_child_that_falls_silent_is_ended_and_its_output_so_far_kept():

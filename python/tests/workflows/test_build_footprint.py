@@ -51,9 +51,17 @@ def test_the_layout_shares_the_store_s_bytes_and_the_output_still_audits_and_loa
     podman = Podman(tmp_path / "podman")
     try:
         engine_args = [f"--engine-arg={argument}" for argument in podman.global_args]
-        assert main(["load", str(out), *engine_args, "--json"]) == 0
-        loaded = json.loads(capsys.readouterr().out)
+        assert main(["load", str(out), *engine_args, "--json", "--progress"]) == 0
+        said = capsys.readouterr()
+        loaded = json.loads(said.out)
         assert loaded["image_id"] == digests["config"]
+        # a load of minutes (4.5 GB: 4 min here) shows the check, then each layer podman starts
+        layers = len(digests["layers"])
+        progress = said.err.splitlines()
+        assert progress[progress.index("load: podman load") - 1].startswith("load: 100% ")
+        assert [line for line in progress if line.startswith("load: podman load: layer ")] == [
+            f"load: podman load: layer {position} of {layers} ({layer['digest'][:19]}…)"
+            for position, layer in enumerate(digests["layers"], 1)]
     finally:
         podman.cleanup()
 

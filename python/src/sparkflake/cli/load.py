@@ -9,7 +9,7 @@ from ..core.errors import InputError
 from ..distribute.engine import ENGINES, import_archive
 from ..oci.digests_file import DIGESTS_FILE, read_digests_file
 from . import _arguments as arguments
-from ._output import print_json, print_line
+from ._output import add_progress_flag, print_json, print_line, progress_for
 from ._parsers import add_command
 
 ARCHIVES = ("docker-archive.tar", "oci-archive.tar")
@@ -33,6 +33,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="an argument for the engine before its command (repeatable), e.g. --storage-driver=vfs")
     parser.add_argument("--tag", type=arguments.image_reference, help="tag the loaded image (default: none)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_progress_flag(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -40,7 +41,8 @@ def run(args: argparse.Namespace) -> int:
     archive = next((args.out / name for name in ARCHIVES if (args.out / name).is_file()), None)
     if archive is None:
         archive = loadable_layout(args.out, args.engine)
-    result = import_archive(args.engine, args.engine_args, str(archive), config_digest, args.tag)
+    result = import_archive(args.engine, args.engine_args, str(archive), config_digest, args.tag,
+                            progress_for("load", args))
     if args.json:
         print_json({"engine": result.engine, "archive": str(archive), "image_id": result.image_id,
                     "loaded": list(result.loaded), "tag": result.tag})

@@ -8,7 +8,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO
 
@@ -28,11 +28,13 @@ class BoundedRun:
 
 
 def run_bounded_by_silence(
-    argv: Sequence[str], silence_seconds: float, env: Mapping[str, str] | None = None
+    argv: Sequence[str], silence_seconds: float, env: Mapping[str, str] | None = None,
+    on_line: Callable[[bytes], None] | None = None,
 ) -> BoundedRun:
     """Run ``argv`` (stdin empty; ``env``, else this process's environment) to its end; if
     neither stdout nor stderr gives a line for ``silence_seconds``, end it (SIGKILL) and say
-    so in ``silent_for``. Raises OSError when the program cannot be started."""
+    so in ``silent_for``. ``on_line`` is given each line of either stream as it comes (from
+    a reader thread). Raises OSError when the program cannot be started."""
     process = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, env=env)
     assert process.stdout is not None and process.stderr is not None
@@ -42,7 +44,8 @@ def run_bounded_by_silence(
     try:
         with Watchdog(silence_seconds, process.kill) as watchdog:
             for name, stream in streams.items():
-                readers[name] = threading.Thread(target=_read, args=(stream, kept[name], watchdog), daemon=True)
+                readers[name] = threading.Thread(target=_read, args=(stream, kept[name], watchdog, on_line),
+                                                 daemon=True)
                 readers[name].start()
             returncode = process.wait()
             for reader in readers.values():
@@ -62,10 +65,12 @@ def run_bounded_by_silence(
                       silent_for=silence_seconds if silenced else None)
 
 
-def _read(stream: IO[bytes], kept: list[bytes], watchdog: Watchdog) -> None:
+def _read(stream: IO[bytes], kept: list[bytes], watchdog: Watchdog, on_line: Callable[[bytes], None] | None) -> None:
     size = 0
     for line in LineReader(stream, LINE_LIMIT):
         watchdog.feed()
+        if on_line is not None:
+            on_line(line)
         if size + len(line) <= OUTPUT_LIMIT:
             kept.append(line)
             size += len(line)
