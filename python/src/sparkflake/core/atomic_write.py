@@ -26,6 +26,7 @@ import contextlib
 import ctypes
 import errno
 import hashlib
+import io
 import os
 import re
 import secrets
@@ -35,7 +36,7 @@ import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from .direct_write import DirectWriter
 from .documents import file_kind
@@ -46,6 +47,9 @@ from .interrupts import interrupts_held
 from .output_marker import OUTPUT_MARKER as OUTPUT_MARKER
 from .output_marker import check_replaceable_output as check_replaceable_output
 from .output_marker import marker_bytes, output_paths, read_marker, written_state
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
 
 
 def host_tag() -> str:
@@ -257,9 +261,38 @@ def _staged_fd(target: Path, mode: int, *, tagged: bool = False) -> Iterator[int
 @contextlib.contextmanager
 def atomic_file(path: str | os.PathLike[str], mode: int = 0o644) -> Iterator[BinaryIO]:
     """Yield a binary file object; on clean exit it replaces ``path`` (``regular_output``)
-    atomically."""
-    with _staged_fd(regular_output(path), mode) as fd, os.fdopen(fd, "wb", closefd=False) as handle:
+    atomically. Its write errors name ``path`` (``NamedWrites``)."""
+    target = regular_output(path)
+    with _staged_fd(target, mode) as fd, NamedWrites(fd, target) as handle:
         yield handle
+
+
+class NamedWrites(io.BufferedWriter):
+    """A buffered writer of ``fd`` (closed with it only if ``closefd``) whose OS errors
+    writing, flushing or closing name ``name``: the kernel's error (a full disk) names no
+    file, and the one line the CLI prints of it would say "No space left on device" and not
+    where."""
+
+    def __init__(self, fd: int, name: str | os.PathLike[str], *, closefd: bool = False) -> None:
+        super().__init__(io.FileIO(fd, "wb", closefd=closefd))
+        self.shown = os.fspath(name)
+
+    def write(self, data: ReadableBuffer) -> int:
+        try:
+            return super().write(data)
+        except OSError as exc:
+            raise self._named(exc) from exc
+
+    def flush(self) -> None:  # close() flushes through this too
+        try:
+            super().flush()
+        except OSError as exc:
+            raise self._named(exc) from exc
+
+    def _named(self, exc: OSError) -> OSError:
+        if exc.filename is not None or exc.errno is None:
+            return exc
+        return OSError(exc.errno, exc.strerror, self.shown)  # the errno's own subclass
 
 
 @contextlib.contextmanager

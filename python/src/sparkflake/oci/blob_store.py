@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from ..core.atomic_write import copy_bytes, write_bytes_atomic
+from ..core.atomic_write import NamedWrites, copy_bytes, write_bytes_atomic
 from ..core.digest import digest_hex
 from ..core.direct_write import DirectWriter
 from ..core.file_hashes import stat_identity
@@ -218,7 +218,8 @@ class BlobStore:
         fd, tmp_name = tempfile.mkstemp(prefix=".incoming.", dir=self.blob_dir)
         tmp_path = Path(tmp_name)
         try:
-            with os.fdopen(fd, "wb") as handle:
+            # a write error names the store's directory (what is full), not the file removed below
+            with NamedWrites(fd, self.blob_dir, closefd=True) as handle:
                 yield handle, tmp_path
         except BaseException:
             with contextlib.suppress(FileNotFoundError):

@@ -210,6 +210,13 @@ def write_layer_blob(
     )
 
 
+def _blob_write_error(exc: OSError) -> InputError:
+    """Writing the blob failed (a full disk): the store's directory, which the store's
+    writer names (``BlobStore.new_blob``), and the reason."""
+    where = f"{exc.filename}: " if exc.filename else ""
+    return InputError(f"{where}cannot write layer blob: {exc.strerror or exc}")
+
+
 class _CompressingSink:
     """Compress, hash and write chunks on a worker thread behind a bounded queue."""
 
@@ -268,7 +275,7 @@ class _CompressingSink:
     def _raise_failure(self) -> None:
         failure = self._failure
         if isinstance(failure, OSError):
-            raise InputError(f"cannot write layer blob: {failure.strerror}") from failure
+            raise _blob_write_error(failure) from failure
         assert failure is not None
         raise failure
 
@@ -404,7 +411,7 @@ class _BlockSink:
             if self._gzip:
                 self._emit(gzip_trailer(self._crc, self._plain_size))
         except OSError as exc:
-            raise InputError(f"cannot write layer blob: {exc.strerror}") from exc
+            raise _blob_write_error(exc) from exc
         finally:
             self._pool.shutdown(wait=True)
         return self._hasher.hexdigest(), self._size
