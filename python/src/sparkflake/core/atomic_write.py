@@ -16,8 +16,8 @@ file system has it (ext4, xfs, btrfs, tmpfs), so the target never goes missing.
 An output directory an operator names carries a marker (``OUTPUT_MARKER``) listing every
 path written into it, each file with its size and modification time; it is replaced only
 while it holds nothing else and nothing listed changed (``check_replaceable_output``). A
-file sparkflake rewrites there later stays listed (``_refreshed_entry``), one it adds is
-listed by ``record_written_entry``.
+file sparkflake rewrites there later stays listed (``_entry_record``), one it adds is
+listed by ``record_written_entry``, in the marker before the file is renamed into place.
 """
 
 from __future__ import annotations
@@ -220,9 +220,10 @@ def regular_output(path: str | os.PathLike[str]) -> Path:
 
 
 @contextlib.contextmanager
-def _staged_fd(target: Path, mode: int, *, tagged: bool = False) -> Iterator[int]:
+def _staged_fd(target: Path, mode: int, *, tagged: bool = False, listed: bool = False) -> Iterator[int]:
     """A temporary file beside ``target``; on clean exit fsynced and renamed onto it.
-    ``tagged``: the name carries host and pid (see the module docstring)."""
+    ``tagged``: the name carries host and pid (see the module docstring); ``listed``: see
+    ``write_bytes_atomic``."""
     target.parent.mkdir(parents=True, exist_ok=True)
     fd: int | None = None
     tmp_name: str | None = None
@@ -244,10 +245,10 @@ def _staged_fd(target: Path, mode: int, *, tagged: bool = False) -> Iterator[int
             os.close(fd)
             fd = None
         os.chmod(tmp_name, mode)
-        refresh = _refreshed_entry(target)
+        record = _entry_record(target, listed)
+        if record is not None:
+            record(Path(tmp_name))  # before the rename: a marker that cannot be written leaves both as they were
         os.replace(tmp_name, target)
-        if refresh is not None:
-            refresh()
     except BaseException:
         with interrupts_held():  # an interrupt during the cleanup is delivered after it
             if fd is not None:
@@ -259,11 +260,12 @@ def _staged_fd(target: Path, mode: int, *, tagged: bool = False) -> Iterator[int
 
 
 @contextlib.contextmanager
-def atomic_file(path: str | os.PathLike[str], mode: int = 0o644) -> Iterator[BinaryIO]:
+def atomic_file(path: str | os.PathLike[str], mode: int = 0o644, *, listed: bool = False) -> Iterator[BinaryIO]:
     """Yield a binary file object; on clean exit it replaces ``path`` (``regular_output``)
-    atomically. Its write errors name ``path`` (``NamedWrites``)."""
+    atomically. Its write errors name ``path`` (``NamedWrites``); ``listed``: see
+    ``write_bytes_atomic``."""
     target = regular_output(path)
-    with _staged_fd(target, mode) as fd, NamedWrites(fd, target) as handle:
+    with _staged_fd(target, mode, listed=listed) as fd, NamedWrites(fd, target) as handle:
         yield handle
 
 
@@ -315,8 +317,12 @@ def atomic_stream(path: str | os.PathLike[str], mode: int = 0o644, *, direct: bo
         raise InputError(f"{target}: cannot write: {exc.strerror or exc}") from exc
 
 
-def write_bytes_atomic(path: str | os.PathLike[str], content: bytes, mode: int = 0o644) -> None:
-    with atomic_file(path, mode) as handle:
+def write_bytes_atomic(path: str | os.PathLike[str], content: bytes, mode: int = 0o644, *, listed: bool = False) -> None:
+    """``content`` atomically at ``path``. ``listed``: a file a command adds to an output
+    directory, recorded in its marker (``record_written_entry``) before it is renamed into
+    place, so that the next build may replace the output; a file already listed unchanged
+    is recorded anew whatever ``listed`` says."""
+    with atomic_file(path, mode, listed=listed) as handle:
         handle.write(content)
 
 
@@ -331,11 +337,14 @@ def check_output_parent(target: Path) -> None:
         raise InputError(f"{target}: cannot write here: {target.parent} is not writable")
 
 
-def record_written_entry(directory: Path, name: str) -> None:
+def record_written_entry(directory: Path, name: str, staged: Path | None = None) -> None:
     """Record ``name`` in the marker of output ``directory`` with what is there now: a file
     a later command of sparkflake wrote into the output (the runtime check's capabilities,
     a publish record, an exported archive), which the next build may then replace. A
-    directory without a marker is left as it is."""
+    directory without a marker is left as it is. ``staged``: the file about to be renamed
+    to ``name``, recorded instead (its size and modification time go with it), so that a
+    marker that cannot be written (a full disk) fails the command before the output holds a
+    file its marker does not list, which the next build would refuse to replace."""
     marker = read_marker(directory)
     if marker is None:
         return
@@ -344,7 +353,7 @@ def record_written_entry(directory: Path, name: str) -> None:
         if name not in marker.entries:  # an earlier sparkflake's marker: the names alone
             write_bytes_atomic(directory / OUTPUT_MARKER, marker_bytes(entries, None))
         return
-    path = directory / name
+    path = directory / name if staged is None else staged
     try:
         state = written_state(path, os.lstat(path))
     except FileNotFoundError:
@@ -352,20 +361,22 @@ def record_written_entry(directory: Path, name: str) -> None:
     write_bytes_atomic(directory / OUTPUT_MARKER, marker_bytes(entries, {**marker.paths, name: state}))
 
 
-def _refreshed_entry(target: Path) -> Callable[[], None] | None:
-    """For a file about to be replaced in an output directory whose marker lists it
-    unchanged (the runtime check adding to ``receipt.json``): what records its new size
-    and time once replaced, so the file stays sparkflake's. None for any other target,
-    an operator's edit included."""
+def _entry_record(target: Path, listed: bool) -> Callable[[Path], None] | None:
+    """For a file about to be written in an output directory, ``listed`` (see
+    ``write_bytes_atomic``) or replacing one its marker lists unchanged (the runtime check
+    adding to ``receipt.json``): what records the staged file's size and time for it, so
+    the file stays sparkflake's. None for any other target, an operator's edit included."""
     if target.name == OUTPUT_MARKER or not os.path.lexists(target.parent / OUTPUT_MARKER):
         return None
+    if listed:
+        return lambda staged: record_written_entry(target.parent, target.name, staged)
     marker = read_marker(target.parent)
     recorded = marker.paths.get(target.name) if marker is not None and marker.paths is not None else None
     try:
         unchanged = recorded is not None and recorded == written_state(target, os.lstat(target))
     except FileNotFoundError:
         return None
-    return (lambda: record_written_entry(target.parent, target.name)) if unchanged else None
+    return (lambda staged: record_written_entry(target.parent, target.name, staged)) if unchanged else None
 
 
 def _write_output_marker(staging: Path) -> None:

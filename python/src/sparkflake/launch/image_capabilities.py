@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..core.atomic_write import record_written_entry, write_bytes_atomic
+from ..core.atomic_write import write_bytes_atomic
 from ..core.digest import digest_hex
 from ..core.output_marker import check_entry_if_output
 from ..runtime.capabilities import FILE_NAME, Capabilities, dumps, load
@@ -45,8 +45,7 @@ def record_capabilities(capabilities: Capabilities, out_dir: Path | None, cache_
     written = []
     if out_dir is not None:
         check_entry_if_output(out_dir, FILE_NAME, "check the image from a copy of the output")
-        write_bytes_atomic(out_dir / FILE_NAME, dumps(capabilities))
-        record_written_entry(out_dir, FILE_NAME)
+        write_bytes_atomic(out_dir / FILE_NAME, dumps(capabilities), listed=True)
         written.append(out_dir / FILE_NAME)
     written.append(keep_in_store(cache_root, capabilities))
     return written

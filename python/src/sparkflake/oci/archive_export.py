@@ -206,7 +206,8 @@ def export_archive(out_dir: Path, kind: str, target: Path | None = None,
         with interrupts_held():  # the rename and its record in OUT's marker, both or neither
             if in_output:
                 check_written_entry(final.parent, final.name, _ELSEWHERE)  # it may have changed meanwhile
+                # recorded first (the next build may replace it with OUT): a marker that cannot
+                # be written (a full disk) leaves OUT as it was
+                record_written_entry(final.parent, final.name, staged)
             os.replace(staged, final)
-            if in_output:
-                record_written_entry(final.parent, final.name)  # the next build may replace it with OUT
     return ExportedArchive(kind, final, manifest_digest, config_digest, size)

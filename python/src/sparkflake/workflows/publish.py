@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..compose import receipt
-from ..core.atomic_write import record_written_entry, write_bytes_atomic
+from ..core.atomic_write import write_bytes_atomic
 from ..core.canonical_json import readable_json_bytes
 from ..core.errors import InputError
 from ..core.output_marker import check_entry_if_output
@@ -80,6 +80,5 @@ def publish(request: PublishRequest, progress: Progress | None = None) -> Publis
     if artifact is not None:
         sbom = push_referrer(client, target.repository, artifact, pushed.manifest_digest)
         outcome["sbom"] = sbom.as_record()
-    write_bytes_atomic(record, readable_json_bytes(outcome))
-    record_written_entry(record.parent, record.name)  # a record put in a build output: the next build may replace it
+    write_bytes_atomic(record, readable_json_bytes(outcome), listed=True)  # in a build output: the next build may replace it
     return PublishResult(pushed=pushed, sbom=sbom, record=outcome)
