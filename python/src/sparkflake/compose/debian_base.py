@@ -109,14 +109,17 @@ def _copy_hashing(stream: IO[bytes], destination: Path, mode: int, source: str) 
     md5 = hashlib.md5()  # noqa: S324 (dpkg's md5sums format, an integrity check, not security)
     with _writing(destination, source):
         out = open(destination, "wb")  # noqa: SIM115 (closed below; the read is outside _writing)
-    with out:
+    try:
         while chunk := stream.read(1 << 20):
             hasher.update(chunk)
             md5.update(chunk)
             with _writing(destination, source):
                 out.write(chunk)
+    finally:
+        # the close writes what is still buffered: its error (a full disk) is the tree's too,
+        # never taken for the package's (a flush that failed once fails again at the close)
         with _writing(destination, source):
-            out.flush()
+            out.close()
     with _writing(destination, source):
         os.chmod(destination, mode)
     return hasher.hexdigest(), md5.hexdigest()
