@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, cast
 
+from .atomic_write import NamedWrites
 from .cache_root import claim_cache_root
 from .digest import is_sha256_hex, sha256_file
 from .errors import CheckFailed, InputError
@@ -199,8 +200,10 @@ class BlobCache:
         hasher = hashlib.sha256()
         size = 0
         try:
-            with open(path, "rb") as src, os.fdopen(
-                open_own_file(staging, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, "an import being staged"), "wb"
+            # a write error names the partial directory (what is full), not the file removed below
+            with open(path, "rb") as src, NamedWrites(
+                open_own_file(staging, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, "an import being staged"),
+                self.partial_dir, closefd=True,
             ) as dst:
                 while chunk := src.read(COPY_CHUNK):
                     hasher.update(chunk)
@@ -317,8 +320,9 @@ def _download_once(
                             f"server sent more than the locked size {artifact.size} bytes"
                         )
                     hasher.update(chunk)
-                    out.write(chunk)
+                    _append(out, chunk, partial)
                     meter.set(artifact, written)
+                _append(out, b"", partial)  # what the close would write
         except _DownloadRefused:
             raise
         except (OSError, ValueError) as exc:
@@ -342,6 +346,21 @@ def _download_once(
         meter.set(artifact, 0)
         raise _DownloadRefused(f"sha256 mismatch: got {digest} ({size} bytes)")
     cache.admit(partial, artifact)
+
+
+def _append(out: BinaryIO, chunk: bytes, partial: Path) -> None:
+    """Write ``chunk`` to the partial download (flush it when empty). An error writing (a
+    full disk) is this machine's, not the URL's: it ends the fetch, naming the file, rather
+    than the next attempt or mirror downloading onto the same disk and the report blaming
+    the transfer."""
+    try:
+        if chunk:
+            out.write(chunk)
+        else:
+            out.flush()
+    except OSError as exc:
+        raise InputError(f"{partial}: cannot write: {exc.strerror or exc} (what was downloaded stays there; "
+                         "the next fetch resumes it)") from exc
 
 
 def _open_partial(partial: Path, flags: int, mode: str) -> BinaryIO:
