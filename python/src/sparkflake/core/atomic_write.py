@@ -43,9 +43,9 @@ from .documents import file_kind
 from .errors import InputError
 from .interrupts import interrupts_held
 
-# re-exported: the marker's name and the check, where their callers have always found them
+# re-exported: the marker's name, where its callers have always found it
 from .output_marker import OUTPUT_MARKER as OUTPUT_MARKER
-from .output_marker import check_replaceable_output as check_replaceable_output
+from .output_marker import check_replaceable_output as check_marked_output
 from .output_marker import marker_bytes, output_paths, read_marker, written_state
 
 if TYPE_CHECKING:
@@ -124,6 +124,22 @@ def remove_leftovers(target: Path) -> list[Path]:
     for path, _ in dead:
         _remove(path)
     return [path for path, _ in dead]
+
+
+def check_replaceable_output(target: Path, *, force: bool = False) -> None:
+    """``output_marker.check_replaceable_output``, after the run directories of this host's
+    sparkflake runs inside the output ``target`` are dealt with (an export's work directory
+    beside the archive it writes into OUT): a dead run's is removed, and a live run's is
+    refused naming it. Both were refused as entries sparkflake did not write, with --force
+    offered: a killed export left one that stopped every later build into OUT."""
+    if not force and target.is_dir() and not target.is_symlink() and read_marker(target) is not None:
+        remove_dead_run_directories(target, ".")
+        for entry in sorted(os.listdir(target)):
+            match = generated_name_parts(entry)
+            if match is not None and not match["suffix"] and match["host"] == host_tag():
+                raise InputError(f"{target}: another sparkflake run (pid {match['pid']}) is writing into it "
+                                 f"({entry}); run this again once it has finished")
+    check_marked_output(target, force=force)
 
 
 def _remove(path: Path) -> None:
