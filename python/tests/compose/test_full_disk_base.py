@@ -1,6 +1,7 @@
-"""The OS base tree on a full disk (a real tmpfs filled up): the error is the tree's
-(``base-tree-write``, the path and "No space left on device"), never a damaged package,
-even when the bytes are still buffered and only the close writes them."""
+"""The OS base tree and a wheel's install on a full disk (a real tmpfs filled up): the error
+is the tree's (``base-tree-write``, ``env-tree-write``: the path and "No space left on
+device"), never a damaged package or a wheel that cannot be installed, even when the bytes
+are still buffered and only the close writes them."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ from pathlib import Path
 
 import pytest
 from fixtures.full_disk import fill, small_disk
-from fixtures.inputs import RawMember, make_raw_deb
+from fixtures.inputs import RawMember, make_raw_deb, make_wheel
 
 from sparkflake.compose.debian_base import DebInput, assemble_base
+from sparkflake.compose.python_env import install_wheel
 from sparkflake.core.errors import CheckFailed
+from sparkflake.lock.target import DEBIAN_BOOKWORM_ARM64
 
 
 @pytest.mark.parametrize("size", [100, 200_000])  # written at the close; at once
@@ -29,3 +32,20 @@ def test_a_base_tree_on_a_full_disk_is_not_a_damaged_package(tmp_path: Path, siz
         filler.unlink()
         assemble_base([DebInput("small", "1.0", "arm64", deb.path)], disk / "again")
         assert (disk / "again" / "etc" / "os-release").read_bytes() == b"x" * size
+
+
+@pytest.mark.parametrize("size", [100, 200_000])
+def test_a_wheel_installed_onto_a_full_disk_is_not_a_wheel_that_cannot_be_installed(tmp_path: Path, size: int) -> None:
+    wheel = make_wheel(tmp_path, "demo", "1.0", files={"demo/data.bin": b"x" * size})
+    with small_disk(tmp_path / "disk") as disk:
+        (disk / "stage").mkdir()
+        filler = fill(disk)
+        with pytest.raises(CheckFailed) as raised:
+            install_wheel(str(wheel.path), wheel.filename, str(disk / "stage"), "/opt/venv", DEBIAN_BOOKWORM_ARM64)
+        assert raised.value.check_id == "env-tree-write"
+        assert str(raised.value).startswith(f"[env-tree-write] {wheel.filename}: cannot write {disk / 'stage'}/")
+        assert str(raised.value).endswith(" in the Python environment tree: No space left on device")
+        filler.unlink()
+        (disk / "again").mkdir()
+        install_wheel(str(wheel.path), wheel.filename, str(disk / "again"), "/opt/venv", DEBIAN_BOOKWORM_ARM64)
+        assert (disk / "again/opt/venv/lib/python3.11/site-packages/demo/data.bin").read_bytes() == b"x" * size

@@ -39,7 +39,7 @@ from installer.sources import WheelContentElement, WheelFile
 from installer.utils import Scheme, copyfileobj_with_hashing
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from ..core.atomic_write import atomic_directory
+from ..core.atomic_write import NamedWrites, atomic_directory
 from ..core.errors import CheckFailed
 from ..core.progress import ProgressCallback
 from ..core.worker_processes import worker_pool
@@ -249,18 +249,31 @@ class _TreeDestination(SchemeDictionaryDestination):
             fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
         except FileExistsError:
             raise CheckFailed(f"{self.wheel_name}: {path} is written twice", check_id="path-conflict") from None
-        with open(fd, "wb", closefd=True) as handle:
-            if isinstance(stream, _RecordCheckedStream) and stream.algorithm == self.hash_algorithm:
-                # the RECORD check already hashes these bytes: reuse that digest
-                while chunk := stream.read(_CHUNK):
-                    handle.write(chunk)
-                digest, size = stream.content_digest()
-            else:
-                digest, size = copyfileobj_with_hashing(stream, handle, self.hash_algorithm)
-            if not self._umask_keeps_modes:
-                os.fchmod(handle.fileno(), mode)
+        except OSError as exc:
+            raise self._cannot_write(target, exc) from exc
+        try:
+            with NamedWrites(fd, target, closefd=True) as handle:
+                if isinstance(stream, _RecordCheckedStream) and stream.algorithm == self.hash_algorithm:
+                    # the RECORD check already hashes these bytes: reuse that digest
+                    while chunk := stream.read(_CHUNK):
+                        handle.write(chunk)
+                    digest, size = stream.content_digest()
+                else:
+                    digest, size = copyfileobj_with_hashing(stream, handle, self.hash_algorithm)
+                if not self._umask_keeps_modes:
+                    os.fchmod(handle.fileno(), mode)
+        except OSError as exc:
+            if exc.filename != target:
+                raise  # reading the wheel: install_wheel reports it as the wheel's
+            raise self._cannot_write(target, exc) from exc
         self.written.append(target[len(self._stage) :])
         return RecordEntry(path, Hash(self.hash_algorithm, digest), size)
+
+    def _cannot_write(self, target: str, exc: OSError) -> CheckFailed:
+        """Writing the tree failed (a full disk): the tree's error, with the path, never the
+        wheel's (``wheel-install``)."""
+        return CheckFailed(f"{self.wheel_name}: cannot write {target} in the Python environment tree: "
+                           f"{exc.strerror or exc}", check_id="env-tree-write")
 
     def write_file(
         self, scheme: Scheme, path: str | os.PathLike[str], stream: BinaryIO, is_executable: bool
