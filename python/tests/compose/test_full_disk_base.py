@@ -1,10 +1,13 @@
-"""The OS base tree and a wheel's install on a full disk (a real tmpfs filled up): the error
-is the tree's (``base-tree-write``, ``env-tree-write``: the path and "No space left on
-device"), never a damaged package or a wheel that cannot be installed, even when the bytes
-are still buffered and only the close writes them."""
+"""The OS base tree, a wheel's install and the source overlay's sdist on a full disk (a real
+tmpfs filled up): the error is the tree's (``base-tree-write``, ``env-tree-write``, the sdist
+that could not be written out: the path and "No space left on device"), never a damaged
+package, a wheel that cannot be installed or an unreadable sdist, even when the bytes are
+still buffered and only the close writes them."""
 
 from __future__ import annotations
 
+import io
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -13,7 +16,8 @@ from fixtures.inputs import RawMember, make_raw_deb, make_wheel
 
 from sparkflake.compose.debian_base import DebInput, assemble_base
 from sparkflake.compose.python_env import install_wheel
-from sparkflake.core.errors import CheckFailed
+from sparkflake.compose.source_overlay import extract_sdist_package
+from sparkflake.core.errors import CheckFailed, InputError
 from sparkflake.lock.target import DEBIAN_BOOKWORM_ARM64
 
 
@@ -49,3 +53,20 @@ def test_a_wheel_installed_onto_a_full_disk_is_not_a_wheel_that_cannot_be_instal
         (disk / "again").mkdir()
         install_wheel(str(wheel.path), wheel.filename, str(disk / "again"), "/opt/venv", DEBIAN_BOOKWORM_ARM64)
         assert (disk / "again/opt/venv/lib/python3.11/site-packages/demo/data.bin").read_bytes() == b"x" * size
+
+
+def test_an_sdist_extracted_onto_a_full_disk_is_not_an_unreadable_sdist(tmp_path: Path) -> None:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        info = tarfile.TarInfo("pkg-1/pkg/a.py")
+        info.size = 100
+        archive.addfile(info, io.BytesIO(b"a" * 100))
+    sdist = tmp_path / "pkg-1.tar.gz"
+    sdist.write_bytes(buffer.getvalue())
+    with small_disk(tmp_path / "disk") as disk:
+        filler = fill(disk)
+        with pytest.raises(InputError) as raised:
+            extract_sdist_package(sdist, "pkg", disk / "out")
+        assert str(raised.value) == f"{sdist}: cannot write {disk / 'out' / 'pkg' / 'a.py'}: No space left on device"
+        filler.unlink()
+        assert (extract_sdist_package(sdist, "pkg", disk / "again") / "a.py").read_bytes() == b"a" * 100

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ..core.atomic_write import copy_bytes
+from ..core.atomic_write import NamedWrites, copy_bytes
 from ..core.digest import sha256_file
 from ..core.errors import CheckFailed, InputError
 from ..oci.layer_input import walk_lstat
@@ -117,8 +117,15 @@ def extract_sdist_package(
                 target.parent.mkdir(parents=True, exist_ok=True)
                 source = archive.extractfile(member)
                 assert source is not None
-                with source, open(target, "wb") as handle:
-                    shutil.copyfileobj(source, handle, 1 << 20)
+                try:
+                    with source, NamedWrites(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644),
+                                             target, closefd=True) as handle:
+                        shutil.copyfileobj(source, handle, 1 << 20)
+                except OSError as exc:
+                    if exc.filename != str(target):
+                        raise  # reading the sdist
+                    # writing the tree (a full disk): not the sdist's error
+                    raise InputError(f"{sdist_path}: cannot write {target}: {exc.strerror or exc}") from exc
                 os.chmod(target, 0o755 if member.mode & 0o111 else 0o644)
                 taken += 1
     except (tarfile.TarError, OSError, EOFError) as exc:
