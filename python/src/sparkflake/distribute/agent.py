@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from ..core.directory_lock import updating_file
 from ..core.documents import parse_json
 from ..core.errors import InputError, SparkflakeError
 from . import engine, files, manifest, receive, relay
@@ -216,20 +217,25 @@ def _commit_layout(args: argparse.Namespace) -> int:
     plan = store.plan_from_document(document.get("plan"), "commit (stdin): plan")
     received = {str(digest): identity for digest, identity in document["received"].items()
                 if isinstance(identity, list) and all(type(n) is int for n in identity)}  # a stat identity
-    committed = store.commit(Path(args.store), plan, received)
-    if args.engine:
-        verified = _verified_prefixes(args)
-        try:
-            if verified is not None and document.get("verified_prefixes") is not None:  # rank 0's check of the source
-                verified.admit(document["verified_prefixes"], "commit (stdin): verified_prefixes", len(plan.layers))
-            committed["import"] = _import_report(engine.import_layout(
-                args.engine, _argv_argument(args.engine_args_json, "--engine-args-json"), args.store,
-                plan.config.digest, args.tag, verified=verified))
-        except SparkflakeError as exc:  # committed all the same: say both
-            committed.update(status="failed", message=str(exc),
-                             **{"import": {"status": "failed", "message": str(exc)}})
-            _emit(committed)
-            return exc.exit_code
+    # the store's index.json names one image, the one the import then copies: a second
+    # fan-out of another image to this rank waits until this one has imported its own (it
+    # replaced index.json in between, and each imported the other's image: refused by the
+    # image-ID check, both failed)
+    with updating_file(Path(args.store) / "index.json"):
+        committed = store.commit(Path(args.store), plan, received)
+        if args.engine:
+            verified = _verified_prefixes(args)
+            try:
+                if verified is not None and document.get("verified_prefixes") is not None:  # rank 0's check of the source
+                    verified.admit(document["verified_prefixes"], "commit (stdin): verified_prefixes", len(plan.layers))
+                committed["import"] = _import_report(engine.import_layout(
+                    args.engine, _argv_argument(args.engine_args_json, "--engine-args-json"), args.store,
+                    plan.config.digest, args.tag, verified=verified))
+            except SparkflakeError as exc:  # committed all the same: say both
+                committed.update(status="failed", message=str(exc),
+                                 **{"import": {"status": "failed", "message": str(exc)}})
+                _emit(committed)
+                return exc.exit_code
     _emit(committed)
     return 0
 
