@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from ..core.atomic_write import atomic_directory
+from ..core.atomic_write import atomic_directory, write_new_file
 from ..core.elf_machines import EM_AARCH64
 from ..core.errors import CheckFailed
 from ..core.file_names import require_utf8_names
@@ -283,7 +283,7 @@ def _write_text(root: Path, relative: str, text: str, mode: int = 0o644) -> None
     target = host_path_of(root, relative, source="declarative step")
     if os.path.lexists(target):
         os.unlink(target)
-    target.write_text(text, encoding="utf-8")
+    write_new_file(target, text.encode("utf-8"))
     os.chmod(target, mode)
 
 

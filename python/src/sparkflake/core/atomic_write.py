@@ -333,6 +333,15 @@ def atomic_stream(path: str | os.PathLike[str], mode: int = 0o644, *, direct: bo
         raise InputError(f"{target}: cannot write: {exc.strerror or exc}") from exc
 
 
+def write_new_file(path: str | os.PathLike[str], content: bytes) -> None:
+    """``content`` at ``path``, created or truncated, as ``Path.write_bytes`` writes it: a
+    file of a staging directory, made whole by that directory's rename. An error writing it
+    (a full disk) names ``path`` (``NamedWrites``)."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+    with NamedWrites(descriptor, path, closefd=True) as handle:
+        handle.write(content)
+
+
 def write_bytes_atomic(path: str | os.PathLike[str], content: bytes, mode: int = 0o644, *, listed: bool = False) -> None:
     """``content`` atomically at ``path``. ``listed``: a file a command adds to an output
     directory, recorded in its marker (``record_written_entry``) before it is renamed into
@@ -397,7 +406,7 @@ def _entry_record(target: Path, listed: bool) -> Callable[[Path], None] | None:
 
 def _write_output_marker(staging: Path) -> None:
     entries = [name for name in os.listdir(staging) if name != OUTPUT_MARKER]
-    (staging / OUTPUT_MARKER).write_bytes(marker_bytes(entries, output_paths(staging)))
+    write_new_file(staging / OUTPUT_MARKER, marker_bytes(entries, output_paths(staging)))
 
 
 @contextlib.contextmanager

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..core.atomic_write import atomic_directory
+from ..core.atomic_write import atomic_directory, write_new_file
 from ..core.canonical_json import canonical_json_bytes
 from ..core.digest import digest_hex
 from ..core.errors import InputError
@@ -56,12 +56,12 @@ class StagedLayout:
         return self.blob_dir / digest_hex(digest)
 
     def write_blob(self, digest: str, content: bytes) -> None:
-        self.blob_path(digest).write_bytes(content)
+        write_new_file(self.blob_path(digest), content)
 
     def commit(self, index_bytes: bytes) -> Path:
         try:
-            (self.staging / "index.json").write_bytes(index_bytes)
-            (self.staging / "oci-layout").write_bytes(OCI_LAYOUT_BYTES)
+            write_new_file(self.staging / "index.json", index_bytes)
+            write_new_file(self.staging / "oci-layout", OCI_LAYOUT_BYTES)
         except BaseException as exc:
             self.discard(exc)
             raise
@@ -165,4 +165,4 @@ def add_artifact_blobs(layout: Path, artifact: ReferringArtifact) -> None:
     for digest, content in (*artifact.blobs().items(), (artifact.manifest_digest, artifact.manifest_bytes)):
         target = blob_dir / digest_hex(digest)
         if not target.exists():
-            target.write_bytes(content)
+            write_new_file(target, content)
