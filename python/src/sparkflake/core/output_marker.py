@@ -187,6 +187,30 @@ def check_replaceable_output(target: Path, *, force: bool = False) -> None:
     whatever is there."""
     if force or not os.path.lexists(target):
         return
+    # another build into the same path may swap its new tree in while this one reads the
+    # marker of one tree and walks the other (their blobs the same names, other files): a
+    # refusal is given only when the directory was the same one throughout
+    while True:
+        before = _identity(target)
+        try:
+            _check_replaceable_once(target)
+            return
+        except InputError:
+            if _identity(target) == before:
+                raise
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        status = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return status.st_dev, status.st_ino
+
+
+def _check_replaceable_once(target: Path) -> None:
+    if not os.path.lexists(target):
+        return
     hint = _REPLACE_HINT
     if target.is_symlink() or not target.is_dir():
         raise InputError(f"{target}: exists and is not a directory sparkflake wrote (it is {_kind_of(target)}){hint}")
