@@ -70,3 +70,28 @@ def test_an_sdist_extracted_onto_a_full_disk_is_not_an_unreadable_sdist(tmp_path
         assert str(raised.value) == f"{sdist}: cannot write {disk / 'out' / 'pkg' / 'a.py'}: No space left on device"
         filler.unlink()
         assert (extract_sdist_package(sdist, "pkg", disk / "again") / "a.py").read_bytes() == b"a" * 100
+
+
+def test_the_files_the_base_makes_itself_on_a_full_disk_name_themselves(tmp_path: Path) -> None:
+    """/etc/passwd and the rest of the declarative steps, ld.so.cache, the dpkg database:
+    at every level of a filling disk until the base fits, the file that found no room is
+    named, and nothing staged is left."""
+    deb = make_raw_deb(tmp_path, "small", "1.0", [RawMember("./etc/", kind="dir", mode=0o755),
+                                                  RawMember("./etc/os-release", content=b"x" * 100)])
+    with small_disk(tmp_path / "disk") as disk:
+        for pages in range(64):
+            filler = fill(disk, leave=pages * 4096)
+            try:
+                assemble_base([DebInput("small", "1.0", "arm64", deb.path)], disk / "base")
+            except CheckFailed as exc:  # the package's own file
+                assert exc.check_id == "base-tree-write" and str(exc).endswith(": No space left on device")
+                assert sorted(path.name for path in disk.iterdir()) == ["filler"]
+            except OSError as exc:
+                assert exc.strerror == "No space left on device", exc
+                assert exc.filename is not None and exc.filename.startswith(f"{disk}/.base."), (pages, exc)
+                assert sorted(path.name for path in disk.iterdir()) == ["filler"]
+            else:
+                break
+            finally:
+                filler.unlink()
+        assert (disk / "base" / "etc" / "os-release").read_bytes() == b"x" * 100 and pages > 2

@@ -330,7 +330,7 @@ def _ca_certificates(root: Path) -> int:
         pem = os.path.basename(name)[: -len(".crt")].replace(" ", "_").replace("(", "=").replace(")", "=").replace(",", "_")
         _symlink(root, f"etc/ssl/certs/{pem}.pem", f"/usr/share/ca-certificates/{name}")
     target = host_path_of(root, "etc/ssl/certs/ca-certificates.crt", source="ca-certificates")
-    target.write_bytes(bytes(bundle))
+    write_new_file(target, bytes(bundle))
     os.chmod(target, 0o644)
     return len(names)
 
@@ -347,16 +347,17 @@ def _dpkg_database(root: Path, installed: Sequence[tuple[DebInput, dict[str, str
         list_name = deb.package if deb.architecture == "all" or fields.get("Multi-Arch") != "same" else f"{deb.package}:{deb.architecture}"
         # paths are the members' bytes (tarfile and the md5sums reader keep a name that is no
         # UTF-8 as surrogates): written back as they were
-        (info / f"{list_name}.list").write_text("".join(f"{path.rstrip('/')}\n" if path != "/." else "/.\n" for path in file_list),
-                                                encoding="utf-8", errors="surrogateescape")
+        write_new_file(info / f"{list_name}.list",
+                       "".join(f"{path.rstrip('/')}\n" if path != "/." else "/.\n" for path in file_list)
+                       .encode("utf-8", "surrogateescape"))
         if md5sums:
-            (info / f"{list_name}.md5sums").write_text(md5sums, encoding="utf-8", errors="surrogateescape")
+            write_new_file(info / f"{list_name}.md5sums", md5sums.encode("utf-8", "surrogateescape"))
     status = resolve_parent(root, "var/lib/dpkg/status", source="dpkg database") / "status"
-    status.write_text("\n".join(stanzas), encoding="utf-8")
+    write_new_file(status, "\n".join(stanzas).encode("utf-8"))
     for name in ("available", "diversions", "statoverride"):
         path = root / "var/lib/dpkg" / name
         if not path.exists():
-            path.write_text("", encoding="utf-8")
+            write_new_file(path, b"")
 
 
 def assemble_base(

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.atomic_write import write_new_file
 from ..core.elf_machines import EM_AARCH64, EM_X86_64
 from ..core.errors import CheckFailed
 from ..oci.tree_paths import resolve_parent
@@ -253,6 +254,6 @@ def write_ld_so_cache(root: Path, machine: int = EM_AARCH64) -> list[CacheEntry]
     """Scan ``root`` and write ``etc/ld.so.cache``; returns the entries written."""
     entries = collect_entries(root, machine)
     target = resolve_parent(root, "etc/ld.so.cache", source="ld.so.cache") / "ld.so.cache"
-    target.write_bytes(serialize_cache(entries))
+    write_new_file(target, serialize_cache(entries))
     os.chmod(target, 0o644)
     return sorted(entries, key=lambda e: e.soname)

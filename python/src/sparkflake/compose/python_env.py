@@ -39,7 +39,7 @@ from installer.sources import WheelContentElement, WheelFile
 from installer.utils import Scheme, copyfileobj_with_hashing
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from ..core.atomic_write import NamedWrites, atomic_directory
+from ..core.atomic_write import NamedWrites, atomic_directory, write_new_file
 from ..core.errors import CheckFailed
 from ..core.progress import ProgressCallback
 from ..core.worker_processes import worker_pool
@@ -431,13 +431,12 @@ def _venv_skeleton(root: Path, prefix: str, target: InstallTarget, python_home: 
             os.symlink("python", base / "bin" / alias)
     if not os.path.lexists(base / "lib64"):
         os.symlink("lib", base / "lib64")
-    (base / "pyvenv.cfg").write_text(
+    write_new_file(base / "pyvenv.cfg", (
         f"home = {python_home}\n"
         "include-system-site-packages = false\n"
         f"version = {target.python_full_version}\n"
-        f"executable = {python_home}/python{target.python_minor}\n",
-        encoding="utf-8",
-    )
+        f"executable = {python_home}/python{target.python_minor}\n"
+    ).encode())
 
 
 def assemble_python_env(

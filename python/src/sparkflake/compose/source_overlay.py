@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ..core.atomic_write import NamedWrites, copy_bytes
+from ..core.atomic_write import NamedWrites, copy_bytes, write_new_file
 from ..core.digest import sha256_file
 from ..core.errors import CheckFailed, InputError
 from ..oci.layer_input import walk_lstat
@@ -362,7 +362,7 @@ def write_patched_source(
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
         reference = Path(source_root) / path
-        target.write_bytes(outcome.content)
+        write_new_file(target, outcome.content)
         os.chmod(target, _overlay_mode(reference if reference.is_file() else None))
     return root / package
 
@@ -403,7 +403,7 @@ def write_overlay_tree(plan: OverlayPlan, destination: str | os.PathLike[str]) -
         if entry.path in plan.patched:
             content = plan.patched[entry.path].content
             assert content is not None
-            target.write_bytes(content)
+            write_new_file(target, content)
         else:
             shutil.copyfile(plan.source_files[entry.path], target)
         os.chmod(target, entry.mode)
