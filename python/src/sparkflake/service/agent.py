@@ -19,6 +19,8 @@ from .rank_request import RankRequest
 from .rank_state import (
     Children,
     commit_rank,
+    count_down,
+    downs_of,
     kept_deployments,
     rank_lock,
     remove_kept,
@@ -41,8 +43,10 @@ def _admit(args: argparse.Namespace) -> int:
     except SparkflakeError:  # no engine: admission's engine.reachable says why
         running = None
     admission = admit_rank(request, running=running)
+    # the downs seen now: the start refuses to create a container after another
+    facts = {**admission.facts, "downs": downs_of(request.state_dir)}
     emit({"status": "ok" if admission.ok else "failed", "checks": [c.as_record() for c in admission.checks],
-           "facts": admission.facts, "argv": admission.argv})
+           "facts": facts, "argv": admission.argv})
     return 0 if admission.ok else 1
 
 
@@ -72,7 +76,11 @@ def _status(args: argparse.Namespace) -> int:
 
 def _stop(args: argparse.Namespace) -> int:
     request = _request(args)
-    with rank_lock(request.state_dir, create=False):  # after any start still creating its container
+    # after any start still creating its container; a down is counted (in a state directory
+    # it makes) for the starts admitted before it, which then create none
+    with rank_lock(request.state_dir, create=args.down):
+        if args.down:
+            count_down(request.state_dir)
         result = stop_service(rank_engine(request), request.service, args.deployment, args.timeout)
         if args.discard and args.deployment:
             remove_kept(request.state_dir, args.deployment)
@@ -109,6 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
     stopping.add_argument("--deployment", help="only this deployment's containers (default: the whole service)")
     stopping.add_argument("--timeout", type=int, default=30, help="seconds between SIGTERM and SIGKILL")
     stopping.add_argument("--discard", action="store_true", help="and forget the deployment (it never served)")
+    stopping.add_argument("--down", action="store_true",
+                          help="a `service down`: starts admitted before it create no container")
     stopping.set_defaults(handler=_stop)
     watching = commands.add_parser("watch", parents=[common])
     watching.add_argument("--name", required=True)

@@ -45,6 +45,7 @@ class RankFacts:
     node_count: int
     api_port: int
     served_model: str
+    downs: int | None = None  # the rank's count of `service down`s (an agent of an earlier version: None)
 
     @staticmethod
     def from_reply(result: dict[str, Any], where: str) -> RankFacts:
@@ -64,7 +65,8 @@ class RankFacts:
             settings=table("settings"), pins_sha256=text("pins_sha256"), pins=table("pins"),
             spec_hash=text("spec_hash"), spec=table("spec"), node_address=text("node_address"),
             master_address=text("master_address"), node_count=count_at(facts, "node_count", where, path),
-            api_port=api_port, served_model=text("served_model"))
+            api_port=api_port, served_model=text("served_model"),
+            downs=count_at(facts, "downs", where, path) if "downs" in facts else None)
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ class RankRequest:
     manifest: str | None = None
     checkpoint_pins: str | None = None  # a kept deployment's own copy of its pins file
     replacing: bool = False  # the service's running containers will be stopped before start
+    downs: int | None = None  # the rank's count of `service down`s its admission saw (``rank_state.downs_of``)
 
     def to_json(self) -> str:
         return canonical_json_bytes(asdict(self)).decode()
@@ -59,6 +60,9 @@ class RankRequest:
             raise InputError(f"{where}: checkpoint_pins: expected a path or null")
         if not isinstance(document.get("replacing", False), bool):
             raise InputError(f"{where}: replacing: expected true or false")
+        downs = document.get("downs")
+        if downs is not None and (isinstance(downs, bool) or not isinstance(downs, int) or downs < 0):
+            raise InputError(f"{where}: downs: expected a non-negative integer or null")
         return RankRequest(**{**document, "engine_args": tuple(engine_args)})
 
     @staticmethod

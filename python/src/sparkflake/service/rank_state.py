@@ -28,6 +28,7 @@ from .rank_admission import admit_rank, rank_engine
 from .rank_request import DEPLOYMENT_LABEL, SERVICE_LABEL, RankRequest
 
 KEPT_SCHEMA = "sparkflake.service-rank/v1"
+DOWNS_FILE = "downs.json"  # how many `service down`s have stopped this rank
 LOG_LINES = 40  # the last lines of a rank's log kept in the evidence
 ENGINE_TIMEOUT = 120
 
@@ -57,7 +58,8 @@ def keep_deployment(request: RankRequest, pins_path: str) -> RankRequest:
         pins_copy = str(directory / "checkpoint-pins.json")
         write_bytes_atomic(pins_copy, read_regular_file(pins_path, "checkpoint pins"))
     kept = RankRequest(**{**json.loads(request.to_json()), "engine_args": request.engine_args,
-                          "env_file": str(env_copy), "checkpoint_pins": pins_copy, "replacing": False})
+                          "env_file": str(env_copy), "checkpoint_pins": pins_copy, "replacing": False,
+                          "downs": None})
     write_bytes_atomic(directory / "request.json", readable_json_bytes(json.loads(kept.to_json())))
     return kept
 
@@ -85,6 +87,24 @@ def rank_lock(state_dir: str, *, create: bool) -> Iterator[None]:
         os.close(descriptor)  # the lock goes with the descriptor
 
 
+def downs_of(state_dir: str) -> int:
+    """How many `service down`s have stopped this rank (none without a state directory)."""
+    path = Path(state_dir) / DOWNS_FILE
+    if not path.exists():
+        return 0
+    document = read_json_file(path, "the count of downs")
+    count = document.get("downs") if isinstance(document, dict) and document.get("schema") == KEPT_SCHEMA else None
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise InputError(f"{path}: expected a {KEPT_SCHEMA} document with a count of downs")
+    return count
+
+
+def count_down(state_dir: str) -> None:
+    """One more `service down` on this rank (the caller holds the rank's lock)."""
+    write_bytes_atomic(Path(state_dir) / DOWNS_FILE,
+                       readable_json_bytes({"schema": KEPT_SCHEMA, "downs": downs_of(state_dir) + 1}))
+
+
 def start_rank(request: RankRequest, controller_gone: Callable[[], bool] = lambda: False) -> dict[str, Any]:
     """Admit again (nothing may have changed since the gang admission), keep the
     deployment, prepare the cache root's state, start the container detached. A start whose
@@ -100,6 +120,12 @@ def start_rank(request: RankRequest, controller_gone: Callable[[], bool] = lambd
     if controller_gone():
         return gone
     with rank_lock(request.state_dir, create=True):
+        # a `service down` since this start's admission stopped the service on this rank: it
+        # meant the start too (else an up and a down at once both said they succeeded, the
+        # ranks the down had passed before the up reached them left running)
+        if request.downs is not None and downs_of(request.state_dir) != request.downs:
+            return {"status": "failed", "message": "a `service down` stopped the service on this rank after this "
+                    "start's admission: no container was created"}
         keep_deployment(request, admission.plan.resolution.values["CHECKPOINT_PINS"])
         prepare_state(admission.plan)
         if controller_gone():

@@ -349,6 +349,11 @@ def deploy(service_site: ServiceSite, members: list[ServiceRank], request: Servi
         record, path = _record(service_site, members, request, kind=kind, began=began, outcome="refused",
                                admission=admission, starting=starting, replaced=replaced)
         return DeployResult(record, path, admission)
+    # each rank's start carries the count of downs its admission saw: a `service down` since
+    # then refuses it (the rank creates no container), and this start rolls back
+    downs = {result.number: result.facts.downs for result in admission.ranks}
+    members = [replace(member, request=replace(member.request, downs=downs.get(member.number)))
+               for member in members]
     with contextlib.ExitStack() as ready:  # an interrupt held from rank 0's readiness on comes here, at its end
         outcome = _start_or_roll_back(starting, service_site, members, request, admission, kind=kind, began=began,
                                       replaced=replaced,
@@ -525,7 +530,7 @@ def down(request: ServiceRequest, progress: Progress) -> DownResult:
     results: list[dict[str, Any]] = []
     try:
         for member in reversed(members):
-            reply = call(service_site.site, member, "stop", ["--timeout", str(settings.stop_timeout)])
+            reply = call(service_site.site, member, "stop", ["--timeout", str(settings.stop_timeout), "--down"])
             containers = [str(c.get("name")) for c in reply.containers]
             ok = reply.returncode == 0
             detail = f"stopped {', '.join(containers) or 'nothing (no container of the service)'}" if ok \
