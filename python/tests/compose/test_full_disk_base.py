@@ -1,12 +1,14 @@
-"""The OS base tree, a wheel's install and the source overlay's sdist on a full disk (a real
-tmpfs filled up): the error is the tree's (``base-tree-write``, ``env-tree-write``, the sdist
-that could not be written out: the path and "No space left on device"), never a damaged
-package, a wheel that cannot be installed or an unreadable sdist, even when the bytes are
-still buffered and only the close writes them."""
+"""The OS base tree, a wheel's install, the source overlay's sdist and the cache of assembled
+trees on a full disk (a real tmpfs filled up): the error is the tree's (``base-tree-write``,
+``env-tree-write``, the sdist that could not be written out: the path and "No space left on
+device"), never a damaged package, a wheel that cannot be installed or an unreadable sdist,
+even when the bytes are still buffered and only the close writes them; nothing staged or
+half-recorded is left."""
 
 from __future__ import annotations
 
 import io
+import os
 import tarfile
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from fixtures.inputs import RawMember, make_raw_deb, make_wheel
 from sparkflake.compose.debian_base import DebInput, assemble_base
 from sparkflake.compose.python_env import install_wheel
 from sparkflake.compose.source_overlay import extract_sdist_package
+from sparkflake.compose.tree_cache import TreeCache, recipe_key
 from sparkflake.core.errors import CheckFailed, InputError
 from sparkflake.lock.target import DEBIAN_BOOKWORM_ARM64
 
@@ -95,3 +98,28 @@ def test_the_files_the_base_makes_itself_on_a_full_disk_name_themselves(tmp_path
             finally:
                 filler.unlink()
         assert (disk / "base" / "etc" / "os-release").read_bytes() == b"x" * 100 and pages > 2
+
+
+def test_a_cached_tree_whose_entry_cannot_be_recorded_is_not_left_taking_the_room(tmp_path: Path) -> None:
+    """The tree is swapped into the cache, then its entry.json finds the disk full: the tree,
+    which would never be reused without it, is removed; with room again it is built anew."""
+    with small_disk(tmp_path / "disk") as disk:
+        cache = TreeCache(disk / "trees")
+        filled: list[Path] = []
+
+        def build(tree: Path) -> dict[str, object]:
+            tree.mkdir()
+            (tree / "payload").write_bytes(b"p" * 200_000)
+            if not filled:
+                filled.append(fill(disk, leave=4096))  # room for recipe.json, none for entry.json
+            return {"files": 1}
+
+        with pytest.raises(OSError) as raised:
+            cache.get_or_build({"kind": "test"}, build)
+        assert raised.value.strerror == "No space left on device"
+        assert raised.value.filename == str(disk / "trees" / recipe_key({"kind": "test"}) / "entry.json")
+        assert os.listdir(disk / "trees") == []
+        filled[0].unlink()
+        entry = cache.get_or_build({"kind": "test"}, build)
+        assert not entry.reused and (entry.tree / "payload").read_bytes() == b"p" * 200_000
+        assert cache.get_or_build({"kind": "test"}, build).reused

@@ -32,6 +32,7 @@ from typing import Any, TypeVar, cast
 from .. import __version__
 from ..core.atomic_write import atomic_directory, write_bytes_atomic
 from ..core.canonical_json import canonical_json_bytes
+from ..core.interrupts import interrupts_held
 from ..core.own_files import holding_lock
 from ..oci.layer_input import TreeWalk, walk_lstat, walk_tree
 
@@ -117,8 +118,15 @@ class TreeCache:
             document = {"format": ENTRY_FORMAT, "recipe": dict(recipe), "manifest": dict(manifest)}
             write_bytes_atomic(staging / "recipe.json", canonical_json_bytes(document))
         statuses: dict[str, os.stat_result] = {}
-        walk = walk_tree(entry_dir / TREE_DIR, statuses)
-        write_bytes_atomic(entry_dir / ENTRY_FILE, json.dumps({"walk": walk.digest}).encode())
+        try:
+            walk = walk_tree(entry_dir / TREE_DIR, statuses)
+            write_bytes_atomic(entry_dir / ENTRY_FILE, json.dumps({"walk": walk.digest}).encode())
+        except BaseException:
+            # an entry without its walk is never reused (``_load``): not left taking the room
+            # of a whole tree (a full disk is what failed the write, most likely)
+            with interrupts_held():
+                shutil.rmtree(entry_dir, ignore_errors=True)
+            raise
         return CachedTree(entry_dir / TREE_DIR, manifest, reused=False, walk=walk, statuses=statuses)
 
     def _load(self, entry_dir: Path) -> CachedTree | None:
