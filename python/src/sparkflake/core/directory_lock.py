@@ -113,3 +113,22 @@ def collecting_cache(root: Path, command: str) -> Iterator[None]:
         yield
     finally:
         os.close(descriptor)
+
+
+@contextlib.contextmanager
+def updating_output(directory: Path) -> Iterator[None]:
+    """One writer at a time of what a later command adds to the output ``directory`` (an
+    export's archive, the runtime check's capabilities, a publish record) and of its marker,
+    from the marker's read to the file's rename: an ``flock`` on the directory itself (a lock
+    file in it would be an entry its marker does not list). Two exports into one OUT, a
+    docker-archive and an oci-archive, each rewrote the marker from what it read before
+    the other wrote: one archive's entry went back to its earlier size and time, and every
+    later build into OUT and export of that archive was refused ('changed since sparkflake
+    wrote it'). Held around the marker's write (``record_written_entry``), which does not
+    take it itself."""
+    descriptor = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)

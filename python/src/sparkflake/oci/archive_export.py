@@ -22,6 +22,7 @@ anything is written.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat
@@ -34,6 +35,7 @@ from ..core.atomic_write import (
     regular_output,
     run_directory,
 )
+from ..core.directory_lock import updating_output
 from ..core.documents import parse_json_object
 from ..core.errors import CheckFailed, InputError
 from ..core.interrupts import interrupts_held
@@ -181,7 +183,8 @@ def export_archive(out_dir: Path, kind: str, target: Path | None = None,
     final = regular_output(target) if target is not None else output / archive_name(kind)
     in_output = final.parent == output
     if in_output:
-        check_written_entry(final.parent, final.name, _ELSEWHERE)
+        with updating_output(final.parent):  # not while another export is renaming its archive in
+            check_written_entry(final.parent, final.name, _ELSEWHERE)
     check_output_parent(final)
     sizes = recorded.layer_sizes()
     need = archive_space(reader, kind, sizes)
@@ -204,10 +207,11 @@ def export_archive(out_dir: Path, kind: str, target: Path | None = None,
                                   check_id=f"export.{what}")
         size = staged.stat().st_size
         with interrupts_held():  # the rename and its record in OUT's marker, both or neither
-            if in_output:
-                check_written_entry(final.parent, final.name, _ELSEWHERE)  # it may have changed meanwhile
-                # recorded first (the next build may replace it with OUT): a marker that cannot
-                # be written (a full disk) leaves OUT as it was
-                record_written_entry(final.parent, final.name, staged)
-            os.replace(staged, final)
+            with updating_output(final.parent) if in_output else contextlib.nullcontext():
+                if in_output:
+                    check_written_entry(final.parent, final.name, _ELSEWHERE)  # it may have changed meanwhile
+                    # recorded first (the next build may replace it with OUT): a marker that cannot
+                    # be written (a full disk) leaves OUT as it was
+                    record_written_entry(final.parent, final.name, staged)
+                os.replace(staged, final)
     return ExportedArchive(kind, final, manifest_digest, config_digest, size)

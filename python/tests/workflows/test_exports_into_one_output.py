@@ -1,0 +1,76 @@
+"""Two exports into one build output at once, a docker-archive and an oci-archive: each
+records its archive in OUT's marker (a read, then a rewrite) before renaming it in. Seen
+(3 runs in 4, 60 pairs): one export rewrote the marker from what it had read before the
+other wrote, the other's entry went back to its earlier state (or was lost), and every later
+build into OUT was refused ('holds files changed since sparkflake wrote them
+(docker-archive.tar…)'). Here the first export is held right after its read of the marker
+(a wrapper of that read, in its own process) while the second runs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from sparkflake.cli import main
+from sparkflake.core.output_marker import check_replaceable_output, read_marker
+
+FIXTURE = Path(__file__).resolve().parents[3] / "profiles" / "fixture"
+
+# export_archive with the marker's read for its record held until told
+HELD_EXPORT = """
+import sys
+from pathlib import Path
+from sparkflake.core import atomic_write
+from sparkflake.oci.archive_export import export_archive
+
+read_marker = atomic_write.read_marker
+
+def read_and_wait(directory):
+    marker = read_marker(directory)
+    print("read", flush=True)
+    sys.stdin.readline()
+    return marker
+
+atomic_write.read_marker = read_and_wait
+export_archive(Path(sys.argv[1]), "docker-archive")
+"""
+
+
+def _flock_waiters(path: Path) -> int:
+    """Requests blocked on an flock of ``path`` (/proc/locks: ``N: -> FLOCK ... MAJ:MIN:INODE``)."""
+    inode = os.stat(path).st_ino
+    lines = Path("/proc/locks").read_text().splitlines()
+    return sum(1 for line in lines if "->" in line and " FLOCK " in line and line.split()[-3].endswith(f":{inode}"))
+
+
+def test_two_exports_into_one_output_both_stay_listed(tmp_path: Path, capsys) -> None:
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    assert main(["build", str(FIXTURE), "--offline", "-o", str(out), "--cache", str(cache)]) == 0
+    held = subprocess.Popen([sys.executable, "-c", HELD_EXPORT, str(out)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert held.stdout is not None and held.stdin is not None
+        assert held.stdout.readline() == "read\n"
+        other = subprocess.Popen([sys.executable, "-m", "sparkflake.cli", "export", str(out), "--format", "oci-archive"],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 120  # it finishes (nothing holds it back) or waits for the first
+        while other.poll() is None and _flock_waiters(out) == 0:
+            assert time.monotonic() < deadline, "the second export neither finished nor waited"
+            time.sleep(0.02)
+        held.stdin.write("\n")
+        held.stdin.close()
+        assert held.wait(120) == 0
+        assert other.wait(120) == 0, other.communicate()[1]
+    finally:
+        for process in (held,):
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    marker = read_marker(out)
+    assert marker is not None and {"docker-archive.tar", "oci-archive.tar"} <= set(marker.entries)
+    check_replaceable_output(out)  # before: 'holds files changed since sparkflake wrote them' or an unlisted archive
+    capsys.readouterr()
+    assert main(["build", str(FIXTURE), "--offline", "-o", str(out), "--cache", str(cache)]) == 0
