@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -161,3 +162,29 @@ def test_a_signal_the_kernel_gives_another_thread_is_still_held():
         shown = subprocess.run([sys.executable, "-c", HELD_WITH_A_THREAD], capture_output=True, text=True,
                                timeout=60, check=False)
         assert shown.stdout.strip() == "raised after", shown.stdout + shown.stderr
+
+
+def test_a_signal_right_after_a_file_is_listed_in_an_outputs_marker_is_delivered_after_its_rename(
+    tmp_path, raising_sigterm, monkeypatch
+):
+    # a file a command adds to a build's OUT is listed in OUT's marker before it is renamed
+    # in; a signal between the two left the marker listing a file OUT did not hold, and the
+    # next build refused to replace OUT ("holds files changed since sparkflake wrote them")
+    import sparkflake.core.atomic_write as atomic_write
+    from sparkflake.cli import main
+
+    out = tmp_path / "out"
+    fixture = Path(__file__).resolve().parents[3] / "profiles" / "fixture"
+    assert main(["build", str(fixture), "--offline", "-o", str(out), "--cache", str(tmp_path / "cache")]) == 0
+    assert (out / atomic_write.OUTPUT_MARKER).is_file()
+    listed = atomic_write.record_written_entry
+
+    def list_then_signal(directory, name, staged=None):
+        listed(directory, name, staged)
+        os.kill(os.getpid(), signal.SIGTERM)  # lands right after the marker is written
+
+    monkeypatch.setattr(atomic_write, "record_written_entry", list_then_signal)
+    with pytest.raises(Raised):
+        atomic_write.write_bytes_atomic(out / "publish.json", b"{}\n", listed=True)
+    assert (out / "publish.json").read_bytes() == b"{}\n"
+    atomic_write.check_replaceable_output(out)  # the marker lists what OUT holds

@@ -262,9 +262,12 @@ def _staged_fd(target: Path, mode: int, *, tagged: bool = False, listed: bool = 
             fd = None
         os.chmod(tmp_name, mode)
         record = _entry_record(target, listed)
-        if record is not None:
-            record(Path(tmp_name))  # before the rename: a marker that cannot be written leaves both as they were
-        os.replace(tmp_name, target)
+        # the marker's record and the rename, both or neither: an interrupt between them left
+        # a marker listing a file that was never renamed in, and OUT not replaceable
+        with interrupts_held():
+            if record is not None:
+                record(Path(tmp_name))  # before the rename: a marker that cannot be written leaves both as they were
+            os.replace(tmp_name, target)
     except BaseException:
         with interrupts_held():  # an interrupt during the cleanup is delivered after it
             if fd is not None:
