@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -70,3 +71,34 @@ def test_capabilities_whose_marker_cannot_be_written_leave_out_as_it_was(tmp_pat
         _build(out, cache)  # OUT is still the build's to replace
         record_capabilities(mine, out, cache)
         _build(out, cache)
+
+
+def test_a_build_whose_record_cannot_be_written_fails_with_out_as_it_was(tmp_path, monkeypatch, capsys):
+    # the build's record in the cache (what `cache gc` keeps for it) is written before OUT is
+    # swapped in: before, a full cache disk there failed the build (exit 2) with OUT already
+    # holding the new image
+    from sparkflake.workflows import build as build_workflow
+
+    out = tmp_path / "out"
+    with small_disk(tmp_path / "disk", "16m") as disk:
+        cache = disk / "cache"
+        _build(out, cache)
+        before, identity = _files(out), os.stat(out).st_ino
+        record = build_workflow.write_build_record
+
+        def on_a_full_disk(root: Path, built) -> Path:
+            filler = fill(disk)  # the layers and OUT's staging are written; the record is next
+            try:
+                return record(root, built)
+            finally:
+                filler.unlink()
+
+        monkeypatch.setattr(build_workflow, "write_build_record", on_a_full_disk)
+        capsys.readouterr()
+        assert main(["build", str(FIXTURE), "--offline", "-o", str(out), "--cache", str(cache)]) == 2
+        said = capsys.readouterr().err
+        assert "No space left on device" in said and str(cache / "builds" / "fixture") in said, said
+        assert os.stat(out).st_ino == identity and _files(out) == before  # not swapped in
+        assert sorted(path.name for path in out.parent.iterdir()) == ["disk", "out"]  # no staging left
+        monkeypatch.undo()
+        _build(out, cache)  # with room, the same build replaces OUT

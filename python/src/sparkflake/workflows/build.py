@@ -206,8 +206,6 @@ def build_profile(request: BuildRequest, progress: Progress | None = None) -> Bu
             staged = _write_staged_output(request, composition=composition, fetched=fetched, caches=caches,
                                           out_dir=out_dir, work_dir=work_dir, scratch_dir=scratch_dir, clock=clock,
                                           progress=progress)
-            write_build_record(caches.root, used_by_build(caches.root, fetched, staged.assembly, staged.result,
-                                                          caches.store))
             result = dataclasses.replace(
                 staged.result,
                 extra={"timings": clock.timings, "evicted": [str(eviction) for eviction in caches.store.evicted]},
@@ -258,6 +256,9 @@ def _write_staged_output(
                             options=request.options, store=store, layer_cache=layer_cache)
         clock.lap("top_layer_and_image")
         outputs.write(result)
+        # recorded before OUT is swapped in: a record that cannot be written (a full disk)
+        # fails the build with OUT as it was, not after OUT holds the new image
+        write_build_record(caches.root, used_by_build(caches.root, fetched, assembly, result, store))
         replaced_links = store.shared_blobs(out_dir / "oci")
     # the previous layout's hard links to the store are gone now: their removal
     # changed the blobs' ctime, and nothing else (``BlobStore.confirm_unlinked``)
