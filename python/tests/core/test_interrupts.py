@@ -165,7 +165,7 @@ def test_a_signal_the_kernel_gives_another_thread_is_still_held():
 
 
 def test_a_signal_right_after_a_file_is_listed_in_an_outputs_marker_is_delivered_after_its_rename(
-    tmp_path, raising_sigterm, monkeypatch
+    tmp_path, monkeypatch
 ):
     # a file a command adds to a build's OUT is listed in OUT's marker before it is renamed
     # in; a signal between the two left the marker listing a file OUT did not hold, and the
@@ -184,7 +184,17 @@ def test_a_signal_right_after_a_file_is_listed_in_an_outputs_marker_is_delivered
         os.kill(os.getpid(), signal.SIGTERM)  # lands right after the marker is written
 
     monkeypatch.setattr(atomic_write, "record_written_entry", list_then_signal)
-    with pytest.raises(Raised):
-        atomic_write.write_bytes_atomic(out / "publish.json", b"{}\n", listed=True)
+
+    def handler(signum, frame):
+        raise Raised(signum)
+
+    # set after the build: the CLI puts back the handlers from before its import when a
+    # command ends, not the ones it found (a fixture's would be gone by now)
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        with pytest.raises(Raised):
+            atomic_write.write_bytes_atomic(out / "publish.json", b"{}\n", listed=True)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     assert (out / "publish.json").read_bytes() == b"{}\n"
     atomic_write.check_replaceable_output(out)  # the marker lists what OUT holds
