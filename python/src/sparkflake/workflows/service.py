@@ -3,7 +3,8 @@ machine with SSH to the ranks.
 
 What the operator names is turned into the service stage's request here (a build's
 ``digests.json`` read, the digests checked, the signing key loaded); the work is
-``service.workflow``'s: gang admission, ordered start, readiness, roll back, the record.
+``service.workflow``'s: gang admission, ordered start, readiness, roll back, the record
+(``service.down``'s for ``down``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Literal
 from ..core.errors import InputError
 from ..distribute.site import MAX_SERVICE_WAIT, shown_integer
 from ..launch.evidence import load_built_image
-from ..service import workflow
+from ..service import down, workflow
 from ..signing.keys import key_password, load_private_key
 from .named_digests import check_named_digest
 
@@ -61,9 +62,9 @@ def deploy_service(deployment: Deployment, request: ServiceCommandRequest,
     return _DEPLOYMENTS[deployment](service_request(request), progress)
 
 
-def stop_service(request: ServiceCommandRequest, progress: workflow.Progress) -> workflow.DownResult:
+def stop_service(request: ServiceCommandRequest, progress: workflow.Progress) -> down.DownResult:
     """The service's containers stopped (by label) on every rank, last rank first."""
-    return workflow.down(service_request(request), progress)
+    return down.down(service_request(request), progress)
 
 
 def service_status(request: ServiceCommandRequest) -> workflow.StatusResult:
