@@ -87,3 +87,33 @@ def test_a_down_during_an_up_leaves_no_rank_running(world: ServiceWorld, tmp_pat
     assert down.returncode == 0, down_err
     assert [world.containers(index) for index in range(4)] == [[]] * 4, (up_out[-2000:], down_out[-2000:])
     assert up.returncode == 1 and "a `service down` stopped the service on this rank" in up_err, up_err
+
+
+def earlier_agent() -> tuple[str, ...]:
+    """The agent of a sparkflake from before the count of downs, as ``service down`` meets
+    it: ``stop --down`` refused as argparse refuses it (exit 2, the lines that version's
+    agent wrote), every other command today's agent."""
+    python_path = os.environ.get("PYTHONPATH")
+    exported = f"export PYTHONPATH='{python_path}'; " if python_path else ""
+    refusal = ("usage: sparkflake.service.agent [-h]",
+               "                                {admit,start,commit,kept,status,stop,watch}",
+               "                                ...",
+               "sparkflake.service.agent: error: unrecognized arguments: --down")
+    script = (f'{exported}case "$1 $* " in "stop "*" --down "*) '
+              f"printf '%s\\n' {' '.join(repr(line) for line in refusal)} >&2; exit 2;; esac; "
+              'exec "$0" -m sparkflake.service.agent "$@"')
+    return ("/bin/sh", "-c", script, sys.executable)
+
+
+def test_a_down_stops_ranks_whose_agent_takes_no_count_of_downs(world: ServiceWorld, tmp_path: Path) -> None:
+    # a controller upgraded before its ranks: its down passes --down, which their agent
+    # refuses; before, each such rank's stop failed and its container was left running
+    world.reset()
+    site = world.site_file(tmp_path / "site.toml", agent=earlier_agent())
+    up_out, up_err = service_command("up", str(site)).communicate(timeout=300)
+    assert all(world.containers(index) for index in range(4)), (up_out[-2000:], up_err[-2000:])
+    down = service_command("down", str(site))
+    down_out, down_err = down.communicate(timeout=300)
+    assert down.returncode == 0, down_err
+    assert [rank["ok"] for rank in json.loads(down_out)["ranks"]] == [True] * 4
+    assert [world.containers(index) for index in range(4)] == [[]] * 4

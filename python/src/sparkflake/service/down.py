@@ -7,8 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..distribute.agent_reply import AgentReply
 from .remote import ServiceRank, call
-from .workflow import Progress, ProgressEvent, ServiceRequest, members_of, open_site
+from .workflow import Progress, ProgressEvent, ServiceRequest, ServiceSite, members_of, open_site
+
+# what the agent of a sparkflake from before the count of downs says to ``stop --down``
+# (argparse, exit 2; seen from that version's agent)
+_NO_DOWN_OPTION = "sparkflake.service.agent: error: unrecognized arguments: --down"
 
 
 @dataclass(frozen=True)
@@ -29,7 +34,7 @@ def down(request: ServiceRequest, progress: Progress) -> DownResult:
     results: list[dict[str, Any]] = []
     try:
         for member in reversed(members):
-            reply = call(service_site.site, member, "stop", ["--timeout", str(settings.stop_timeout), "--down"])
+            reply = _stop_counted(service_site, member, settings.stop_timeout)
             containers = [str(c.get("name")) for c in reply.containers]
             ok = reply.returncode == 0
             detail = f"stopped {', '.join(containers) or 'nothing (no container of the service)'}" if ok \
@@ -43,6 +48,17 @@ def down(request: ServiceRequest, progress: Progress) -> DownResult:
             interrupt.add_note(_cut_down(progress, left, request.site_path))
         raise
     return DownResult(sorted(results, key=lambda r: r["rank"]))
+
+
+def _stop_counted(service_site: ServiceSite, member: ServiceRank, timeout: int) -> AgentReply:
+    """The rank's ``stop --down``; a rank whose agent is from before the count of downs is
+    stopped as it was then (a start admitted there before this down is not refused: its
+    agent keeps no count). Refusing such a rank's stop would leave it running."""
+    stop = ["--timeout", str(timeout)]
+    reply = call(service_site.site, member, "stop", [*stop, "--down"])
+    if reply.returncode == 2 and reply.result is None and _NO_DOWN_OPTION in reply.stderr:
+        reply = call(service_site.site, member, "stop", stop)
+    return reply
 
 
 def _cut_down(progress: Progress, left: list[ServiceRank], site_path: str) -> str:
