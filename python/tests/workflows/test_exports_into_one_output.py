@@ -74,3 +74,27 @@ def test_two_exports_into_one_output_both_stay_listed(tmp_path: Path, capsys) ->
     check_replaceable_output(out)  # before: 'holds files changed since sparkflake wrote them' or an unlisted archive
     capsys.readouterr()
     assert main(["build", str(FIXTURE), "--offline", "-o", str(out), "--cache", str(cache)]) == 0
+
+
+def test_a_file_a_command_adds_to_an_output_waits_for_the_output_s_other_writer(tmp_path: Path) -> None:
+    # the runtime check's capabilities, a publish record, receipt.json rewritten: the marker
+    # is read and rewritten for each, as for an export's archive, so each takes OUT's update
+    # lock too; before, one written while an export held it could lose the other's entry
+    import threading
+
+    from sparkflake.core.atomic_write import write_bytes_atomic
+    from sparkflake.core.directory_lock import updating_output
+
+    out = tmp_path / "out"
+    assert main(["build", str(FIXTURE), "--offline", "-o", str(out), "--cache", str(tmp_path / "cache")]) == 0
+    record = out / "publish.json"
+    writer = threading.Thread(target=write_bytes_atomic, args=(record, b"{}\n"), kwargs={"listed": True})
+    with updating_output(out):  # an export renaming its archive in
+        writer.start()
+        writer.join(0.5)
+        assert writer.is_alive() and not record.exists()
+    writer.join(30)
+    assert not writer.is_alive() and record.read_bytes() == b"{}\n"
+    marker = read_marker(out)
+    assert marker is not None and marker.paths is not None and "publish.json" in marker.paths
+    check_replaceable_output(out)

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 from .direct_write import DirectWriter
+from .directory_lock import updating_output
 from .documents import file_kind
 from .errors import InputError
 from .interrupts import interrupts_held
@@ -261,13 +262,17 @@ def _staged_fd(target: Path, mode: int, *, tagged: bool = False, listed: bool = 
             os.close(fd)
             fd = None
         os.chmod(tmp_name, mode)
-        record = _entry_record(target, listed)
-        # the marker's record and the rename, both or neither: an interrupt between them left
-        # a marker listing a file that was never renamed in, and OUT not replaceable
-        with interrupts_held():
-            if record is not None:
-                record(Path(tmp_name))  # before the rename: a marker that cannot be written leaves both as they were
-            os.replace(tmp_name, target)
+        # in an output (its marker beside it): from the marker's read to the rename, one writer
+        # of OUT at a time, as an export is (two at once each rewrote the marker from what it
+        # had read before the other wrote, and one's entry was lost)
+        with updating_output(target.parent) if _in_output(target) else contextlib.nullcontext():
+            record = _entry_record(target, listed)
+            # the marker's record and the rename, both or neither: an interrupt between them
+            # left a marker listing a file that was never renamed in, and OUT not replaceable
+            with interrupts_held():
+                if record is not None:
+                    record(Path(tmp_name))  # before the rename: a marker that cannot be written leaves both as they were
+                os.replace(tmp_name, target)
     except BaseException:
         with interrupts_held():  # an interrupt during the cleanup is delivered after it
             if fd is not None:
@@ -389,12 +394,17 @@ def record_written_entry(directory: Path, name: str, staged: Path | None = None)
     write_bytes_atomic(directory / OUTPUT_MARKER, marker_bytes(entries, {**marker.paths, name: state}))
 
 
+def _in_output(target: Path) -> bool:
+    """Whether ``target`` is a file of an output directory other than its marker."""
+    return target.name != OUTPUT_MARKER and os.path.lexists(target.parent / OUTPUT_MARKER)
+
+
 def _entry_record(target: Path, listed: bool) -> Callable[[Path], None] | None:
     """For a file about to be written in an output directory, ``listed`` (see
     ``write_bytes_atomic``) or replacing one its marker lists unchanged (the runtime check
     adding to ``receipt.json``): what records the staged file's size and time for it, so
     the file stays sparkflake's. None for any other target, an operator's edit included."""
-    if target.name == OUTPUT_MARKER or not os.path.lexists(target.parent / OUTPUT_MARKER):
+    if not _in_output(target):
         return None
     if listed:
         return lambda staged: record_written_entry(target.parent, target.name, staged)
