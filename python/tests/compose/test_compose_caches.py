@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from fixtures.locks import flock_waiters
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -500,17 +501,6 @@ def test_an_input_fetched_by_this_run_is_hashed_once_and_a_cached_one_again(tmp_
         fetch_inputs(composition, cache, offline=True)
 
 
-def _flock_waiters(path: Path) -> int:
-    """How many requests wait (blocked) for an flock on ``path``: /proc/locks lists each
-    under the lock that blocks it, as ``N: -> FLOCK ... MAJ:MIN:INODE ...``."""
-    try:
-        inode = os.stat(path).st_ino
-    except FileNotFoundError:
-        return 0
-    lines = Path("/proc/locks").read_text().splitlines()
-    return sum(1 for line in lines if "->" in line and " FLOCK " in line and line.split()[-3].endswith(f":{inode}"))
-
-
 def test_two_builds_of_one_tree_at_once_build_it_once(tmp_path: Path) -> None:
     """Two builds sharing a cache asked for the same tree while the first was still making
     it both made it: the second removed the first's entry (swapped in, entry.json not yet
@@ -550,7 +540,7 @@ def test_two_builds_of_one_tree_at_once_build_it_once(tmp_path: Path) -> None:
     # the second is either building too (the old way) or waiting for the first's lock
     lock = tmp_path / "locks" / recipe_key(recipe)
     deadline = time.monotonic() + 60
-    while not second_building.is_set() and _flock_waiters(lock) == 0 and time.monotonic() < deadline:
+    while not second_building.is_set() and flock_waiters(lock) == 0 and time.monotonic() < deadline:
         time.sleep(0.01)
     release_first.set()
     first.join(60)

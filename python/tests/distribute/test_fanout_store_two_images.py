@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from fixtures.locks import flock_waiters
 from fixtures.podman import Podman
 
 from sparkflake.distribute.store import read_layout
@@ -40,16 +41,6 @@ def _image(base: Path, name: str) -> tuple[Path, str]:
                             "--no-cache", "--cache", str(base / "layer-cache")], capture_output=True, text=True)
     assert built.returncode == 0, built.stderr
     return out / "oci", json.loads((out / "digests.json").read_text())["config"]
-
-
-def _flock_waiters(path: Path) -> int:
-    """Requests blocked on an flock of ``path`` (/proc/locks: ``N: -> FLOCK ... MAJ:MIN:INODE``)."""
-    try:
-        inode = os.stat(path).st_ino
-    except FileNotFoundError:
-        return 0
-    lines = Path("/proc/locks").read_text().splitlines()
-    return sum(1 for line in lines if "->" in line and " FLOCK " in line and line.split()[-3].endswith(f":{inode}"))
 
 
 def _until(condition, what: str) -> None:
@@ -97,7 +88,7 @@ def test_two_images_committed_to_one_store_at_once_each_import_their_own(tmp_pat
     second = commit("b")
     # b either committed and reached its own copy (nothing kept it off a's index.json), or
     # waits for a's commit and import to end
-    _until(lambda: (gate / "at-copy-b").exists() or _flock_waiters(store / ".index.json.sparkflake-lock") > 0,
+    _until(lambda: (gate / "at-copy-b").exists() or flock_waiters(store / ".index.json.sparkflake-lock") > 0,
            "b's commit ran or waits")
     (gate / "go-a").touch()
     first_out, first_err = first.communicate(timeout=300)

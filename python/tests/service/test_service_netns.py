@@ -15,25 +15,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from fixtures.netns_ranks import NetnsRanks
 from fixtures.oci import RegistryServer, registry_server  # noqa: F401 - the session registry
-from fixtures.service_site import ServiceWorld
+from fixtures.service_site import ServiceWorld, world  # noqa: F401 - the module's four-rank world
 
 from sparkflake.service import workflow
 from sparkflake.service.record import read_record
 
 
-@pytest.fixture(scope="module")
-def world(netns_ranks: NetnsRanks, tmp_path_factory: pytest.TempPathFactory):
-    built = ServiceWorld(netns_ranks, tmp_path_factory.mktemp("service"))
-    try:
-        yield built
-    finally:
-        built.close()
-
-
 @pytest.fixture
-def service(world: ServiceWorld, tmp_path: Path) -> ServiceWorld:
+def service(world: ServiceWorld, tmp_path: Path) -> ServiceWorld:  # noqa: F811
     world.reset()
     yield world
     world.reset()

@@ -15,18 +15,7 @@ import sys
 import threading
 from pathlib import Path
 
-import pytest
-from fixtures.netns_ranks import NetnsRanks
-from fixtures.service_site import ServiceWorld
-
-
-@pytest.fixture(scope="module")
-def world(netns_ranks: NetnsRanks, tmp_path_factory: pytest.TempPathFactory):
-    built = ServiceWorld(netns_ranks, tmp_path_factory.mktemp("service"))
-    try:
-        yield built
-    finally:
-        built.close()
+from fixtures.service_site import ServiceWorld, world  # noqa: F401 - the module's four-rank world
 
 
 def gated_agent(gates: Path) -> tuple[str, ...]:
@@ -51,7 +40,7 @@ def service_command(*args: str) -> subprocess.Popen[str]:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def test_a_down_during_an_up_leaves_no_rank_running(world: ServiceWorld, tmp_path: Path) -> None:
+def test_a_down_during_an_up_leaves_no_rank_running(world: ServiceWorld, tmp_path: Path) -> None:  # noqa: F811
     world.reset()
     gates = tmp_path / "gates"
     gates.mkdir()
@@ -105,7 +94,7 @@ def earlier_agent() -> tuple[str, ...]:
     return ("/bin/sh", "-c", script, sys.executable)
 
 
-def test_a_down_stops_ranks_whose_agent_takes_no_count_of_downs(world: ServiceWorld, tmp_path: Path) -> None:
+def test_a_down_stops_ranks_whose_agent_takes_no_count_of_downs(world: ServiceWorld, tmp_path: Path) -> None:  # noqa: F811
     # a controller upgraded before its ranks: its down passes --down, which their agent
     # refuses; before, each such rank's stop failed and its container was left running
     world.reset()

@@ -8,11 +8,12 @@ build into OUT was refused ('holds files changed since sparkflake wrote them
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from fixtures.locks import flock_waiters
 
 from sparkflake.cli import main
 from sparkflake.core.output_marker import check_replaceable_output, read_marker
@@ -39,13 +40,6 @@ export_archive(Path(sys.argv[1]), "docker-archive")
 """
 
 
-def _flock_waiters(path: Path) -> int:
-    """Requests blocked on an flock of ``path`` (/proc/locks: ``N: -> FLOCK ... MAJ:MIN:INODE``)."""
-    inode = os.stat(path).st_ino
-    lines = Path("/proc/locks").read_text().splitlines()
-    return sum(1 for line in lines if "->" in line and " FLOCK " in line and line.split()[-3].endswith(f":{inode}"))
-
-
 def test_two_exports_into_one_output_both_stay_listed(tmp_path: Path, capsys) -> None:
     out, cache = tmp_path / "out", tmp_path / "cache"
     assert main(["build", str(FIXTURE), "--offline", "-o", str(out), "--cache", str(cache)]) == 0
@@ -57,7 +51,7 @@ def test_two_exports_into_one_output_both_stay_listed(tmp_path: Path, capsys) ->
         other = subprocess.Popen([sys.executable, "-m", "sparkflake.cli", "export", str(out), "--format", "oci-archive"],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 120  # it finishes (nothing holds it back) or waits for the first
-        while other.poll() is None and _flock_waiters(out) == 0:
+        while other.poll() is None and flock_waiters(out) == 0:
             assert time.monotonic() < deadline, "the second export neither finished nor waited"
             time.sleep(0.02)
         held.stdin.write("\n")
