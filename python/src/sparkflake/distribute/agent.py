@@ -8,6 +8,7 @@ failed, 2 for bad input, 3 when a relay lost its controller.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import threading
@@ -220,8 +221,10 @@ def _commit_layout(args: argparse.Namespace) -> int:
     # the store's index.json names one image, the one the import then copies: a second
     # fan-out of another image to this rank waits until this one has imported its own (it
     # replaced index.json in between, and each imported the other's image: refused by the
-    # image-ID check, both failed)
-    with updating_file(Path(args.store) / "index.json"):
+    # image-ID check, both failed). A store not made yet holds no blob to commit: its
+    # refusal names the missing blob (the lock beside index.json could not be made there)
+    root = Path(args.store)
+    with updating_file(root / "index.json") if root.is_dir() else contextlib.nullcontext():
         committed = store.commit(Path(args.store), plan, received)
         if args.engine:
             verified = _verified_prefixes(args)
