@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ..core.atomic_write import NamedWrites, copy_bytes, write_new_file
+from ..core.atomic_write import copy_bytes, open_new_file, write_new_file
 from ..core.digest import sha256_file
 from ..core.errors import CheckFailed, InputError
 from ..oci.layer_input import walk_lstat
@@ -118,8 +118,7 @@ def extract_sdist_package(
                 source = archive.extractfile(member)
                 assert source is not None
                 try:
-                    with source, NamedWrites(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644),
-                                             target, closefd=True) as handle:
+                    with source, open_new_file(target) as handle:
                         shutil.copyfileobj(source, handle, 1 << 20)
                 except OSError as exc:
                     if exc.filename != str(target):

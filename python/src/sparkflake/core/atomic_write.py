@@ -341,12 +341,17 @@ def atomic_stream(path: str | os.PathLike[str], mode: int = 0o644, *, direct: bo
         raise InputError(f"{target}: cannot write: {exc.strerror or exc}") from exc
 
 
+def open_new_file(path: str | os.PathLike[str]) -> NamedWrites:
+    """``path`` created or truncated for writing, as ``open(path, "wb")`` opens it: a file of
+    a staging directory, made whole by that directory's rename. An error writing it (a full
+    disk) names ``path`` (``NamedWrites``)."""
+    name = os.fspath(path)  # an error opening it names it as NamedWrites does: one string
+    return NamedWrites(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666), name, closefd=True)
+
+
 def write_new_file(path: str | os.PathLike[str], content: bytes) -> None:
-    """``content`` at ``path``, created or truncated, as ``Path.write_bytes`` writes it: a
-    file of a staging directory, made whole by that directory's rename. An error writing it
-    (a full disk) names ``path`` (``NamedWrites``)."""
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
-    with NamedWrites(descriptor, path, closefd=True) as handle:
+    """``content`` at ``path`` (``open_new_file``), as ``Path.write_bytes`` writes it."""
+    with open_new_file(path) as handle:
         handle.write(content)
 
 

@@ -74,6 +74,23 @@ def updating_file(target: Path) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _directory_flock(directory: Path, operation: int, on_busy: Callable[[], None]) -> Iterator[None]:
+    """An ``flock`` (``operation``: LOCK_SH or LOCK_EX) on ``directory`` itself for the
+    block: tried at once; when another holds it, ``on_busy()`` (which may refuse, raising),
+    then waited for."""
+    descriptor = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        try:
+            fcntl.flock(descriptor, operation | fcntl.LOCK_NB)
+        except BlockingIOError:
+            on_busy()
+            fcntl.flock(descriptor, operation)
+        yield
+    finally:
+        os.close(descriptor)
+
+
+@contextlib.contextmanager
 def using_cache(root: Path, on_wait: Callable[[], None] = lambda: None) -> Iterator[None]:
     """A build's hold on the cache at ``root`` (created if absent) for the block: a shared
     ``flock`` on the root directory itself, so any number of builds hold it at once and
@@ -81,18 +98,15 @@ def using_cache(root: Path, on_wait: Callable[[], None] = lambda: None) -> Itera
     gc that holds the cache (``on_wait`` is called first, to say so)."""
     try:
         root.mkdir(parents=True, exist_ok=True)
-        descriptor = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as exc:
         raise InputError(f"{root}: cannot use it as the cache: {exc.strerror or exc}") from None
-    try:
-        try:
-            fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            on_wait()
-            fcntl.flock(descriptor, fcntl.LOCK_SH)
+    with _directory_flock(root, fcntl.LOCK_SH, on_wait):
         yield
-    finally:
-        os.close(descriptor)
+
+
+def _refuse_collecting(root: Path, command: str) -> None:
+    raise DirectoryInUse(f"{root} is in use by a build; `sparkflake cache {command}` would remove what it uses "
+                         "before its record names it: run it again once the build has finished")
 
 
 @contextlib.contextmanager
@@ -101,18 +115,8 @@ def collecting_cache(root: Path, command: str) -> Iterator[None]:
     see ``using_cache``), or refused at once while a build uses it: a build takes inputs,
     trees and layers from the cache before its record names them, so a gc that ran beside
     it removed what it was using (the build failed copying a layer gc had just removed)."""
-    descriptor = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise DirectoryInUse(
-                f"{root} is in use by a build; `sparkflake cache {command}` would remove what it uses before "
-                "its record names it: run it again once the build has finished"
-            ) from None
+    with _directory_flock(root, fcntl.LOCK_EX, lambda: _refuse_collecting(root, command)):
         yield
-    finally:
-        os.close(descriptor)
 
 
 @contextlib.contextmanager
@@ -126,9 +130,5 @@ def updating_output(directory: Path) -> Iterator[None]:
     later build into OUT and export of that archive was refused ('changed since sparkflake
     wrote it'). Held around the marker's write (``record_written_entry``), which does not
     take it itself."""
-    descriptor = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX)
+    with _directory_flock(directory, fcntl.LOCK_EX, lambda: None):
         yield
-    finally:
-        os.close(descriptor)
