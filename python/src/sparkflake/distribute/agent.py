@@ -225,7 +225,7 @@ def _commit_layout(args: argparse.Namespace) -> int:
     # refusal names the missing blob (the lock beside index.json could not be made there)
     root = Path(args.store)
     with updating_file(root / "index.json") if root.is_dir() else contextlib.nullcontext():
-        committed = store.commit(Path(args.store), plan, received)
+        committed = store.commit(root, plan, received)
         if args.engine:
             verified = _verified_prefixes(args)
             try:
